@@ -1,0 +1,5 @@
+"""`python -m tokcost` runs the CLI."""
+
+from tokcost.cli.app import main
+
+main()

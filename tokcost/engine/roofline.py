@@ -1,0 +1,125 @@
+"""The roofline: each component of a pass takes max(FLOPs / peak FLOP/s, bytes / bandwidth); components add.
+
+Williams, Waterman, Patterson, "Roofline: an insightful visual performance model", CACM 2009.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tokcost.engine.traffic import StepCounts
+from tokcost.errors import UsageError
+from tokcost.hardware.spec import GpuSpec
+
+Bound = Literal["compute", "memory", "interconnect"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """The speeds one scenario assumes: datasheet peaks ("ceiling") or achievable fractions ("expected")."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    link_bytes_per_s: float | None
+    link_latency_s: float
+    step_overhead_s: float
+
+
+def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
+    """Datasheet peaks, no overhead: nothing real runs faster."""
+    flops = gpu.peak_flops_per_s(compute_dtype)
+    if flops is None:
+        raise UsageError(
+            f"--compute-dtype: {gpu.name} lists no dense peak for {compute_dtype}; "
+            f"it lists: {', '.join(gpu.peak_tflops)}"
+        )
+    return Rates(flops, gpu.bandwidth_bytes_per_s, gpu.interconnect_bytes_per_s, gpu.interconnect_latency_s, 0.0)
+
+
+def expected_rates(gpu: GpuSpec, compute_dtype: str, weight_only_quant: bool) -> Rates:
+    """Achievable fractions of the peaks plus a fixed per-step overhead (kernel launches, sampling, scheduling)."""
+    peak = ceiling_rates(gpu, compute_dtype)
+    ach = gpu.achievable
+    bandwidth = ach.weight_only_quant_bandwidth if weight_only_quant and ach.weight_only_quant_bandwidth else ach.bandwidth
+    link = peak.link_bytes_per_s * ach.bandwidth if peak.link_bytes_per_s else None
+    return Rates(
+        flops_per_s=peak.flops_per_s * ach.compute,
+        bytes_per_s=peak.bytes_per_s * bandwidth,
+        link_bytes_per_s=link,
+        link_latency_s=peak.link_latency_s,
+        step_overhead_s=ach.step_overhead_us * 1e-6,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One roofline term: its FLOPs, bytes, the time the slower of the two takes, and which one that is."""
+
+    name: str
+    flops: float
+    bytes: float
+    seconds: float
+    bound: Bound
+
+
+def roofline(name: str, flops: float, nbytes: float, rates: Rates) -> Component:
+    """time = max(flops / peak, bytes / bandwidth); the larger term names the bound."""
+    compute_s = flops / rates.flops_per_s
+    memory_s = nbytes / rates.bytes_per_s
+    bound: Bound = "compute" if compute_s > memory_s else "memory"
+    return Component(name, flops, nbytes, max(compute_s, memory_s), bound)
+
+
+def allreduce_seconds(payload_bytes: float, gpus: int, rates: Rates) -> float:
+    """Ring all-reduce: 2 (n-1)/n x bytes over one link direction, plus a fixed latency."""
+    if gpus == 1:
+        return 0.0
+    if rates.link_bytes_per_s is None:
+        raise UsageError("--gpus: this GPU spec has no interconnect_gb_s, so tensor parallelism can't be priced")
+    return 2 * (gpus - 1) / gpus * payload_bytes / rates.link_bytes_per_s + rates.link_latency_s
+
+
+@dataclass(frozen=True, slots=True)
+class PassCost:
+    """A forward pass as the sum of its rooflines: weight stream, attention/KV, communication, overhead."""
+
+    components: tuple[Component, ...]
+    overhead_s: float
+
+    @property
+    def seconds(self) -> float:
+        """Total time: the components run one after another."""
+        return sum(c.seconds for c in self.components) + self.overhead_s
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of all components."""
+        return sum(c.flops for c in self.components)
+
+    @property
+    def bytes(self) -> float:
+        """Memory bytes of all components (the all-reduce payload goes over links, not memory)."""
+        return sum(c.bytes for c in self.components if c.bound != "interconnect")
+
+    @property
+    def bound(self) -> Bound:
+        """The bound of the component that takes the most time."""
+        return max(self.components, key=lambda c: c.seconds).bound
+
+    def part(self, name: str) -> Component:
+        """The component called `name`."""
+        return next(c for c in self.components if c.name == name)
+
+
+def price_pass(counts: StepCounts, gpus: int, rates: Rates) -> PassCost:
+    """Turn a pass's counts into time: weights and attention as rooflines, all-reduces over the link."""
+    comm_s = counts.allreduces * allreduce_seconds(counts.allreduce_bytes, gpus, rates)
+    return PassCost(
+        components=(
+            roofline("weights", counts.matmul_flops, counts.weight_bytes + counts.activation_bytes, rates),
+            roofline("attention", counts.attention_flops, counts.kv_read_bytes + counts.kv_write_bytes, rates),
+            Component("communication", 0.0, counts.allreduces * counts.allreduce_bytes, comm_s, "interconnect"),
+        ),
+        overhead_s=rates.step_overhead_s,
+    )

@@ -1,0 +1,28 @@
+"""The one domain exception family; the CLI turns these into one line and exit code 2."""
+
+
+class TokcostError(Exception):
+    """Base of every error tokcost raises on purpose."""
+
+
+class SpecError(TokcostError):
+    """A spec file or spec name is wrong: `file: field: message`."""
+
+    def __init__(self, where: str, message: str, field: str | None = None) -> None:
+        self.where = where
+        self.field = field
+        self.message = message
+        prefix = f"{where}: {field}: " if field else f"{where}: "
+        super().__init__(prefix + message)
+
+
+class UsageError(TokcostError):
+    """A command-line flag is out of range: `--flag: message`."""
+
+
+class FileExistsRefusal(TokcostError):
+    """A write would replace a file the user has: refused without --force."""
+
+
+class MeasureError(TokcostError):
+    """The measure loop cannot run here (no torch, no CUDA, out of memory)."""
