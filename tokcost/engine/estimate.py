@@ -54,7 +54,7 @@ class Estimate:
     expected: Scenario
 
 
-def _decode_step(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float, batch: int | None = None) -> PassCost:
+def decode_step(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float, batch: int | None = None) -> PassCost:
     return price_pass(decode_counts(model, p, batch or wl.batch, context, wl.gpus), wl.gpus, rates)
 
 
@@ -68,11 +68,11 @@ def mean_decode_seconds(model: ModelSpec, wl: Workload, p: Precision, rates: Rat
     total = 0.0
     while spans:
         a, b = spans.pop()
-        lo, hi = _decode_step(model, wl, p, rates, a), _decode_step(model, wl, p, rates, b)
+        lo, hi = decode_step(model, wl, p, rates, a), decode_step(model, wl, p, rates, b)
         same_side = all(x.bound == y.bound for x, y in zip(lo.components, hi.components))
         if same_side or b - a < 2:
             # each component is one linear function of c on [a, b]: the sum equals count x value at the middle
-            total += (b - a + 1) * _decode_step(model, wl, p, rates, (a + b) / 2).seconds if same_side else (
+            total += (b - a + 1) * decode_step(model, wl, p, rates, (a + b) / 2).seconds if same_side else (
                 lo.seconds + (hi.seconds if b > a else 0.0)
             )
         else:
@@ -85,7 +85,7 @@ def critical_batch(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, c
     """Smallest batch whose decode step at `context` spends longer on FLOPs than on bytes; None if none does."""
 
     def compute_bound(batch: int) -> bool:
-        step = _decode_step(model, wl, p, rates, context, batch)
+        step = decode_step(model, wl, p, rates, context, batch)
         return step.flops / rates.flops_per_s >= step.bytes / rates.bytes_per_s
 
     if not compute_bound(CRITICAL_BATCH_SEARCH_LIMIT):
@@ -111,7 +111,7 @@ def _scenario(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates:
         e2e_s=ttft + (wl.output_tokens - 1) * tpot,
         decode_tokens_per_s=wl.batch / tpot,
         prefill_bound=prefill.bound,
-        decode_bound=_decode_step(model, wl, p, rates, mean_context).bound,
+        decode_bound=decode_step(model, wl, p, rates, mean_context).bound,
         # input tokens are priced by prefill time, output tokens by decode time, both per GPU-hour x GPUs
         usd_per_million_input_tokens=usd_per_s * ttft / (wl.batch * wl.prompt_tokens) * PER_MILLION
         if usd_per_s is not None else None,
@@ -119,7 +119,7 @@ def _scenario(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates:
         # board power (TDP) for the whole step: an upper bound on energy per token
         joules_per_output_token=gpu.tdp_w * wl.gpus * tpot / wl.batch,
         prefill=prefill,
-        decode_step=_decode_step(model, wl, p, rates, mean_context),
+        decode_step=decode_step(model, wl, p, rates, mean_context),
     )
 
 

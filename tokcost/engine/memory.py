@@ -38,7 +38,7 @@ class MemoryReport:
     min_gpus: int | None
 
 
-def _per_gpu_bytes(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int):
+def per_gpu_bytes(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int):
     """(weights, kv, workspace, reserve) on one GPU of `gpus`."""
     weights = resident_weight_bytes(model, precision) / gpus
     kv = batch * model.kv_cache_bytes(tokens, kv_dtype=precision.kv) * kv_shard(model, gpus)
@@ -51,7 +51,7 @@ def _per_gpu_bytes(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: i
 
 
 def _fits(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int) -> bool:
-    return sum(_per_gpu_bytes(model, gpu, precision, gpus, batch, prompt, tokens)) <= gpu.memory_bytes
+    return sum(per_gpu_bytes(model, gpu, precision, gpus, batch, prompt, tokens)) <= gpu.memory_bytes
 
 
 def _largest(ok, high: int) -> int:
@@ -70,7 +70,7 @@ def _largest(ok, high: int) -> int:
 def memory_report(model: ModelSpec, gpu: GpuSpec, workload: Workload, precision: Precision) -> MemoryReport:
     """Memory of the workload on `workload.gpus` GPUs, and the limits it implies."""
     n, prompt, tokens = workload.gpus, workload.computed_prompt_tokens, workload.total_tokens
-    weights, kv, workspace, reserve = _per_gpu_bytes(model, gpu, precision, n, workload.batch, prompt, tokens)
+    weights, kv, workspace, reserve = per_gpu_bytes(model, gpu, precision, n, workload.batch, prompt, tokens)
     total = weights + kv + workspace + reserve
     max_batch = _largest(lambda b: _fits(model, gpu, precision, n, b, prompt, tokens), 10_000_000)
     max_context = _largest(

@@ -1,0 +1,70 @@
+"""Options shared by several commands, declared once as Annotated aliases."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+
+class Format(str, Enum):
+    """Output renderings of one result."""
+
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+    csv = "csv"
+
+
+class TableFormat(str, Enum):
+    """Renderings for commands without a CSV form."""
+
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+class StorageDtype(str, Enum):
+    """Weight / KV storage formats."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    int8 = "int8"
+    int4 = "int4"
+    fp4 = "fp4"
+
+
+class ComputeDtype(str, Enum):
+    """Matmul dtypes a GPU may list a dense peak for."""
+
+    fp32 = "fp32"
+    tf32 = "tf32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    int8 = "int8"
+    fp4 = "fp4"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name, a model YAML, or a HF config.json.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Built-in GPU name or a GPU YAML (e.g. from calibrate).")]
+GpusOpt = Annotated[int, typer.Option("--gpus", help="Tensor-parallel degree (GPUs per replica).")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Concurrent sequences.")]
+PromptOpt = Annotated[int, typer.Option("--prompt", "-p", help="Prompt tokens per sequence.")]
+OutputOpt = Annotated[int, typer.Option("--output", "-o", help="Output tokens per sequence.")]
+WeightsOpt = Annotated[
+    Optional[StorageDtype], typer.Option("--weights", help="Block linear weight format (default: the model's).")
+]
+KvOpt = Annotated[Optional[StorageDtype], typer.Option("--kv-dtype", help="KV cache format (default: the model's).")]
+ComputeOpt = Annotated[
+    Optional[ComputeDtype], typer.Option("--compute-dtype", help="Matmul dtype whose peak applies (default: the model's).")
+]
+PrefixOpt = Annotated[int, typer.Option("--cached-prefix", help="Prompt tokens served from a prefix cache.")]
+PriceOpt = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour (default: the GPU spec's).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich), markdown, json or csv.")]
+TableFormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="table (rich), markdown or json.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing file.")]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Show the arithmetic behind each number.")]

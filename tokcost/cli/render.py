@@ -1,0 +1,103 @@
+"""One result, several renderings: rich table, GitHub Markdown, CSV, JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+PIPED_WIDTH = 200
+
+
+@dataclass
+class Table:
+    """A titled grid of already-formatted cells, with notes printed under it."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    header: str = ""
+
+
+def console() -> Console:
+    """A console on the current stdout (resolved at call time, so tests can capture it)."""
+    # piped output (files, docs) gets a wide canvas instead of rich's 80-column default; COLUMNS still wins
+    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=wide)
+
+
+def print_tables(tables: list[Table], fmt: str) -> None:
+    """Render tables as rich (table) or Markdown (markdown)."""
+    if fmt == "markdown":
+        sys.stdout.write("\n\n".join(markdown(t) for t in tables) + "\n")
+        return
+    out = console()
+    for t in tables:
+        if t.header:
+            out.print(t.header, markup=False, style="bold")
+        grid = RichTable(title=t.title, title_justify="left", title_style="bold")
+        for i, col in enumerate(t.columns):
+            grid.add_column(col, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for row in t.rows:
+            grid.add_row(*row)
+        out.print(grid)
+        for note in t.notes:
+            out.print(note, markup=False)
+
+
+def markdown(t: Table) -> str:
+    """A GitHub-flavoured Markdown table with its title in bold and notes below."""
+
+    def cells(values: list[str]) -> str:
+        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+
+    align = "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(t.columns))) + "|"
+    lines = ([t.header, ""] if t.header else []) + [f"**{t.title}**", "", cells(t.columns), align, *(cells(r) for r in t.rows)]
+    if t.notes:
+        lines += ["", *t.notes]
+    return "\n".join(lines)
+
+
+def print_csv(rows: list[dict[str, Any]]) -> None:
+    """Rows of flat dicts as CSV with a header (keys of the first row)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    sys.stdout.write(buffer.getvalue())
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"refusing to print a non-finite number ({value}); this is a tokcost bug")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def print_json(data: Any) -> None:
+    """Pretty JSON with stable key order; NaN and infinity are refused, never printed."""
+    sys.stdout.write(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level of dotted keys (for CSV)."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

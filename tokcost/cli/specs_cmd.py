@@ -1,0 +1,176 @@
+"""`tokcost specs`: list, show, validate and import model and GPU specs."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+
+from tokcost.catalog import builtin_names
+from tokcost.cli.options import ForceOpt
+from tokcost.cli.render import Table, print_json, print_tables
+from tokcost.errors import SpecError, TokcostError
+from tokcost.files import load_mapping, write_new
+from tokcost.hardware.library import load_gpu
+from tokcost.hardware.spec import GpuSpec
+from tokcost.models.hf_import import from_hf_config, is_hf_config
+from tokcost.models.library import load_model
+from tokcost.models.spec import ModelSpec
+
+app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
+
+
+class Kind(str, Enum):
+    """Which specs to list."""
+
+    models = "models"
+    gpus = "gpus"
+
+
+class ShowFormat(str, Enum):
+    """Renderings of specs."""
+
+    table = "table"
+    json = "json"
+
+
+def model_dict(m: ModelSpec) -> dict[str, Any]:
+    """The YAML keys of a model spec plus its derived counts."""
+    data = m.model_dump(by_alias=True, exclude_none=True)
+    data["params_total_stated"] = data.pop("params_total", None)
+    data["head_dim"] = m.head_dim
+    data.update(
+        params_total=m.params_total,
+        params_active=m.params_active,
+        params_embedding=m.params_embedding,
+        params_attention=m.params_attention,
+        params_mlp=m.params_mlp,
+        params_norms=m.params_norms,
+        params_lm_head=m.params_lm_head,
+        kv_bytes_per_token=m.kv_bytes_per_token(),
+    )
+    return data
+
+
+def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
+    if name_or_path in builtin_names("models"):
+        return "model", load_model(name_or_path)
+    if name_or_path in builtin_names("gpus"):
+        return "gpu", load_gpu(name_or_path)
+    path = Path(name_or_path)
+    if path.is_file():
+        data = load_mapping(path)
+        is_gpu = "memory_bandwidth_gb_s" in data or "peak_tflops" in data
+        return ("gpu", load_gpu(name_or_path)) if is_gpu else ("model", load_model(name_or_path))
+    known = builtin_names("models") + builtin_names("gpus")
+    import difflib
+
+    close = difflib.get_close_matches(name_or_path, known, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise SpecError(name_or_path, f"not a built-in spec nor a file; {hint}see 'tokcost specs list'")
+
+
+@app.command("list")
+def list_specs(
+    kind: Annotated[Optional[Kind], typer.Option("--kind", help="models or gpus (default: both).")] = None,
+    format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
+) -> None:
+    """List built-in specs. Example: tokcost specs list --kind gpus"""
+    kinds = [kind.value] if kind else ["models", "gpus"]
+    if format == ShowFormat.json:
+        print_json({k: builtin_names(k) for k in kinds})  # type: ignore[arg-type]
+        return
+    tables = []
+    if "models" in kinds:
+        rows = []
+        for name in builtin_names("models"):
+            m = load_model(name)
+            arch = "MoE" if m.moe else "dense"
+            arch += " + MLA" if m.mla else ""
+            rows.append([name, f"{m.params_total / 1e9:.2f}B", f"{m.params_active / 1e9:.2f}B", arch,
+                         f"{m.max_context:,}", m.dtype])
+        tables.append(Table("Models", ["name", "params", "active", "arch", "max context", "dtype"], rows))
+    if "gpus" in kinds:
+        rows = []
+        for name in builtin_names("gpus"):
+            g = load_gpu(name)
+            peak = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp16") or max(g.peak_tflops.values())
+            rows.append([name, f"{g.memory_gb:g} GB", f"{g.memory_bandwidth_gb_s:,g} GB/s", f"{peak:,g}",
+                         f"{g.tdp_w:g} W", "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:g}/h"])
+        tables.append(Table("GPUs", ["name", "memory", "bandwidth", "bf16 TFLOP/s (dense)", "TDP", "price"], rows))
+    print_tables(tables, "table")
+
+
+@app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="Built-in name, spec YAML, or HF config.json.")],
+    format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
+) -> None:
+    """Show every field of a spec, with derived counts. Example: tokcost specs show llama-3.1-8b"""
+    kind, spec = _load_any(name)
+    data = model_dict(spec) if isinstance(spec, ModelSpec) else spec.model_dump()
+    if format == ShowFormat.json:
+        print_json(data)
+        return
+    rows = [[key, _cell(value)] for key, value in data.items()]
+    notes = []
+    if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
+        notes.append(f"warning: stated params_total differs from the shapes by {spec.params_mismatch:+.1%}")
+    print_tables([Table(f"{kind} spec: {spec.name}", ["field", "value"], rows, notes)], "table")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(_cell(v) for v in value) or "-"
+    return " ".join(str(value).split())
+
+
+@app.command("validate")
+def validate(files: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
+    """Check spec files: one line per file, OK or the error. Example: tokcost specs validate my-gpu.yaml"""
+    failed = 0
+    for path in files:
+        try:
+            kind, spec = _load_any(str(path))
+            extra = ""
+            if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
+                extra = f" (warning: params_total differs from the shapes by {spec.params_mismatch:+.1%})"
+            sys.stdout.write(f"{path}: OK ({kind} {spec.name}){extra}\n")
+        except TokcostError as exc:
+            failed += 1
+            sys.stdout.write(f"{exc}\n")
+    if failed:
+        raise typer.Exit(2)
+
+
+@app.command("import")
+def import_config(
+    config: Annotated[Path, typer.Argument(help="A HuggingFace config.json.")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the YAML here (default: stdout).")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Name of the model (default: the folder's).")] = None,
+    force: ForceOpt = False,
+) -> None:
+    """Convert a HuggingFace config.json to a tokcost model YAML. Example: tokcost specs import config.json -o m.yaml"""
+    data = load_mapping(config)
+    if not is_hf_config(data):
+        raise SpecError(str(config), "no model_type: not a HuggingFace config.json")
+    default_name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
+    spec = from_hf_config(data, str(config), name=name or default_name)
+    body = spec.model_dump(by_alias=True, exclude_none=True)
+    body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
+    text = f"# imported by tokcost from {config}\n" + yaml.safe_dump(body, sort_keys=False)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    write_new(out, text, force=force)
+    sys.stdout.write(f"wrote {out} ({spec.name}: {spec.params_total / 1e9:.2f}B params)\n")

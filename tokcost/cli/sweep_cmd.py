@@ -1,0 +1,70 @@
+"""`tokcost sweep`: one row per batch and/or context point; marks the critical batch and the memory limit."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tokcost import fmt
+from tokcost.cli.common import int_list, workload_from_flags
+from tokcost.cli.options import (
+    ComputeOpt, Format, FormatOpt, GpuOpt, GpusOpt, KvOpt, ModelOpt, OutputOpt, PriceOpt, PromptOpt, WeightsOpt,
+)  # fmt: skip
+from tokcost.cli.render import Table, print_csv, print_json, print_tables
+from tokcost.engine.sweep import SweepPoint, sweep as run_sweep
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+
+
+def sweep(
+    model: ModelOpt,
+    gpu: GpuOpt,
+    batch: Annotated[str, typer.Option("--batch", "-b", help="Batch sizes, comma-separated: 1,2,4,8.")] = "1",
+    context: Annotated[
+        Optional[str], typer.Option("--context", help="Prompt lengths, comma-separated (default: --prompt).")
+    ] = None,
+    gpus: GpusOpt = 1,
+    prompt: PromptOpt = 1024,
+    output: OutputOpt = 256,
+    weights: WeightsOpt = None,
+    kv_dtype: KvOpt = None,
+    compute_dtype: ComputeOpt = None,
+    price: PriceOpt = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
+    batches = int_list(batch, "--batch", 1, 1_000_000)
+    contexts = int_list(context, "--context") if context else [prompt]
+    base = workload_from_flags(
+        prompt_tokens=prompt, output_tokens=output, gpus=gpus, weights_dtype=weights, kv_dtype=kv_dtype,
+        compute_dtype=compute_dtype, price_per_hour_usd=price,
+    )  # fmt: skip
+    points = run_sweep(load_model(model), load_gpu(gpu), base, batches, contexts)
+    rows = [p.as_dict() for p in points]
+    if format == Format.json:
+        print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows})
+    elif format == Format.csv:
+        print_csv(rows)
+    else:
+        print_tables([sweep_table(points)], format.value)
+
+
+def sweep_table(points: list[SweepPoint]) -> Table:
+    """One formatted row per point; markers for the critical batch and the memory limit."""
+    table = Table(
+        f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)",
+        ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory", "bound", "note"],
+    )
+    for p in points:
+        notes = []
+        if p.critical_batch is not None and p.batch >= p.critical_batch:
+            notes.append(f"past critical batch {p.critical_batch}")
+        if not p.fits:
+            notes.append(f"exceeds memory (max batch {p.max_batch})")
+        table.rows.append([
+            f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), f"{p.decode_tokens_per_s:,.1f}",
+            f"{p.ceiling_decode_tokens_per_s:,.1f}", fmt.usd(p.usd_per_million_output_tokens),
+            f"{fmt.gb(p.memory_bytes)}", p.decode_bound, "; ".join(notes),
+        ])  # fmt: skip
+    return table

@@ -1,0 +1,75 @@
+"""sweep(): TPOT, tokens/s, cost and memory over a grid of batch sizes and prompt lengths.
+
+Lighter than estimate() per point (no prefill breakdown); the per-context limits (max batch, critical
+batch) are computed once per context, not once per point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tokcost.engine.estimate import SECONDS_PER_HOUR, PER_MILLION, critical_batch, decode_step, mean_decode_seconds
+from tokcost.engine.memory import memory_report, per_gpu_bytes
+from tokcost.engine.roofline import ceiling_rates, expected_rates
+from tokcost.engine.workload import Workload, resolve_precision
+from tokcost.hardware.spec import GpuSpec
+from tokcost.models.spec import ModelSpec
+from tokcost.units import WEIGHT_ONLY_DTYPES
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One (batch, prompt) point: expected decode figures, the ceiling for reference, and memory."""
+
+    model: str
+    gpu: str
+    gpus: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    tpot_s: float
+    decode_tokens_per_s: float
+    ceiling_tpot_s: float
+    ceiling_decode_tokens_per_s: float
+    usd_per_million_output_tokens: float | None
+    memory_bytes: float
+    fits: bool
+    max_batch: int
+    critical_batch: int | None
+    decode_bound: str
+
+    def as_dict(self) -> dict[str, object]:
+        """Stable keys for JSON and CSV."""
+        return asdict(self)
+
+
+def sweep(model: ModelSpec, gpu: GpuSpec, base: Workload, batches: list[int], prompts: list[int]) -> list[SweepPoint]:
+    """Every (prompt, batch) combination of `base`'s workload, prompts outermost."""
+    points = []
+    for prompt in prompts:
+        at_context = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
+        p = resolve_precision(model, at_context)
+        ceiling = ceiling_rates(gpu, p.compute)
+        weight_only = p.weights in WEIGHT_ONLY_DTYPES or p.experts in WEIGHT_ONLY_DTYPES
+        expected = expected_rates(gpu, p.compute, weight_only_quant=weight_only)
+        mean_context = prompt + base.output_tokens / 2
+        limits = memory_report(model, gpu, at_context, p)
+        critical = critical_batch(model, at_context, p, ceiling, mean_context)
+        price = base.price_per_hour_usd if base.price_per_hour_usd is not None else gpu.price_per_hour_usd
+        for batch in batches:
+            wl = at_context.model_copy(update={"batch": batch})
+            tpot = mean_decode_seconds(model, wl, p, expected)
+            ceiling_tpot = mean_decode_seconds(model, wl, p, ceiling)
+            used = sum(per_gpu_bytes(model, gpu, p, wl.gpus, batch, wl.computed_prompt_tokens, wl.total_tokens))
+            points.append(SweepPoint(
+                model=model.name, gpu=gpu.name, gpus=wl.gpus, batch=batch, prompt_tokens=prompt,
+                output_tokens=wl.output_tokens, tpot_s=tpot, decode_tokens_per_s=batch / tpot,
+                ceiling_tpot_s=ceiling_tpot, ceiling_decode_tokens_per_s=batch / ceiling_tpot,
+                # output tokens priced by decode time: $/h x GPUs / 3600 x TPOT / batch x 1e6
+                usd_per_million_output_tokens=price * wl.gpus / SECONDS_PER_HOUR * tpot / batch * PER_MILLION
+                if price is not None else None,
+                memory_bytes=used * wl.gpus, fits=used <= gpu.memory_bytes, max_batch=limits.max_batch,
+                critical_batch=critical,
+                decode_bound=decode_step(model, wl, p, ceiling, mean_context).bound,  # same rates as critical
+            ))  # fmt: skip
+    return points
