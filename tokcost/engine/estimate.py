@@ -82,11 +82,10 @@ def mean_decode_seconds(model: ModelSpec, wl: Workload, p: Precision, rates: Rat
 
 
 def critical_batch(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float) -> int | None:
-    """Smallest batch whose decode step at `context` spends longer on FLOPs than on bytes; None if none does."""
+    """Smallest batch whose decode step at `context` is compute-bound (total FLOP time > byte time); None if never."""
 
     def compute_bound(batch: int) -> bool:
-        step = decode_step(model, wl, p, rates, context, batch)
-        return step.flops / rates.flops_per_s >= step.bytes / rates.bytes_per_s
+        return decode_step(model, wl, p, rates, context, batch).bound == "compute"
 
     if not compute_bound(CRITICAL_BATCH_SEARCH_LIMIT):
         return None

@@ -61,6 +61,8 @@ class Component:
     bytes: float
     seconds: float
     bound: Bound
+    compute_s: float = 0.0  # flops / peak
+    memory_s: float = 0.0  # bytes / bandwidth
 
 
 def roofline(name: str, flops: float, nbytes: float, rates: Rates) -> Component:
@@ -68,7 +70,7 @@ def roofline(name: str, flops: float, nbytes: float, rates: Rates) -> Component:
     compute_s = flops / rates.flops_per_s
     memory_s = nbytes / rates.bytes_per_s
     bound: Bound = "compute" if compute_s > memory_s else "memory"
-    return Component(name, flops, nbytes, max(compute_s, memory_s), bound)
+    return Component(name, flops, nbytes, max(compute_s, memory_s), bound, compute_s, memory_s)
 
 
 def allreduce_seconds(payload_bytes: float, gpus: int, rates: Rates) -> float:
@@ -104,8 +106,13 @@ class PassCost:
 
     @property
     def bound(self) -> Bound:
-        """The bound of the component that takes the most time."""
-        return max(self.components, key=lambda c: c.seconds).bound
+        """Interconnect when all-reduces outlast the rest; else compute when total FLOP time exceeds byte time."""
+        comm = sum(c.seconds for c in self.components if c.bound == "interconnect")
+        compute = sum(c.compute_s for c in self.components)
+        memory = sum(c.memory_s for c in self.components)
+        if comm > max(compute, memory):
+            return "interconnect"
+        return "compute" if compute > memory else "memory"
 
     def part(self, name: str) -> Component:
         """The component called `name`."""

@@ -256,8 +256,8 @@ def measure_decode(
     weights_bytes = spec.params_total * TORCH_DTYPES[dtype].itemsize
     need_bytes = weights_bytes + spec.kv_bytes_per_token(dtype) * (prompt_tokens + output_tokens) * batch
     raise MeasureError(
-        f"out of memory on {_device_name(dev)}: {spec.name} needs about {need_bytes / 1e9:.1f} GB of weights and KV "
-        f"cache at batch {batch}; measure fewer layers (--layers) or a smaller batch ({reason})"
+        f"out of memory on {_device_name(dev)}: {spec.name} needs about {need_bytes / 1e9:.1f} GB of weights "
+        f"and KV cache at batch {batch}; measure fewer layers (--layers) or a smaller batch ({reason})"
     )
 
 
@@ -311,7 +311,7 @@ def _measure(
         ttft_all.append(_timed(dev, gen.prefill))
         decode_all.append(_timed(dev, gen.decode))
         progress(
-            f"repeat {i + 1}/{repeats}: TTFT {ttft_all[-1] * 1e3:.2f} ms, decode {decode_all[-1] * 1e3:.2f} ms"
+            f"run {i + 1}/{repeats}: ttft {ttft_all[-1] * 1e3:.2f} ms, decode {decode_all[-1] * 1e3:.2f} ms"
         )
     avg_power_w = power_sampler.stop() if power_sampler is not None else None
     steps = output_tokens - 1

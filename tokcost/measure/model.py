@@ -50,7 +50,7 @@ class Rotary(nn.Module):
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None = None) -> Tensor:
-    """Grouped-query attention reading each K/V head once: q [B, S, H, Dk], k/v [B, Hkv, T, D] -> [B, S, H, Dv].
+    """Grouped-query attention reading K/V once: q [B, S, H, Dk], k/v [B, Hkv, T, D] -> [B, S, H, Dv].
 
     The G = H / Hkv query heads of a group are folded into the query length, so SDPA sees
     Hkv heads and never copies K/V (as `repeat_interleave` or a math-path `enable_gqa` would).
@@ -167,7 +167,7 @@ class Experts(nn.Module):
     - prefill (S > 1): tokens sorted by expert, one matmul per used expert (host sync; exact work);
     - decode, few tokens (3 T k < E): each token gathers its k experts' weights (no sync, reads T k experts
       plus the gathered copy);
-    - decode, many tokens: every expert on every token, weighted by the router (no sync, reads E experts once).
+    - decode, many tokens: every expert on every token, weighted by the router (no sync, reads all E once).
     The shared experts are one SwiGLU of width shared_experts x width: the same parameters and result
     as separate MLPs summed, since SwiGLU is separable over its intermediate dimension.
     """
