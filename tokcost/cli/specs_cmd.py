@@ -24,6 +24,9 @@ from tokcost.models.spec import ModelSpec
 app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
 
 
+GPU_ONLY_KEYS = {"memory_gb", "memory_bandwidth_gb_s", "peak_tflops", "tdp_w"}
+
+
 class Kind(str, Enum):
     """Which specs to list."""
 
@@ -64,7 +67,7 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
     path = Path(name_or_path)
     if path.is_file():
         data = load_mapping(path)
-        is_gpu = "memory_bandwidth_gb_s" in data or "peak_tflops" in data
+        is_gpu = bool(GPU_ONLY_KEYS & set(data))
         return ("gpu", load_gpu(name_or_path)) if is_gpu else ("model", load_model(name_or_path))
     known = builtin_names("models") + builtin_names("gpus")
     import difflib

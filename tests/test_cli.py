@@ -1,0 +1,208 @@
+"""The CLI end to end: output parsed back, files never overwritten, errors one line, no torch at start-up."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tokcost.catalog import builtin_names
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def test_specs_list_json(cli):
+    r = cli("specs", "list", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["models"] == builtin_names("models") and data["gpus"] == builtin_names("gpus")
+    assert cli("specs", "list", "--kind", "gpus", "--format", "json").json() == {"gpus": builtin_names("gpus")}
+
+
+def test_specs_list_table_names_every_spec(cli):
+    r = cli("specs", "list")
+    assert r.exit_code == 0
+    for name in builtin_names("models") + builtin_names("gpus"):
+        assert name in r.stdout
+
+
+def test_specs_show_model_json_has_yaml_keys_and_derived_counts(cli):
+    r = cli("specs", "show", "llama-3.1-8b", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["layers"] == 32 and data["kv_heads"] == 8 and data["head_dim"] == 128
+    assert data["params_total"] == 8_030_261_248
+    assert data["params_active"] == data["params_total"]
+    assert data["params_embedding"] == 128_256 * 4096
+    assert data["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+
+
+def test_specs_show_gpu_json_includes_source(cli):
+    data = cli("specs", "show", "h100-sxm", "--format", "json").json()
+    assert data["memory_bandwidth_gb_s"] == 3350 and "nvidia" in data["source"].lower()
+
+
+def test_specs_show_table(cli):
+    r = cli("specs", "show", "mixtral-8x7b")
+    assert r.exit_code == 0 and "params_active" in r.stdout and "12,879,925,248" in r.stdout
+
+
+def test_specs_validate_ok_and_bad(cli, tmp_path):
+    good = tmp_path / "gpu.yaml"
+    good.write_text(yaml.safe_dump(cli("specs", "show", "l4", "--format", "json").json()))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsource: y\nmemory_gb: -1\n")
+    r = cli("specs", "validate", str(good), str(bad))
+    assert r.exit_code == 2
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith(f"{good}: OK")
+    assert lines[1].startswith(f"{bad}: ") and "memory_gb" in lines[1]
+
+
+def test_specs_import_writes_yaml_that_loads_and_refuses_to_overwrite(cli, tmp_path):
+    out = tmp_path / "m.yaml"
+    r = cli("specs", "import", str(ASSETS / "hf" / "llama.json"), "-o", str(out), "--name", "my-llama")
+    assert r.exit_code == 0, r.stderr
+    data = cli("specs", "show", str(out), "--format", "json").json()
+    assert data["name"] == "my-llama" and data["params_total"] == 1_235_814_400  # Llama-3.2-1B
+    before = out.read_text()
+    r = cli("specs", "import", str(ASSETS / "hf" / "llama.json"), "-o", str(out))
+    assert r.exit_code == 2 and "--force" in r.stderr and out.read_text() == before
+    assert cli("specs", "import", str(ASSETS / "hf" / "llama.json"), "-o", str(out), "--force").exit_code == 0
+
+
+def test_hf_config_accepted_wherever_a_model_is(cli):
+    r = cli("estimate", "-m", str(ASSETS / "hf" / "mixtral.json"), "-g", "h200", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["memory"]["weights_bytes"] == pytest.approx(46_702_792_704 * 2)
+
+
+ESTIMATE_KEYS = {
+    "memory": {"weights_bytes", "kv_bytes_per_token", "kv_cache_bytes", "total_bytes", "capacity_bytes", "fits",
+               "max_batch", "max_context", "min_gpus"},
+    "scenario": {"ttft_s", "tpot_s", "e2e_s", "decode_tokens_per_s", "prefill_bound", "decode_bound",
+                 "usd_per_million_input_tokens", "usd_per_million_output_tokens", "joules_per_output_token"},
+}  # fmt: skip
+
+
+def test_estimate_json_keys_and_values(cli):
+    r = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert ESTIMATE_KEYS["memory"] <= set(data["memory"])
+    assert "critical_batch" in data
+    for scenario in ("ceiling", "expected"):
+        s = data[scenario]
+        assert ESTIMATE_KEYS["scenario"] <= set(s)
+        assert {"flops", "bytes"} <= set(s["prefill"])
+        assert {"flops", "bytes", "weight_bytes", "kv_bytes", "seconds"} <= set(s["decode_step"])
+    assert data["ceiling"]["decode_step"]["weight_bytes"] == pytest.approx((8_030_261_248 - 128_256 * 4096) * 2)
+    assert data["expected"]["tpot_s"] >= data["ceiling"]["tpot_s"]
+    assert data["ceiling"]["e2e_s"] == pytest.approx(data["ceiling"]["ttft_s"] + 255 * data["ceiling"]["tpot_s"])
+
+
+def test_estimate_table_and_markdown_agree_with_json(cli):
+    data = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "json").json()
+    table = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm")
+    assert table.exit_code == 0
+    assert f"{data['ceiling']['decode_tokens_per_s']:,.1f}" in table.stdout
+    assert "decode is memory-bound" in table.stdout
+    md = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "markdown").stdout
+    assert "| metric | ceiling | expected |" in md and "|:---|---:|---:|" in md
+    assert f"| decode tokens/s | {data['ceiling']['decode_tokens_per_s']:,.1f} |" in md
+
+
+def test_estimate_csv_is_one_row(cli):
+    text = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "csv").stdout
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 1 and float(rows[0]["ceiling.tpot_s"]) > 0
+
+
+def test_explain_shows_the_arithmetic(cli):
+    r = cli("estimate", "-m", "llama-2-7b", "-g", "h100-sxm", "--explain")
+    assert r.exit_code == 0
+    assert "2 x 32 layers x 32 KV heads x 128 head_dim x 2 B = 524,288 B" in r.stdout
+    assert "/ 3,350 GB/s" in r.stdout and "decode tokens/s = 1 /" in r.stdout
+
+
+def test_compare_rows(cli):
+    r = cli("compare", "-m", "llama-3.1-70b,llama-3.1-8b", "-g", "h100-sxm,h200", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    rows = r.json()["rows"]
+    assert [(x["model"], x["gpu"]) for x in rows] == [
+        ("llama-3.1-70b", "h100-sxm"), ("llama-3.1-70b", "h200"), ("llama-3.1-8b", "h100-sxm"), ("llama-3.1-8b", "h200")
+    ]  # fmt: skip
+    # 70.55B x 2 bytes = 141.1 GB: more than one 80 GB H100, and more than 90% of a 141 GB H200
+    assert rows[0]["fits"] is False and rows[0]["min_gpus"] == 2
+    assert rows[1]["fits"] is False and rows[1]["min_gpus"] == 2 and rows[2]["fits"] is True
+    # same compute, more bandwidth: H200 decodes faster
+    assert rows[3]["decode_tokens_per_s"] > rows[2]["decode_tokens_per_s"]
+    table = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,l4")
+    assert table.exit_code == 0 and "l4" in table.stdout
+
+
+def test_sweep_marks_critical_batch_and_memory(cli):
+    r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,64,1024,4096", "--prompt", "128", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    points = r.json()["points"]
+    assert [p["batch"] for p in points] == [1, 64, 1024, 4096]
+    assert points[-1]["fits"] is False and points[0]["fits"] is True
+    critical = points[0]["critical_batch"]
+    assert critical is not None and 64 < critical < 1024
+    assert [p["decode_bound"] for p in points][:2] == ["memory", "memory"]
+    table = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,1024,4096", "--prompt", "128").stdout
+    assert "past critical batch" in table and "exceeds memory" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--batch", "0"], "--batch"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--prompt", "-1"], "--prompt"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--weights", "int3"], "int4"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "xml"], "markdown"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--gpus", "0"], "--gpus"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--cached-prefix", "5000"], "--cached-prefix"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sx"], "did you mean h100-sxm?"),
+        (["estimate", "-m", "lama-3.1-8b", "-g", "h100-sxm"], "did you mean llama-3.1-8b?"),
+        (["sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,x"], "--batch"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "l4", "--compute-dtype", "fp4"], "--compute-dtype"),
+    ],
+)
+def test_bad_flags_get_one_line_and_exit_2(cli, args, needle):
+    r = cli(*args)
+    assert r.exit_code == 2
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+COMMANDS = [["specs", "list"], ["specs", "show"], ["specs", "validate"], ["specs", "import"], ["estimate"],
+            ["compare"], ["sweep"], ["measure"], ["calibrate"], ["validate"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help_with_an_example(cli, command):
+    r = cli(*command, "--help")
+    assert r.exit_code == 0, r.stderr
+    assert "Example: tokcost" in r.stdout
+
+
+def test_estimate_does_not_import_torch():
+    code = (
+        "import sys\nfrom tokcost.cli.app import main\n"
+        "main(['estimate', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '--format', 'json'])\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_python_dash_m_runs():
+    out = subprocess.run([sys.executable, "-m", "tokcost", "specs", "list", "--format", "json"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0 and "h100-sxm" in json.loads(out.stdout)["gpus"]
