@@ -326,6 +326,8 @@ def _measure(
     )
     if power_sampler is not None and avg_power_w is None:
         notes.append("power was not sampled (NVML unavailable)")
+    elif avg_power_w is not None:
+        notes.append("power is averaged over all timed repeats, prefill included")
     joules = (
         avg_power_w * statistics.median(decode_all) / (batch * steps) if avg_power_w is not None else None
     )

@@ -35,6 +35,9 @@ class RMSNorm(nn.Module):
 class Rotary(nn.Module):
     """cos/sin tables for rotary embeddings, indexed by position (half-split rotation)."""
 
+    cos: Tensor  # [T, D/2]
+    sin: Tensor
+
     def __init__(self, dim: int, max_seq: int, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
         inv_freq = 1.0 / (10_000.0 ** (torch.arange(0, dim, 2, device=device).float() / dim))  # [D/2]
@@ -66,6 +69,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None = 
 
 class Attention(nn.Module):
     """Multi-head / grouped-query attention with a fused QKV projection and a static KV cache."""
+
+    k_cache: Tensor  # [B, Hkv, T, D]
+    v_cache: Tensor
+    rotary: Rotary
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -100,6 +107,9 @@ class LatentAttention(nn.Module):
     W_UK is folded into the query and W_UV applied after attention (DeepSeek-V2 section 2.1.2),
     so all heads share one cached "head" of kv_lora_rank + rope_head_dim values: MQA over the latent.
     """
+
+    kv_cache: Tensor  # [B, 1, T, R + Dr]
+    rotary: Rotary | None
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -237,7 +247,7 @@ class Block(nn.Module):
     def __init__(self, spec: ModelSpec, layer: int) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(spec.hidden_size)
-        self.attention = LatentAttention(spec) if spec.mla else Attention(spec)
+        self.attention: Attention | LatentAttention = LatentAttention(spec) if spec.mla else Attention(spec)
         self.ffn_norm = RMSNorm(spec.hidden_size)
         moe = spec.moe
         if moe is not None and layer >= moe.dense_layers:
@@ -252,6 +262,8 @@ class Block(nn.Module):
 
 class Decoder(nn.Module):
     """Embedding, `spec.layers` blocks, final norm and LM head; `notes` lists what differs from the spec."""
+
+    causal_mask: Tensor  # [T, T]
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -274,8 +286,9 @@ class Decoder(nn.Module):
         """Allocate every layer's KV cache and the causal mask [T, T] on the parameters' device."""
         device, dtype = self.output.weight.device, self.output.weight.dtype
         self.max_batch, self.max_seq = max_batch, max_seq
-        for block in self.layers:
-            block.attention.setup_cache(max_batch, max_seq, device, dtype)
+        for module in self.modules():
+            if isinstance(module, (Attention, LatentAttention)):
+                module.setup_cache(max_batch, max_seq, device, dtype)
         causal = torch.ones(max_seq, max_seq, dtype=torch.bool, device=device).tril()
         self.register_buffer("causal_mask", causal, persistent=False)
 
