@@ -34,6 +34,11 @@ def count(n: float) -> str:
     return f"{n / 1e9:,.3f}B" if n >= 1e9 else f"{n:,.0f}"
 
 
+def joules(value: float | None) -> str:
+    """Joules with 3 decimals, or n/a without a power figure."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def usd(value: float | None) -> str:
     """Dollars, or n/a without a price."""
     return "n/a" if value is None else f"${value:,.3f}"

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tokcost.cli import compare_cmd, estimate_cmd, specs_cmd, sweep_cmd
+from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd
 from tokcost.errors import TokcostError
 
 try:  # typer 0.2x vendors click as typer._click; older typer uses the click package
@@ -27,6 +27,8 @@ app.add_typer(specs_cmd.app, name="specs")
 app.command("estimate")(estimate_cmd.estimate)
 app.command("compare")(compare_cmd.compare)
 app.command("sweep")(sweep_cmd.sweep)
+app.command("measure")(measure_cmd.measure)
+app.command("calibrate")(calibrate_cmd.calibrate)
 
 
 def _fail(message: str, code: int = 2) -> int:

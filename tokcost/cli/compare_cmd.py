@@ -86,7 +86,7 @@ def compare_table(results: list[Estimate]) -> Table:
         table.rows.append([
             e.model.name, e.gpu.name, fits, fmt.ms(x.ttft_s), fmt.ms(x.tpot_s), f"{x.decode_tokens_per_s:,.1f}",
             f"{e.ceiling.decode_tokens_per_s:,.1f}", f"{mem.max_batch:,}", fmt.usd(x.usd_per_million_input_tokens),
-            fmt.usd(x.usd_per_million_output_tokens), f"{x.joules_per_output_token:.3f}",
+            fmt.usd(x.usd_per_million_output_tokens), fmt.joules(x.joules_per_output_token),
         ])  # fmt: skip
     table.notes.append("Times, tokens/s and costs are 'expected' (achievable fractions); J/token from TDP is an upper bound.")
     return table

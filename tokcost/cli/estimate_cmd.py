@@ -83,7 +83,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         ["decode bound", c.decode_bound, x.decode_bound],
         ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens)],
         ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
-        ["J/output token (TDP)", f"{c.joules_per_output_token:.3f}", f"{x.joules_per_output_token:.3f}"],
+        ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
     ], notes=[bottleneck(e)])
     memory = Table("Memory", ["item", "value"], [
         ["weights", fmt.gb(mem.weights_bytes)],

@@ -86,9 +86,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def json_text(data: Any) -> str:
+    """Pretty JSON with stable key order; NaN and infinity are refused, never written."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+
+
 def print_json(data: Any) -> None:
-    """Pretty JSON with stable key order; NaN and infinity are refused, never printed."""
-    sys.stdout.write(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
+    """JSON on stdout."""
+    sys.stdout.write(json_text(data))
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

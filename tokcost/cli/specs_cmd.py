@@ -103,7 +103,7 @@ def list_specs(
             g = load_gpu(name)
             peak = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp16") or max(g.peak_tflops.values())
             rows.append([name, f"{g.memory_gb:g} GB", f"{g.memory_bandwidth_gb_s:,g} GB/s", f"{peak:,g}",
-                         f"{g.tdp_w:g} W", "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:g}/h"])
+                         f"{g.tdp_w:g} W" if g.tdp_w else "n/a", "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:g}/h"])
         tables.append(Table("GPUs", ["name", "memory", "bandwidth", "bf16 TFLOP/s (dense)", "TDP", "price"], rows))
     print_tables(tables, "table")
 

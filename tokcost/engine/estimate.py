@@ -33,7 +33,7 @@ class Scenario:
     decode_bound: Bound
     usd_per_million_input_tokens: float | None
     usd_per_million_output_tokens: float | None
-    joules_per_output_token: float
+    joules_per_output_token: float | None
     prefill: PassCost
     decode_step: PassCost  # the step at the mean decode context, for the breakdown
 
@@ -116,7 +116,7 @@ def _scenario(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates:
         if usd_per_s is not None else None,
         usd_per_million_output_tokens=usd_per_s * tpot / wl.batch * PER_MILLION if usd_per_s is not None else None,
         # board power (TDP) for the whole step: an upper bound on energy per token
-        joules_per_output_token=gpu.tdp_w * wl.gpus * tpot / wl.batch,
+        joules_per_output_token=gpu.tdp_w * wl.gpus * tpot / wl.batch if gpu.tdp_w else None,
         prefill=prefill,
         decode_step=decode_step(model, wl, p, rates, mean_context),
     )

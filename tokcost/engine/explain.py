@@ -98,10 +98,13 @@ def _prefill_lines(e: Estimate) -> list[str]:
 
 def _cost_lines(e: Estimate) -> list[str]:
     wl, s = e.workload, e.ceiling
-    lines = [
-        f"J/output token = {e.gpu.tdp_w:g} W TDP x {wl.gpus} GPU x {fmt.ms(s.tpot_s)} / {wl.batch} = "
-        f"{s.joules_per_output_token:.3f} J (an upper bound: boards rarely draw full TDP in decode)"
-    ]
+    if s.joules_per_output_token is None:
+        lines = [f"J/output token: {e.gpu.name} has no tdp_w, so no energy figure"]
+    else:
+        lines = [
+            f"J/output token = {e.gpu.tdp_w:g} W TDP x {wl.gpus} GPU x {fmt.ms(s.tpot_s)} / {wl.batch} = "
+            f"{s.joules_per_output_token:.3f} J (an upper bound: boards rarely draw full TDP in decode)"
+        ]
     if e.price_per_hour_usd is None:
         return lines + ["$/1M tokens: no price (pass --price USD per GPU-hour)"]
     hourly = e.price_per_hour_usd

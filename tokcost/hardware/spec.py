@@ -33,7 +33,7 @@ class GpuSpec(BaseModel):
     memory_gb: float = Field(gt=0, le=100_000)
     memory_bandwidth_gb_s: float = Field(gt=0, le=1_000_000)
     peak_tflops: dict[str, float]
-    tdp_w: float = Field(gt=0, le=100_000)
+    tdp_w: float | None = Field(default=None, gt=0, le=100_000)  # None: unknown (e.g. a calibrated CPU)
     interconnect_gb_s: float | None = Field(default=None, gt=0, le=1_000_000)
     interconnect_latency_us: float = Field(default=5.0, ge=0, le=1_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)

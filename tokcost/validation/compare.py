@@ -1,0 +1,186 @@
+"""Predicted vs published: each row's metric under "ceiling" and "expected", its error, and the summary.
+
+How a row's metric maps onto the estimate (each source's own definition, see validation/README.md):
+- decode_tokens_per_s_per_sequence: gpt-fast and torchao divide the generated tokens by the wall time of the
+  whole generate() call, short prefill included: O / (TTFT + (O - 1) x TPOT). Others (MLC) report the decode
+  rate alone: 1 / TPOT.
+- tpot_ms, itl_ms: TPOT. ttft_ms: TTFT. e2e_ms: TTFT + (O - 1) x TPOT.
+- throughput_tokens_per_s: output tokens over the whole request, B x O / e2e; TensorRT-LLM's tables print it
+  per GPU (out_tps = output_seqlen x batch_size / total_latency / tp), so those rows divide by the GPU count.
+Error = predicted / measured - 1, in the metric's own unit; summaries use its absolute value.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tokcost.engine.estimate import estimate
+from tokcost.engine.workload import Workload
+from tokcost.hardware.spec import GpuSpec
+from tokcost.models.spec import ModelSpec
+from tokcost.validation.data import Row, Split, split_of
+
+# Frameworks whose tokens/s is tokens generated / wall time of the whole generate() call, prefill included.
+WHOLE_CALL_RATE_FRAMEWORKS = frozenset({"gpt-fast", "torchao"})
+# Frameworks whose throughput tables print output tokens/s per GPU, not per system.
+PER_GPU_THROUGHPUT_FRAMEWORKS = frozenset({"tensorrt-llm"})
+MS_PER_S = 1e3
+
+
+def workload_of(row: Row) -> Workload:
+    """The row's workload: batch, prompt, output, tensor-parallel GPUs and its three precisions."""
+    return Workload(
+        batch=row.batch,
+        prompt_tokens=row.prompt_tokens,
+        output_tokens=row.output_tokens,
+        gpus=row.gpus,
+        weights_dtype=row.weights,
+        kv_dtype=row.kv,
+        compute_dtype=row.compute,
+    )
+
+
+def predict_metric(row: Row, ttft_s: float, tpot_s: float) -> float:
+    """The row's metric, in its published unit, from a predicted TTFT and mean TPOT."""
+    out = row.output_tokens
+    e2e_s = ttft_s + (out - 1) * tpot_s  # the first token comes out of prefill, the rest one step each
+    if row.metric == "decode_tokens_per_s_per_sequence":
+        return out / e2e_s if row.framework in WHOLE_CALL_RATE_FRAMEWORKS else 1 / tpot_s
+    if row.metric in ("tpot_ms", "itl_ms"):
+        return tpot_s * MS_PER_S
+    if row.metric == "ttft_ms":
+        return ttft_s * MS_PER_S
+    if row.metric == "e2e_ms":
+        return e2e_s * MS_PER_S
+    per_gpu = row.gpus if row.framework in PER_GPU_THROUGHPUT_FRAMEWORKS else 1
+    return row.batch * out / e2e_s / per_gpu  # throughput_tokens_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """One row: measured, ceiling and expected predictions, the error of each, and the ceiling check."""
+
+    row: Row
+    split: Split
+    ceiling: float
+    expected: float
+
+    @property
+    def used(self) -> bool:
+        """False when the row carries an `exclude` reason."""
+        return self.row.exclude is None
+
+    @property
+    def error(self) -> float:
+        """Expected / measured - 1."""
+        return self.expected / self.row.value - 1
+
+    @property
+    def ceiling_error(self) -> float:
+        """Ceiling / measured - 1: the error of the untuned model (datasheet peaks, no overhead)."""
+        return self.ceiling / self.row.value - 1
+
+    @property
+    def violation(self) -> bool:
+        """The measurement beats the datasheet ceiling: a spec, a formula or the row's reading is wrong."""
+        if self.row.higher_is_better:
+            return self.row.value > self.ceiling
+        return self.row.value < self.ceiling
+
+
+def compare_rows(rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Mapping[str, GpuSpec]) -> list[RowResult]:
+    """Every row priced by estimate() with the specs as shipped (models and GPUs by the row's names)."""
+    results = []
+    for row in rows:
+        e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
+        results.append(
+            RowResult(
+                row=row,
+                split=split_of(row),
+                ceiling=predict_metric(row, e.ceiling.ttft_s, e.ceiling.tpot_s),
+                expected=predict_metric(row, e.expected.ttft_s, e.expected.tpot_s),
+            )
+        )
+    return results
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """Absolute errors of one group of used rows: all of them, the held-out ones, and the untuned ceiling."""
+
+    group: str
+    rows: int
+    median_abs_error: float
+    p90_abs_error: float
+    test_rows: int
+    test_median_abs_error: float | None
+    test_p90_abs_error: float | None
+    ceiling_median_abs_error: float
+    violations: int
+
+
+def group_stats(group: str, results: Sequence[RowResult]) -> GroupStats:
+    """Median and 90th percentile of |error| over `results` (all splits, then test only)."""
+    errors = [abs(r.error) for r in results]
+    test = [abs(r.error) for r in results if r.split == "test"]
+    return GroupStats(
+        group=group,
+        rows=len(results),
+        median_abs_error=statistics.median(errors),
+        p90_abs_error=percentile(errors, 90),
+        test_rows=len(test),
+        test_median_abs_error=statistics.median(test) if test else None,
+        test_p90_abs_error=percentile(test, 90) if test else None,
+        ceiling_median_abs_error=statistics.median(abs(r.ceiling_error) for r in results),
+        violations=sum(r.violation for r in results),
+    )
+
+
+# Classes of rows the physics treats differently; reported so that a class that stays off cannot hide.
+ROW_CLASSES: dict[str, Callable[[Row], bool]] = {
+    "class: tensor parallel (gpus > 1)": lambda r: r.gpus > 1,
+    "class: MoE (mixtral)": lambda r: r.model.startswith("mixtral"),
+    "class: weight-only int8/int4": lambda r: r.weights in ("int8", "int4") and r.compute in ("bf16", "fp16"),
+    "class: fp8 weights": lambda r: r.weights == "fp8",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Rows used and excluded, ceiling violations, and error statistics per split, framework, metric and class."""
+
+    rows_total: int
+    rows_used: int
+    excluded: tuple[str, ...]
+    violations: tuple[str, ...]
+    groups: tuple[GroupStats, ...]
+
+
+def summarize(results: Sequence[RowResult]) -> Summary:
+    """Statistics over the used rows: overall, per split, per framework, per metric and per class."""
+    used = [r for r in results if r.used]
+    selections: list[tuple[str, list[RowResult]]] = [("all rows", used)]
+    selections += [(f"split: {s}", [r for r in used if r.split == s]) for s in ("train", "test")]
+    for key in ("framework", "metric"):
+        for value in sorted({getattr(r.row, key) for r in used}):
+            selections.append((f"{key}: {value}", [r for r in used if getattr(r.row, key) == value]))
+    selections += [(name, [r for r in used if member(r.row)]) for name, member in ROW_CLASSES.items()]
+    groups = [group_stats(name, members) for name, members in selections if members]
+    return Summary(
+        rows_total=len(results),
+        rows_used=len(used),
+        excluded=tuple(r.row.id for r in results if not r.used),
+        violations=tuple(r.row.id for r in used if r.violation),
+        groups=tuple(groups),
+    )
