@@ -189,3 +189,15 @@ def test_moe_memory_holds_all_experts_but_reads_few():
     e = estimate(load_model("mixtral-8x7b"), load_gpu("h200"), Workload())
     assert e.memory.weights_bytes == pytest.approx(load_model("mixtral-8x7b").params_total * 2)
     assert e.ceiling.decode_step.part("weights").bytes < 0.3 * e.memory.weights_bytes
+
+
+def test_truncated_spec_recounts_its_parameters():
+    m = load_model("llama-3.1-8b")
+    assert m.params_total > 0  # fill the cached counts first
+    two = m.truncated(2)
+    assert two.layers == 2
+    assert two.params_total == 2 * (m.params_attention_per_layer + m.params_dense_mlp_per_layer) + (
+        5 * m.hidden_size + m.params_embedding + m.params_lm_head
+    )
+    ds = load_model("deepseek-v3").truncated(2)
+    assert ds.moe.dense_layers == 2 and ds.moe_layers == 0

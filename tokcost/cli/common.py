@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
+from tokcost.files import allowed
 
 FLAG_OF_FIELD = {
     "batch": "--batch",
@@ -33,10 +34,12 @@ def workload_from_flags(**flags: Any) -> Workload:
         return Workload.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else "cached_prefix_tokens"
-        message = first["msg"].removeprefix("Value error, ")
-        got = f" (got {first['input']!r})" if first["loc"] else ""
-        raise UsageError(f"{FLAG_OF_FIELD.get(field, field)}: {message}{got}") from None
+        field = str(first["loc"][0]) if first["loc"] else "cached_prefix_tokens"  # the one cross-field check
+        if first["loc"] and field in Workload.model_fields:
+            message = f"must be {allowed(Workload.model_fields[field])} (got {first['input']!r:.40})"
+        else:
+            message = first["msg"].removeprefix("Value error, ")
+        raise UsageError(f"{FLAG_OF_FIELD.get(field, field)}: {message}") from None
 
 
 def split_list(value: str, flag: str) -> list[str]:

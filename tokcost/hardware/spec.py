@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tokcost.units import COMPUTE_DTYPES, GB, TFLOPS, US
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+MIN_TFLOPS = 0.001  # 1 GFLOP/s: below any accelerator, and it keeps every time finite
 
 
 class Achievable(BaseModel):
@@ -16,10 +17,11 @@ class Achievable(BaseModel):
 
     model_config = _FROZEN
 
-    bandwidth: float = Field(default=1.0, gt=0, le=1)
-    compute: float = Field(default=1.0, gt=0, le=1)
+    # fractions under 1% are typos, not tuned loops; the lower bounds also keep every time finite
+    bandwidth: float = Field(default=1.0, ge=0.01, le=1)
+    compute: float = Field(default=1.0, ge=0.01, le=1)
     step_overhead_us: float = Field(default=0.0, ge=0, le=1_000_000)
-    weight_only_quant_bandwidth: float | None = Field(default=None, gt=0, le=1)
+    weight_only_quant_bandwidth: float | None = Field(default=None, ge=0.01, le=1)
     source: str = Field(default="", max_length=2000)
 
 
@@ -30,11 +32,12 @@ class GpuSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     source: str = Field(min_length=1, max_length=4000)
-    memory_gb: float = Field(gt=0, le=100_000)
-    memory_bandwidth_gb_s: float = Field(gt=0, le=1_000_000)
+    # lower bounds keep every time finite: no accelerator has under 0.1 GB or 1 GB/s
+    memory_gb: float = Field(ge=0.1, le=100_000)
+    memory_bandwidth_gb_s: float = Field(ge=1, le=1_000_000)
     peak_tflops: dict[str, float]
-    tdp_w: float | None = Field(default=None, gt=0, le=100_000)  # None: unknown (e.g. a calibrated CPU)
-    interconnect_gb_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    tdp_w: float | None = Field(default=None, ge=1, le=100_000)  # None: unknown (e.g. a calibrated CPU)
+    interconnect_gb_s: float | None = Field(default=None, ge=0.1, le=1_000_000)
     interconnect_latency_us: float = Field(default=5.0, ge=0, le=1_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
     achievable: Achievable = Achievable()
@@ -57,8 +60,8 @@ class GpuSpec(BaseModel):
         for key, tflops in value.items():
             if key not in COMPUTE_DTYPES:
                 raise ValueError(f"unknown dtype {key!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
-            if not isinstance(tflops, (int, float)) or not math.isfinite(tflops) or not 0 < tflops <= 1e6:
-                raise ValueError(f"{key}: {tflops!r} must be a number of TFLOP/s in (0, 1e6]")
+            if not isinstance(tflops, (int, float)) or not math.isfinite(tflops) or not MIN_TFLOPS <= tflops <= 1e6:
+                raise ValueError(f"{key}: must be a number of TFLOP/s from {MIN_TFLOPS} to 1,000,000 (got {tflops!r})")
         return value
 
     @property

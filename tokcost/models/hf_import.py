@@ -42,6 +42,13 @@ class _Config:
             raise SpecError(self.where, f"must be a positive integer (got {value!r:.40})", field=key)
         return int(value)
 
+    def count(self, key: str) -> int:
+        """A non-negative integer that defaults to 0 (e.g. first_k_dense_replace)."""
+        value = self.data.get(key) or 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(self.where, f"must be a whole number, 0 or more (got {value!r:.40})", field=key)
+        return value
+
     def optional_int(self, key: str) -> int | None:
         return self.int(key) if self.data.get(key) is not None else None
 
@@ -82,7 +89,7 @@ def _moe(cfg: _Config, model_type: str) -> dict[str, Any] | None:
             "experts_per_token": cfg.int("num_experts_per_tok"),
             "shared_experts": cfg.int("n_shared_experts", 0) if data.get("n_shared_experts") else 0,
             "expert_intermediate_size": cfg.int("moe_intermediate_size"),
-            "dense_layers": int(data.get("first_k_dense_replace") or 0),
+            "dense_layers": cfg.count("first_k_dense_replace"),
             "dense_intermediate_size": cfg.int("intermediate_size"),
         }
     return None
@@ -91,7 +98,8 @@ def _moe(cfg: _Config, model_type: str) -> dict[str, Any] | None:
 def _sliding_window(cfg: _Config, model_type: str, layers: int) -> dict[str, Any] | None:
     data = cfg.data
     window = data.get("sliding_window")
-    if not window or (model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not data.get("use_sliding_window")):
+    qwen = model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+    if not window or (qwen and not data.get("use_sliding_window")):
         return None
     window = cfg.int("sliding_window")
     types = data.get("layer_types")
@@ -110,12 +118,13 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     """A ModelSpec from a parsed config.json; unsupported types and missing keys raise SpecError."""
     model_type = data.get("model_type")
     if model_type not in SUPPORTED:
-        raise SpecError(where, f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}", "model_type")
+        what = "missing" if model_type is None else f"unsupported ({model_type!r:.40})"
+        raise SpecError(where, f"{what}; supported: {', '.join(SUPPORTED)}", field="model_type")
     cfg = _Config(data, where)
     heads = cfg.int("num_attention_heads")
     layers = cfg.int("num_hidden_layers")
     spec: dict[str, Any] = {
-        "name": name or data.get("_name_or_path") or model_type,
+        "name": name or _path_name(data.get("_name_or_path")) or model_type,
         "source": where,
         "layers": layers,
         "hidden_size": cfg.int("hidden_size"),
@@ -144,7 +153,25 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     try:
         return ModelSpec.model_validate(spec)
     except ValidationError as exc:
-        raise validation_error(where, exc) from None
+        error = validation_error(where, exc, ModelSpec)
+        key = _HF_KEY.get(error.field or "")  # name the key the user wrote in config.json
+        raise SpecError(where, error.message, field=key or error.field) from None
+
+
+# tokcost keys -> the config.json keys they come from, for error messages
+_HF_KEY = {
+    "layers": "num_hidden_layers", "hidden_size": "hidden_size", "attention_heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "intermediate_size": "intermediate_size",
+    "vocab_size": "vocab_size", "max_context": "max_position_embeddings",
+    "sliding_window.window_tokens": "sliding_window",
+}  # fmt: skip
+
+
+def _path_name(value: Any) -> str | None:
+    """The last part of `_name_or_path` (`meta-llama/Llama-3.1-8B` -> `Llama-3.1-8B`), when it is a name."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.rstrip("/").rpartition("/")[2][:200] or None
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:

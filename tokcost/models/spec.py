@@ -10,6 +10,7 @@ Counting conventions (written down, unlike most peers):
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -112,22 +113,22 @@ class ModelSpec(BaseModel):
 
     # ---- shapes ----------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def head_dim(self) -> int:
         """Per-head width; defaults to hidden_size / attention_heads."""
         return self.head_dim_stated or self.hidden_size // self.attention_heads
 
-    @property
+    @cached_property
     def moe_layers(self) -> int:
         """Layers whose MLP is routed experts."""
         return self.layers - self.moe.dense_layers if self.moe else 0
 
-    @property
+    @cached_property
     def dense_mlp_layers(self) -> int:
         """Layers with a plain gated MLP."""
         return self.layers - self.moe_layers
 
-    @property
+    @cached_property
     def dense_intermediate(self) -> int:
         """Intermediate width of the dense MLP layers."""
         if self.moe and self.moe.dense_intermediate_size:
@@ -136,7 +137,7 @@ class ModelSpec(BaseModel):
 
     # ---- parameter counts (exact integers) -------------------------------------------------
 
-    @property
+    @cached_property
     def params_attention_per_layer(self) -> int:
         """Q, K, V, O projections of one layer (MLA: its down/up projections and latent norms)."""
         h, n = self.hidden_size, self.attention_heads
@@ -154,17 +155,17 @@ class ModelSpec(BaseModel):
         bias = q_dim + 2 * kv_dim if self.attention_bias else 0
         return h * q_dim + 2 * h * kv_dim + q_dim * h + bias
 
-    @property
+    @cached_property
     def params_dense_mlp_per_layer(self) -> int:
         """Gated MLP of a dense layer: gate, up and down projections."""
         return 3 * self.hidden_size * self.dense_intermediate
 
-    @property
+    @cached_property
     def params_per_expert(self) -> int:
         """One routed expert: a gated MLP of expert_intermediate_size."""
         return 3 * self.hidden_size * self.moe.expert_intermediate_size if self.moe else 0
 
-    @property
+    @cached_property
     def params_shared_experts_per_layer(self) -> int:
         """Always-on shared experts of one MoE layer."""
         if not self.moe:
@@ -172,56 +173,56 @@ class ModelSpec(BaseModel):
         width = self.moe.shared_expert_intermediate_size or self.moe.expert_intermediate_size
         return self.moe.shared_experts * 3 * self.hidden_size * width
 
-    @property
+    @cached_property
     def params_router_per_layer(self) -> int:
         """Router (gate) matrix of one MoE layer: hidden x experts."""
         return self.hidden_size * self.moe.experts if self.moe else 0
 
-    @property
+    @cached_property
     def params_attention(self) -> int:
         """Attention weights of all layers."""
         return self.layers * self.params_attention_per_layer
 
-    @property
+    @cached_property
     def params_mlp(self) -> int:
         """Every MLP weight: dense layers, all routed experts, shared experts and routers."""
         routed = self.moe.experts * self.params_per_expert if self.moe else 0
         moe = self.moe_layers * (routed + self.params_shared_experts_per_layer + self.params_router_per_layer)
         return self.dense_mlp_layers * self.params_dense_mlp_per_layer + moe
 
-    @property
+    @cached_property
     def params_norms(self) -> int:
         """RMSNorm vectors: two per layer plus the final norm."""
         return (2 * self.layers + 1) * self.hidden_size
 
-    @property
+    @cached_property
     def params_embedding(self) -> int:
         """Input embedding table: vocab x hidden."""
         return self.vocab_size * self.hidden_size
 
-    @property
+    @cached_property
     def params_lm_head(self) -> int:
         """Output projection; zero extra when tied to the embedding."""
         return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
 
-    @property
+    @cached_property
     def params_blocks(self) -> int:
         """Everything inside the transformer blocks (attention, MLP, norms)."""
         return self.params_attention + self.params_mlp + self.params_norms
 
-    @property
+    @cached_property
     def params_total(self) -> int:
         """All parameters, derived from the shapes."""
         return self.params_blocks + self.params_embedding + self.params_lm_head
 
-    @property
+    @cached_property
     def params_inactive_experts(self) -> int:
         """Routed-expert parameters a single token does not touch."""
         if not self.moe:
             return 0
         return self.moe_layers * (self.moe.experts - self.moe.experts_per_token) * self.params_per_expert
 
-    @property
+    @cached_property
     def params_active(self) -> int:
         """Parameters one token touches: all but the unrouted experts (embedding and LM head included)."""
         return self.params_total - self.params_inactive_experts
@@ -248,12 +249,12 @@ class ModelSpec(BaseModel):
             return layer % 2 == 1
         return layer in sw.layers
 
-    @property
+    @cached_property
     def sliding_layers(self) -> int:
         """How many layers use the sliding window."""
         return sum(self.is_sliding_layer(i) for i in range(self.layers))
 
-    @property
+    @cached_property
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached values per token per layer: K and V heads, or MLA's latent plus its RoPE key."""
         if self.mla:
@@ -278,7 +279,7 @@ class ModelSpec(BaseModel):
         """KV cache held for `sequences` sequences of `tokens_per_sequence` tokens (windows applied)."""
         return sequences * self.attended_tokens(tokens_per_sequence) * self.kv_bytes_per_token(kv_dtype)
 
-    @property
+    @cached_property
     def attention_flops_per_token_per_context(self) -> int:
         """FLOPs of QK^T and AV for one query against one cached token, all layers: 2 x layers x heads x (dk + dv)."""
         if self.mla:
@@ -289,10 +290,11 @@ class ModelSpec(BaseModel):
 
     def truncated(self, layers: int) -> ModelSpec:
         """The same model with only its first `layers` layers (for measuring shapes that don't fit)."""
-        changes: dict[str, object] = {"layers": layers, "params_total_stated": None}
+        # rebuilt, not model_copy'd: model_copy would carry over the cached derived counts
+        data = self.model_dump(by_alias=True)
+        data.update(layers=layers, params_total=None)
         if self.moe and self.moe.dense_layers > layers:
-            changes["moe"] = self.moe.model_copy(update={"dense_layers": layers})
+            data["moe"]["dense_layers"] = layers
         if self.sliding_window and isinstance(self.sliding_window.layers, list):
-            kept = [i for i in self.sliding_window.layers if i < layers]
-            changes["sliding_window"] = self.sliding_window.model_copy(update={"layers": kept})
-        return self.model_copy(update=changes)
+            data["sliding_window"]["layers"] = [i for i in self.sliding_window.layers if i < layers]
+        return ModelSpec.model_validate(data)

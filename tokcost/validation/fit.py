@@ -44,6 +44,7 @@ OVERHEAD_GRID_US = (
     tuple(range(0, 100, 5)) + tuple(range(100, 1000, 25)) + tuple(range(1000, 10_001, 100))
 )
 MAX_SWEEPS = 20
+PROFILE_OVERHEADS_US = (0, 50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 2500, 3000, 4000, 5000)
 
 
 def family_of(gpu: str) -> str | None:
@@ -113,8 +114,8 @@ def _grids(name: str) -> list[list[float]]:
     return [[pct / 100 for pct in FRACTIONS_PCT if pct % COARSE_STEP_PCT == 0]]
 
 
-def _scan(predictor: Predictor, cases: Sequence[Case], ach: Achievable, name: str) -> Achievable:
-    """The best value of one parameter, the others held (fractions: coarse, then +-0.04 in 0.01 steps)."""
+def _scan(predictor: Predictor, cases: Sequence[Case], ach: Achievable, name: str, fine: bool) -> Achievable:
+    """The best value of one parameter, the others held (fractions: coarse, then if `fine` +-0.04 by 0.01)."""
     best, best_loss = ach, predictor.loss(cases, ach)
 
     def try_all(values: list[float]) -> None:
@@ -127,27 +128,42 @@ def _scan(predictor: Predictor, cases: Sequence[Case], ach: Achievable, name: st
 
     for grid in _grids(name):
         try_all(grid)
-    if name != "step_overhead_us":
+    if fine and name != "step_overhead_us":
         centre = round(getattr(best, name) * 100)
         try_all([pct / 100 for pct in FRACTIONS_PCT if abs(pct - centre) < COARSE_STEP_PCT])
     return best
 
 
-def coordinate_search(predictor: Predictor, cases: Sequence[Case], start: Achievable) -> Achievable:
-    """Coordinate descent over the grids until a full sweep changes nothing."""
-    names = ["bandwidth", "compute", "step_overhead_us"]
-    ach = start
-    if any(c.weight_only for c in cases):
-        names.insert(1, "weight_only_quant_bandwidth")
-        if ach.weight_only_quant_bandwidth is None:
-            ach = ach.model_copy(update={"weight_only_quant_bandwidth": ach.bandwidth})
+def _descend(
+    predictor: Predictor, cases: Sequence[Case], ach: Achievable, names: Sequence[str], fine: bool = True
+) -> Achievable:
+    """Coordinate descent over `names` until a full sweep changes nothing."""
     for _ in range(MAX_SWEEPS):
         before = ach
         for name in names:
-            ach = _scan(predictor, cases, ach, name)
+            ach = _scan(predictor, cases, ach, name, fine)
         if ach == before:
             break
     return ach
+
+
+def coordinate_search(predictor: Predictor, cases: Sequence[Case], start: Achievable) -> Achievable:
+    """Best fractions and overhead: fractions profiled at each of a few overheads, then a joint descent.
+
+    Bandwidth and overhead trade off along a valley (a slower stream or a longer pause per step), where plain
+    coordinate descent stalls; a coarse profile over the overhead first finds the valley floor.
+    """
+    fractions = ["bandwidth", "compute"]
+    if any(c.weight_only for c in cases):
+        fractions.insert(1, "weight_only_quant_bandwidth")
+        if start.weight_only_quant_bandwidth is None:
+            start = start.model_copy(update={"weight_only_quant_bandwidth": start.bandwidth})
+    profile = [
+        _descend(predictor, cases, start.model_copy(update={"step_overhead_us": float(us)}), fractions, fine=False)
+        for us in PROFILE_OVERHEADS_US
+    ]
+    best = min(profile, key=lambda ach: predictor.loss(cases, ach))
+    return _descend(predictor, cases, best, [*fractions, "step_overhead_us"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,146 @@
+"""`tokcost validate`: every published measurement against the ceiling and expected predictions, and the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+import tokcost
+from tokcost.cli.options import TableFormat, TableFormatOpt
+from tokcost.cli.render import Table, print_json, print_tables
+from tokcost.errors import SpecError, UsageError
+from tokcost.hardware.library import load_gpu
+from tokcost.hardware.spec import GpuSpec
+from tokcost.models.library import load_model
+from tokcost.models.spec import ModelSpec
+from tokcost.validation.compare import GroupStats, RowResult, Summary, compare_rows, summarize
+from tokcost.validation.data import Row, load_rows
+
+# From a checkout (or an editable install) the data sits next to the package: <repo>/validation/published.yaml.
+DEFAULT_DATA = Path(tokcost.__file__).resolve().parents[1] / "validation" / "published.yaml"
+
+DataOpt = Annotated[
+    Optional[Path],
+    typer.Option("--data", help="Published measurements YAML (default: validation/published.yaml of the checkout)."),
+]
+
+
+def data_path(data: Path | None) -> Path:
+    """The file to read: --data, else the checkout's validation/published.yaml, else a clear error."""
+    if data is not None:
+        return data
+    if not DEFAULT_DATA.is_file():
+        raise UsageError(
+            f"--data: no validation/published.yaml at {DEFAULT_DATA} (tokcost installed without its repository); "
+            "pass --data FILE"
+        )
+    return DEFAULT_DATA
+
+
+def load_specs(rows: list[Row], where: str) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
+    """Each distinct model and GPU the rows name, loaded once; a bad name points at its first row."""
+    models: dict[str, ModelSpec] = {}
+    gpus: dict[str, GpuSpec] = {}
+    for row in rows:
+        field = "model"
+        try:
+            if row.model not in models:
+                models[row.model] = load_model(row.model)
+            field = "gpu"
+            if row.gpu not in gpus:
+                gpus[row.gpu] = load_gpu(row.gpu)
+        except SpecError as exc:
+            raise SpecError(f"{where}: row {row.id}", f"{exc.where}: {exc.message}", field=field) from None
+    return models, gpus
+
+
+def run_validation(path: Path) -> tuple[list[RowResult], Summary]:
+    """Load the rows and the built-in specs they name, price every row, summarize."""
+    rows = load_rows(path)
+    models, gpus = load_specs(rows, str(path))
+    results = compare_rows(rows, models, gpus)
+    return results, summarize(results)
+
+
+def _value(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _pct(v: float | None, signed: bool = False) -> str:
+    return "-" if v is None else f"{v:+.1%}" if signed else f"{v:.1%}"
+
+
+def rows_table(results: list[RowResult]) -> Table:
+    """One line per published row: measured, ceiling, expected, the error of expected, and the ceiling check."""
+    table = Table(
+        "Published measurements vs tokcost (error = expected / measured - 1)",
+        ["id", "metric", "split", "measured", "ceiling", "expected", "error", "check"],
+    )
+    for r in results:
+        check = f"excluded: {r.row.exclude}" if not r.used else "BEATS CEILING" if r.violation else "ok"
+        table.rows.append([
+            r.row.id, r.row.metric, r.split, _value(r.row.value), _value(r.ceiling), _value(r.expected),
+            _pct(r.error, signed=True), check,
+        ])  # fmt: skip
+    return table
+
+
+def summary_table(summary: Summary) -> Table:
+    """Median and 90th-percentile |error| of expected, all rows and held-out, beside the untuned ceiling's."""
+    table = Table(
+        f"{summary.rows_used} rows used of {summary.rows_total} · ceiling violations: {len(summary.violations)}",
+        ["rows", "n", "median", "p90", "held-out n", "held-out median", "held-out p90", "ceiling median",
+         "violations"],
+    )  # fmt: skip
+    for g in summary.groups:
+        table.rows.append([
+            g.group, str(g.rows), _pct(g.median_abs_error), _pct(g.p90_abs_error), str(g.test_rows),
+            _pct(g.test_median_abs_error), _pct(g.test_p90_abs_error), _pct(g.ceiling_median_abs_error),
+            str(g.violations),
+        ])  # fmt: skip
+    table.notes.append(
+        "Absolute error of 'expected' (fitted achievable fractions and step overhead); held-out rows were never "
+        "seen by the fit; 'ceiling median' is the untuned model (datasheet peaks, no overhead)."
+    )
+    if summary.violations:
+        table.notes.append("Measured better than the ceiling: " + ", ".join(summary.violations))
+    if summary.excluded:
+        table.notes.append("Excluded: " + ", ".join(summary.excluded))
+    return table
+
+
+def _group_json(g: GroupStats) -> dict[str, object]:
+    return {
+        "group": g.group, "rows": g.rows, "median_abs_error": g.median_abs_error, "p90_abs_error": g.p90_abs_error,
+        "test_rows": g.test_rows, "test_median_abs_error": g.test_median_abs_error,
+        "test_p90_abs_error": g.test_p90_abs_error, "ceiling_median_abs_error": g.ceiling_median_abs_error,
+        "violations": g.violations,
+    }  # fmt: skip
+
+
+def _row_json(r: RowResult) -> dict[str, object]:
+    return {
+        "id": r.row.id, "model": r.row.model, "gpu": r.row.gpu, "gpus": r.row.gpus, "framework": r.row.framework,
+        "metric": r.row.metric, "split": r.split, "used": r.used, "exclude": r.row.exclude, "measured": r.row.value,
+        "ceiling": r.ceiling, "expected": r.expected, "error": r.error, "ceiling_error": r.ceiling_error,
+        "violation": r.violation,
+    }  # fmt: skip
+
+
+def validate(data: DataOpt = None, format: TableFormatOpt = TableFormat.table) -> None:
+    """Check predictions against published measurements. Example: tokcost validate --format markdown"""
+    path = data_path(data)
+    results, summary = run_validation(path)
+    if format == TableFormat.json:
+        print_json({
+            "data": str(path),
+            "summary": {
+                "rows_total": summary.rows_total, "rows_used": summary.rows_used, "excluded": list(summary.excluded),
+                "violations": list(summary.violations), "groups": [_group_json(g) for g in summary.groups],
+            },
+            "rows": [_row_json(r) for r in results],
+        })  # fmt: skip
+    else:
+        print_tables([rows_table(results), summary_table(summary)], format.value)
