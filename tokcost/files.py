@@ -159,8 +159,10 @@ def load_mapping(path: Path) -> dict[str, Any]:
         data = _load_json(text, where) if path.suffix == ".json" else _load_yaml(text, where)
     except RecursionError:  # block nesting deep enough to exhaust the parser's recursion
         raise SpecError(where, f"nested more than {MAX_NESTING} levels deep; a spec nests three") from None
+    if data is None:
+        raise SpecError(where, "holds no data (only comments?); a spec is a mapping of keys such as name: ...")
     if not isinstance(data, dict):
-        kind = {type(None): "nothing", list: "list", str: "single value"}.get(type(data), type(data).__name__)
+        kind = {list: "list", str: "single value"}.get(type(data), type(data).__name__)
         raise SpecError(where, f"top level is a {kind}; a spec must be a mapping of keys such as name: ...")
     return data
 

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd
+from tokcost import __version__
 from tokcost.errors import TokcostError
 
 try:  # typer 0.2x vendors click as typer._click; older typer uses the click package
@@ -23,6 +24,21 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"tokcost {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """What will this model cost on that GPU, and why: roofline estimates and measured decode loops."""
+
+
 app.add_typer(specs_cmd.app, name="specs")
 app.command("estimate")(estimate_cmd.estimate)
 app.command("compare")(compare_cmd.compare)

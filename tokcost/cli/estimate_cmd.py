@@ -84,7 +84,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens)],
         ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
         ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
-    ], notes=[bottleneck(e)])
+    ], notes=[bottleneck(e)] + _warnings(e))
     memory = Table("Memory", ["item", "value"], [
         ["weights", fmt.gb(mem.weights_bytes)],
         ["KV cache", f"{fmt.gb(mem.kv_cache_bytes)} ({mem.kv_bytes_per_token:,.0f} B/token)"],
@@ -104,6 +104,17 @@ def estimate_tables(e: Estimate) -> list[Table]:
           f"{part.seconds / step.seconds:.0%}", part.bound] for part in step.components if part.seconds or part.bytes],
     )
     return [perf, memory, breakdown]
+
+
+def _warnings(e: Estimate) -> list[str]:
+    out = []
+    if e.workload.total_tokens > e.model.max_context:
+        out.append(f"warning: prompt + output ({e.workload.total_tokens:,}) exceeds {e.model.name}'s max_context "
+                   f"({e.model.max_context:,})")  # fmt: skip
+    mismatch = e.model.params_mismatch
+    if mismatch is not None and abs(mismatch) > 0.02:
+        out.append(f"warning: {e.model.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")
+    return out
 
 
 def print_explanation(e: Estimate, markdown: bool = False) -> None:

@@ -91,7 +91,7 @@ def summary_table(summary: Summary) -> Table:
     """Median and 90th-percentile |error| of expected, all rows and held-out, beside the untuned ceiling's."""
     table = Table(
         f"{summary.rows_used} rows used of {summary.rows_total} · ceiling violations: {len(summary.violations)}",
-        ["rows", "n", "median", "p90", "held-out n", "held-out median", "held-out p90", "ceiling median",
+        ["group", "n", "median", "p90", "held-out n", "held-out median", "held-out p90", "ceiling median",
          "violations"],
     )  # fmt: skip
     for g in summary.groups:
