@@ -21,15 +21,22 @@ from tokcost.hardware.spec import Achievable
 from tokcost.validation.compare import GroupStats, RowResult, compare_rows, group_stats
 from tokcost.validation.data import load_rows
 from tokcost.validation.fit import (
-    FAMILIES, MIN_FAMILY_ROWS, STARTING, FitResult, family_of, fit, prepare, with_achievable,
-)  # fmt: skip
+    FAMILIES,
+    MIN_FAMILY_ROWS,
+    STARTING,
+    FitResult,
+    family_of,
+    fit,
+    prepare,
+    with_achievable,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "validation" / "published.yaml"
 SPECS = ROOT / "tokcost" / "specs" / "gpus"
 VALIDATION_README = ROOT / "validation" / "README.md"
 FIT_BLOCK = re.compile(r"(<!-- fit:start -->\n)(.*?)(<!-- fit:end -->)", re.S)
-ACHIEVABLE_BLOCK = re.compile(r"^achievable:\n(?:[ \t].*\n|\n)*", re.M)  # the key and its indented lines
+ACHIEVABLE_BLOCK = re.compile(r"^achievable:\n(?:[ \t].*\n)*", re.M)  # the key and its indented lines
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,11 @@ def source_of(report: Report, family: str) -> str:
     return (
         f"Fitted by scripts/fit_expected.py on the train split of validation/published.yaml ({res.train_rows} of "
         f"{report.rows_total} rows; train digest {res.data_digest}): {how}. Objective: mean |log(predicted / "
-        f"measured)|, coordinate search on grids (fractions 0.01, overhead 5-100 us). Held-out error over all "
-        f"families: median {test.median_abs_error:.1%}, p90 {test.p90_abs_error:.1%} on {test.rows} rows never "
-        f"seen by the fit. Written to every {family} GPU ({', '.join(FAMILIES[family])}); members without rows "
-        "of their own inherit the family's fractions. Split, errors and caveats: validation/README.md."
+        "measured)|, coordinate search on grids (fractions by 0.01; overhead by 5, 25, 100 us up to 10 ms). "
+        f"Held-out error over all families: median {test.median_abs_error:.1%}, p90 {test.p90_abs_error:.1%} "
+        f"on {test.rows} rows never seen by the fit. Written to every {family} GPU "
+        f"({', '.join(FAMILIES[family])}); members without rows of their own inherit the family's fractions. "
+        "Split, errors and caveats: validation/README.md."
     )
 
 
@@ -147,7 +155,11 @@ def fit_markdown(report: Report) -> str:
             f"| {name} | {_pct(train.median_abs_error)} | {_pct(train.p90_abs_error)} | "
             f"{_pct(test.median_abs_error)} | {_pct(test.p90_abs_error)} |"
         )
-    lines += ["", "| family | held-out rows | held-out median | held-out p90 | train median |", "|:---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| family | held-out rows | held-out median | held-out p90 | train median |",
+        "|:---|---:|---:|---:|---:|",
+    ]
     for family in FAMILIES:
         if not any(family_of(r.row.gpu) == family and r.split == "test" for r in report.fitted):
             continue
@@ -162,7 +174,7 @@ def fit_markdown(report: Report) -> str:
 def planned_writes(report: Report) -> dict[Path, str]:
     """Every file the fit rewrites, with its new text."""
     writes = {}
-    for family, members in FAMILIES.items():
+    for members in FAMILIES.values():
         for gpu in members:
             path = SPECS / f"{gpu}.yaml"
             ach = achievable_of(report, gpu)

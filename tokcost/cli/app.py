@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd
+from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd, validate_cmd
 from tokcost import __version__
 from tokcost.errors import TokcostError
 
@@ -45,6 +45,7 @@ app.command("compare")(compare_cmd.compare)
 app.command("sweep")(sweep_cmd.sweep)
 app.command("measure")(measure_cmd.measure)
 app.command("calibrate")(calibrate_cmd.calibrate)
+app.command("validate")(validate_cmd.validate)
 
 
 def _fail(message: str, code: int = 2) -> int:

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from tokcost.engine.memory import MemoryReport, memory_report
 from tokcost.engine.roofline import Bound, PassCost, Rates, ceiling_rates, expected_rates, price_pass
 from tokcost.engine.traffic import decode_counts, prefill_counts
-from tokcost.engine.workload import Precision, Workload, resolve_precision
+from tokcost.engine.workload import Precision, Workload, is_weight_only, resolve_precision
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
-from tokcost.units import WEIGHT_ONLY_DTYPES
 
 SECONDS_PER_HOUR = 3600
 PER_MILLION = 1e6
@@ -98,7 +97,10 @@ def critical_batch(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, c
 
 def _scenario(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates: Rates, price: float | None) -> Scenario:
     prefill = price_pass(
-        prefill_counts(model, p, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens, wl.gpus), wl.gpus, rates
+        prefill_counts(model, p, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens, wl.gpus),
+        wl.gpus,
+        rates,
+        extra_overhead_s=rates.request_overhead_s,  # the request's fixed cost lands on its first token
     )
     tpot = mean_decode_seconds(model, wl, p, rates)
     ttft = prefill.seconds
@@ -126,8 +128,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Estimate:
     """Ceiling (datasheet) and expected (achievable) performance, memory and cost of `workload`."""
     p = resolve_precision(model, workload)
     ceiling = ceiling_rates(gpu, p.compute)
-    weight_only = p.weights in WEIGHT_ONLY_DTYPES or p.experts in WEIGHT_ONLY_DTYPES
-    expected = expected_rates(gpu, p.compute, weight_only_quant=weight_only)
+    expected = expected_rates(gpu, p.compute, weight_only_quant=is_weight_only(p))
     price = workload.price_per_hour_usd if workload.price_per_hour_usd is not None else gpu.price_per_hour_usd
     mean_context = workload.prompt_tokens + workload.output_tokens / 2
     return Estimate(

@@ -11,6 +11,7 @@ from typing import Literal
 from tokcost.engine.traffic import StepCounts
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec
+from tokcost.units import US
 
 Bound = Literal["compute", "memory", "interconnect"]
 
@@ -24,6 +25,7 @@ class Rates:
     link_bytes_per_s: float | None
     link_latency_s: float
     step_overhead_s: float
+    request_overhead_s: float = 0.0  # once per request (scheduling, tokenization in the server), on TTFT
 
 
 def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
@@ -47,8 +49,9 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, weight_only_quant: bool) ->
         flops_per_s=peak.flops_per_s * ach.compute,
         bytes_per_s=peak.bytes_per_s * bandwidth,
         link_bytes_per_s=link,
-        link_latency_s=peak.link_latency_s,
-        step_overhead_s=ach.step_overhead_us * 1e-6,
+        link_latency_s=peak.link_latency_s if ach.allreduce_latency_us is None else ach.allreduce_latency_us * US,
+        step_overhead_s=ach.step_overhead_us * US,
+        request_overhead_s=ach.request_overhead_us * US,
     )
 
 
@@ -119,7 +122,7 @@ class PassCost:
         return next(c for c in self.components if c.name == name)
 
 
-def price_pass(counts: StepCounts, gpus: int, rates: Rates) -> PassCost:
+def price_pass(counts: StepCounts, gpus: int, rates: Rates, extra_overhead_s: float = 0.0) -> PassCost:
     """Turn a pass's counts into time: weights and attention as rooflines, all-reduces over the link."""
     comm_s = counts.allreduces * allreduce_seconds(counts.allreduce_bytes, gpus, rates)
     return PassCost(
@@ -128,5 +131,5 @@ def price_pass(counts: StepCounts, gpus: int, rates: Rates) -> PassCost:
             roofline("attention", counts.attention_flops, counts.kv_read_bytes + counts.kv_write_bytes, rates),
             Component("communication", 0.0, counts.allreduces * counts.allreduce_bytes, comm_s, "interconnect"),
         ),
-        overhead_s=rates.step_overhead_s,
+        overhead_s=rates.step_overhead_s + extra_overhead_s,
     )

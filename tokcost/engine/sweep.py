@@ -11,10 +11,9 @@ from dataclasses import asdict, dataclass
 from tokcost.engine.estimate import SECONDS_PER_HOUR, PER_MILLION, critical_batch, decode_step, mean_decode_seconds
 from tokcost.engine.memory import memory_report, per_gpu_bytes
 from tokcost.engine.roofline import ceiling_rates, expected_rates
-from tokcost.engine.workload import Workload, resolve_precision
+from tokcost.engine.workload import Workload, is_weight_only, resolve_precision
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
-from tokcost.units import WEIGHT_ONLY_DTYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +49,7 @@ def sweep(model: ModelSpec, gpu: GpuSpec, base: Workload, batches: list[int], pr
         at_context = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
         p = resolve_precision(model, at_context)
         ceiling = ceiling_rates(gpu, p.compute)
-        weight_only = p.weights in WEIGHT_ONLY_DTYPES or p.experts in WEIGHT_ONLY_DTYPES
-        expected = expected_rates(gpu, p.compute, weight_only_quant=weight_only)
+        expected = expected_rates(gpu, p.compute, weight_only_quant=is_weight_only(p))
         mean_context = prompt + base.output_tokens / 2
         limits = memory_report(model, gpu, at_context, p)
         critical = critical_batch(model, at_context, p, ceiling, mean_context)

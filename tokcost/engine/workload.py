@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcost.models.spec import Dtype, ModelSpec
-from tokcost.units import DTYPE_BITS
+from tokcost.units import DTYPE_BITS, WEIGHT_ONLY_DTYPES
 
 ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when estimating
 
@@ -76,6 +76,12 @@ class Precision(BaseModel):
     def activation_bytes(self) -> float:
         """Bytes per activation element."""
         return DTYPE_BITS[self.activation] / 8
+
+
+def is_weight_only(p: Precision) -> bool:
+    """Weights stored narrower than the matmul dtype (dequantized in the kernel): int8/int4/fp4, or fp8 under 16-bit compute."""
+    narrow = (p.weights, p.experts)
+    return any(d in WEIGHT_ONLY_DTYPES for d in narrow) or ("fp8" in narrow and p.compute != "fp8")
 
 
 def resolve_precision(model: ModelSpec, workload: Workload) -> Precision:

@@ -40,9 +40,7 @@ MIN_FAMILY_ROWS = 8
 STARTING = Achievable(bandwidth=0.8, compute=0.7, step_overhead_us=20.0)
 FRACTIONS_PCT = range(10, 101)  # fractions 0.10 .. 1.00 in steps of 0.01
 COARSE_STEP_PCT = 5
-OVERHEAD_GRID_US = (
-    tuple(range(0, 100, 5)) + tuple(range(100, 1000, 25)) + tuple(range(1000, 10_001, 100))
-)
+OVERHEAD_GRID_US = tuple(range(0, 100, 5)) + tuple(range(100, 1000, 25)) + tuple(range(1000, 10_001, 100))
 MAX_SWEEPS = 20
 PROFILE_OVERHEADS_US = (0, 50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 2500, 3000, 4000, 5000)
 
