@@ -53,8 +53,10 @@ def main() -> None:
         args.runs,
     )
     print(f"python -c pass            median {bare * 1e3:7.1f} ms")
-    print(f"tokcost estimate (json)   median {estimate * 1e3:7.1f} ms   ({estimate / bare:.1f}x bare python,"
-          f" +{(estimate - bare) * 1e3:.0f} ms)")
+    print(
+        f"tokcost estimate (json)   median {estimate * 1e3:7.1f} ms   ({estimate / bare:.1f}x bare python,"
+        f" +{(estimate - bare) * 1e3:.0f} ms)"
+    )
     print(f"sweep, 10,000 points             {sweep_seconds():7.2f} s")
 
 

@@ -148,7 +148,9 @@ def test_compare_rows(cli):
 
 
 def test_sweep_marks_critical_batch_and_memory(cli):
-    r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,64,1024,4096", "--prompt", "128", "--format", "json")
+    r = cli(
+        "sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,64,1024,4096", "--prompt", "128", "--format", "json"
+    )
     assert r.exit_code == 0, r.stderr
     points = r.json()["points"]
     assert [p["batch"] for p in points] == [1, 64, 1024, 4096]

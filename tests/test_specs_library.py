@@ -11,14 +11,49 @@ from tokcost.catalog import builtin_names
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.models.library import load_model
 
-REQUIRED_MODELS = (
-    "llama-2-7b llama-2-13b llama-2-70b llama-3-8b llama-3.1-8b llama-3.1-70b llama-3.1-405b llama-3.3-70b "
-    "llama-3.2-1b llama-3.2-3b mistral-7b mixtral-8x7b mixtral-8x22b qwen2.5-7b qwen2.5-72b qwen3-8b qwen3-32b "
-    "qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 gemma-2-9b gemma-2-27b phi-3-mini gpt-oss-20b gpt-oss-120b"
-).split()
-REQUIRED_GPUS = (
-    "h100-sxm h100-pcie h100-nvl h200 a100-40gb-sxm a100-80gb-sxm a100-80gb-pcie l40s l4 a10g a10 rtx-4090 mi300x b200"
-).split()
+REQUIRED_MODELS = [
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.3-70b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "qwen3-8b",
+    "qwen3-32b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "gemma-2-9b",
+    "gemma-2-27b",
+    "phi-3-mini",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+]
+REQUIRED_GPUS = [
+    "h100-sxm",
+    "h100-pcie",
+    "h100-nvl",
+    "h200",
+    "a100-40gb-sxm",
+    "a100-80gb-sxm",
+    "a100-80gb-pcie",
+    "l40s",
+    "l4",
+    "a10g",
+    "a10",
+    "rtx-4090",
+    "mi300x",
+    "b200",
+]
 
 
 def test_required_names_are_built_in():

@@ -26,9 +26,7 @@ def unknown_name(kind: Kind, name: str) -> SpecError:
     rest = [n for n in names if n not in close]
     hint = f"did you mean {close[0]}? " if close else ""
     singular = kind.removesuffix("s")
-    return SpecError(
-        name, f"not a built-in {singular} nor a file; {hint}known {kind}: {', '.join(close + rest)}"
-    )
+    return SpecError(name, f"not a built-in {singular} nor a file; {hint}known {kind}: {', '.join(close + rest)}")
 
 
 def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:

@@ -6,8 +6,8 @@ import sys
 
 import typer
 
-from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd, validate_cmd
 from tokcost import __version__
+from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd, validate_cmd
 from tokcost.errors import TokcostError
 
 try:  # typer 0.2x vendors click as typer._click; older typer uses the click package

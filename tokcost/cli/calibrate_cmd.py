@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
-from tokcost.cli.measure_cmd import DeviceOpt, Device, RunDtype, RunDtypeOpt
+from tokcost.cli.measure_cmd import Device, DeviceOpt, RunDtype, RunDtypeOpt
 from tokcost.cli.options import ForceOpt
 from tokcost.errors import FileExistsRefusal
 from tokcost.files import write_new
@@ -19,11 +19,13 @@ def calibrate(
     device: DeviceOpt = Device.auto,
     dtype: RunDtypeOpt = RunDtype.bf16,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the spec here (default: stdout).")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", help="Built-in spec to start from (default: "
-                                                "the one matching the device).")] = None,  # fmt: skip
+    gpu: Annotated[
+        Optional[str],
+        typer.Option("--gpu", "-g", help="Built-in spec to start from (default: the one matching the device)."),
+    ] = None,  # fmt: skip
     force: ForceOpt = False,
 ) -> None:
-    """Measure bandwidth and matmul rate; write a GPU spec estimate accepts. Example: tokcost calibrate --out my-gpu.yaml"""
+    """Probe bandwidth and matmul rate; write a GPU spec. Example: tokcost calibrate --out my-gpu.yaml"""
     from tokcost.measure.calibrate import calibrated_spec, spec_yaml
     from tokcost.measure.session import datasheet_for, device_facts, resolve_device, run_probes
 
@@ -43,6 +45,7 @@ def calibrate(
     sys.stdout.write(
         f"wrote {out}: {spec.name}, {fmt.rate_gb_s(spec.bandwidth_bytes_per_s)} streaming read, "
         f"{spec.peak_tflops[dtype.value]:,.3f} TFLOP/s {dtype.value}"
-        + (f" (datasheet {base.memory_bandwidth_gb_s:,g} GB/s)" if base else "") + "\n"
+        + (f" (datasheet {base.memory_bandwidth_gb_s:,g} GB/s)" if base else "")
+        + "\n"
         f"use it anywhere a GPU is accepted: tokcost estimate -m MODEL -g {out}\n"
     )

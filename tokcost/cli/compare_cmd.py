@@ -9,7 +9,17 @@ import typer
 from tokcost import fmt
 from tokcost.cli.common import split_list, workload_from_flags
 from tokcost.cli.options import (
-    BatchOpt, ComputeOpt, Format, FormatOpt, GpusOpt, KvOpt, OutputOpt, PrefixOpt, PriceOpt, PromptOpt, WeightsOpt,
+    BatchOpt,
+    ComputeOpt,
+    Format,
+    FormatOpt,
+    GpusOpt,
+    KvOpt,
+    OutputOpt,
+    PrefixOpt,
+    PriceOpt,
+    PromptOpt,
+    WeightsOpt,
 )  # fmt: skip
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
@@ -88,5 +98,7 @@ def compare_table(results: list[Estimate]) -> Table:
             f"{e.ceiling.decode_tokens_per_s:,.1f}", f"{mem.max_batch:,}", fmt.usd(x.usd_per_million_input_tokens),
             fmt.usd(x.usd_per_million_output_tokens), fmt.joules(x.joules_per_output_token),
         ])  # fmt: skip
-    table.notes.append("Times, tokens/s and costs are 'expected' (achievable fractions); J/token from TDP is an upper bound.")
+    table.notes.append(
+        "Times, tokens/s and costs are 'expected' (achievable fractions); J/token from TDP is an upper bound."
+    )
     return table

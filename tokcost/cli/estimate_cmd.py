@@ -7,11 +7,24 @@ import sys
 from tokcost import fmt
 from tokcost.cli.common import workload_from_flags
 from tokcost.cli.options import (
-    BatchOpt, ComputeOpt, FormatOpt, GpuOpt, GpusOpt, KvOpt, ModelOpt, OutputOpt, PrefixOpt, PriceOpt, PromptOpt,
-    WeightsOpt, Format, ExplainOpt,
+    BatchOpt,
+    ComputeOpt,
+    ExplainOpt,
+    Format,
+    FormatOpt,
+    GpuOpt,
+    GpusOpt,
+    KvOpt,
+    ModelOpt,
+    OutputOpt,
+    PrefixOpt,
+    PriceOpt,
+    PromptOpt,
+    WeightsOpt,
 )  # fmt: skip
 from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
-from tokcost.engine.estimate import Estimate, estimate as run_estimate
+from tokcost.engine.estimate import Estimate
+from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.explain import explain
 from tokcost.engine.report import bottleneck, estimate_dict
 from tokcost.hardware.library import load_gpu
@@ -70,38 +83,63 @@ def estimate_tables(e: Estimate) -> list[Table]:
     wl, p, c, x, mem = e.workload, e.precision, e.ceiling, e.expected, e.memory
     header = (
         f"{e.model.name} on {wl.gpus}x {e.gpu.name} · batch {wl.batch} · prompt {wl.prompt_tokens:,} · output "
-        f"{wl.output_tokens:,} · weights {p.weights}" + (f" (experts {p.experts})" if p.experts != p.weights else "")
+        f"{wl.output_tokens:,} · weights {p.weights}"
+        + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
     )
-    perf = Table("Performance", ["metric", "ceiling", "expected"], header=header, rows=[
-        ["TTFT", *_times(e, "ttft_s")],
-        ["TPOT", *_times(e, "tpot_s")],
-        ["E2E", *_times(e, "e2e_s")],
-        ["decode tokens/s", f"{c.decode_tokens_per_s:,.1f}", f"{x.decode_tokens_per_s:,.1f}"],
-        ["tokens/s per sequence", f"{c.decode_tokens_per_s / wl.batch:,.1f}", f"{x.decode_tokens_per_s / wl.batch:,.1f}"],
-        ["prefill bound", c.prefill_bound, x.prefill_bound],
-        ["decode bound", c.decode_bound, x.decode_bound],
-        ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens)],
-        ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
-        ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
-    ], notes=[bottleneck(e)] + _warnings(e))
-    memory = Table("Memory", ["item", "value"], [
-        ["weights", fmt.gb(mem.weights_bytes)],
-        ["KV cache", f"{fmt.gb(mem.kv_cache_bytes)} ({mem.kv_bytes_per_token:,.0f} B/token)"],
-        ["activation workspace", fmt.gb(mem.workspace_bytes)],
-        ["reserve", fmt.gb(mem.reserve_bytes)],
-        ["total / capacity", f"{fmt.gb(mem.total_bytes)} / {fmt.gb(mem.capacity_bytes)}"],
-        ["fits", "yes" if mem.fits else f"no: needs {mem.min_gpus or '>64'} GPUs"],
-        ["max batch at this context", f"{mem.max_batch:,}"],
-        ["max context at this batch", f"{mem.max_context:,}"],
-        ["critical batch", f"{e.critical_batch:,}" if e.critical_batch else "none (never compute-bound)"],
-    ])
+    perf = Table(
+        "Performance",
+        ["metric", "ceiling", "expected"],
+        header=header,
+        rows=[
+            ["TTFT", *_times(e, "ttft_s")],
+            ["TPOT", *_times(e, "tpot_s")],
+            ["E2E", *_times(e, "e2e_s")],
+            ["decode tokens/s", f"{c.decode_tokens_per_s:,.1f}", f"{x.decode_tokens_per_s:,.1f}"],
+            [
+                "tokens/s per sequence",
+                f"{c.decode_tokens_per_s / wl.batch:,.1f}",
+                f"{x.decode_tokens_per_s / wl.batch:,.1f}",
+            ],
+            ["prefill bound", c.prefill_bound, x.prefill_bound],
+            ["decode bound", c.decode_bound, x.decode_bound],
+            ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens)],
+            ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
+            ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
+        ],
+        notes=[bottleneck(e)] + _warnings(e),
+    )
+    memory = Table(
+        "Memory",
+        ["item", "value"],
+        [
+            ["weights", fmt.gb(mem.weights_bytes)],
+            ["KV cache", f"{fmt.gb(mem.kv_cache_bytes)} ({mem.kv_bytes_per_token:,.0f} B/token)"],
+            ["activation workspace", fmt.gb(mem.workspace_bytes)],
+            ["reserve", fmt.gb(mem.reserve_bytes)],
+            ["total / capacity", f"{fmt.gb(mem.total_bytes)} / {fmt.gb(mem.capacity_bytes)}"],
+            ["fits", "yes" if mem.fits else f"no: needs {mem.min_gpus or '>64'} GPUs"],
+            ["max batch at this context", f"{mem.max_batch:,}"],
+            ["max context at this batch", f"{mem.max_context:,}"],
+            ["critical batch", f"{e.critical_batch:,}" if e.critical_batch else "none (never compute-bound)"],
+        ],
+    )
     step = c.decode_step
     breakdown = Table(
         f"Decode step at mean context {e.mean_decode_context:,.0f} (ceiling, per GPU)",
         ["part", "FLOPs", "bytes", "time", "share", "bound"],
-        [[part.name, fmt.tflop(part.flops), fmt.gb(part.bytes), fmt.ms(part.seconds),
-          f"{part.seconds / step.seconds:.0%}", part.bound] for part in step.components if part.seconds or part.bytes],
+        [
+            [
+                part.name,
+                fmt.tflop(part.flops),
+                fmt.gb(part.bytes),
+                fmt.ms(part.seconds),
+                f"{part.seconds / step.seconds:.0%}",
+                part.bound,
+            ]
+            for part in step.components
+            if part.seconds or part.bytes
+        ],
     )
     return [perf, memory, breakdown]
 

@@ -47,8 +47,10 @@ RunDtypeOpt = Annotated[RunDtype, typer.Option("--dtype", help="Weights, KV cach
 
 def measure(
     model: ModelOpt,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", help="Datasheet spec to compare with (default: "
-                                                "the built-in matching the device).")] = None,  # fmt: skip
+    gpu: Annotated[
+        Optional[str],
+        typer.Option("--gpu", "-g", help="Datasheet spec to compare with (default: the built-in matching the device)."),
+    ] = None,  # fmt: skip
     device: DeviceOpt = Device.auto,
     batch: Annotated[str, typer.Option("--batch", "-b", help="Batch sizes, comma-separated.")] = "1",
     prompt: Annotated[int, typer.Option("--prompt", "-p", min=1, max=1_000_000, help="Prompt tokens.")] = 512,
@@ -62,7 +64,7 @@ def measure(
     force: ForceOpt = False,
     format: TableFormatOpt = TableFormat.table,
 ) -> None:
-    """Measure TTFT/TPOT of a random-weight model; compare with predictions. Example: tokcost measure -m llama-3.2-1b --layers 2 --device cpu"""
+    """Time a real decode loop vs predictions. Example: tokcost measure -m llama-3.2-1b --layers 2 --device cpu"""
     from tokcost.measure.session import measure as run_measure
 
     spec = load_model(model)

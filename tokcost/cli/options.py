@@ -60,7 +60,8 @@ WeightsOpt = Annotated[
 ]
 KvOpt = Annotated[Optional[StorageDtype], typer.Option("--kv-dtype", help="KV cache format (default: the model's).")]
 ComputeOpt = Annotated[
-    Optional[ComputeDtype], typer.Option("--compute-dtype", help="Matmul dtype whose peak applies (default: the model's).")
+    Optional[ComputeDtype],
+    typer.Option("--compute-dtype", help="Matmul dtype whose peak applies (default: the model's)."),
 ]
 PrefixOpt = Annotated[int, typer.Option("--cached-prefix", help="Prompt tokens served from a prefix cache.")]
 PriceOpt = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour (default: the GPU spec's).")]

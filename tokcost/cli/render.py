@@ -61,7 +61,13 @@ def markdown(t: Table) -> str:
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
 
     align = "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(t.columns))) + "|"
-    lines = ([t.header, ""] if t.header else []) + [f"**{t.title}**", "", cells(t.columns), align, *(cells(r) for r in t.rows)]
+    lines = ([t.header, ""] if t.header else []) + [
+        f"**{t.title}**",
+        "",
+        cells(t.columns),
+        align,
+        *(cells(r) for r in t.rows),
+    ]
     if t.notes:
         lines += ["", *t.notes]
     return "\n".join(lines)

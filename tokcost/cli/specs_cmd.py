@@ -94,16 +94,32 @@ def list_specs(
             m = load_model(name)
             arch = "MoE" if m.moe else "dense"
             arch += " + MLA" if m.mla else ""
-            rows.append([name, f"{m.params_total / 1e9:.2f}B", f"{m.params_active / 1e9:.2f}B", arch,
-                         f"{m.max_context:,}", m.dtype])
+            rows.append(
+                [
+                    name,
+                    f"{m.params_total / 1e9:.2f}B",
+                    f"{m.params_active / 1e9:.2f}B",
+                    arch,
+                    f"{m.max_context:,}",
+                    m.dtype,
+                ]
+            )
         tables.append(Table("Models", ["name", "params", "active", "arch", "max context", "dtype"], rows))
     if "gpus" in kinds:
         rows = []
         for name in builtin_names("gpus"):
             g = load_gpu(name)
             peak = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp16") or max(g.peak_tflops.values())
-            rows.append([name, f"{g.memory_gb:g} GB", f"{g.memory_bandwidth_gb_s:,g} GB/s", f"{peak:,g}",
-                         f"{g.tdp_w:g} W" if g.tdp_w else "n/a", "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:g}/h"])
+            rows.append(
+                [
+                    name,
+                    f"{g.memory_gb:g} GB",
+                    f"{g.memory_bandwidth_gb_s:,g} GB/s",
+                    f"{peak:,g}",
+                    f"{g.tdp_w:g} W" if g.tdp_w else "n/a",
+                    "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:g}/h",
+                ]
+            )
         tables.append(Table("GPUs", ["name", "memory", "bandwidth", "bf16 TFLOP/s (dense)", "TDP", "price"], rows))
     print_tables(tables, "table")
 

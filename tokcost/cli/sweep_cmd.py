@@ -9,10 +9,21 @@ import typer
 from tokcost import fmt
 from tokcost.cli.common import int_list, workload_from_flags
 from tokcost.cli.options import (
-    ComputeOpt, Format, FormatOpt, GpuOpt, GpusOpt, KvOpt, ModelOpt, OutputOpt, PriceOpt, PromptOpt, WeightsOpt,
+    ComputeOpt,
+    Format,
+    FormatOpt,
+    GpuOpt,
+    GpusOpt,
+    KvOpt,
+    ModelOpt,
+    OutputOpt,
+    PriceOpt,
+    PromptOpt,
+    WeightsOpt,
 )  # fmt: skip
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
-from tokcost.engine.sweep import SweepPoint, sweep as run_sweep
+from tokcost.engine.sweep import SweepPoint
+from tokcost.engine.sweep import sweep as run_sweep
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 

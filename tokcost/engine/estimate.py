@@ -53,7 +53,9 @@ class Estimate:
     expected: Scenario
 
 
-def decode_step(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float, batch: int | None = None) -> PassCost:
+def decode_step(
+    model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float, batch: int | None = None
+) -> PassCost:
     return price_pass(decode_counts(model, p, batch or wl.batch, context, wl.gpus), wl.gpus, rates)
 
 
@@ -68,12 +70,12 @@ def mean_decode_seconds(model: ModelSpec, wl: Workload, p: Precision, rates: Rat
     while spans:
         a, b = spans.pop()
         lo, hi = decode_step(model, wl, p, rates, a), decode_step(model, wl, p, rates, b)
-        same_side = all(x.bound == y.bound for x, y in zip(lo.components, hi.components))
-        if same_side or b - a < 2:
-            # each component is one linear function of c on [a, b]: the sum equals count x value at the middle
-            total += (b - a + 1) * decode_step(model, wl, p, rates, (a + b) / 2).seconds if same_side else (
-                lo.seconds + (hi.seconds if b > a else 0.0)
-            )
+        same_side = all(x.bound == y.bound for x, y in zip(lo.components, hi.components, strict=True))
+        if same_side:
+            # each component is one linear function of c on [a, b]: the sum is the count x the middle value
+            total += (b - a + 1) * decode_step(model, wl, p, rates, (a + b) / 2).seconds
+        elif b - a < 2:  # one or two steps on either side of a flip: add them as they are
+            total += lo.seconds + (hi.seconds if b > a else 0.0)
         else:
             mid = (a + b) // 2
             spans += [(a, mid), (mid + 1, b)]
@@ -95,7 +97,9 @@ def critical_batch(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, c
     return hi
 
 
-def _scenario(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates: Rates, price: float | None) -> Scenario:
+def _scenario(
+    model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates: Rates, price: float | None
+) -> Scenario:
     prefill = price_pass(
         prefill_counts(model, p, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens, wl.gpus),
         wl.gpus,
@@ -115,7 +119,8 @@ def _scenario(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates:
         decode_bound=decode_step(model, wl, p, rates, mean_context).bound,
         # input tokens are priced by prefill time, output tokens by decode time, both per GPU-hour x GPUs
         usd_per_million_input_tokens=usd_per_s * ttft / (wl.batch * wl.prompt_tokens) * PER_MILLION
-        if usd_per_s is not None else None,
+        if usd_per_s is not None
+        else None,
         usd_per_million_output_tokens=usd_per_s * tpot / wl.batch * PER_MILLION if usd_per_s is not None else None,
         # board power (TDP) for the whole step: an upper bound on energy per token
         joules_per_output_token=gpu.tdp_w * wl.gpus * tpot / wl.batch if gpu.tdp_w else None,

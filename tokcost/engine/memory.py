@@ -38,7 +38,9 @@ class MemoryReport:
     min_gpus: int | None
 
 
-def per_gpu_bytes(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int):
+def per_gpu_bytes(
+    model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int
+):
     """(weights, kv, workspace, reserve) on one GPU of `gpus`."""
     weights = resident_weight_bytes(model, precision) / gpus
     kv = batch * model.kv_cache_bytes(tokens, kv_dtype=precision.kv) * kv_shard(model, gpus)
@@ -50,7 +52,9 @@ def per_gpu_bytes(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: in
     return weights, kv, workspace, RESERVE_FRACTION * gpu.memory_bytes
 
 
-def _fits(model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int) -> bool:
+def _fits(
+    model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int
+) -> bool:
     return sum(per_gpu_bytes(model, gpu, precision, gpus, batch, prompt, tokens)) <= gpu.memory_bytes
 
 
@@ -76,9 +80,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, workload: Workload, precision:
     max_context = _largest(
         lambda t: _fits(model, gpu, precision, n, workload.batch, min(prompt, t), t), model.max_context
     )
-    min_gpus = next(
-        (g for g in TP_DEGREES if _fits(model, gpu, precision, g, workload.batch, prompt, tokens)), None
-    )
+    min_gpus = next((g for g in TP_DEGREES if _fits(model, gpu, precision, g, workload.batch, prompt, tokens)), None)
     return MemoryReport(
         weights_bytes=weights * n,
         kv_bytes_per_token=model.kv_bytes_per_token(precision.kv),

@@ -18,8 +18,10 @@ def _pass(cost: PassCost) -> dict[str, Any]:
         "seconds": cost.seconds,
         "bound": cost.bound,
         "overhead_s": cost.overhead_s,
-        "components": {c.name: {"flops": c.flops, "bytes": c.bytes, "seconds": c.seconds, "bound": c.bound}
-                       for c in cost.components},
+        "components": {
+            c.name: {"flops": c.flops, "bytes": c.bytes, "seconds": c.seconds, "bound": c.bound}
+            for c in cost.components
+        },
     }
 
 

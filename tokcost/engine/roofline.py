@@ -43,7 +43,9 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, weight_only_quant: bool) ->
     """Achievable fractions of the peaks plus a fixed per-step overhead (kernel launches, sampling, scheduling)."""
     peak = ceiling_rates(gpu, compute_dtype)
     ach = gpu.achievable
-    bandwidth = ach.weight_only_quant_bandwidth if weight_only_quant and ach.weight_only_quant_bandwidth else ach.bandwidth
+    bandwidth = (
+        ach.weight_only_quant_bandwidth if weight_only_quant and ach.weight_only_quant_bandwidth else ach.bandwidth
+    )
     link = peak.link_bytes_per_s * ach.bandwidth if peak.link_bytes_per_s else None
     return Rates(
         flops_per_s=peak.flops_per_s * ach.compute,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tokcost.engine.estimate import SECONDS_PER_HOUR, PER_MILLION, critical_batch, decode_step, mean_decode_seconds
+from tokcost.engine.estimate import PER_MILLION, SECONDS_PER_HOUR, critical_batch, decode_step, mean_decode_seconds
 from tokcost.engine.memory import memory_report, per_gpu_bytes
 from tokcost.engine.roofline import ceiling_rates, expected_rates
 from tokcost.engine.workload import Workload, is_weight_only, resolve_precision

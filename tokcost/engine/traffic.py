@@ -63,8 +63,11 @@ def lm_head_bytes(model: ModelSpec, precision: Precision) -> float:
 
 def matmul_params_per_token(model: ModelSpec) -> int:
     """Weights one token multiplies through: active block linears and the LM head (the embedding is a lookup)."""
-    return model.params_active - model.params_embedding - model.params_norms + (
-        model.params_embedding if model.tied_embeddings else 0
+    return (
+        model.params_active
+        - model.params_embedding
+        - model.params_norms
+        + (model.params_embedding if model.tied_embeddings else 0)
     )
 
 
@@ -114,7 +117,9 @@ def causal_attended_sum(model: ModelSpec, start: int, end: int) -> float:
     return share * local + (1 - share) * total
 
 
-def prefill_counts(model: ModelSpec, precision: Precision, batch: int, prompt: int, cached: int, gpus: int) -> StepCounts:
+def prefill_counts(
+    model: ModelSpec, precision: Precision, batch: int, prompt: int, cached: int, gpus: int
+) -> StepCounts:
     """Prefill of `batch` prompts: positions cached+1..prompt computed; attention reads the cached prefix."""
     computed = prompt - cached
     tokens = batch * computed
@@ -133,8 +138,10 @@ def prefill_counts(model: ModelSpec, precision: Precision, batch: int, prompt: i
         # every computed token runs the blocks; only the last token of each prompt needs logits
         matmul_flops=(2 * body_params * tokens + 2 * head_params * batch) / gpus,
         # causal: position i attends to i tokens, so the sum is ~P^2/2 (half of the full square)
-        attention_flops=model.attention_flops_per_token_per_context * causal_attended_sum(model, cached, prompt)
-        * batch / gpus,
+        attention_flops=model.attention_flops_per_token_per_context
+        * causal_attended_sum(model, cached, prompt)
+        * batch
+        / gpus,
         allreduce_bytes=tokens * model.hidden_size * precision.activation_bytes,
         allreduces=2 * model.layers if gpus > 1 else 0,
     )

@@ -79,7 +79,7 @@ class Precision(BaseModel):
 
 
 def is_weight_only(p: Precision) -> bool:
-    """Weights stored narrower than the matmul dtype (dequantized in the kernel): int8/int4/fp4, or fp8 under 16-bit compute."""
+    """Weights narrower than the matmul dtype, dequantized in the kernel: int8/int4/fp4, or fp8 under 16-bit compute."""
     narrow = (p.weights, p.experts)
     return any(d in WEIGHT_ONLY_DTYPES for d in narrow) or ("fp8" in narrow and p.compute != "fp8")
 

@@ -57,8 +57,9 @@ def calibrated_spec(
         interconnect_latency_us=base.interconnect_latency_us if base else 5.0,
         price_per_hour_usd=base.price_per_hour_usd if base else None,
         # measured ceilings are already what is achieved: expected = ceiling, no extra overhead
-        achievable=Achievable(bandwidth=1.0, compute=1.0, step_overhead_us=0.0,
-                              source="calibrated: the ceilings are measured rates"),  # fmt: skip
+        achievable=Achievable(
+            bandwidth=1.0, compute=1.0, step_overhead_us=0.0, source="calibrated: the ceilings are measured rates"
+        ),  # fmt: skip
         device_names=[facts.name],
         provenance=provenance,
         notes="Written by tokcost calibrate. memory_gb is what the runtime reports (decimal GB).",

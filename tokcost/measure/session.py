@@ -169,8 +169,9 @@ def measure(
         outcome.device["threads"] = loop.threads
         notes.extend(n for n in loop.notes if n not in notes)
         outcome.runs.append(
-            run_report(spec, loop, datasheet=datasheet, calibrated=calibrated,
-                       copy_bytes_per_s=probes["copy"].value)  # fmt: skip
+            run_report(
+                spec, loop, datasheet=datasheet, calibrated=calibrated, copy_bytes_per_s=probes["copy"].value
+            )  # fmt: skip
         )
     return outcome
 
