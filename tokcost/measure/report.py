@@ -52,9 +52,8 @@ class RunReport:
     tpot_s_all: list[float] = field(default_factory=list)
 
 
-def workload_of(spec: ModelSpec, dtype: str, batch: int, prompt: int, output: int) -> Workload:
+def workload_of(dtype: str, batch: int, prompt: int, output: int) -> Workload:
     """The engine workload that describes one measured run (every tensor in the run's dtype)."""
-    del spec
     return Workload(batch=batch, prompt_tokens=prompt, output_tokens=output, weights_dtype=dtype, kv_dtype=dtype,
                     compute_dtype=dtype)  # fmt: skip
 
@@ -76,7 +75,7 @@ def run_report(
     copy_bytes_per_s: float | None,
 ) -> RunReport:
     """Compare one LoopResult with the engine's predictions under the datasheet and calibrated specs."""
-    wl = workload_of(spec, loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens)
+    wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens)
     p = resolve_precision(spec, wl)
     counts = decode_counts(spec, p, loop.batch, loop.context_tokens, 1)
     step_bytes = counts.weight_bytes + counts.kv_read_bytes + counts.kv_write_bytes

@@ -160,7 +160,9 @@ def measure(
                 on_progress=progress, power_sampler=sampler,
             )  # fmt: skip
         except MeasureError as exc:
-            outcome.stopped = f"batch {batch}: {exc}"
+            outcome.stopped = (
+                f"batch {batch}: {exc}; {_max_batch_hint(spec, calibrated, dtype, prompt_tokens, output_tokens)}"
+            )
             break
         except KeyboardInterrupt:
             outcome.stopped = f"interrupted during batch {batch}"
@@ -174,6 +176,17 @@ def measure(
             )  # fmt: skip
         )
     return outcome
+
+
+def _max_batch_hint(spec: ModelSpec, gpu: GpuSpec, dtype: str, prompt: int, output: int) -> str:
+    """What the engine says fits on this device: the way out of an out-of-memory stop."""
+    from tokcost.engine.memory import memory_report
+    from tokcost.engine.workload import resolve_precision
+    from tokcost.measure.report import workload_of
+
+    wl = workload_of(dtype, 1, prompt, output)
+    report = memory_report(spec, gpu, wl, resolve_precision(spec, wl))
+    return f"the engine's max batch for {report.capacity_bytes / 1e9:,.1f} GB at this context is {report.max_batch}"
 
 
 def _power_sampler(device: str) -> Any:
