@@ -20,6 +20,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from tokcost.errors import FileExistsRefusal, SpecError
 
@@ -162,7 +163,7 @@ def load_mapping(path: Path) -> dict[str, Any]:
     if data is None:
         raise SpecError(where, "holds no data (only comments?); a spec is a mapping of keys such as name: ...")
     if not isinstance(data, dict):
-        kind = {list: "list", str: "single value"}.get(type(data), type(data).__name__)
+        kind = "list" if isinstance(data, list) else "single value"
         raise SpecError(where, f"top level is a {kind}; a spec must be a mapping of keys such as name: ...")
     return data
 
@@ -204,7 +205,8 @@ def allowed(field: FieldInfo) -> str:
     if base is str:
         low, high = limits.get("min_length", 0), limits.get("max_length")
         return f"text of at most {high:,} characters" + (", not empty" if low else "") if high else "text"
-    word = {int: "an integer", float: "a number", bool: "true or false"}.get(base, str(base))
+    words: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
+    word = words.get(base, str(base))
     low = (f"at least {_number(limits['ge'])}" if "ge" in limits else
            f"above {_number(limits['gt'])}" if "gt" in limits else None)  # fmt: skip
     high = (f"at most {_number(limits['le'])}" if "le" in limits else
@@ -258,12 +260,14 @@ def _shown(value: Any) -> str:
     return f"{value!r:.60}"
 
 
-def field_message(error: dict[str, Any], schema: type[BaseModel] | None) -> tuple[str | None, str]:
+def field_message(error: ErrorDetails, schema: type[BaseModel] | None) -> tuple[str | None, str]:
     """(dotted key, message) for one pydantic error, saying what the key allows."""
     loc = tuple(error["loc"])
     kind = error["type"]
     model, field, used = _resolve(schema, loc) if schema else (None, None, 0)
-    union = field is not None and used < len(loc) and get_origin(field.annotation) in (Union, types.UnionType)
+    # a union such as `all | even | odd | list[int]` reports one error per branch: describe the whole field
+    kinds = [a for a in get_args(field.annotation) if a is not type(None)] if field else []
+    union = used < len(loc) and kind != "extra_forbidden" and len(kinds) > 1
     key = ".".join(str(p) for p in (loc[:used] if union else loc))
     if kind == "extra_forbidden":
         names = _keys(model) if model else []
@@ -289,9 +293,13 @@ def field_message(error: dict[str, Any], schema: type[BaseModel] | None) -> tupl
 def validation_error(where: str, exc: ValidationError, schema: type[BaseModel] | None = None) -> SpecError:
     """The first pydantic error as `file: key: message` saying what is allowed (the rest counted by key)."""
     schema = schema or _schema_named(exc.title)
-    errors = exc.errors()
+    # an unknown key first: it is usually a typo of the key reported missing
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     field, message = field_message(errors[0], schema)
     others = {field_message(e, schema)[0] for e in errors[1:]} - {field}
+    suggested = message.partition("did you mean ")[2].partition("?")[0]
+    if suggested and field:  # the missing key the typo stands for is the same mistake
+        others.discard(".".join([*field.split(".")[:-1], suggested]))
     if others:
         message += f" (and {len(others)} more key{'s' if len(others) > 1 else ''} wrong)"
     return SpecError(where, message, field=field)

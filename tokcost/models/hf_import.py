@@ -6,6 +6,7 @@ Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config, Gemma2Config, Phi
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Any
 
@@ -42,14 +43,14 @@ class _Config:
             raise SpecError(self.where, f"must be a positive integer (got {value!r:.40})", field=key)
         return int(value)
 
-    def count(self, key: str) -> int:
+    def count(self, key: str) -> builtins.int:  # `int` is the method above, in this class
         """A non-negative integer that defaults to 0 (e.g. first_k_dense_replace)."""
         value = self.data.get(key) or 0
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(self.where, f"must be a whole number, 0 or more (got {value!r:.40})", field=key)
         return value
 
-    def optional_int(self, key: str) -> int | None:
+    def optional_int(self, key: str) -> builtins.int | None:
         return self.int(key) if self.data.get(key) is not None else None
 
     def flag(self, key: str, default: bool) -> bool:
@@ -62,7 +63,7 @@ class _Config:
 def _moe(cfg: _Config, model_type: str) -> dict[str, Any] | None:
     data = cfg.data
     if model_type in ("mixtral", "gpt_oss"):
-        moe = {
+        moe: dict[str, Any] = {
             "experts": cfg.int("num_local_experts"),
             "experts_per_token": cfg.int("num_experts_per_tok"),
             "expert_intermediate_size": cfg.int("intermediate_size"),

@@ -1,0 +1,114 @@
+"""The bad-input corpus: every mistake in tests/bad_inputs/cases.yaml gets one helpful line and exit code 2.
+
+A case names the file (or flag) at fault, the key, and what is allowed; nothing in a spec ever runs.
+Files awkward to commit (binary, UTF-16, oversized, a FIFO, a folder) are written here into tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+CORPUS = Path(__file__).parent / "bad_inputs"
+CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))
+MAX_LINES = 3
+PWNED = "tokcost-was-pwned"  # what the !!python/ cases would create if their tag ever ran
+
+VALID_MODEL = """\
+name: tiny-llama
+layers: 4
+hidden_size: 512
+attention_heads: 8
+kv_heads: 2
+intermediate_size: 1536
+vocab_size: 32000
+max_context: 4096
+"""
+
+
+def _make(kind: str, path: Path) -> None:
+    """Write the generated case file `path` (or leave it absent, for `nothing`)."""
+    if kind == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    elif kind == "utf16":
+        path.write_bytes(VALID_MODEL.encode("utf-16"))  # with a byte-order mark, as Windows editors save it
+    elif kind == "latin1":
+        path.write_bytes(VALID_MODEL.replace("tiny-llama", "tiny-llama-caf\xe9").encode("latin-1"))
+    elif kind == "oversized":
+        path.write_text(VALID_MODEL + "notes: " + "x" * 1_100_000 + "\n", encoding="utf-8")
+    elif kind == "many_aliases":
+        path.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 150) + "]\n", encoding="utf-8")
+    elif kind == "deep_block":  # 200 levels of block mappings: no brackets, so only the parse can catch it
+        path.write_text("a:\n" + "".join(" " * i + "b:\n" for i in range(1, 200)) + " " * 200 + "c: 1\n")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs on this platform")
+        os.mkfifo(path)  # reading it would block forever: tokcost must refuse it unread
+    elif kind != "nothing":
+        raise AssertionError(f"unknown make: {kind}")
+
+
+def _argv(case: dict, tmp_path: Path) -> tuple[list[str], str | None]:
+    """The case's argv with {file} filled in, and the file's name the message must mention."""
+    name = case.get("file")
+    if name is None:
+        return list(case["argv"]), None
+    if "make" in case:
+        path = tmp_path / name
+        _make(case["make"], path)
+    else:
+        path = CORPUS / name
+    return [str(path) if arg == "{file}" else arg for arg in case["argv"]], name
+
+
+def _check(case: dict, code: int, output: str, name: str | None) -> None:
+    assert "Traceback" not in output, output
+    assert code == 2, f"exit code {code}, want 2:\n{output}"
+    lines = output.strip().splitlines()
+    assert 1 <= len(lines) <= MAX_LINES, output
+    for expected in ([name] if name else []) + case["expect"]:
+        assert expected in output, f"{expected!r} not in:\n{output}"
+    if "nan" not in case["expect"]:  # NaN is printed only to quote the value at fault
+        assert not re.search(r"\bnan\b", output, re.IGNORECASE), output
+
+
+def test_corpus_is_large_and_every_file_is_used():
+    ids = [case["id"] for case in CASES]
+    assert len(ids) >= 40 and len(set(ids)) == len(ids)
+    used = {case["file"] for case in CASES if "file" in case and "make" not in case}
+    on_disk = {p.name for p in CORPUS.iterdir()} - {"cases.yaml"}
+    assert on_disk == used, f"unused: {on_disk - used}; missing: {used - on_disk}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_bad_input_gets_one_helpful_line(case, cli, tmp_path, monkeypatch):
+    (tmp_path / "case").mkdir()  # generated files go here; the working directory stays empty
+    argv, name = _argv(case, tmp_path / "case")
+    monkeypatch.chdir(tmp_path)
+    r = cli(*argv)
+    _check(case, r.exit_code, r.stdout + r.stderr, name)
+    assert r.stderr.count("\n") <= MAX_LINES
+    assert not (tmp_path / PWNED).exists(), "a YAML tag ran code"
+
+
+SUBPROCESS_CASES = ["python-tag", "alias-bomb", "utf16-file", "hf-truncated", "batch-zero", "gpu-name-typo"]
+
+
+@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+def test_bad_input_in_a_real_process_prints_no_traceback(case_id, tmp_path):
+    case = next(c for c in CASES if c["id"] == case_id)
+    argv, name = _argv(case, tmp_path)
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokcost", *argv], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+    )
+    _check(case, proc.returncode, proc.stdout + proc.stderr, name)
+    assert not (tmp_path / PWNED).exists(), "a YAML tag ran code"
