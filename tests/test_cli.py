@@ -173,6 +173,9 @@ def test_sweep_marks_critical_batch_and_memory(cli):
         (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--cached-prefix", "5000"], "--cached-prefix"),
         (["estimate", "-m", "llama-3.1-8b", "-g", "h100-sx"], "did you mean h100-sxm?"),
         (["estimate", "-m", "lama-3.1-8b", "-g", "h100-sxm"], "did you mean llama-3.1-8b?"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "h100"], "did you mean one of h100-nvl, h100-pcie, h100-sxm?"),
+        (["estimate", "-m", "", "-g", "h100-sxm"], "no model given"),
+        (["estimate", "-m", "llama-3.1-8b", "-g", "l40s", "--gpus", "2"], "add interconnect_gb_s"),
         (["sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,x"], "--batch"),
         (["estimate", "-m", "llama-3.1-8b", "-g", "l4", "--compute-dtype", "fp4"], "--compute-dtype"),
     ],
@@ -208,3 +211,16 @@ def test_python_dash_m_runs():
     out = subprocess.run([sys.executable, "-m", "tokcost", "specs", "list", "--format", "json"],
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0 and "h100-sxm" in json.loads(out.stdout)["gpus"]
+
+
+def test_built_in_names_ignore_case(cli):
+    assert cli("estimate", "-m", "Llama-3.1-8B", "-g", "H100-SXM", "--format", "json").json()["gpu"] == "h100-sxm"
+
+
+def test_a_gpu_file_with_a_typo_is_still_checked_as_a_gpu(cli, tmp_path):
+    spec = cli("specs", "show", "l4", "--format", "json").json()
+    spec["memory_bandwith_gb_s"] = spec.pop("memory_bandwidth_gb_s")
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    r = cli("specs", "validate", str(path))
+    assert r.exit_code == 2 and "memory_bandwith_gb_s" in r.stdout and "memory_bandwidth_gb_s" in r.stdout

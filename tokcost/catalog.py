@@ -20,18 +20,27 @@ def builtin_names(kind: Kind) -> list[str]:
 
 
 def unknown_name(kind: Kind, name: str) -> SpecError:
-    """An error that lists the known names, closest first."""
+    """An error that lists the known names, closest first: names the input starts, then near spellings."""
     names = builtin_names(kind)
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    wanted = name.lower()
+    starting = [n for n in names if n.startswith(wanted)]
+    close = starting + [n for n in difflib.get_close_matches(wanted, names, n=3, cutoff=0.5) if n not in starting]
     rest = [n for n in names if n not in close]
-    hint = f"did you mean {close[0]}? " if close else ""
+    if len(starting) > 1:
+        hint = f"did you mean one of {', '.join(starting)}? "
+    else:
+        hint = f"did you mean {close[0]}? " if close else ""
     singular = kind.removesuffix("s")
     return SpecError(name, f"not a built-in {singular} nor a file; {hint}known {kind}: {', '.join(close + rest)}")
 
 
 def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """(where, mapping) for a built-in name or a path to a YAML/JSON file."""
-    if name_or_path in builtin_names(kind):
+    """(where, mapping) for a built-in name (any case) or a path to a YAML/JSON file."""
+    if not name_or_path.strip():
+        singular = kind.removesuffix("s")
+        raise SpecError("(empty)", f"no {singular} given; name a built-in {singular} or a file")
+    if name_or_path.lower() in builtin_names(kind):
+        name_or_path = name_or_path.lower()
         entry = resources.files("tokcost") / "specs" / kind / f"{name_or_path}.yaml"
         with resources.as_file(entry) as path:
             return f"{kind}/{name_or_path}.yaml", load_mapping(Path(path))

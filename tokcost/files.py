@@ -2,25 +2,19 @@
 
 Reads: a regular file, bounded size, UTF-8 text only, `yaml` safe loading only (no tag can run code),
 bounded nesting, a bounded number of aliases and a bounded expansion (an alias bomb expands
-exponentially once anything walks it), no duplicate keys. Validation errors become one line that
-names the file, the key and what the key allows. Writes: temporary file + rename, and an existing
+exponentially once anything walks it), no duplicate keys. Writes: temporary file + rename, and an existing
 file is replaced only with `force`.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import tempfile
-import types
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
-from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails
 
 from tokcost.errors import FileExistsRefusal, SpecError
 
@@ -166,143 +160,6 @@ def load_mapping(path: Path) -> dict[str, Any]:
         kind = "list" if isinstance(data, list) else "single value"
         raise SpecError(where, f"top level is a {kind}; a spec must be a mapping of keys such as name: ...")
     return data
-
-
-# ---- validation errors as one line -----------------------------------------------------------
-
-_TYPE_WORDS = {
-    "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "a whole number",
-    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number",
-    "bool_parsing": "true or false", "bool_type": "true or false", "string_type": "text",
-    "dict_type": "a mapping of keys", "model_type": "a mapping of keys", "model_attributes_type": "a mapping of keys",
-    "list_type": "a list",
-}  # fmt: skip
-
-
-_LIMITS = ("ge", "gt", "le", "lt", "min_length", "max_length")
-
-
-def _number(value: float) -> str:
-    return f"{value:,}" if isinstance(value, int) or value != int(value) else f"{int(value):,}"
-
-
-def allowed(field: FieldInfo) -> str:
-    """What a field accepts, in words: 'an integer from 1 to 10,000', 'a number above 0 and at most 1', ..."""
-    kinds = [a for a in get_args(field.annotation) if a is not type(None)]
-    optional = get_origin(field.annotation) in (Union, types.UnionType)
-    base = kinds[0] if optional and len(kinds) == 1 else field.annotation
-    if get_origin(base) is Literal:
-        return "one of: " + ", ".join(str(v) for v in get_args(base))
-    if optional and len(kinds) > 1:  # a union such as Literal[...] | list[int]
-        return " or ".join(allowed(FieldInfo.from_annotation(k)) for k in kinds)
-    if isinstance(base, type) and issubclass(base, BaseModel):
-        return f"a mapping with keys: {', '.join(_keys(base))}"
-    if get_origin(base) is list:
-        return "a list of " + {int: "integers", str: "names"}.get(get_args(base)[0], "values")
-    if get_origin(base) is dict:
-        return "a mapping of keys to values"
-    limits = {k: getattr(m, k) for m in field.metadata for k in _LIMITS if getattr(m, k, None) is not None}
-    if base is str:
-        low, high = limits.get("min_length", 0), limits.get("max_length")
-        return f"text of at most {high:,} characters" + (", not empty" if low else "") if high else "text"
-    words: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
-    word = words.get(base, str(base))
-    low = (f"at least {_number(limits['ge'])}" if "ge" in limits else
-           f"above {_number(limits['gt'])}" if "gt" in limits else None)  # fmt: skip
-    high = (f"at most {_number(limits['le'])}" if "le" in limits else
-            f"below {_number(limits['lt'])}" if "lt" in limits else None)  # fmt: skip
-    if "ge" in limits and "le" in limits:
-        return f"{word} from {_number(limits['ge'])} to {_number(limits['le'])}"
-    return " ".join([word, " and ".join(x for x in (low, high) if x)]).strip()
-
-
-def _keys(model: type[BaseModel]) -> list[str]:
-    return [info.alias or name for name, info in model.model_fields.items()]
-
-
-def _inner_model(field: FieldInfo) -> type[BaseModel] | None:
-    for kind in (field.annotation, *get_args(field.annotation)):
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            return kind
-    return None
-
-
-def _resolve(schema: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseModel], FieldInfo | None, int]:
-    """Walk `loc` through nested models: (the model holding the last key found, its field, keys consumed)."""
-    model, field, used = schema, None, 0
-    for part in loc:
-        by_key = {info.alias or name: info for name, info in model.model_fields.items()}
-        if part not in by_key:
-            break
-        field, used = by_key[part], used + 1
-        inner = _inner_model(field)
-        if inner is None:
-            break
-        model = inner
-    return model, field, used
-
-
-def _schema_named(title: str) -> type[BaseModel] | None:
-    from tokcost.hardware.spec import GpuSpec  # lazy: the spec modules do not import this one
-    from tokcost.models.spec import ModelSpec
-
-    return {cls.__name__: cls for cls in (ModelSpec, GpuSpec)}.get(title)
-
-
-def _shown(value: Any) -> str:
-    """A short repr that never walks a large or aliased structure."""
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple, set)):
-        return "a list"
-    if isinstance(value, str) and len(value) > 40:
-        return repr(value[:40]) + "..."
-    return f"{value!r:.60}"
-
-
-def field_message(error: ErrorDetails, schema: type[BaseModel] | None) -> tuple[str | None, str]:
-    """(dotted key, message) for one pydantic error, saying what the key allows."""
-    loc = tuple(error["loc"])
-    kind = error["type"]
-    model, field, used = _resolve(schema, loc) if schema else (None, None, 0)
-    # a union such as `all | even | odd | list[int]` reports one error per branch: describe the whole field
-    kinds = [a for a in get_args(field.annotation) if a is not type(None)] if field else []
-    union = used < len(loc) and kind != "extra_forbidden" and len(kinds) > 1
-    key = ".".join(str(p) for p in (loc[:used] if union else loc))
-    if kind == "extra_forbidden":
-        names = _keys(model) if model else []
-        close = difflib.get_close_matches(str(loc[used]), names, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}? " if close else ""
-        return key or None, f"unknown key; {hint}allowed keys: {', '.join(names)}" if names else "unknown key"
-    if kind == "missing":
-        return key or None, "required key is missing" + (f"; give {allowed(field)}" if field else "")
-    if kind == "value_error":  # our own validators: their message already says what is allowed
-        message = error["msg"].removeprefix("Value error, ")
-        return key or None, message
-    if field is not None and (used == len(loc) or union):
-        message = f"must be {allowed(field)}"
-    elif kind in _TYPE_WORDS:
-        message = f"must be {_TYPE_WORDS[kind]}"
-    else:
-        message = error["msg"]
-    if "input" in error:
-        message += f" (got {_shown(error['input'])})"
-    return key or None, message
-
-
-def validation_error(where: str, exc: ValidationError, schema: type[BaseModel] | None = None) -> SpecError:
-    """The first pydantic error as `file: key: message` saying what is allowed (the rest counted by key)."""
-    schema = schema or _schema_named(exc.title)
-    # an unknown key first: it is usually a typo of the key reported missing
-    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-    field, message = field_message(errors[0], schema)
-    others = {field_message(e, schema)[0] for e in errors[1:]} - {field}
-    suggested = message.partition("did you mean ")[2].partition("?")[0]
-    if suggested and field:  # the missing key the typo stands for is the same mistake
-        others.discard(".".join([*field.split(".")[:-1], suggested]))
-    if others:
-        message += f" (and {len(others)} more key{'s' if len(others) > 1 else ''} wrong)"
-    return SpecError(where, message, field=field)
 
 
 def write_new(path: Path, text: str, *, force: bool = False) -> None:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
-from tokcost.files import allowed
+from tokcost.spec_errors import allowed
 
 FLAG_OF_FIELD = {
     "batch": "--batch",

@@ -24,7 +24,6 @@ from tokcost.models.spec import ModelSpec
 app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
 
 
-GPU_ONLY_KEYS = {"memory_gb", "memory_bandwidth_gb_s", "peak_tflops", "tdp_w"}
 
 
 class Kind(str, Enum):
@@ -67,7 +66,10 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
     path = Path(name_or_path)
     if path.is_file():
         data = load_mapping(path)
-        is_gpu = bool(GPU_ONLY_KEYS & set(data))
+        # whichever schema shares more keys with the file (a typo in one key must not flip the kind)
+        gpu_keys = set(GpuSpec.model_fields) - {"name", "source", "notes"}
+        model_keys = {f.alias or n for n, f in ModelSpec.model_fields.items()} - {"name", "source", "notes"}
+        is_gpu = len(gpu_keys & set(data)) > len(model_keys & set(data))
         return ("gpu", load_gpu(name_or_path)) if is_gpu else ("model", load_model(name_or_path))
     known = builtin_names("models") + builtin_names("gpus")
     import difflib

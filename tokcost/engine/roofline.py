@@ -83,7 +83,10 @@ def allreduce_seconds(payload_bytes: float, gpus: int, rates: Rates) -> float:
     if gpus == 1:
         return 0.0
     if rates.link_bytes_per_s is None:
-        raise UsageError("--gpus: this GPU spec has no interconnect_gb_s, so tensor parallelism can't be priced")
+        raise UsageError(
+            "--gpus: this GPU spec has no interconnect_gb_s (GPU-to-GPU GB/s per direction), so tensor parallelism "
+            "can't be priced; use --gpus 1, or add interconnect_gb_s to a copy of the spec"
+        )
     return 2 * (gpus - 1) / gpus * payload_bytes / rates.link_bytes_per_s + rates.link_latency_s
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from tokcost.catalog import builtin_names, locate
-from tokcost.files import validation_error
 from tokcost.hardware.spec import GpuSpec
+from tokcost.spec_errors import validation_error
 
 
 def load_gpu(name_or_path: str) -> GpuSpec:

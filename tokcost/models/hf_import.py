@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokcost.errors import SpecError
-from tokcost.files import validation_error
 from tokcost.models.spec import ModelSpec
+from tokcost.spec_errors import validation_error
 
 SUPPORTED = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",

@@ -7,9 +7,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tokcost.catalog import builtin_names, locate
-from tokcost.files import validation_error
 from tokcost.models.hf_import import from_hf_config, is_hf_config
 from tokcost.models.spec import ModelSpec
+from tokcost.spec_errors import validation_error
 
 
 def load_model(name_or_path: str) -> ModelSpec:

@@ -13,8 +13,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokcost.errors import SpecError
-from tokcost.files import load_mapping, validation_error
+from tokcost.files import load_mapping
 from tokcost.models.spec import Dtype
+from tokcost.spec_errors import validation_error
 
 Metric = Literal[
     "decode_tokens_per_s_per_sequence", "tpot_ms", "itl_ms", "ttft_ms", "e2e_ms", "throughput_tokens_per_s"
