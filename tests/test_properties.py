@@ -306,3 +306,16 @@ def corners(draw) -> tuple[ModelSpec, GpuSpec, Workload]:
 def test_output_is_finite_at_the_corners_of_the_schema(case):
     model, gpu, wl = case
     assert all(math.isfinite(x) for x in _numbers(estimate_dict(estimate(model, gpu, wl))))
+
+
+@PROPERTY
+@given(models(), gpus(), workloads(), st.integers(1, 512))
+def test_cost_per_output_token_never_rises_with_batch_while_memory_bound(model, gpu, wl, more):
+    priced = wl.model_copy(update={"price_per_hour_usd": 2.0})
+    small = estimate(model, gpu, priced)
+    large = estimate(model, gpu, priced.model_copy(update={"batch": wl.batch + more}))
+    assume(large.ceiling.decode_bound == "memory")
+    for scenario in ("ceiling", "expected"):
+        a = getattr(small, scenario).usd_per_million_output_tokens
+        b = getattr(large, scenario).usd_per_million_output_tokens
+        assert b <= a * (1 + 1e-9), (scenario, a, b)
