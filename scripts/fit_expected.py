@@ -22,7 +22,10 @@ from tokcost.validation.compare import GroupStats, RowResult, compare_rows, grou
 from tokcost.validation.data import load_rows
 from tokcost.validation.fit import (
     FAMILIES,
+    FAMILY_PARAMS,
     MIN_FAMILY_ROWS,
+    MIN_INFORMATIVE_ROWS,
+    SHARED_PARAMS,
     STARTING,
     FitResult,
     family_of,
@@ -67,24 +70,33 @@ def stats(results: list[RowResult], split: str, family: str | None = None) -> Gr
     return group_stats(split, chosen)
 
 
+def how_fitted(res: FitResult, family: str, name: str) -> str:
+    """Where one value of a family came from: own rows, pooled, shared or fixed."""
+    fam = next(f for f in res.families if f.family == family)
+    if name in res.fixed:
+        return "fixed"
+    if name in SHARED_PARAMS:
+        return "shared"
+    return "own" if name in fam.own else "pooled"
+
+
 def source_of(report: Report, family: str) -> str:
     """The provenance written into achievable.source: how, on what, and how well the fit did."""
     res = report.result
     fam = next(f for f in res.families if f.family == family)
-    how = (
-        f"fitted on the {fam.train_rows} {family} train rows"
-        if fam.own
-        else f"the pooled fit over all {res.train_rows} train rows ({family} has only {fam.train_rows} train rows, "
-        f"under {MIN_FAMILY_ROWS})"
-    )
+    parts = {kind: [n for n in (*FAMILY_PARAMS, *SHARED_PARAMS) if how_fitted(res, family, n) == kind]
+             for kind in ("own", "pooled", "shared", "fixed")}  # fmt: skip
+    how = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in parts.items() if names)
     test = stats(report.fitted, "test")
     return (
         f"Fitted by scripts/fit_expected.py on the train split of validation/published.yaml ({res.train_rows} of "
-        f"{report.rows_total} rows; train digest {res.data_digest}): {how}. Objective: mean |log(predicted / "
-        "measured)|, coordinate search on grids (fractions by 0.01; overhead by 5, 25, 100 us up to 10 ms). "
-        f"Held-out error over all families: median {test.median_abs_error:.1%}, p90 {test.p90_abs_error:.1%} "
-        f"on {test.rows} rows never seen by the fit. Written to every {family} GPU "
-        f"({', '.join(FAMILIES[family])}); members without rows of their own inherit the family's fractions. "
+        f"{report.rows_total} rows; train digest {res.data_digest}; {fam.train_rows} {family} train rows). Where "
+        f"each value comes from ({how}): own = the {family} train rows, pooled = every train row, shared = one "
+        "value for every family fitted over every train row, fixed = not fitted. Objective: mean |log(predicted / "
+        "measured)|, coordinate search on bounded grids (fractions 0.10-1.00 by 0.01; request overhead 0-50 ms; "
+        f"all-reduce latency 0-100 us). Held-out error over all families: median {test.median_abs_error:.1%}, "
+        f"p90 {test.p90_abs_error:.1%} on {test.rows} rows never seen by the fit. Written to every {family} GPU "
+        f"({', '.join(FAMILIES[family])}); members without rows of their own inherit the family's values. "
         "Split, errors and caveats: validation/README.md."
     )
 
@@ -121,23 +133,42 @@ def fit_markdown(report: Report) -> str:
     res = report.result
     lines = [
         f"Train digest `{res.data_digest}` ({res.train_rows} train rows of {report.rows_total}). "
-        "Regenerate with `python scripts/fit_expected.py`.",
+        "Regenerate with `python scripts/fit_expected.py`. Each value says where it comes from: *own* (the "
+        "family's train rows), *pooled* (every train row), *shared* (one value for every family, fitted over "
+        "every train row, each row under its family's other values), *fixed* (not fitted).",
         "",
-        "| family | fit | train rows | bandwidth | weight-only quant bandwidth | compute | step overhead (us) |",
-        "|:---|:---|---:|---:|---:|---:|---:|",
+        "| family | train rows | bandwidth | weight-only quant bandwidth | compute | step overhead (us) | "
+        "request overhead (ms) | all-reduce latency (us) |",
+        "|:---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    units = {"step_overhead_us": 1.0, "request_overhead_us": 1e-3, "allreduce_latency_us": 1.0}
+    names = ("bandwidth", "weight_only_quant_bandwidth", "compute", *units)
+
+    def cell(a: Achievable, name: str, how: str) -> str:
+        value = getattr(a, name)
+        text = "-" if value is None else f"{value:.2f}" if name not in units else f"{value * units[name]:g}"
+        return f"{text} ({how})"
+
     for f in res.families:
-        a = f.achievable
-        how = "own rows" if f.own else "pooled"
-        quant = "-" if a.weight_only_quant_bandwidth is None else f"{a.weight_only_quant_bandwidth:.2f}"
-        lines.append(
-            f"| {f.family} | {how} | {f.train_rows} | {a.bandwidth:.2f} | {quant} | {a.compute:.2f} | "
-            f"{a.step_overhead_us:g} |"
-        )
-    p = res.pooled
-    quant = "-" if p.weight_only_quant_bandwidth is None else f"{p.weight_only_quant_bandwidth:.2f}"
-    lines.append(f"| (pooled) | all train rows | {res.train_rows} | {p.bandwidth:.2f} | {quant} | {p.compute:.2f} | "
-                 f"{p.step_overhead_us:g} |")  # fmt: skip
+        cells = " | ".join(cell(f.achievable, n, how_fitted(res, f.family, n)) for n in names)
+        lines.append(f"| {f.family} | {f.train_rows} | {cells} |")
+    pooled_how = {n: "fixed" if n in res.fixed else "shared" if n in SHARED_PARAMS else "pooled" for n in names}
+    cells = " | ".join(cell(res.pooled, n, pooled_how[n]) for n in names)
+    lines.append(f"| (pooled) | {res.train_rows} | {cells} |")
+    counts = {f.family: dict(f.informative) for f in res.families}
+    overall = dict(res.informative)
+    lines += [
+        "",
+        f"Train rows that inform each parameter (a fifth of its range moves their prediction by 5% or more; "
+        f"a family fits a parameter on its own rows from {MIN_INFORMATIVE_ROWS}, and from {MIN_FAMILY_ROWS} train "
+        "rows in all):",
+        "",
+        "| parameter | " + " | ".join(FAMILIES) + " | all train rows |",
+        "|:---|" + "---:|" * (len(FAMILIES) + 1),
+    ]
+    for n in (*FAMILY_PARAMS, *SHARED_PARAMS):
+        per_family = " | ".join(str(counts[f][n]) if n in counts[f] else "-" for f in FAMILIES)
+        lines.append(f"| {n} | {per_family} | {overall[n]} |")
     lines += [
         "",
         "| model | train median | train p90 | held-out median | held-out p90 |",

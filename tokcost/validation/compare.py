@@ -21,6 +21,7 @@ from tokcost.engine.estimate import estimate
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
+from tokcost.units import WEIGHT_ONLY_DTYPES
 from tokcost.validation.data import Row, Split, split_of
 
 # Frameworks whose tokens/s is tokens generated / wall time of the whole generate() call, prefill included.
@@ -151,7 +152,10 @@ def group_stats(group: str, results: Sequence[RowResult]) -> GroupStats:
 ROW_CLASSES: dict[str, Callable[[Row], bool]] = {
     "class: tensor parallel (gpus > 1)": lambda r: r.gpus > 1,
     "class: MoE (mixtral)": lambda r: r.model.startswith("mixtral"),
-    "class: weight-only int8/int4": lambda r: r.weights in ("int8", "int4") and r.compute in ("bf16", "fp16"),
+    # weights narrower than a 16-bit matmul, dequantized in the kernel (is_weight_only's rule, fp8 included)
+    "class: weight-only (int8/int4/fp8 under 16-bit compute)": lambda r: (
+        r.weights in (*WEIGHT_ONLY_DTYPES, "fp8") and r.compute in ("bf16", "fp16")
+    ),
     "class: fp8 weights": lambda r: r.weights == "fp8",
 }
 
