@@ -24,8 +24,6 @@ from tokcost.models.spec import ModelSpec
 app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
 
 
-
-
 class Kind(str, Enum):
     """Which specs to list."""
 

@@ -163,9 +163,7 @@ def _resolve(device: str, dtype: str, mode: str) -> tuple[torch.device, str, lis
         raise MeasureError(f"device {device!r} is not supported; use cuda or cpu") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise MeasureError(
-                "CUDA is not available here (torch built without CUDA, or no GPU); use --device cpu"
-            )
+            raise MeasureError("CUDA is not available here (torch built without CUDA, or no GPU); use --device cpu")
         return (torch.device("cuda", torch.cuda.current_device()) if dev.index is None else dev), mode, []
     if dev.type != "cpu":
         raise MeasureError(f"device {device!r} is not supported; use cuda or cpu")
@@ -226,9 +224,7 @@ def measure_decode(
         )
     dev, used_mode, notes = _resolve(device, dtype, mode)
     if prompt_tokens + output_tokens > spec.max_context:
-        notes.append(
-            f"prompt + output ({prompt_tokens + output_tokens}) exceeds max_context ({spec.max_context})"
-        )
+        notes.append(f"prompt + output ({prompt_tokens + output_tokens}) exceeds max_context ({spec.max_context})")
     previous_threads = torch.get_num_threads()
     if dev.type == "cpu" and threads is not None:
         torch.set_num_threads(threads)
@@ -288,9 +284,7 @@ def _measure(
     """Build, warm up and time; see measure_decode."""
     max_seq = prompt_tokens + output_tokens
     progress(f"building {spec.name} ({spec.layers} layers, {dtype}) on {dev}")
-    model = build_model(
-        spec, dtype=TORCH_DTYPES[dtype], device=dev, max_batch=batch, max_seq=max_seq, seed=seed
-    )
+    model = build_model(spec, dtype=TORCH_DTYPES[dtype], device=dev, max_batch=batch, max_seq=max_seq, seed=seed)
     gen = DecodeRunner(model, random_prompt(spec, batch, prompt_tokens, dev, seed), output_tokens, mode)
     if mode == "graph":
         progress("capturing one decode step as a CUDA graph")
@@ -310,9 +304,7 @@ def _measure(
     for i in range(repeats):
         ttft_all.append(_timed(dev, gen.prefill))
         decode_all.append(_timed(dev, gen.decode))
-        progress(
-            f"run {i + 1}/{repeats}: ttft {ttft_all[-1] * 1e3:.2f} ms, decode {decode_all[-1] * 1e3:.2f} ms"
-        )
+        progress(f"run {i + 1}/{repeats}: ttft {ttft_all[-1] * 1e3:.2f} ms, decode {decode_all[-1] * 1e3:.2f} ms")
     avg_power_w = power_sampler.stop() if power_sampler is not None else None
     steps = output_tokens - 1
     tpot_all = [t / steps for t in decode_all]
@@ -328,9 +320,7 @@ def _measure(
         notes.append("power was not sampled (NVML unavailable)")
     elif avg_power_w is not None:
         notes.append("power is averaged over all timed repeats, prefill included")
-    joules = (
-        avg_power_w * statistics.median(decode_all) / (batch * steps) if avg_power_w is not None else None
-    )
+    joules = avg_power_w * statistics.median(decode_all) / (batch * steps) if avg_power_w is not None else None
     return LoopResult(
         device_name=_device_name(dev),
         dtype=dtype,

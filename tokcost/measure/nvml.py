@@ -146,9 +146,7 @@ class PowerSampler:
 
     def _sample(self) -> None:
         while True:
-            milliwatts = (
-                _optional(self._nvml, "nvmlDeviceGetPowerUsage", self._handle) if self._nvml else None
-            )
+            milliwatts = _optional(self._nvml, "nvmlDeviceGetPowerUsage", self._handle) if self._nvml else None
             if milliwatts is not None:
                 self._samples_w.append(milliwatts / 1e3)
             if self._stop.wait(self.interval_s):
@@ -164,12 +162,7 @@ class PowerSampler:
         elapsed_s = time.perf_counter() - self._t0
         energy_mj = _optional(self._nvml, "nvmlDeviceGetTotalEnergyConsumption", self._handle)
         self._shutdown()
-        if (
-            self._energy_mj is not None
-            and energy_mj is not None
-            and elapsed_s > 0
-            and energy_mj > self._energy_mj
-        ):
+        if self._energy_mj is not None and energy_mj is not None and elapsed_s > 0 and energy_mj > self._energy_mj:
             self.method = "energy"
             return (energy_mj - self._energy_mj) / 1e3 / elapsed_s
         if self._samples_w:

@@ -68,9 +68,7 @@ def _setup(device: torch.device | str, dtype: str) -> tuple[torch.device, torch.
     return dev, _DTYPES[dtype]
 
 
-def _median_seconds(
-    dev: torch.device, fn: Callable[[], object], repeats: int, warmup: int = 2
-) -> list[float]:
+def _median_seconds(dev: torch.device, fn: Callable[[], object], repeats: int, warmup: int = 2) -> list[float]:
     """Seconds per call of fn, `repeats` times after `warmup` calls: CUDA events or wall clock."""
     for _ in range(warmup):
         fn()
@@ -130,9 +128,7 @@ def probe_copy(
     dst = torch.empty_like(src)
     times = _median_seconds(dev, lambda: dst.copy_(src), repeats or _REPEATS[dev.type])
     work = 2 * n * tdtype.itemsize  # one read and one write of every element
-    return _result(
-        "copy", "bytes_per_s", work, f"{n * tdtype.itemsize / _MIB:.0f} MiB copied", dev, dtype, times
-    )
+    return _result("copy", "bytes_per_s", work, f"{n * tdtype.itemsize / _MIB:.0f} MiB copied", dev, dtype, times)
 
 
 @torch.inference_mode()

@@ -39,9 +39,7 @@ class MoeSpec(BaseModel):
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoeSpec:
         if self.experts_per_token > self.experts:
-            raise ValueError(
-                f"experts_per_token ({self.experts_per_token}) must be at most experts ({self.experts})"
-            )
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most experts ({self.experts})")
         return self
 
 
