@@ -109,3 +109,19 @@ def test_calibrate_writes_a_spec_estimate_accepts(cli, tmp_path):
     assert est.json()["ceiling"]["joules_per_output_token"] is None
     again = cli("calibrate", "--device", "cpu", "--out", str(out))
     assert again.exit_code == 2 and "--force" in again.stderr
+
+
+def test_without_torch_measure_says_how_to_install_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+        "from tokcost.cli.app import main\n"
+        f"sys.exit(main(['measure', '-m', {TINY!r}, '--device', 'cpu']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (
+        "error: torch is not installed; install the measure extra: pip install 'tokcost[measure]' (torch, nvidia-ml-py)"
+    )
