@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -15,8 +15,10 @@ from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
-from tokcost.validation.compare import GroupStats, RowResult, Summary, compare_rows, summarize
-from tokcost.validation.data import Row, load_rows
+
+if TYPE_CHECKING:  # the validation modules load only when `tokcost validate` runs (start-up stays small)
+    from tokcost.validation.compare import GroupStats, RowResult, Summary
+    from tokcost.validation.data import Row
 
 # From a checkout (or an editable install) the data sits next to the package: <repo>/validation/published.yaml.
 DEFAULT_DATA = Path(tokcost.__file__).resolve().parents[1] / "validation" / "published.yaml"
@@ -58,6 +60,9 @@ def load_specs(rows: list[Row], where: str) -> tuple[dict[str, ModelSpec], dict[
 
 def run_validation(path: Path) -> tuple[list[RowResult], Summary]:
     """Load the rows and the built-in specs they name, price every row, summarize."""
+    from tokcost.validation.compare import compare_rows, summarize
+    from tokcost.validation.data import load_rows
+
     rows = load_rows(path)
     models, gpus = load_specs(rows, str(path))
     results = compare_rows(rows, models, gpus)
