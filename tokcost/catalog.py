@@ -19,17 +19,21 @@ def builtin_names(kind: Kind) -> list[str]:
     return sorted(entry.name.removesuffix(".yaml") for entry in folder.iterdir() if entry.name.endswith(".yaml"))
 
 
-def unknown_name(kind: Kind, name: str) -> SpecError:
-    """An error that lists the known names, closest first: names the input starts, then near spellings."""
-    names = builtin_names(kind)
+def suggest(names: list[str], name: str) -> tuple[str, list[str]]:
+    """('did you mean ...? ', closest names first): names the input starts, then near spellings."""
     wanted = name.lower()
     starting = [n for n in names if n.startswith(wanted)]
     close = starting + [n for n in difflib.get_close_matches(wanted, names, n=3, cutoff=0.5) if n not in starting]
-    rest = [n for n in names if n not in close]
     if len(starting) > 1:
-        hint = f"did you mean one of {', '.join(starting)}? "
-    else:
-        hint = f"did you mean {close[0]}? " if close else ""
+        return f"did you mean one of {', '.join(starting)}? ", close
+    return (f"did you mean {close[0]}? " if close else ""), close
+
+
+def unknown_name(kind: Kind, name: str) -> SpecError:
+    """An error that lists the known names, closest first."""
+    names = builtin_names(kind)
+    hint, close = suggest(names, name)
+    rest = [n for n in names if n not in close]
     singular = kind.removesuffix("s")
     return SpecError(name, f"not a built-in {singular} nor a file; {hint}known {kind}: {', '.join(close + rest)}")
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 
-from tokcost.catalog import builtin_names
+from tokcost.catalog import builtin_names, suggest
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.errors import SpecError, TokcostError
@@ -57,9 +57,9 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
 
 
 def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
-    if name_or_path in builtin_names("models"):
+    if name_or_path.lower() in builtin_names("models"):
         return "model", load_model(name_or_path)
-    if name_or_path in builtin_names("gpus"):
+    if name_or_path.lower() in builtin_names("gpus"):
         return "gpu", load_gpu(name_or_path)
     path = Path(name_or_path)
     if path.is_file():
@@ -69,11 +69,7 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
         model_keys = {f.alias or n for n, f in ModelSpec.model_fields.items()} - {"name", "source", "notes"}
         is_gpu = len(gpu_keys & set(data)) > len(model_keys & set(data))
         return ("gpu", load_gpu(name_or_path)) if is_gpu else ("model", load_model(name_or_path))
-    known = builtin_names("models") + builtin_names("gpus")
-    import difflib
-
-    close = difflib.get_close_matches(name_or_path, known, n=1, cutoff=0.5)
-    hint = f"did you mean {close[0]}? " if close else ""
+    hint, _ = suggest(builtin_names("models") + builtin_names("gpus"), name_or_path)
     raise SpecError(name_or_path, f"not a built-in spec nor a file; {hint}see 'tokcost specs list'")
 
 

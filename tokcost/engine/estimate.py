@@ -20,6 +20,13 @@ PER_MILLION = 1e6
 CRITICAL_BATCH_SEARCH_LIMIT = 1 << 24
 
 
+def usd_per_million_tokens(price_per_hour_usd: float | None, gpus: int, seconds: float, tokens: float) -> float | None:
+    """$ per GPU-hour x GPUs / 3600 x the seconds `tokens` tokens take x 1e6; None without a price."""
+    if price_per_hour_usd is None:
+        return None
+    return price_per_hour_usd * gpus / SECONDS_PER_HOUR * seconds / tokens * PER_MILLION
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """Times, rates and costs under one set of rates (datasheet peaks, or achievable fractions)."""
@@ -108,7 +115,6 @@ def _scenario(
     )
     tpot = mean_decode_seconds(model, wl, p, rates)
     ttft = prefill.seconds
-    usd_per_s = price * wl.gpus / SECONDS_PER_HOUR if price is not None else None
     mean_context = wl.prompt_tokens + wl.output_tokens / 2
     return Scenario(
         ttft_s=ttft,
@@ -118,10 +124,9 @@ def _scenario(
         prefill_bound=prefill.bound,
         decode_bound=decode_step(model, wl, p, rates, mean_context).bound,
         # input tokens are priced by prefill time, output tokens by decode time, both per GPU-hour x GPUs
-        usd_per_million_input_tokens=usd_per_s * ttft / (wl.batch * wl.prompt_tokens) * PER_MILLION
-        if usd_per_s is not None
-        else None,
-        usd_per_million_output_tokens=usd_per_s * tpot / wl.batch * PER_MILLION if usd_per_s is not None else None,
+        # input tokens are priced by prefill time, output tokens by decode time, both per GPU-hour x GPUs
+        usd_per_million_input_tokens=usd_per_million_tokens(price, wl.gpus, ttft, wl.batch * wl.prompt_tokens),
+        usd_per_million_output_tokens=usd_per_million_tokens(price, wl.gpus, tpot, wl.batch),
         # board power (TDP) for the whole step: an upper bound on energy per token
         joules_per_output_token=gpu.tdp_w * wl.gpus * tpot / wl.batch if gpu.tdp_w else None,
         prefill=prefill,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tokcost.engine.estimate import PER_MILLION, SECONDS_PER_HOUR, critical_batch, decode_step, mean_decode_seconds
+from tokcost.engine.estimate import critical_batch, decode_step, mean_decode_seconds, usd_per_million_tokens
 from tokcost.engine.memory import memory_report, per_gpu_bytes
 from tokcost.engine.roofline import ceiling_rates, expected_rates
 from tokcost.engine.workload import Workload, is_weight_only, resolve_precision
@@ -63,9 +63,7 @@ def sweep(model: ModelSpec, gpu: GpuSpec, base: Workload, batches: list[int], pr
                 model=model.name, gpu=gpu.name, gpus=wl.gpus, batch=batch, prompt_tokens=prompt,
                 output_tokens=wl.output_tokens, tpot_s=tpot, decode_tokens_per_s=batch / tpot,
                 ceiling_tpot_s=ceiling_tpot, ceiling_decode_tokens_per_s=batch / ceiling_tpot,
-                # output tokens priced by decode time: $/h x GPUs / 3600 x TPOT / batch x 1e6
-                usd_per_million_output_tokens=price * wl.gpus / SECONDS_PER_HOUR * tpot / batch * PER_MILLION
-                if price is not None else None,
+                usd_per_million_output_tokens=usd_per_million_tokens(price, wl.gpus, tpot, batch),
                 memory_bytes=used * wl.gpus, fits=used <= gpu.memory_bytes, max_batch=limits.max_batch,
                 critical_batch=critical,
                 decode_bound=decode_step(model, wl, p, ceiling, mean_context).bound,  # same rates as critical
