@@ -35,7 +35,7 @@ from tokcost.validation.fit import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "validation" / "published.yaml"
+DATA = ROOT / "tokcost" / "validation" / "published.yaml"
 SPECS = ROOT / "tokcost" / "specs" / "gpus"
 VALIDATION_README = ROOT / "validation" / "README.md"
 FIT_BLOCK = re.compile(r"(<!-- fit:start -->\n)(.*?)(<!-- fit:end -->)", re.S)

@@ -1,7 +1,7 @@
 """Regenerate the README's validation summary from `tokcost validate`, so the README cannot drift.
 
 The text between `<!-- validation:start -->` and `<!-- validation:end -->` in README.md becomes the summary
-table that `tokcost validate --format markdown` prints for validation/published.yaml; nothing else changes.
+table that `tokcost validate --format markdown` prints for tokcost/validation/published.yaml; nothing else changes.
 `--check` writes nothing and exits 1 when the README differs.
 
 Usage: python scripts/update_readme_validation.py [--check]
@@ -18,7 +18,7 @@ from tokcost.cli.validate_cmd import run_validation, summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DATA = ROOT / "validation" / "published.yaml"
+DATA = ROOT / "tokcost" / "validation" / "published.yaml"
 SECTION = re.compile(r"(<!-- validation:start -->\n)(.*?)(<!-- validation:end -->)", re.S)
 
 

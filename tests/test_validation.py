@@ -22,7 +22,7 @@ from tokcost.validation.data import Row, load_rows, split_of
 from tokcost.validation.fit import FAMILIES, GRIDS_US, SHARED_PARAMS, Predictor, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "validation" / "published.yaml"
+DATA = ROOT / "tokcost" / "validation" / "published.yaml"
 
 if "validate" not in {c.name for c in app.registered_commands}:  # until cli/app.py registers it
     app.command("validate")(validate)

@@ -20,22 +20,22 @@ if TYPE_CHECKING:  # the validation modules load only when `tokcost validate` ru
     from tokcost.validation.compare import GroupStats, RowResult, Summary
     from tokcost.validation.data import Row
 
-# From a checkout (or an editable install) the data sits next to the package: <repo>/validation/published.yaml.
-DEFAULT_DATA = Path(tokcost.__file__).resolve().parents[1] / "validation" / "published.yaml"
+# The published measurements ship inside the package, so `pip install .` and a wheel can validate too.
+DEFAULT_DATA = Path(tokcost.__file__).resolve().parent / "validation" / "published.yaml"
 
 DataOpt = Annotated[
     Optional[Path],
-    typer.Option("--data", help="Published measurements YAML (default: validation/published.yaml of the checkout)."),
+    typer.Option("--data", help="Published measurements YAML (default: the published rows shipped with tokcost)."),
 ]
 
 
 def data_path(data: Path | None) -> Path:
-    """The file to read: --data, else the checkout's validation/published.yaml, else a clear error."""
+    """The file to read: --data, else the packaged tokcost/validation/published.yaml, else a clear error."""
     if data is not None:
         return data
     if not DEFAULT_DATA.is_file():
         raise UsageError(
-            f"--data: no validation/published.yaml at {DEFAULT_DATA} (tokcost installed without its repository); "
+            f"--data: no published.yaml at {DEFAULT_DATA} (this tokcost was installed without its data); "
             "pass --data FILE"
         )
     return DEFAULT_DATA

@@ -1,4 +1,4 @@
-"""Published measurements (validation/published.yaml) as frozen rows, and their deterministic train/test split.
+"""Published measurements (tokcost/validation/published.yaml) as frozen rows, and their deterministic train/test split.
 
 Each row is one number a framework or vendor printed, with the workload it was measured on. The only keys
 tokcost adds to a published row are `exclude` (a reason not to use it) and `split` (train/test override).
