@@ -35,10 +35,12 @@ def workload_from_flags(**flags: Any) -> Workload:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "cached_prefix_tokens"  # the one cross-field check
-        if first["loc"] and field in Workload.model_fields:
+        if first["loc"] and field in Workload.model_fields and first["type"] != "value_error":
             message = f"must be {allowed(Workload.model_fields[field])} (got {first['input']!r:.40})"
         else:
-            message = first["msg"].removeprefix("Value error, ")
+            message = first["msg"].removeprefix("Value error, ") + (
+                f" (got {first['input']!r:.40})" if first["loc"] else ""
+            )
         raise UsageError(f"{FLAG_OF_FIELD.get(field, field)}: {message}") from None
 
 

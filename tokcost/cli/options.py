@@ -25,18 +25,6 @@ class TableFormat(str, Enum):
     json = "json"
 
 
-class StorageDtype(str, Enum):
-    """Weight / KV storage formats."""
-
-    fp32 = "fp32"
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp8 = "fp8"
-    int8 = "int8"
-    int4 = "int4"
-    fp4 = "fp4"
-
-
 class ComputeDtype(str, Enum):
     """Matmul dtypes a GPU may list a dense peak for."""
 
@@ -46,6 +34,7 @@ class ComputeDtype(str, Enum):
     fp16 = "fp16"
     fp8 = "fp8"
     int8 = "int8"
+    int4 = "int4"
     fp4 = "fp4"
 
 
@@ -56,9 +45,16 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Concurrent sequenc
 PromptOpt = Annotated[int, typer.Option("--prompt", "-p", help="Prompt tokens per sequence.")]
 OutputOpt = Annotated[int, typer.Option("--output", "-o", help="Output tokens per sequence.")]
 WeightsOpt = Annotated[
-    Optional[StorageDtype], typer.Option("--weights", help="Block linear weight format (default: the model's).")
+    Optional[str],
+    typer.Option(
+        "--weights",
+        help="Block linear weight format (default: the model's as shipped): bf16, fp8, int8, int4 (= int4-g128), "
+        "int4-g<N>[-sym|-z16], fp4, nvfp4, nf4, q4_k_m, q5_k_m, q8_0, ...",
+    ),
 ]
-KvOpt = Annotated[Optional[StorageDtype], typer.Option("--kv-dtype", help="KV cache format (default: the model's).")]
+KvOpt = Annotated[
+    Optional[str], typer.Option("--kv-dtype", help="KV cache format (default: the model's): bf16, fp8, int8, ...")
+]
 ComputeOpt = Annotated[
     Optional[ComputeDtype],
     typer.Option("--compute-dtype", help="Matmul dtype whose peak applies (default: the model's)."),

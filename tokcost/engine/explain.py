@@ -7,7 +7,7 @@ from tokcost.engine.estimate import Estimate
 from tokcost.engine.memory import RESERVE_FRACTION
 from tokcost.engine.roofline import ceiling_rates
 from tokcost.engine.traffic import matmul_params_per_token
-from tokcost.units import DTYPE_BITS
+from tokcost.formats import bits_of
 
 
 def explain(e: Estimate) -> list[tuple[str, list[str]]]:
@@ -20,9 +20,9 @@ def explain(e: Estimate) -> list[tuple[str, list[str]]]:
     c = e.mean_decode_context
     kv_tok = m.kv_bytes_per_token(p.kv)
     kv_formula = (
-        f"{m.layers} layers x ({m.mla.kv_lora_rank} latent + {m.mla.rope_head_dim} rope) x {DTYPE_BITS[p.kv] / 8:g} B"
+        f"{m.layers} layers x ({m.mla.kv_lora_rank} latent + {m.mla.rope_head_dim} rope) x {bits_of(p.kv) / 8:g} B"
         if m.mla
-        else f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} head_dim x {DTYPE_BITS[p.kv] / 8:g} B"
+        else f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} head_dim x {bits_of(p.kv) / 8:g} B"
     )
     sections = [
         (

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokcost.models.spec import Dtype, ModelSpec
-from tokcost.units import DTYPE_BITS, WEIGHT_ONLY_DTYPES
+from tokcost import formats
+from tokcost.formats import FormatName
+from tokcost.models.spec import ModelSpec
 
 ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when estimating
 
@@ -19,8 +20,8 @@ class Workload(BaseModel):
     prompt_tokens: int = Field(default=1024, ge=1, le=100_000_000)
     output_tokens: int = Field(default=256, ge=1, le=100_000_000)
     gpus: int = Field(default=1, ge=1, le=4096)
-    weights_dtype: Dtype | None = None
-    kv_dtype: Dtype | None = None
+    weights_dtype: FormatName | None = None
+    kv_dtype: FormatName | None = None
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
@@ -60,37 +61,41 @@ class Precision(BaseModel):
     @property
     def weight_bytes(self) -> float:
         """Bytes per block-linear weight."""
-        return DTYPE_BITS[self.weights] / 8
+        return formats.get(self.weights).bytes
 
     @property
     def expert_bytes(self) -> float:
         """Bytes per expert weight."""
-        return DTYPE_BITS[self.experts] / 8
+        return formats.get(self.experts).bytes
 
     @property
     def embedding_bytes(self) -> float:
         """Bytes per embedding / LM-head weight."""
-        return DTYPE_BITS[self.embedding] / 8
+        return formats.get(self.embedding).bytes
 
     @property
     def activation_bytes(self) -> float:
         """Bytes per activation element."""
-        return DTYPE_BITS[self.activation] / 8
+        return formats.get(self.activation).bytes
+
+
+def same_tensor_rate(a: str | None, b: str) -> bool:
+    """Whether matmuls in dtypes `a` and `b` run at one peak (fp16 and bf16 share tensor-core rates)."""
+    return a == b or {a, b} == {"fp16", "bf16"}
 
 
 def is_weight_only(p: Precision) -> bool:
-    """Weights narrower than the matmul dtype, dequantized in the kernel: int8/int4/fp4, or fp8 under 16-bit compute."""
-    narrow = (p.weights, p.experts)
-    return any(d in WEIGHT_ONLY_DTYPES for d in narrow) or ("fp8" in narrow and p.compute != "fp8")
+    """Weights dequantized inside the matmul: their format does not run natively at the compute dtype."""
+    return not all(same_tensor_rate(formats.get(d).native_compute, p.compute) for d in (p.weights, p.experts))
 
 
 def resolve_precision(model: ModelSpec, workload: Workload) -> Precision:
     """Fill unset dtypes from the model: weights and KV at the model dtype, experts as shipped."""
-    weights = workload.weights_dtype or model.dtype
+    weights = workload.weights_dtype or model.weights_dtype or model.dtype
     experts = workload.weights_dtype or (model.moe.expert_dtype if model.moe else None) or weights
-    # Weight-only formats (int8, int4, fp4) dequantize into 16-bit matmuls; fp8 weights keep the
-    # 16-bit peak too unless --compute-dtype fp8 says activations are fp8 as well.
-    compute = workload.compute_dtype or model.dtype
+    # Weight-only formats (int4 AWQ/GPTQ, GGUF, NF4) dequantize into 16-bit matmuls; a checkpoint that
+    # quantizes activations too (FP8 or INT8 W8A8) states its compute_dtype; --compute-dtype overrides both.
+    compute = workload.compute_dtype or (model.compute_dtype if workload.weights_dtype is None else None) or model.dtype
     activation = "fp32" if model.dtype == "fp32" else "bf16"
     return Precision(
         weights=weights,

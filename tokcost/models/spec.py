@@ -15,9 +15,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokcost.units import DTYPE_BITS
+from tokcost.formats import FormatName, bits_of
 
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+# The unquantized dtype of a model: activations, norms, embedding and LM head (quantized formats go in
+# weights_dtype / moe.expert_dtype).
+BaseDtype = Literal["fp32", "bf16", "fp16"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -34,7 +36,7 @@ class MoeSpec(BaseModel):
     shared_expert_intermediate_size: int | None = Field(default=None, ge=1, le=1_000_000)
     dense_layers: int = Field(default=0, ge=0, le=1000)
     dense_intermediate_size: int | None = Field(default=None, ge=1, le=1_000_000)
-    expert_dtype: Dtype | None = None
+    expert_dtype: FormatName | None = None  # routed experts as shipped (gpt-oss: MXFP4), else weights_dtype
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoeSpec:
@@ -80,7 +82,11 @@ class ModelSpec(BaseModel):
     vocab_size: int = Field(ge=1, le=100_000_000)
     tied_embeddings: bool = False
     attention_bias: bool = False
-    dtype: Dtype = "bf16"
+    dtype: BaseDtype = "bf16"
+    # block linears as shipped when quantized (AWQ int4-g128, FP8 checkpoints, GGUF q4_k_m); None: at `dtype`
+    weights_dtype: FormatName | None = None
+    # matmul dtype of a checkpoint that quantizes activations too (FP8 / INT8 W8A8); None: at `dtype`
+    compute_dtype: Literal["fp8", "int8", "int4", "fp4"] | None = None
     max_context: int = Field(ge=1, le=1_000_000_000)
     params_total_stated: int | None = Field(default=None, alias="params_total", ge=1, le=10**15)
     moe: MoeSpec | None = None
@@ -261,7 +267,7 @@ class ModelSpec(BaseModel):
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
         """KV bytes one token adds across all layers: 2 x layers x kv_heads x head_dim x bytes."""
-        bits = DTYPE_BITS[kv_dtype or self.dtype]
+        bits = bits_of(kv_dtype or self.dtype)
         return self.layers * self.kv_elements_per_token_per_layer * bits / 8
 
     def attended_tokens(self, context_tokens: float) -> float:

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.estimate import estimate
-from tokcost.engine.workload import Workload
+from tokcost.engine.workload import Workload, same_tensor_rate
+from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
-from tokcost.units import WEIGHT_ONLY_DTYPES
 from tokcost.validation.data import Row, Split, split_of
 
 # Frameworks whose tokens/s is tokens generated / wall time of the whole generate() call, prefill included.
@@ -154,7 +154,7 @@ ROW_CLASSES: dict[str, Callable[[Row], bool]] = {
     "class: MoE (mixtral)": lambda r: r.model.startswith("mixtral"),
     # weights narrower than a 16-bit matmul, dequantized in the kernel (is_weight_only's rule, fp8 included)
     "class: weight-only (int8/int4/fp8 under 16-bit compute)": lambda r: (
-        r.weights in (*WEIGHT_ONLY_DTYPES, "fp8") and r.compute in ("bf16", "fp16")
+        r.compute in ("bf16", "fp16") and not same_tensor_rate(get_format(r.weights).native_compute, r.compute)
     ),
     "class: fp8 weights": lambda r: r.weights == "fp8",
 }

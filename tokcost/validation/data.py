@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
-from tokcost.models.spec import Dtype
+from tokcost.formats import FormatName
 from tokcost.spec_errors import validation_error
 
 Metric = Literal[
@@ -41,8 +41,8 @@ class Row(BaseModel):
     model: str = Field(min_length=1, max_length=200)
     gpu: str = Field(min_length=1, max_length=200)
     gpus: int = Field(ge=1, le=4096)
-    weights: Dtype
-    kv: Dtype
+    weights: FormatName
+    kv: FormatName
     compute: str = Field(min_length=1, max_length=16)
     batch: int = Field(ge=1, le=1_000_000)
     prompt_tokens: int = Field(ge=1, le=100_000_000)

@@ -1,0 +1,127 @@
+"""Storage formats of weights and KV cache: bits per element with their scales, and the matmul they feed.
+
+A format's bits include its quantization metadata, so bytes = elements x bits / 8 is the whole footprint:
+- group quantization (AWQ, GPTQ, torchao): `int4-g128` holds 4-bit codes plus one 16-bit scale and one
+  packed 4-bit zero point per 128 weights: 4 + 16/128 + 4/128 = 4.156 bits; `-sym` drops the zero point;
+  `-z16` keeps a 16-bit zero point (torchao and gpt-fast's int4: 4 + 32/g);
+- block formats (OCP MX, NVFP4, bitsandbytes, llama.cpp's GGUF) carry a scale per block of fixed size;
+- the GGUF "K" mixtures (Q4_K_M, Q5_K_M) mix block types across tensors: their bits per weight are the
+  measured averages llama.cpp publishes, not a formula.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Final
+
+from pydantic import AfterValidator
+
+SCALE_BITS: Final = 16  # fp16/bf16 scale per group (AWQ, GPTQ, torchao)
+_GROUPED = re.compile(r"^int(?P<bits>4|8)-g(?P<group>\d{1,5})(?P<zero>-sym|-z16)?$")
+GROUPED_GRAMMAR: Final = "int4-g<group>[-sym|-z16] or int8-g<group>[-sym|-z16]"
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One storage format: bits per element (metadata included) and the tensor-core dtype it runs natively on."""
+
+    name: str
+    bits: float
+    native_compute: str | None  # peak_tflops key that multiplies it without dequantizing; None: always dequantized
+    source: str
+
+    @property
+    def bytes(self) -> float:
+        """Bytes per element, metadata included."""
+        return self.bits / 8
+
+
+_LLAMA_CPP_TABLE = (
+    "llama.cpp tools/quantize/README.md, 'Llama 2 7B' table of bits per weight (a mixture: the average over "
+    "the model's tensors)"
+)
+_GGML_BLOCKS = "llama.cpp ggml-common.h block layouts (block_q8_0: 32 int8 + fp16 scale; block_q4_0: 32 x 4 bit + fp16)"
+
+FORMATS: Final[dict[str, Format]] = {
+    f.name: f
+    for f in (
+        Format("fp32", 32.0, "fp32", "IEEE 754 single precision"),
+        Format("bf16", 16.0, "bf16", "bfloat16"),
+        Format("fp16", 16.0, "fp16", "IEEE 754 half precision"),
+        # per-tensor, per-channel or 128x128-block scales (DeepSeek-V3: one fp32 per 16,384 weights): < 0.03%
+        Format("fp8", 8.0, "fp8", "OCP FP8 (E4M3/E5M2); scale overhead under 0.03% for per-channel or 128x128 blocks"),
+        # per-channel scales (LLM.int8, SmoothQuant, compressed-tensors W8A8/W8A16): one per row, negligible
+        Format("int8", 8.0, "int8", "8-bit integers with per-channel scales (negligible overhead)"),
+        # the AWQ / GPTQ default: group 128, fp16 scale, 4-bit zero point packed beside the codes
+        Format("int4", 4.0 + 16 / 128 + 4 / 128, "int4", "= int4-g128: the AWQ/GPTQ default, group 128, zero points"),
+        Format("fp4", 4.0 + 8 / 32, "fp4", "MXFP4, OCP Microscaling spec v1.0: blocks of 32 with an 8-bit E8M0 scale"),
+        Format("nvfp4", 4.0 + 8 / 16, "fp4", "NVFP4 (NVIDIA Blackwell): blocks of 16 with an FP8 E4M3 scale"),
+        # bitsandbytes 4-bit: blocks of 64 with an fp32 absmax; double quantization stores absmax in 8 bits with
+        # an fp32 scale per 256 blocks (Dettmers et al. 2023, QLoRA, section 3): 4 + 8/64 + 32/(64 x 256)
+        Format("nf4", 4.0 + 32 / 64, None, "bitsandbytes NF4, blocksize 64, fp32 absmax (QLoRA paper, sec. 2-3)"),
+        Format("nf4-dq", 4.0 + 8 / 64 + 32 / (64 * 256), None, "bitsandbytes NF4 with double quantization (QLoRA)"),
+        Format("q8_0", 8.5, None, _GGML_BLOCKS),
+        Format("q4_0", 4.5, None, _GGML_BLOCKS),
+        Format("q4_k_m", 4.84, None, _LLAMA_CPP_TABLE),
+        Format("q4_k_s", 4.58, None, _LLAMA_CPP_TABLE),
+        Format("q5_k_m", 5.68, None, _LLAMA_CPP_TABLE),
+        Format("q5_k_s", 5.52, None, _LLAMA_CPP_TABLE),
+        Format("q6_k", 6.56, None, _LLAMA_CPP_TABLE),
+        Format("q3_k_m", 3.91, None, _LLAMA_CPP_TABLE),
+        Format("q2_k", 3.35, None, _LLAMA_CPP_TABLE),
+    )
+}
+
+# Formats an activation can also take (the dtype of activations, all-reduce payloads and logits).
+ACTIVATION_FORMATS: Final = ("fp32", "bf16", "fp16")
+
+
+def grouped(bits: int, group: int, zero: str = "") -> Format:
+    """`int4-g128` and kin: codes, a 16-bit scale per group, and a zero point (4-bit packed, 16-bit, or none)."""
+    zero_bits = {"": bits, "-z16": 16, "-sym": 0}[zero]
+    total = bits + SCALE_BITS / group + zero_bits / group
+    what = {"": f"{bits}-bit zero point", "-z16": "16-bit zero point", "-sym": "no zero point (symmetric)"}[zero]
+    return Format(
+        f"int{bits}-g{group}{zero}",
+        total,
+        f"int{bits}",
+        f"group quantization: {bits} + {SCALE_BITS}/{group} (fp16 scale) + {zero_bits}/{group} ({what}) bits",
+    )
+
+
+def lookup(name: str) -> Format | None:
+    """The format called `name` (case-insensitive), parsing grouped integer formats; None if unknown."""
+    key = name.strip().lower()
+    if key in FORMATS:
+        return FORMATS[key]
+    m = _GROUPED.match(key)
+    if m and 1 <= int(m["group"]) <= 65536:
+        return grouped(int(m["bits"]), int(m["group"]), m["zero"] or "")
+    return None
+
+
+def known_formats() -> str:
+    """The format names, comma-separated, for error messages."""
+    return ", ".join(FORMATS) + f", {GROUPED_GRAMMAR}"
+
+
+def get(name: str) -> Format:
+    """The format called `name`; a ValueError naming the allowed ones otherwise."""
+    found = lookup(name)
+    if found is None:
+        raise ValueError(f"unknown format {name!r}; allowed: {known_formats()}")
+    return found
+
+
+def bits_of(name: str) -> float:
+    """Bits per element of a format, metadata included."""
+    return get(name).bits
+
+
+def _canonical(name: str) -> str:
+    return get(name).name
+
+
+# A storage format name in a spec or a flag: validated and normalized (lower case) by pydantic.
+FormatName = Annotated[str, AfterValidator(_canonical)]
