@@ -175,7 +175,6 @@ def test_sweep_marks_critical_batch_and_memory(cli):
         (["estimate", "-m", "lama-3.1-8b", "-g", "h100-sxm"], "did you mean llama-3.1-8b?"),
         (["estimate", "-m", "llama-3.1-8b", "-g", "h100"], "did you mean one of h100-nvl, h100-pcie, h100-sxm?"),
         (["estimate", "-m", "", "-g", "h100-sxm"], "no model given"),
-        (["estimate", "-m", "llama-3.1-8b", "-g", "l40s", "--gpus", "2"], "add interconnect_gb_s"),
         (["sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,x"], "--batch"),
         (["estimate", "-m", "llama-3.1-8b", "-g", "l4", "--compute-dtype", "fp4"], "--compute-dtype"),
     ],

@@ -17,7 +17,7 @@ def gpu_with(bandwidth_gb_s: float, bf16_tflops: float = 989.4, memory_gb: float
     return GpuSpec(
         name="test-gpu", source="test", memory_gb=memory_gb, memory_bandwidth_gb_s=bandwidth_gb_s,
         peak_tflops={"bf16": bf16_tflops, "fp16": bf16_tflops, "fp8": 2 * bf16_tflops}, tdp_w=700,
-        interconnect_gb_s=450,
+        link={"kind": "nvlink4", "gb_s": 450, "latency_us": 5, "source": "test"},
     )  # fmt: skip
 
 

@@ -58,7 +58,7 @@ def test_calibrated_spec_round_trips_and_keeps_datasheet_extras():
     probes = {"stream": probe(2.9e12, "GEMV"), "copy": probe(2.7e12, "copy"), "matmul": probe(7.1e14, "GEMM")}
     spec = calibrated_spec(facts, probes, "bf16", load_gpu("h100-sxm"), today=dt.date(2026, 11, 29))
     assert spec.memory_bandwidth_gb_s == 2900 and spec.peak_tflops == {"bf16": 710.0, "fp16": 710.0}
-    assert spec.interconnect_gb_s == 450 and spec.tdp_w == 700
+    assert spec.link is not None and spec.link.gb_s == 450 and spec.tdp_w == 700
     assert spec.achievable.bandwidth == 1.0 and spec.provenance["date"] == "2026-11-29"
     again = GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec)))
     assert again == spec

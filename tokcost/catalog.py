@@ -10,7 +10,7 @@ from typing import Any, Literal
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 
-Kind = Literal["models", "gpus"]
+Kind = Literal["models", "gpus", "networks"]
 
 
 def builtin_names(kind: Kind) -> list[str]:

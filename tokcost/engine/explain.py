@@ -63,7 +63,7 @@ def explain(e: Estimate) -> list[tuple[str, list[str]]]:
                 + (
                     f" = {2 * m.layers} all-reduces x ring(2 x {n - 1}/{n} x "
                     f"{comm.bytes / max(2 * m.layers, 1):,.0f} B "
-                    f"/ {g.interconnect_gb_s or 0:g} GB/s + {g.interconnect_latency_us:g} us)"
+                    f"/ {g.link.gb_s if g.link else 0:g} GB/s + {g.link.latency_us if g.link else 0:g} us)"
                     if n > 1
                     else " (1 GPU)"
                 ),

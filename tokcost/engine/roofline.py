@@ -36,7 +36,10 @@ def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
             f"--compute-dtype: {gpu.name} lists no dense peak for {compute_dtype}; "
             f"it lists: {', '.join(gpu.peak_tflops)}"
         )
-    return Rates(flops, gpu.bandwidth_bytes_per_s, gpu.interconnect_bytes_per_s, gpu.interconnect_latency_s, 0.0)
+    link = gpu.link
+    return Rates(
+        flops, gpu.bandwidth_bytes_per_s, link.bytes_per_s if link else None, link.latency_s if link else 0.0, 0.0
+    )
 
 
 def expected_rates(gpu: GpuSpec, compute_dtype: str, weight_only_quant: bool) -> Rates:
@@ -46,7 +49,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, weight_only_quant: bool) ->
     bandwidth = (
         ach.weight_only_quant_bandwidth if weight_only_quant and ach.weight_only_quant_bandwidth else ach.bandwidth
     )
-    link = peak.link_bytes_per_s * ach.bandwidth if peak.link_bytes_per_s else None
+    link = peak.link_bytes_per_s * gpu.link.efficiency if gpu.link and peak.link_bytes_per_s else None
     return Rates(
         flops_per_s=peak.flops_per_s * ach.compute,
         bytes_per_s=peak.bytes_per_s * bandwidth,
@@ -84,8 +87,8 @@ def allreduce_seconds(payload_bytes: float, gpus: int, rates: Rates) -> float:
         return 0.0
     if rates.link_bytes_per_s is None:
         raise UsageError(
-            "--gpus: this GPU spec has no interconnect_gb_s (GPU-to-GPU GB/s per direction), so tensor parallelism "
-            "can't be priced; use --gpus 1, or add interconnect_gb_s to a copy of the spec"
+            "--gpus: this GPU spec has no link (GPU-to-GPU GB/s per direction), so tensor parallelism "
+            "can't be priced; use --gpus 1, or add link: {kind, gb_s, latency_us, source} to a copy of the spec"
         )
     return 2 * (gpus - 1) / gpus * payload_bytes / rates.link_bytes_per_s + rates.link_latency_s
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from tokcost.catalog import builtin_names, locate
-from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.spec_errors import validation_error
 
 
@@ -14,6 +14,15 @@ def load_gpu(name_or_path: str) -> GpuSpec:
     where, data = locate("gpus", name_or_path)
     try:
         return GpuSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(where, exc) from None
+
+
+def load_network(name_or_path: str) -> Link:
+    """A validated network Link from a built-in name (`ib-ndr-400`) or a YAML file."""
+    where, data = locate("networks", name_or_path)
+    try:
+        return Link.model_validate(data)
     except ValidationError as exc:
         raise validation_error(where, exc) from None
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tokcost.units import COMPUTE_DTYPES, GB, TFLOPS, US
+from tokcost.units import COMPUTE_DTYPES, GB, MIB, TFLOPS, US
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 MIN_TFLOPS = 0.001  # 1 GFLOP/s: below any accelerator, and it keeps every time finite
@@ -24,7 +25,37 @@ class Achievable(BaseModel):
     request_overhead_us: float = Field(default=0.0, ge=0, le=10_000_000)  # once per request, added to TTFT
     allreduce_latency_us: float | None = Field(default=None, ge=0, le=1_000_000)  # None: interconnect_latency_us
     weight_only_quant_bandwidth: float | None = Field(default=None, ge=0.01, le=1)
+    # how these fractions were found: fitted on published rows of this GPU's family, pooled over every family
+    # (too few rows of its own), a guess, or measured by `tokcost calibrate`
+    basis: Literal["fitted", "pooled", "guess", "measured"] = "guess"
+    rows: int = Field(default=0, ge=0, le=1_000_000)  # published rows the fit used
     source: str = Field(default="", max_length=2000)
+
+
+class Link(BaseModel):
+    """A GPU-to-GPU path: NVLink/xGMI or PCIe inside a node, InfiniBand/RoCE between nodes (per GPU)."""
+
+    model_config = _FROZEN
+
+    name: str = Field(default="", max_length=200)
+    kind: str = Field(min_length=1, max_length=100)  # nvlink4, nvlink5, xgmi, pcie4, pcie5, infiniband, roce
+    gb_s: float = Field(ge=0.1, le=1_000_000)  # per direction, per GPU, decimal GB/s
+    # the fixed cost of one collective step on this link (the small-message floor of nccl-tests / rccl-tests)
+    latency_us: float = Field(ge=0, le=1_000_000)
+    # fraction of gb_s a large collective reaches (nccl-tests bus bandwidth / gb_s); "expected" only
+    efficiency: float = Field(default=1.0, ge=0.01, le=1)
+    source: str = Field(min_length=1, max_length=4000)
+    notes: str = Field(default="", max_length=10_000)
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Bandwidth per direction in B/s."""
+        return self.gb_s * GB
+
+    @property
+    def latency_s(self) -> float:
+        """Fixed cost of one collective step, in seconds."""
+        return self.latency_us * US
 
 
 class GpuSpec(BaseModel):
@@ -35,17 +66,33 @@ class GpuSpec(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     source: str = Field(min_length=1, max_length=4000)
     # lower bounds keep every time finite: no accelerator has under 0.1 GB or 1 GB/s
-    memory_gb: float = Field(ge=0.1, le=100_000)
+    memory_gb: float = Field(ge=0.1, le=100_000)  # as marketed ("80 GB" HBM parts hold ~80 GiB)
+    # total memory the driver reports (nvidia-smi "Total", torch.cuda.mem_get_info()[1], rocm-smi), in MiB;
+    # every memory figure uses it. None: unknown, memory_gb x 1e9 is used and the output says so.
+    memory_runtime_mib: float | None = Field(default=None, ge=100, le=100_000_000)
     memory_bandwidth_gb_s: float = Field(ge=1, le=1_000_000)
     peak_tflops: dict[str, float]
     tdp_w: float | None = Field(default=None, ge=1, le=100_000)  # None: unknown (e.g. a calibrated CPU)
-    interconnect_gb_s: float | None = Field(default=None, ge=0.1, le=1_000_000)
-    interconnect_latency_us: float = Field(default=5.0, ge=0, le=1_000_000)
+    link: Link | None = None  # GPU-to-GPU inside one node; None: the GPU cannot talk to a peer
+    network: str | None = Field(default=None, min_length=1, max_length=200)  # built-in network between nodes
+    gpus_per_node: int = Field(default=8, ge=1, le=1024)  # GPUs one node (one NVLink/xGMI domain) holds
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
     achievable: Achievable = Achievable()
     device_names: list[str] = Field(default_factory=list)
     provenance: dict[str, str] = Field(default_factory=dict)
     notes: str = Field(default="", max_length=10_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            old = [k for k in ("interconnect_gb_s", "interconnect_latency_us") if k in data]
+            if old:
+                raise ValueError(
+                    f"{old[0]} was replaced by link: {{kind, gb_s, latency_us, efficiency, source}} "
+                    "(GB/s per direction; latency of one collective step)"
+                )
+        return data
 
     @field_validator("source")
     @classmethod
@@ -68,8 +115,17 @@ class GpuSpec(BaseModel):
 
     @property
     def memory_bytes(self) -> float:
-        """Capacity in bytes (decimal GB as marketed)."""
+        """Capacity in bytes: what the runtime reports (MiB x 2^20), else the marketed GB x 1e9."""
+        if self.memory_runtime_mib is not None:
+            return self.memory_runtime_mib * MIB
         return self.memory_gb * GB
+
+    @property
+    def memory_basis(self) -> str:
+        """Where memory_bytes comes from, for outputs."""
+        if self.memory_runtime_mib is not None:
+            return f"runtime {self.memory_runtime_mib:,.0f} MiB"
+        return f"marketed {self.memory_gb:g} GB (no memory_runtime_mib in the spec)"
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -77,14 +133,17 @@ class GpuSpec(BaseModel):
         return self.memory_bandwidth_gb_s * GB
 
     @property
-    def interconnect_bytes_per_s(self) -> float | None:
-        """GPU-to-GPU bandwidth per direction in B/s; None without a link."""
-        return self.interconnect_gb_s * GB if self.interconnect_gb_s else None
-
-    @property
-    def interconnect_latency_s(self) -> float:
-        """Fixed latency of one collective step, in seconds."""
-        return self.interconnect_latency_us * US
+    def expected_provenance(self) -> str:
+        """Where "expected" comes from: fitted rows, the family's values, a guess, a measurement, or nothing."""
+        if "achievable" not in self.model_fields_set:
+            return "none: this spec has no achievable fractions, so expected = ceiling"
+        a = self.achievable
+        return {
+            "fitted": f"fitted on {a.rows} published rows of its family",
+            "pooled": f"family default: pooled over {a.rows} published rows of every family (few of its own)",
+            "guess": "unfitted guess: no published rows; treat expected as a rough range",
+            "measured": "measured by tokcost calibrate on this machine",
+        }[a.basis]
 
     def peak_flops_per_s(self, dtype: str) -> float | None:
         """Dense peak FLOP/s for matmuls in `dtype`; fp16 and bf16 stand in for each other."""

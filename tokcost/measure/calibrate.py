@@ -53,8 +53,8 @@ def calibrated_spec(
         memory_bandwidth_gb_s=round(stream.value / GB, 3),
         peak_tflops=peaks,
         tdp_w=facts.power_limit_w or (base.tdp_w if base else None),
-        interconnect_gb_s=base.interconnect_gb_s if base else None,
-        interconnect_latency_us=base.interconnect_latency_us if base else 5.0,
+        link=base.link if base else None,
+        network=base.network if base else None,
         price_per_hour_usd=base.price_per_hour_usd if base else None,
         # measured ceilings are already what is achieved: expected = ceiling, no extra overhead
         achievable=Achievable(

@@ -148,7 +148,11 @@ class Predictor:
     def predict(self, case: Case, ach: Achievable) -> float:
         """The row's metric: every pass pays the step overhead and its all-reduce latencies, prefill the request's."""
         ttft, tpot = self.base_times(case, ach)
-        latency_us = case.gpu.interconnect_latency_us if ach.allreduce_latency_us is None else ach.allreduce_latency_us
+        latency_us = (
+            (case.gpu.link.latency_us if case.gpu.link else 0.0)
+            if ach.allreduce_latency_us is None
+            else ach.allreduce_latency_us
+        )
         step_s, latency_s = ach.step_overhead_us * 1e-6, latency_us * 1e-6
         ttft += step_s + ach.request_overhead_us * 1e-6 + case.prefill_allreduces * latency_s
         tpot += step_s + case.decode_allreduces * latency_s
