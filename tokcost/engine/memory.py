@@ -94,3 +94,14 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, workload: Workload, precision:
         max_context=max_context,
         min_gpus=min_gpus,
     )
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, workload: Workload, precision: Precision) -> float:
+    """Tokens of KV cache one replica can hold beside its weights, workspace and reserve (all sequences)."""
+    n = workload.gpus
+    weights, _, workspace, reserve = per_gpu_bytes(
+        model, gpu, precision, n, workload.batch, workload.computed_prompt_tokens, workload.total_tokens
+    )
+    free = gpu.memory_bytes - weights - workspace - reserve
+    per_token = model.kv_bytes_per_token(precision.kv) * kv_shard(model, n)
+    return max(free, 0.0) / per_token

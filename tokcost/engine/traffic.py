@@ -97,7 +97,7 @@ def decode_counts(model: ModelSpec, precision: Precision, batch: int, context: f
     )
 
 
-def causal_attended_sum(model: ModelSpec, start: int, end: int) -> float:
+def causal_attended_sum(model: ModelSpec, start: float, end: float) -> float:
     """Sum over positions start+1..end of the tokens each attends to (itself included), averaged over layers."""
 
     def full(n: float) -> float:
@@ -142,6 +142,34 @@ def prefill_counts(
         * causal_attended_sum(model, cached, prompt)
         * batch
         / gpus,
+        allreduce_bytes=tokens * model.hidden_size * precision.activation_bytes,
+        allreduces=2 * model.layers if gpus > 1 else 0,
+    )
+
+
+def segment_counts(
+    model: ModelSpec, precision: Precision, segments: list[tuple[float, float, float]], gpus: int
+) -> StepCounts:
+    """One pass over (sequences, cached_tokens, new_tokens) segments: weights read once for every token."""
+    tokens = sum(n * new for n, _, new in segments)
+    sequences = sum(n for n, _, _ in segments)
+    kv_token = model.kv_bytes_per_token(precision.kv) * kv_shard(model, gpus)
+    head_params = model.vocab_size * model.hidden_size
+    body_params = matmul_params_per_token(model) - head_params
+    weights = block_weight_bytes(model, precision, tokens=tokens) + lm_head_bytes(model, precision)
+    if not model.tied_embeddings:  # embedding rows looked up (tied: inside the head's read)
+        weights += min(tokens, model.vocab_size) * model.hidden_size * precision.embedding_bytes
+    prefill_tokens = sum(n * new for n, _, new in segments if new > 1)
+    act = ACTIVATION_RW_PER_LAYER * model.layers * prefill_tokens * model.hidden_size * precision.activation_bytes
+    pairs = sum(n * causal_attended_sum(model, cached, cached + new) for n, cached, new in segments)
+    return StepCounts(
+        weight_bytes=weights / gpus,
+        kv_read_bytes=sum(n * model.attended_tokens(cached) for n, cached, _ in segments) * kv_token,
+        kv_write_bytes=tokens * kv_token,
+        activation_bytes=act / gpus,
+        # every new token runs the blocks; each sequence needs the logits of its last token only
+        matmul_flops=(2 * body_params * tokens + 2 * head_params * sequences) / gpus,
+        attention_flops=model.attention_flops_per_token_per_context * pairs / gpus,
         allreduce_bytes=tokens * model.hidden_size * precision.activation_bytes,
         allreduces=2 * model.layers if gpus > 1 else 0,
     )
