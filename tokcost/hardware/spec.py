@@ -44,6 +44,8 @@ class Link(BaseModel):
     latency_us: float = Field(ge=0, le=1_000_000)
     # fraction of gb_s a large collective reaches (nccl-tests bus bandwidth / gb_s); "expected" only
     efficiency: float = Field(default=1.0, ge=0.01, le=1)
+    # the most GPUs this link joins at its full rate (an NVLink bridge: 2); None: every GPU of the node
+    domain_gpus: int | None = Field(default=None, ge=2, le=1_000_000)
     source: str = Field(min_length=1, max_length=4000)
     notes: str = Field(default="", max_length=10_000)
 
@@ -74,6 +76,7 @@ class GpuSpec(BaseModel):
     peak_tflops: dict[str, float]
     tdp_w: float | None = Field(default=None, ge=1, le=100_000)  # None: unknown (e.g. a calibrated CPU)
     link: Link | None = None  # GPU-to-GPU inside one node; None: the GPU cannot talk to a peer
+    host_link: Link | None = None  # PCIe to the host and to peers outside link.domain_gpus (bridged pairs)
     network: str | None = Field(default=None, min_length=1, max_length=200)  # built-in network between nodes
     gpus_per_node: int = Field(default=8, ge=1, le=1024)  # GPUs one node (one NVLink/xGMI domain) holds
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
