@@ -1,23 +1,28 @@
-"""The worked numbers of DESIGN.md and the engine issue, each reproduced exactly from the specs."""
+"""The worked numbers of DESIGN.md and the issues, each derived by hand in the test from the specs."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from tokcost.engine.estimate import estimate
-from tokcost.engine.traffic import decode_counts, expected_distinct_experts, matmul_params_per_token, prefill_counts
-from tokcost.engine.workload import Workload, resolve_precision
-from tokcost.hardware.library import load_gpu
+from tokcost.engine.estimate import deployment, estimate
+from tokcost.engine.memory import gpu_bytes
+from tokcost.engine.stages import Segment, expected_distinct_experts, pipeline_stages
+from tokcost.engine.workload import Workload
+from tokcost.errors import UsageError
+from tokcost.hardware.library import load_gpu, load_network
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
+
+LINK = {"kind": "nvlink4", "gb_s": 450, "latency_us": 5, "source": "test"}
 
 
 def gpu_with(bandwidth_gb_s: float, bf16_tflops: float = 989.4, memory_gb: float = 80) -> GpuSpec:
     return GpuSpec(
         name="test-gpu", source="test", memory_gb=memory_gb, memory_bandwidth_gb_s=bandwidth_gb_s,
-        peak_tflops={"bf16": bf16_tflops, "fp16": bf16_tflops, "fp8": 2 * bf16_tflops}, tdp_w=700,
-        link={"kind": "nvlink4", "gb_s": 450, "latency_us": 5, "source": "test"},
+        peak_tflops={"bf16": bf16_tflops, "fp16": bf16_tflops, "fp8": 2 * bf16_tflops}, tdp_w=700, link=LINK,
     )  # fmt: skip
 
 
@@ -30,20 +35,28 @@ def seven_b(dtype: str = "fp16") -> ModelSpec:
     )  # fmt: skip
 
 
+def weight_bytes(cost) -> float:
+    """Weights one pass reads on the busiest GPU."""
+    return sum(p.stage.count * p.stage.weight_bytes for p in cost.stages)
+
+
+def stages_named(cost, name: str):
+    return [p for p in cost.stages if p.stage.name == name]
+
+
 def test_7b_at_16_bits_on_3000_gb_s_is_214_tokens_per_s():
     # DESIGN.md: 3000 GB/s / 14 GB per token = ~214 tokens/s
     m = seven_b()
     assert m.params_total / 1e9 == pytest.approx(7.0, rel=0.001)
     e = estimate(m, gpu_with(3000), Workload(prompt_tokens=1, output_tokens=2))
-    weights = e.ceiling.decode_step.part("weights")
-    assert weights.bytes == pytest.approx(14.0e9, rel=0.001)
+    assert weight_bytes(e.ceiling.decode_step) == pytest.approx(14.0e9, rel=0.001)
     assert e.ceiling.decode_tokens_per_s == pytest.approx(214, rel=0.01)
 
 
 def test_llama_2_7b_real_shapes_give_227_tokens_per_s():
-    # the issue: with the real Llama-2-7B shapes, 13.21 GB of decode weights (embedding rows not read): 227
+    # with the real Llama-2-7B shapes, 13.21 GB of decode weights (the embedding is a lookup, not read): 227
     e = estimate(load_model("llama-2-7b"), gpu_with(3000), Workload(prompt_tokens=1, output_tokens=2))
-    assert e.ceiling.decode_step.part("weights").bytes / 1e9 == pytest.approx(13.21, abs=0.005)
+    assert weight_bytes(e.ceiling.decode_step) / 1e9 == pytest.approx(13.21, abs=0.005)
     assert e.ceiling.decode_tokens_per_s == pytest.approx(227, abs=1)
 
 
@@ -66,78 +79,133 @@ def test_kv_cache_80_layers_8_heads_128_is_327680_bytes_per_token():
 
 def test_500_token_answer_of_7b_fp16_moves_7_tb():
     # DESIGN.md: 500 x 14 GB = 7 TB of memory traffic
-    m = seven_b()
-    p = resolve_precision(m, Workload())
-    per_step = decode_counts(m, p, batch=1, context=1, gpus=1).weight_bytes
-    assert 500 * per_step / 1e12 == pytest.approx(7.0, rel=0.002)
+    e = estimate(seven_b(), gpu_with(3000), Workload(prompt_tokens=1, output_tokens=2))
+    assert 500 * e.ceiling.decode_step.bytes / 1e12 == pytest.approx(7.0, rel=0.002)
 
 
 def test_llama_2_7b_prefill_1024_on_h100_is_compute_bound_14_ms():
-    e = estimate(load_model("llama-2-7b"), load_gpu("h100-sxm"), Workload(prompt_tokens=1024, output_tokens=2))
-    assert e.ceiling.prefill_bound == "compute"
-    assert e.ceiling.ttft_s * 1e3 == pytest.approx(14, rel=0.05)
-    # by hand: FLOPs = 2 x matmul params x 1024 + causal attention 4 x L x H x D x (1024 x 1025 / 2)
     m = load_model("llama-2-7b")
-    body = matmul_params_per_token(m) - m.vocab_size * m.hidden_size
-    by_hand = 2 * body * 1024 + 2 * m.vocab_size * m.hidden_size + 4 * 32 * 32 * 128 * 1024 * 1025 / 2
-    assert e.ceiling.prefill.flops == pytest.approx(by_hand, rel=1e-12)
+    e = estimate(m, load_gpu("h100-sxm"), Workload(prompt_tokens=1024, output_tokens=2))
+    assert e.ceiling.prefill_bound == "compute"
+    assert e.ceiling.ttft_s * 1e3 == pytest.approx(14, rel=0.1)
+    # by hand: matmul FLOPs = 2 x block params x 1024 + 2 x LM head x 1 row; attention 4 x L x H x D x 1024 x 1025 / 2
+    head = m.vocab_size * m.hidden_size
+    block = m.params_total - m.params_embedding - head - m.params_norms
+    matmul = sum(p.stage.count * p.stage.flops for p in e.ceiling.prefill.stages if p.stage.kind == "matmul")
+    attention = sum(p.stage.count * p.stage.flops for p in e.ceiling.prefill.stages if p.stage.kind == "attention")
+    assert matmul == pytest.approx(2 * block * 1024 + 2 * head, rel=1e-12)
+    assert attention == pytest.approx(4 * 32 * 32 * 128 * 1024 * 1025 / 2, rel=1e-12)
 
 
-def test_h100_critical_batch_for_16_bit_weights_at_short_context_is_about_295():
-    # ridge = 989.4 TFLOP/s / 3.35 TB/s = 295 FLOP/byte; 16-bit weights do 1 FLOP/byte per sequence
-    h100 = load_gpu("h100-sxm")
-    assert h100.peak_flops_per_s("bf16") / h100.bandwidth_bytes_per_s == pytest.approx(295.3, abs=0.1)
-    e = estimate(load_model("llama-3.1-8b"), h100, Workload(prompt_tokens=1, output_tokens=2))
-    assert e.critical_batch == pytest.approx(295, rel=0.03)
+def test_critical_batch_of_the_weight_matmuls_is_the_ridge_point_corrected_for_activations():
+    # ridge = 989.4 TFLOP/s / 3.35 TB/s = 295 FLOP/B; a 16-bit weight does 2 FLOPs per 2 bytes per sequence, so the
+    # matmuls turn compute-bound near batch 295, a little later because each row also reads and writes activations
+    h100, m = load_gpu("h100-sxm"), load_model("llama-3.1-8b")
+    ridge = h100.peak_flops_per_s("bf16") / h100.bandwidth_bytes_per_s
+    assert ridge == pytest.approx(295.3, abs=0.1)
+    h, inter, layers = m.hidden_size, m.intermediate_size, m.layers
+    params = m.params_total - m.params_embedding - m.params_norms  # every matmul, the LM head included
+    # activation bytes per row: QKV reads h writes Q (h); O reads h writes h; MLP reads h + I, writes I + h; head reads h
+    act = (layers * (6 * h + 2 * inter) + h) * 2
+    by_hand = math.floor(ridge * 2 * params / (2 * params - ridge * act)) + 1
+    for prompt in (1, 32_000):  # independent of context
+        e = estimate(m, h100, Workload(prompt_tokens=prompt, output_tokens=2))
+        assert e.critical_batch_compute == by_hand
+    assert 295 < by_hand < 330
 
 
-def test_long_context_gqa_never_turns_compute_bound():
-    e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload(prompt_tokens=32_000, output_tokens=256))
-    assert e.critical_batch is None
+def test_critical_batch_where_kv_reads_outweigh_weights_falls_with_context():
+    m, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    short = estimate(m, h100, Workload(prompt_tokens=1024, output_tokens=256))
+    long = estimate(m, h100, Workload(prompt_tokens=32_000, output_tokens=256))
+    # by hand: B x c x 131,072 B (plus the query read) >= 15.01 GB of weights -> B ~ 15.01e9 / (1,151 x 131,072)
+    c = short.mean_decode_context
+    assert short.critical_batch_kv == pytest.approx(15.01e9 / (c * 131_072), rel=0.02)
+    assert long.critical_batch_kv < short.critical_batch_kv
+    assert abs(long.critical_batch_kv - 15.01e9 / (long.mean_decode_context * 131_072)) < 1
 
 
 def test_mixtral_batch_32_reads_3_65x_the_weights_of_batch_1():
     # uniform routing: distinct experts 8 x (1 - (6/8)^B); B=1 -> 2, B=32 -> ~8
-    m = load_model("mixtral-8x7b")
-    p = resolve_precision(m, Workload())
-    one = decode_counts(m, p, batch=1, context=1, gpus=1).weight_bytes
-    many = decode_counts(m, p, batch=32, context=1, gpus=1).weight_bytes
+    d = deployment(load_model("mixtral-8x7b"), load_gpu("h200"), Workload())
+    rates = d.rates("ceiling")
+    one, many = weight_bytes(d.decode(rates, 1, 1)), weight_bytes(d.decode(rates, 32, 1))
     assert expected_distinct_experts(8, 2, 1) == 2
     assert many / one == pytest.approx(3.65, abs=0.02)
 
 
-def test_decode_flops_are_about_2_x_params_per_token():
-    # Kaplan et al. 2020: forward pass ~ 2N FLOPs per token (N without the embedding lookup)
+def test_decode_matmul_flops_are_2_x_params_per_token():
+    # Kaplan et al. 2020: forward pass ~ 2N FLOPs per token (N without the embedding lookup and the norms)
     m = load_model("llama-3.1-8b")
-    p = resolve_precision(m, Workload())
-    counts = decode_counts(m, p, batch=1, context=1, gpus=1)
-    assert counts.matmul_flops == 2 * (m.params_total - m.params_embedding - m.params_norms)
+    d = deployment(m, load_gpu("h100-sxm"), Workload())
+    step = d.decode(d.rates("ceiling"), 1, 1)
+    matmul = sum(p.stage.count * p.stage.flops for p in step.stages if p.stage.kind == "matmul")
+    assert matmul == 2 * (m.params_total - m.params_embedding - m.params_norms)
 
 
-def test_tensor_parallel_divides_weights_and_adds_two_allreduces_per_layer():
-    m, p = load_model("llama-3.1-70b"), resolve_precision(load_model("llama-3.1-70b"), Workload())
-    one = decode_counts(m, p, batch=4, context=1000, gpus=1)
-    four = decode_counts(m, p, batch=4, context=1000, gpus=4)
-    assert four.weight_bytes == pytest.approx(one.weight_bytes / 4)
-    assert four.kv_read_bytes == pytest.approx(one.kv_read_bytes / 4)  # 8 KV heads split over 4 GPUs
-    assert four.allreduces == 2 * 80 and one.allreduces == 0
-    e = estimate(m, load_gpu("h100-sxm"), Workload(gpus=4, batch=4))
-    comm = e.ceiling.decode_step.part("communication")
-    # ring: 2 (n-1)/n x (4 x 8192 x 2 bytes) / 450 GB/s + 5 us, 160 times
-    assert comm.seconds == pytest.approx(160 * (2 * 3 / 4 * 4 * 8192 * 2 / 450e9 + 5e-6))
+def test_tensor_parallel_divides_weights_and_adds_two_one_shot_allreduces_per_layer():
+    m, h100 = load_model("llama-3.1-70b"), load_gpu("h100-sxm")
+    one = deployment(m, h100, Workload())
+    four = deployment(m, h100, Workload(gpus=4))
+    rates1, rates4 = one.rates("ceiling"), four.rates("ceiling")
+    s1, s4 = one.decode(rates1, 4, 1000), four.decode(rates4, 4, 1000)
+    assert weight_bytes(s4) == pytest.approx(weight_bytes(s1) / 4, rel=1e-9)
+    kv1 = stages_named(s1, "attention (KV cache read)")[0].stage
+    kv4 = stages_named(s4, "attention (KV cache read)")[0].stage
+    assert kv4.bytes_read - 4 * 8192 // 4 * 2 == pytest.approx((kv1.bytes_read - 4 * 8192 * 2) / 4)  # 8 KV heads / 4
+    ar = [p for p in s4.stages if p.collective is not None]
+    assert sum(p.stage.count for p in ar) == 2 * 80
+    # one-shot wins for a 64 KiB message: 5 us + 3 x (4 x 8192 x 2 B) / 450 GB/s, 160 times
+    one_shot = 5e-6 + 3 * (4 * 8192 * 2) / 450e9
+    assert all(p.collective.algorithm == "one-shot" for p in ar)
+    assert sum(p.seconds for p in ar) == pytest.approx(160 * one_shot)
 
 
-def test_kv_replicated_when_gpus_exceed_kv_heads():
-    m = load_model("llama-3.1-8b")  # 8 KV heads
-    p = resolve_precision(m, Workload())
-    eight = decode_counts(m, p, batch=1, context=1000, gpus=8).kv_read_bytes
-    sixteen = decode_counts(m, p, batch=1, context=1000, gpus=16).kv_read_bytes
-    assert sixteen == eight  # one KV head per GPU at the least
+def test_large_prefill_messages_switch_to_two_shot():
+    d = deployment(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), Workload(gpus=8))
+    pre = d.prefill(d.rates("ceiling"), 1, 8192, 0)
+    ar = [p for p in pre.stages if p.collective is not None][0]
+    size = 8192 * 8192 * 2  # tokens x hidden x 2 B = 134 MB
+    assert ar.collective.payload_bytes == size
+    assert ar.collective.algorithm in ("two-shot", "ring")
+    assert ar.collective.seconds == pytest.approx(2 * 5e-6 + 2 * 7 / 8 * size / 450e9)
 
 
-def test_mla_kv_bytes():
+def test_kv_replicated_when_tp_exceeds_kv_heads_and_said_so():
+    m, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")  # 8 KV heads, 32 query heads
+    eight = estimate(m, h100, Workload(gpus=8))
+    sixteen = estimate(m, h100, Workload(gpus=16), load_network("ib-ndr-400"))
+    assert sixteen.memory.per_gpu.kv == eight.memory.per_gpu.kv  # one KV head per GPU at the least
+    assert any("replicated on 2 GPUs" in w for w in sixteen.warnings)
+    assert not any("replicated" in w for w in eight.warnings)
+
+
+@pytest.mark.parametrize("gpus", [3, 5, 64])
+def test_tp_that_does_not_divide_the_heads_is_refused_with_the_valid_degrees(gpus):
+    with pytest.raises(UsageError, match="valid degrees: 1, 2, 4, 8, 16, 32"):
+        estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload(gpus=gpus))
+
+
+def test_mla_kv_bytes_and_absorbed_decode_flops():
     # DeepSeek-V3: 61 layers x (512 latent + 64 rope) x 2 bytes = 70,272 B per token
-    assert load_model("deepseek-v3").kv_bytes_per_token("bf16") == 61 * 576 * 2
+    m = load_model("deepseek-v3")
+    assert m.kv_bytes_per_token("bf16") == 61 * 576 * 2
+    # absorbed decode: scores over latent + rope, values in the latent: 2 x 128 heads x (2 x 512 + 64) per layer
+    d = deployment(m, load_gpu("h200"), Workload(weights_dtype="fp8"))
+    rates = d.rates("ceiling")
+
+    def attention_flops(cached: int) -> float:  # every layer kind (3 dense layers, 58 MoE layers)
+        return sum(
+            p.stage.count * p.stage.flops for p in stages_named(d.decode(rates, 1, cached), "attention (KV cache read)")
+        )
+
+    per_cached_token = (attention_flops(2000) - attention_flops(1000)) / 1000
+    assert per_cached_token == pytest.approx(2 * 128 * (2 * 512 + 64) * 61)
+    assert per_cached_token / 1e6 == pytest.approx(17.0, abs=0.05)
+    # 242 FLOP/B at TP 1: above the H200's bf16 ridge (989.4 / 4.8 = 206), so decode attention is compute-bound
+    assert per_cached_token / (61 * 576 * 2) == pytest.approx(241.8, abs=0.1)
+    big = d.decode(rates, 64, 4000)
+    assert stages_named(big, "attention (KV cache read)")[0].bound == "compute"
 
 
 def test_sliding_window_caps_the_cache():
@@ -145,28 +213,41 @@ def test_sliding_window_caps_the_cache():
     full = 2 * 42 * 8 * 256 * 2
     assert m.kv_bytes_per_token() == full
     assert m.kv_cache_bytes(100_000) == pytest.approx((21 * 4096 + 21 * 100_000) / 42 * full)
+    e = estimate(m, load_gpu("h200"), Workload(prompt_tokens=100_000 - 256, output_tokens=256))
+    assert e.memory.per_gpu.kv == pytest.approx(m.kv_cache_bytes(100_000))
 
 
-def test_cached_prefix_skips_its_compute_but_reads_its_kv():
-    m = load_model("llama-3.1-8b")
-    p = resolve_precision(m, Workload())
-    cold = prefill_counts(m, p, batch=1, prompt=2048, cached=0, gpus=1)
-    warm = prefill_counts(m, p, batch=1, prompt=2048, cached=1024, gpus=1)
-    assert warm.matmul_flops < 0.51 * cold.matmul_flops
-    assert warm.kv_read_bytes == 1024 * m.kv_bytes_per_token()
+def test_cached_prefix_skips_its_compute_reads_its_kv_and_is_stored_once():
+    m, h200 = load_model("llama-3.1-8b"), load_gpu("h200")
+    d = deployment(m, h200, Workload())
+    rates = d.rates("ceiling")
+    cold, warm = d.prefill(rates, 1, 2048, 0), d.prefill(rates, 1, 2048, 1024)
+    flops = lambda cost: sum(p.stage.count * p.stage.flops for p in cost.stages if p.stage.kind == "matmul")  # noqa: E731
+    assert flops(warm) < 0.51 * flops(cold)
+    kv = stages_named(warm, "attention (KV cache read)")[0].stage
+    assert kv.count * (kv.bytes_read - 1024 * 4096 * 2) == 1024 * m.kv_bytes_per_token()  # cached KV + queries
+    # memory: 8 sequences sharing a 1,024-token prefix hold it once: (1024 + 8 x (2048 + 256 - 1024)) tokens
+    shared = estimate(m, h200, Workload(batch=8, prompt_tokens=2048, cached_prefix_tokens=1024))
+    assert shared.memory.per_gpu.kv == (1024 + 8 * (2048 + 256 - 1024)) * m.kv_bytes_per_token()
+    alone = estimate(m, h200, Workload(batch=8, prompt_tokens=2048))
+    assert shared.memory.max_batch > alone.memory.max_batch
 
 
-def test_tpot_integrates_over_the_growing_context():
+def test_tpot_is_the_mean_step_over_the_growing_context():
     m, g = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     wl = Workload(prompt_tokens=1000, output_tokens=9)
     e = estimate(m, g, wl)
-    from tokcost.engine.estimate import decode_step
-    from tokcost.engine.roofline import ceiling_rates
-
-    rates = ceiling_rates(g, "bf16")
-    steps = [decode_step(m, wl, e.precision, rates, c).seconds for c in range(1001, 1009)]
+    rates = e.deployment.rates("ceiling")
+    steps = [e.deployment.decode(rates, 1, c).seconds for c in range(1000, 1008)]  # cached P .. P + O - 2
     assert e.ceiling.tpot_s == pytest.approx(sum(steps) / len(steps), rel=1e-12)
     assert e.ceiling.e2e_s == pytest.approx(e.ceiling.ttft_s + 8 * e.ceiling.tpot_s)
+
+
+def test_one_output_token_has_no_tpot():
+    e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload(output_tokens=1))
+    assert e.ceiling.tpot_s is None and e.expected.tpot_s is None
+    assert e.ceiling.decode_tokens_per_s is None and e.ceiling.usd_per_million_output_tokens is None
+    assert e.ceiling.e2e_s == e.ceiling.ttft_s
 
 
 def test_economics_by_hand():
@@ -178,26 +259,80 @@ def test_economics_by_hand():
     assert c.decode_tokens_per_s == pytest.approx(8 / c.tpot_s)
 
 
-def test_doesnt_fit_is_a_result_with_min_gpus():
+def test_runtime_capacity_not_marketed_gigabytes():
+    # an "80 GB" H100 reports 81,559 MiB = 85.52e9 B; the 70B on 4 GPUs at 1,024 + 256 tokens holds ~390, not ~346
+    h100 = load_gpu("h100-sxm")
+    assert h100.memory_bytes == 81_559 * 2**20
+    m, wl = load_model("llama-3.1-70b"), Workload(gpus=4)
+    e = estimate(m, h100, wl)
+    d = e.deployment
+
+    def used(batch: int) -> float:  # weights + KV + workspace (grows with the batch's logits) + 10% reserve
+        return gpu_bytes(m, h100, d.precision, d.layout, wl, batch, 1024, 1280).total
+
+    b = e.memory.max_batch
+    assert used(b) <= h100.memory_bytes < used(b + 1)
+    assert used(b) - used(b - 1) == pytest.approx(1280 * 327_680 / 4 + 128_256 / 4 * 4)  # KV + fp32 logits per sequence
+    assert 380 <= b <= 400
+    ds = estimate(load_model("deepseek-v3"), load_gpu("h200"), Workload(gpus=8, weights_dtype="fp8"))
+    assert 540 <= ds.memory.max_batch <= 580  # ~571 by the issue's count, 473 with marketed GB
+
+
+def test_doesnt_fit_is_a_result_with_the_smallest_layout():
     e = estimate(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), Workload())
     assert not e.memory.fits and e.memory.max_batch == 0
-    assert e.memory.min_gpus == 2
+    assert e.memory.min_gpus == 2 and e.memory.min_layout == "TP 2"
     assert estimate(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), Workload(gpus=2)).memory.fits
+    big = estimate(load_model("llama-3.1-405b"), load_gpu("h100-sxm"), Workload())
+    assert big.memory.min_layout == "TP 8 x PP 2" and big.memory.min_gpus == 16
 
 
 def test_moe_memory_holds_all_experts_but_reads_few():
-    e = estimate(load_model("mixtral-8x7b"), load_gpu("h200"), Workload())
-    assert e.memory.weights_bytes == pytest.approx(load_model("mixtral-8x7b").params_total * 2)
-    assert e.ceiling.decode_step.part("weights").bytes < 0.3 * e.memory.weights_bytes
+    m = load_model("mixtral-8x7b")
+    e = estimate(m, load_gpu("h200"), Workload())
+    assert e.memory.per_gpu.weights == pytest.approx(m.params_total * 2)
+    assert weight_bytes(e.ceiling.decode_step) < 0.3 * e.memory.per_gpu.weights
 
 
-def test_truncated_spec_recounts_its_parameters():
-    m = load_model("llama-3.1-8b")
-    assert m.params_total > 0  # fill the cached counts first
-    two = m.truncated(2)
-    assert two.layers == 2
-    assert two.params_total == 2 * (m.params_attention_per_layer + m.params_dense_mlp_per_layer) + (
-        5 * m.hidden_size + m.params_embedding + m.params_lm_head
-    )
-    ds = load_model("deepseek-v3").truncated(2)
-    assert ds.moe.dense_layers == 2 and ds.moe_layers == 0
+def test_deepseek_v3_expert_parallel_all_to_all_bytes_at_ep16():
+    # EP 16 x DP 16 on 16 H100s, fp8 weights, batch 256 (16 sequences per DP rank). Each token sends hidden x 2 B to its
+    # 8 experts; the busiest of 16 ranks receives mean + sigma sqrt(2 ln 16) token-expert pairs, 15/16 from other ranks.
+    m = load_model("deepseek-v3")
+    e = estimate(m, load_gpu("h100-sxm"), Workload(ep=16, dp=16, weights_dtype="fp8", batch=256),
+                 load_network("ib-ndr-400"))  # fmt: skip
+    step = e.ceiling.decode_step
+    dispatch = stages_named(step, "expert dispatch (all-to-all)")[0]
+    tokens, k, experts, ep = 256, 8, 256, 16
+    mean = tokens * k / ep
+    sigma = math.sqrt(tokens * k * (1 / ep) * (1 - 1 / ep) * (experts - k) / (experts - 1))
+    pairs = mean + sigma * math.sqrt(2 * math.log(ep))
+    assert dispatch.collective.payload_bytes == pytest.approx(pairs * 7168 * 2 * 15 / 16)
+    assert dispatch.stage.count == 58  # MoE layers
+    assert dispatch.collective.path.nodes == 2  # 16 GPUs on nodes of 8: half the volume crosses the network
+    assert e.memory.fits and e.layout.gpus == 16
+
+
+def test_pipeline_bubble_for_llama_405b_at_pp2_tp8():
+    # one prompt through 2 stages: m = 1 microbatch, so TTFT = (1 + 2 - 1) stage-times; decode cycles max(m, pp) = 2
+    e = estimate(load_model("llama-3.1-405b"), load_gpu("h100-sxm"), Workload(tp=8, pp=2), load_network("ib-ndr-400"))
+    pre = e.ceiling.prefill
+    assert (pre.pp, pre.microbatches, pre.pipeline_factor) == (2, 1, 2)
+    assert pre.seconds == pytest.approx(2 * pre.stage_seconds)
+    first = pipeline_stages(e.model, e.precision, e.layout, [Segment(1, 0, 1024)])[0]
+    send = [s for s in first if s.name == "send to next stage"]
+    assert send and send[0].payload_bytes == 1024 * 16384 * 2
+    batched = estimate(load_model("llama-3.1-405b"), load_gpu("h100-sxm"), Workload(tp=8, pp=2, batch=8),
+                       load_network("ib-ndr-400"))  # fmt: skip
+    assert batched.ceiling.prefill.microbatches == 2 and batched.ceiling.prefill.pipeline_factor == 3
+    assert batched.ceiling.decode_step.pipeline_factor == 2
+
+
+def test_pcie_tensor_parallel_for_llama_70b_int4_on_two_rtx_4090s():
+    g = load_gpu("rtx-4090")
+    e = estimate(load_model("llama-3.1-70b"), g, Workload(tp=2, weights_dtype="int4"))
+    comm = e.ceiling.decode_step.part("communication")
+    assert comm.seconds > 0 and e.memory.fits
+    ar = [p for p in e.ceiling.decode_step.stages if p.collective is not None][0]
+    assert ar.collective.path.name in (g.link.name, g.link.kind)
+    # one-shot on PCIe: latency + 1 x (8192 x 2 B) / link bandwidth, per all-reduce
+    assert ar.collective.seconds == pytest.approx(g.link.latency_s + 8192 * 2 / g.link.bytes_per_s)

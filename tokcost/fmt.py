@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def gb(nbytes: float) -> str:
     """Bytes as decimal GB: 13.21 GB."""
@@ -42,3 +44,30 @@ def joules(value: float | None) -> str:
 def usd(value: float | None) -> str:
     """Dollars, or n/a without a price."""
     return "n/a" if value is None else f"${value:,.3f}"
+
+
+_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def si(value: float, unit: str, digits: int = 4) -> str:
+    """A quantity with a decimal prefix and `digits` significant digits: 402.7 MB, 1.979 TFLOP, 32.77 kB."""
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale:
+            return f"{_sig(value / scale, digits)} {prefix}{unit}"
+    return f"{_sig(value, digits)} {unit}"
+
+
+def seconds(value: float, digits: int = 4) -> str:
+    """A time in s, ms or us with `digits` significant digits."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if abs(value) >= scale:
+            return f"{_sig(value / scale, digits)} {unit}"
+    return f"{_sig(value / 1e-6, digits)} us"
+
+
+def _sig(x: float, digits: int) -> str:
+    """`digits` significant digits, thousands separated: 1,234, 12.34, 0.001234."""
+    if x == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(x)))
+    return f"{x:,.{max(digits - 1 - magnitude, 0)}f}"

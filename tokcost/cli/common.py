@@ -15,6 +15,11 @@ FLAG_OF_FIELD = {
     "prompt_tokens": "--prompt",
     "output_tokens": "--output",
     "gpus": "--gpus",
+    "tp": "--tp",
+    "pp": "--pp",
+    "ep": "--ep",
+    "dp": "--dp",
+    "gpus_per_node": "--gpus-per-node",
     "weights_dtype": "--weights",
     "kv_dtype": "--kv-dtype",
     "compute_dtype": "--compute-dtype",
@@ -34,7 +39,9 @@ def workload_from_flags(**flags: Any) -> Workload:
         return Workload.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else "cached_prefix_tokens"  # the one cross-field check
+        # the cross-field checks carry no location: the prefix one names the prefix, the other the GPU count
+        whole = "cached_prefix_tokens" if "cached prefix" in first["msg"] else "gpus"
+        field = str(first["loc"][0]) if first["loc"] else whole
         if first["loc"] and field in Workload.model_fields and first["type"] != "value_error":
             message = f"must be {allowed(Workload.model_fields[field])} (got {first['input']!r:.40})"
         else:

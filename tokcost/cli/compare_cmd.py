@@ -2,39 +2,79 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from tokcost import fmt
 from tokcost.cli.common import split_list, workload_from_flags
+from tokcost.cli.deploy import layout_flags, network_for, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
+    DpOpt,
+    EpOpt,
     Format,
     FormatOpt,
-    GpusOpt,
+    GpusPerNodeOpt,
     KvOpt,
+    NetworkOpt,
     OutputOpt,
+    PpOpt,
     PrefixOpt,
-    PriceOpt,
     PromptOpt,
+    TpOpt,
     WeightsOpt,
-)  # fmt: skip
+)
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
+from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 
 
+def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -> dict[str, object]:
+    """`8` (every GPU), `8,4` (aligned with --gpu) or `h100-sxm=8,h200=4` (by name) -> {gpu name: value}."""
+    if value is None:
+        return {}
+    items = split_list(value, flag)
+
+    def parse(text: str) -> object:
+        try:
+            number = kind(text)
+        except ValueError:
+            raise UsageError(f"{flag}: {text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if number <= 0:
+            raise UsageError(f"{flag}: {text!r} must be above 0")
+        return number
+
+    if all("=" in item for item in items):
+        out = {}
+        for item in items:
+            name, _, text = item.partition("=")
+            if name.strip() not in names:
+                raise UsageError(f"{flag}: {name.strip()!r} is not one of the --gpu names: {', '.join(names)}")
+            out[name.strip()] = parse(text.strip())
+        return out
+    if any("=" in item for item in items):
+        raise UsageError(f"{flag}: mix of NAME=VALUE and plain values; give one form, e.g. h100-sxm=8,h200=4")
+    if len(items) == 1:
+        return {name: parse(items[0]) for name in names}
+    if len(items) != len(names):
+        raise UsageError(f"{flag}: {len(items)} values for {len(names)} GPUs; give one, one per --gpu, or NAME=VALUE")
+    return {name: parse(text) for name, text in zip(names, items, strict=True)}
+
+
 def compare_row(e: Estimate) -> dict[str, object]:
-    """The flat record of one (model, GPU) pair: stable keys for JSON and CSV."""
+    """The flat record of one (model, GPU) pair: stable keys for JSON and CSV (no cost when it does not fit)."""
     c, x, mem = e.ceiling, e.expected, e.memory
+    fits = mem.fits
     return {
         "model": e.model.name,
         "gpu": e.gpu.name,
-        "gpus": e.workload.gpus,
-        "fits": mem.fits,
+        "gpus": e.layout.gpus,
+        "layout": e.layout.label(),
+        "fits": fits,
         "min_gpus": mem.min_gpus,
         "ttft_s": c.ttft_s,
         "tpot_s": c.tpot_s,
@@ -42,18 +82,30 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "expected_ttft_s": x.ttft_s,
         "expected_tpot_s": x.tpot_s,
         "expected_decode_tokens_per_s": x.decode_tokens_per_s,
+        "expected_provenance": e.gpu.expected_provenance,
         "max_batch": mem.max_batch,
-        "critical_batch": e.critical_batch,
-        "usd_per_million_input_tokens": x.usd_per_million_input_tokens,
-        "usd_per_million_output_tokens": x.usd_per_million_output_tokens,
-        "joules_per_output_token": x.joules_per_output_token,
+        "critical_batch_compute": e.critical_batch_compute,
+        "critical_batch_kv": e.critical_batch_kv,
+        "price_per_hour_usd": e.price_per_hour_usd,
+        "usd_per_million_input_tokens": x.usd_per_million_input_tokens if fits else None,
+        "usd_per_million_output_tokens": x.usd_per_million_output_tokens if fits else None,
+        "joules_per_output_token": x.joules_per_output_token if fits else None,
     }
 
 
 def compare(
     model: Annotated[str, typer.Option("--model", "-m", help="Model names or files, comma-separated.")],
     gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU names or files, comma-separated.")],
-    gpus: GpusOpt = 1,
+    gpus: Annotated[
+        Optional[str],
+        typer.Option("--gpus", help="GPUs per replica (TP): one value, one per --gpu, or NAME=N (h100-sxm=8,h200=4)."),
+    ] = None,
+    tp: TpOpt = None,
+    pp: PpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
+    gpus_per_node: GpusPerNodeOpt = None,
+    network: NetworkOpt = None,
     batch: BatchOpt = 1,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
@@ -61,22 +113,39 @@ def compare(
     kv_dtype: KvOpt = None,
     compute_dtype: ComputeOpt = None,
     cached_prefix: PrefixOpt = 0,
-    price: PriceOpt = None,
+    price: Annotated[
+        Optional[str],
+        typer.Option("--price", help="USD per GPU-hour: one value, one per --gpu, or NAME=USD (default: the spec's)."),
+    ] = None,
     format: FormatOpt = Format.table,
 ) -> None:
-    """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200,mi300x"""
-    workload = workload_from_flags(
-        batch=batch, prompt_tokens=prompt, output_tokens=output, gpus=gpus, weights_dtype=weights,
-        kv_dtype=kv_dtype, compute_dtype=compute_dtype, cached_prefix_tokens=cached_prefix,
-        price_per_hour_usd=price,
-    )  # fmt: skip
-    models = [load_model(m) for m in split_list(model, "--model")]
-    gpu_specs = [load_gpu(g) for g in split_list(gpu, "--gpu")]
-    results = [estimate(m, g, workload) for m in models for g in gpu_specs]
+    """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
+    models = [load_model(m) for m in dict.fromkeys(split_list(model, "--model"))]
+    gpu_specs = {name: load_gpu(name) for name in dict.fromkeys(split_list(gpu, "--gpu"))}
+    names = list(gpu_specs)
+    counts = per_gpu_values(gpus, names, "--gpus", int)
+    prices = per_gpu_values(price, names, "--price", float)
+    results = []
+    for name, spec in gpu_specs.items():
+        workload = workload_from_flags(
+            batch=batch,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            weights_dtype=weights,
+            kv_dtype=kv_dtype,
+            compute_dtype=compute_dtype,
+            cached_prefix_tokens=cached_prefix,
+            price_per_hour_usd=prices.get(name),
+            **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node),
+        )
+        results += [estimate(m, spec, workload, network_for(spec, network)) for m in models]
     rows = [compare_row(e) for e in results]
+    warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
     if format == Format.json:
-        print_json({"workload": workload.model_dump(), "rows": rows})
-    elif format == Format.csv:
+        print_json({"rows": rows, "warnings": warnings})
+        return
+    warn(warnings)
+    if format == Format.csv:
         print_csv(rows)
     else:
         print_tables([compare_table(results)], format.value)
@@ -86,19 +155,54 @@ def compare_table(results: list[Estimate]) -> Table:
     """Formatted purchase table: expected figures, with the ceiling tokens/s for reference."""
     wl = results[0].workload
     table = Table(
-        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,} · {wl.gpus} GPU(s) per replica",
-        ["model", "gpu", "fits (min GPUs)", "TTFT", "TPOT", "tokens/s", "ceiling tok/s", "max batch",
-         "$/1M in", "$/1M out", "J/token"],
-    )  # fmt: skip
+        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}",
+        [
+            "model",
+            "gpu",
+            "GPUs",
+            "fits",
+            "TTFT",
+            "TPOT",
+            "tokens/s",
+            "ceiling tok/s",
+            "max batch",
+            "$/1M in",
+            "$/1M out",
+            "J/token",
+        ],
+    )
     for e in results:
         x, mem = e.expected, e.memory
-        fits = "yes" if mem.fits else f"no ({mem.min_gpus or '>64'})"
-        table.rows.append([
-            e.model.name, e.gpu.name, fits, fmt.ms(x.ttft_s), fmt.ms(x.tpot_s), f"{x.decode_tokens_per_s:,.1f}",
-            f"{e.ceiling.decode_tokens_per_s:,.1f}", f"{mem.max_batch:,}", fmt.usd(x.usd_per_million_input_tokens),
-            fmt.usd(x.usd_per_million_output_tokens), fmt.joules(x.joules_per_output_token),
-        ])  # fmt: skip
-    table.notes.append(
-        "Times, tokens/s and costs are 'expected' (achievable fractions); J/token from TDP is an upper bound."
-    )
+        if mem.fits:
+            fits, cost = (
+                "yes",
+                [
+                    fmt.usd(x.usd_per_million_input_tokens),
+                    fmt.usd(x.usd_per_million_output_tokens),
+                    fmt.joules(x.joules_per_output_token),
+                ],
+            )
+        else:
+            need = f"needs {mem.min_gpus}" if mem.min_gpus else "no layout searched"
+            fits, cost = f"does not fit ({need})", ["", "", ""]
+        tpot = fmt.ms(x.tpot_s) if x.tpot_s else "n/a"
+        rate = f"{x.decode_tokens_per_s:,.1f}" if x.decode_tokens_per_s else "n/a"
+        ceiling = f"{e.ceiling.decode_tokens_per_s:,.1f}" if e.ceiling.decode_tokens_per_s else "n/a"
+        table.rows.append(
+            [
+                e.model.name,
+                e.gpu.name,
+                f"{e.layout.gpus} ({e.layout.label()})",
+                fits,
+                fmt.ms(x.ttft_s),
+                tpot,
+                rate,
+                ceiling,
+                f"{mem.max_batch:,}",
+                *cost,
+            ]
+        )
+    provenance = sorted({f"{e.gpu.name}: {e.gpu.expected_provenance}" for e in results})
+    table.notes.append("Times, tokens/s and costs are 'expected'; J/token from TDP is an upper bound. Expected from:")
+    table.notes += [f"  {p}" for p in provenance]
     return table

@@ -1,4 +1,4 @@
-"""`tokcost estimate`: one model on one GPU type, ceiling and expected side by side."""
+"""`tokcost estimate`: one model on one GPU type and layout, ceiling and expected side by side."""
 
 from __future__ import annotations
 
@@ -6,43 +6,58 @@ import sys
 
 from tokcost import fmt
 from tokcost.cli.common import workload_from_flags
+from tokcost.cli.deploy import layout_flags, network_for, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
+    DpOpt,
+    EpOpt,
     ExplainOpt,
     Format,
     FormatOpt,
     GpuOpt,
     GpusOpt,
+    GpusPerNodeOpt,
+    JourneyOpt,
     KvOpt,
     ModelOpt,
+    NetworkOpt,
     OutputOpt,
+    PpOpt,
     PrefixOpt,
     PriceOpt,
     PromptOpt,
+    TpOpt,
     WeightsOpt,
-)  # fmt: skip
+)
 from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.explain import explain
-from tokcost.engine.report import bottleneck, estimate_dict
+from tokcost.engine.journey import Journey, JourneyRow, journey
+from tokcost.engine.report import bottleneck, estimate_dict, journey_dict, journey_row_dict
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 
 GLOSSARY = """
 Metrics: TTFT = time to first token = prefill time. TPOT = time per output token = (E2E - TTFT) / (O - 1), the
-mean decode step as the context grows. E2E = TTFT + (O - 1) x TPOT. tokens/s = batch / TPOT (decode).
-MBU = bytes moved per step / TPOT / peak bandwidth; MFU = FLOPs / time / peak FLOP/s. Critical batch = the
-smallest batch whose decode step is compute-bound. Ceiling = datasheet peaks; expected = achievable fractions
-of them plus a per-step overhead.
+mean decode step as the context grows (none with one output token). E2E = TTFT + (O - 1) x TPOT. tokens/s =
+batch / TPOT. Critical batches: where the weight matmuls turn compute-bound, and where KV reads outweigh weight
+reads. Ceiling = datasheet peaks; expected = achievable fractions of them plus fixed costs (its provenance is
+printed under the table).
 """
 
 
 def estimate(
     model: ModelOpt,
     gpu: GpuOpt,
-    gpus: GpusOpt = 1,
+    gpus: GpusOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
+    gpus_per_node: GpusPerNodeOpt = None,
+    network: NetworkOpt = None,
     batch: BatchOpt = 1,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
@@ -53,40 +68,83 @@ def estimate(
     price: PriceOpt = None,
     format: FormatOpt = Format.table,
     explain_: ExplainOpt = False,
+    journey_: JourneyOpt = False,
 ) -> None:
     """Estimate TTFT, TPOT, throughput, memory and cost. Example: tokcost estimate -m llama-3.1-8b -g h100-sxm"""
     workload = workload_from_flags(
-        batch=batch, prompt_tokens=prompt, output_tokens=output, gpus=gpus, weights_dtype=weights,
-        kv_dtype=kv_dtype, compute_dtype=compute_dtype, cached_prefix_tokens=cached_prefix,
+        batch=batch,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        weights_dtype=weights,
+        kv_dtype=kv_dtype,
+        compute_dtype=compute_dtype,
+        cached_prefix_tokens=cached_prefix,
         price_per_hour_usd=price,
-    )  # fmt: skip
-    result = run_estimate(load_model(model), load_gpu(gpu), workload)
-    if format == Format.json:
-        print_json(estimate_dict(result))
-    elif format == Format.csv:
-        print_csv([flatten(estimate_dict(result))])
-    else:
-        print_tables(estimate_tables(result), format.value)
-    if explain_:
-        print_explanation(result, markdown=format == Format.markdown)
+        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
+    )
+    gpu_spec = load_gpu(gpu)
+    result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network))
+    render_estimate(result, format, explain_=explain_, journey_=journey_)
 
 
 estimate.__doc__ = (estimate.__doc__ or "") + "\n" + GLOSSARY
 
 
+def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bool) -> None:
+    """Print one estimate in `format`; explanations and warnings never break a machine-readable format."""
+    lines = explanation_lines(e) if explain_ else []
+    if format == Format.json:
+        data = estimate_dict(e)
+        if explain_:
+            data["explain"] = lines
+        if journey_:
+            data["journey"] = journey_dict(journey(e))
+        print_json(data)
+        return
+    warn(e.warnings)
+    if format == Format.csv:
+        print_csv(journey_csv(journey(e)) if journey_ else [flatten(estimate_dict(e))])
+        if explain_:
+            sys.stderr.write("\n".join(lines) + "\n")
+        return
+    tables = estimate_tables(e) + (journey_tables(journey(e)) if journey_ else [])
+    print_tables(tables, format.value)
+    if explain_:
+        markdown = format == Format.markdown
+        out = ["", "## How these numbers are derived" if markdown else "How these numbers are derived:"]
+        for head, body in explain(e):
+            out.append(f"\n**{head}**" if markdown else f"\n{head}")
+            out += [f"- {line}" if markdown else f"  {line}" for line in body]
+        sys.stdout.write("\n".join(out) + "\n")
+
+
+def explanation_lines(e: Estimate) -> list[str]:
+    """The explanation as flat lines (headings end with a colon), for JSON and CSV."""
+    return [line for head, body in explain(e) for line in (f"{head}:", *body)]
+
+
 def _times(e: Estimate, attr: str) -> list[str]:
-    return [fmt.ms(getattr(e.ceiling, attr)), fmt.ms(getattr(e.expected, attr))]
+    return [_ms(getattr(e.ceiling, attr)), _ms(getattr(e.expected, attr))]
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else fmt.ms(seconds)
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
 
 
 def estimate_tables(e: Estimate) -> list[Table]:
-    """Performance (ceiling vs expected), memory, and the decode step's breakdown."""
-    wl, p, c, x, mem = e.workload, e.precision, e.ceiling, e.expected, e.memory
+    """Performance (ceiling vs expected), memory of the fullest GPU, and the decode step's breakdown."""
+    wl, p, c, x, mem, lay = e.workload, e.precision, e.ceiling, e.expected, e.memory, e.layout
     header = (
-        f"{e.model.name} on {wl.gpus}x {e.gpu.name} · batch {wl.batch} · prompt {wl.prompt_tokens:,} · output "
-        f"{wl.output_tokens:,} · weights {p.weights}"
+        f"{e.model.name} on {lay.gpus}x {e.gpu.name} ({lay.label()}) · batch {wl.batch} · prompt {wl.prompt_tokens:,}"
+        f" · output {wl.output_tokens:,} · weights {p.weights}"
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
     )
+    per_seq = [_rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
     perf = Table(
         "Performance",
         ["metric", "ceiling", "expected"],
@@ -95,38 +153,42 @@ def estimate_tables(e: Estimate) -> list[Table]:
             ["TTFT", *_times(e, "ttft_s")],
             ["TPOT", *_times(e, "tpot_s")],
             ["E2E", *_times(e, "e2e_s")],
-            ["decode tokens/s", f"{c.decode_tokens_per_s:,.1f}", f"{x.decode_tokens_per_s:,.1f}"],
-            [
-                "tokens/s per sequence",
-                f"{c.decode_tokens_per_s / wl.batch:,.1f}",
-                f"{x.decode_tokens_per_s / wl.batch:,.1f}",
-            ],
+            ["decode tokens/s", _rate(c.decode_tokens_per_s), _rate(x.decode_tokens_per_s)],
+            ["tokens/s per sequence", *per_seq],
             ["prefill bound", c.prefill_bound, x.prefill_bound],
-            ["decode bound", c.decode_bound, x.decode_bound],
+            ["decode bound", c.decode_bound or "n/a", x.decode_bound or "n/a"],
             ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens)],
             ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
             ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
         ],
-        notes=[bottleneck(e)] + _warnings(e),
+        notes=[bottleneck(e), f"expected: {e.gpu.expected_provenance}"],
     )
+    b = mem.per_gpu
+    fits = "yes" if mem.fits else f"no: needs {mem.min_gpus} GPUs ({mem.min_layout})" if mem.min_gpus else "no"
     memory = Table(
-        "Memory",
+        f"Memory per GPU (the fullest of {lay.gpus})",
         ["item", "value"],
         [
-            ["weights", fmt.gb(mem.weights_bytes)],
-            ["KV cache", f"{fmt.gb(mem.kv_cache_bytes)} ({mem.kv_bytes_per_token:,.0f} B/token)"],
-            ["activation workspace", fmt.gb(mem.workspace_bytes)],
-            ["reserve", fmt.gb(mem.reserve_bytes)],
-            ["total / capacity", f"{fmt.gb(mem.total_bytes)} / {fmt.gb(mem.capacity_bytes)}"],
-            ["fits", "yes" if mem.fits else f"no: needs {mem.min_gpus or '>64'} GPUs"],
+            ["weights", fmt.gb(b.weights)],
+            ["KV cache", f"{fmt.gb(b.kv)} ({mem.kv_bytes_per_token:,.0f} B/token, whole model)"],
+            ["activation workspace", fmt.gb(b.workspace)],
+            ["reserve", fmt.gb(b.reserve)],
+            ["total / capacity", f"{fmt.gb(b.total)} / {fmt.gb(mem.capacity_bytes_per_gpu)}"],
+            ["capacity from", mem.capacity_basis],
+            ["fits", fits],
             ["max batch at this context", f"{mem.max_batch:,}"],
             ["max context at this batch", f"{mem.max_context:,}"],
-            ["critical batch", f"{e.critical_batch:,}" if e.critical_batch else "none (never compute-bound)"],
+            [
+                "critical batch: matmuls compute-bound",
+                f"{e.critical_batch_compute:,}" if e.critical_batch_compute else "never",
+            ],
+            ["critical batch: KV reads > weight reads", f"{e.critical_batch_kv:,}" if e.critical_batch_kv else "never"],
         ],
     )
-    step = c.decode_step
+    step = c.decode_step or c.prefill
+    what = f"Decode step at {e.mean_decode_context:,.0f} cached tokens" if c.decode_step else "Prefill (no decode step)"
     breakdown = Table(
-        f"Decode step at mean context {e.mean_decode_context:,.0f} (ceiling, per GPU)",
+        f"{what} (ceiling, busiest GPU)",
         ["part", "FLOPs", "bytes", "time", "share", "bound"],
         [
             [
@@ -138,27 +200,44 @@ def estimate_tables(e: Estimate) -> list[Table]:
                 part.bound,
             ]
             for part in step.components
-            if part.seconds or part.bytes
+            if part.seconds >= 0.0005 * step.seconds  # parts under 0.05% of the step are left out
         ],
+        notes=[f"step = {fmt.ms(step.seconds)}"],
     )
     return [perf, memory, breakdown]
 
 
-def _warnings(e: Estimate) -> list[str]:
-    out = []
-    if e.workload.total_tokens > e.model.max_context:
-        out.append(f"warning: prompt + output ({e.workload.total_tokens:,}) exceeds {e.model.name}'s max_context "
-                   f"({e.model.max_context:,})")  # fmt: skip
-    mismatch = e.model.params_mismatch
-    if mismatch is not None and abs(mismatch) > 0.02:
-        out.append(f"warning: {e.model.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")
-    return out
+def _journey_table(title: str, rows: list[JourneyRow], seconds: float) -> Table:
+    table = Table(title, ["stage", "x", "FLOPs", "read", "written", "ceiling", "expected", "share", "bound"])
+    for r in rows:
+        where = r.name + (f" [{r.block}]" if r.block else "")
+        table.rows.append(
+            [
+                where,
+                f"{r.count:,}" if r.count else "",
+                fmt.si(r.flops, "FLOP") if r.flops else "",
+                fmt.si(r.bytes_read, "B") if r.bytes_read else "",
+                fmt.si(r.bytes_written, "B") if r.bytes_written else "",
+                fmt.seconds(r.ceiling_s) if r.ceiling_s else "",
+                fmt.seconds(r.expected_s) if r.expected_s else "",
+                f"{r.share:.1%}" if r.share else "",
+                r.bound,
+            ]
+        )
+    table.notes.append(f"the rows add up to {fmt.ms(seconds)} (ceiling); host rows sit outside the GPU roofline")
+    return table
 
 
-def print_explanation(e: Estimate, markdown: bool = False) -> None:
-    """The arithmetic behind every headline number."""
-    out = ["", "## How these numbers are derived" if markdown else "How these numbers are derived:"]
-    for head, lines in explain(e):
-        out.append(f"\n**{head}**" if markdown else f"\n{head}")
-        out += [f"- {line}" if markdown else f"  {line}" for line in lines]
-    sys.stdout.write("\n".join(out) + "\n")
+def journey_tables(j: Journey) -> list[Table]:
+    """One token's journey: the decode step, then the prefill."""
+    tables = []
+    if j.decode is not None and j.decode_seconds is not None:
+        tables.append(_journey_table("Journey of a decode step (busiest GPU)", j.decode, j.decode_seconds))
+    tables.append(_journey_table("Journey of the prefill (busiest GPU)", j.prefill, j.prefill_seconds))
+    return tables
+
+
+def journey_csv(j: Journey) -> list[dict[str, object]]:
+    """The journey's rows with their phase, for CSV."""
+    phases = [("decode_step", j.decode or []), ("prefill", j.prefill)]
+    return [{"phase": phase, **journey_row_dict(r)} for phase, rows in phases for r in rows]

@@ -40,7 +40,18 @@ class ComputeDtype(str, Enum):
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name, a model YAML, or a HF config.json.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Built-in GPU name or a GPU YAML (e.g. from calibrate).")]
-GpusOpt = Annotated[int, typer.Option("--gpus", help="Tensor-parallel degree (GPUs per replica).")]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs per replica; alone, the shorthand for --tp.")]
+TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (divides the attention heads).")]
+PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline stages (contiguous layer ranges).")]
+EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree over a stage's tp x dp GPUs (MoE).")]
+DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel attention replicas inside the expert group (MoE).")]
+GpusPerNodeOpt = Annotated[
+    Optional[int], typer.Option("--gpus-per-node", help="GPUs per node / NVLink domain (default: the GPU spec's, 8).")
+]
+NetworkOpt = Annotated[
+    Optional[str],
+    typer.Option("--network", help="Network between nodes: a built-in (ib-ndr-400, roce-400, ...) or a YAML file."),
+]
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="Concurrent sequences.")]
 PromptOpt = Annotated[int, typer.Option("--prompt", "-p", help="Prompt tokens per sequence.")]
 OutputOpt = Annotated[int, typer.Option("--output", "-o", help="Output tokens per sequence.")]
@@ -65,3 +76,6 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich),
 TableFormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="table (rich), markdown or json.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing file.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Show the arithmetic behind each number.")]
+JourneyOpt = Annotated[
+    bool, typer.Option("--journey", help="Show one token's journey: every kernel of a decode step and the prefill.")
+]

@@ -8,22 +8,30 @@ import typer
 
 from tokcost import fmt
 from tokcost.cli.common import int_list, workload_from_flags
+from tokcost.cli.deploy import layout_flags, network_for
 from tokcost.cli.options import (
     ComputeOpt,
+    DpOpt,
+    EpOpt,
     Format,
     FormatOpt,
     GpuOpt,
     GpusOpt,
+    GpusPerNodeOpt,
     KvOpt,
     ModelOpt,
+    NetworkOpt,
     OutputOpt,
+    PpOpt,
     PriceOpt,
     PromptOpt,
+    TpOpt,
     WeightsOpt,
 )  # fmt: skip
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
 from tokcost.engine.sweep import SweepPoint
 from tokcost.engine.sweep import sweep as run_sweep
+from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 
@@ -35,7 +43,13 @@ def sweep(
     context: Annotated[
         Optional[str], typer.Option("--context", help="Prompt lengths, comma-separated (default: --prompt).")
     ] = None,
-    gpus: GpusOpt = 1,
+    gpus: GpusOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
+    gpus_per_node: GpusPerNodeOpt = None,
+    network: NetworkOpt = None,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
     weights: WeightsOpt = None,
@@ -47,11 +61,14 @@ def sweep(
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
     batches = int_list(batch, "--batch", 1, 1_000_000)
     contexts = int_list(context, "--context") if context else [prompt]
+    if output < 2:
+        raise UsageError("--output: sweep prices decode steps; give 2 or more output tokens")
     base = workload_from_flags(
-        prompt_tokens=prompt, output_tokens=output, gpus=gpus, weights_dtype=weights, kv_dtype=kv_dtype,
-        compute_dtype=compute_dtype, price_per_hour_usd=price,
+        prompt_tokens=prompt, output_tokens=output, weights_dtype=weights, kv_dtype=kv_dtype,
+        compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )  # fmt: skip
-    points = run_sweep(load_model(model), load_gpu(gpu), base, batches, contexts)
+    spec = load_gpu(gpu)
+    points = run_sweep(load_model(model), spec, base, batches, contexts, network_for(spec, network))
     rows = [p.as_dict() for p in points]
     if format == Format.json:
         print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows})
@@ -65,17 +82,19 @@ def sweep_table(points: list[SweepPoint]) -> Table:
     """One formatted row per point; markers for the critical batch and the memory limit."""
     table = Table(
         f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)",
-        ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory", "bound", "note"],
+        ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory/GPU", "bound", "note"],
     )
     for p in points:
         notes = []
-        if p.critical_batch is not None and p.batch >= p.critical_batch:
-            notes.append(f"past critical batch {p.critical_batch}")
+        if p.critical_batch_compute is not None and p.batch >= p.critical_batch_compute:
+            notes.append(f"past critical batch {p.critical_batch_compute}")
+        elif p.critical_batch_kv is not None and p.batch >= p.critical_batch_kv:
+            notes.append(f"KV reads > weights from batch {p.critical_batch_kv}")
         if not p.fits:
             notes.append(f"exceeds memory (max batch {p.max_batch})")
         table.rows.append([
             f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), f"{p.decode_tokens_per_s:,.1f}",
             f"{p.ceiling_decode_tokens_per_s:,.1f}", fmt.usd(p.usd_per_million_output_tokens),
-            f"{fmt.gb(p.memory_bytes)}", p.decode_bound, "; ".join(notes),
+            f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
     return table

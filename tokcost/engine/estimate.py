@@ -1,18 +1,24 @@
 """estimate(): TTFT, TPOT, throughput, memory and cost of a workload, as "ceiling" and "expected".
 
-TTFT = prefill time. TPOT = mean decode step over the output as the context grows (steps j = 1..O-1 each
-attend over P + j tokens). E2E = TTFT + (O - 1) x TPOT. Decode tokens/s = B / TPOT.
+TTFT = the prefill pass (from an empty pipeline) plus the per-request overhead. Decode step j = 1..O-1 runs
+the output token j with P + j - 1 tokens already cached; TPOT is their mean, summed exactly (the step time
+is piecewise linear in the context). E2E = TTFT + (O - 1) x TPOT; decode tokens/s = B / TPOT. With one
+output token there is no decode step: TPOT is undefined (None), not zero.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokcost.engine.collectives import Links, links_of
+from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
-from tokcost.engine.roofline import Bound, PassCost, Rates, ceiling_rates, expected_rates, price_pass
-from tokcost.engine.traffic import decode_counts, prefill_counts
-from tokcost.engine.workload import Precision, Workload, is_weight_only, resolve_precision
-from tokcost.hardware.spec import GpuSpec
+from tokcost.engine.passes import pass_cost
+from tokcost.engine.roofline import Bound, PassCost, Rates, ceiling_rates, expected_rates
+from tokcost.engine.stages import Segment
+from tokcost.engine.workload import Precision, Workload, resolve_precision
+from tokcost.errors import UsageError
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 
 SECONDS_PER_HOUR = 3600
@@ -28,20 +34,127 @@ def usd_per_million_tokens(price_per_hour_usd: float | None, gpus: int, seconds:
 
 
 @dataclass(frozen=True, slots=True)
+class Deployment:
+    """Everything a pass is priced against: the model, GPU, precision, layout and links."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    precision: Precision
+    layout: Layout
+    links: Links
+
+    def rates(self, scenario: str) -> Rates:
+        """Datasheet peaks ("ceiling") or achievable rates ("expected")."""
+        if scenario == "ceiling":
+            return ceiling_rates(self.gpu, self.precision.compute)
+        return expected_rates(self.gpu, self.precision.compute)
+
+    def decode(self, rates: Rates, batch: float, cached: float) -> PassCost:
+        """One decode step: `batch` sequences holding `cached` tokens each emit one token (steady pipeline)."""
+        return pass_cost(
+            self.model, self.precision, self.layout, self.links, rates, [Segment(batch, cached, 1)], schedule="steady"
+        )
+
+    def prefill(self, rates: Rates, batch: float, prompt: int, cached: int) -> PassCost:
+        """Prefill of `batch` prompts (a cached prefix read, not recomputed), from an empty pipeline."""
+        return pass_cost(
+            self.model,
+            self.precision,
+            self.layout,
+            self.links,
+            rates,
+            [Segment(batch, cached, prompt - cached)],
+            schedule="fill",
+            extra_overhead_s=rates.request_overhead_s,
+        )
+
+
+def deployment(model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None) -> Deployment:
+    """The deployment a workload asks for; a layout the model cannot run is refused with the valid choices."""
+    layout = Layout(workload.tp, workload.pp, workload.ep, workload.dp, workload.gpus_per_node or gpu.gpus_per_node)
+    problem = layout_problem(model, layout)
+    if problem:
+        raise UsageError(problem)
+    return Deployment(model, gpu, resolve_precision(model, workload), layout, links_of(gpu, network))
+
+
+def decode_contexts(wl: Workload) -> tuple[int, int] | None:
+    """Cached tokens at the first and last decode step (P .. P + O - 2); None with a single output token."""
+    if wl.output_tokens < 2:
+        return None
+    return wl.prompt_tokens, wl.prompt_tokens + wl.output_tokens - 2
+
+
+def mean_decode_seconds(d: Deployment, rates: Rates, batch: float, first: int, last: int) -> float:
+    """Mean step time over cached contexts first..last, summed exactly: piecewise linear in the context."""
+    window = d.model.sliding_window.window_tokens if d.model.sliding_window else None
+    spans = [(first, last)]
+    if window and first < window <= last:  # a sliding layer's reads grow until the window, then stay flat
+        spans = [(first, window - 1), (window, last)]
+    total = 0.0
+    while spans:
+        a, b = spans.pop()
+        lo, hi = d.decode(rates, batch, a), d.decode(rates, batch, b)
+        if all(x.bound == y.bound for x, y in zip(lo.stages, hi.stages, strict=True)):
+            # every stage is one linear function of the context on [a, b]: the sum is count x middle value
+            total += (b - a + 1) * d.decode(rates, batch, (a + b) / 2).seconds
+        elif b - a < 2:  # one or two steps on either side of a flip: add them as they are
+            total += lo.seconds + (hi.seconds if b > a else 0.0)
+        else:
+            mid = (a + b) // 2
+            spans += [(a, mid), (mid + 1, b)]
+    return total / (last - first + 1)
+
+
+def _first_batch(test, limit: int = CRITICAL_BATCH_SEARCH_LIMIT) -> int | None:
+    """The smallest batch in 1..limit where `test` holds (test monotone false-then-true); None if never."""
+    if not test(limit):
+        return None
+    lo, hi = 0, limit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if test(mid) else (mid, hi)
+    return hi
+
+
+def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
+    """Smallest batch whose weight matmuls spend longer on FLOPs than on bytes (independent of context)."""
+
+    def compute_bound(batch: int) -> bool:
+        step = d.decode(rates, batch, 1)
+        matmuls = [s for s in step.stages if s.stage.kind in ("matmul", "experts")]
+        return sum(s.compute_s for s in matmuls) > sum(s.memory_s for s in matmuls)
+
+    return _first_batch(compute_bound)
+
+
+def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
+    """Smallest batch whose KV reads at `cached` tokens outweigh the weights it reads (batching stops being free)."""
+
+    def kv_heavier(batch: int) -> bool:
+        step = d.decode(rates, batch, cached)
+        kv = sum(s.stage.count * s.stage.bytes_read for s in step.stages if s.stage.kind == "attention")
+        weights = sum(s.stage.count * s.stage.weight_bytes for s in step.stages)
+        return kv >= weights
+
+    return _first_batch(kv_heavier)
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """Times, rates and costs under one set of rates (datasheet peaks, or achievable fractions)."""
 
     ttft_s: float
-    tpot_s: float
+    tpot_s: float | None
     e2e_s: float
-    decode_tokens_per_s: float
+    decode_tokens_per_s: float | None
     prefill_bound: Bound
-    decode_bound: Bound
+    decode_bound: Bound | None
     usd_per_million_input_tokens: float | None
     usd_per_million_output_tokens: float | None
     joules_per_output_token: float | None
     prefill: PassCost
-    decode_step: PassCost  # the step at the mean decode context, for the breakdown
+    decode_step: PassCost | None  # the step at the mean decode context, for the breakdown
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,105 +164,94 @@ class Estimate:
     model: ModelSpec
     gpu: GpuSpec
     workload: Workload
-    precision: Precision
+    deployment: Deployment
     price_per_hour_usd: float | None
     memory: MemoryReport
-    mean_decode_context: float
-    critical_batch: int | None
+    mean_decode_context: float | None
+    critical_batch_compute: int | None
+    critical_batch_kv: int | None
     ceiling: Scenario
     expected: Scenario
+    warnings: tuple[str, ...]
+
+    @property
+    def precision(self) -> Precision:
+        """The resolved dtypes."""
+        return self.deployment.precision
+
+    @property
+    def layout(self) -> Layout:
+        """The replica's parallel layout."""
+        return self.deployment.layout
 
 
-def decode_step(
-    model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float, batch: int | None = None
-) -> PassCost:
-    return price_pass(decode_counts(model, p, batch or wl.batch, context, wl.gpus), wl.gpus, rates)
-
-
-def mean_decode_seconds(model: ModelSpec, wl: Workload, p: Precision, rates: Rates) -> float:
-    """Mean step time over contexts P+1 .. P+O-1, summed exactly: piecewise linear in the context."""
-    first, last = wl.prompt_tokens + 1, wl.prompt_tokens + max(wl.output_tokens - 1, 1)
-    window = model.sliding_window.window_tokens if model.sliding_window else None
-    spans = [(first, last)]
-    if window and first < window <= last:  # attention reads grow until the window, then stay flat
-        spans = [(first, window - 1), (window, last)]
-    total = 0.0
-    while spans:
-        a, b = spans.pop()
-        lo, hi = decode_step(model, wl, p, rates, a), decode_step(model, wl, p, rates, b)
-        same_side = all(x.bound == y.bound for x, y in zip(lo.components, hi.components, strict=True))
-        if same_side:
-            # each component is one linear function of c on [a, b]: the sum is the count x the middle value
-            total += (b - a + 1) * decode_step(model, wl, p, rates, (a + b) / 2).seconds
-        elif b - a < 2:  # one or two steps on either side of a flip: add them as they are
-            total += lo.seconds + (hi.seconds if b > a else 0.0)
-        else:
-            mid = (a + b) // 2
-            spans += [(a, mid), (mid + 1, b)]
-    return total / (last - first + 1)
-
-
-def critical_batch(model: ModelSpec, wl: Workload, p: Precision, rates: Rates, context: float) -> int | None:
-    """Smallest batch whose decode step at `context` is compute-bound (total FLOP time > byte time); None if never."""
-
-    def compute_bound(batch: int) -> bool:
-        return decode_step(model, wl, p, rates, context, batch).bound == "compute"
-
-    if not compute_bound(CRITICAL_BATCH_SEARCH_LIMIT):
-        return None
-    lo, hi = 0, CRITICAL_BATCH_SEARCH_LIMIT  # compute_bound(hi) holds; find the first batch where it does
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
-    return hi
-
-
-def _scenario(
-    model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, rates: Rates, price: float | None
-) -> Scenario:
-    prefill = price_pass(
-        prefill_counts(model, p, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens, wl.gpus),
-        wl.gpus,
-        rates,
-        extra_overhead_s=rates.request_overhead_s,  # the request's fixed cost lands on its first token
-    )
-    tpot = mean_decode_seconds(model, wl, p, rates)
-    ttft = prefill.seconds
-    mean_context = wl.prompt_tokens + wl.output_tokens / 2
+def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) -> Scenario:
+    prefill = d.prefill(rates, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens)
+    ttft, gpus = prefill.seconds, d.layout.gpus
+    contexts = decode_contexts(wl)
+    tpot = mean_decode_seconds(d, rates, wl.batch, *contexts) if contexts else None
+    step = d.decode(rates, wl.batch, sum(contexts) / 2) if contexts else None
     return Scenario(
         ttft_s=ttft,
         tpot_s=tpot,
-        e2e_s=ttft + (wl.output_tokens - 1) * tpot,
-        decode_tokens_per_s=wl.batch / tpot,
+        e2e_s=ttft + (wl.output_tokens - 1) * (tpot or 0.0),
+        decode_tokens_per_s=wl.batch / tpot if tpot else None,
         prefill_bound=prefill.bound,
-        decode_bound=decode_step(model, wl, p, rates, mean_context).bound,
+        decode_bound=step.bound if step else None,
         # input tokens are priced by prefill time, output tokens by decode time, both per GPU-hour x GPUs
-        # input tokens are priced by prefill time, output tokens by decode time, both per GPU-hour x GPUs
-        usd_per_million_input_tokens=usd_per_million_tokens(price, wl.gpus, ttft, wl.batch * wl.prompt_tokens),
-        usd_per_million_output_tokens=usd_per_million_tokens(price, wl.gpus, tpot, wl.batch),
+        usd_per_million_input_tokens=usd_per_million_tokens(price, gpus, ttft, wl.batch * wl.prompt_tokens),
+        usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, wl.batch) if tpot else None,
         # board power (TDP) for the whole step: an upper bound on energy per token
-        joules_per_output_token=gpu.tdp_w * wl.gpus * tpot / wl.batch if gpu.tdp_w else None,
+        joules_per_output_token=d.gpu.tdp_w * gpus * tpot / wl.batch if d.gpu.tdp_w and tpot else None,
         prefill=prefill,
-        decode_step=decode_step(model, wl, p, rates, mean_context),
+        decode_step=step,
     )
 
 
-def estimate(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> Estimate:
+def _warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, ...]:
+    m, g, out = d.model, d.gpu, []
+    if wl.total_tokens > m.max_context:
+        out.append(f"prompt + output ({wl.total_tokens:,}) exceeds {m.name}'s max_context ({m.max_context:,})")
+    mismatch = m.params_mismatch
+    if mismatch is not None and abs(mismatch) > 0.02:
+        out.append(f"{m.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")
+    if not memory.fits:
+        need = f"needs {memory.min_gpus} GPUs ({memory.min_layout})" if memory.min_gpus else "fits no layout searched"
+        out.append(
+            f"does not fit: {memory.per_gpu.total / 1e9:,.2f} GB on the fullest GPU of "
+            f"{memory.capacity_bytes_per_gpu / 1e9:,.2f} GB; {need}"
+        )
+    replicas = kv_replication(m, d.layout.tp)
+    if replicas > 1 and not m.mla:
+        out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
+    if g.achievable.basis != "fitted" or "achievable" not in g.model_fields_set:
+        out.append(f"expected for {g.name}: {g.expected_provenance}")
+    if g.memory_runtime_mib is None:
+        out.append(f"memory of {g.name}: {g.memory_basis}")
+    return tuple(out)
+
+
+def estimate(model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None) -> Estimate:
     """Ceiling (datasheet) and expected (achievable) performance, memory and cost of `workload`."""
-    p = resolve_precision(model, workload)
-    ceiling = ceiling_rates(gpu, p.compute)
-    expected = expected_rates(gpu, p.compute, weight_only_quant=is_weight_only(p))
+    d = deployment(model, gpu, workload, network)
+    ceiling = d.rates("ceiling")
     price = workload.price_per_hour_usd if workload.price_per_hour_usd is not None else gpu.price_per_hour_usd
-    mean_context = workload.prompt_tokens + workload.output_tokens / 2
+    contexts = decode_contexts(workload)
+    mean_context = sum(contexts) / 2 if contexts else None
+    memory = memory_report(model, gpu, workload, d.precision, d.layout)
     return Estimate(
         model=model,
         gpu=gpu,
         workload=workload,
-        precision=p,
+        deployment=d,
         price_per_hour_usd=price,
-        memory=memory_report(model, gpu, workload, p),
+        memory=memory,
         mean_decode_context=mean_context,
-        critical_batch=critical_batch(model, workload, p, ceiling, mean_context),
-        ceiling=_scenario(model, gpu, workload, p, ceiling, price),
-        expected=_scenario(model, gpu, workload, p, expected, price),
+        critical_batch_compute=critical_batch_compute(d, ceiling),
+        critical_batch_kv=critical_batch_kv(
+            d, ceiling, mean_context if mean_context is not None else workload.prompt_tokens
+        ),
+        ceiling=_scenario(d, workload, ceiling, price),
+        expected=_scenario(d, workload, d.rates("expected"), price),
+        warnings=_warnings(d, workload, memory),
     )

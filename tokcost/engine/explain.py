@@ -1,161 +1,226 @@
-"""The arithmetic behind each headline number, with the values plugged in (what `--explain` prints)."""
+"""The arithmetic behind each headline number, read from the engine's own parts (what `--explain` prints).
+
+Nothing here computes a physical quantity: every number is a field of the Estimate, its stages, its
+collectives or its memory report, printed as `label: expression = value` so that a reader (and a test)
+can redo the arithmetic with the values shown.
+"""
 
 from __future__ import annotations
 
 from tokcost import fmt
-from tokcost.engine.estimate import Estimate
+from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.memory import RESERVE_FRACTION
-from tokcost.engine.roofline import ceiling_rates
-from tokcost.engine.traffic import matmul_params_per_token
-from tokcost.formats import bits_of
+from tokcost.engine.roofline import PassCost, Priced, Rates
+from tokcost.formats import get as get_format
+from tokcost.units import MIB
+
+Section = tuple[str, list[str]]
 
 
-def explain(e: Estimate) -> list[tuple[str, list[str]]]:
-    """(headline, lines) pairs; every number in them comes from the specs and the workload."""
-    m, g, wl, p = e.model, e.gpu, e.workload, e.precision
-    rates = ceiling_rates(g, p.compute)
-    n, b = wl.gpus, wl.batch
-    step = e.ceiling.decode_step
-    weights, attention, comm = step.part("weights"), step.part("attention"), step.part("communication")
-    c = e.mean_decode_context
-    kv_tok = m.kv_bytes_per_token(p.kv)
-    kv_formula = (
-        f"{m.layers} layers x ({m.mla.kv_lora_rank} latent + {m.mla.rope_head_dim} rope) x {bits_of(p.kv) / 8:g} B"
-        if m.mla
-        else f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} head_dim x {bits_of(p.kv) / 8:g} B"
+def _stage_line(p: Priced, rates: Rates) -> str:
+    st, n = p.stage, p.stage.count
+    where = f"{st.name}" + (f" ({st.block})" if st.block else "")
+    if p.collective is not None:
+        c = p.collective
+        size = fmt.si(c.payload_bytes, "B")
+        lat, bw = fmt.seconds(c.path.latency_s), fmt.si(c.path.bytes_per_s, "B/s")
+        one = {
+            "one-shot": f"{lat} + {c.ranks - 1} x {size} / {bw}",
+            "two-shot": f"2 x {lat} + 2 x {c.ranks - 1} / {c.ranks} x {size} / {bw}",
+            "ring": f"{2 * (c.ranks - 1)} x {lat} + 2 x {c.ranks - 1} / {c.ranks} x {size} / {bw}",
+            "p2p": f"{lat} + {size} / {bw}",
+        }.get(c.algorithm, f"{lat} + {size} / {bw}")
+        if c.op == "all-to-all" and c.path.nodes > 1:
+            one = f"{lat} + {c.path.nodes - 1} / {c.path.nodes} x {size} / {bw}"
+        return (
+            f"{where}: {n} x ({one}) = {fmt.seconds(p.seconds)} "
+            f"({c.op}, {c.algorithm}, {c.ranks} GPUs over {c.path.name})"
+        )
+    flops_rate = rates.attention_flops_per_s if st.kind == "attention" else rates.flops_per_s
+    terms = (
+        f"max({fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {fmt.si(st.bytes, 'B')} / "
+        f"{fmt.si(rates.bytes_per_s, 'B/s')})"
     )
-    sections = [
+    return f"{where}: {n} x {terms} = {fmt.seconds(p.seconds)} ({p.bound})"
+
+
+def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
+    lines = [_stage_line(p, rates) for p in cost.stages if p.seconds > 0]
+    total = " + ".join(fmt.seconds(p.seconds) for p in cost.stages if p.seconds > 0)
+    lines.append(f"one stage-time: {total} = {fmt.seconds(cost.stage_seconds)}")
+    factor = f"{cost.pipeline_factor} x " if cost.pipeline_factor > 1 else ""
+    over = f" + {fmt.seconds(cost.overhead_s)}" if cost.overhead_s else ""
+    schedule = f" ({cost.pp} pipeline stages, {cost.microbatches} microbatches, {cost.schedule})" if cost.pp > 1 else ""
+    if factor or over:
+        lines.append(f"pass: {factor}{fmt.seconds(cost.stage_seconds)}{over} = {fmt.seconds(cost.seconds)}{schedule}")
+    return lines
+
+
+def _deployment(e: Estimate) -> Section:
+    d, wl, p = e.deployment, e.workload, e.precision
+    lay = d.layout
+    w = get_format(p.weights)
+    lines = [
+        f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {lay.nodes} node(s) of {lay.gpus_per_node}",
+        f"weights {p.weights} ({w.bits:g} bits: {w.source}); experts {p.experts}; KV {p.kv}; "
+        f"matmuls at {p.compute}; embedding and LM head at {p.embedding}",
+        f"batch {wl.batch}, prompt {wl.prompt_tokens:,} (cached prefix {wl.cached_prefix_tokens:,}), output "
+        f"{wl.output_tokens:,}",
+    ]
+    if d.links.intra:
+        link = d.links.intra
+        lines.append(
+            f"link inside a node: {link.kind}, {link.gb_s:g} GB/s per direction, {link.latency_us:g} us per step, "
+            f"efficiency {link.efficiency:g} (expected)"
+        )
+    return "Deployment", lines
+
+
+def _peaks(e: Estimate) -> Section:
+    rates = e.deployment.rates("ceiling")
+    f, bw = fmt.si(rates.flops_per_s, "FLOP/s"), fmt.si(rates.bytes_per_s, "B/s")
+    ridge = rates.flops_per_s / rates.bytes_per_s
+    return "Peaks (ceiling)", [
+        f"ridge point of {e.gpu.name} at {e.precision.compute}: {f} / {bw} = {ridge:,.1f} FLOP/B",
+    ]
+
+
+def _weights(e: Estimate, step: PassCost) -> Section:
+    lines = []
+    for p in step.stages:
+        st = p.stage
+        if st.weight_bytes:
+            where = st.name + (f" ({st.block})" if st.block else "")
+            lines.append(
+                f"{where}: {st.count} x {fmt.si(st.weight_bytes, 'B')} = "
+                f"{fmt.si(st.count * st.weight_bytes, 'B')} at {st.weight_format}"
+            )
+    total = sum(p.stage.count * p.stage.weight_bytes for p in step.stages)
+    parts = " + ".join(fmt.si(p.stage.count * p.stage.weight_bytes, "B") for p in step.stages if p.stage.weight_bytes)
+    lines.append(f"weights one decode step reads per GPU: {parts} = {fmt.si(total, 'B')}")
+    return "Weights read per decode step (busiest GPU)", lines
+
+
+def _kv(e: Estimate) -> Section:
+    m, p = e.model, e.precision
+    bytes_ = get_format(p.kv).bytes
+    if m.mla:
+        formula = f"{m.layers} layers x ({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B"
+    else:
+        formula = f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} x {bytes_:g} B"
+    return "KV cache", [
+        f"per token, whole model: {formula} = {e.memory.kv_bytes_per_token:,.0f} B",
+        f"this workload on the fullest GPU: {fmt.si(e.memory.per_gpu.kv, 'B')} "
+        f"({e.workload.batch} sequences x {e.workload.total_tokens:,} tokens, split and windowed as above)",
+    ]
+
+
+def _scenario_lines(e: Estimate, s: Scenario, name: str) -> list[str]:
+    wl = e.workload
+    if s.tpot_s is None:
+        return [
+            f"TPOT: none ({wl.output_tokens} output token: no decode step runs)",
+            f"E2E = TTFT = {fmt.seconds(s.e2e_s)}",
+        ]
+    contexts = f"{wl.prompt_tokens:,}..{wl.prompt_tokens + wl.output_tokens - 2:,}"
+    return [
+        f"TPOT ({name}) = mean decode step over cached contexts {contexts} = {fmt.seconds(s.tpot_s)}",
+        f"decode tokens/s: {wl.batch} / {fmt.seconds(s.tpot_s)} = {s.decode_tokens_per_s:,.1f}",
+        f"E2E: {fmt.seconds(s.ttft_s)} + {wl.output_tokens - 1} x {fmt.seconds(s.tpot_s)} = {fmt.seconds(s.e2e_s)}",
+    ]
+
+
+def _memory(e: Estimate) -> Section:
+    mem, g = e.memory, e.gpu
+    b = mem.per_gpu
+    cap = (
+        f"capacity: {g.memory_runtime_mib:,.0f} x {MIB:,} B = {fmt.si(mem.capacity_bytes_per_gpu, 'B')} (runtime)"
+        if g.memory_runtime_mib
+        else f"capacity: {g.memory_gb:g} GB as marketed (no memory_runtime_mib)"
+    )
+    return "Memory (fullest GPU)", [
+        cap,
+        f"reserve: {RESERVE_FRACTION:g} x {fmt.si(mem.capacity_bytes_per_gpu, 'B')} = {fmt.si(b.reserve, 'B')}",
+        f"used: {fmt.si(b.weights, 'B')} weights + {fmt.si(b.kv, 'B')} KV + {fmt.si(b.workspace, 'B')} workspace + "
+        f"{fmt.si(b.reserve, 'B')} reserve = {fmt.si(b.total, 'B')} -> {'fits' if mem.fits else 'does not fit'}",
+        f"max batch at {e.workload.total_tokens:,} tokens: {mem.max_batch:,}; max context at batch "
+        f"{e.workload.batch}: {mem.max_context:,}; smallest layout that fits: {mem.min_layout or 'none searched'}",
+    ]
+
+
+def _cost(e: Estimate, s: Scenario) -> list[str]:
+    wl, gpus = e.workload, e.layout.gpus
+    lines = []
+    if s.joules_per_output_token is not None and s.tpot_s is not None:
+        lines.append(
+            f"J/output token (TDP, an upper bound): {e.gpu.tdp_w:g} W x {gpus} x {fmt.seconds(s.tpot_s)} / "
+            f"{wl.batch} = {s.joules_per_output_token:.4g} J"
+        )
+    if e.price_per_hour_usd is None:
+        return lines + ["$/1M tokens: no price (pass --price USD per GPU-hour)"]
+    hourly = e.price_per_hour_usd
+    if s.usd_per_million_output_tokens is not None and s.tpot_s is not None:
+        lines.append(
+            f"$/1M output: {hourly:g} $/h x {gpus} / 3600 x {fmt.seconds(s.tpot_s)} / {wl.batch} x 1e6 = "
+            f"{s.usd_per_million_output_tokens:.4g} $"
+        )
+    lines.append(
+        f"$/1M input: {hourly:g} $/h x {gpus} / 3600 x {fmt.seconds(s.ttft_s)} / "
+        f"({wl.batch} x {wl.prompt_tokens}) x 1e6 = {s.usd_per_million_input_tokens:.4g} $"
+    )
+    return lines
+
+
+def explain(e: Estimate) -> list[Section]:
+    """(headline, lines) pairs; every number in them is a part the engine computed."""
+    ceiling, expected = e.deployment.rates("ceiling"), e.deployment.rates("expected")
+    c = e.ceiling
+    sections = [_deployment(e), _peaks(e)]
+    if c.decode_step is not None:
+        sections.append(_weights(e, c.decode_step))
+    sections.append(_kv(e))
+    if c.decode_step is not None:
+        sections.append(
+            (
+                f"Decode step at {e.mean_decode_context:,.0f} cached tokens (ceiling, busiest GPU)",
+                _pass_lines(c.decode_step, ceiling),
+            )
+        )
+    sections += [
+        ("TPOT, tokens/s, E2E (ceiling)", _scenario_lines(e, c, "ceiling")),
         (
-            "Peaks (ceiling)",
+            f"TTFT = prefill of {e.workload.batch} x {e.workload.computed_prompt_tokens:,} tokens (ceiling)",
+            _pass_lines(c.prefill, ceiling),
+        ),
+        _memory(e),
+        (
+            "Critical batches",
             [
-                f"{g.name}: {g.memory_bandwidth_gb_s:,g} GB/s memory, {rates.flops_per_s / 1e12:,.1f} TFLOP/s dense "
-                f"{p.compute}; ridge point = {rates.flops_per_s / rates.bytes_per_s:,.0f} FLOP/byte",
+                f"weight matmuls turn compute-bound at batch {e.critical_batch_compute or 'never'} "
+                "(FLOP time of the matmuls exceeds their byte time; independent of context)",
+                f"KV reads outweigh weight reads at batch {e.critical_batch_kv or 'never'} at "
+                f"{e.mean_decode_context or e.workload.prompt_tokens:,.0f} cached tokens "
+                "(past it, batching stops being nearly free)",
             ],
         ),
-        (
-            "Weights read per decode step",
-            [
-                f"{m.params_total:,} params ({m.params_active:,} active per token); block linears at {p.weights}"
-                + (f", experts at {p.experts}" if m.moe else "")
-                + f", embedding/LM head at {p.embedding}",
-                f"per GPU (/{n}): {fmt.gb(weights.bytes)} = block weights + LM head "
-                f"({m.vocab_size:,} x {m.hidden_size:,}) + {b} embedding rows",
-            ],
-        ),
-        (
-            "KV cache",
-            [
-                f"per token: {kv_formula} = {kv_tok:,.0f} B",
-                f"this workload: {b} seq x {wl.total_tokens:,} tokens -> {fmt.gb(e.memory.kv_cache_bytes)}",
-            ],
-        ),
-        (
-            f"Decode step at the mean context ({c:,.0f} tokens), ceiling",
-            [
-                f"weights: max({fmt.tflop(weights.flops)} / {fmt.rate_tflops(rates.flops_per_s)}, "
-                f"{fmt.gb(weights.bytes)} / {fmt.rate_gb_s(rates.bytes_per_s)}) = "
-                f"{fmt.ms(weights.seconds)} ({weights.bound})",
-                f"  FLOPs = 2 x {matmul_params_per_token(m):,} matmul params x {b} / {n} GPU",
-                f"attention: max({fmt.tflop(attention.flops)} / peak, {fmt.gb(attention.bytes)} / bandwidth) = "
-                f"{fmt.ms(attention.seconds)} ({attention.bound}); "
-                f"bytes = {b} x ({c:,.0f} read + 1 written) x {kv_tok:,.0f} B",
-                f"communication: {fmt.ms(comm.seconds)}"
-                + (
-                    f" = {2 * m.layers} all-reduces x ring(2 x {n - 1}/{n} x "
-                    f"{comm.bytes / max(2 * m.layers, 1):,.0f} B "
-                    f"/ {g.link.gb_s if g.link else 0:g} GB/s + {g.link.latency_us if g.link else 0:g} us)"
-                    if n > 1
-                    else " (1 GPU)"
-                ),
-                f"step = {fmt.ms(step.seconds)}",
-            ],
-        ),
-        (
-            "TPOT, tokens/s, E2E (ceiling)",
-            [
-                f"TPOT = mean step over contexts {wl.prompt_tokens + 1:,}.."
-                f"{wl.prompt_tokens + max(wl.output_tokens - 1, 1):,}"
-                f" = {fmt.ms(e.ceiling.tpot_s)}",
-                f"decode tokens/s = {b} / {fmt.ms(e.ceiling.tpot_s)} = {e.ceiling.decode_tokens_per_s:,.1f}",
-                f"E2E = TTFT + (O - 1) x TPOT = {fmt.ms(e.ceiling.ttft_s)} + {wl.output_tokens - 1} x "
-                f"{fmt.ms(e.ceiling.tpot_s)} = {fmt.ms(e.ceiling.e2e_s)}",
-            ],
-        ),
-        ("TTFT = prefill (ceiling)", _prefill_lines(e)),
-        (
-            "Memory",
-            [
-                f"weights {fmt.gb(e.memory.weights_bytes)} + KV {fmt.gb(e.memory.kv_cache_bytes)} + workspace "
-                f"{fmt.gb(e.memory.workspace_bytes)} + reserve {fmt.gb(e.memory.reserve_bytes)} "
-                f"({RESERVE_FRACTION:.0%} of each GPU) = {fmt.gb(e.memory.total_bytes)} "
-                f"of {fmt.gb(e.memory.capacity_bytes)}"
-                f" -> {'fits' if e.memory.fits else 'does not fit'}",
-                f"max batch at {wl.total_tokens:,} tokens: {e.memory.max_batch:,}; max context at batch {b}: "
-                f"{e.memory.max_context:,} (capped at the model's {m.max_context:,})",
-            ],
-        ),
-        (
-            "Critical batch",
-            [
-                "smallest batch whose decode step spends longer on FLOPs than on bytes: "
-                + (
-                    f"{e.critical_batch:,}"
-                    if e.critical_batch
-                    else "none (KV reads grow with the batch as fast as FLOPs)"
-                ),
-            ],
-        ),
-        ("Cost and energy", _cost_lines(e)),
-        (
-            "Expected",
-            [
-                f"achievable: {g.achievable.bandwidth:.0%} of bandwidth, {g.achievable.compute:.0%} of compute, "
-                f"+{g.achievable.step_overhead_us:g} us per step"
-                + (
-                    f" ({g.achievable.weight_only_quant_bandwidth:.0%} of bandwidth for weight-only quantized kernels)"
-                    if g.achievable.weight_only_quant_bandwidth
-                    else ""
-                ),
-                f"TTFT {fmt.ms(e.expected.ttft_s)}, TPOT {fmt.ms(e.expected.tpot_s)}, "
-                f"{e.expected.decode_tokens_per_s:,.1f} tokens/s",
-            ],
-        ),
+        ("Cost and energy (ceiling)", _cost(e, c)),
+        ("Expected", _expected_lines(e, expected)),
     ]
     return sections
 
 
-def _prefill_lines(e: Estimate) -> list[str]:
-    wl, pre = e.workload, e.ceiling.prefill
-    rates = ceiling_rates(e.gpu, e.precision.compute)
-    computed = wl.computed_prompt_tokens
-    return [
-        f"FLOPs = 2 x matmul params x {wl.batch} x {computed:,} tokens + causal attention "
-        f"(~{e.model.attention_flops_per_token_per_context:,} x P^2/2 x {wl.batch}) = {fmt.tflop(pre.flops)}",
-        f"time = max({fmt.tflop(pre.flops)} / {fmt.rate_tflops(rates.flops_per_s)}, {fmt.gb(pre.bytes)} / "
-        f"{fmt.rate_gb_s(rates.bytes_per_s)}) per part, summed = {fmt.ms(pre.seconds)} ({pre.bound}-bound)",
-    ] + (
-        [f"cached prefix: {wl.cached_prefix_tokens:,} tokens read from the KV cache, not recomputed"]
-        if wl.cached_prefix_tokens
-        else []
-    )
-
-
-def _cost_lines(e: Estimate) -> list[str]:
-    wl, s = e.workload, e.ceiling
-    if s.joules_per_output_token is None:
-        lines = [f"J/output token: {e.gpu.name} has no tdp_w, so no energy figure"]
-    else:
-        lines = [
-            f"J/output token = {e.gpu.tdp_w:g} W TDP x {wl.gpus} GPU x {fmt.ms(s.tpot_s)} / {wl.batch} = "
-            f"{s.joules_per_output_token:.3f} J (an upper bound: boards rarely draw full TDP in decode)"
-        ]
-    if e.price_per_hour_usd is None:
-        return lines + ["$/1M tokens: no price (pass --price USD per GPU-hour)"]
-    hourly = e.price_per_hour_usd
-    return lines + [
-        f"$/1M output = ${hourly:g}/h x {wl.gpus} / 3600 x {fmt.ms(s.tpot_s)} / {wl.batch} x 1e6 = "
-        f"{fmt.usd(s.usd_per_million_output_tokens)}",
-        f"$/1M input = ${hourly:g}/h x {wl.gpus} / 3600 x {fmt.ms(s.ttft_s)} / "
-        f"({wl.batch} x {wl.prompt_tokens:,}) x 1e6"
-        f" = {fmt.usd(s.usd_per_million_input_tokens)}",
+def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
+    g, peak = e.gpu, e.deployment.rates("ceiling")
+    a = g.achievable
+    lines = [
+        f"where it comes from: {g.expected_provenance}",
+        f"bandwidth: {fmt.si(peak.bytes_per_s, 'B/s')} x {a.bandwidth:g} = {fmt.si(rates.bytes_per_s, 'B/s')}",
+        f"compute: {fmt.si(peak.flops_per_s, 'FLOP/s')} x {a.compute:g} = {fmt.si(rates.flops_per_s, 'FLOP/s')}",
+        f"fixed costs: {a.step_overhead_us:g} us per step, {a.request_overhead_us:g} us per request",
     ]
+    x = e.expected
+    lines.append(
+        f"TTFT {fmt.seconds(x.ttft_s)}, TPOT {fmt.seconds(x.tpot_s) if x.tpot_s else 'none'}"
+        + (f", {x.decode_tokens_per_s:,.1f} tokens/s" if x.decode_tokens_per_s else "")
+    )
+    return lines + _cost(e, x)

@@ -1,11 +1,19 @@
-"""Memory: weights + KV cache + activation workspace + a reserve, against capacity; max batch, max context, min GPUs."""
+"""Memory on the fullest GPU: resident weights + KV cache + activation workspace + a reserve, against capacity.
+
+Capacity is what the runtime reports (GpuSpec.memory_bytes: "80 GB" HBM parts hold ~80 GiB). Every pipeline
+stage is checked and the fullest GPU decides `fits`; max batch, max context and the smallest layout that
+fits follow from the same sum.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from tokcost.engine.traffic import kv_shard, resident_weight_bytes
+from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
+from tokcost.engine.stages import attended, attention_params_per_rank, block_kind, kv_bytes_per_token_layer
 from tokcost.engine.workload import Precision, Workload
+from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 
@@ -17,45 +25,106 @@ RESERVE_FRACTION = 0.10
 PREFILL_CHUNK_TOKENS = 8192
 # Logits are materialized in fp32 for sampling: 4 bytes per vocab entry per sequence.
 LOGIT_BYTES = 4
-# GPU counts tried for min_gpus: tensor-parallel degrees are powers of two in practice.
-TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
+MAX_PIPELINE_STAGES = 64  # the smallest-layout search stops here
+
+
+@dataclass(frozen=True, slots=True)
+class GpuBytes:
+    """What one GPU holds, by part, in bytes."""
+
+    weights: float
+    kv: float
+    workspace: float
+    reserve: float
+
+    @property
+    def total(self) -> float:
+        """Everything the GPU holds."""
+        return self.weights + self.kv + self.workspace + self.reserve
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryReport:
-    """Bytes across all GPUs of the deployment; `fits` compares total with capacity."""
+    """The fullest GPU's bytes, the replica's totals, and the limits they imply."""
 
-    weights_bytes: float
-    kv_bytes_per_token: float
-    kv_cache_bytes: float
-    workspace_bytes: float
-    reserve_bytes: float
-    total_bytes: float
-    capacity_bytes: float
+    per_gpu: GpuBytes  # the fullest GPU of the replica
+    weights_bytes_total: float  # every GPU of the replica together
+    kv_cache_bytes_total: float
+    kv_bytes_per_token: float  # all layers, the whole model (before any split)
+    capacity_bytes_per_gpu: float
+    capacity_basis: str
+    gpus: int
     fits: bool
     max_batch: int
     max_context: int
     min_gpus: int | None
+    min_layout: str | None
 
 
-def per_gpu_bytes(
-    model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int
-):
-    """(weights, kv, workspace, reserve) on one GPU of `gpus`."""
-    weights = resident_weight_bytes(model, precision) / gpus
-    kv = batch * model.kv_cache_bytes(tokens, kv_dtype=precision.kv) * kv_shard(model, gpus)
-    moe_width = model.moe.experts_per_token * model.moe.expert_intermediate_size if model.moe else 0
+def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: range, first: bool, last: bool) -> float:
+    """Resident weights on one GPU of a pipeline stage: every expert it holds, not only those a pass touches."""
+    h, tp = model.hidden_size, layout.tp
+    total = 0.0
+    qkv, out = attention_params_per_rank(model, tp)
+    for i in layers:
+        total += (qkv + out) * p.weight_bytes + 2 * h * p.embedding_bytes  # attention + two norms
+        if block_kind(model, i).moe and model.moe:
+            experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
+            total += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
+            total += model.params_router_per_layer * p.weight_bytes
+        else:
+            total += model.params_dense_mlp_per_layer / tp * p.weight_bytes
+    table = model.vocab_size * h / tp * p.embedding_bytes
+    if first:
+        total += table
+    if last:
+        total += h * p.embedding_bytes + (0.0 if model.tied_embeddings and first else table)
+    return total
+
+
+def stage_kv_bytes(
+    model: ModelSpec, p: Precision, layout: Layout, layers: range, wl: Workload, batch: int, tokens: int
+) -> float:
+    """KV on one GPU of a stage for `batch` sequences of `tokens`; a cached prefix is stored once per replica."""
+    per_tok = kv_bytes_per_token_layer(model, p, layout.tp)
+    seqs = math.ceil(batch / layout.dp)
+    prefix = min(wl.cached_prefix_tokens, tokens)
+    total = 0.0
+    for i in layers:
+        sliding = block_kind(model, i).sliding
+        if sliding:  # each sequence keeps its own window; a shared prefix past the window is gone
+            total += seqs * attended(model, True, tokens) * per_tok
+        else:  # the prefix once, then each sequence's own tokens (vLLM / SGLang prefix caching)
+            total += (prefix + seqs * (tokens - prefix)) * per_tok
+    return total
+
+
+def _per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> float:
     # live activations per token of one layer: residual, normed input, q/k/v/attn out (~4 x hidden),
-    # gate and up projections (2 x intermediate)
-    per_token = (4 * model.hidden_size + 2 * max(model.dense_intermediate, moe_width)) * precision.activation_bytes
-    workspace = (min(batch * prompt, PREFILL_CHUNK_TOKENS) * per_token + batch * model.vocab_size * LOGIT_BYTES) / gpus
-    return weights, kv, workspace, RESERVE_FRACTION * gpu.memory_bytes
+    # gate and up projections (2 x intermediate, split tp-way)
+    moe_width = model.moe.experts_per_token * model.moe.expert_intermediate_size if model.moe else 0
+    return (4 * model.hidden_size + 2 * max(model.dense_intermediate, moe_width) / tp) * p.activation_bytes
 
 
-def _fits(
-    model: ModelSpec, gpu: GpuSpec, precision: Precision, gpus: int, batch: int, prompt: int, tokens: int
-) -> bool:
-    return sum(per_gpu_bytes(model, gpu, precision, gpus, batch, prompt, tokens)) <= gpu.memory_bytes
+def gpu_bytes(
+    model: ModelSpec, gpu: GpuSpec, p: Precision, layout: Layout, wl: Workload, batch: int, prompt: int, tokens: int
+) -> GpuBytes:
+    """The fullest GPU's bytes for `batch` sequences that prefilled `prompt` tokens and hold `tokens` each."""
+    ranges = stage_layer_ranges(model.layers, layout.pp)
+    seqs = math.ceil(batch / layout.dp)
+    workspace = (
+        min(seqs * prompt, PREFILL_CHUNK_TOKENS) * _per_token_activation_bytes(model, p, layout.tp)
+        + seqs * model.vocab_size / layout.tp * LOGIT_BYTES
+    )
+    best = None
+    for s, layers in enumerate(ranges):
+        weights = stage_weight_bytes(model, p, layout, layers, s == 0, s == len(ranges) - 1)
+        kv = stage_kv_bytes(model, p, layout, layers, wl, batch, tokens)
+        here = GpuBytes(weights, kv, workspace, RESERVE_FRACTION * gpu.memory_bytes)
+        if best is None or here.total > best.total:
+            best = here
+    assert best is not None
+    return best
 
 
 def _largest(ok, high: int) -> int:
@@ -71,37 +140,63 @@ def _largest(ok, high: int) -> int:
     return lo
 
 
-def memory_report(model: ModelSpec, gpu: GpuSpec, workload: Workload, precision: Precision) -> MemoryReport:
-    """Memory of the workload on `workload.gpus` GPUs, and the limits it implies."""
-    n, prompt, tokens = workload.gpus, workload.computed_prompt_tokens, workload.total_tokens
-    weights, kv, workspace, reserve = per_gpu_bytes(model, gpu, precision, n, workload.batch, prompt, tokens)
-    total = weights + kv + workspace + reserve
-    max_batch = _largest(lambda b: _fits(model, gpu, precision, n, b, prompt, tokens), 10_000_000)
-    max_context = _largest(
-        lambda t: _fits(model, gpu, precision, n, workload.batch, min(prompt, t), t), model.max_context
+def smallest_layout(model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, gpus_per_node: int) -> Layout | None:
+    """The fewest GPUs that hold the workload: a valid TP degree inside a node, then pipeline stages of a full node."""
+    prompt, tokens = wl.computed_prompt_tokens, wl.total_tokens
+    candidates = [Layout(tp=d, gpus_per_node=gpus_per_node) for d in tp_degrees(model, limit=gpus_per_node)]
+    widest = candidates[-1].tp
+    candidates += [
+        Layout(tp=widest, pp=s, gpus_per_node=gpus_per_node)
+        for s in range(2, min(model.layers, MAX_PIPELINE_STAGES) + 1)
+    ]
+    for layout in candidates:
+        if layout_problem(model, layout) is None:
+            used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, prompt, tokens)
+            if used.total <= gpu.memory_bytes:
+                return layout
+    return None
+
+
+def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, layout: Layout) -> MemoryReport:
+    """Memory of the workload on its layout, and the limits it implies."""
+    prompt, tokens, cap = wl.computed_prompt_tokens, wl.total_tokens, gpu.memory_bytes
+    used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, prompt, tokens)
+
+    def fits(batch: int, prompt_: int, tokens_: int) -> bool:
+        return gpu_bytes(model, gpu, p, layout, wl, batch, prompt_, tokens_).total <= cap
+
+    ranges = stage_layer_ranges(model.layers, layout.pp)
+    weights_total = (
+        sum(stage_weight_bytes(model, p, layout, r, s == 0, s == len(ranges) - 1) for s, r in enumerate(ranges))
+        * layout.stage_gpus
     )
-    min_gpus = next((g for g in TP_DEGREES if _fits(model, gpu, precision, g, workload.batch, prompt, tokens)), None)
+    kv_total = sum(stage_kv_bytes(model, p, layout, r, wl, wl.batch, tokens) for r in ranges) * layout.stage_gpus
+    smallest = smallest_layout(model, gpu, p, wl, layout.gpus_per_node)
     return MemoryReport(
-        weights_bytes=weights * n,
-        kv_bytes_per_token=model.kv_bytes_per_token(precision.kv),
-        kv_cache_bytes=kv * n,
-        workspace_bytes=workspace * n,
-        reserve_bytes=reserve * n,
-        total_bytes=total * n,
-        capacity_bytes=gpu.memory_bytes * n,
-        fits=total <= gpu.memory_bytes,
-        max_batch=max_batch,
-        max_context=max_context,
-        min_gpus=min_gpus,
+        per_gpu=used,
+        weights_bytes_total=weights_total,
+        kv_cache_bytes_total=kv_total,
+        kv_bytes_per_token=model.kv_bytes_per_token(p.kv),
+        capacity_bytes_per_gpu=cap,
+        capacity_basis=gpu.memory_basis,
+        gpus=layout.gpus,
+        fits=used.total <= cap,
+        max_batch=_largest(lambda b: fits(b, prompt, tokens), 10_000_000),
+        max_context=_largest(lambda t: fits(wl.batch, min(prompt, t), t), model.max_context),
+        min_gpus=smallest.gpus if smallest else None,
+        min_layout=smallest.label() if smallest else None,
     )
 
 
-def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, workload: Workload, precision: Precision) -> float:
-    """Tokens of KV cache one replica can hold beside its weights, workspace and reserve (all sequences)."""
-    n = workload.gpus
-    weights, _, workspace, reserve = per_gpu_bytes(
-        model, gpu, precision, n, workload.batch, workload.computed_prompt_tokens, workload.total_tokens
-    )
-    free = gpu.memory_bytes - weights - workspace - reserve
-    per_token = model.kv_bytes_per_token(precision.kv) * kv_shard(model, n)
-    return max(free, 0.0) / per_token
+def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, layout: Layout) -> float:
+    """Tokens of KV (per sequence summed over all sequences) one replica holds beside weights, workspace, reserve."""
+    used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, wl.computed_prompt_tokens, 0)
+    free = max(gpu.memory_bytes - used.weights - used.workspace - used.reserve, 0.0)
+    ranges = stage_layer_ranges(model.layers, layout.pp)
+    per_token = max(len(r) for r in ranges) * kv_bytes_per_token_layer(model, p, layout.tp)
+    return free / per_token * layout.dp
+
+
+def weight_format_bits(p: Precision) -> float:
+    """Bits per block-linear weight of this precision (metadata included), for outputs."""
+    return get_format(p.weights).bits

@@ -1,35 +1,50 @@
-"""An Estimate as plain data with stable keys (SI units, unit in every key), and the bottleneck in words."""
+"""An Estimate as plain data with stable keys (SI units and the base in every key), and the bottleneck in words.
+
+Byte counts are integers and say their base: `_per_gpu` is the busiest GPU of the replica (one microbatch
+of the slowest pipeline stage for a pass), `_total` every GPU of the replica together.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from tokcost.engine.estimate import Estimate, Scenario
+from tokcost.engine.journey import Journey, JourneyRow
 from tokcost.engine.roofline import PassCost
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
-def _pass(cost: PassCost) -> dict[str, Any]:
+def _pass(cost: PassCost | None) -> dict[str, Any] | None:
+    if cost is None:
+        return None
     return {
-        "flops": cost.flops,
-        "bytes": cost.bytes,
         "seconds": cost.seconds,
         "bound": cost.bound,
         "overhead_s": cost.overhead_s,
+        "pipeline": {
+            "stages": cost.pp,
+            "microbatches": cost.microbatches,
+            "schedule": cost.schedule,
+            "stage_times": cost.pipeline_factor,
+            "stage_seconds": cost.stage_seconds,
+        },
+        "flops_per_gpu": round(cost.flops),
+        "bytes_per_gpu": round(cost.bytes),
         "components": {
-            c.name: {"flops": c.flops, "bytes": c.bytes, "seconds": c.seconds, "bound": c.bound}
+            c.name: {
+                "flops_per_gpu": round(c.flops),
+                "bytes_per_gpu": round(c.bytes),
+                "seconds": c.seconds,
+                "bound": c.bound,
+            }
             for c in cost.components
         },
     }
 
 
-def _scenario(s: Scenario) -> dict[str, Any]:
-    step = _pass(s.decode_step)
-    step["weight_bytes"] = s.decode_step.part("weights").bytes
-    step["kv_bytes"] = s.decode_step.part("attention").bytes
-    return {
+def _scenario(s: Scenario, provenance: str | None = None) -> dict[str, Any]:
+    out = {
         "ttft_s": s.ttft_s,
         "tpot_s": s.tpot_s,
         "e2e_s": s.e2e_s,
@@ -40,45 +55,95 @@ def _scenario(s: Scenario) -> dict[str, Any]:
         "usd_per_million_output_tokens": s.usd_per_million_output_tokens,
         "joules_per_output_token": s.joules_per_output_token,
         "prefill": _pass(s.prefill),
-        "decode_step": step,
+        "decode_step": _pass(s.decode_step),
     }
+    if provenance is not None:
+        out["provenance"] = provenance
+    return out
 
 
 def estimate_dict(e: Estimate) -> dict[str, Any]:
-    """Stable JSON-ready keys; `ceiling` and `expected` share one shape."""
-    wl = e.workload
+    """Stable JSON-ready keys; `ceiling` and `expected` share one shape (expected adds its provenance)."""
+    mem, lay, b = e.memory, e.layout, e.memory.per_gpu
     return {
         "schema_version": SCHEMA_VERSION,
         "model": e.model.name,
         "gpu": e.gpu.name,
-        "workload": {
-            "gpus": wl.gpus,
-            "batch": wl.batch,
-            "prompt_tokens": wl.prompt_tokens,
-            "output_tokens": wl.output_tokens,
-            "cached_prefix_tokens": wl.cached_prefix_tokens,
-            "price_per_hour_usd": e.price_per_hour_usd,
+        "workload": {**e.workload.model_dump(), "price_per_hour_usd": e.price_per_hour_usd},
+        "layout": {
+            "tp": lay.tp,
+            "pp": lay.pp,
+            "ep": lay.ep,
+            "dp": lay.dp,
+            "gpus": lay.gpus,
+            "gpus_per_node": lay.gpus_per_node,
+            "nodes": lay.nodes,
         },
         "precision": e.precision.model_dump(),
-        "memory": asdict(e.memory),
+        "memory": {
+            "weights_bytes_per_gpu": round(b.weights),
+            "kv_cache_bytes_per_gpu": round(b.kv),
+            "workspace_bytes_per_gpu": round(b.workspace),
+            "reserve_bytes_per_gpu": round(b.reserve),
+            "used_bytes_per_gpu": round(b.total),
+            "capacity_bytes_per_gpu": round(mem.capacity_bytes_per_gpu),
+            "capacity_basis": mem.capacity_basis,
+            "weights_bytes_total": round(mem.weights_bytes_total),
+            "kv_cache_bytes_total": round(mem.kv_cache_bytes_total),
+            "kv_bytes_per_token_total": round(mem.kv_bytes_per_token),
+            "fits": mem.fits,
+            "max_batch": mem.max_batch,
+            "max_context": mem.max_context,
+            "min_gpus": mem.min_gpus,
+            "min_layout": mem.min_layout,
+        },
         "mean_decode_context_tokens": e.mean_decode_context,
-        "critical_batch": e.critical_batch,
+        "critical_batch_compute": e.critical_batch_compute,
+        "critical_batch_kv": e.critical_batch_kv,
         "bottleneck": bottleneck(e),
+        "warnings": list(e.warnings),
         "ceiling": _scenario(e.ceiling),
-        "expected": _scenario(e.expected),
+        "expected": _scenario(e.expected, e.gpu.expected_provenance),
+    }
+
+
+def journey_row_dict(r: JourneyRow) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "block": r.block,
+        "count": r.count,
+        "flops_per_gpu": round(r.flops),
+        "bytes_read_per_gpu": round(r.bytes_read),
+        "bytes_written_per_gpu": round(r.bytes_written),
+        "ceiling_s": r.ceiling_s,
+        "expected_s": r.expected_s,
+        "share": r.share,
+        "bound": r.bound,
+        "note": r.note,
+    }
+
+
+def journey_dict(j: Journey) -> dict[str, Any]:
+    """The journey's rows, decode step and prefill, with the pass times they add up to."""
+    return {
+        "decode_step": [journey_row_dict(r) for r in j.decode] if j.decode is not None else None,
+        "decode_step_seconds": j.decode_seconds,
+        "prefill": [journey_row_dict(r) for r in j.prefill],
+        "prefill_seconds": j.prefill_seconds,
     }
 
 
 def bottleneck(e: Estimate) -> str:
     """One sentence naming what limits decode, e.g. 'decode is memory-bound: 94% of each step is reading ...'."""
-    step = e.ceiling.decode_step
+    step = e.ceiling.decode_step or e.ceiling.prefill
+    phase = "decode" if e.ceiling.decode_step else "prefill"
     top = max(step.components, key=lambda c: c.seconds)
     share = top.seconds / step.seconds if step.seconds else 0.0
     if top.name == "communication":
-        what = f"all-reduces of {top.bytes / 1e6:.2f} MB over the interconnect"
+        what = f"collectives moving {top.bytes / 1e6:.2f} MB per GPU over the links"
     elif top.bound == "compute":
         what = f"{top.flops / 1e12:.2f} TFLOP of {'matmuls' if top.name == 'weights' else 'attention'}"
     else:
-        target = "weights" if top.name == "weights" else "KV cache"
+        target = {"weights": "weights", "attention": "KV cache"}.get(top.name, "activations")
         what = f"reading {top.bytes / 1e9:.2f} GB of {target}"
-    return f"decode is {step.bound}-bound: {share:.0%} of each step is {what}"
+    return f"{phase} is {step.bound}-bound: {share:.0%} of each {'step' if phase == 'decode' else 'pass'} is {what}"

@@ -1,6 +1,8 @@
-"""The roofline: each component of a pass takes max(FLOPs / peak FLOP/s, bytes / bandwidth); components add.
+"""The roofline: each kernel of a pass takes max(FLOPs / peak FLOP/s, bytes / bandwidth); kernels run in turn.
 
-Williams, Waterman, Patterson, "Roofline: an insightful visual performance model", CACM 2009.
+Williams, Waterman, Patterson, "Roofline: an insightful visual performance model", CACM 2009. Pricing each
+kernel on its own roofline (as LLM-Viewer does) rather than the pass's totals makes a compute-bound kernel
+unable to hide a memory-bound one: each runs on its own. Collectives run on the link their group spans.
 """
 
 from __future__ import annotations
@@ -8,136 +10,198 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tokcost.engine.traffic import StepCounts
+from tokcost.engine.collectives import CollectiveCost, Links, allreduce, alltoall, sendrecv
+from tokcost.engine.layout import Layout
+from tokcost.engine.stages import Stage
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.units import US
 
 Bound = Literal["compute", "memory", "interconnect"]
+Schedule = Literal["steady", "fill"]
 
 
 @dataclass(frozen=True, slots=True)
 class Rates:
     """The speeds one scenario assumes: datasheet peaks ("ceiling") or achievable fractions ("expected")."""
 
-    flops_per_s: float
-    bytes_per_s: float
-    link_bytes_per_s: float | None
-    link_latency_s: float
-    step_overhead_s: float
-    request_overhead_s: float = 0.0  # once per request (scheduling, tokenization in the server), on TTFT
+    flops_per_s: float  # matmuls at the compute dtype
+    attention_flops_per_s: float  # attention runs on 16-bit activations (FP8 attention only with FP8 compute)
+    bytes_per_s: float  # HBM
+    weight_only_bytes_per_s: float  # HBM as dequantizing (weight-only) matmul kernels stream it
+    expected: bool  # links at their measured efficiency, not their datasheet rate
+    link_latency_override_s: float | None = None  # a fitted all-reduce latency replacing the link's own
+    step_overhead_s: float = 0.0  # per forward pass: launches, scheduling, sampling on the host
+    request_overhead_s: float = 0.0  # once per request (tokenization, scheduling), on TTFT
+
+
+def _peak(gpu: GpuSpec, dtype: str) -> float:
+    flops = gpu.peak_flops_per_s(dtype)
+    if flops is None:
+        raise UsageError(
+            f"--compute-dtype: {gpu.name} lists no dense peak for {dtype}; it lists: {', '.join(gpu.peak_tflops)}"
+        )
+    return flops
+
+
+def _attention_peak(gpu: GpuSpec, compute: str) -> float:
+    """Attention multiplies activations by the cache: at FP8 when the compute is FP8, else at 16 bits."""
+    for dtype in ((compute,) if compute in ("fp8", "fp32") else ()) + ("bf16", "fp16", compute):
+        flops = gpu.peak_flops_per_s(dtype)
+        if flops is not None:
+            return flops
+    return _peak(gpu, compute)
 
 
 def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     """Datasheet peaks, no overhead: nothing real runs faster."""
-    flops = gpu.peak_flops_per_s(compute_dtype)
-    if flops is None:
-        raise UsageError(
-            f"--compute-dtype: {gpu.name} lists no dense peak for {compute_dtype}; "
-            f"it lists: {', '.join(gpu.peak_tflops)}"
-        )
-    link = gpu.link
-    return Rates(
-        flops, gpu.bandwidth_bytes_per_s, link.bytes_per_s if link else None, link.latency_s if link else 0.0, 0.0
-    )
+    bw = gpu.bandwidth_bytes_per_s
+    return Rates(_peak(gpu, compute_dtype), _attention_peak(gpu, compute_dtype), bw, bw, expected=False)
 
 
-def expected_rates(gpu: GpuSpec, compute_dtype: str, weight_only_quant: bool) -> Rates:
-    """Achievable fractions of the peaks plus a fixed per-step overhead (kernel launches, sampling, scheduling)."""
-    peak = ceiling_rates(gpu, compute_dtype)
-    ach = gpu.achievable
-    bandwidth = (
-        ach.weight_only_quant_bandwidth if weight_only_quant and ach.weight_only_quant_bandwidth else ach.bandwidth
-    )
-    link = peak.link_bytes_per_s * gpu.link.efficiency if gpu.link and peak.link_bytes_per_s else None
+def expected_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
+    """Achievable fractions of the peaks, link efficiencies and fixed per-step and per-request costs."""
+    peak, ach = ceiling_rates(gpu, compute_dtype), gpu.achievable
+    weight_only = ach.weight_only_quant_bandwidth or ach.bandwidth
     return Rates(
         flops_per_s=peak.flops_per_s * ach.compute,
-        bytes_per_s=peak.bytes_per_s * bandwidth,
-        link_bytes_per_s=link,
-        link_latency_s=peak.link_latency_s if ach.allreduce_latency_us is None else ach.allreduce_latency_us * US,
+        attention_flops_per_s=peak.attention_flops_per_s * ach.compute,
+        bytes_per_s=peak.bytes_per_s * ach.bandwidth,
+        weight_only_bytes_per_s=peak.bytes_per_s * weight_only,
+        expected=True,
+        link_latency_override_s=None if ach.allreduce_latency_us is None else ach.allreduce_latency_us * US,
         step_overhead_s=ach.step_overhead_us * US,
         request_overhead_s=ach.request_overhead_us * US,
     )
 
 
 @dataclass(frozen=True, slots=True)
+class Priced:
+    """A stage with its time under one scenario: compute and memory time per occurrence, or its collective."""
+
+    stage: Stage
+    compute_s: float  # all occurrences
+    memory_s: float
+    collective: CollectiveCost | None
+
+    @property
+    def seconds(self) -> float:
+        """Time of all occurrences: the slower of compute and memory, or the collective."""
+        if self.collective is not None:
+            return self.stage.count * self.collective.seconds
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> Bound:
+        """What limits this stage."""
+        if self.collective is not None:
+            return "interconnect"
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+
+def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout, weight_only: bool) -> Priced:
+    """One kernel on its roofline, or one collective on its path."""
+    if stage.collective is not None:
+        path = links.path(
+            stage.ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s
+        )
+        cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
+        coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
+        return Priced(stage, 0.0, 0.0, coll)
+    flops_per_s = rates.attention_flops_per_s if stage.kind == "attention" else rates.flops_per_s
+    # dequantizing kernels stream their weights slower than plain GEMMs (fitted separately)
+    weights_bw = rates.weight_only_bytes_per_s if weight_only and stage.weight_bytes else rates.bytes_per_s
+    memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / rates.bytes_per_s
+    return Priced(stage, stage.count * stage.flops / flops_per_s, stage.count * memory_s, None)
+
+
+@dataclass(frozen=True, slots=True)
 class Component:
-    """One roofline term: its FLOPs, bytes, the time the slower of the two takes, and which one that is."""
+    """A group of stages shown together: weights (matmuls), attention (KV), communication, other."""
 
     name: str
     flops: float
     bytes: float
     seconds: float
     bound: Bound
-    compute_s: float = 0.0  # flops / peak
-    memory_s: float = 0.0  # bytes / bandwidth
 
 
-def roofline(name: str, flops: float, nbytes: float, rates: Rates) -> Component:
-    """time = max(flops / peak, bytes / bandwidth); the larger term names the bound."""
-    compute_s = flops / rates.flops_per_s
-    memory_s = nbytes / rates.bytes_per_s
-    bound: Bound = "compute" if compute_s > memory_s else "memory"
-    return Component(name, flops, nbytes, max(compute_s, memory_s), bound, compute_s, memory_s)
+GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "collective": "communication"}
 
 
-def allreduce_seconds(payload_bytes: float, gpus: int, rates: Rates) -> float:
-    """Ring all-reduce: 2 (n-1)/n x bytes over one link direction, plus a fixed latency."""
-    if gpus == 1:
-        return 0.0
-    if rates.link_bytes_per_s is None:
-        raise UsageError(
-            "--gpus: this GPU spec has no link (GPU-to-GPU GB/s per direction), so tensor parallelism "
-            "can't be priced; use --gpus 1, or add link: {kind, gb_s, latency_us, source} to a copy of the spec"
-        )
-    return 2 * (gpus - 1) / gpus * payload_bytes / rates.link_bytes_per_s + rates.link_latency_s
+def group_of(stage: Stage) -> str:
+    """The component a stage belongs to (KV writes count with attention, lookups and norms as other)."""
+    if stage.name == "KV cache write":
+        return "attention"
+    return GROUPS.get(stage.kind, "other")
 
 
 @dataclass(frozen=True, slots=True)
 class PassCost:
-    """A forward pass as the sum of its rooflines: weight stream, attention/KV, communication, overhead."""
+    """A pass as its kernels on the slowest pipeline stage, the pipeline schedule, and a fixed overhead."""
 
-    components: tuple[Component, ...]
+    stages: tuple[Priced, ...]  # the slowest pipeline stage's kernels, one microbatch
     overhead_s: float
+    pp: int = 1
+    microbatches: int = 1
+    schedule: Schedule = "steady"
+
+    @property
+    def stage_seconds(self) -> float:
+        """One microbatch through the slowest pipeline stage."""
+        return sum(s.seconds for s in self.stages)
+
+    @property
+    def pipeline_factor(self) -> int:
+        """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
+        if self.schedule == "fill":
+            return self.microbatches + self.pp - 1
+        return max(self.microbatches, self.pp)
 
     @property
     def seconds(self) -> float:
-        """Total time: the components run one after another."""
-        return sum(c.seconds for c in self.components) + self.overhead_s
+        """Total time of the pass, overhead included."""
+        return self.pipeline_factor * self.stage_seconds + self.overhead_s
 
     @property
     def flops(self) -> float:
-        """FLOPs of all components."""
-        return sum(c.flops for c in self.components)
+        """FLOPs of one microbatch on the slowest stage's busiest GPU."""
+        return sum(s.stage.count * s.stage.flops for s in self.stages)
 
     @property
     def bytes(self) -> float:
-        """Memory bytes of all components (the all-reduce payload goes over links, not memory)."""
-        return sum(c.bytes for c in self.components if c.bound != "interconnect")
+        """HBM bytes of one microbatch on the slowest stage's busiest GPU."""
+        return sum(s.stage.count * s.stage.bytes for s in self.stages if s.collective is None)
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        """Stages grouped for the breakdown: weights, attention, communication, other."""
+        out = []
+        for name in ("weights", "attention", "communication", "other"):
+            members = [s for s in self.stages if group_of(s.stage) == name]
+            if not members:
+                continue
+            seconds = sum(s.seconds for s in members) * self.pipeline_factor
+            top = max(members, key=lambda s: s.seconds)
+            out.append(
+                Component(
+                    name,
+                    sum(s.stage.count * s.stage.flops for s in members),
+                    sum(s.stage.count * (s.collective.link_bytes if s.collective else s.stage.bytes) for s in members),
+                    seconds,
+                    top.bound,
+                )
+            )
+        return tuple(out)
+
+    def part(self, name: str) -> Component:
+        """The component called `name` (zero when the pass has none)."""
+        return next((c for c in self.components if c.name == name), Component(name, 0.0, 0.0, 0.0, "memory"))
 
     @property
     def bound(self) -> Bound:
-        """Interconnect when all-reduces outlast the rest; else compute when total FLOP time exceeds byte time."""
-        comm = sum(c.seconds for c in self.components if c.bound == "interconnect")
-        compute = sum(c.compute_s for c in self.components)
-        memory = sum(c.memory_s for c in self.components)
-        if comm > max(compute, memory):
-            return "interconnect"
-        return "compute" if compute > memory else "memory"
-
-    def part(self, name: str) -> Component:
-        """The component called `name`."""
-        return next(c for c in self.components if c.name == name)
-
-
-def price_pass(counts: StepCounts, gpus: int, rates: Rates, extra_overhead_s: float = 0.0) -> PassCost:
-    """Turn a pass's counts into time: weights and attention as rooflines, all-reduces over the link."""
-    comm_s = counts.allreduces * allreduce_seconds(counts.allreduce_bytes, gpus, rates)
-    return PassCost(
-        components=(
-            roofline("weights", counts.matmul_flops, counts.weight_bytes + counts.activation_bytes, rates),
-            roofline("attention", counts.attention_flops, counts.kv_read_bytes + counts.kv_write_bytes, rates),
-            Component("communication", 0.0, counts.allreduces * counts.allreduce_bytes, comm_s, "interconnect"),
-        ),
-        overhead_s=rates.step_overhead_s + extra_overhead_s,
-    )
+        """What holds most of the pass's time: compute-bound kernels, memory-bound kernels, or collectives."""
+        time: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
+        for s in self.stages:
+            time[s.bound] += s.seconds
+        return max(time, key=lambda k: time[k])

@@ -8,38 +8,19 @@ The weights are read once for the whole pass (Pope et al. 2022; vLLM and SGLang'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+from tokcost.engine.estimate import deployment
 from tokcost.engine.memory import kv_capacity_tokens
-from tokcost.engine.roofline import PassCost, Rates, ceiling_rates, expected_rates, price_pass
-from tokcost.engine.traffic import segment_counts
-from tokcost.engine.workload import Precision, Workload, is_weight_only, resolve_precision
-from tokcost.hardware.spec import GpuSpec
+from tokcost.engine.passes import pass_cost
+from tokcost.engine.roofline import PassCost
+from tokcost.engine.stages import Segment
+from tokcost.engine.workload import Workload
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 
 Scenario = Literal["ceiling", "expected"]
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """`sequences` sequences that hold `cached_tokens` tokens of KV each and compute `new_tokens` more."""
-
-    sequences: float
-    cached_tokens: float
-    new_tokens: float
-
-    @property
-    def tokens(self) -> float:
-        """Tokens this segment runs through the blocks."""
-        return self.sequences * self.new_tokens
-
-
-def scenario_rates(gpu: GpuSpec, precision: Precision, scenario: Scenario) -> Rates:
-    """Datasheet peaks ("ceiling") or achievable rates ("expected") for this precision."""
-    if scenario == "ceiling":
-        return ceiling_rates(gpu, precision.compute)
-    return expected_rates(gpu, precision.compute, weight_only_quant=is_weight_only(precision))
+__all__ = ["Scenario", "Segment", "kv_capacity", "step_cost"]
 
 
 def step_cost(
@@ -50,15 +31,23 @@ def step_cost(
     segments: list[Segment],
     scenario: Scenario,
     extra_overhead_s: float = 0.0,
+    network: Link | None = None,
 ) -> PassCost:
-    """Time of one pass over `segments` on the workload's GPUs and precision, as a sum of rooflines."""
-    precision = resolve_precision(model, workload)
-    rates = scenario_rates(gpu, precision, scenario)
-    counts = segment_counts(model, precision, [(s.sequences, s.cached_tokens, s.new_tokens) for s in segments],
-                            workload.gpus)  # fmt: skip
-    return price_pass(counts, workload.gpus, rates, extra_overhead_s=extra_overhead_s)
+    """Time of one pass over `segments` on the workload's layout and precision (a steady pipeline)."""
+    d = deployment(model, gpu, workload, network)
+    return pass_cost(
+        model,
+        d.precision,
+        d.layout,
+        d.links,
+        d.rates(scenario),
+        segments,
+        schedule="steady",
+        extra_overhead_s=extra_overhead_s,
+    )
 
 
-def kv_capacity(model: ModelSpec, gpu: GpuSpec, workload: Workload) -> float:
+def kv_capacity(model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None) -> float:
     """Tokens of KV one replica holds beside weights, workspace (at the workload's batch) and reserve."""
-    return kv_capacity_tokens(model, gpu, workload, resolve_precision(model, workload))
+    d = deployment(model, gpu, workload, network)
+    return kv_capacity_tokens(model, gpu, workload, d.precision, d.layout)

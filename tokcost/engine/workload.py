@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from tokcost import formats
 from tokcost.formats import FormatName
@@ -12,19 +14,43 @@ ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when
 
 
 class Workload(BaseModel):
-    """A serving scenario: B sequences of P prompt and O output tokens on N tensor-parallel GPUs."""
+    """A serving scenario: B sequences of P prompt and O output tokens on one replica's parallel layout."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     batch: int = Field(default=1, ge=1, le=1_000_000)
     prompt_tokens: int = Field(default=1024, ge=1, le=100_000_000)
     output_tokens: int = Field(default=256, ge=1, le=100_000_000)
-    gpus: int = Field(default=1, ge=1, le=4096)
+    tp: int = Field(default=1, ge=1, le=4096)  # tensor parallel
+    pp: int = Field(default=1, ge=1, le=1024)  # pipeline stages
+    ep: int = Field(default=1, ge=1, le=4096)  # expert parallel (within the tp x dp GPUs of a stage)
+    dp: int = Field(default=1, ge=1, le=4096)  # data-parallel attention replicas (MoE)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024)  # None: the GPU spec's
     weights_dtype: FormatName | None = None
     kv_dtype: FormatName | None = None
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_is_tp(cls, data: Any) -> Any:
+        """`gpus` alone is the shorthand for `tp`; with other degrees it must equal tp x pp x dp."""
+        if not isinstance(data, dict) or data.get("gpus") is None:
+            return data
+        data = dict(data)
+        gpus = data.pop("gpus")
+        if "tp" not in data and data.get("pp", 1) == 1 and data.get("dp", 1) == 1:
+            data["tp"] = gpus
+        elif gpus != data.get("tp", 1) * data.get("pp", 1) * data.get("dp", 1):
+            raise ValueError(f"gpus ({gpus}) must equal tp x pp x dp; give the degrees or --gpus, not both")
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
 
     @model_validator(mode="after")
     def _prefix_within_prompt(self) -> Workload:

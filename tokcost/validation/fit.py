@@ -31,12 +31,11 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tokcost.engine.estimate import mean_decode_seconds
-from tokcost.engine.roofline import expected_rates, price_pass
-from tokcost.engine.traffic import decode_counts, prefill_counts
-from tokcost.engine.workload import Precision, Workload, is_weight_only, resolve_precision
+from tokcost.engine.estimate import decode_contexts, deployment, mean_decode_seconds
+from tokcost.engine.roofline import PassCost
+from tokcost.engine.workload import Precision, Workload, is_weight_only
 from tokcost.hardware.spec import Achievable, GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.validation.compare import predict_metric, workload_of
@@ -118,11 +117,18 @@ def prepare(rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Mapping[
         if row.exclude is not None:
             continue
         model, wl = models[row.model], workload_of(row)
-        p = resolve_precision(model, wl)
-        prefill = prefill_counts(model, p, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens, wl.gpus)
-        decode = decode_counts(model, p, wl.batch, wl.prompt_tokens + 1, wl.gpus)
-        cases.append(Case(row, model, gpus[row.gpu], wl, p, is_weight_only(p), prefill.allreduces, decode.allreduces))
+        d = deployment(model, gpus[row.gpu], wl)
+        rates = d.rates("ceiling")
+        prefill = d.prefill(rates, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens)
+        decode = d.decode(rates, wl.batch, wl.prompt_tokens)
+        cases.append(Case(row, model, gpus[row.gpu], wl, d.precision, is_weight_only(d.precision),
+                          collectives(prefill), collectives(decode)))  # fmt: skip
     return cases
+
+
+def collectives(cost: PassCost) -> int:
+    """Collectives one pass runs on its slowest stage, each stage-time of the pipeline included."""
+    return cost.pipeline_factor * sum(p.stage.count for p in cost.stages if p.collective is not None)
 
 
 @dataclass
@@ -138,11 +144,13 @@ class Predictor:
         if key not in self.cache:
             zero = {"step_overhead_us": 0.0, "request_overhead_us": 0.0, "allreduce_latency_us": 0.0}
             gpu = case.gpu.model_copy(update={"achievable": ach.model_copy(update=zero)})
-            rates = expected_rates(gpu, case.precision.compute, weight_only_quant=case.weight_only)
-            wl, p = case.workload, case.precision
-            counts = prefill_counts(case.model, p, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens, wl.gpus)
-            ttft = price_pass(counts, wl.gpus, rates).seconds
-            self.cache[key] = (ttft, mean_decode_seconds(case.model, wl, p, rates))
+            wl = case.workload
+            d = deployment(case.model, gpu, wl)
+            rates = replace(d.rates("expected"), link_latency_override_s=0.0)
+            ttft = d.prefill(rates, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens).seconds
+            contexts = decode_contexts(wl)
+            tpot = mean_decode_seconds(d, rates, wl.batch, *contexts) if contexts else 0.0
+            self.cache[key] = (ttft, tpot)
         return self.cache[key]
 
     def predict(self, case: Case, ach: Achievable) -> float:

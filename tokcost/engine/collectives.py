@@ -1,0 +1,130 @@
+"""Collectives between GPUs, priced on the link their group spans (alpha-beta model: steps x latency + bytes / bw).
+
+All-reduce of S bytes over n ranks, link bandwidth B per direction per GPU, one step's latency a (the link's
+small-message floor, as nccl-tests / rccl-tests print it):
+- one-shot: every rank reads the n - 1 other buffers at once:        a + (n - 1) S / B
+- two-shot: reduce-scatter then all-gather, (n - 1)/n S each:        2 a + 2 (n - 1)/n S / B
+- ring (NCCL's large-message default):                              2 (n - 1) a + 2 (n - 1)/n S / B
+The engines pick the cheapest for the message size (TensorRT-LLM's and vLLM's custom all-reduce switch from
+one-shot to two-shot as messages grow, NCCL goes to ring), so the engine takes the minimum.
+All-to-all (expert dispatch and combine): a + V / B for the busiest rank's V bytes; a group that spans
+nodes sends the share (nodes - 1)/nodes of V over the network while the rest crosses NVLink.
+Point-to-point (pipeline stages): a + S / B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tokcost.engine.layout import Layout
+from tokcost.errors import UsageError
+from tokcost.hardware.spec import GpuSpec, Link
+
+Op = Literal["all-reduce", "all-to-all", "send/recv"]
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """The link a group of ranks talks over, at the rates of one scenario."""
+
+    name: str  # e.g. "nvlink4", "ib-ndr-400"
+    bytes_per_s: float
+    latency_s: float
+    nodes: int = 1  # nodes the group spans (all-to-all splits its volume by them)
+    intra_bytes_per_s: float = 0.0  # NVLink inside each node, for a group that spans nodes
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveCost:
+    """One collective: what it moves, over which path, with which algorithm, and its time."""
+
+    op: Op
+    payload_bytes: float  # the buffer (all-reduce, send/recv) or the busiest rank's volume (all-to-all)
+    ranks: int
+    path: Path
+    algorithm: str
+    seconds: float
+    link_bytes: float  # bytes one rank puts on the link
+
+
+def allreduce(payload_bytes: float, ranks: int, path: Path) -> CollectiveCost:
+    """The cheapest of one-shot, two-shot and ring for this message size and group."""
+    n, s, bw, a = ranks, payload_bytes, path.bytes_per_s, path.latency_s
+    options = {
+        "one-shot": (a + (n - 1) * s / bw, (n - 1) * s),
+        "two-shot": (2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
+        "ring": (2 * (n - 1) * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
+    }
+    name = min(options, key=lambda k: options[k][0])
+    seconds, moved = options[name]
+    return CollectiveCost("all-reduce", s, n, path, name, seconds, moved)
+
+
+def alltoall(volume_bytes: float, ranks: int, path: Path) -> CollectiveCost:
+    """Dispatch or combine of routed tokens: the busiest rank's volume, split across nodes when the group spans them."""
+    if path.nodes > 1:  # the off-node share rides the network, the rest NVLink, at the same time
+        off = (path.nodes - 1) / path.nodes
+        seconds = path.latency_s + max(
+            off * volume_bytes / path.bytes_per_s, (1 - off) * volume_bytes / path.intra_bytes_per_s
+        )
+    else:
+        seconds = path.latency_s + volume_bytes / path.bytes_per_s
+    return CollectiveCost("all-to-all", volume_bytes, ranks, path, "pairwise", seconds, volume_bytes)
+
+
+def sendrecv(payload_bytes: float, path: Path) -> CollectiveCost:
+    """Activations handed from one pipeline stage to the next."""
+    return CollectiveCost(
+        "send/recv", payload_bytes, 2, path, "p2p", path.latency_s + payload_bytes / path.bytes_per_s, payload_bytes
+    )
+
+
+def _path(link: Link, efficiency: bool, latency_override_s: float | None, nodes: int = 1, intra: float = 0.0) -> Path:
+    bw = link.bytes_per_s * (link.efficiency if efficiency else 1.0)
+    latency = link.latency_s if latency_override_s is None else latency_override_s
+    return Path(link.name or link.kind, bw, latency, nodes, intra)
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """The links one deployment uses: inside a node (NVLink/xGMI/PCIe), PCIe beyond a bridge, between nodes."""
+
+    intra: Link | None
+    host: Link | None
+    network: Link | None
+
+    def path(self, ranks: int, layout: Layout, *, expected: bool, latency_override_s: float | None = None) -> Path:
+        """The path a group of `ranks` consecutive GPUs spans (rates of the scenario: expected applies efficiencies)."""
+        nodes = -(-ranks // layout.gpus_per_node)
+        if nodes > 1:
+            if self.network is None:
+                raise UsageError(
+                    f"--gpus-per-node: a group of {ranks} GPUs spans {nodes} nodes of {layout.gpus_per_node}, and "
+                    "no network is known; pass --network (e.g. ib-ndr-400)"
+                )
+            intra = self._intra(layout.gpus_per_node)
+            inner = intra.bytes_per_s * (intra.efficiency if expected else 1.0) if intra else 0.0
+            return _path(self.network, expected, None, nodes, inner or self.network.bytes_per_s)
+        link = self._intra(ranks)
+        if link is None:
+            raise UsageError(
+                "--tp: this GPU spec has no link (GPU-to-GPU GB/s per direction), so a collective between its GPUs "
+                "can't be priced; use one GPU, or add link: {kind, gb_s, latency_us, source} to a copy of the spec"
+            )
+        return _path(link, expected, latency_override_s if expected else None)
+
+    def _intra(self, ranks: int) -> Link | None:
+        link = self.intra
+        if link is not None and link.domain_gpus is not None and ranks > link.domain_gpus:
+            return self.host  # a bridged pair talks NVLink, larger groups fall back to PCIe
+        return link
+
+
+def links_of(gpu: GpuSpec, network: Link | None) -> Links:
+    """The GPU's own links and the deployment's network."""
+    return Links(
+        intra=gpu.link,
+        host=gpu.host_link or (gpu.link if gpu.link and gpu.link.kind.startswith("pcie") else None),
+        network=network,
+    )

@@ -1,0 +1,135 @@
+"""One token's journey: the kernels of a decode step and of the prefill, in order, with their share of the time.
+
+A view, not a model: every row is a stage the engine priced (ceiling and expected), plus the host-side steps
+(tokenize, detokenize) that sit outside the GPU roofline, the pipeline's extra stage-times and the fixed
+per-step overhead, so that the rows add up to the pass time `estimate` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokcost.engine.estimate import Estimate
+from tokcost.engine.roofline import PassCost
+
+
+@dataclass(frozen=True, slots=True)
+class JourneyRow:
+    """One stop of the journey: its work on the busiest GPU (all its occurrences) and its time."""
+
+    name: str
+    block: str
+    count: int
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    ceiling_s: float
+    expected_s: float
+    share: float  # of the ceiling pass time
+    bound: str
+    note: str = ""
+
+
+def _rows(ceiling: PassCost, expected: PassCost) -> list[JourneyRow]:
+    total = ceiling.seconds
+    rows = [
+        JourneyRow(
+            "tokenize",
+            "",
+            0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            "host",
+            "on the CPU, outside the GPU roofline (text -> token ids)",
+        )
+    ]
+    for c, x in zip(ceiling.stages, expected.stages, strict=True):
+        st = c.stage
+        rows.append(
+            JourneyRow(
+                st.name,
+                st.block,
+                st.count,
+                st.count * st.flops,
+                st.count * st.bytes_read,
+                st.count * st.bytes_written,
+                c.seconds,
+                x.seconds,
+                c.seconds / total if total else 0.0,
+                c.bound,
+                st.note,
+            )
+        )
+    extra_c = (ceiling.pipeline_factor - 1) * ceiling.stage_seconds
+    if extra_c:
+        extra_x = (expected.pipeline_factor - 1) * expected.stage_seconds
+        rows.append(
+            JourneyRow(
+                "pipeline (other stages' turns)",
+                "",
+                ceiling.pipeline_factor - 1,
+                0.0,
+                0.0,
+                0.0,
+                extra_c,
+                extra_x,
+                extra_c / total,
+                "pipeline",
+                f"{ceiling.pp} stages, {ceiling.microbatches} microbatches, {ceiling.schedule}",
+            )
+        )
+    if ceiling.overhead_s or expected.overhead_s:
+        rows.append(
+            JourneyRow(
+                "fixed overhead",
+                "",
+                1,
+                0.0,
+                0.0,
+                0.0,
+                ceiling.overhead_s,
+                expected.overhead_s,
+                ceiling.overhead_s / total if total else 0.0,
+                "host",
+                "launches, scheduling, sampling on the host (expected only)",
+            )
+        )
+    rows.append(
+        JourneyRow(
+            "detokenize and loop back",
+            "",
+            0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            "host",
+            "the sampled id is appended; the next step reads one more KV entry per layer",
+        )
+    )
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Journey:
+    """The decode step (at the mean context; None with one output token) and the prefill, stage by stage."""
+
+    decode: list[JourneyRow] | None
+    prefill: list[JourneyRow]
+    decode_seconds: float | None  # the ceiling pass times the rows add up to
+    prefill_seconds: float
+
+
+def journey(e: Estimate) -> Journey:
+    """The journey of `e`'s tokens through its deployment."""
+    c, x = e.ceiling, e.expected
+    decode = _rows(c.decode_step, x.decode_step) if c.decode_step and x.decode_step else None
+    return Journey(
+        decode, _rows(c.prefill, x.prefill), c.decode_step.seconds if c.decode_step else None, c.prefill.seconds
+    )

@@ -1,0 +1,124 @@
+"""Parallel layouts: how one replica's GPUs split a model (tensor, pipeline, expert, data-parallel attention).
+
+Conventions (Megatron-LM, vLLM, SGLang and DeepSeek's inference system share them):
+- TP splits every attention head group and MLP across `tp` GPUs (Shoeybi et al. 2019); KV heads are split
+  too, and replicated when tp exceeds them (vLLM's GQA rule); an MLA latent is replicated on every TP rank.
+- PP splits the layers into `pp` contiguous stages (Huang et al. 2019, GPipe); uneven splits put the extra
+  layer on the first stages, and the slowest stage sets the pace.
+- DP attention (MoE models only, SGLang `--enable-dp-attention`, DeepSeek-V3 decode): `dp` replicas of the
+  attention (each with its own sequences and its own KV cache, `tp`-way inside), whose tokens meet in the
+  MoE layers. Dense MLPs and shared experts run data-parallel with the attention.
+- EP spreads the routed experts over `ep` of the tp x dp GPUs of a stage; the remaining (tp x dp) / ep factor
+  splits each expert tensor-parallel.
+GPUs per replica = tp x pp x dp. `--gpus N` is the shorthand for `--tp N`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tokcost.models.spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One replica's parallel layout and the node size it is placed on."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+    gpus_per_node: int = 8
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x pp x dp (expert parallelism reuses the tp x dp GPUs of a stage)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage: tp x dp (the group the MoE layers span)."""
+        return self.tp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel split of each routed expert: the stage's GPUs per expert-parallel rank."""
+        return self.stage_gpus // self.ep
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the replica spans."""
+        return math.ceil(self.gpus / self.gpus_per_node)
+
+    def label(self) -> str:
+        """`TP 8`, `TP 8 x PP 2`, `EP 16 x DP 16`, ... for headers."""
+        parts = [f"TP {self.tp}"] if self.tp > 1 or self.gpus == 1 else []
+        parts += (
+            [f"PP {self.pp}"] * (self.pp > 1) + [f"DP {self.dp}"] * (self.dp > 1) + [f"EP {self.ep}"] * (self.ep > 1)
+        )
+        return " x ".join(parts)
+
+
+def divisors(n: int, limit: int) -> list[int]:
+    """Divisors of n up to limit."""
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def tp_degrees(model: ModelSpec, limit: int = 64) -> list[int]:
+    """Tensor-parallel degrees the model allows: they divide the attention heads (KV heads divide or repeat)."""
+    kv = model.kv_heads
+    return [d for d in divisors(model.attention_heads, limit) if (kv % d == 0 if d <= kv else d % kv == 0)]
+
+
+def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
+    """Why `layout` cannot run `model` (with the valid choices listed), or None when it can."""
+    tp, pp, ep, dp = layout.tp, layout.pp, layout.ep, layout.dp
+    if tp not in tp_degrees(model, limit=max(tp, 1)):
+        valid = ", ".join(str(d) for d in tp_degrees(model))
+        return (
+            f"--tp: {tp} does not divide {model.name}'s {model.attention_heads} attention heads "
+            f"({model.kv_heads} KV heads); valid degrees: {valid}"
+        )
+    if pp > model.layers:
+        return f"--pp: {pp} stages exceed {model.name}'s {model.layers} layers; valid: 1..{model.layers}"
+    if not model.moe:
+        if ep > 1:
+            return f"--ep: {model.name} has no routed experts; expert parallelism needs an MoE model (use --ep 1)"
+        if dp > 1:
+            return (
+                f"--dp: data-parallel attention applies to MoE models, whose experts span the DP group; "
+                f"{model.name} is dense: run independent replicas instead (use --dp 1)"
+            )
+        return None
+    group = layout.stage_gpus
+    if group % ep:
+        valid = ", ".join(str(d) for d in divisors(group, group) if model.moe.experts % d == 0)
+        return f"--ep: {ep} must divide the stage's tp x dp = {group} GPUs; valid: {valid}"
+    if model.moe.experts % ep:
+        valid = ", ".join(str(d) for d in divisors(group, group) if model.moe.experts % d == 0)
+        return f"--ep: {ep} does not divide {model.name}'s {model.moe.experts} experts; valid for {group} GPUs: {valid}"
+    return None
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
+    """KV heads one TP rank holds: split across ranks, one at least (replicated past kv_heads)."""
+    return max(model.kv_heads / tp, 1.0)
+
+
+def kv_replication(model: ModelSpec, tp: int) -> int:
+    """How many TP ranks hold each KV head (1 when tp <= kv_heads); MLA latents sit on every rank."""
+    if model.mla:
+        return tp
+    return max(tp // model.kv_heads, 1)
+
+
+def stage_layer_ranges(layers: int, pp: int) -> list[range]:
+    """Contiguous layer ranges of the pp stages; the first (layers mod pp) stages take one layer more."""
+    base, extra = divmod(layers, pp)
+    out, start = [], 0
+    for s in range(pp):
+        size = base + (1 if s < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
