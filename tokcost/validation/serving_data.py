@@ -9,7 +9,7 @@ Both files say in their header what every key and metric means; nothing in `valu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -44,6 +44,7 @@ PERCENTILE_ORDER: tuple[str, ...] = ("p1", "p10", "p25", "p50", "p75", "p90", "p
 GPUS_NOT_BUILT_IN: frozenset[str] = frozenset({"h800"})
 
 _ID = r"^[a-z0-9][a-z0-9.\-]*$"
+_Item = TypeVar("_Item", bound=BaseModel)
 
 
 class _Layout(BaseModel):
@@ -189,12 +190,12 @@ class MultinodeRow(_Layout):
         return self
 
 
-def _rows(data: dict[str, object], key: str, where: str, schema: type[BaseModel]) -> list[BaseModel]:
+def _rows(data: dict[str, object], key: str, where: str, schema: type[_Item]) -> list[_Item]:
     """Validated items of data[key]; an error names the file, the item (index and id) and the field."""
     raw = data.get(key)
     if not isinstance(raw, list) or not raw:
         raise SpecError(where, f"{key}: give a non-empty list", field=key)
-    items: list[BaseModel] = []
+    items: list[_Item] = []
     for i, item in enumerate(raw):
         label = f"{where}: {key}[{i}]" + (f" ({item['id']})" if isinstance(item, dict) and "id" in item else "")
         if not isinstance(item, dict):
@@ -205,7 +206,7 @@ def _rows(data: dict[str, object], key: str, where: str, schema: type[BaseModel]
             raise validation_error(label, exc, schema) from None
     seen: set[str] = set()
     for i, found in enumerate(items):
-        ident = getattr(found, "id")
+        ident = found.model_dump(include={"id"})["id"]
         if ident in seen:
             raise SpecError(f"{where}: {key}[{i}]", f"duplicate id {ident!r}; ids must be unique", field="id")
         seen.add(ident)
@@ -221,12 +222,12 @@ def _only_keys(data: dict[str, object], allowed: tuple[str, ...], where: str) ->
 def parse_serving(data: dict[str, object], where: str) -> tuple[dict[str, ServingSetup], list[ServingRow]]:
     """Setups by id and rows, validated; every row names an existing setup."""
     _only_keys(data, ("setups", "rows"), where)
-    setups = {s.id: s for s in _rows(data, "setups", where, ServingSetup)}  # type: ignore[attr-defined]
-    rows: list[ServingRow] = _rows(data, "rows", where, ServingRow)  # type: ignore[assignment]
+    setups = {s.id: s for s in _rows(data, "setups", where, ServingSetup)}
+    rows = _rows(data, "rows", where, ServingRow)
     for i, row in enumerate(rows):
         if row.setup not in setups:
             raise SpecError(f"{where}: rows[{i}] ({row.id})", f"unknown setup {row.setup!r}", field="setup")
-    return setups, rows  # type: ignore[return-value]
+    return setups, rows
 
 
 def load_serving(path: Path) -> tuple[dict[str, ServingSetup], list[ServingRow]]:
@@ -238,4 +239,4 @@ def load_multinode(path: Path) -> list[MultinodeRow]:
     """The rows of a multi-node measurements YAML file (not yet used by `tokcost validate`)."""
     data = load_mapping(path)
     _only_keys(data, ("rows",), str(path))
-    return _rows(data, "rows", str(path), MultinodeRow)  # type: ignore[return-value]
+    return _rows(data, "rows", str(path), MultinodeRow)
