@@ -1,0 +1,244 @@
+"""Published serving data: serving.yaml (latency against load) and multinode.yaml (stated parallel layouts).
+
+The checks hold the data to what its headers promise: pinned setups that resolve to tokcost specs, percentiles in
+order, load curves that move the way queues do, layouts that add up, and values that agree with each other where
+the source prints two figures of one run (hand arithmetic in the comments).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tokcost.errors import SpecError
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+from tokcost.validation.data import Row as PublishedRow
+from tokcost.validation.serving_data import (
+    GPUS_NOT_BUILT_IN,
+    PERCENTILE_ORDER,
+    THROUGHPUT_METRICS,
+    MultinodeRow,
+    load_multinode,
+    load_serving,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVING = ROOT / "tokcost" / "validation" / "serving.yaml"
+MULTINODE = ROOT / "tokcost" / "validation" / "multinode.yaml"
+
+
+@pytest.fixture(scope="module")
+def serving():
+    return load_serving(SERVING)
+
+
+@pytest.fixture(scope="module")
+def multinode():
+    return load_multinode(MULTINODE)
+
+
+# ---- serving.yaml -----------------------------------------------------------------------------------------
+
+
+def test_serving_ids_are_unique_and_every_setup_has_points(serving):
+    setups, rows = serving
+    assert len({r.id for r in rows}) == len(rows)
+    assert set(setups) == {r.setup for r in rows}  # no setup without a load point, no point without a setup
+    assert len({s.source_id for s in setups.values()}) >= 3
+
+
+def test_every_setup_is_pinned_to_tokcost_specs(serving):
+    setups, _ = serving
+    for setup in setups.values():
+        load_model(setup.model)  # raises on a name tokcost does not know
+        load_gpu(setup.gpu)
+        assert any(ch.isdigit() for ch in setup.engine_version), setup.id
+        assert setup.source.strip() and setup.notes.strip(), setup.id
+
+
+def test_every_row_pins_its_load_and_lengths(serving):
+    setups, rows = serving
+    for row in rows:
+        setup = setups[row.setup]
+        assert row.quote.strip(), row.id
+        if row.arrival == "poisson":
+            assert row.request_rate_rps is not None and row.request_rate_rps > 0, row.id
+        if row.arrival == "closed_loop":
+            assert row.concurrency is not None and row.request_rate_rps is None, row.id
+        if setup.prompt_dist == "uniform":
+            low, high = setup.prompt_tokens_range
+            assert low <= row.prompt_tokens_mean <= high, row.id
+
+
+def test_fixed_lengths_are_the_same_at_every_load_point(serving):
+    setups, rows = serving
+    by_setup = defaultdict(set)
+    for row in rows:
+        if setups[row.setup].prompt_dist == "fixed" and setups[row.setup].output_dist == "fixed":
+            by_setup[row.setup].add((row.prompt_tokens_mean, row.output_tokens_mean))
+    assert by_setup, "no setup with fixed lengths: the check below would be empty"
+    assert all(len(lengths) == 1 for lengths in by_setup.values()), dict(by_setup)
+
+
+def test_percentiles_rise_within_each_load_point(serving):
+    _, rows = serving
+    groups = defaultdict(dict)
+    for row in rows:
+        if row.statistic in PERCENTILE_ORDER:
+            groups[(row.setup, row.load, row.metric)][row.statistic] = row.value
+    assert max(len(g) for g in groups.values()) >= 3, "no load point has three percentiles to order"
+    for key, found in groups.items():
+        values = [found[p] for p in PERCENTILE_ORDER if p in found]
+        assert values == sorted(values), (key, found)
+
+
+def test_several_setups_are_curves_over_load(serving):
+    _, rows = serving
+    loads = defaultdict(set)
+    for row in rows:
+        loads[row.setup].add(row.load)
+    assert sum(len(points) >= 2 for points in loads.values()) >= 4
+
+
+def test_latency_does_not_fall_as_load_rises(serving):
+    """Within one setup, metric and statistic, a higher rate or concurrency never gives a much lower latency.
+
+    10% slack: NIM's ITL at concurrency 150 (92.86 ms) is a hair under the 92.91 ms at 100, noise on a flat plateau.
+    """
+    _, rows = serving
+    curves = defaultdict(list)
+    for row in rows:
+        if row.metric not in THROUGHPUT_METRICS and row.arrival != "all_at_once":
+            load = row.request_rate_rps if row.arrival == "poisson" else row.concurrency
+            curves[(row.setup, row.metric, row.statistic)].append((load, row.value))
+    checked = 0
+    for key, points in curves.items():
+        points.sort()
+        for (_, low_load), (_, high_load) in zip(points, points[1:], strict=False):
+            assert high_load >= 0.9 * low_load, (key, points)
+            checked += 1
+    assert checked >= 20
+
+
+def test_nim_throughput_at_one_client_matches_its_own_latencies(serving):
+    """One closed-loop client: 500 output tokens per (TTFT + 499 x ITL) = 500 / (0.40677 + 499 x 0.01858) = 51.6/s,
+    printed 51.67: the throughput column is output tokens/s and ITL is the per-token gap."""
+    _, rows = serving
+    point = {
+        r.metric: r.value
+        for r in rows
+        if r.setup == "nim180-llama33-70b-2xh100-fp8-isl5000-osl500" and r.concurrency == 1
+    }
+    predicted = 500 / ((point["ttft_ms"] + 499 * point["itl_ms"]) / 1000)
+    assert predicted == pytest.approx(point["output_throughput_tokens_per_s"], rel=0.01)
+
+
+def test_offline_output_mean_is_the_ratio_of_the_two_printed_throughputs(serving):
+    """sglang-vllm060 offline: 4281.51 tok/s / 22.03 req/s = 194.35 tokens per request, as recorded (194.3)."""
+    _, rows = serving
+    offline = defaultdict(dict)
+    for row in rows:
+        if row.arrival == "all_at_once":
+            offline[row.setup][row.metric] = row
+    assert len(offline) == 4
+    for setup, pair in offline.items():
+        ratio = pair["output_throughput_tokens_per_s"].value / pair["request_throughput_rps"].value
+        assert ratio == pytest.approx(pair["request_throughput_rps"].output_tokens_mean, rel=0.005), setup
+
+
+def test_disaggregated_setup_splits_its_instances(serving):
+    setups, _ = serving
+    split = [s for s in setups.values() if s.prefill_decode == "disaggregated"]
+    assert split
+    for setup in split:
+        assert setup.prefill_instances + setup.decode_instances == setup.instances
+        assert setup.gpus == setup.tp * setup.pp * setup.dp * setup.instances
+
+
+def _with_replaced(tmp_path, source: Path, old: str, new: str) -> Path:
+    text = source.read_text(encoding="utf-8")
+    assert old in text
+    bad = tmp_path / source.name
+    bad.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return bad
+
+
+def test_a_poisson_row_without_a_rate_is_one_line_naming_the_row(tmp_path):
+    bad = _with_replaced(tmp_path, SERVING, "  request_rate_rps: 4.0\n", "  request_rate_rps: null\n")
+    with pytest.raises(SpecError) as err:
+        load_serving(bad)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: rows[0] (sglang030-llama31-8b-1xa100-rps4-e2e-p50): ")
+    assert "arrival poisson needs request_rate_rps" in message and "\n" not in message
+
+
+def test_a_layout_that_does_not_add_up_is_refused(tmp_path):
+    bad = _with_replaced(tmp_path, SERVING, "  gpus: 4\n  tp: 4\n", "  gpus: 3\n  tp: 4\n")
+    with pytest.raises(SpecError, match=r"setups\[2\] \(sglang030-llama31-70b-4xh100\): .*gpus 3 != tp x pp x dp"):
+        load_serving(bad)
+
+
+def test_a_duplicate_id_and_an_unknown_setup_are_refused(tmp_path):
+    text = SERVING.read_text(encoding="utf-8")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(text.replace("rps4-ttft-p50\n", "rps4-e2e-p50\n", 1), encoding="utf-8")
+    with pytest.raises(SpecError, match=r"rows\[1\]: id: duplicate id 'sglang030-llama31-8b-1xa100-rps4-e2e-p50'"):
+        load_serving(dup)
+    orphan = _with_replaced(tmp_path, SERVING, "  setup: sglang030-llama31-8b-1xa100\n", "  setup: nowhere\n")
+    with pytest.raises(SpecError, match=r"rows\[0\] .*: setup: unknown setup 'nowhere'"):
+        load_serving(orphan)
+
+
+def test_an_unknown_key_is_named(tmp_path):
+    bad = _with_replaced(tmp_path, SERVING, "  arrival: poisson\n", "  arival: poisson\n")
+    with pytest.raises(SpecError, match=r"arival: unknown key; did you mean arrival\?"):
+        load_serving(bad)
+
+
+# ---- multinode.yaml ---------------------------------------------------------------------------------------
+
+
+def test_multinode_keys_are_published_keys_plus_the_layout():
+    layout = {"tp", "pp", "ep", "dp", "instances", "nodes", "gpus_per_node", "network", "prefill_decode"}
+    assert set(PublishedRow.model_fields) <= set(MultinodeRow.model_fields)
+    assert set(MultinodeRow.model_fields) - set(PublishedRow.model_fields) == layout | {"source_id", "engine"}
+
+
+def test_multinode_parses_with_unique_ids_and_known_specs(multinode):
+    assert len({r.id for r in multinode}) == len(multinode)
+    for row in multinode:
+        load_model(row.model)
+        if row.gpu not in GPUS_NOT_BUILT_IN:
+            load_gpu(row.gpu)
+        else:
+            assert "not a tokcost built-in" in row.notes, row.id
+
+
+def test_multinode_layouts_add_up(multinode):
+    """tp x pp x dp x instances = gpus = nodes x gpus_per_node, and ep fits inside one instance."""
+    for row in multinode:
+        assert row.tp * row.pp * row.dp * row.instances == row.gpus, row.id
+        assert row.nodes * row.gpus_per_node == row.gpus, row.id
+        assert (row.tp * row.pp * row.dp) % row.ep == 0, row.id
+    assert any(r.nodes > 1 for r in multinode) and any(r.ep >= 32 for r in multinode)
+    assert {r.prefill_decode for r in multinode} == {"aggregated", "disaggregated"}
+
+
+def test_rtp_llm_per_node_prefill_is_eight_gpus_of_its_per_gpu_rate(multinode):
+    """RTP-LLM prints 5,333 tokens/s per GPU (2 x 4,000 tokens in 1.5 s) and 42.6K per 8-GPU node:
+    5,333 x 8 = 42,664."""
+    by_id = {r.id: r for r in multinode}
+    per_gpu = by_id["rtp-llm-dsv3-prefill-ep32-per-gpu"]
+    assert per_gpu.batch * per_gpu.prompt_tokens / 1.5 == pytest.approx(per_gpu.value, rel=0.001)
+    assert per_gpu.value * per_gpu.gpus_per_node == pytest.approx(
+        by_id["rtp-llm-dsv3-prefill-ep32-per-node"].value, rel=0.01
+    )
+
+
+def test_a_multinode_row_whose_nodes_do_not_hold_its_gpus_is_refused(tmp_path):
+    bad = _with_replaced(tmp_path, MULTINODE, "  nodes: 4\n", "  nodes: 3\n")
+    with pytest.raises(SpecError, match=r"rows\[0\] \(deepseek-day6-prefill-input-per-node\): .*3 x 8 != gpus 32"):
+        load_multinode(bad)

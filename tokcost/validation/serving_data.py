@@ -1,0 +1,242 @@
+"""Published serving measurements under load (serving.yaml) and across nodes (multinode.yaml), as frozen rows.
+
+serving.yaml pins each server and workload once (`setups`) and lists load points (`rows`) that point at a setup,
+so the points of one setup form a latency-vs-load curve for `tokcost plan`. multinode.yaml keeps the row keys of
+published.yaml plus the parallel layout (tp, pp, ep, dp, instances, nodes, network, prefill/decode split).
+Both files say in their header what every key and metric means; nothing in `value` is derived.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tokcost.errors import SpecError
+from tokcost.files import load_mapping
+from tokcost.formats import FormatName
+from tokcost.spec_errors import validation_error
+
+Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
+PrefillDecode = Literal["aggregated", "disaggregated"]
+LengthDist = Literal["fixed", "uniform", "normal", "dataset"]
+Arrival = Literal["poisson", "closed_loop", "all_at_once"]
+ServingMetric = Literal[
+    "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+    "output_throughput_tokens_per_s", "total_throughput_tokens_per_s", "request_throughput_rps",
+]  # fmt: skip
+Statistic = Literal["mean", "p1", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "aggregate", "unstated"]
+MultinodeMetric = Literal[
+    "input_tokens_per_s_per_node", "output_tokens_per_s_per_node",
+    "input_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu",
+    "output_tokens_per_s", "request_throughput_rps", "tokens_per_s_per_user", "ttft_ms", "itl_ms",
+]  # fmt: skip
+Framework = Literal["gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "other"]
+
+# Latencies carry a per-request statistic; throughputs are one aggregate over the run.
+THROUGHPUT_METRICS: frozenset[str] = frozenset(
+    {"output_throughput_tokens_per_s", "total_throughput_tokens_per_s", "request_throughput_rps"}
+)
+# Percentiles in rising order: within one load point of one metric, the values must not fall along this order.
+PERCENTILE_ORDER: tuple[str, ...] = ("p1", "p10", "p25", "p50", "p75", "p90", "p95", "p99")
+# GPUs measured in multinode.yaml that tokcost has no built-in spec for, recorded under their published name.
+GPUS_NOT_BUILT_IN: frozenset[str] = frozenset({"h800"})
+
+_ID = r"^[a-z0-9][a-z0-9.\-]*$"
+_Item = TypeVar("_Item", bound=BaseModel)
+
+
+class _Layout(BaseModel):
+    """Parallel layout shared by both files: one engine instance is tp x pp x dp GPUs, ep inside it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpus: int = Field(ge=1, le=100_000)
+    tp: int = Field(ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=100_000)
+    dp: int = Field(default=1, ge=1, le=100_000)
+    instances: int = Field(default=1, ge=1, le=100_000)
+    nodes: int = Field(ge=1, le=100_000)
+    prefill_decode: PrefillDecode
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """GPUs of one engine instance: tensor x pipeline x data-parallel-attention ranks."""
+        return self.tp * self.pp * self.dp
+
+    @model_validator(mode="after")
+    def _layout_adds_up(self) -> _Layout:
+        if self.gpus_per_instance * self.instances != self.gpus:
+            raise ValueError(
+                f"gpus {self.gpus} != tp x pp x dp x instances = {self.tp} x {self.pp} x {self.dp} x {self.instances}"
+            )
+        if self.gpus_per_instance % self.ep:
+            raise ValueError(f"ep {self.ep} must divide tp x pp x dp = {self.gpus_per_instance} (one instance)")
+        if self.nodes > self.gpus:
+            raise ValueError(f"nodes {self.nodes} exceed gpus {self.gpus}")
+        return self
+
+
+class ServingSetup(_Layout):
+    """One server and workload shape, pinned: model, GPUs, layout, formats, engine and version, length laws."""
+
+    id: str = Field(min_length=1, max_length=200, pattern=_ID)
+    source_id: str = Field(min_length=1, max_length=200, pattern=_ID)
+    source: str = Field(min_length=1, max_length=2000)
+    model: str = Field(min_length=1, max_length=200)
+    gpu: str = Field(min_length=1, max_length=200)
+    prefill_instances: int | None = Field(default=None, ge=1, le=100_000)
+    decode_instances: int | None = Field(default=None, ge=1, le=100_000)
+    weights: FormatName
+    kv: FormatName
+    engine: Engine
+    engine_version: str = Field(min_length=1, max_length=200)
+    engine_flags: str = Field(default="", max_length=2000)
+    prompt_dist: LengthDist
+    output_dist: LengthDist
+    prompt_tokens_range: tuple[int, int] | None = None
+    output_tokens_range: tuple[int, int] | None = None
+    dataset: str | None = Field(default=None, min_length=1, max_length=500)
+    length_means: Literal["stated", "derived", "nominal"]
+    measured_at: Literal["client", "server"]
+    notes: str = Field(default="", max_length=10_000)
+
+    @model_validator(mode="after")
+    def _split_and_lengths(self) -> ServingSetup:
+        split = (self.prefill_instances, self.decode_instances)
+        if self.prefill_decode == "aggregated" and split != (None, None):
+            raise ValueError("prefill_instances/decode_instances apply only to prefill_decode: disaggregated")
+        if self.prefill_decode == "disaggregated" and (None in split or sum(split) != self.instances):  # type: ignore[arg-type]
+            raise ValueError(f"prefill_instances + decode_instances must equal instances ({self.instances})")
+        for side, dist, span in (("prompt", self.prompt_dist, self.prompt_tokens_range),
+                                 ("output", self.output_dist, self.output_tokens_range)):  # fmt: skip
+            if (dist == "uniform") != (span is not None):
+                raise ValueError(f"{side}_tokens_range is required for a uniform {side}_dist and only then")
+            if span is not None and not 1 <= span[0] <= span[1]:
+                raise ValueError(f"{side}_tokens_range must be [min, max] with 1 <= min <= max (got {list(span)})")
+            if dist == "dataset" and self.dataset is None:
+                raise ValueError(f"{side}_dist: dataset needs the dataset key")
+        return self
+
+
+class ServingRow(BaseModel):
+    """One load point of a setup: the load, one metric with its statistic, and the value as printed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=200, pattern=_ID)
+    setup: str = Field(min_length=1, max_length=200)
+    quote: str = Field(min_length=1, max_length=2000)
+    arrival: Arrival
+    request_rate_rps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    concurrency: int | None = Field(default=None, ge=1, le=10_000_000)
+    num_requests: int | None = Field(default=None, ge=1, le=100_000_000)
+    prompt_tokens_mean: float = Field(gt=0, le=10_000_000, allow_inf_nan=False)
+    output_tokens_mean: float = Field(gt=0, le=10_000_000, allow_inf_nan=False)
+    metric: ServingMetric
+    statistic: Statistic
+    value: float = Field(gt=0, allow_inf_nan=False)
+    notes: str = Field(default="", max_length=10_000)
+
+    @model_validator(mode="after")
+    def _load_and_statistic(self) -> ServingRow:
+        if self.arrival == "poisson" and self.request_rate_rps is None:
+            raise ValueError("arrival poisson needs request_rate_rps")
+        if self.arrival == "closed_loop" and (self.concurrency is None or self.request_rate_rps is not None):
+            raise ValueError("arrival closed_loop needs concurrency and no request_rate_rps")
+        if self.arrival == "all_at_once" and self.request_rate_rps is not None:
+            raise ValueError("arrival all_at_once has no request_rate_rps (every request is sent at t=0)")
+        if (self.metric in THROUGHPUT_METRICS) != (self.statistic == "aggregate"):
+            raise ValueError(f"statistic aggregate goes with the throughput metrics only (metric {self.metric})")
+        return self
+
+    @property
+    def load(self) -> tuple[str, float | None, int | None]:
+        """The load point: (arrival, rate, concurrency); rows of one setup with equal load form one point."""
+        return (self.arrival, self.request_rate_rps, self.concurrency)
+
+
+class MultinodeRow(_Layout):
+    """published.yaml's row keys plus the layout: a multi-GPU/multi-node measurement with its parallelism stated."""
+
+    id: str = Field(min_length=1, max_length=200, pattern=_ID)
+    source_id: str = Field(min_length=1, max_length=200, pattern=_ID)
+    source: str = Field(min_length=1, max_length=2000)
+    quote: str = Field(min_length=1, max_length=2000)
+    model: str = Field(min_length=1, max_length=200)
+    gpu: str = Field(min_length=1, max_length=200)
+    gpus_per_node: int = Field(ge=1, le=1024)
+    network: str = Field(min_length=1, max_length=500)
+    weights: FormatName
+    kv: FormatName
+    compute: str = Field(min_length=1, max_length=16)
+    batch: int | None = Field(default=None, ge=1, le=100_000_000)
+    prompt_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
+    output_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
+    framework: Framework
+    engine: Engine
+    metric: MultinodeMetric
+    value: float = Field(gt=0, allow_inf_nan=False)
+    notes: str = Field(default="", max_length=10_000)
+    exclude: str | None = Field(default=None, min_length=1, max_length=2000)
+    split: Literal["train", "test"] | None = None
+
+    @model_validator(mode="after")
+    def _nodes_hold_gpus(self) -> MultinodeRow:
+        if self.nodes * self.gpus_per_node != self.gpus:
+            raise ValueError(f"nodes x gpus_per_node = {self.nodes} x {self.gpus_per_node} != gpus {self.gpus}")
+        return self
+
+
+def _rows(data: dict[str, object], key: str, where: str, schema: type[_Item]) -> list[_Item]:
+    """Validated items of data[key]; an error names the file, the item (index and id) and the field."""
+    raw = data.get(key)
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(where, f"{key}: give a non-empty list", field=key)
+    items: list[_Item] = []
+    for i, item in enumerate(raw):
+        label = f"{where}: {key}[{i}]" + (f" ({item['id']})" if isinstance(item, dict) and "id" in item else "")
+        if not isinstance(item, dict):
+            raise SpecError(label, f"is a {type(item).__name__}; each item is a mapping of keys such as id: ...")
+        try:
+            items.append(schema.model_validate(item))
+        except ValidationError as exc:
+            raise validation_error(label, exc, schema) from None
+    seen: set[str] = set()
+    for i, found in enumerate(items):
+        ident = found.model_dump(include={"id"})["id"]
+        if ident in seen:
+            raise SpecError(f"{where}: {key}[{i}]", f"duplicate id {ident!r}; ids must be unique", field="id")
+        seen.add(ident)
+    return items
+
+
+def _only_keys(data: dict[str, object], allowed: tuple[str, ...], where: str) -> None:
+    extra = sorted(set(data) - set(allowed))
+    if extra:
+        raise SpecError(where, f"unknown top-level key {extra[0]!r}; the file holds: {', '.join(allowed)}")
+
+
+def parse_serving(data: dict[str, object], where: str) -> tuple[dict[str, ServingSetup], list[ServingRow]]:
+    """Setups by id and rows, validated; every row names an existing setup."""
+    _only_keys(data, ("setups", "rows"), where)
+    setups = {s.id: s for s in _rows(data, "setups", where, ServingSetup)}
+    rows = _rows(data, "rows", where, ServingRow)
+    for i, row in enumerate(rows):
+        if row.setup not in setups:
+            raise SpecError(f"{where}: rows[{i}] ({row.id})", f"unknown setup {row.setup!r}", field="setup")
+    return setups, rows
+
+
+def load_serving(path: Path) -> tuple[dict[str, ServingSetup], list[ServingRow]]:
+    """The setups and load points of a serving-measurements YAML file."""
+    return parse_serving(load_mapping(path), str(path))
+
+
+def load_multinode(path: Path) -> list[MultinodeRow]:
+    """The rows of a multi-node measurements YAML file (not yet used by `tokcost validate`)."""
+    data = load_mapping(path)
+    _only_keys(data, ("rows",), str(path))
+    return _rows(data, "rows", str(path), MultinodeRow)
