@@ -12,8 +12,9 @@ import pytest
 
 from tokcost.cli.app import app
 from tokcost.cli.validate_cmd import DEFAULT_DATA, load_specs, run_validation, validate
-from tokcost.engine.traffic import decode_counts, expected_distinct_experts, prefill_counts
-from tokcost.engine.workload import Workload, resolve_precision
+from tokcost.engine.estimate import deployment
+from tokcost.engine.stages import expected_distinct_experts
+from tokcost.engine.workload import Workload
 from tokcost.errors import SpecError
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
@@ -207,23 +208,30 @@ def test_kv_bytes_per_token_llama2_70b():
     assert load_model("llama-2-70b").kv_bytes_per_token("bf16") == 2 * 80 * 8 * 128 * 2 == 327_680
 
 
+def _decode(model_name: str, batch: int, cached: int, **wl):
+    d = deployment(load_model(model_name), load_gpu("h100-sxm"), Workload(**wl))
+    return d.decode(d.rates("ceiling"), batch, cached)
+
+
 def test_decode_weight_bytes_skip_the_embedding_table():
     # tokcost reads the LM head and only the B looked-up embedding rows, not the whole table; LLM-Viewer and
     # llm-analysis count the full embedding as read (vocab x hidden x 2 = 262 MB more for Llama-2-7B, ~2%).
     m = load_model("llama-2-7b")
-    p = resolve_precision(m, Workload(weights_dtype="fp16", kv_dtype="fp16"))
-    counts = decode_counts(m, p, batch=1, context=100, gpus=1)
+    step = _decode("llama-2-7b", 1, 100)
+    weights = sum(p.stage.count * p.stage.weight_bytes for p in step.stages)
+    lookup = next(p.stage for p in step.stages if p.stage.name == "embedding lookup")
     assert m.params_total == 6_738_415_616  # the published Llama-2-7B count
-    assert counts.weight_bytes == (m.params_total - m.vocab_size * m.hidden_size + 1 * m.hidden_size) * 2
+    assert weights + lookup.bytes_read == (m.params_total - m.vocab_size * m.hidden_size + 1 * m.hidden_size) * 2
 
 
 def test_prefill_attention_flops_are_causal_halved():
     # 4 x layers x heads x head_dim FLOPs per (query, key) pair; causal: position i sees i keys, P(P+1)/2 pairs.
     # Peers that charge the full P^2 square (LLM-Viewer's prefill) count ~2x the attention FLOPs.
-    m, prompt = load_model("llama-2-7b"), 2048
-    p = resolve_precision(m, Workload())
-    counts = prefill_counts(m, p, batch=1, prompt=prompt, cached=0, gpus=1)
-    assert counts.attention_flops == 4 * 32 * 32 * 128 * prompt * (prompt + 1) / 2
+    prompt = 2048
+    d = deployment(load_model("llama-2-7b"), load_gpu("h100-sxm"), Workload())
+    pre = d.prefill(d.rates("ceiling"), 1, prompt, 0)
+    flops = sum(p.stage.count * p.stage.flops for p in pre.stages if p.stage.kind == "attention")
+    assert flops == 4 * 32 * 32 * 128 * prompt * (prompt + 1) / 2
 
 
 def test_moe_reads_distinct_experts():
@@ -231,7 +239,10 @@ def test_moe_reads_distinct_experts():
     assert expected_distinct_experts(8, 2, 1) == 2
     assert expected_distinct_experts(8, 2, 512) == pytest.approx(8)
     m = load_model("mixtral-8x7b")
-    p = resolve_precision(m, Workload())
-    one, many = (decode_counts(m, p, batch=b, context=100, gpus=1).weight_bytes for b in (1, 512))
+
+    def experts(batch: int) -> float:
+        return sum(p.stage.count * p.stage.weight_bytes for p in _decode("mixtral-8x7b", batch, 100).stages
+                   if p.stage.kind == "experts")  # fmt: skip
+
     per_expert_bytes = m.layers * m.params_per_expert * 2
-    assert many - one == pytest.approx(6 * per_expert_bytes + 511 * m.hidden_size * 2)
+    assert experts(512) - experts(1) == pytest.approx(6 * per_expert_bytes)

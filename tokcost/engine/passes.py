@@ -14,7 +14,7 @@ from tokcost.engine.collectives import Links
 from tokcost.engine.layout import Layout
 from tokcost.engine.roofline import PassCost, Rates, Schedule, price_stage
 from tokcost.engine.stages import Segment, pipeline_stages
-from tokcost.engine.workload import Precision, is_weight_only
+from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec
 
 
@@ -38,9 +38,8 @@ def pass_cost(
     """The pass over `segments` (the whole replica's), priced on its slowest pipeline stage."""
     m = microbatches(layout, segments)
     share = [Segment(s.sequences / m, s.cached_tokens, s.new_tokens) for s in segments]
-    weight_only = is_weight_only(precision)
     priced = [
-        tuple(price_stage(st, rates, links, layout, weight_only) for st in stage)
+        tuple(price_stage(st, rates, links, layout) for st in stage)
         for stage in pipeline_stages(model, precision, layout, share)
     ]
     slowest = max(priced, key=lambda stage: sum(s.seconds for s in stage))

@@ -13,7 +13,9 @@ from typing import Literal
 from tokcost.engine.collectives import CollectiveCost, Links, allreduce, alltoall, sendrecv
 from tokcost.engine.layout import Layout
 from tokcost.engine.stages import Stage
+from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
+from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.units import US
 
@@ -30,6 +32,8 @@ class Rates:
     bytes_per_s: float  # HBM
     weight_only_bytes_per_s: float  # HBM as dequantizing (weight-only) matmul kernels stream it
     expected: bool  # links at their measured efficiency, not their datasheet rate
+    compute_dtype: str = "bf16"  # the dtype whose peak flops_per_s is
+    float16_flops_per_s: float = 0.0  # the 16-bit peak, for 16-bit weights under a narrower compute (LM head)
     link_latency_override_s: float | None = None  # a fitted all-reduce latency replacing the link's own
     step_overhead_s: float = 0.0  # per forward pass: launches, scheduling, sampling on the host
     request_overhead_s: float = 0.0  # once per request (tokenization, scheduling), on TTFT
@@ -56,7 +60,15 @@ def _attention_peak(gpu: GpuSpec, compute: str) -> float:
 def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     """Datasheet peaks, no overhead: nothing real runs faster."""
     bw = gpu.bandwidth_bytes_per_s
-    return Rates(_peak(gpu, compute_dtype), _attention_peak(gpu, compute_dtype), bw, bw, expected=False)
+    return Rates(
+        _peak(gpu, compute_dtype),
+        _attention_peak(gpu, compute_dtype),
+        bw,
+        bw,
+        expected=False,
+        compute_dtype=compute_dtype,
+        float16_flops_per_s=_attention_peak(gpu, "bf16"),
+    )
 
 
 def expected_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
@@ -69,6 +81,8 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
         bytes_per_s=peak.bytes_per_s * ach.bandwidth,
         weight_only_bytes_per_s=peak.bytes_per_s * weight_only,
         expected=True,
+        compute_dtype=compute_dtype,
+        float16_flops_per_s=peak.float16_flops_per_s * ach.compute,
         link_latency_override_s=None if ach.allreduce_latency_us is None else ach.allreduce_latency_us * US,
         step_overhead_s=ach.step_overhead_us * US,
         request_overhead_s=ach.request_overhead_us * US,
@@ -99,7 +113,20 @@ class Priced:
         return "compute" if self.compute_s > self.memory_s else "memory"
 
 
-def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout, weight_only: bool) -> Priced:
+def matmul_dtype(stage: Stage, rates: Rates) -> tuple[float, bool]:
+    """(FLOP/s, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit peak
+    (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype."""
+    if not stage.weight_format:
+        return rates.flops_per_s, False
+    native = get_format(stage.weight_format).native_compute
+    if same_tensor_rate(native, rates.compute_dtype):
+        return rates.flops_per_s, False
+    if stage.weight_format in ("bf16", "fp16"):
+        return rates.float16_flops_per_s or rates.flops_per_s, False
+    return rates.flops_per_s, True
+
+
+def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Priced:
     """One kernel on its roofline, or one collective on its path."""
     if stage.collective is not None:
         path = links.path(
@@ -108,9 +135,11 @@ def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout, weight
         cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
         coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
         return Priced(stage, 0.0, 0.0, coll)
-    flops_per_s = rates.attention_flops_per_s if stage.kind == "attention" else rates.flops_per_s
+    flops_per_s, dequantizing = matmul_dtype(stage, rates)
+    if stage.kind == "attention":
+        flops_per_s = rates.attention_flops_per_s
     # dequantizing kernels stream their weights slower than plain GEMMs (fitted separately)
-    weights_bw = rates.weight_only_bytes_per_s if weight_only and stage.weight_bytes else rates.bytes_per_s
+    weights_bw = rates.weight_only_bytes_per_s if dequantizing else rates.bytes_per_s
     memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / rates.bytes_per_s
     return Priced(stage, stage.count * stage.flops / flops_per_s, stage.count * memory_s, None)
 

@@ -13,7 +13,7 @@ form in prefill, as vLLM and SGLang run it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tokcost.engine.layout import Layout, kv_heads_per_rank, stage_layer_ranges
@@ -250,8 +250,17 @@ def block_stages(
     v_width = model.attention_heads / tp * (model.mla.v_head_dim if model.mla else model.head_dim)
     kv_tok = kv_bytes_per_token_layer(model, p, tp)
     fused = "RMSNorm fused into the next matmul's prologue: its weights, no pass of its own over activations"
+    norm_bytes = h * p.embedding_bytes
     attn_norm = Stage(
-        "attention norm", label, "memory", count, flops=4 * t_dp * h, bytes_read=h * p.embedding_bytes, note=fused
+        "attention norm",
+        label,
+        "memory",
+        count,
+        flops=4 * t_dp * h,
+        bytes_read=norm_bytes,
+        weight_bytes=norm_bytes,
+        weight_format=p.embedding,
+        note=fused,
     )
     kv_read = sum(shape.per_dp(s.sequences) * attended(model, kind.sliding, s.cached_tokens) for s in shape.segments)
     pairs_flops = sum(
@@ -295,9 +304,7 @@ def block_stages(
                 ranks=tp,
             )
         )
-    stages.append(
-        Stage("MLP norm", label, "memory", count, flops=attn_norm.flops, bytes_read=attn_norm.bytes_read, note=fused)
-    )
+    stages.append(replace(attn_norm, name="MLP norm"))
     mlp = moe_stages if kind.moe else dense_mlp_stages
     return stages + mlp(model, p, layout, shape, label, count)
 
@@ -410,7 +417,16 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, shape: PassShape
     """Final norm, LM head (vocab split tp-way) and sampling, for one row per sequence."""
     h, v, tp, rows = model.hidden_size, model.vocab_size, layout.tp, shape.logit_rows
     return [
-        Stage("final norm", "", "memory", 1, flops=4 * rows * h, bytes_read=h * p.embedding_bytes),
+        Stage(
+            "final norm",
+            "",
+            "memory",
+            1,
+            flops=4 * rows * h,
+            bytes_read=h * p.embedding_bytes,
+            weight_bytes=h * p.embedding_bytes,
+            weight_format=p.embedding,
+        ),
         _matmul(
             "LM head",
             "",
