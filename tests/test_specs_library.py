@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tokcost.catalog import builtin_names
-from tokcost.hardware.library import load_gpu, match_device_name
+from tokcost.hardware.library import load_gpu, load_network, match_device_name
 from tokcost.models.library import load_model
 
 REQUIRED_MODELS = [
@@ -53,6 +53,7 @@ REQUIRED_GPUS = [
     "rtx-4090",
     "mi300x",
     "b200",
+    "a40",
 ]
 
 
@@ -132,7 +133,7 @@ def test_datasheet_figures():
     assert load_gpu("rtx-4090").peak_tflops["bf16"] == pytest.approx(165.2)
 
 
-@pytest.mark.parametrize("kind", ["models", "gpus"])
+@pytest.mark.parametrize("kind", ["models", "gpus", "networks"])
 def test_every_yaml_loads_to_numbers(kind):
     """The PyYAML 1.1 trap: `3.35e12` loads as a string. Every numeric leaf must be a number."""
     folder = resources.files("tokcost") / "specs" / kind
@@ -170,8 +171,93 @@ def _looks_numeric(text: str) -> bool:
         ("NVIDIA L4", "l4"),
         ("NVIDIA A100-SXM4-80GB", "a100-80gb-sxm"),
         ("NVIDIA A10G", "a10g"),
+        ("NVIDIA A40", "a40"),
+        ("NVIDIA RTX A4000", None),
         ("Intel Xeon", None),
     ],
 )
 def test_runtime_names_match_the_right_spec(runtime_name, spec):
     assert match_device_name(runtime_name) == spec
+
+
+# Runtime totals as nvidia-smi prints them ("Total", MiB); the provenance of each spec names the log.
+@pytest.mark.parametrize(
+    ("name", "mib"),
+    [
+        ("h100-sxm", 81_559),  # NVIDIA/nccl issue #1264: "0MiB /  81559MiB" on NVIDIA H100 80GB HBM3
+        ("h200", 143_771),  # sgl-project/sglang issue #3196: "124585MiB / 143771MiB" on NVIDIA H200
+        ("a100-80gb-sxm", 81_920),  # thamada/nvidia-smi gls/A100SXMx4_smi.py
+        ("a40", 46_068),  # thamada/nvidia-smi gls/A40x10_smi.py; vllm-project/vllm issue #6623
+        ("b200", 183_359),  # NVIDIA/TensorRT-LLM issue #10278
+    ],
+)
+def test_runtime_memory_is_the_printed_total(name, mib):
+    g = load_gpu(name)
+    assert g.memory_runtime_mib == mib
+    assert g.memory_bytes == mib * 2**20
+
+
+@pytest.mark.parametrize("name", REQUIRED_GPUS)
+def test_every_link_and_runtime_figure_names_its_source(name):
+    g = load_gpu(name)
+    if g.memory_runtime_mib is not None:
+        assert g.provenance.get("memory_runtime_mib", "").strip(), "a runtime total needs the log that prints it"
+    for link in (g.link, g.host_link):
+        if link is not None:
+            assert "PLACEHOLDER" not in link.source and "github.com" in link.source
+    # the old interconnect keys and their placeholder latency are gone from the prose too
+    text = " ".join([g.source, g.notes, *g.provenance.values()])
+    assert "interconnect_gb_s" not in text and "interconnect_latency_us" not in text
+
+
+@pytest.mark.parametrize("name", REQUIRED_GPUS)
+def test_every_gpu_names_a_built_in_network(name):
+    g = load_gpu(name)
+    assert g.network in builtin_names("networks")
+
+
+def test_bridged_pairs_carry_a_host_link():
+    # an NVLink bridge joins two GPUs; the rest of the node talks over PCIe
+    for name in ("h100-nvl", "a40"):
+        g = load_gpu(name)
+        assert g.link is not None and g.link.kind == "nvlink-bridge" and g.link.domain_gpus == 2
+        assert g.host_link is not None and g.host_link.kind.startswith("pcie")
+    # A40 datasheet: NVLink 112.5 GB/s bidirectional; H100 NVL: 600 GB/s bidirectional
+    assert load_gpu("a40").link.gb_s == pytest.approx(112.5 / 2)
+    assert load_gpu("h100-nvl").link.gb_s == 600 / 2
+
+
+def test_link_figures_from_published_runs():
+    # NVIDIA/nccl-tests #212: ring busbw ~370 of the 450 GB/s NVLink4 line rate
+    assert load_gpu("h100-sxm").link.efficiency == pytest.approx(370 / 450, abs=0.005)
+    # NVIDIA/nccl #1530: 42.14 us for an 8-byte all-reduce on 8 RTX 4090 (P2P disabled, through host memory)
+    assert load_gpu("rtx-4090").link.latency_us == pytest.approx(42.1)
+    # NCCL's model (src/graph/tuning.cc): 6.6 us + 14 PCIe hops x 1.0 us at 8 GPUs
+    assert load_gpu("l40s").link.latency_us == pytest.approx(6.6 + 14 * 1.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "gbit"),
+    [
+        ("eth-100", 100),
+        ("ib-hdr-200", 200),
+        ("roce-200", 200),
+        ("ib-ndr-400", 400),
+        ("roce-400", 400),
+        ("ib-xdr-800", 800),
+    ],
+)
+def test_networks_are_line_rate_per_direction(name, gbit):
+    net = load_network(name)
+    assert net.gb_s == gbit / 8
+    assert 0.5 < net.efficiency <= 1 and net.latency_us > 0
+    assert "PLACEHOLDER" not in net.source
+
+
+def test_dense_int4_peaks():
+    # A100 datasheet: INT4 1,248 | 2,496* TOPS, twice the INT8 rate (tokcost issue 10)
+    for name in ("a100-40gb-sxm", "a100-80gb-sxm", "a100-80gb-pcie"):
+        peaks = load_gpu(name).peak_tflops
+        assert peaks["int4"] == 1248 == 2 * peaks["int8"]
+    assert load_gpu("a40").peak_tflops["int4"] == pytest.approx(598.7)  # A40 datasheet 598.7 | 1,197.4*
+    assert load_gpu("b200").peak_tflops["fp4"] == 9000  # HGX B200 FP4 18 PF sparse
