@@ -80,12 +80,13 @@ def test_specs_import_writes_yaml_that_loads_and_refuses_to_overwrite(cli, tmp_p
 def test_hf_config_accepted_wherever_a_model_is(cli):
     r = cli("estimate", "-m", str(ASSETS / "hf" / "mixtral.json"), "-g", "h200", "--format", "json")
     assert r.exit_code == 0, r.stderr
-    assert r.json()["memory"]["weights_bytes"] == pytest.approx(46_702_792_704 * 2)
+    assert r.json()["memory"]["weights_bytes_per_gpu"] == 46_702_792_704 * 2
 
 
 ESTIMATE_KEYS = {
-    "memory": {"weights_bytes", "kv_bytes_per_token", "kv_cache_bytes", "total_bytes", "capacity_bytes", "fits",
-               "max_batch", "max_context", "min_gpus"},
+    "memory": {"weights_bytes_per_gpu", "kv_cache_bytes_per_gpu", "workspace_bytes_per_gpu", "reserve_bytes_per_gpu",
+               "used_bytes_per_gpu", "capacity_bytes_per_gpu", "weights_bytes_total", "kv_cache_bytes_total",
+               "kv_bytes_per_token_total", "fits", "max_batch", "max_context", "min_gpus", "min_layout"},
     "scenario": {"ttft_s", "tpot_s", "e2e_s", "decode_tokens_per_s", "prefill_bound", "decode_bound",
                  "usd_per_million_input_tokens", "usd_per_million_output_tokens", "joules_per_output_token"},
 }  # fmt: skip
@@ -96,13 +97,19 @@ def test_estimate_json_keys_and_values(cli):
     assert r.exit_code == 0, r.stderr
     data = r.json()
     assert ESTIMATE_KEYS["memory"] <= set(data["memory"])
-    assert "critical_batch" in data
+    assert {"critical_batch_compute", "critical_batch_kv", "warnings", "layout"} <= set(data)
+    # every byte count is an integer and says its base
+    byte_keys = [k for k in data["memory"] if "bytes" in k]
+    assert all(k.endswith(("_per_gpu", "_total")) and isinstance(data["memory"][k], int) for k in byte_keys)
     for scenario in ("ceiling", "expected"):
         s = data[scenario]
         assert ESTIMATE_KEYS["scenario"] <= set(s)
-        assert {"flops", "bytes"} <= set(s["prefill"])
-        assert {"flops", "bytes", "weight_bytes", "kv_bytes", "seconds"} <= set(s["decode_step"])
-    assert data["ceiling"]["decode_step"]["weight_bytes"] == pytest.approx((8_030_261_248 - 128_256 * 4096) * 2)
+        assert {"flops_per_gpu", "bytes_per_gpu", "seconds", "components"} <= set(s["prefill"])
+        assert {"weights", "attention"} <= set(s["decode_step"]["components"])
+    assert data["expected"]["provenance"].startswith("fitted on")
+    # decode reads every weight but the embedding table (8.03B params - 128,256 x 4,096), at 2 bytes
+    weights = data["ceiling"]["decode_step"]["components"]["weights"]["bytes_per_gpu"]
+    assert weights == pytest.approx((8_030_261_248 - 128_256 * 4096) * 2, rel=0.003)  # + activations of one row
     assert data["expected"]["tpot_s"] >= data["ceiling"]["tpot_s"]
     assert data["ceiling"]["e2e_s"] == pytest.approx(data["ceiling"]["ttft_s"] + 255 * data["ceiling"]["tpot_s"])
 
@@ -127,8 +134,32 @@ def test_estimate_csv_is_one_row(cli):
 def test_explain_shows_the_arithmetic(cli):
     r = cli("estimate", "-m", "llama-2-7b", "-g", "h100-sxm", "--explain")
     assert r.exit_code == 0
-    assert "2 x 32 layers x 32 KV heads x 128 head_dim x 2 B = 524,288 B" in r.stdout
-    assert "/ 3,350 GB/s" in r.stdout and "decode tokens/s = 1 /" in r.stdout
+    assert "2 x 32 layers x 32 KV heads x 128 x 2 B = 524,288 B" in r.stdout
+    assert "/ 3.350 TB/s" in r.stdout and "decode tokens/s: 1 /" in r.stdout
+
+
+def test_explain_in_json_is_a_list_and_in_csv_goes_to_stderr(cli):
+    r = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--explain", "--format", "json")
+    assert r.exit_code == 0
+    data = r.json()  # the whole stdout is one JSON document
+    assert isinstance(data["explain"], list) and any("ridge point" in line for line in data["explain"])
+    c = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--explain", "--format", "csv")
+    assert len(list(csv.DictReader(io.StringIO(c.stdout)))) == 1 and "ridge point" in c.stderr
+
+
+def test_warnings_go_to_stderr_and_into_json(cli):
+    args = ("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--prompt", "200000")
+    table = cli(*args)
+    assert "max_context" in table.stderr and "max_context" not in table.stdout
+    data = cli(*args, "--format", "json").json()
+    assert any("max_context" in w for w in data["warnings"])
+
+
+def test_one_output_token_prints_no_tpot(cli):
+    data = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--output", "1", "--format", "json").json()
+    assert data["ceiling"]["tpot_s"] is None and data["expected"]["decode_step"] is None
+    table = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--output", "1").stdout
+    assert "TPOT" in table and "n/a" in table
 
 
 def test_compare_rows(cli):
@@ -138,13 +169,26 @@ def test_compare_rows(cli):
     assert [(x["model"], x["gpu"]) for x in rows] == [
         ("llama-3.1-70b", "h100-sxm"), ("llama-3.1-70b", "h200"), ("llama-3.1-8b", "h100-sxm"), ("llama-3.1-8b", "h200")
     ]  # fmt: skip
-    # 70.55B x 2 bytes = 141.1 GB: more than one 80 GB H100, and more than 90% of a 141 GB H200
-    assert rows[0]["fits"] is False and rows[0]["min_gpus"] == 2
+    # 70.55B x 2 bytes = 141.1 GB: more than one H100 (85.5 GB), and more than 90% of an H200 (150.8 GB)
+    assert rows[0]["fits"] is False and rows[0]["min_gpus"] == 2 and rows[0]["usd_per_million_output_tokens"] is None
     assert rows[1]["fits"] is False and rows[1]["min_gpus"] == 2 and rows[2]["fits"] is True
     # same compute, more bandwidth: H200 decodes faster
     assert rows[3]["decode_tokens_per_s"] > rows[2]["decode_tokens_per_s"]
     table = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,l4")
     assert table.exit_code == 0 and "l4" in table.stdout
+
+
+def test_compare_takes_gpus_and_prices_per_gpu(cli):
+    by_name = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm,h200", "--gpus", "h100-sxm=4,h200=2",
+                  "--price", "h100-sxm=2,h200=3.5", "--format", "json").json()["rows"]  # fmt: skip
+    aligned = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm,h200", "--gpus", "4,2", "--price", "2,3.5",
+                  "--format", "json").json()["rows"]  # fmt: skip
+    assert by_name == aligned
+    assert [(r["gpus"], r["price_per_hour_usd"], r["fits"]) for r in by_name] == [(4, 2.0, True), (2, 3.5, True)]
+    short = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm,h200", "--gpus", "4,2,1")
+    assert short.exit_code == 2 and "3 values for 2 GPUs" in short.stderr
+    table = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm").stdout
+    assert "does not fit (needs 2)" in table
 
 
 def test_sweep_marks_critical_batch_and_memory(cli):
@@ -155,7 +199,7 @@ def test_sweep_marks_critical_batch_and_memory(cli):
     points = r.json()["points"]
     assert [p["batch"] for p in points] == [1, 64, 1024, 4096]
     assert points[-1]["fits"] is False and points[0]["fits"] is True
-    critical = points[0]["critical_batch"]
+    critical = points[0]["critical_batch_compute"]
     assert critical is not None and 64 < critical < 1024
     assert [p["decode_bound"] for p in points][:2] == ["memory", "memory"]
     table = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,1024,4096", "--prompt", "128").stdout

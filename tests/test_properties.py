@@ -16,16 +16,32 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tokcost.engine.estimate import Estimate, estimate
+from tokcost.engine.estimate import Estimate
+from tokcost.engine.estimate import estimate as _estimate
+from tokcost.engine.layout import tp_degrees
 from tokcost.engine.report import estimate_dict
 from tokcost.engine.workload import Workload
 from tokcost.errors import SpecError
-from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.hf_import import from_hf_config
 from tokcost.models.spec import ModelSpec
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-STORAGE = ["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+STORAGE = ["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4", "int4-g32-z16", "nf4", "q4_k_m", "q8_0", "nvfp4"]
+NETWORK = Link(kind="infiniband", gb_s=50, latency_us=25, source="test")
+
+
+def with_valid_tp(model: ModelSpec, wl: Workload) -> Workload:
+    """The workload at the largest tensor-parallel degree the model allows, up to the one asked for."""
+    tp = max(d for d in tp_degrees(model, limit=wl.tp))
+    return wl.model_copy(update={"tp": tp})
+
+
+def estimate(model: ModelSpec, gpu: GpuSpec, wl: Workload) -> Estimate:
+    """estimate() at a valid layout, with a network for layouts that span nodes."""
+    return _estimate(model, gpu, with_valid_tp(model, wl), NETWORK)
+
+
 HF_CONFIGS = sorted((Path(__file__).parent / "assets" / "hf").glob("*.json"))
 
 
@@ -113,7 +129,7 @@ def workloads(draw) -> Workload:
         batch=draw(st.integers(1, 512)),
         prompt_tokens=prompt,
         output_tokens=draw(st.integers(1, 4096)),
-        gpus=draw(st.sampled_from([1, 2, 4, 8])),
+        tp=draw(st.sampled_from([1, 2, 4, 8])),
         weights_dtype=draw(st.sampled_from([None, *STORAGE])),
         kv_dtype=draw(st.sampled_from([None, "bf16", "fp8", "fp32"])),
         cached_prefix_tokens=draw(st.integers(0, prompt - 1)),
@@ -137,7 +153,7 @@ TIMES = ("ttft_s", "tpot_s", "e2e_s")
 
 
 def _times(e: Estimate) -> list[float]:
-    return [getattr(s, t) for s in (e.ceiling, e.expected) for t in TIMES]
+    return [getattr(s, t) or 0.0 for s in (e.ceiling, e.expected) for t in TIMES]
 
 
 def _not_slower(faster: Estimate, slower: Estimate) -> None:
@@ -169,6 +185,7 @@ def test_more_bandwidth_or_flops_is_never_slower(model, gpu, wl, factor, which):
 @given(models(), gpus(), workloads(), st.integers(1, 512))
 def test_tpot_never_falls_as_batch_grows(model, gpu, wl, more):
     small, large = estimate(model, gpu, wl), estimate(model, gpu, wl.model_copy(update={"batch": wl.batch + more}))
+    assume(wl.output_tokens > 1)
     for scenario in ("ceiling", "expected"):
         a, b = getattr(small, scenario).tpot_s, getattr(large, scenario).tpot_s
         assert b >= a * (1 - 1e-9), (scenario, a, b)
@@ -179,6 +196,7 @@ def test_tpot_never_falls_as_batch_grows(model, gpu, wl, more):
 def test_tpot_never_falls_and_max_batch_never_grows_as_context_grows(model, gpu, wl, more):
     short = estimate(model, gpu, wl)
     long = estimate(model, gpu, wl.model_copy(update={"prompt_tokens": wl.prompt_tokens + more}))
+    assume(wl.output_tokens > 1)
     for scenario in ("ceiling", "expected"):
         a, b = getattr(short, scenario).tpot_s, getattr(long, scenario).tpot_s
         assert b >= a * (1 - 1e-9), (scenario, a, b)
@@ -190,17 +208,19 @@ def test_tpot_never_falls_and_max_batch_never_grows_as_context_grows(model, gpu,
 def test_expected_is_never_faster_than_ceiling(model, gpu, wl):
     e = estimate(model, gpu, wl)
     for t in TIMES:
-        assert getattr(e.expected, t) >= getattr(e.ceiling, t) * (1 - 1e-9), t
-    assert e.expected.decode_tokens_per_s <= e.ceiling.decode_tokens_per_s * (1 + 1e-9)
+        assert (getattr(e.expected, t) or 0.0) >= (getattr(e.ceiling, t) or 0.0) * (1 - 1e-9), t
+    assert (e.expected.decode_tokens_per_s or 0.0) <= (e.ceiling.decode_tokens_per_s or 0.0) * (1 + 1e-9)
 
 
 @PROPERTY
 @given(models(), gpus(), workloads())
 def test_doubling_gpus_never_adds_weight_bytes_per_gpu(model, gpu, wl):
+    wl = with_valid_tp(model, wl)
+    assume(wl.tp * 2 in tp_degrees(model, limit=wl.tp * 2))
     one = estimate(model, gpu, wl)
-    two = estimate(model, gpu, wl.model_copy(update={"gpus": wl.gpus * 2}))
-    assert two.memory.weights_bytes / (wl.gpus * 2) <= one.memory.weights_bytes / wl.gpus * (1 + 1e-9)
-    assert two.ceiling.decode_step.part("weights").bytes <= one.ceiling.decode_step.part("weights").bytes * (1 + 1e-9)
+    two = estimate(model, gpu, wl.model_copy(update={"tp": wl.tp * 2}))
+    assert two.memory.per_gpu.weights <= one.memory.per_gpu.weights * (1 + 1e-9)
+    assert two.ceiling.prefill.part("weights").bytes <= one.ceiling.prefill.part("weights").bytes * (1 + 1e-9)
 
 
 @PROPERTY
@@ -298,7 +318,7 @@ def corners(draw) -> tuple[ModelSpec, GpuSpec, Workload]:
         batch=end(1, 1_000_000),
         prompt_tokens=prompt,
         output_tokens=end(1, 100_000_000),
-        gpus=end(1, 4096),
+        tp=end(1, 4096),
         cached_prefix_tokens=end(0, prompt - 1),
         price_per_hour_usd=draw(st.sampled_from([None, 0, 100_000])),
     )
@@ -318,7 +338,7 @@ def test_cost_per_output_token_never_rises_with_batch_while_memory_bound(model, 
     priced = wl.model_copy(update={"price_per_hour_usd": 2.0})
     small = estimate(model, gpu, priced)
     large = estimate(model, gpu, priced.model_copy(update={"batch": wl.batch + more}))
-    assume(large.ceiling.decode_bound == "memory")
+    assume(wl.output_tokens > 1 and large.ceiling.decode_bound == "memory")
     for scenario in ("ceiling", "expected"):
         a = getattr(small, scenario).usd_per_million_output_tokens
         b = getattr(large, scenario).usd_per_million_output_tokens

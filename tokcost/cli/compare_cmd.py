@@ -125,9 +125,9 @@ def compare(
     names = list(gpu_specs)
     counts = per_gpu_values(gpus, names, "--gpus", int)
     prices = per_gpu_values(price, names, "--price", float)
-    results = []
-    for name, spec in gpu_specs.items():
-        workload = workload_from_flags(
+    workloads = {}
+    for name in names:
+        workloads[name] = workload_from_flags(
             batch=batch,
             prompt_tokens=prompt,
             output_tokens=output,
@@ -138,7 +138,8 @@ def compare(
             price_per_hour_usd=prices.get(name),
             **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node),
         )
-        results += [estimate(m, spec, workload, network_for(spec, network)) for m in models]
+    results = [estimate(m, spec, workloads[name], network_for(spec, network)) for m in models
+               for name, spec in gpu_specs.items()]  # fmt: skip
     rows = [compare_row(e) for e in results]
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
     if format == Format.json:

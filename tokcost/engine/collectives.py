@@ -7,6 +7,9 @@ small-message floor, as nccl-tests / rccl-tests print it):
 - ring (NCCL's large-message default):                              2 (n - 1) a + 2 (n - 1)/n S / B
 The engines pick the cheapest for the message size (TensorRT-LLM's and vLLM's custom all-reduce switch from
 one-shot to two-shot as messages grow, NCCL goes to ring), so the engine takes the minimum.
+A group that spans N nodes of g GPUs all-reduces hierarchically (NCCL's tree / NVLS-tree): reduce-scatter inside
+each node over NVLink, then each GPU all-reduces its S/g share across nodes over its own NIC, then all-gathers:
+2 (g - 1)/g S / B_node + 2 (N - 1)/N (S/g) / B_net + 2 a_node + 2 (N - 1) a_net.
 All-to-all (expert dispatch and combine): a + V / B for the busiest rank's V bytes; a group that spans
 nodes sends the share (nodes - 1)/nodes of V over the network while the rest crosses NVLink.
 Point-to-point (pipeline stages): a + S / B.
@@ -33,6 +36,7 @@ class Path:
     latency_s: float
     nodes: int = 1  # nodes the group spans (all-to-all splits its volume by them)
     intra_bytes_per_s: float = 0.0  # NVLink inside each node, for a group that spans nodes
+    intra_latency_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,11 @@ def allreduce(payload_bytes: float, ranks: int, path: Path) -> CollectiveCost:
         "two-shot": (2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
         "ring": (2 * (n - 1) * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
     }
+    if path.nodes > 1:  # hierarchical: inside each node over NVLink, the share S/g across nodes over each NIC
+        nodes, g = path.nodes, -(-n // path.nodes)
+        inside = 2 * (g - 1) / g * s / path.intra_bytes_per_s + 2 * path.intra_latency_s
+        across = 2 * (nodes - 1) / nodes * s / g / bw + 2 * (nodes - 1) * a
+        options = {"hierarchical": (inside + across, 2 * (nodes - 1) / nodes * s / g)}
     name = min(options, key=lambda k: options[k][0])
     seconds, moved = options[name]
     return CollectiveCost("all-reduce", s, n, path, name, seconds, moved)
@@ -80,10 +89,14 @@ def sendrecv(payload_bytes: float, path: Path) -> CollectiveCost:
     )
 
 
-def _path(link: Link, efficiency: bool, latency_override_s: float | None, nodes: int = 1, intra: float = 0.0) -> Path:
-    bw = link.bytes_per_s * (link.efficiency if efficiency else 1.0)
+def _path(link: Link, efficiency: bool, latency_override_s: float | None, nodes: int = 1,
+          inside: Link | None = None) -> Path:  # fmt: skip
+    def rate(x: Link) -> float:
+        return x.bytes_per_s * (x.efficiency if efficiency else 1.0)
+
     latency = link.latency_s if latency_override_s is None else latency_override_s
-    return Path(link.name or link.kind, bw, latency, nodes, intra)
+    node = inside or link
+    return Path(link.name or link.kind, rate(link), latency, nodes, rate(node), node.latency_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +116,7 @@ class Links:
                     f"--gpus-per-node: a group of {ranks} GPUs spans {nodes} nodes of {layout.gpus_per_node}, and "
                     "no network is known; pass --network (e.g. ib-ndr-400)"
                 )
-            intra = self._intra(layout.gpus_per_node)
-            inner = intra.bytes_per_s * (intra.efficiency if expected else 1.0) if intra else 0.0
-            return _path(self.network, expected, None, nodes, inner or self.network.bytes_per_s)
+            return _path(self.network, expected, None, nodes, self._intra(layout.gpus_per_node))
         link = self._intra(ranks)
         if link is None:
             raise UsageError(

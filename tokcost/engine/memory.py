@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
-from tokcost.engine.stages import attended, attention_params_per_rank, block_kind, kv_bytes_per_token_layer
+from tokcost.engine.stages import attended, attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
 from tokcost.engine.workload import Precision, Workload
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
@@ -66,14 +66,15 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     h, tp = model.hidden_size, layout.tp
     total = 0.0
     qkv, out = attention_params_per_rank(model, tp)
-    for i in layers:
-        total += (qkv + out) * p.weight_bytes + 2 * h * p.embedding_bytes  # attention + two norms
-        if block_kind(model, i).moe and model.moe:
+    for kind, count in stage_kinds(model, layers).items():
+        layer = (qkv + out) * p.weight_bytes + 2 * h * p.embedding_bytes  # attention + two norms
+        if kind.moe and model.moe:
             experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
-            total += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
-            total += model.params_router_per_layer * p.weight_bytes
+            layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
+            layer += model.params_router_per_layer * p.weight_bytes
         else:
-            total += model.params_dense_mlp_per_layer / tp * p.weight_bytes
+            layer += model.params_dense_mlp_per_layer / tp * p.weight_bytes
+        total += count * layer
     table = model.vocab_size * h / tp * p.embedding_bytes
     if first:
         total += table
@@ -90,12 +91,11 @@ def stage_kv_bytes(
     seqs = math.ceil(batch / layout.dp)
     prefix = min(wl.cached_prefix_tokens, tokens)
     total = 0.0
-    for i in layers:
-        sliding = block_kind(model, i).sliding
-        if sliding:  # each sequence keeps its own window; a shared prefix past the window is gone
-            total += seqs * attended(model, True, tokens) * per_tok
+    for kind, count in stage_kinds(model, layers).items():
+        if kind.sliding:  # each sequence keeps its own window; a shared prefix past the window is gone
+            total += count * seqs * attended(model, True, tokens) * per_tok
         else:  # the prefix once, then each sequence's own tokens (vLLM / SGLang prefix caching)
-            total += (prefix + seqs * (tokens - prefix)) * per_tok
+            total += count * (prefix + seqs * (tokens - prefix)) * per_tok
     return total
 
 

@@ -78,18 +78,30 @@ class BlockKind:
         )
 
 
-def block_kind(model: ModelSpec, layer: int) -> BlockKind:
-    """The kind of layer `layer` (0-based)."""
-    moe = bool(model.moe) and layer >= (model.moe.dense_layers if model.moe else 0)
-    return BlockKind(moe=moe, sliding=model.is_sliding_layer(layer))
+def _sliding_in(model: ModelSpec, r: range) -> int:
+    """How many layers of range `r` slide (counted, not walked: a stage may hold thousands of layers)."""
+    sw = model.sliding_window
+    if sw is None or not r:
+        return 0
+    if sw.layers == "all":
+        return len(r)
+    if sw.layers in ("even", "odd"):
+        parity = 0 if sw.layers == "even" else 1
+        return len(range(r.start + (r.start % 2 != parity), r.stop, 2))
+    return sum(1 for i in set(sw.layers) if i in r)
 
 
 def stage_kinds(model: ModelSpec, layers: range) -> dict[BlockKind, int]:
-    """How many layers of each kind a pipeline stage holds, in first-seen order."""
+    """How many layers of each kind a pipeline stage holds: dense before MoE, sliding before global."""
+    dense_end = model.moe.dense_layers if model.moe else model.layers
+    groups = [(False, range(layers.start, min(layers.stop, dense_end))),
+              (True, range(max(layers.start, dense_end), layers.stop))]  # fmt: skip
     out: dict[BlockKind, int] = {}
-    for i in layers:
-        kind = block_kind(model, i)
-        out[kind] = out.get(kind, 0) + 1
+    for moe, r in groups:
+        sliding = _sliding_in(model, r)
+        for kind, n in ((BlockKind(moe, True), sliding), (BlockKind(moe, False), len(r) - sliding)):
+            if n:
+                out[kind] = n
     return out
 
 

@@ -40,6 +40,8 @@ class Workload(BaseModel):
             return data
         data = dict(data)
         gpus = data.pop("gpus")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 4096:
+            raise ValueError(f"must be an integer from 1 to 4,096 (got {gpus!r:.20})")
         if "tp" not in data and data.get("pp", 1) == 1 and data.get("dp", 1) == 1:
             data["tp"] = gpus
         elif gpus != data.get("tp", 1) * data.get("pp", 1) * data.get("dp", 1):

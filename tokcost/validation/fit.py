@@ -45,7 +45,7 @@ from tokcost.validation.data import Row, split_of
 # specs outside every family (b200, mi300x) keep their hand-set values: no published row covers them.
 FAMILIES: dict[str, tuple[str, ...]] = {
     "hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200"),
-    "ampere": ("a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "a10", "a10g"),
+    "ampere": ("a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "a10", "a10g", "a40"),
     "ada": ("l40s", "l4", "rtx-4090"),
 }
 FAMILY_PARAMS = ("bandwidth", "weight_only_quant_bandwidth", "compute", "step_overhead_us")

@@ -1,0 +1,135 @@
+"""--explain and --journey are views of the engine's parts: every `label: a x b = c` line redoes its arithmetic.
+
+The checker below evaluates each expression with the values as printed (4 significant digits, decimal unit
+prefixes) and compares it with the printed result, so a line that shows numbers the engine did not use fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from tokcost.cli.estimate_cmd import explanation_lines
+from tokcost.engine.estimate import estimate
+from tokcost.engine.journey import journey
+from tokcost.engine.workload import Workload
+from tokcost.hardware.library import load_gpu, load_network
+from tokcost.models.library import load_model
+
+PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+TOKEN = re.compile(
+    r"(?P<max>max\()"
+    r"|(?P<num>\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(?:\s*(?P<unit>[kMGT]?(?:FLOP/s|FLOP/B|FLOP|B/s|B)|ms|us|s|W|J|\$/h|\$)(?![\w/]))?"
+    r"|(?P<op> x |[/+\-(),])"
+    r"|(?P<word>[A-Za-z_][\w\-.]*)"
+    r"|(?P<space>\s+)"
+)
+
+
+def _value(num: str, unit: str | None) -> float:
+    x = float(num.replace(",", ""))
+    if not unit:
+        return x
+    if unit in TIME:
+        return x * TIME[unit]
+    if unit[0] in PREFIX and unit[1:] in ("FLOP/s", "FLOP", "B/s", "B"):
+        return x * PREFIX[unit[0]]
+    return x  # FLOP, B, FLOP/B, W, J, $, $/h: base units
+
+
+def evaluate(expr: str) -> float:
+    """The arithmetic of `expr` with units turned to SI and label words dropped."""
+    out, pos = [], 0
+    while pos < len(expr):
+        m = TOKEN.match(expr, pos)
+        assert m, f"cannot read {expr[pos:]!r} in {expr!r}"
+        pos = m.end()
+        if m["max"]:
+            out.append("max(")
+        elif m["num"]:
+            out.append(repr(_value(m["num"], m["unit"])))
+        elif m["op"]:
+            out.append("*" if m["op"] == " x " else m["op"])
+    return float(eval("".join(out), {"__builtins__": {}, "max": max}))  # noqa: S307 - digits and operators only
+
+
+def checked_lines(lines: list[str]) -> int:
+    """Redo every `label: expression = value` line; returns how many were checked."""
+    checked = 0
+    for line in lines:
+        left, sep, right = line.partition(" = ")
+        if not sep or ": " not in left:
+            continue
+        expr = left.rpartition(": ")[2]
+        result = TOKEN.match(right.strip())
+        assert result and result["num"], line
+        want = _value(result["num"], result["unit"])
+        got = evaluate(expr)
+        assert got == pytest.approx(want, rel=4e-3, abs=1e-9 * max(abs(want), 1e-12) + 5e-10), line
+        checked += 1
+    return checked
+
+
+CASES = {
+    "dense": ("llama-3.1-8b", "h100-sxm", {}),
+    "tensor parallel": ("llama-3.1-70b", "h100-sxm", {"tp": 4, "batch": 16}),
+    "long prefill, two-shot": ("llama-3.1-70b", "h200", {"tp": 8, "prompt_tokens": 16_000}),
+    "pipeline": ("llama-3.1-405b", "h100-sxm", {"tp": 8, "pp": 2, "batch": 8}),
+    "moe, expert parallel, dp attention": ("deepseek-v3", "h100-sxm", {"ep": 16, "dp": 16, "batch": 256,
+                                                                         "weights_dtype": "fp8"}),
+    "moe tensor parallel": ("mixtral-8x7b", "h200", {"tp": 2, "batch": 8}),
+    "sliding window": ("gemma-2-9b", "l40s", {"prompt_tokens": 8000}),
+    "weight-only int4 on pcie": ("llama-3.1-70b", "rtx-4090", {"tp": 2, "weights_dtype": "int4"}),
+    "one output token, no price": ("qwen3-8b", "mi300x", {"output_tokens": 1}),
+    "cached prefix": ("llama-3.1-8b", "a100-80gb-sxm", {"prompt_tokens": 4096, "cached_prefix_tokens": 2048,
+                                                       "batch": 4}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_explained_line_redoes_its_arithmetic(case):
+    model, gpu, wl = CASES[case]
+    e = estimate(load_model(model), load_gpu(gpu), Workload(**wl), load_network("ib-ndr-400"))
+    lines = explanation_lines(e)
+    assert checked_lines(lines) >= 15, lines
+
+
+def test_the_checker_catches_a_wrong_line():
+    with pytest.raises(AssertionError):
+        checked_lines(["weights: 2 x 3.000 GB = 7.000 GB"])
+    assert checked_lines(["weights: 2 x 3.000 GB = 6.000 GB", "bandwidth: 3.350 TB/s x 0.57 = 1.909 TB/s"]) == 2
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_journey_adds_up_to_the_pass_times(case):
+    model, gpu, wl = CASES[case]
+    e = estimate(load_model(model), load_gpu(gpu), Workload(**wl), load_network("ib-ndr-400"))
+    j = journey(e)
+    assert sum(r.ceiling_s for r in j.prefill) == pytest.approx(e.ceiling.prefill.seconds, rel=1e-12)
+    assert sum(r.expected_s for r in j.prefill) == pytest.approx(e.expected.prefill.seconds, rel=1e-12)
+    if e.ceiling.decode_step is None:
+        assert j.decode is None
+        return
+    assert sum(r.ceiling_s for r in j.decode) == pytest.approx(e.ceiling.decode_step.seconds, rel=1e-12)
+    assert sum(r.expected_s for r in j.decode) == pytest.approx(e.expected.decode_step.seconds, rel=1e-12)
+    names = [r.name for r in j.decode]
+    assert names[0] == "tokenize" and names[-1] == "detokenize and loop back"
+    assert {"LM head", "attention (KV cache read)", "KV cache write"} <= set(names)
+    # with pipeline stages the rows are the slowest stage's (here the last, which holds the LM head)
+    assert ("embedding lookup" in names) == (e.layout.pp == 1)
+    assert math.isclose(sum(r.share for r in j.decode), 1.0, rel_tol=1e-9)
+
+
+def test_journey_of_llama_8b_sums_to_the_printed_tpot():
+    # the issue's done-when: the decode step's stages add up to TPOT, the LM head and the KV read on their own lines
+    e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload())
+    rows = {r.name: r for r in journey(e).decode}
+    assert sum(r.ceiling_s for r in rows.values()) == pytest.approx(e.ceiling.tpot_s, rel=1e-9)
+    head = rows["LM head"]
+    assert head.bytes_read == pytest.approx(128_256 * 4096 * 2 + 4096 * 2)  # vocab x hidden x 2 B + one row in
+    # the LM head alone costs about as much as two of the 32 blocks
+    block = sum(r.ceiling_s for r in rows.values() if r.block) / 32
+    assert 1.5 < head.ceiling_s / block < 2.5
