@@ -3,6 +3,7 @@ the coverage issue 12 asks for, checked on the shipped file."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,22 @@ def test_formats_are_the_published_layouts(by_id):
     # torchao int4wo-64: tinygemm's bf16 scale + zero per 64 -> 4.5 bits; MLC q4f16_1: fp16 scale per 32 -> 4.5
     assert bits_of(by_id["torchao-llama2-7b-int4wo64-a100"].weights) == 4.5
     assert by_id["mlc-llama2-7b-int4-rtx4090"].weights == "int4-g32-sym"
+
+
+def test_coverage_issue_12_asks_for(rows):
+    used = [r for r in rows if r.exclude is None]
+    assert len(rows) >= 150
+    assert len({r.source_id for r in rows}) >= 8
+    assert len({r.gpu for r in rows}) >= 10
+    assert {"mi300x", "rtx-4090", "h200", "b200"} <= {r.gpu for r in used}
+    assert {"l4", "a10g"} & {r.gpu for r in used}
+    engines = Counter(r.engine for r in used)
+    assert set(engines) == {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"}
+    assert min(r.batch for r in used) == 1 and max(r.batch for r in used) >= 256
+    assert max(r.prompt_tokens for r in used) >= 32_000
+    assert {1, 2, 4, 8} <= {r.tp for r in used}
+    formats = {r.weights for r in used} | {r.experts for r in used if r.experts}
+    assert {"fp8", "int8", "int4-g128", "q4_0"} <= formats
 
 
 def test_one_source_id_per_publication(rows):
