@@ -127,7 +127,8 @@ def _group_json(g: GroupStats) -> dict[str, object]:
 
 def _row_json(r: RowResult) -> dict[str, object]:
     return {
-        "id": r.row.id, "model": r.row.model, "gpu": r.row.gpu, "gpus": r.row.gpus, "framework": r.row.framework,
+        "id": r.row.id, "source_id": r.row.source_id, "model": r.row.model, "gpu": r.row.gpu, "gpus": r.row.gpus,
+        "framework": r.row.framework, "engine": r.row.engine,
         "metric": r.row.metric, "split": r.split, "used": r.used, "exclude": r.row.exclude, "measured": r.row.value,
         "ceiling": r.ceiling, "expected": r.expected, "error": r.error, "ceiling_error": r.ceiling_error,
         "violation": r.violation,

@@ -1,12 +1,13 @@
 """Predicted vs published: each row's metric under "ceiling" and "expected", its error, and the summary.
 
-How a row's metric maps onto the estimate (each source's own definition, see validation/README.md):
-- decode_tokens_per_s_per_sequence: gpt-fast and torchao divide the generated tokens by the wall time of the
-  whole generate() call, short prefill included: O / (TTFT + (O - 1) x TPOT). Others (MLC) report the decode
-  rate alone: 1 / TPOT.
-- tpot_ms, itl_ms: TPOT. ttft_ms: TTFT. e2e_ms: TTFT + (O - 1) x TPOT.
-- throughput_tokens_per_s: output tokens over the whole request, B x O / e2e; TensorRT-LLM's tables print it
-  per GPU (out_tps = output_seqlen x batch_size / total_latency / tp), so those rows divide by the GPU count.
+How a row's metric maps onto the estimate (the metric names the source's own definition; see data.Metric):
+- decode_tokens_per_s_per_sequence: the decode rate alone, 1 / TPOT (MLC, llama.cpp, SGLang bench_one_batch).
+- output_tokens_per_s_per_request: generated tokens over the wall time of the whole call, prefill included:
+  O / (TTFT + (O - 1) x TPOT) (gpt-fast and torchao's generate.py, vLLM's benchmark_latency).
+- tpot_ms, itl_ms: TPOT. ttft_ms: TTFT. e2e_ms: TTFT + (O - 1) x TPOT; the `_s` variants are the same in seconds.
+- throughput_tokens_per_s: output tokens over the whole request, B x O / e2e; `_per_gpu` divides by the GPU count
+  (TensorRT-LLM's out_tps = output_seqlen x batch_size / total_latency / tp); total_throughput_tokens_per_s counts
+  prompt tokens too, B x (P + O) / e2e; prefill_tokens_per_s is B x P / TTFT.
 Error = predicted / measured - 1, in the metric's own unit; summaries use its absolute value.
 """
 
@@ -19,15 +20,12 @@ from dataclasses import dataclass
 
 from tokcost.engine.estimate import estimate
 from tokcost.engine.workload import Workload, same_tensor_rate
+from tokcost.errors import SpecError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.validation.data import Row, Split, split_of
 
-# Frameworks whose tokens/s is tokens generated / wall time of the whole generate() call, prefill included.
-WHOLE_CALL_RATE_FRAMEWORKS = frozenset({"gpt-fast", "torchao"})
-# Frameworks whose throughput tables print output tokens/s per GPU, not per system.
-PER_GPU_THROUGHPUT_FRAMEWORKS = frozenset({"tensorrt-llm"})
 MS_PER_S = 1e3
 
 
@@ -38,7 +36,7 @@ def workload_of(row: Row) -> Workload:
         prompt_tokens=row.prompt_tokens,
         output_tokens=row.output_tokens,
         gpus=row.gpus,
-        weights_dtype=row.weights,
+        weights_dtype=None if row.experts is not None else row.weights,  # as shipped: the model's dtypes
         kv_dtype=row.kv,
         compute_dtype=row.compute,
     )
@@ -48,16 +46,31 @@ def predict_metric(row: Row, ttft_s: float, tpot_s: float) -> float:
     """The row's metric, in its published unit, from a predicted TTFT and mean TPOT."""
     out = row.output_tokens
     e2e_s = ttft_s + (out - 1) * tpot_s  # the first token comes out of prefill, the rest one step each
-    if row.metric == "decode_tokens_per_s_per_sequence":
-        return out / e2e_s if row.framework in WHOLE_CALL_RATE_FRAMEWORKS else 1 / tpot_s
-    if row.metric in ("tpot_ms", "itl_ms"):
-        return tpot_s * MS_PER_S
-    if row.metric == "ttft_ms":
-        return ttft_s * MS_PER_S
-    if row.metric == "e2e_ms":
-        return e2e_s * MS_PER_S
-    per_gpu = row.gpus if row.framework in PER_GPU_THROUGHPUT_FRAMEWORKS else 1
-    return row.batch * out / e2e_s / per_gpu  # throughput_tokens_per_s
+    seconds = {"tpot": tpot_s, "itl": tpot_s, "ttft": ttft_s, "e2e": e2e_s}
+    name, _, unit = row.metric.rpartition("_")
+    if unit in ("ms", "s") and name in seconds:
+        return seconds[name] * (MS_PER_S if unit == "ms" else 1)
+    rates = {
+        "decode_tokens_per_s_per_sequence": 1 / tpot_s,
+        "output_tokens_per_s_per_request": out / e2e_s,
+        "throughput_tokens_per_s": row.batch * out / e2e_s,
+        "throughput_tokens_per_s_per_gpu": row.batch * out / e2e_s / row.gpus,
+        "total_throughput_tokens_per_s": row.batch * (row.prompt_tokens + out) / e2e_s,
+        "prefill_tokens_per_s": row.batch * row.prompt_tokens / ttft_s,
+    }
+    return rates[row.metric]
+
+
+def check_shipped_formats(row: Row, model: ModelSpec) -> None:
+    """A row with `experts` ran the checkpoint as shipped: its formats must be the model spec's."""
+    expert_dtype = model.moe.expert_dtype if model.moe else None
+    if row.experts is not None and (row.weights, row.experts) != (model.weights_dtype or model.dtype, expert_dtype):
+        raise SpecError(
+            f"row {row.id}",
+            f"weights {row.weights} / experts {row.experts} differ from {model.name}'s shipped "
+            f"{model.weights_dtype or model.dtype} / {expert_dtype}; drop `experts` to force one format",
+            field="experts",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +109,7 @@ def compare_rows(rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Map
     """Every row priced by estimate() with the specs as shipped (models and GPUs by the row's names)."""
     results = []
     for row in rows:
+        check_shipped_formats(row, models[row.model])
         e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
         results.append(
             RowResult(
@@ -162,7 +176,7 @@ ROW_CLASSES: dict[str, Callable[[Row], bool]] = {
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Rows used and excluded, ceiling violations, and error statistics per split, framework, metric and class."""
+    """Rows used and excluded, ceiling violations, and error statistics per split, framework, engine, metric, class."""
 
     rows_total: int
     rows_used: int
@@ -172,11 +186,11 @@ class Summary:
 
 
 def summarize(results: Sequence[RowResult]) -> Summary:
-    """Statistics over the used rows: overall, per split, per framework, per metric and per class."""
+    """Statistics over the used rows: overall, per split, per framework, engine and metric, and per class."""
     used = [r for r in results if r.used]
     selections: list[tuple[str, list[RowResult]]] = [("all rows", used)]
     selections += [(f"split: {s}", [r for r in used if r.split == s]) for s in ("train", "test")]
-    for key in ("framework", "metric"):
+    for key in ("framework", "engine", "metric"):
         for value in sorted({getattr(r.row, key) for r in used}):
             selections.append((f"{key}: {value}", [r for r in used if getattr(r.row, key) == value]))
     selections += [(name, [r for r in used if member(r.row)]) for name, member in ROW_CLASSES.items()]

@@ -1,7 +1,9 @@
 """Published measurements (tokcost/validation/published.yaml) as frozen rows, and their deterministic train/test split.
 
-Each row is one number a framework or vendor printed, with the workload it was measured on. The only keys
-tokcost adds to a published row are `exclude` (a reason not to use it) and `split` (train/test override).
+Each row is one number a framework or vendor printed, with the workload it was measured on. Keys that record
+our reading rather than the source's words: `source_id` (one key per independent publication, so that a fit can
+hold whole sources out), `engine` (the serving-engine profile that predicts the row), `exclude` (a reason not
+to use it) and `split` (train/test override).
 """
 
 from __future__ import annotations
@@ -10,21 +12,38 @@ import hashlib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 from tokcost.formats import FormatName
 from tokcost.spec_errors import validation_error
 
+# Each metric is one formula over the row's workload (compare.predict_metric); the source's own definition and
+# its unit decide which one a row uses, never the framework's name. `_s` metrics keep a value printed in seconds.
 Metric = Literal[
-    "decode_tokens_per_s_per_sequence", "tpot_ms", "itl_ms", "ttft_ms", "e2e_ms", "throughput_tokens_per_s"
-]
-Framework = Literal["gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "other"]
+    "decode_tokens_per_s_per_sequence",  # decode alone: 1 / TPOT
+    "output_tokens_per_s_per_request",  # output tokens / whole-request time, prefill included (gpt-fast's tok/s)
+    "tpot_ms", "itl_ms", "ttft_ms", "e2e_ms", "tpot_s", "ttft_s", "e2e_s",
+    "throughput_tokens_per_s",  # output tokens/s of the whole system: B x O / e2e
+    "throughput_tokens_per_s_per_gpu",  # the same divided by the GPU count (TensorRT-LLM's out tok/s/GPU)
+    "total_throughput_tokens_per_s",  # prompt and output tokens/s: B x (P + O) / e2e (vLLM benchmark_throughput)
+    "prefill_tokens_per_s",  # prompt tokens / prefill time: B x P / TTFT (llama-bench ppN)
+]  # fmt: skip
+# The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM).
+Framework = Literal[
+    "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
+    "exllama", "other",
+]  # fmt: skip
+# Serving-engine profiles (issue 12): what the engine adds on top of the hardware.
+Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
 Split = Literal["train", "test"]
 
 # Rates are better when higher; times when lower. A measurement better than the ceiling is a violation.
-HIGHER_IS_BETTER: frozenset[str] = frozenset({"decode_tokens_per_s_per_sequence", "throughput_tokens_per_s"})
+HIGHER_IS_BETTER: frozenset[str] = frozenset(
+    {"decode_tokens_per_s_per_sequence", "output_tokens_per_s_per_request", "throughput_tokens_per_s",
+     "throughput_tokens_per_s_per_gpu", "total_throughput_tokens_per_s", "prefill_tokens_per_s"}
+)  # fmt: skip
 
 # One row in TEST_EVERY goes to the held-out split, chosen by a hash of its id (stable across machines).
 TEST_EVERY = 3
@@ -36,23 +55,42 @@ class Row(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    source_id: str = Field(min_length=1, max_length=80, pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     source: str = Field(min_length=1, max_length=2000)
     quote: str = Field(min_length=1, max_length=2000)
     model: str = Field(min_length=1, max_length=200)
     gpu: str = Field(min_length=1, max_length=200)
-    gpus: int = Field(ge=1, le=4096)
+    gpus: int = Field(ge=1, le=4096)  # every GPU the measurement ran on: tp x pp x dp
+    pp: int = Field(default=1, ge=1, le=1024)  # pipeline-parallel stages
+    ep: int = Field(default=1, ge=1, le=4096)  # expert-parallel degree (MoE; spans TP or DP ranks, not extra GPUs)
+    dp: int = Field(default=1, ge=1, le=4096)  # data-parallel replicas (attention DP included)
     weights: FormatName
+    # MoE checkpoints that mix formats (gpt-oss: MXFP4 experts, bf16 attention): the experts' format. A row that
+    # sets it ran the checkpoint as shipped, so `weights` and `experts` must be the model spec's dtype and expert_dtype.
+    experts: FormatName | None = None
     kv: FormatName
     compute: str = Field(min_length=1, max_length=16)
     batch: int = Field(ge=1, le=1_000_000)
     prompt_tokens: int = Field(ge=1, le=100_000_000)
     output_tokens: int = Field(ge=1, le=100_000_000)
     framework: Framework
+    engine: Engine
     metric: Metric
     value: float = Field(gt=0, allow_inf_nan=False)
     notes: str = Field(default="", max_length=10_000)
     exclude: str | None = Field(default=None, min_length=1, max_length=2000)
     split: Split | None = None
+
+    @model_validator(mode="after")
+    def _layout_fits_the_gpus(self) -> Row:
+        if self.gpus % (self.pp * self.dp):
+            raise ValueError(f"gpus ({self.gpus}) must be a multiple of pp x dp ({self.pp} x {self.dp})")
+        return self
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree: the GPUs one pipeline stage of one replica spans."""
+        return self.gpus // (self.pp * self.dp)
 
     @property
     def higher_is_better(self) -> bool:

@@ -293,7 +293,10 @@ def _shared_loss(
 
     def loss(values: Achievable) -> float:
         update = {n: getattr(values, n) for n in SHARED_PARAMS}
-        return predictor.loss_of(train, lambda c: fitted[family_of(c.row.gpu) or ""].model_copy(update=update))
+        # a row on a GPU outside every family (b200, mi300x) is priced under the pooled candidate itself
+        return predictor.loss_of(
+            train, lambda c: fitted.get(family_of(c.row.gpu) or "", values).model_copy(update=update)
+        )
 
     return loss
 

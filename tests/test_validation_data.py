@@ -1,0 +1,153 @@
+"""The published rows as data: schema (source_id, engine, layout, mixed MoE formats), each metric's formula, and
+the coverage issue 12 asks for, checked on the shipped file."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tokcost.errors import SpecError
+from tokcost.formats import bits_of
+from tokcost.models.library import load_model
+from tokcost.validation.compare import check_shipped_formats, predict_metric, workload_of
+from tokcost.validation.data import load_rows, parse_rows
+
+DATA = Path(__file__).resolve().parents[1] / "tokcost" / "validation" / "published.yaml"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_rows(DATA)
+
+
+@pytest.fixture(scope="module")
+def by_id(rows):
+    return {r.id: r for r in rows}
+
+
+def _raw(**changes: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "id": "r", "source_id": "s", "source": "somewhere", "quote": "| 1 |", "model": "llama-2-7b",
+        "gpu": "h100-sxm", "gpus": 1, "weights": "bf16", "kv": "bf16", "compute": "bf16", "batch": 4,
+        "prompt_tokens": 100, "output_tokens": 11, "framework": "vllm", "engine": "vllm",
+        "metric": "tpot_ms", "value": 1.0,
+    }  # fmt: skip
+    base.update(changes)
+    return base
+
+
+# ---- each metric is one formula over the workload -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metric", "expected"),
+    [
+        # TTFT 0.5 s, TPOT 0.02 s, B = 4, P = 100, O = 11: e2e = 0.5 + 10 x 0.02 = 0.7 s
+        ("decode_tokens_per_s_per_sequence", 50.0),
+        ("output_tokens_per_s_per_request", 11 / 0.7),
+        ("tpot_ms", 20.0),
+        ("itl_ms", 20.0),
+        ("ttft_ms", 500.0),
+        ("e2e_ms", 700.0),
+        ("tpot_s", 0.02),
+        ("ttft_s", 0.5),
+        ("e2e_s", 0.7),
+        ("throughput_tokens_per_s", 4 * 11 / 0.7),
+        ("throughput_tokens_per_s_per_gpu", 4 * 11 / 0.7 / 2),
+        ("total_throughput_tokens_per_s", 4 * (100 + 11) / 0.7),
+        ("prefill_tokens_per_s", 4 * 100 / 0.5),
+    ],
+)
+def test_each_metric_is_its_published_formula(metric, expected):
+    row = parse_rows({"rows": [_raw(metric=metric, gpus=2)]}, "t.yaml")[0]
+    assert predict_metric(row, ttft_s=0.5, tpot_s=0.02) == pytest.approx(expected)
+
+
+def test_rates_are_higher_is_better_and_times_are_not():
+    rows = parse_rows({"rows": [_raw(id="a", metric="prefill_tokens_per_s"), _raw(id="b", metric="e2e_s")]}, "t")
+    assert [r.higher_is_better for r in rows] == [True, False]
+
+
+# ---- schema -----------------------------------------------------------------------------------------------------
+
+
+def test_layout_must_divide_the_gpus():
+    ok = parse_rows({"rows": [_raw(gpus=16, pp=2, dp=2)]}, "t.yaml")[0]
+    assert ok.tp == 4
+    with pytest.raises(SpecError) as err:
+        parse_rows({"rows": [_raw(gpus=6, pp=4)]}, "t.yaml")
+    assert str(err.value).startswith("t.yaml: rows[0] (r): ")
+    assert "multiple of pp x dp" in str(err.value)
+
+
+@pytest.mark.parametrize("missing", ["source_id", "engine"])
+def test_source_id_and_engine_are_required(missing):
+    raw = _raw()
+    del raw[missing]
+    with pytest.raises(SpecError, match=missing):
+        parse_rows({"rows": [raw]}, "t.yaml")
+
+
+def test_unknown_engine_lists_the_profiles():
+    with pytest.raises(SpecError, match="torch-compile"):
+        parse_rows({"rows": [_raw(engine="deepspeed")]}, "t.yaml")
+
+
+def test_experts_format_runs_the_checkpoint_as_shipped():
+    model = load_model("gpt-oss-120b")  # bf16 attention, MXFP4 experts as shipped
+    shipped = parse_rows({"rows": [_raw(model="gpt-oss-120b", experts="fp4")]}, "t")[0]
+    check_shipped_formats(shipped, model)
+    assert workload_of(shipped).weights_dtype is None  # the model spec's dtypes decide
+    wrong = parse_rows({"rows": [_raw(model="gpt-oss-120b", weights="fp8", experts="fp4")]}, "t")[0]
+    with pytest.raises(SpecError, match="experts"):
+        check_shipped_formats(wrong, model)
+
+
+# ---- the shipped data ----------------------------------------------------------------------------------------
+
+
+def test_formats_are_the_published_layouts(by_id):
+    # gpt-fast int4: one bf16 scale and one bf16 zero per 32 weights -> 4 + 32/32 bits
+    assert bits_of(by_id["gptfast-llama2-7b-int4-tp1"].weights) == 5.0
+    # torchao int4wo-64: tinygemm's bf16 scale + zero per 64 -> 4.5 bits; MLC q4f16_1: fp16 scale per 32 -> 4.5
+    assert bits_of(by_id["torchao-llama2-7b-int4wo64-a100"].weights) == 4.5
+    assert by_id["mlc-llama2-7b-int4-rtx4090"].weights == "int4-g32-sym"
+
+
+def test_coverage_issue_12_asks_for(rows):
+    used = [r for r in rows if r.exclude is None]
+    assert len(rows) >= 150
+    assert len({r.source_id for r in rows}) >= 8
+    assert len({r.gpu for r in rows}) >= 10
+    assert {"mi300x", "rtx-4090", "h200", "b200"} <= {r.gpu for r in used}
+    assert {"l4", "a10g"} & {r.gpu for r in used}
+    engines = Counter(r.engine for r in used)
+    assert set(engines) == {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"}
+    assert min(r.batch for r in used) == 1 and max(r.batch for r in used) >= 256
+    assert max(r.prompt_tokens for r in used) >= 32_000
+    assert {1, 2, 4, 8} <= {r.tp for r in used}
+    formats = {r.weights for r in used} | {r.experts for r in used if r.experts}
+    assert {"fp8", "int8", "int4-g128", "q4_0"} <= formats
+
+
+def test_one_source_id_per_publication(rows):
+    # rows sharing a source_id come from one publication: the same repository or address
+    sources: dict[str, set[str]] = {}
+    for r in rows:
+        sources.setdefault(r.source_id, set()).add(r.source.strip("'").split()[0])
+    multi = {sid: s for sid, s in sources.items() if len(s) > 1}
+    assert not multi, multi
+
+
+RESERVED = ("AutoAWQ", "XiongjieDai", "llama.cpp/pull/4766", "a100_fp16", "speed_benchmark", "dev-docker",
+            "TensorRT-Model-Optimizer", "MLPerf", "mlcommons", "fp8-kvcache", "DeepSeek-R1")  # fmt: skip
+
+
+def test_reserved_sources_stay_out(rows):
+    # issue 12 keeps these for an independent check: no row may be read from them
+    for r in rows:
+        assert not any(name.lower() in r.source.lower() for name in RESERVED), r.id
+        if "TensorRT-LLM docs/source/performance.md" in r.source:
+            assert "v0.9.0" in r.source, r.id  # TensorRT-LLM performance.md v0.5 / v0.6.x revisions are reserved
