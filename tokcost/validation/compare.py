@@ -35,30 +35,34 @@ def workload_of(row: Row) -> Workload:
         batch=row.batch,
         prompt_tokens=row.prompt_tokens,
         output_tokens=row.output_tokens,
-        gpus=row.gpus,
+        tp=row.gpus // (row.pp * row.dp),
+        pp=row.pp,
+        ep=row.ep,
+        dp=row.dp,
         weights_dtype=None if row.experts is not None else row.weights,  # as shipped: the model's dtypes
         kv_dtype=row.kv,
         compute_dtype=row.compute,
     )
 
 
-def predict_metric(row: Row, ttft_s: float, tpot_s: float) -> float:
-    """The row's metric, in its published unit, from a predicted TTFT and mean TPOT."""
+def predict_metric(row: Row, ttft_s: float, tpot_s: float | None) -> float:
+    """The row's metric, in its published unit, from a predicted TTFT and mean TPOT (None: one output token)."""
     out = row.output_tokens
+    tpot_s = tpot_s or 0.0
     e2e_s = ttft_s + (out - 1) * tpot_s  # the first token comes out of prefill, the rest one step each
     seconds = {"tpot": tpot_s, "itl": tpot_s, "ttft": ttft_s, "e2e": e2e_s}
     name, _, unit = row.metric.rpartition("_")
     if unit in ("ms", "s") and name in seconds:
         return seconds[name] * (MS_PER_S if unit == "ms" else 1)
-    rates = {
-        "decode_tokens_per_s_per_sequence": 1 / tpot_s,
-        "output_tokens_per_s_per_request": out / e2e_s,
-        "throughput_tokens_per_s": row.batch * out / e2e_s,
-        "throughput_tokens_per_s_per_gpu": row.batch * out / e2e_s / row.gpus,
-        "total_throughput_tokens_per_s": row.batch * (row.prompt_tokens + out) / e2e_s,
-        "prefill_tokens_per_s": row.batch * row.prompt_tokens / ttft_s,
+    rates: dict[str, Callable[[], float]] = {
+        "decode_tokens_per_s_per_sequence": lambda: 1 / tpot_s,
+        "output_tokens_per_s_per_request": lambda: out / e2e_s,
+        "throughput_tokens_per_s": lambda: row.batch * out / e2e_s,
+        "throughput_tokens_per_s_per_gpu": lambda: row.batch * out / e2e_s / row.gpus,
+        "total_throughput_tokens_per_s": lambda: row.batch * (row.prompt_tokens + out) / e2e_s,
+        "prefill_tokens_per_s": lambda: row.batch * row.prompt_tokens / ttft_s,
     }
-    return rates[row.metric]
+    return rates[row.metric]()
 
 
 def check_shipped_formats(row: Row, model: ModelSpec) -> None:

@@ -31,7 +31,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tokcost.engine.estimate import decode_contexts, deployment, mean_decode_seconds
 from tokcost.engine.roofline import PassCost
@@ -135,18 +135,18 @@ def collectives(cost: PassCost) -> int:
 class Predictor:
     """Predicts rows under candidate values; caches TTFT and TPOT without the fixed costs (those just add)."""
 
-    cache: dict[tuple[str, float, float, float | None], tuple[float, float]] = field(default_factory=dict)
+    cache: dict[tuple[str, float, float, float | None, float | None], tuple[float, float]] = field(default_factory=dict)
 
     def base_times(self, case: Case, ach: Achievable) -> tuple[float, float]:
         """(TTFT, TPOT) in seconds with no step, request or all-reduce latency, through the engine's functions."""
         quant = ach.weight_only_quant_bandwidth if case.weight_only else None
-        key = (case.row.id, ach.bandwidth, ach.compute, quant)
+        key = (case.row.id, ach.bandwidth, ach.compute, quant, ach.allreduce_latency_us)
         if key not in self.cache:
-            zero = {"step_overhead_us": 0.0, "request_overhead_us": 0.0, "allreduce_latency_us": 0.0}
+            zero = {"step_overhead_us": 0.0, "request_overhead_us": 0.0}
             gpu = case.gpu.model_copy(update={"achievable": ach.model_copy(update=zero)})
             wl = case.workload
             d = deployment(case.model, gpu, wl)
-            rates = replace(d.rates("expected"), link_latency_override_s=0.0)
+            rates = d.rates("expected")
             ttft = d.prefill(rates, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens).seconds
             contexts = decode_contexts(wl)
             tpot = mean_decode_seconds(d, rates, wl.batch, *contexts) if contexts else 0.0
@@ -156,14 +156,9 @@ class Predictor:
     def predict(self, case: Case, ach: Achievable) -> float:
         """The row's metric: every pass pays the step overhead and its all-reduce latencies, prefill the request's."""
         ttft, tpot = self.base_times(case, ach)
-        latency_us = (
-            (case.gpu.link.latency_us if case.gpu.link else 0.0)
-            if ach.allreduce_latency_us is None
-            else ach.allreduce_latency_us
-        )
-        step_s, latency_s = ach.step_overhead_us * 1e-6, latency_us * 1e-6
-        ttft += step_s + ach.request_overhead_us * 1e-6 + case.prefill_allreduces * latency_s
-        tpot += step_s + case.decode_allreduces * latency_s
+        step_s = ach.step_overhead_us * 1e-6
+        ttft += step_s + ach.request_overhead_us * 1e-6
+        tpot += step_s
         return predict_metric(case.row, ttft, tpot)
 
     def loss_of(self, cases: Sequence[Case], ach_of: Callable[[Case], Achievable]) -> float:
