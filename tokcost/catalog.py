@@ -10,7 +10,7 @@ from typing import Any, Literal
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 
-Kind = Literal["models", "gpus", "networks"]
+Kind = Literal["models", "gpus", "networks", "engines"]
 
 
 def builtin_names(kind: Kind) -> list[str]:

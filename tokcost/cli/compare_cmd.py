@@ -8,11 +8,12 @@ import typer
 
 from tokcost import fmt
 from tokcost.cli.common import split_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, network_for, warn
+from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
     DpOpt,
+    EngineOpt,
     EpOpt,
     Format,
     FormatOpt,
@@ -106,6 +107,7 @@ def compare(
     dp: DpOpt = 1,
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
+    engine: EngineOpt = None,
     batch: BatchOpt = 1,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
@@ -138,7 +140,8 @@ def compare(
             price_per_hour_usd=prices.get(name),
             **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node),
         )
-    results = [estimate(m, spec, workloads[name], network_for(spec, network)) for m in models
+    profile = engine_for(engine)
+    results = [estimate(m, spec, workloads[name], network_for(spec, network), profile) for m in models
                for name, spec in gpu_specs.items()]  # fmt: skip
     rows = [compare_row(e) for e in results]
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]

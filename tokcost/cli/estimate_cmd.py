@@ -6,11 +6,12 @@ import sys
 
 from tokcost import fmt
 from tokcost.cli.common import workload_from_flags
-from tokcost.cli.deploy import layout_flags, network_for, warn
+from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
     DpOpt,
+    EngineOpt,
     EpOpt,
     ExplainOpt,
     Format,
@@ -58,6 +59,7 @@ def estimate(
     dp: DpOpt = 1,
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
+    engine: EngineOpt = None,
     batch: BatchOpt = 1,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
@@ -83,7 +85,7 @@ def estimate(
         **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )
     gpu_spec = load_gpu(gpu)
-    result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network))
+    result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
 
 

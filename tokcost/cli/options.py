@@ -76,6 +76,14 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich),
 TableFormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="table (rich), markdown or json.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing file.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Show the arithmetic behind each number.")]
+EngineOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--engine",
+        help="Serving engine whose profile shapes 'expected': generic (default), vllm, sglang, "
+        "tensorrt-llm, llama.cpp, torch-compile, or a YAML file.",
+    ),
+]
 JourneyOpt = Annotated[
     bool, typer.Option("--journey", help="Show one token's journey: every kernel of a decode step and the prefill.")
 ]

@@ -8,10 +8,11 @@ import typer
 
 from tokcost import fmt
 from tokcost.cli.common import int_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, network_for
+from tokcost.cli.deploy import engine_for, layout_flags, network_for
 from tokcost.cli.options import (
     ComputeOpt,
     DpOpt,
+    EngineOpt,
     EpOpt,
     Format,
     FormatOpt,
@@ -50,6 +51,7 @@ def sweep(
     dp: DpOpt = 1,
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
+    engine: EngineOpt = None,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
     weights: WeightsOpt = None,
@@ -68,7 +70,7 @@ def sweep(
         compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )  # fmt: skip
     spec = load_gpu(gpu)
-    points = run_sweep(load_model(model), spec, base, batches, contexts, network_for(spec, network))
+    points = run_sweep(load_model(model), spec, base, batches, contexts, network_for(spec, network), engine_for(engine))
     rows = [p.as_dict() for p in points]
     if format == Format.json:
         print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows})

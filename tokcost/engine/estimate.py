@@ -20,6 +20,7 @@ from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
 
 SECONDS_PER_HOUR = 3600
 PER_MILLION = 1e6
@@ -42,12 +43,13 @@ class Deployment:
     precision: Precision
     layout: Layout
     links: Links
+    engine: EngineProfile = GENERIC
 
     def rates(self, scenario: str) -> Rates:
-        """Datasheet peaks ("ceiling") or achievable rates ("expected")."""
+        """Datasheet peaks ("ceiling") or achievable rates of this GPU and serving engine ("expected")."""
         if scenario == "ceiling":
             return ceiling_rates(self.gpu, self.precision.compute)
-        return expected_rates(self.gpu, self.precision.compute)
+        return expected_rates(self.gpu, self.precision.compute, self.engine)
 
     def decode(self, rates: Rates, batch: float, cached: float) -> PassCost:
         """One decode step: `batch` sequences holding `cached` tokens each emit one token (steady pipeline)."""
@@ -69,13 +71,15 @@ class Deployment:
         )
 
 
-def deployment(model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None) -> Deployment:
+def deployment(
+    model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None, engine: EngineProfile = GENERIC
+) -> Deployment:
     """The deployment a workload asks for; a layout the model cannot run is refused with the valid choices."""
     layout = Layout(workload.tp, workload.pp, workload.ep, workload.dp, workload.gpus_per_node or gpu.gpus_per_node)
     problem = layout_problem(model, layout)
     if problem:
         raise UsageError(problem)
-    return Deployment(model, gpu, resolve_precision(model, workload), layout, links_of(gpu, network))
+    return Deployment(model, gpu, resolve_precision(model, workload), layout, links_of(gpu, network), engine)
 
 
 def decode_contexts(wl: Workload) -> tuple[int, int] | None:
@@ -231,9 +235,15 @@ def _warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, .
     return tuple(out)
 
 
-def estimate(model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None) -> Estimate:
-    """Ceiling (datasheet) and expected (achievable) performance, memory and cost of `workload`."""
-    d = deployment(model, gpu, workload, network)
+def estimate(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    workload: Workload,
+    network: Link | None = None,
+    engine: EngineProfile = GENERIC,
+) -> Estimate:
+    """Ceiling (datasheet) and expected (achievable, on `engine`) performance, memory and cost of `workload`."""
+    d = deployment(model, gpu, workload, network, engine)
     ceiling = d.rates("ceiling")
     price = workload.price_per_hour_usd if workload.price_per_hour_usd is not None else gpu.price_per_hour_usd
     contexts = decode_contexts(workload)

@@ -7,7 +7,7 @@ unable to hide a memory-bound one: each runs on its own. Collectives run on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tokcost.engine.collectives import CollectiveCost, Links, allreduce, alltoall, sendrecv
@@ -17,6 +17,7 @@ from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
+from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.units import US
 
 Bound = Literal["compute", "memory", "interconnect"]
@@ -34,6 +35,11 @@ class Rates:
     expected: bool  # links at their measured efficiency, not their datasheet rate
     compute_dtype: str = "bf16"  # the dtype whose peak flops_per_s is
     float16_flops_per_s: float = 0.0  # the 16-bit peak, for 16-bit weights under a narrower compute (LM head)
+    gemm_efficiency: float = 1.0  # the engine's dense matmuls (weight streams and FLOPs), of the GPU's rates
+    attention_efficiency: float = 1.0  # the engine's decode-attention kernels, of the HBM rate
+    experts_efficiency: float = 1.0  # the engine's MoE grouped GEMM, of the rates above
+    weight_only_efficiency: tuple[tuple[str, float], ...] = ()  # (format, efficiency) of dequantizing kernels
+    collective_efficiency: float = 1.0  # the engine's collectives, of the link's own efficiency
     link_latency_override_s: float | None = None  # a fitted all-reduce latency replacing the link's own
     step_overhead_s: float = 0.0  # per forward pass: launches, scheduling, sampling on the host
     request_overhead_s: float = 0.0  # once per request (tokenization, scheduling), on TTFT
@@ -71,21 +77,31 @@ def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     )
 
 
-def expected_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
-    """Achievable fractions of the peaks, link efficiencies and fixed per-step and per-request costs."""
-    peak, ach = ceiling_rates(gpu, compute_dtype), gpu.achievable
+def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC) -> Rates:
+    """Hardware x engine: the GPU family's achievable fractions of its peaks, times the engine's efficiency per
+    kernel class, with the engine's fixed costs per step and per request (the GPU spec's when it states none)."""
+    peak, ach, k = ceiling_rates(gpu, compute_dtype), gpu.achievable, engine.kernels
     weight_only = ach.weight_only_quant_bandwidth or ach.bandwidth
+    gemm = k.dense_gemm.get(compute_dtype, k.dense_gemm.get("bf16" if compute_dtype == "fp16" else compute_dtype, 1.0))
+    latency_us = engine.collective_latency_us if engine.collective_latency_us is not None else ach.allreduce_latency_us
+    step_us = engine.step_overhead_us if engine.step_overhead_us is not None else ach.step_overhead_us
+    request_us = engine.request_overhead_us if engine.request_overhead_us is not None else ach.request_overhead_us
     return Rates(
         flops_per_s=peak.flops_per_s * ach.compute,
-        attention_flops_per_s=peak.attention_flops_per_s * ach.compute,
+        attention_flops_per_s=peak.attention_flops_per_s * ach.compute * k.decode_attention,
         bytes_per_s=peak.bytes_per_s * ach.bandwidth,
         weight_only_bytes_per_s=peak.bytes_per_s * weight_only,
         expected=True,
         compute_dtype=compute_dtype,
         float16_flops_per_s=peak.float16_flops_per_s * ach.compute,
-        link_latency_override_s=None if ach.allreduce_latency_us is None else ach.allreduce_latency_us * US,
-        step_overhead_s=ach.step_overhead_us * US,
-        request_overhead_s=ach.request_overhead_us * US,
+        gemm_efficiency=gemm,
+        attention_efficiency=k.decode_attention,
+        experts_efficiency=k.moe_grouped_gemm,
+        weight_only_efficiency=tuple(k.weight_only_gemm.items()),
+        collective_efficiency=k.collective,
+        link_latency_override_s=None if latency_us is None else latency_us * US,
+        step_overhead_s=step_us * US,
+        request_overhead_s=request_us * US,
     )
 
 
@@ -132,15 +148,27 @@ def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Pri
         path = links.path(
             stage.ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s
         )
+        if rates.collective_efficiency != 1.0:
+            path = replace(
+                path,
+                bytes_per_s=path.bytes_per_s * rates.collective_efficiency,
+                intra_bytes_per_s=path.intra_bytes_per_s * rates.collective_efficiency,
+            )
         cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
         coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
         return Priced(stage, 0.0, 0.0, coll)
     flops_per_s, dequantizing = matmul_dtype(stage, rates)
+    bytes_per_s = rates.bytes_per_s
     if stage.kind == "attention":
-        flops_per_s = rates.attention_flops_per_s
-    # dequantizing kernels stream their weights slower than plain GEMMs (fitted separately)
-    weights_bw = rates.weight_only_bytes_per_s if dequantizing else rates.bytes_per_s
-    memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / rates.bytes_per_s
+        flops_per_s, bytes_per_s = rates.attention_flops_per_s, bytes_per_s * rates.attention_efficiency
+    elif stage.kind in ("matmul", "experts"):
+        eff = rates.gemm_efficiency * (rates.experts_efficiency if stage.kind == "experts" else 1.0)
+        flops_per_s, bytes_per_s = flops_per_s * eff, bytes_per_s * eff
+    # dequantizing kernels stream their weights at their own rate, per format (fitted separately)
+    weights_bw = bytes_per_s
+    if dequantizing:
+        weights_bw = rates.weight_only_bytes_per_s * dict(rates.weight_only_efficiency).get(stage.weight_format, 1.0)
+    memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / bytes_per_s
     return Priced(stage, stage.count * stage.flops / flops_per_s, stage.count * memory_s, None)
 
 

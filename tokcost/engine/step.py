@@ -18,6 +18,7 @@ from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
 
 Scenario = Literal["ceiling", "expected"]
 __all__ = ["Scenario", "Segment", "kv_capacity", "step_cost"]
@@ -32,9 +33,10 @@ def step_cost(
     scenario: Scenario,
     extra_overhead_s: float = 0.0,
     network: Link | None = None,
+    engine: EngineProfile = GENERIC,
 ) -> PassCost:
     """Time of one pass over `segments` on the workload's layout and precision (a steady pipeline)."""
-    d = deployment(model, gpu, workload, network)
+    d = deployment(model, gpu, workload, network, engine)
     return pass_cost(
         model,
         d.precision,
