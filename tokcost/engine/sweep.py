@@ -20,6 +20,7 @@ from tokcost.engine.memory import gpu_bytes, memory_report
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +51,19 @@ class SweepPoint:
 
 
 def sweep(
-    model: ModelSpec, gpu: GpuSpec, base: Workload, batches: list[int], prompts: list[int], network: Link | None = None
+    model: ModelSpec,
+    gpu: GpuSpec,
+    base: Workload,
+    batches: list[int],
+    prompts: list[int],
+    network: Link | None = None,
+    engine: EngineProfile = GENERIC,
 ) -> list[SweepPoint]:
     """Every (prompt, batch) combination of `base`'s workload, prompts outermost (needs two or more output tokens)."""
     points = []
     for prompt in prompts:
         at_context = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
-        d = deployment(model, gpu, at_context, network)
+        d = deployment(model, gpu, at_context, network, engine)
         ceiling, expected = d.rates("ceiling"), d.rates("expected")
         first, last = decode_contexts(at_context) or (prompt, prompt)
         mean_context = (first + last) / 2
