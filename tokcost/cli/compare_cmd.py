@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from tokcost import fmt
-from tokcost.cli.common import split_list, workload_from_flags
+from tokcost.cli.common import check_grid, split_list, workload_from_flags
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -70,6 +70,7 @@ def compare(
         kv_dtype=kv_dtype, compute_dtype=compute_dtype, cached_prefix_tokens=cached_prefix,
         price_per_hour_usd=price,
     )  # fmt: skip
+    check_grid(("--model", split_list(model, "--model")), ("--gpu", split_list(gpu, "--gpu")))
     models = [load_model(m) for m in split_list(model, "--model")]
     gpu_specs = [load_gpu(g) for g in split_list(gpu, "--gpu")]
     results = [estimate(m, g, workload) for m in models for g in gpu_specs]

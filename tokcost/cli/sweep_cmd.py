@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
-from tokcost.cli.common import int_list, workload_from_flags
+from tokcost.cli.common import check_grid, int_list, workload_from_flags
 from tokcost.cli.options import (
     ComputeOpt,
     Format,
@@ -46,7 +46,8 @@ def sweep(
 ) -> None:
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
     batches = int_list(batch, "--batch", 1, 1_000_000)
-    contexts = int_list(context, "--context") if context else [prompt]
+    contexts = int_list(context, "--context") if context is not None else [prompt]
+    check_grid(("--batch", batches), ("--context", contexts))
     base = workload_from_flags(
         prompt_tokens=prompt, output_tokens=output, gpus=gpus, weights_dtype=weights, kv_dtype=kv_dtype,
         compute_dtype=compute_dtype, price_per_hour_usd=price,
