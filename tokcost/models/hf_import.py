@@ -142,7 +142,9 @@ def _validated(spec: dict[str, Any], where: str, keys: dict[str, str]) -> ModelS
         return ModelSpec.model_validate(spec)
     except ValidationError as exc:
         error = validation_error(where, exc, ModelSpec)
-        names = {ours.rpartition(".")[2]: theirs for ours, theirs in keys.items()}
+        # a message names keys without their prefix (moe.experts -> experts); top-level keys take precedence
+        ordered = sorted(keys.items(), key=lambda k: "." not in k[0])
+        names = {ours.rpartition(".")[2]: theirs for ours, theirs in ordered}
         # "kv_heads (5) must divide attention_heads (32)" -> "num_key_value_heads (5) ... num_attention_heads (32)"
         message = re.sub(r"\b(?:moe\.|mla\.)?([a-z_]+)(?= \(\d)", lambda m: names.get(m[1], m[0]), error.message)
         raise SpecError(where, message, field=keys.get(error.field or "")) from None  # no such key: none named

@@ -6,11 +6,12 @@ compressed-tensors QuantizationArgs; AutoAWQ's own names (w_bit, q_group_size) a
 maps to a storage format of tokcost/formats.py (its bits include scales and zero points) and, when the
 checkpoint quantizes activations as well (FP8, W8A8, LLM.int8), to the matmul's compute dtype.
 Embeddings and the LM head stay at the base dtype, as every method listed leaves them unquantized.
-Not modelled: `modules_to_not_convert` lists (modules kept at 16 bits are priced at the shipped format).
+Not modelled: `modules_to_not_convert` lists; the imported spec's notes name them (they are priced as shipped).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
@@ -22,6 +23,8 @@ from tokcost.spec_errors import validation_error
 BASE_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp16": "fp16"}
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")  # weights fp8, base bf16
 
+# modules every method leaves unquantized and tokcost prices at the base dtype anyway
+_UNQUANTIZED_ANYWAY = re.compile(r"lm_head|embed_tokens|router|mlp\.gate$|vision|visual")
 _READ = ConfigDict(extra="ignore", strict=True, frozen=True)
 # a group of 1..65536 weights per scale, or -1: one scale per output channel (per row)
 Group = Literal[-1] | Annotated[int, Field(ge=1, le=65536)]
@@ -154,4 +157,11 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool) -> di
         raise SpecError(where, error.message, field=f"quantization_config.{error.field}") from None
     except ValueError as exc:
         raise SpecError(where, str(exc), field="quantization_config") from None
-    return {**fields, "weights_dtype": weights} | ({"compute_dtype": compute} if compute else {})
+    fields |= {"weights_dtype": weights} | ({"compute_dtype": compute} if compute else {})
+    listed = quant.get("modules_to_not_convert") or quant.get("ignore") or quant.get("llm_int8_skip_modules")
+    listed = listed if isinstance(listed, list) else []
+    kept = [m for m in listed if isinstance(m, str) and not _UNQUANTIZED_ANYWAY.search(m)]
+    if kept:  # a ModelSpec has one format for all block linears: say so rather than price these silently
+        fields["notes"] = (f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...); "
+                           f"tokcost prices every block linear at {weights}")  # fmt: skip
+    return fields
