@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-CORPUS = Path(__file__).parent / "bad_inputs"
+ROOT = Path(__file__).parents[1]
+CORPUS = ROOT / "tests" / "bad_inputs"
 CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))
 MAX_LINES = 3
 PWNED = "tokcost-was-pwned"  # what the !!python/ cases would create if their tag ever ran
@@ -32,41 +33,63 @@ max_context: 4096
 """
 
 
-def _make(kind: str, path: Path) -> None:
-    """Write the generated case file `path` (or leave it absent, for `nothing`)."""
-    if kind == "binary":
-        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
-    elif kind == "utf16":
-        path.write_bytes(VALID_MODEL.encode("utf-16"))  # with a byte-order mark, as Windows editors save it
-    elif kind == "latin1":
-        path.write_bytes(VALID_MODEL.replace("tiny-llama", "tiny-llama-caf\xe9").encode("latin-1"))
-    elif kind == "oversized":
-        path.write_text(VALID_MODEL + "notes: " + "x" * 1_100_000 + "\n", encoding="utf-8")
-    elif kind == "many_aliases":
-        path.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 150) + "]\n", encoding="utf-8")
-    elif kind == "deep_block":  # 200 levels of block mappings: no brackets, so only the parse can catch it
-        path.write_text("a:\n" + "".join(" " * i + "b:\n" for i in range(1, 200)) + " " * 200 + "c: 1\n")
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "fifo":
-        if not hasattr(os, "mkfifo"):
-            pytest.skip("no FIFOs on this platform")
-        os.mkfifo(path)  # reading it would block forever: tokcost must refuse it unread
-    elif kind != "nothing":
-        raise AssertionError(f"unknown make: {kind}")
+def _rows(**changes: object) -> str:
+    """A published-measurements file of one row: the first shipped row with `changes`."""
+    rows = yaml.safe_load((ROOT / "tokcost" / "validation" / "published.yaml").read_text(encoding="utf-8"))["rows"]
+    return yaml.safe_dump({"rows": [{**rows[0], **changes}]})
+
+
+def _fifo(path: Path) -> None:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    os.mkfifo(path)  # reading it would block forever: tokcost must refuse it unread
+
+
+# Files awkward to commit: each writes the case's file at `path` ("nothing" leaves it absent)
+MAKE = {
+    "binary": lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))),
+    "utf16": lambda p: p.write_bytes(VALID_MODEL.encode("utf-16")),  # with a byte-order mark, as Windows saves it
+    "latin1": lambda p: p.write_bytes(VALID_MODEL.replace("tiny-llama", "tiny-llama-caf\xe9").encode("latin-1")),
+    "oversized": lambda p: p.write_text(VALID_MODEL + "notes: " + "x" * 1_100_000 + "\n"),
+    "many_aliases": lambda p: p.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 150) + "]\n"),
+    # 200 levels of block mappings: no brackets, so only the parse can catch it
+    "deep_block": lambda p: p.write_text(
+        "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 200)) + " " * 200 + "c: 1\n"
+    ),
+    "directory": Path.mkdir,
+    "fifo": _fifo,
+    "nothing": lambda p: None,
+    "huge_int": lambda p: p.write_text(
+        "name: x\nsource: y\nlayers: " + "9" * 5000 + "\n"
+    ),  # int() would take 4,300 max
+    "huge_hex": lambda p: p.write_text("name: x\nsource: y\nlayers: 0x" + "f" * 5000 + "\n"),
+    # ~900 KB of base 60: YAML 1.1 spent 30 s converting it; YAML 1.2 reads text
+    "base60_big": lambda p: p.write_text(VALID_MODEL.replace("layers: 4", "layers: " + ":".join(["59"] * 290_000))),
+    "hf_huge_int": lambda p: p.write_text('{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}"),
+    "many_values": lambda p: p.write_text("name: x\nlist: [" + "1, " * 25_000 + "]\n"),
+    "dangling_symlink": lambda p: p.symlink_to(p.parent / "no-such-target.yaml"),
+    "upper_json": lambda p: p.write_text((CORPUS / "hf_duplicate_key.json").read_text()),
+    "data_row_fp4": lambda p: p.write_text(_rows(id="bad-row", compute="fp4")),
+    "data_row_bool": lambda p: p.write_text(_rows(id="bool-row", gpus=True)),
+}
+
+
+def _hf(argv: list[str]) -> list[str]:
+    """`{hf}` stands for the HuggingFace fixtures' folder."""
+    return [arg.replace("{hf}", str(ROOT / "tests" / "assets" / "hf")) for arg in argv]
 
 
 def _argv(case: dict, tmp_path: Path) -> tuple[list[str], str | None]:
     """The case's argv with {file} filled in, and the file's name the message must mention."""
     name = case.get("file")
     if name is None:
-        return list(case["argv"]), None
+        return _hf(case["argv"]), None
     if "make" in case:
         path = tmp_path / name
-        _make(case["make"], path)
+        MAKE[case["make"]](path)
     else:
         path = CORPUS / name
-    return [str(path) if arg == "{file}" else arg for arg in case["argv"]], name
+    return [str(path) if arg == "{file}" else arg for arg in _hf(case["argv"])], name
 
 
 def _check(case: dict, code: int, output: str, name: str | None) -> None:

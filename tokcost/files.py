@@ -75,9 +75,10 @@ class SpecLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
         for key, _ in node.value:
-            if not (isinstance(key, yaml.ScalarNode) and key.tag == _CORE + "str"):
-                shown = repr(key.value)[:40] if isinstance(key, yaml.ScalarNode) else "a list or mapping"
-                raise _Refused(key, f"key {shown} is not text; a key is a name such as layers (quote numbers)")
+            if not isinstance(key, yaml.ScalarNode):
+                raise _Refused(key, "a list or mapping used as a key; a key is a name such as layers")
+            if key.tag != _CORE + "str":
+                raise _Refused(key, f"key {key.value!r:.40} is not text; a key is a name such as layers")
             if key.value in seen:
                 raise _Refused(key, f"key {key.value!r:.40} appears twice")
             seen.add(key.value)

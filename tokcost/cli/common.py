@@ -64,9 +64,9 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
     for item in split_list(value, flag):
         if not _DIGITS.fullmatch(item):
             raise UsageError(f"{flag}: {item[:40]!r} is not an integer (digits 0-9); give a list like 1,8,32")
-        n = int(item) if len(item) <= 18 else high + 1  # no int() of a thousand digits
-        if not low <= n <= high:
-            raise UsageError(f"{flag}: {n} is out of range; each value must be in {low}..{high:,}")
+        n = int(item) if len(item) <= 18 else None  # no int() of a thousand digits
+        if n is None or not low <= n <= high:
+            raise UsageError(f"{flag}: {item[:20]} is out of range; each value must be in {low}..{high:,}")
         out.append(n)
     return list(dict.fromkeys(out))
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from tokcost.engine.estimate import estimate
 from tokcost.engine.workload import Workload, same_tensor_rate
+from tokcost.errors import SpecError, UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
@@ -28,6 +29,8 @@ from tokcost.validation.data import Row, Split, split_of
 WHOLE_CALL_RATE_FRAMEWORKS = frozenset({"gpt-fast", "torchao"})
 # Frameworks whose throughput tables print output tokens/s per GPU, not per system.
 PER_GPU_THROUGHPUT_FRAMEWORKS = frozenset({"tensorrt-llm"})
+ROW_KEY_OF_FLAG = {"--compute-dtype": "compute", "--gpus": "gpus", "--weights": "weights", "--kv-dtype": "kv",
+                   "--batch": "batch", "--prompt": "prompt_tokens", "--output": "output_tokens"}  # fmt: skip
 MS_PER_S = 1e3
 
 
@@ -96,7 +99,11 @@ def compare_rows(rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Map
     """Every row priced by estimate() with the specs as shipped (models and GPUs by the row's names)."""
     results = []
     for row in rows:
-        e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
+        try:
+            e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
+        except UsageError as exc:  # the engine names a flag (--compute-dtype: ...): name the row and its key
+            flag, _, message = str(exc).partition(": ")
+            raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
         results.append(
             RowResult(
                 row=row,
