@@ -135,3 +135,75 @@ def test_bad_input_in_a_real_process_prints_no_traceback(case_id, tmp_path):
     )
     _check(case, proc.returncode, proc.stdout + proc.stderr, name)
     assert not (tmp_path / PWNED).exists(), "a YAML tag ran code"
+
+
+# ---- user text prints literally (issue 14, class 2) ----
+
+MARKUP_GPU = """\
+name: h100 [sxm]
+source: "[link=https://example.com]datasheet[/link]"
+memory_gb: 80
+memory_bandwidth_gb_s: 3350
+peak_tflops: {bf16: 989.4}
+notes: "see [/link] and [bold]this[/bold] :smile:"
+"""
+
+
+def test_user_text_is_printed_literally_never_as_markup(cli, tmp_path):
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(MARKUP_GPU)
+    model = tmp_path / "model.yaml"
+    model.write_text(VALID_MODEL.replace("tiny-llama", "'tiny [v2]'") + "notes: '[/]'\n")
+    r = cli("specs", "validate", str(gpu), str(model))
+    assert r.exit_code == 0 and r.stdout == f"{gpu}: OK (gpu h100 [sxm])\n{model}: OK (model tiny [v2])\n"
+    shown = cli("specs", "show", str(gpu))
+    assert shown.exit_code == 0, shown.stderr
+    for text in ("gpu spec: h100 [sxm]", "see [/link] and [bold]this[/bold] :smile:", "[link=https://example.com]"):
+        assert text in shown.stdout
+    assert "[/]" in cli("specs", "show", str(model)).stdout
+    r = cli("estimate", "-m", str(model), "-g", str(gpu))
+    assert r.exit_code == 0 and "tiny [v2] on 1x h100 [sxm]" in r.stdout
+
+
+def test_control_characters_in_user_text_are_shown_escaped(cli, tmp_path):
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(MARKUP_GPU.replace("see [/link]", "bell\\a and \\e[31mred"))
+    out = cli("specs", "show", str(gpu)).stdout
+    assert "bell\\x07 and \\x1b[31mred" in out and "\x1b" not in out and "\x07" not in out
+
+
+# ---- output that cannot be written or encoded (class 3) ----
+
+
+def _run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT), **kwargs.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "tokcost", *args], env=env, text=True, timeout=60, **kwargs)
+
+
+def test_stdout_that_cannot_encode_a_character_does_not_crash():
+    r = _run("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", capture_output=True, env={"PYTHONIOENCODING": "ascii"})
+    assert (r.returncode, r.stderr) == (0, "")
+    assert "llama-3.1-8b on 1x h100-sxm ? batch 1 ? prompt 1,024" in r.stdout  # "·" could not be encoded
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_stdout_is_one_line_not_a_traceback():
+    with open("/dev/full", "w") as full:
+        r = _run("specs", "list", stdout=full, stderr=subprocess.PIPE)
+    assert (r.returncode, r.stderr) == (2, "error: output: No space left on device\n")
+
+
+# ---- specs import: a folder's name never breaks the YAML it writes (class 9) ----
+
+
+@pytest.mark.parametrize(("folder", "name"), [("evil\nname: pwned", "evil name: pwned"), ("x" * 240, "x" * 200)])
+def test_a_folder_name_cannot_inject_a_line_or_outgrow_the_name(cli, tmp_path, folder, name):
+    config = tmp_path / folder / "config.json"
+    config.parent.mkdir()
+    config.write_text((ROOT / "tests" / "assets" / "hf" / "llama.json").read_text())
+    r = cli("specs", "import", str(config), "-o", str(tmp_path / "m.yaml"))
+    assert r.exit_code == 0, r.stderr
+    lines = (tmp_path / "m.yaml").read_text().splitlines()
+    assert lines[0].startswith('# imported by tokcost from "') and lines[1].startswith("name: ")
+    assert yaml.safe_load("\n".join(lines))["name"] == name
+    assert cli("specs", "validate", str(tmp_path / "m.yaml")).exit_code == 0

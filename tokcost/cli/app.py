@@ -53,7 +53,8 @@ app.command("validate")(validate_cmd.validate)
 
 
 def _fail(message: str, code: int = 2) -> int:
-    sys.stderr.write(f"error: {message}\n")
+    """One line on stderr: a newline or escape code in a user's name or path is shown escaped."""
+    sys.stderr.write("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message) + "\n")
     return code
 
 

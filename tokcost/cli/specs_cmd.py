@@ -159,7 +159,7 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Spec files to che
             extra = ""
             if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
                 extra = f" (warning: params_total differs from the shapes by {spec.params_mismatch:+.1%})"
-            sys.stdout.write(f"{path}: OK ({kind} {spec.name}){extra}\n")
+            sys.stdout.write(f"{path}: OK ({kind} {shown(spec.name, 200)}){extra}\n")
         except TokcostError as exc:
             failed += 1
             sys.stdout.write(f"{exc}\n")
