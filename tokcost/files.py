@@ -6,8 +6,12 @@ instead of YAML 1.1's: only true/false are booleans, no base 60 (`4:00`), no oct
 `yes`/`on`; numbers longer than MAX_NUMBER_CHARS are refused before conversion. The composer, not a
 separate walk, refuses aliases (no alias bomb can expand), nesting past MAX_NESTING, more than
 MAX_NODES values (which bounds parse time as well as size), duplicate keys and keys that are not text.
+Types and ranges are pydantic's (strict); what is here is what neither library offers: PyYAML has
+resolver and composer hooks but no limits, json a parse_int hook but no length bound, and neither
+opens a path without blocking on a FIFO or bounds the bytes it reads.
 Writes: a temporary file in the same folder, then an atomic link (create-only) or rename (--force);
-new files honour the umask, a replaced file keeps its mode, and only regular files are ever replaced.
+new files honour the umask, a replaced file keeps its mode, and only regular files are ever replaced
+(the standard library has no atomic "create with this content": link() after writing is the idiom).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import re
 import secrets
 import stat
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +145,8 @@ def _load_yaml(text: str, where: str) -> Any:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    mapping = dict(pairs)
-    if len(mapping) < len(pairs):
-        seen: set[str] = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    if len(mapping := dict(pairs)) < len(pairs):
+        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
         raise ValueError(f"key {twice!r:.40} appears twice")
     return mapping
 
@@ -186,13 +189,12 @@ def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
     try:
         target = path.stat()  # follows a symlink to its file
     except FileNotFoundError:
-        if path.is_symlink():
-            raise FileExistsRefusal(f"{path}: is a symlink to a missing file; remove it or give another name") from None
         folder = path.parent
-        if not folder.is_dir():
-            raise FileExistsRefusal(f"{path}: folder {folder} does not exist") from None
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise FileExistsRefusal(f"{path}: folder {folder} is not writable") from None
+        problem = ("is a symlink to a missing file; remove it or give another name" if path.is_symlink() else
+                   f"folder {folder} does not exist" if not folder.is_dir() else
+                   None if os.access(folder, os.W_OK | os.X_OK) else f"folder {folder} is not writable")  # fmt: skip
+        if problem:
+            raise FileExistsRefusal(f"{path}: {problem}") from None
         return None
     except OSError as exc:  # a name too long, a file used as a folder, no permission
         raise TokcostError(f"{path}: cannot write: {exc.strerror or exc}") from None

@@ -58,7 +58,8 @@ def allowed(field: FieldInfo) -> str:
     if base is str:
         low, high = limits.get("min_length", 0), limits.get("max_length")
         return f"text of at most {high:,} characters" + (", not blank" if low else "") if high else "text"
-    word = {int: "an integer", float: "a number", bool: "true or false"}.get(base, str(base))
+    words: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
+    word = words.get(base, str(base))
     if "ge" in limits and "le" in limits:
         return f"{word} from {_number(limits['ge'])} to {_number(limits['le'])}"
     low = (f"at least {_number(limits['ge'])}" if "ge" in limits else

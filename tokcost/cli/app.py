@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # what files.py does not expect: most often stdout (a full disk, /dev/full)
         return _fail(f"{exc.filename or 'output'}: {exc.strerror or exc}")
     except UnicodeError as exc:
-        return _fail(f"cannot convert text ({exc.reason}); use UTF-8 names and files")
+        return _fail(f"cannot convert text ({exc}); use UTF-8 names and files")
     except (typer.Abort, KeyboardInterrupt):  # older typer raises Abort; typer 0.2x returns exit code 130
         result = INTERRUPTED
     if result == INTERRUPTED:  # typer's own handling of KeyboardInterrupt, given its one line here

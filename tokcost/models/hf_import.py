@@ -114,7 +114,7 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
         raise SpecError(where, f"{what}; supported: {', '.join(SUPPORTED)}", field="model_type")
     spec: dict[str, Any] = {
         "name": _clean_name(name) or _clean_name(data.get("_name_or_path")) or model_type,
-        "source": where[:2000],
+        "source": where.encode("utf-8", "backslashreplace").decode()[:2000],  # a path's undecodable bytes as \udcxx
         "kv_heads": data.get("num_attention_heads"),  # default: one KV head per query head
         "tied_embeddings": model_type in _TIED_BY_DEFAULT,
         **_copy(data, _SHAPES),
