@@ -177,3 +177,23 @@ def test_an_interrupted_command_says_so_in_one_line(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert (proc.returncode, err) == (130, "error: interrupted (SIGINT)\n")
+
+
+def test_a_read_only_folder_is_refused_before_and_during_the_write(cli, tmp_path, monkeypatch):
+    # (root ignores folder modes, so the OS's answer is simulated: first the early check, then the write itself)
+    out = tmp_path / "m.yaml"
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    r = cli("specs", "import", str(CONFIG), "-o", str(out))
+    assert (r.exit_code, r.stderr) == (2, f"error: {out}: folder {tmp_path} is not writable\n")
+    monkeypatch.setattr(os, "access", lambda path, mode: True)
+    real_open = os.open
+
+    def read_only(path, flags, mode=0o777):
+        if flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", read_only)
+    r = cli("specs", "import", str(CONFIG), "-o", str(out))
+    assert (r.exit_code, r.stderr) == (2, f"error: {out}: cannot write: Permission denied\n")
+    assert list(tmp_path.iterdir()) == []
