@@ -182,7 +182,7 @@ def test_an_interrupted_command_says_so_in_one_line(tmp_path):
 def test_a_read_only_folder_is_refused_before_and_during_the_write(cli, tmp_path, monkeypatch):
     # (root ignores folder modes, so the OS's answer is simulated: first the early check, then the write itself)
     out = tmp_path / "m.yaml"
-    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: not mode & os.W_OK)  # readable, not writable
     r = cli("specs", "import", str(CONFIG), "-o", str(out))
     assert (r.exit_code, r.stderr) == (2, f"error: {out}: folder {tmp_path} is not writable\n")
     monkeypatch.setattr(os, "access", lambda path, mode: True)
