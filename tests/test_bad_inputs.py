@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-CORPUS = Path(__file__).parent / "bad_inputs"
+ROOT = Path(__file__).parents[1]
+CORPUS = ROOT / "tests" / "bad_inputs"
 CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))
 MAX_LINES = 3
 PWNED = "tokcost-was-pwned"  # what the !!python/ cases would create if their tag ever ran
@@ -32,41 +33,63 @@ max_context: 4096
 """
 
 
-def _make(kind: str, path: Path) -> None:
-    """Write the generated case file `path` (or leave it absent, for `nothing`)."""
-    if kind == "binary":
-        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
-    elif kind == "utf16":
-        path.write_bytes(VALID_MODEL.encode("utf-16"))  # with a byte-order mark, as Windows editors save it
-    elif kind == "latin1":
-        path.write_bytes(VALID_MODEL.replace("tiny-llama", "tiny-llama-caf\xe9").encode("latin-1"))
-    elif kind == "oversized":
-        path.write_text(VALID_MODEL + "notes: " + "x" * 1_100_000 + "\n", encoding="utf-8")
-    elif kind == "many_aliases":
-        path.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 150) + "]\n", encoding="utf-8")
-    elif kind == "deep_block":  # 200 levels of block mappings: no brackets, so only the parse can catch it
-        path.write_text("a:\n" + "".join(" " * i + "b:\n" for i in range(1, 200)) + " " * 200 + "c: 1\n")
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "fifo":
-        if not hasattr(os, "mkfifo"):
-            pytest.skip("no FIFOs on this platform")
-        os.mkfifo(path)  # reading it would block forever: tokcost must refuse it unread
-    elif kind != "nothing":
-        raise AssertionError(f"unknown make: {kind}")
+def _rows(**changes: object) -> str:
+    """A published-measurements file of one row: the first shipped row with `changes`."""
+    rows = yaml.safe_load((ROOT / "tokcost" / "validation" / "published.yaml").read_text(encoding="utf-8"))["rows"]
+    return yaml.safe_dump({"rows": [{**rows[0], **changes}]})
+
+
+def _fifo(path: Path) -> None:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    os.mkfifo(path)  # reading it would block forever: tokcost must refuse it unread
+
+
+# Files awkward to commit: each writes the case's file at `path` ("nothing" leaves it absent)
+MAKE = {
+    "binary": lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))),
+    "utf16": lambda p: p.write_bytes(VALID_MODEL.encode("utf-16")),  # with a byte-order mark, as Windows saves it
+    "latin1": lambda p: p.write_bytes(VALID_MODEL.replace("tiny-llama", "tiny-llama-caf\xe9").encode("latin-1")),
+    "oversized": lambda p: p.write_text(VALID_MODEL + "notes: " + "x" * 1_100_000 + "\n"),
+    "many_aliases": lambda p: p.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 150) + "]\n"),
+    # 200 levels of block mappings: no brackets, so only the parse can catch it
+    "deep_block": lambda p: p.write_text(
+        "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 200)) + " " * 200 + "c: 1\n"
+    ),
+    "directory": Path.mkdir,
+    "fifo": _fifo,
+    "nothing": lambda p: None,
+    "huge_int": lambda p: p.write_text(
+        "name: x\nsource: y\nlayers: " + "9" * 5000 + "\n"
+    ),  # int() would take 4,300 max
+    "huge_hex": lambda p: p.write_text("name: x\nsource: y\nlayers: 0x" + "f" * 5000 + "\n"),
+    # ~900 KB of base 60: YAML 1.1 spent 30 s converting it; YAML 1.2 reads text
+    "base60_big": lambda p: p.write_text(VALID_MODEL.replace("layers: 4", "layers: " + ":".join(["59"] * 290_000))),
+    "hf_huge_int": lambda p: p.write_text('{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}"),
+    "many_values": lambda p: p.write_text("name: x\nlist: [" + "1, " * 25_000 + "]\n"),
+    "dangling_symlink": lambda p: p.symlink_to(p.parent / "no-such-target.yaml"),
+    "upper_json": lambda p: p.write_text((CORPUS / "hf_duplicate_key.json").read_text()),
+    "data_row_fp4": lambda p: p.write_text(_rows(id="bad-row", compute="fp4")),
+    "data_row_bool": lambda p: p.write_text(_rows(id="bool-row", gpus=True)),
+}
+
+
+def _hf(argv: list[str]) -> list[str]:
+    """`{hf}` stands for the HuggingFace fixtures' folder."""
+    return [arg.replace("{hf}", str(ROOT / "tests" / "assets" / "hf")) for arg in argv]
 
 
 def _argv(case: dict, tmp_path: Path) -> tuple[list[str], str | None]:
     """The case's argv with {file} filled in, and the file's name the message must mention."""
     name = case.get("file")
     if name is None:
-        return list(case["argv"]), None
+        return _hf(case["argv"]), None
     if "make" in case:
         path = tmp_path / name
-        _make(case["make"], path)
+        MAKE[case["make"]](path)
     else:
         path = CORPUS / name
-    return [str(path) if arg == "{file}" else arg for arg in case["argv"]], name
+    return [str(path) if arg == "{file}" else arg for arg in _hf(case["argv"])], name
 
 
 def _check(case: dict, code: int, output: str, name: str | None) -> None:
@@ -112,3 +135,75 @@ def test_bad_input_in_a_real_process_prints_no_traceback(case_id, tmp_path):
     )
     _check(case, proc.returncode, proc.stdout + proc.stderr, name)
     assert not (tmp_path / PWNED).exists(), "a YAML tag ran code"
+
+
+# ---- user text prints literally (issue 14, class 2) ----
+
+MARKUP_GPU = """\
+name: h100 [sxm]
+source: "[link=https://example.com]datasheet[/link]"
+memory_gb: 80
+memory_bandwidth_gb_s: 3350
+peak_tflops: {bf16: 989.4}
+notes: "see [/link] and [bold]this[/bold] :smile:"
+"""
+
+
+def test_user_text_is_printed_literally_never_as_markup(cli, tmp_path):
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(MARKUP_GPU)
+    model = tmp_path / "model.yaml"
+    model.write_text(VALID_MODEL.replace("tiny-llama", "'tiny [v2]'") + "notes: '[/]'\n")
+    r = cli("specs", "validate", str(gpu), str(model))
+    assert r.exit_code == 0 and r.stdout == f"{gpu}: OK (gpu h100 [sxm])\n{model}: OK (model tiny [v2])\n"
+    shown = cli("specs", "show", str(gpu))
+    assert shown.exit_code == 0, shown.stderr
+    for text in ("gpu spec: h100 [sxm]", "see [/link] and [bold]this[/bold] :smile:", "[link=https://example.com]"):
+        assert text in shown.stdout
+    assert "[/]" in cli("specs", "show", str(model)).stdout
+    r = cli("estimate", "-m", str(model), "-g", str(gpu))
+    assert r.exit_code == 0 and "tiny [v2] on 1x h100 [sxm]" in r.stdout
+
+
+def test_control_characters_in_user_text_are_shown_escaped(cli, tmp_path):
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(MARKUP_GPU.replace("see [/link]", "bell\\a and \\e[31mred"))
+    out = cli("specs", "show", str(gpu)).stdout
+    assert "bell\\x07 and \\x1b[31mred" in out and "\x1b" not in out and "\x07" not in out
+
+
+# ---- output that cannot be written or encoded (class 3) ----
+
+
+def _run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT), **kwargs.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "tokcost", *args], env=env, text=True, timeout=60, **kwargs)
+
+
+def test_stdout_that_cannot_encode_a_character_does_not_crash():
+    r = _run("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", capture_output=True, env={"PYTHONIOENCODING": "ascii"})
+    assert (r.returncode, r.stderr) == (0, "")
+    assert "llama-3.1-8b on 1x h100-sxm ? batch 1 ? prompt 1,024" in r.stdout  # "·" could not be encoded
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_stdout_is_one_line_not_a_traceback():
+    with open("/dev/full", "w") as full:
+        r = _run("specs", "list", stdout=full, stderr=subprocess.PIPE)
+    assert (r.returncode, r.stderr) == (2, "error: output: No space left on device\n")
+
+
+# ---- specs import: a folder's name never breaks the YAML it writes (class 9) ----
+
+
+@pytest.mark.parametrize(("folder", "name"), [("evil\nname: pwned", "evil name: pwned"), ("x" * 240, "x" * 200)])
+def test_a_folder_name_cannot_inject_a_line_or_outgrow_the_name(cli, tmp_path, folder, name):
+    config = tmp_path / folder / "config.json"
+    config.parent.mkdir()
+    config.write_text((ROOT / "tests" / "assets" / "hf" / "llama.json").read_text())
+    r = cli("specs", "import", str(config), "-o", str(tmp_path / "m.yaml"))
+    assert r.exit_code == 0, r.stderr
+    lines = (tmp_path / "m.yaml").read_text().splitlines()
+    assert lines[0].startswith('# imported by tokcost from "') and lines[1].startswith("name: ")
+    assert yaml.safe_load("\n".join(lines))["name"] == name
+    assert cli("specs", "validate", str(tmp_path / "m.yaml")).exit_code == 0

@@ -95,3 +95,203 @@ def test_unsupported_type_and_missing_heads_name_the_key():
     with pytest.raises(SpecError) as err:
         from_hf_config(cfg, "c.json")
     assert "num_attention_heads" in str(err.value) and "c.json" in str(err.value)
+
+
+# ---- precision as shipped: quantization_config and torch_dtype (tests/assets/hf/quant, see EXPECTED.md) ----
+
+QUANT = HF / "quant"
+# Llama-3.1-8B: 32 x (4096 x (4096 + 2 x 1024 + 4096) + 3 x 4096 x 14336) block-linear weights, and
+# 2 x 128,256 x 4,096 embedding + LM head plus 65 x 4,096 norm weights at the 16-bit base dtype
+LLAMA_8B_LINEAR = 32 * (4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336)
+LLAMA_8B_16BIT = 2 * 128256 * 4096 + 65 * 4096
+
+
+def weight_bytes(model) -> float:
+    """Every weight as stored, through the engine's own count (all experts, embedding, LM head)."""
+    from tokcost.engine.memory import resident_weight_bytes
+    from tokcost.engine.workload import Workload, resolve_precision
+
+    return resident_weight_bytes(model, resolve_precision(model, Workload()))
+
+
+@pytest.mark.parametrize(
+    ("fixture", "dtype", "weights", "compute", "bits"),
+    [
+        ("awq", "fp16", "int4-g128", None, 4 + 16 / 128 + 4 / 128),  # 4-bit codes, fp16 scale, 4-bit zero per 128
+        ("gptq", "fp16", "int4-g128-sym", None, 4 + 16 / 128),  # sym: kernels read no zero points
+        ("bnb_nf4", "bf16", "nf4-dq", None, 4 + 8 / 64 + 32 / (64 * 256)),  # QLoRA double quantization
+        ("bnb_int8", "bf16", "int8", "int8", 8),  # LLM.int8(): int8 weights and activations
+        ("ct_fp8", "bf16", "fp8", "fp8", 8),  # compressed-tensors FP8 W8A8 (per-channel, per-token dynamic)
+        ("ct_w8a8", "bf16", "int8", "int8", 8),  # compressed-tensors INT8 W8A8
+        ("ct_w4a16", "bf16", "int4-g128-sym", None, 4 + 16 / 128),  # compressed-tensors W4A16, group 128, symmetric
+        ("fbgemm_fp8", "bf16", "fp8", "fp8", 8),  # fbgemm FP8 rowwise, dynamic activations
+        ("fp8_dtype", "bf16", "fp8", None, 8),  # torch_dtype float8_e4m3fn, no quantization_config
+    ],
+)
+def test_quantized_llama_8b_is_priced_as_shipped(fixture, dtype, weights, compute, bits):
+    m = load_model(str(QUANT / f"{fixture}.json"))
+    assert (m.dtype, m.weights_dtype, m.compute_dtype) == (dtype, weights, compute)
+    assert m.params_total == LLAMA_8B_LINEAR + LLAMA_8B_16BIT  # quantization changes bytes, never the count
+    assert weight_bytes(m) == pytest.approx(LLAMA_8B_LINEAR * bits / 8 + LLAMA_8B_16BIT * 2, rel=1e-12)
+
+
+def test_awq_8b_is_5_7_gb_not_16():
+    # issue 10: an AWQ 4-bit Llama-3.1-8B was priced at fp16 (16.06 GB); as shipped it is ~5.7 GB
+    assert weight_bytes(load_model(str(QUANT / "awq.json"))) == pytest.approx(5.728e9, rel=1e-3)
+
+
+def test_deepseek_v3_fp8_checkpoint_is_671_gb_not_1342():
+    ds = load(name="deepseek_v3")
+    assert (ds.weights_dtype, ds.compute_dtype) == ("fp8", "fp8")  # quant_method fp8, 128x128 blocks, dynamic
+    sixteen_bit = ds.params_embedding + ds.params_lm_head + ds.params_norms  # bf16 in the checkpoint
+    expected = (ds.params_total - sixteen_bit) * 1 + sixteen_bit * 2
+    assert weight_bytes(ds) == pytest.approx(expected, rel=1e-12)
+    assert 671e9 < weight_bytes(ds) < 675e9  # 671B params at ~1 byte, not 1,342 GB of bf16
+
+
+def test_gpt_oss_mxfp4_stays_on_the_experts():
+    oss = load("gpt_oss")
+    assert (oss.weights_dtype, oss.compute_dtype, oss.moe.expert_dtype) == (None, None, "fp4")
+
+
+def quant_of(quant: dict, **config) -> tuple:
+    """(weights_dtype, compute_dtype) of the Llama-3.1-8B AWQ fixture with another quantization_config."""
+    cfg = {**json.loads((QUANT / "awq.json").read_text()), **config, "quantization_config": quant}
+    m = from_hf_config(cfg, "c.json")
+    return m.weights_dtype, m.compute_dtype
+
+
+@pytest.mark.parametrize(
+    ("quant", "weights", "compute"),
+    [
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": False}, "int4-g128", None),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True}, "int4-g32-sym", None),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True}, "int8-g128-sym", None),
+        # per-channel (-1): one scale per row of hidden_size inputs
+        ({"quant_method": "gptq", "bits": 4, "group_size": -1, "sym": True}, "int4-g4096-sym", None),
+        # AutoAWQ's own key names
+        ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "zero_point": True}, "int4-g128", None),
+        ({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": False}, "int4-g64-sym", None),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "nf4", None),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bnb-fp4", None),  # transformers' default type
+        ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}, "fp8", "fp8"),
+        (
+            {"quant_method": "compressed-tensors", "config_groups": {"g": {
+                "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+                "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}}},
+            "nvfp4", "fp4",
+        ),
+        (
+            {"quant_method": "compressed-tensors", "config_groups": {"g": {
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                            "symmetric": False}}}},
+            "int4-g128", None,
+        ),
+    ],
+)  # fmt: skip
+def test_group_sizes_and_zero_points_name_the_format(quant, weights, compute):
+    assert quant_of(quant) == (weights, compute)
+
+
+@pytest.mark.parametrize(
+    ("quant", "needle"),
+    [
+        ({"quant_method": "hqq"}, "quantization_config.quant_method: unsupported ('hqq'); supported: awq, gptq"),
+        ({"bits": 4}, "quantization_config.quant_method: unsupported (a mapping without quant_method)"),
+        ({"quant_method": "gptq", "bits": 3}, "quantization_config.bits: must be one of: 4, 8 (got 3)"),
+        ({"quant_method": "awq", "bits": True}, "quantization_config.bits: must be one of: 4, 8 (got True)"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "quantization_config.group_size"),
+        ({"quant_method": "bitsandbytes"}, "load_in_4bit and load_in_8bit are both false"),
+        (
+            {"quant_method": "compressed-tensors", "config_groups": {
+                "attn": {"weights": {"num_bits": 8, "type": "float"}},
+                "mlp": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}},
+            "config_groups differ (attn: fp8 x bf16, mlp: int4-g128-sym x bf16)",
+        ),
+    ],
+)  # fmt: skip
+def test_a_quantization_config_tokcost_cannot_price_is_named(quant, needle):
+    with pytest.raises(SpecError) as err:
+        quant_of(quant)
+    assert str(err.value).startswith("c.json: ") and needle in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat17", "auto", 16])
+def test_an_unknown_torch_dtype_is_an_error_never_bf16(dtype):
+    cfg = {**json.loads((HF / "llama.json").read_text()), "torch_dtype": dtype}
+    with pytest.raises(SpecError, match=r"c\.json: torch_dtype: unknown dtype .*; known: float32, float16, bfloat16"):
+        from_hf_config(cfg, "c.json")
+
+
+def test_new_dtype_key_and_torch_prefix_are_read():
+    cfg = json.loads((HF / "llama.json").read_text())
+    del cfg["torch_dtype"]
+    assert from_hf_config({**cfg, "dtype": "float16"}, "c.json").dtype == "fp16"  # transformers >= 4.56
+    assert from_hf_config({**cfg, "torch_dtype": "torch.float32"}, "c.json").dtype == "fp32"
+
+
+def test_modules_left_unquantized_are_named_in_the_notes():
+    quant = {"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head", "model.layers.0.self_attn.q_proj"]}
+    cfg = {**json.loads((QUANT / "fbgemm_fp8.json").read_text()), "quantization_config": quant}
+    notes = from_hf_config(cfg, "c.json").notes
+    assert "keeps 1 module(s) unquantized (model.layers.0.self_attn.q_proj" in notes and "at fp8" in notes
+    assert load_model(str(QUANT / "fbgemm_fp8.json")).notes == ""  # lm_head is at bf16 anyway
+
+
+# ---- sliding windows follow transformers, per model type ----
+
+
+def qwen2(**keys):
+    return from_hf_config({**json.loads((HF / "qwen2.json").read_text()), **keys}, "c.json")
+
+
+@pytest.mark.parametrize(
+    ("keys", "layers"),
+    [
+        ({"use_sliding_window": True, "max_window_layers": 0}, "all"),  # i >= 0: every layer (Qwen2Config)
+        ({"use_sliding_window": True, "max_window_layers": 20}, list(range(20, 28))),
+        ({"use_sliding_window": True, "max_window_layers": 28}, None),  # i >= 28 of 28 layers: none
+        ({"use_sliding_window": True}, None),  # the key's default is 28
+        ({"use_sliding_window": False, "max_window_layers": 0}, None),  # no window without the flag
+        ({"use_sliding_window": True, "layer_types": ["full_attention"] * 27 + ["sliding_attention"]}, [27]),
+    ],
+)
+def test_qwen2_sliding_layers(keys, layers):
+    sw = qwen2(**keys).sliding_window
+    assert (sw.layers if sw else None) == layers
+
+
+def test_qwen_moe_rules_differ_from_qwen2():
+    q2 = json.loads((HF / "qwen2_moe.json").read_text())
+    sw = from_hf_config({**q2, "use_sliding_window": True, "max_window_layers": 6}, "c.json").sliding_window
+    assert sw.layers == [0, 2, 4]  # Qwen2MoeConfig: even i below max_window_layers
+    q3 = json.loads((HF / "qwen3_moe.json").read_text())
+    sw = from_hf_config({**q3, "use_sliding_window": True, "sliding_window": 4096}, "c.json").sliding_window
+    assert sw.layers == "all"  # Qwen3Moe reads no max_window_layers: every layer
+
+
+@pytest.mark.parametrize(
+    ("layer_types", "got"),
+    [(["sliding_attention"] * 27, "a list of 27"), ("sliding_attention", "'sliding_attention'"),
+     (["sliding_attention"] * 27 + ["chunked"], "a list of 28")],
+)  # fmt: skip
+def test_layer_types_must_list_every_layer(layer_types, got):
+    with pytest.raises(SpecError) as err:
+        qwen2(use_sliding_window=True, layer_types=layer_types)
+    assert "c.json: layer_types: must be a list of 28 entries (one per layer)" in str(err.value)
+    assert f"(got {got})" in str(err.value)
+
+
+def test_errors_use_config_json_names():
+    ds = json.loads((HF / "deepseek_v3.json").read_text())
+    with pytest.raises(SpecError) as err:
+        from_hf_config({**ds, "first_k_dense_replace": 100}, "c.json")
+    assert str(err.value) == "c.json: first_k_dense_replace (100) exceeds num_hidden_layers (61)"
+    with pytest.raises(SpecError, match=r"c\.json: n_routed_experts: must be an integer from 1 to 4,096 \(got True\)"):
+        from_hf_config({**ds, "n_routed_experts": True}, "c.json")
+
+
+def test_a_folder_name_becomes_a_one_line_name_of_at_most_200_characters():
+    cfg = json.loads((HF / "llama.json").read_text())
+    assert from_hf_config(cfg, "c.json", name="my\nmodel\t v2").name == "my model v2"
+    assert from_hf_config(cfg, "c.json", name="x" * 240).name == "x" * 200

@@ -1,8 +1,14 @@
-"""Finding a spec by built-in name or by path; built-ins ship as package data under tokcost/specs/."""
+"""Finding a spec by built-in name or by path, and telling a model spec, a GPU spec and a HF config apart.
+
+Built-ins ship as package data under tokcost/specs/. What a file is follows from its keys, never from its
+name: a GPU spec passed as a model is named as such, and a stray `model_type` line does not turn a tokcost
+model spec into a HuggingFace config.
+"""
 
 from __future__ import annotations
 
 import difflib
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -11,6 +17,18 @@ from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 
 Kind = Literal["models", "gpus", "networks", "engines"]
+FileKind = Literal["models", "gpus", "hf"]
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+# Keys only a HuggingFace config.json has (transformers' PretrainedConfig and the decoder configs)
+HF_KEYS = frozenset({
+    "model_type", "architectures", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "max_position_embeddings", "torch_dtype", "transformers_version", "rms_norm_eps", "hidden_act",
+    "rope_theta", "quantization_config", "tie_word_embeddings",
+})  # fmt: skip
+# Keys a tokcost model spec shares with a HF config (they decide nothing)
+_SHARED_WITH_HF = frozenset({"hidden_size", "intermediate_size", "vocab_size", "head_dim", "sliding_window",
+                             "attention_bias", "dtype"})  # fmt: skip
 
 
 def builtin_names(kind: Kind) -> list[str]:
@@ -21,12 +39,18 @@ def builtin_names(kind: Kind) -> list[str]:
 
 def suggest(names: list[str], name: str) -> tuple[str, list[str]]:
     """('did you mean ...? ', closest names first): names the input starts, then near spellings."""
-    wanted = name.lower()
+    wanted = name.strip().lower()
     starting = [n for n in names if n.startswith(wanted)]
     close = starting + [n for n in difflib.get_close_matches(wanted, names, n=3, cutoff=0.5) if n not in starting]
     if len(starting) > 1:
         return f"did you mean one of {', '.join(starting)}? ", close
     return (f"did you mean {close[0]}? " if close else ""), close
+
+
+def shown(name: str, limit: int = 80) -> str:
+    """A name as an error quotes it: on one line, and clipped when longer than `limit`."""
+    flat = name.encode("unicode_escape").decode("ascii") if not name.isprintable() else name
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def unknown_name(kind: Kind, name: str) -> SpecError:
@@ -35,21 +59,56 @@ def unknown_name(kind: Kind, name: str) -> SpecError:
     hint, close = suggest(names, name)
     rest = [n for n in names if n not in close]
     singular = kind.removesuffix("s")
-    return SpecError(name, f"not a built-in {singular} nor a file; {hint}known {kind}: {', '.join(close + rest)}")
+    known = ", ".join(close + rest)
+    return SpecError(shown(name), f"not a built-in {singular} nor a file; {hint}known {kind}: {known}")
+
+
+def looks_like_path(text: str) -> bool:
+    """A spec file's name (any case of .yaml/.json), a path with a folder, or something that exists."""
+    # os.path.exists is False for a name the OS refuses (too long, NUL), where Path.exists raises
+    return Path(text).suffix.lower() in SPEC_SUFFIXES or "/" in text or os.sep in text or os.path.exists(text)
 
 
 def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:
     """(where, mapping) for a built-in name (any case) or a path to a YAML/JSON file."""
+    singular = kind.removesuffix("s")
     if not name_or_path.strip():
-        singular = kind.removesuffix("s")
         raise SpecError("(empty)", f"no {singular} given; name a built-in {singular} or a file")
-    if name_or_path.lower() in builtin_names(kind):
-        name_or_path = name_or_path.lower()
-        entry = resources.files("tokcost") / "specs" / kind / f"{name_or_path}.yaml"
+    key = name_or_path.strip().lower()
+    if key in builtin_names(kind):
+        entry = resources.files("tokcost") / "specs" / kind / f"{key}.yaml"
         with resources.as_file(entry) as path:
-            return f"{kind}/{name_or_path}.yaml", load_mapping(Path(path))
-    path = Path(name_or_path)
-    looks_like_path = path.suffix in (".yaml", ".yml", ".json") or "/" in name_or_path or path.exists()
-    if not looks_like_path:
+            return f"{kind}/{key}.yaml", load_mapping(Path(path))
+    if not looks_like_path(name_or_path):
         raise unknown_name(kind, name_or_path)
-    return str(path), load_mapping(path)
+    return name_or_path, load_mapping(Path(name_or_path))
+
+
+def _markers() -> dict[FileKind, frozenset[str]]:
+    from tokcost.hardware.spec import GpuSpec  # lazy: the spec modules import nothing of tokcost's loading
+    from tokcost.models.spec import ModelSpec
+
+    model = {info.alias or name for name, info in ModelSpec.model_fields.items()}
+    gpu = set(GpuSpec.model_fields)
+    return {"models": frozenset(model - gpu - _SHARED_WITH_HF - HF_KEYS), "gpus": frozenset(gpu - model),
+            "hf": HF_KEYS}  # fmt: skip
+
+
+def kind_of(data: dict[str, Any]) -> FileKind | None:
+    """Which kind of file holds these keys: the kind with the most keys of its own; None when none or a tie."""
+    scores = sorted(((len(keys & data.keys()), kind) for kind, keys in _markers().items()), reverse=True)
+    (best, kind), (second, _) = scores[0], scores[1]
+    return kind if best > second else None
+
+
+_WHAT = {"models": "a tokcost model spec", "gpus": "a GPU spec", "hf": "a HuggingFace model config"}
+_FLAG = {"models": "--model (-m)", "gpus": "--gpu (-g)", "hf": "--model (-m)"}
+
+
+def expect_kind(where: str, data: dict[str, Any], *wanted: FileKind, hint: bool = True) -> FileKind | None:
+    """The file's kind when it is one of `wanted` (or undecided); else an error saying what it is."""
+    kind = kind_of(data)
+    if kind is None or kind in wanted:
+        return kind
+    tail = f"; pass it to {_FLAG[kind]}" if hint else ""
+    raise SpecError(where, f"this is {_WHAT[kind]}, not {_WHAT[wanted[0]]}{tail}")

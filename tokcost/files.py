@@ -1,41 +1,120 @@
-"""Reading spec files safely and writing results without ever losing what the user had.
+"""Reading spec files as a reader sees them, and writing results without ever losing what the user had.
 
-Reads: a regular file, bounded size, UTF-8 text only, `yaml` safe loading only (no tag can run code),
-bounded nesting, a bounded number of aliases and a bounded expansion (an alias bomb expands
-exponentially once anything walks it), no duplicate keys. Writes: temporary file + rename, and an existing
-file is replaced only with `force`.
+Reads: a regular file (checked on the open descriptor, opened without blocking, so a FIFO is refused
+unread), bounded size, UTF-8. YAML goes through PyYAML's safe loader with YAML 1.2 core-schema scalars
+instead of YAML 1.1's: only true/false are booleans, no base 60 (`4:00`), no octal (`010` stays text), no
+`yes`/`on`; numbers longer than MAX_NUMBER_CHARS are refused before conversion. The composer, not a
+separate walk, refuses aliases (no alias bomb can expand), nesting past MAX_NESTING, more than
+MAX_NODES values (which bounds parse time as well as size), duplicate keys and keys that are not text.
+Types and ranges are pydantic's (strict); what is here is what neither library offers: PyYAML has
+resolver and composer hooks but no limits, json a parse_int hook but no length bound, and neither
+opens a path without blocking on a FIFO or bounds the bytes it reads.
+Writes: a temporary file in the same folder, then an atomic link (create-only) or rename (--force);
+new files honour the umask, a replaced file keeps its mode, and only regular files are ever replaced
+(the standard library has no atomic "create with this content": link() after writing is the idiom).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
+import re
+import secrets
+import stat
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tokcost.errors import FileExistsRefusal, SpecError
+from tokcost.errors import FileExistsRefusal, SpecError, TokcostError
 
 MAX_SPEC_BYTES = 1_000_000  # a spec is a few KB; a HF config.json at most tens of KB
-MAX_YAML_ALIASES = 100  # real specs use none; bombs use thousands
-MAX_NESTING = 32  # specs nest three levels; PyYAML's scanner is quadratic in flow depth, its composer recursive
-MAX_EXPANDED_NODES = 100_000  # values after aliases are expanded; a HF config has a few hundred
+MAX_NESTING = 32  # specs nest three levels; PyYAML's composer is recursive
+MAX_NODES = 20_000  # values in one file: published.yaml holds 2,544; parsing 20,000 takes ~0.4 s
+MAX_NUMBER_CHARS = 100  # int() is quadratic in digits (CPython stops at 4,300); no spec figure needs 100
+_CORE = "tag:yaml.org,2002:"
+# YAML 1.2 core schema (yaml.org/spec/1.2.2 section 10.3.2), minus 0o octal; `010` stays text (8 or 10?)
+_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+")
+_FLOAT = re.compile(
+    r"[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Something a spec never needs, at a line of the file."""
+
+    def __init__(self, node: yaml.Node | yaml.Event, problem: str) -> None:
+        super().__init__(problem=problem, problem_mark=node.start_mark)
+
+
+def _number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
+    """An int or float, refused before conversion when its text is longer than any spec figure."""
+    if len(node.value) > MAX_NUMBER_CHARS:
+        raise _Refused(node, f"a number of {len(node.value):,} characters; at most {MAX_NUMBER_CHARS} are allowed")
+    construct = loader.construct_yaml_int if node.tag == _CORE + "int" else loader.construct_yaml_float
+    return construct(node)
+
+
+class SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading YAML 1.2 core-schema scalars, refusing what no spec needs."""
+
+    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}  # not YAML 1.1's: set below
+    depth = nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(event, "YAML aliases (*name) are not allowed in a spec; write the value out")
+        self.depth, self.nodes = self.depth + 1, self.nodes + 1
+        if self.depth > MAX_NESTING:
+            raise _Refused(event, f"nested more than {MAX_NESTING} levels deep; a spec nests three")
+        if self.nodes > MAX_NODES:
+            raise _Refused(event, f"more than {MAX_NODES:,} values; a spec holds a few dozen")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode):
+                raise _Refused(key, "a list or mapping used as a key; a key is a name such as layers")
+            if key.tag != _CORE + "str":
+                raise _Refused(key, f"key {key.value!r:.40} is not text; a key is a name such as layers")
+            if key.value in seen:
+                raise _Refused(key, f"key {key.value!r:.40} appears twice")
+            seen.add(key.value)
+        return super().construct_mapping(node, deep)
+
+
+SpecLoader.add_constructor(_CORE + "int", _number)
+SpecLoader.add_constructor(_CORE + "float", _number)
+for _tag, _pattern, _first in (
+    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+    ("bool", r"true|True|TRUE|false|False|FALSE", list("tTfF")),
+    ("int", _INT.pattern, list("-+0123456789")),
+    ("float", _FLOAT.pattern, list("-+.0123456789")),
+):
+    SpecLoader.add_implicit_resolver(_CORE + _tag, re.compile(f"^(?:{_pattern})$"), _first)
 
 
 def read_text(path: Path) -> str:
     """The text of a small UTF-8 regular file, or a SpecError naming what is wrong with it."""
     where = str(path)
-    try:
-        if not path.exists():
-            raise SpecError(where, "no such file")
-        if path.is_dir():
-            raise SpecError(where, "is a directory; give a .yaml or config.json file")
-        if not path.is_file():
-            raise SpecError(where, "is not a regular file (a device, pipe or socket); give a .yaml or config.json file")
-        with path.open("rb") as handle:
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the descriptor
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, pipe or socket)"
+            raise SpecError(where, f"is {what}; give a .yaml or config.json file")
+        with os.fdopen(fd, "rb") as handle:
             raw = handle.read(MAX_SPEC_BYTES + 1)  # never more: the file may grow while we read
+    except FileNotFoundError:
+        raise SpecError(where, "no such file") from None
     except OSError as exc:
         raise SpecError(where, f"cannot be read: {exc.strerror or exc}") from None
     if len(raw) > MAX_SPEC_BYTES:
@@ -48,111 +127,54 @@ def read_text(path: Path) -> str:
         raise SpecError(where, f"is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
-def _bracket_depth(text: str) -> int:
-    """Deepest nesting of [ and { in the raw text (quotes ignored): an upper bound checked before parsing."""
-    depth = deepest = 0
-    for char in text:
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth = max(depth - 1, 0)
-    return deepest
-
-
-def _check_aliases(text: str, where: str) -> None:
-    try:
-        aliases = sum(isinstance(tok, yaml.AliasToken) for tok in yaml.scan(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        raise SpecError(where, _yaml_message(exc)) from None
-    if aliases > MAX_YAML_ALIASES:
-        raise SpecError(where, f"{aliases} YAML aliases; at most {MAX_YAML_ALIASES} are allowed in a spec")
-
-
-def _check_node(node: yaml.Node, where: str) -> None:
-    """Refuse deep nesting, duplicate keys and alias expansions past MAX_EXPANDED_NODES, in one linear walk."""
-    sizes: dict[int, int] = {}  # id(node) -> expanded size; aliases share nodes, so memoizing keeps this linear
-
-    def size(n: yaml.Node, depth: int) -> int:
-        if depth > MAX_NESTING:
-            raise SpecError(where, f"line {n.start_mark.line + 1}: nested more than {MAX_NESTING} levels deep")
-        if id(n) in sizes:
-            return sizes[id(n)]
-        total = 1
-        if isinstance(n, yaml.SequenceNode):
-            total += sum(size(child, depth + 1) for child in n.value)
-        elif isinstance(n, yaml.MappingNode):
-            seen: set[str] = set()
-            for key, value in n.value:
-                if isinstance(key, yaml.ScalarNode) and key.value in seen:
-                    raise SpecError(where, f"line {key.start_mark.line + 1}: key {key.value!r:.40} appears twice")
-                seen.add(key.value if isinstance(key, yaml.ScalarNode) else "")
-                total += size(key, depth + 1) + size(value, depth + 1)
-        if total > MAX_EXPANDED_NODES:
-            raise SpecError(
-                where, f"YAML aliases expand to over {MAX_EXPANDED_NODES:,} values; a spec holds a few dozen"
-            )
-        sizes[id(n)] = total
-        return total
-
-    size(node, 0)
-
-
-def _yaml_message(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is not None:
-        return f"line {mark.line + 1}, column {mark.column + 1}: YAML syntax error: {problem}"
-    return f"YAML syntax error: {problem}"
-
-
 def _load_yaml(text: str, where: str) -> Any:
-    _check_aliases(text, where)
-    loader = yaml.SafeLoader(text)  # safe: an unknown tag (!!python/...) is refused, never constructed
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_node(node, where)
-        return loader.construct_document(node)
-    except yaml.constructor.ConstructorError as exc:
-        mark = f"line {exc.problem_mark.line + 1}: " if exc.problem_mark else ""
-        tag = (exc.problem or "").rpartition("tag ")[2] or "a tag"
-        raise SpecError(where, f"{mark}unsupported YAML tag {tag}; specs hold plain data only") from None
+        return yaml.load(text, Loader=SpecLoader)  # noqa: S506 - SpecLoader is a SafeLoader with fewer types
+    except yaml.constructor.ConstructorError as exc:  # an explicit tag no spec needs (!!python/..., !!set)
+        line = f"line {exc.problem_mark.line + 1}: " if exc.problem_mark else ""
+        tag = (exc.problem or "").rpartition("tag ")[2].removeprefix("'" + _CORE).strip("'") or "?"
+        raise SpecError(where, f"{line}unsupported YAML tag !!{tag}; specs hold plain data only") from None
+    except _Refused as exc:
+        raise SpecError(where, f"line {exc.problem_mark.line + 1}: {exc.problem}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise SpecError(where, f"{at}YAML syntax error: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
-        raise SpecError(where, _yaml_message(exc)) from None
-    finally:
-        loader.dispose()
+        raise SpecError(where, f"YAML syntax error: {str(exc).splitlines()[0]}") from None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise ValueError(f"key {key!r:.40} appears twice")
-    return dict(pairs)
+    if len(mapping := dict(pairs)) < len(pairs):
+        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise ValueError(f"key {twice!r:.40} appears twice")
+    return mapping
+
+
+def _json_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number of {len(text):,} digits; at most {MAX_NUMBER_CHARS} are allowed")
+    return int(text)
 
 
 def _load_json(text: str, where: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_json_int)
     except json.JSONDecodeError as exc:
         raise SpecError(where, f"line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}") from None
-    except ValueError as exc:  # a duplicate key, or a number too long to convert
+    except ValueError as exc:  # a duplicate key, or a number too long
         raise SpecError(where, f"invalid JSON: {exc}") from None
 
 
 def load_mapping(path: Path) -> dict[str, Any]:
-    """A YAML or JSON file whose top level is a mapping (JSON is YAML, but JSON errors read better)."""
+    """A YAML or JSON file (by suffix, any case) whose top level is a mapping."""
     where = str(path)
     text = read_text(path)
     if not text.strip():
         raise SpecError(where, "file is empty; a spec is a mapping of keys such as name: ...")
-    if _bracket_depth(text) > MAX_NESTING:
-        raise SpecError(where, f"brackets nested more than {MAX_NESTING} levels deep; a spec nests three")
-    try:
-        data = _load_json(text, where) if path.suffix == ".json" else _load_yaml(text, where)
-    except RecursionError:  # block nesting deep enough to exhaust the parser's recursion
+    try:  # JSON is YAML, but the json module is faster and its errors read better
+        data = _load_json(text, where) if path.suffix.lower() == ".json" else _load_yaml(text, where)
+    except RecursionError:  # JSON nesting deep enough to exhaust the parser's recursion
         raise SpecError(where, f"nested more than {MAX_NESTING} levels deep; a spec nests three") from None
     if data is None:
         raise SpecError(where, "holds no data (only comments?); a spec is a mapping of keys such as name: ...")
@@ -162,22 +184,62 @@ def load_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
-def write_new(path: Path, text: str, *, force: bool = False) -> None:
-    """Write `text` atomically (temp file + rename); refuse to replace an existing file without force."""
-    if path.is_dir():
-        raise FileExistsRefusal(f"{path}: is a directory; give a file name")
-    if path.exists() and not force:
-        raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise FileExistsRefusal(f"{path}: folder {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
+    """Refuse, before any work, a destination tokcost must not write; the stat of a file --force replaces."""
     try:
+        target = path.stat()  # follows a symlink to its file
+    except FileNotFoundError:
+        folder = path.parent
+        problem = ("is a symlink to a missing file; remove it or give another name" if path.is_symlink() else
+                   f"folder {folder} does not exist" if not folder.is_dir() else
+                   None if os.access(folder, os.W_OK | os.X_OK) else f"folder {folder} is not writable")  # fmt: skip
+        if problem:
+            raise FileExistsRefusal(f"{path}: {problem}") from None
+        return None
+    except OSError as exc:  # a name too long, a file used as a folder, no permission
+        raise TokcostError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(target.st_mode):
+        raise FileExistsRefusal(f"{path}: is a directory; give a file name")
+    if not stat.S_ISREG(target.st_mode):
+        raise FileExistsRefusal(f"{path}: is not a regular file (a FIFO, device or socket); tokcost writes only files")
+    if not force:
+        raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name")
+    return target
+
+
+def _create(tmp: Path, final: Path) -> None:
+    """Give the finished `tmp` the name `final` only if nothing has it: one of many racing writers wins."""
+    try:
+        os.link(tmp, final)  # atomic, and `final` never exists half-written
+    except FileExistsError:
+        raise
+    except OSError as exc:  # a filesystem without hard links (FAT, some network mounts): claim, then rename
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.replace(tmp, final)
+
+
+def write_new(path: Path, text: str, *, force: bool = False) -> None:
+    """Write `text` whole or not at all: create only if absent, replace a regular file only with `force`."""
+    replaced = check_destination(path, force)
+    final = path.resolve() if replaced else path  # --force on a symlink rewrites the file it points to
+    tmp = final.with_name(f".{final.name[:100]}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # umask applies
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            if replaced:
+                os.fchmod(fd, stat.S_IMODE(replaced.st_mode))  # a replaced file keeps its mode
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            os.fsync(fd)
+        if replaced:
+            os.replace(tmp, final)
+        else:
+            _create(tmp, final)
+    except FileExistsError:
+        raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name") from None
+    except OSError as exc:
+        raise TokcostError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:  # on success, on errors and on signals (the CLI turns SIGTERM/SIGHUP into an exception)
+        tmp.unlink(missing_ok=True)

@@ -61,6 +61,9 @@ FORMATS: Final[dict[str, Format]] = {
         # an fp32 scale per 256 blocks (Dettmers et al. 2023, QLoRA, section 3): 4 + 8/64 + 32/(64 x 256)
         Format("nf4", 4.0 + 32 / 64, None, "bitsandbytes NF4, blocksize 64, fp32 absmax (QLoRA paper, sec. 2-3)"),
         Format("nf4-dq", 4.0 + 8 / 64 + 32 / (64 * 256), None, "bitsandbytes NF4 with double quantization (QLoRA)"),
+        # bitsandbytes' other 4-bit code book (transformers' default bnb_4bit_quant_type): the same blocks as NF4
+        Format("bnb-fp4", 4.0 + 32 / 64, None, "bitsandbytes FP4, blocksize 64, fp32 absmax (as NF4)"),
+        Format("bnb-fp4-dq", 4.0 + 8 / 64 + 32 / (64 * 256), None, "bitsandbytes FP4 with double quantization"),
         Format("q8_0", 8.5, None, _GGML_BLOCKS),
         Format("q4_0", 4.5, None, _GGML_BLOCKS),
         Format("q4_k_m", 4.84, None, _LLAMA_CPP_TABLE),

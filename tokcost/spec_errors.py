@@ -1,10 +1,15 @@
-"""Pydantic validation errors as one line: `file: key: what the key allows (got X)`, with a suggestion."""
+"""Pydantic validation errors as one line: `file: key: what the key allows (got X)`, with a suggestion.
+
+Pydantic finds every error (strict types: a bool or a string is never a number); what it cannot do is say,
+in a reader's words, everything a key accepts ("an integer from 1 to 10,000", not only the bound that
+failed) and which key a typo stood for. That is all this module adds.
+"""
 
 from __future__ import annotations
 
 import difflib
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -12,6 +17,7 @@ from pydantic_core import ErrorDetails
 
 from tokcost.errors import SpecError
 
+Schema = TypeVar("Schema", bound=BaseModel)
 _TYPE_WORDS = {
     "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "a whole number",
     "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number",
@@ -19,8 +25,6 @@ _TYPE_WORDS = {
     "dict_type": "a mapping of keys", "model_type": "a mapping of keys", "model_attributes_type": "a mapping of keys",
     "list_type": "a list",
 }  # fmt: skip
-
-
 _LIMITS = ("ge", "gt", "le", "lt", "min_length", "max_length")
 
 
@@ -28,15 +32,22 @@ def _number(value: float) -> str:
     return f"{value:,}" if isinstance(value, int) or value != int(value) else f"{int(value):,}"
 
 
+def _options(annotation: Any) -> list[Any]:
+    """The branches of `A | B | None` (without None); [] for anything that is not a union."""
+    if get_origin(annotation) not in (Union, types.UnionType):
+        return []
+    return [a for a in get_args(annotation) if a is not type(None)]
+
+
 def allowed(field: FieldInfo) -> str:
     """What a field accepts, in words: 'an integer from 1 to 10,000', 'a number above 0 and at most 1', ..."""
-    kinds = [a for a in get_args(field.annotation) if a is not type(None)]
-    optional = get_origin(field.annotation) in (Union, types.UnionType)
-    base = kinds[0] if optional and len(kinds) == 1 else field.annotation
+    kinds = _options(field.annotation)
+    if len(kinds) > 1:  # a union such as Literal[...] | list[int]
+        return " or ".join(allowed(FieldInfo.from_annotation(k)) for k in kinds)
+    base = kinds[0] if kinds else field.annotation
+    base = get_args(base)[0] if get_origin(base) is Annotated else base  # e.g. FormatName: text
     if get_origin(base) is Literal:
         return "one of: " + ", ".join(str(v) for v in get_args(base))
-    if optional and len(kinds) > 1:  # a union such as Literal[...] | list[int]
-        return " or ".join(allowed(FieldInfo.from_annotation(k)) for k in kinds)
     if isinstance(base, type) and issubclass(base, BaseModel):
         return f"a mapping with keys: {', '.join(_keys(base))}"
     if get_origin(base) is list:
@@ -46,27 +57,20 @@ def allowed(field: FieldInfo) -> str:
     limits = {k: getattr(m, k) for m in field.metadata for k in _LIMITS if getattr(m, k, None) is not None}
     if base is str:
         low, high = limits.get("min_length", 0), limits.get("max_length")
-        return f"text of at most {high:,} characters" + (", not empty" if low else "") if high else "text"
+        return f"text of at most {high:,} characters" + (", not blank" if low else "") if high else "text"
     words: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
     word = words.get(base, str(base))
+    if "ge" in limits and "le" in limits:
+        return f"{word} from {_number(limits['ge'])} to {_number(limits['le'])}"
     low = (f"at least {_number(limits['ge'])}" if "ge" in limits else
            f"above {_number(limits['gt'])}" if "gt" in limits else None)  # fmt: skip
     high = (f"at most {_number(limits['le'])}" if "le" in limits else
             f"below {_number(limits['lt'])}" if "lt" in limits else None)  # fmt: skip
-    if "ge" in limits and "le" in limits:
-        return f"{word} from {_number(limits['ge'])} to {_number(limits['le'])}"
     return " ".join([word, " and ".join(x for x in (low, high) if x)]).strip()
 
 
 def _keys(model: type[BaseModel]) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
-
-
-def _inner_model(field: FieldInfo) -> type[BaseModel] | None:
-    for kind in (field.annotation, *get_args(field.annotation)):
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            return kind
-    return None
 
 
 def _resolve(schema: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseModel], FieldInfo | None, int]:
@@ -77,25 +81,19 @@ def _resolve(schema: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseMo
         if part not in by_key:
             break
         field, used = by_key[part], used + 1
-        inner = _inner_model(field)
+        inner = next((k for k in (field.annotation, *_options(field.annotation))
+                      if isinstance(k, type) and issubclass(k, BaseModel)), None)  # fmt: skip
         if inner is None:
             break
         model = inner
     return model, field, used
 
 
-def _schema_named(title: str) -> type[BaseModel] | None:
-    from tokcost.hardware.spec import GpuSpec  # lazy: the spec modules do not import this one
-    from tokcost.models.spec import ModelSpec
-
-    return {cls.__name__: cls for cls in (ModelSpec, GpuSpec)}.get(title)
-
-
 def _shown(value: Any) -> str:
-    """A short repr that never walks a large or aliased structure."""
+    """A short repr that never walks a large structure."""
     if isinstance(value, dict):
         return "a mapping"
-    if isinstance(value, (list, tuple, set)):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return "a list"
     if isinstance(value, str) and len(value) > 40:
         return repr(value[:40]) + "..."
@@ -104,37 +102,29 @@ def _shown(value: Any) -> str:
 
 def field_message(error: ErrorDetails, schema: type[BaseModel] | None) -> tuple[str | None, str]:
     """(dotted key, message) for one pydantic error, saying what the key allows."""
-    loc = tuple(error["loc"])
-    kind = error["type"]
+    loc, kind = tuple(error["loc"]), error["type"]
     model, field, used = _resolve(schema, loc) if schema else (None, None, 0)
     # a union such as `all | even | odd | list[int]` reports one error per branch: describe the whole field
-    kinds = [a for a in get_args(field.annotation) if a is not type(None)] if field else []
-    union = used < len(loc) and kind != "extra_forbidden" and len(kinds) > 1
-    key = ".".join(str(p) for p in (loc[:used] if union else loc))
+    union = field is not None and used < len(loc) and kind != "extra_forbidden" and len(_options(field.annotation)) > 1
+    key = ".".join(str(p) for p in (loc[:used] if union else loc)) or None
     if kind == "extra_forbidden":
         names = _keys(model) if model else []
         close = difflib.get_close_matches(str(loc[used]), names, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
-        return key or None, f"unknown key; {hint}allowed keys: {', '.join(names)}" if names else "unknown key"
+        return key, f"unknown key; {hint}allowed keys: {', '.join(names)}" if names else "unknown key"
     if kind == "missing":
-        return key or None, "required key is missing" + (f"; give {allowed(field)}" if field else "")
+        return key, "required key is missing" + (f"; give {allowed(field)}" if field else "")
     if kind == "value_error":  # our own validators: their message already says what is allowed
-        message = error["msg"].removeprefix("Value error, ")
-        return key or None, message
+        return key, error["msg"].removeprefix("Value error, ")
     if field is not None and (used == len(loc) or union):
         message = f"must be {allowed(field)}"
-    elif kind in _TYPE_WORDS:
-        message = f"must be {_TYPE_WORDS[kind]}"
-    else:
-        message = error["msg"]
-    if "input" in error:
-        message += f" (got {_shown(error['input'])})"
-    return key or None, message
+    else:  # a value inside a mapping or list (provenance.x, peak_tflops.bf16): its own type
+        message = f"must be {_TYPE_WORDS[kind]}" if kind in _TYPE_WORDS else error["msg"]
+    return key, message + (f" (got {_shown(error['input'])})" if "input" in error else "")
 
 
 def validation_error(where: str, exc: ValidationError, schema: type[BaseModel] | None = None) -> SpecError:
     """The first pydantic error as `file: key: message` saying what is allowed (the rest counted by key)."""
-    schema = schema or _schema_named(exc.title)
     # an unknown key first: it is usually a typo of the key reported missing
     errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     field, message = field_message(errors[0], schema)
@@ -145,3 +135,11 @@ def validation_error(where: str, exc: ValidationError, schema: type[BaseModel] |
     if others:
         message += f" (and {len(others)} more key{'s' if len(others) > 1 else ''} wrong)"
     return SpecError(where, message, field=field)
+
+
+def validated(schema: type[Schema], where: str, data: dict[str, Any]) -> Schema:
+    """`schema` validated from a file's mapping, or the SpecError naming the file, the key and what it allows."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(where, exc, schema) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import typer
@@ -14,6 +16,8 @@ try:  # typer 0.2x vendors click as typer._click; older typer uses the click pac
     from typer._click import exceptions as click_errors  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_errors  # type: ignore[no-redef]
+
+INTERRUPTED = 130  # the exit code typer gives a KeyboardInterrupt (128 + SIGINT)
 
 app = typer.Typer(
     name="tokcost",
@@ -49,12 +53,24 @@ app.command("validate")(validate_cmd.validate)
 
 
 def _fail(message: str, code: int = 2) -> int:
-    sys.stderr.write(f"error: {message}\n")
+    """One line on stderr: a newline or escape code in a user's name or path is shown escaped."""
+    sys.stderr.write("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message) + "\n")
     return code
 
 
+_signal_received = [signal.SIGINT]  # what interrupted the run; typer turns any KeyboardInterrupt into exit 130
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM/SIGHUP take Ctrl-C's path: `finally` blocks run (no stray temporary files), one line is printed."""
+    _signal_received[0] = signal.Signals(signum)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; TokcostError and bad flags print one line on stderr and return exit code 2."""
+    """Run the CLI: a TokcostError, a bad flag, an I/O or encoding failure print one line on stderr (exit 2)."""
+    if hasattr(sys.stdout, "reconfigure"):  # a character the terminal cannot encode prints as '?', not a crash
+        sys.stdout.reconfigure(errors="replace")
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="tokcost", standalone_mode=False)
@@ -69,13 +85,30 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(message + hint)
     except click_errors.ClickException as exc:
         return _fail(exc.format_message())
-    except (typer.Abort, KeyboardInterrupt):
-        return _fail("interrupted", 130)
-    except typer.Exit as exc:
-        return exc.exit_code
+    except OSError as exc:  # what files.py does not expect: most often stdout (a full disk, /dev/full)
+        return _fail(f"{exc.filename or 'output'}: {exc.strerror or exc}")
+    except UnicodeError as exc:
+        return _fail(f"cannot convert text ({exc}); use UTF-8 names and files")
+    except (typer.Abort, KeyboardInterrupt):  # older typer raises Abort; typer 0.2x returns exit code 130
+        result = INTERRUPTED
+    if result == INTERRUPTED:  # typer's own handling of KeyboardInterrupt, given its one line here
+        signum = _signal_received[0]
+        return _fail(f"interrupted ({signum.name})", 128 + signum)
+    try:
+        sys.stdout.flush()  # a full disk shows here, as one line, not as a traceback at exit
+    except OSError as exc:
+        return _fail(f"output: {exc.strerror or exc}")
     return result if isinstance(result, int) else 0
 
 
 def run() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:  # respect nohup's ignored SIGHUP
+            signal.signal(sig, _interrupt)
+    code = main()
+    try:
+        sys.stdout.flush()
+    except OSError:  # already reported; what is left in the buffer goes nowhere instead of failing again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)

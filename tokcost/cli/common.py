@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -9,6 +11,9 @@ from pydantic import ValidationError
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.spec_errors import allowed
+
+MAX_GRID_POINTS = 10_000  # a sweep point costs ~0.25 ms, a compare pair a spec load: seconds, not hours
+_DIGITS = re.compile(r"[0-9]+")
 
 FLAG_OF_FIELD = {
     "batch": "--batch",
@@ -52,22 +57,30 @@ def workload_from_flags(**flags: Any) -> Workload:
 
 
 def split_list(value: str, flag: str) -> list[str]:
-    """`a,b,c` -> ['a', 'b', 'c'], refusing empty items."""
+    """`a,b,a` -> ['a', 'b']: items stripped, duplicates merged (first kept), empty items and lists refused."""
     items = [v.strip() for v in value.split(",")]
     if not all(items):
-        raise UsageError(f"{flag}: empty item in {value!r}; give a comma-separated list like a,b")
-    return items
+        what = "no value" if not value.strip() else f"an empty item in {value[:60]!r}"
+        raise UsageError(f"{flag}: {what}; give a comma-separated list like a,b")
+    return list(dict.fromkeys(items))
 
 
 def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> list[int]:
-    """`1,2,4` -> [1, 2, 4], each within [low, high]."""
+    """`1,2,4` -> [1, 2, 4], each ASCII digits (int() would take '٣' for 3) within [low, high]."""
     out = []
     for item in split_list(value, flag):
-        try:
-            n = int(item)
-        except ValueError:
-            raise UsageError(f"{flag}: {item!r} is not an integer; give a list like 1,8,32") from None
-        if not low <= n <= high:
-            raise UsageError(f"{flag}: {n} is out of range; each value must be in {low}..{high:,}")
+        if not _DIGITS.fullmatch(item):
+            raise UsageError(f"{flag}: {item[:40]!r} is not an integer (digits 0-9); give a list like 1,8,32")
+        n = int(item) if len(item) <= 18 else None  # no int() of a thousand digits
+        if n is None or not low <= n <= high:
+            raise UsageError(f"{flag}: {item[:20]} is out of range; each value must be in {low}..{high:,}")
         out.append(n)
-    return out
+    return list(dict.fromkeys(out))
+
+
+def check_grid(*axes: tuple[str, list[Any]], limit: int = MAX_GRID_POINTS) -> None:
+    """Refuse, before any work, a grid of more than `limit` points (the product of the lists' lengths)."""
+    points = math.prod(len(values) for _, values in axes)
+    if points > limit:
+        sizes = " x ".join(f"{len(values):,} {flag} values" for flag, values in axes)
+        raise UsageError(f"{axes[0][0]}: {sizes} make {points:,} points; at most {limit:,} per run")

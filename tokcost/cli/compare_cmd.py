@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
-from tokcost.cli.common import split_list, workload_from_flags
+from tokcost.cli.common import check_grid, split_list, workload_from_flags
 from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
 from tokcost.cli.options import (
     BatchOpt,
@@ -122,6 +122,7 @@ def compare(
     format: FormatOpt = Format.table,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
+    check_grid(("--model", split_list(model, "--model")), ("--gpu", split_list(gpu, "--gpu")))
     models = [load_model(m) for m in dict.fromkeys(split_list(model, "--model"))]
     gpu_specs = {name: load_gpu(name) for name in dict.fromkeys(split_list(gpu, "--gpu"))}
     names = list(gpu_specs)

@@ -141,7 +141,8 @@ def estimate_tables(e: Estimate) -> list[Table]:
     """Performance (ceiling vs expected), memory of the fullest GPU, and the decode step's breakdown."""
     wl, p, c, x, mem, lay = e.workload, e.precision, e.ceiling, e.expected, e.memory, e.layout
     header = (
-        f"{e.model.name} on {lay.gpus}x {e.gpu.name} ({lay.label()}) · batch {wl.batch} · prompt {wl.prompt_tokens:,}"
+        f"{e.model.name} on {lay.gpus}x {e.gpu.name}{f' ({lay.label()})' if lay.gpus > 1 else ''}"
+        f" · batch {wl.batch} · prompt {wl.prompt_tokens:,}"
         f" · output {wl.output_tokens:,} · weights {p.weights}"
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"

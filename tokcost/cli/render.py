@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.text import Text
 
 PIPED_WIDTH = 200
 
@@ -41,17 +42,17 @@ def print_tables(tables: list[Table], fmt: str) -> None:
         sys.stdout.write("\n\n".join(markdown(t) for t in tables) + "\n")
         return
     out = console()
-    for t in tables:
+    for t in tables:  # every string goes in as Text: a name like "h100 [sxm]" is shown, never read as markup
         if t.header:
-            out.print(t.header, markup=False, style="bold")
-        grid = RichTable(title=t.title, title_justify="left", title_style="bold")
+            out.print(Text(t.header, style="bold"))
+        grid = RichTable(title=Text(t.title, style="bold"), title_justify="left")
         for i, col in enumerate(t.columns):
-            grid.add_column(col, justify="left" if i == 0 else "right", no_wrap=i == 0)
+            grid.add_column(Text(col), justify="left" if i == 0 else "right", no_wrap=i == 0)
         for row in t.rows:
-            grid.add_row(*row)
+            grid.add_row(*(Text(cell) for cell in row))
         out.print(grid)
         for note in t.notes:
-            out.print(note, markup=False)
+            out.print(Text(note))
 
 
 def markdown(t: Table) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -10,15 +11,15 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 
-from tokcost.catalog import builtin_names, suggest
+from tokcost.catalog import builtin_names, expect_kind, kind_of, looks_like_path, shown, suggest
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
-from tokcost.errors import SpecError, TokcostError
+from tokcost.errors import SpecError, TokcostError, UsageError
 from tokcost.files import load_mapping, write_new
-from tokcost.hardware.library import load_gpu
+from tokcost.hardware.library import gpu_from, load_gpu
 from tokcost.hardware.spec import GpuSpec
-from tokcost.models.hf_import import from_hf_config, is_hf_config
-from tokcost.models.library import load_model
+from tokcost.models.hf_import import from_hf_config
+from tokcost.models.library import load_model, model_from, name_from_path
 from tokcost.models.spec import ModelSpec
 
 app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
@@ -57,20 +58,17 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
 
 
 def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
-    if name_or_path.lower() in builtin_names("models"):
-        return "model", load_model(name_or_path)
-    if name_or_path.lower() in builtin_names("gpus"):
-        return "gpu", load_gpu(name_or_path)
-    path = Path(name_or_path)
-    if path.is_file():
-        data = load_mapping(path)
-        # whichever schema shares more keys with the file (a typo in one key must not flip the kind)
-        gpu_keys = set(GpuSpec.model_fields) - {"name", "source", "notes"}
-        model_keys = {f.alias or n for n, f in ModelSpec.model_fields.items()} - {"name", "source", "notes"}
-        is_gpu = len(gpu_keys & set(data)) > len(model_keys & set(data))
-        return ("gpu", load_gpu(name_or_path)) if is_gpu else ("model", load_model(name_or_path))
-    hint, _ = suggest(builtin_names("models") + builtin_names("gpus"), name_or_path)
-    raise SpecError(name_or_path, f"not a built-in spec nor a file; {hint}see 'tokcost specs list'")
+    """A built-in model or GPU by name, or a file whose keys say which kind of spec it is."""
+    for kind in ("models", "gpus"):
+        if name_or_path.strip().lower() in builtin_names(kind):  # type: ignore[arg-type]
+            return kind.removesuffix("s"), load_model(name_or_path) if kind == "models" else load_gpu(name_or_path)
+    if not looks_like_path(name_or_path):
+        hint, _ = suggest(builtin_names("models") + builtin_names("gpus"), name_or_path)
+        raise SpecError(shown(name_or_path), f"not a built-in spec nor a file; {hint}see 'tokcost specs list'")
+    data = load_mapping(Path(name_or_path))
+    if kind_of(data) == "gpus":
+        return "gpu", gpu_from(name_or_path, data)
+    return "model", model_from(name_or_path, data, name=name_from_path(name_or_path))
 
 
 @app.command("list")
@@ -147,7 +145,8 @@ def _cell(value: Any) -> str:
         return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) or "-"
     if isinstance(value, list):
         return ", ".join(_cell(v) for v in value) or "-"
-    return " ".join(str(value).split())
+    text = " ".join(str(value).split())  # one line; other control characters shown escaped
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 @app.command("validate")
@@ -160,7 +159,7 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Spec files to che
             extra = ""
             if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
                 extra = f" (warning: params_total differs from the shapes by {spec.params_mismatch:+.1%})"
-            sys.stdout.write(f"{path}: OK ({kind} {spec.name}){extra}\n")
+            sys.stdout.write(f"{path}: OK ({kind} {shown(spec.name, 200)}){extra}\n")
         except TokcostError as exc:
             failed += 1
             sys.stdout.write(f"{exc}\n")
@@ -177,13 +176,15 @@ def import_config(
 ) -> None:
     """Convert a HuggingFace config.json to a tokcost model YAML. Example: tokcost specs import config.json -o m.yaml"""
     data = load_mapping(config)
-    if not is_hf_config(data):
+    if expect_kind(str(config), data, "hf", hint=False) is None:
         raise SpecError(str(config), "no model_type: not a HuggingFace config.json")
-    default_name = config.parent.name if config.name == "config.json" and config.parent.name else config.stem
-    spec = from_hf_config(data, str(config), name=name or default_name)
+    if name is not None and not name.strip():
+        raise UsageError("--name: give a name with at least one visible character")
+    spec = from_hf_config(data, str(config), name=name or name_from_path(str(config)))
     body = spec.model_dump(by_alias=True, exclude_none=True)
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
-    text = f"# imported by tokcost from {config}\n" + yaml.safe_dump(body, sort_keys=False)
+    # the path as a JSON string: a newline or odd character in a folder name cannot add a line to the YAML
+    text = f"# imported by tokcost from {json.dumps(str(config))}\n" + yaml.safe_dump(body, sort_keys=False)
     if out is None:
         sys.stdout.write(text)
         return

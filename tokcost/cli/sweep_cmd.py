@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
-from tokcost.cli.common import int_list, workload_from_flags
+from tokcost.cli.common import check_grid, int_list, workload_from_flags
 from tokcost.cli.deploy import engine_for, layout_flags, network_for
 from tokcost.cli.options import (
     ComputeOpt,
@@ -62,7 +62,8 @@ def sweep(
 ) -> None:
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
     batches = int_list(batch, "--batch", 1, 1_000_000)
-    contexts = int_list(context, "--context") if context else [prompt]
+    contexts = int_list(context, "--context") if context is not None else [prompt]
+    check_grid(("--batch", batches), ("--context", contexts))
     if output < 2:
         raise UsageError("--output: sweep prices decode steps; give 2 or more output tokens")
     base = workload_from_flags(

@@ -65,7 +65,10 @@ def run_validation(path: Path) -> tuple[list[RowResult], Summary]:
 
     rows = load_rows(path)
     models, gpus = load_specs(rows, str(path))
-    results = compare_rows(rows, models, gpus)
+    try:
+        results = compare_rows(rows, models, gpus)
+    except SpecError as exc:  # "row <id>: compute: ...": prefix the file
+        raise SpecError(f"{path}: {exc.where}", exc.message, field=exc.field) from None
     return results, summarize(results)
 
 

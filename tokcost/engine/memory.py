@@ -200,3 +200,8 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precisio
 def weight_format_bits(p: Precision) -> float:
     """Bits per block-linear weight of this precision (metadata included), for outputs."""
     return get_format(p.weights).bits
+
+
+def resident_weight_bytes(model: ModelSpec, p: Precision) -> float:
+    """Every weight as stored on one GPU holding the whole model: all experts, embedding, LM head, norms."""
+    return stage_weight_bytes(model, p, Layout(), range(model.layers), True, True)

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from typing import Any
 
-from tokcost.catalog import builtin_names, locate
+from tokcost.catalog import builtin_names, expect_kind, locate
 from tokcost.hardware.spec import GpuSpec, Link
-from tokcost.spec_errors import validation_error
+from tokcost.spec_errors import validated
 
 
 def load_gpu(name_or_path: str) -> GpuSpec:
     """A validated GpuSpec from a built-in name (`h100-sxm`) or a YAML file."""
-    where, data = locate("gpus", name_or_path)
-    try:
-        return GpuSpec.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(where, exc) from None
+    return gpu_from(*locate("gpus", name_or_path))
+
+
+def gpu_from(where: str, data: dict[str, Any]) -> GpuSpec:
+    """A GpuSpec from a loaded file; a model spec or HF config is named as such."""
+    expect_kind(where, data, "gpus")
+    return validated(GpuSpec, where, data)
 
 
 def load_network(name_or_path: str) -> Link:
     """A validated network Link from a built-in name (`ib-ndr-400`) or a YAML file."""
-    where, data = locate("networks", name_or_path)
-    try:
-        return Link.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(where, exc) from None
+    return validated(Link, *locate("networks", name_or_path))
 
 
 def builtin_gpus() -> list[str]:

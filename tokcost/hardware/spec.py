@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tokcost.units import COMPUTE_DTYPES, GB, MIB, TFLOPS, US
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)  # strict: no bool as a number
 MIN_TFLOPS = 0.001  # 1 GFLOP/s: below any accelerator, and it keeps every time finite
 
 

@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import ValidationError
-
-from tokcost.catalog import builtin_names, locate
-from tokcost.models.hf_import import from_hf_config, is_hf_config
+from tokcost.catalog import builtin_names, expect_kind, locate
+from tokcost.models.hf_import import from_hf_config
 from tokcost.models.spec import ModelSpec
-from tokcost.spec_errors import validation_error
+from tokcost.spec_errors import validated
 
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A validated ModelSpec from `llama-3.1-8b`, `my-model.yaml` or `path/to/config.json`."""
-    where, data = locate("models", name_or_path)
-    if is_hf_config(data):
-        return from_hf_config(data, where, name=_name_from_path(name_or_path))
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(where, exc) from None
+    return model_from(*locate("models", name_or_path), name=name_from_path(name_or_path))
 
 
-def _name_from_path(path: str) -> str:
+def model_from(where: str, data: dict[str, Any], name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a loaded file: a HF config is imported, a tokcost spec validated, a GPU spec refused."""
+    if expect_kind(where, data, "models", "hf") == "hf":
+        return from_hf_config(data, where, name=name)
+    return validated(ModelSpec, where, data)
+
+
+def name_from_path(path: str) -> str:
+    """A model's default name: the folder of a `config.json` (any case), else the file's stem."""
     p = Path(path)
-    return p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    return p.parent.name if p.name.lower() == "config.json" and p.parent.name else p.stem
 
 
 def builtin_models() -> list[str]:

@@ -21,7 +21,7 @@ from tokcost.formats import FormatName, bits_of
 # weights_dtype / moe.expert_dtype).
 BaseDtype = Literal["fp32", "bf16", "fp16"]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True)  # strict: a bool or a string is never a number
 
 
 class MoeSpec(BaseModel):
@@ -69,7 +69,7 @@ class SlidingWindowSpec(BaseModel):
 class ModelSpec(BaseModel):
     """A decoder-only transformer's shapes; derived counts are exact integers."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = _FROZEN | ConfigDict(populate_by_name=True, str_strip_whitespace=True)
 
     name: str = Field(min_length=1, max_length=200)
     source: str = Field(default="", max_length=2000)

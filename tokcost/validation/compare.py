@@ -20,12 +20,16 @@ from dataclasses import dataclass
 
 from tokcost.engine.estimate import estimate
 from tokcost.engine.workload import Workload, same_tensor_rate
-from tokcost.errors import SpecError
+from tokcost.errors import SpecError, UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.validation.data import Row, Split, split_of
 
+ROW_KEY_OF_FLAG = {
+    "--compute-dtype": "compute", "--gpus": "gpus", "--tp": "gpus", "--weights": "weights", "--kv-dtype": "kv",
+    "--batch": "batch", "--prompt": "prompt_tokens", "--output": "output_tokens",
+}  # fmt: skip
 MS_PER_S = 1e3
 
 
@@ -114,7 +118,11 @@ def compare_rows(rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Map
     results = []
     for row in rows:
         check_shipped_formats(row, models[row.model])
-        e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
+        try:
+            e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
+        except UsageError as exc:  # the engine names a flag (--compute-dtype: ...): name the row and its key
+            flag, _, message = str(exc).partition(": ")
+            raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
         results.append(
             RowResult(
                 row=row,

@@ -52,7 +52,7 @@ TEST_EVERY = 3
 class Row(BaseModel):
     """One published measurement: the workload, the metric and its value exactly as printed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)  # strict: a bool is never a count
 
     id: str = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     source_id: str = Field(min_length=1, max_length=80, pattern=r"^[a-z0-9][a-z0-9.\-]*$")

@@ -1,0 +1,167 @@
+"""A HuggingFace config's `torch_dtype` and `quantization_config` -> the formats its weights ship in.
+
+Keys follow transformers' quantization config classes (utils/quantization_config.py: AwqConfig, GPTQConfig,
+BitsAndBytesConfig, CompressedTensorsConfig, FbgemmFp8Config, FineGrainedFP8Config, Mxfp4Config) and the
+compressed-tensors QuantizationArgs; AutoAWQ's own names (w_bit, q_group_size) are read too. Each method
+maps to a storage format of tokcost/formats.py (its bits include scales and zero points) and, when the
+checkpoint quantizes activations as well (FP8, W8A8, LLM.int8), to the matmul's compute dtype.
+Embeddings and the LM head stay at the base dtype, as every method listed leaves them unquantized.
+Not modelled: `modules_to_not_convert` lists; the imported spec's notes name them (they are priced as shipped).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+
+from tokcost.errors import SpecError
+from tokcost.spec_errors import validation_error
+
+# torch dtype names (str(torch.bfloat16) without "torch.") -> the unquantized base dtype of a ModelSpec
+BASE_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp16": "fp16"}
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")  # weights fp8, base bf16
+
+# modules every method leaves unquantized and tokcost prices at the base dtype anyway
+_UNQUANTIZED_ANYWAY = re.compile(r"lm_head|embed_tokens|router|mlp\.gate$|vision|visual")
+_READ = ConfigDict(extra="ignore", strict=True, frozen=True)
+# a group of 1..65536 weights per scale, or -1: one scale per output channel (per row)
+Group = Literal[-1] | Annotated[int, Field(ge=1, le=65536)]
+
+
+def _grouped(bits: int, group: int, zero_points: bool, hidden_size: int) -> str:
+    """`int4-g128`, `int4-g128-sym`, ...; per-channel (-1) is a group of one row: `hidden_size` inputs."""
+    return f"int{bits}-g{hidden_size if group == -1 else group}" + ("" if zero_points else "-sym")
+
+
+class _Awq(BaseModel):
+    model_config = _READ
+    bits: Literal[4, 8] = Field(4, validation_alias=AliasChoices("bits", "w_bit"))
+    group_size: Group = Field(128, validation_alias=AliasChoices("group_size", "q_group_size"))
+    zero_point: bool = True
+
+    def formats(self, hidden_size: int) -> tuple[str, str | None]:
+        return _grouped(self.bits, self.group_size, self.zero_point, hidden_size), None  # weight-only
+
+
+class _Gptq(BaseModel):
+    model_config = _READ
+    bits: Literal[4, 8]
+    group_size: Group = 128
+    sym: bool = True  # symmetric: kernels read no zero points (the checkpoint still packs qzeros, 4/g bits)
+
+    def formats(self, hidden_size: int) -> tuple[str, str | None]:
+        return _grouped(self.bits, self.group_size, not self.sym, hidden_size), None
+
+
+class _Bnb(BaseModel):
+    model_config = _READ
+    load_in_4bit: bool = Field(False, validation_alias=AliasChoices("load_in_4bit", "_load_in_4bit"))
+    load_in_8bit: bool = Field(False, validation_alias=AliasChoices("load_in_8bit", "_load_in_8bit"))
+    bnb_4bit_quant_type: Literal["nf4", "fp4"] = "fp4"  # transformers' default
+    bnb_4bit_use_double_quant: bool = False
+
+    def formats(self, hidden_size: int) -> tuple[str, str | None]:
+        if self.load_in_4bit:  # blocks of 64 with an absmax; dequantized to bnb_4bit_compute_dtype
+            name = "nf4" if self.bnb_4bit_quant_type == "nf4" else "bnb-fp4"
+            return name + ("-dq" if self.bnb_4bit_use_double_quant else ""), None
+        if self.load_in_8bit:  # LLM.int8(): int8 weights and row-wise int8 activations (Dettmers et al. 2022)
+            return "int8", "int8"
+        raise ValueError("load_in_4bit and load_in_8bit are both false: nothing is quantized")
+
+
+class _CtArgs(BaseModel):  # compressed-tensors QuantizationArgs
+    model_config = _READ
+    num_bits: Literal[4, 8]
+    type: Literal["int", "float"]
+    strategy: str | None = None  # tensor, channel, group, tensor_group, block, token
+    group_size: int | None = Field(None, ge=1, le=65536)
+    symmetric: bool = True
+
+    def weights(self, hidden_size: int) -> str:
+        if self.type == "float" and self.num_bits == 8:
+            return "fp8"
+        if self.type == "float":  # NVFP4: groups of 16 with an FP8 scale; MXFP4: groups of 32
+            if self.group_size not in (16, 32):
+                raise ValueError(f"4-bit float groups of {self.group_size}; known: 16 (NVFP4), 32 (MXFP4)")
+            return "nvfp4" if self.group_size == 16 else "fp4"
+        if self.num_bits == 8 and self.strategy != "group":
+            return "int8"  # per-channel or per-tensor scales: negligible overhead
+        return _grouped(self.num_bits, self.group_size or -1, not self.symmetric, hidden_size)
+
+    def compute(self) -> str:
+        return {"float": {8: "fp8", 4: "fp4"}, "int": {8: "int8", 4: "int4"}}[self.type][self.num_bits]
+
+
+class _CtScheme(BaseModel):
+    model_config = _READ
+    weights: _CtArgs
+    input_activations: _CtArgs | None = None  # None: weight-only (W4A16, W8A16)
+
+
+class _CompressedTensors(BaseModel):
+    model_config = _READ
+    config_groups: dict[str, _CtScheme] = Field(min_length=1)
+
+    def formats(self, hidden_size: int) -> tuple[str, str | None]:
+        found = {
+            name: (s.weights.weights(hidden_size), s.input_activations.compute() if s.input_activations else None)
+            for name, s in self.config_groups.items()
+        }
+        if len(set(found.values())) > 1:
+            shown = ", ".join(f"{name}: {w} x {c or 'bf16'}" for name, (w, c) in found.items())
+            raise ValueError(f"config_groups differ ({shown}); tokcost prices one format for all block linears")
+        return next(iter(found.values()))
+
+
+class _Fp8(BaseModel):  # fbgemm_fp8 and fp8 (FineGrainedFP8Config, DeepSeek-V3's 128x128 blocks)
+    model_config = _READ
+
+    def formats(self, hidden_size: int) -> tuple[str, str | None]:
+        return "fp8", "fp8"  # activations are quantized to fp8 too (dynamically per token or block)
+
+
+METHODS: dict[str, type[BaseModel]] = {
+    "awq": _Awq, "gptq": _Gptq, "bitsandbytes": _Bnb, "compressed-tensors": _CompressedTensors,
+    "fbgemm_fp8": _Fp8, "fp8": _Fp8, "mxfp4": _Fp8,  # mxfp4 is handled below: experts only
+}  # fmt: skip
+
+
+def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool) -> dict[str, str]:
+    """The ModelSpec fields a config's torch_dtype and quantization_config set: dtype, weights_dtype, ..."""
+    dtype = data.get("torch_dtype", data.get("dtype"))  # transformers >= 4.56 writes `dtype`
+    key = "torch_dtype" if "torch_dtype" in data else "dtype"
+    name = str(dtype).removeprefix("torch.")
+    if dtype is not None and (not isinstance(dtype, str) or name not in (*BASE_DTYPES, *FP8_DTYPES)):
+        known = ", ".join((*BASE_DTYPES, *FP8_DTYPES))
+        raise SpecError(where, f"unknown dtype {dtype!r:.40}; known: {known}", field=key)
+    fields = {"dtype": BASE_DTYPES.get(name, "bf16")}  # no torch_dtype key: bf16, what checkpoints ship
+    if name in FP8_DTYPES:
+        fields["weights_dtype"] = "fp8"
+    quant = data.get("quantization_config")
+    if quant is None:
+        return fields
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if method not in METHODS:
+        what = "a mapping without quant_method" if method is None else f"{method!r:.40}"
+        supported = ", ".join(METHODS)
+        field = "quantization_config.quant_method"
+        raise SpecError(where, f"unsupported ({what}); supported: {supported}", field=field)
+    if method == "mxfp4":  # gpt-oss: MXFP4 experts; attention and router stay bf16 (modules_to_not_convert)
+        return {**fields, ("expert_dtype" if moe else "weights_dtype"): "fp4"}
+    try:
+        weights, compute = METHODS[method].model_validate(quant).formats(hidden_size)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        error = validation_error(where, exc, METHODS[method])
+        raise SpecError(where, error.message, field=f"quantization_config.{error.field}") from None
+    except ValueError as exc:
+        raise SpecError(where, str(exc), field="quantization_config") from None
+    fields |= {"weights_dtype": weights} | ({"compute_dtype": compute} if compute else {})
+    listed = quant.get("modules_to_not_convert") or quant.get("ignore") or quant.get("llm_int8_skip_modules")
+    listed = listed if isinstance(listed, list) else []
+    kept = [m for m in listed if isinstance(m, str) and not _UNQUANTIZED_ANYWAY.search(m)]
+    if kept:  # a ModelSpec has one format for all block linears: say so rather than price these silently
+        fields["notes"] = (f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...); "
+                           f"tokcost prices every block linear at {weights}")  # fmt: skip
+    return fields
