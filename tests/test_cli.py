@@ -267,3 +267,23 @@ def test_a_gpu_file_with_a_typo_is_still_checked_as_a_gpu(cli, tmp_path):
     path.write_text(yaml.safe_dump(spec))
     r = cli("specs", "validate", str(path))
     assert r.exit_code == 2 and "memory_bandwith_gb_s" in r.stdout and "memory_bandwidth_gb_s" in r.stdout
+
+
+@pytest.mark.parametrize("width", [40, 60, 90, 140])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("estimate", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--journey"),
+        ("compare", "-m", "llama-3.1-8b,mixtral-8x7b", "-g", "h100-sxm,h200,l40s"),
+        ("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,64,4096"),
+    ],
+)
+def test_tables_never_cut_a_value_at_any_width(cli, monkeypatch, width, args):
+    monkeypatch.setenv("COLUMNS", str(width))
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    assert "…" not in r.stdout
+    box = [line for line in r.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert box and all(len(line) <= width for line in box)  # the table fits; nothing is cropped at the edge
+    if width < 90:
+        assert "left out at" in r.stdout  # and says which columns it left out

@@ -99,7 +99,7 @@ def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bo
         data = estimate_dict(e)
         if explain_:
             data["explain"] = lines
-        if journey_:
+        if journey_ or explain_:  # the journey is a section of the explanation too
             data["journey"] = journey_dict(journey(e))
         print_json(data)
         return
@@ -109,7 +109,7 @@ def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bo
         if explain_:
             sys.stderr.write("\n".join(lines) + "\n")
         return
-    tables = estimate_tables(e) + (journey_tables(journey(e)) if journey_ else [])
+    tables = estimate_tables(e) + (journey_tables(journey(e)) if journey_ or explain_ else [])
     print_tables(tables, format.value)
     if explain_:
         markdown = format == Format.markdown

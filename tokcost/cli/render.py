@@ -45,14 +45,33 @@ def print_tables(tables: list[Table], fmt: str) -> None:
     for t in tables:  # every string goes in as Text: a name like "h100 [sxm]" is shown, never read as markup
         if t.header:
             out.print(Text(t.header, style="bold"))
+        keep = _columns_that_fit(t, out.width)
         grid = RichTable(title=Text(t.title, style="bold"), title_justify="left")
-        for i, col in enumerate(t.columns):
-            grid.add_column(Text(col), justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for i in keep:  # a value is never wrapped, folded or cut: columns that do not fit are left out instead
+            grid.add_column(Text(t.columns[i]), justify="left" if i == 0 else "right", no_wrap=True,
+                            min_width=_widest(t, i))  # fmt: skip
         for row in t.rows:
-            grid.add_row(*(Text(cell) for cell in row))
+            grid.add_row(*(Text(row[i]) for i in keep))
         out.print(grid)
+        dropped = [t.columns[i] for i in range(len(t.columns)) if i not in keep]
+        if dropped:
+            out.print(Text(f"(left out at {out.width} columns: {', '.join(dropped)}; widen the terminal or use "
+                           "--format markdown or json)"))  # fmt: skip
         for note in t.notes:
             out.print(Text(note))
+
+
+def _widest(t: Table, i: int) -> int:
+    return max(len(cell) for cell in (t.columns[i], *(row[i] for row in t.rows)))
+
+
+def _columns_that_fit(t: Table, width: int) -> list[int]:
+    """The columns that fit the terminal whole (3 characters of padding and border each), the first two always;
+    the rest are left out, last first, so that no number is ever cut, folded or ellipsized."""
+    keep = list(range(len(t.columns)))
+    while len(keep) > 2 and sum(_widest(t, i) + 3 for i in keep) + 1 > width:
+        keep.pop()
+    return keep
 
 
 def markdown(t: Table) -> str:

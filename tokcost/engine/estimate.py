@@ -228,7 +228,7 @@ def _warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, .
     replicas = kv_replication(m, d.layout.tp)
     if replicas > 1 and not m.mla:
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
-    if g.achievable.basis != "fitted" or "achievable" not in g.model_fields_set:
+    if g.achievable.basis not in ("fitted", "measured") or "achievable" not in g.model_fields_set:
         out.append(f"expected for {g.name}: {g.expected_provenance}")
     if g.memory_runtime_mib is None:
         out.append(f"memory of {g.name}: {g.memory_basis}")

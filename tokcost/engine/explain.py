@@ -10,7 +10,7 @@ from __future__ import annotations
 from tokcost import fmt
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.memory import RESERVE_FRACTION
-from tokcost.engine.roofline import PassCost, Priced, Rates
+from tokcost.engine.roofline import PassCost, Priced, Rates, kernel_rates
 from tokcost.formats import get as get_format
 from tokcost.units import MIB
 
@@ -36,11 +36,13 @@ def _stage_line(p: Priced, rates: Rates) -> str:
             f"{where}: {n} x ({one}) = {fmt.seconds(p.seconds)} "
             f"({c.op}, {c.algorithm}, {c.ranks} GPUs over {c.path.name})"
         )
-    flops_rate = rates.attention_flops_per_s if st.kind == "attention" else rates.flops_per_s
-    terms = (
-        f"max({fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {fmt.si(st.bytes, 'B')} / "
-        f"{fmt.si(rates.bytes_per_s, 'B/s')})"
-    )
+    flops_rate, weights_bw, other_bw = kernel_rates(st, rates)
+    if st.weight_bytes and weights_bw != other_bw:  # a dequantizing kernel streams its weights at its own rate
+        memory = (f"{fmt.si(st.weight_bytes, 'B')} / {fmt.si(weights_bw, 'B/s')} + "
+                  f"{fmt.si(st.bytes - st.weight_bytes, 'B')} / {fmt.si(other_bw, 'B/s')}")  # fmt: skip
+    else:
+        memory = f"{fmt.si(st.bytes, 'B')} / {fmt.si(other_bw, 'B/s')}"
+    terms = f"max({fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {memory})"
     return f"{where}: {n} x {terms} = {fmt.seconds(p.seconds)} ({p.bound})"
 
 

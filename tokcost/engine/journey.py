@@ -30,89 +30,36 @@ class JourneyRow:
     note: str = ""
 
 
-def _rows(ceiling: PassCost, expected: PassCost) -> list[JourneyRow]:
+def _note(name: str, note: str, count: int = 0, bound: str = "host", ceiling_s: float = 0.0, expected_s: float = 0.0,
+          total: float = 0.0) -> JourneyRow:  # fmt: skip
+    """A row that is not a kernel: host work, the pipeline's other turns, fixed overhead, a skipped prefix."""
+    share = ceiling_s / total if total else 0.0
+    return JourneyRow(name, "", count, 0.0, 0.0, 0.0, ceiling_s, expected_s, share, bound, note)
+
+
+def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list[JourneyRow]:
     total = ceiling.seconds
-    rows = [
-        JourneyRow(
-            "tokenize",
-            "",
-            0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            "host",
-            "on the CPU, outside the GPU roofline (text -> token ids)",
-        )
-    ]
+    rows = [_note("tokenize", "on the CPU, outside the GPU roofline (text -> token ids)")]
+    if cached_tokens:
+        rows.append(_note("cached prefix (skipped)", f"{cached_tokens:,} prompt tokens per sequence are not "
+                          "recomputed: no matmul runs for them; their K/V is read inside the attention row",
+                          count=cached_tokens, bound="cache"))  # fmt: skip
     for c, x in zip(ceiling.stages, expected.stages, strict=True):
         st = c.stage
-        rows.append(
-            JourneyRow(
-                st.name,
-                st.block,
-                st.count,
-                st.count * st.flops,
-                st.count * st.bytes_read,
-                st.count * st.bytes_written,
-                c.seconds,
-                x.seconds,
-                c.seconds / total if total else 0.0,
-                c.bound,
-                st.note,
-            )
-        )
+        rows.append(JourneyRow(st.name, st.block, st.count, st.count * st.flops, st.count * st.bytes_read,
+                               st.count * st.bytes_written, c.seconds, x.seconds, c.seconds / total if total else 0.0,
+                               c.bound, st.note))  # fmt: skip
     extra_c = (ceiling.pipeline_factor - 1) * ceiling.stage_seconds
     if extra_c:
         extra_x = (expected.pipeline_factor - 1) * expected.stage_seconds
-        rows.append(
-            JourneyRow(
-                "pipeline (other stages' turns)",
-                "",
-                ceiling.pipeline_factor - 1,
-                0.0,
-                0.0,
-                0.0,
-                extra_c,
-                extra_x,
-                extra_c / total,
-                "pipeline",
-                f"{ceiling.pp} stages, {ceiling.microbatches} microbatches, {ceiling.schedule}",
-            )
-        )
+        note = f"{ceiling.pp} stages, {ceiling.microbatches} microbatches, {ceiling.schedule}"
+        rows.append(_note("pipeline (other stages' turns)", note, ceiling.pipeline_factor - 1, "pipeline",
+                          extra_c, extra_x, total))  # fmt: skip
     if ceiling.overhead_s or expected.overhead_s:
-        rows.append(
-            JourneyRow(
-                "fixed overhead",
-                "",
-                1,
-                0.0,
-                0.0,
-                0.0,
-                ceiling.overhead_s,
-                expected.overhead_s,
-                ceiling.overhead_s / total if total else 0.0,
-                "host",
-                "launches, scheduling, sampling on the host (expected only)",
-            )
-        )
-    rows.append(
-        JourneyRow(
-            "detokenize and loop back",
-            "",
-            0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            "host",
-            "the sampled id is appended; the next step reads one more KV entry per layer",
-        )
-    )
+        rows.append(_note("fixed overhead", "launches, scheduling, sampling on the host (expected only)", 1, "host",
+                          ceiling.overhead_s, expected.overhead_s, total))  # fmt: skip
+    rows.append(_note("detokenize and loop back",
+                      "the sampled id is appended; the next step reads one more KV entry per layer"))  # fmt: skip
     return rows
 
 
@@ -130,6 +77,5 @@ def journey(e: Estimate) -> Journey:
     """The journey of `e`'s tokens through its deployment."""
     c, x = e.ceiling, e.expected
     decode = _rows(c.decode_step, x.decode_step) if c.decode_step and x.decode_step else None
-    return Journey(
-        decode, _rows(c.prefill, x.prefill), c.decode_step.seconds if c.decode_step else None, c.prefill.seconds
-    )
+    prefill = _rows(c.prefill, x.prefill, e.workload.cached_prefix_tokens)
+    return Journey(decode, prefill, c.decode_step.seconds if c.decode_step else None, c.prefill.seconds)

@@ -132,7 +132,7 @@ class Priced:
 def matmul_dtype(stage: Stage, rates: Rates) -> tuple[float, bool]:
     """(FLOP/s, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit peak
     (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype."""
-    if not stage.weight_format:
+    if not stage.weight_format or stage.kind == "attention":
         return rates.flops_per_s, False
     native = get_format(stage.weight_format).native_compute
     if same_tensor_rate(native, rates.compute_dtype):
@@ -140,6 +140,23 @@ def matmul_dtype(stage: Stage, rates: Rates) -> tuple[float, bool]:
     if stage.weight_format in ("bf16", "fp16"):
         return rates.float16_flops_per_s or rates.flops_per_s, False
     return rates.flops_per_s, True
+
+
+def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
+    """(FLOP/s, weight-stream B/s, other B/s) one kernel runs at under `rates` (engine efficiencies applied)."""
+    flops_per_s, dequantizing = matmul_dtype(stage, rates)
+    bytes_per_s = rates.bytes_per_s
+    if stage.kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
+        fp8 = rates.compute_dtype == "fp8" and get_format(stage.weight_format).native_compute == "fp8"
+        flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s * rates.attention_efficiency
+        bytes_per_s = bytes_per_s * rates.attention_efficiency
+    elif stage.kind in ("matmul", "experts"):
+        eff = rates.gemm_efficiency * (rates.experts_efficiency if stage.kind == "experts" else 1.0)
+        flops_per_s, bytes_per_s = flops_per_s * eff, bytes_per_s * eff
+    weights_bw = bytes_per_s
+    if dequantizing:  # dequantizing kernels stream their weights at their own rate, per format (fitted separately)
+        weights_bw = rates.weight_only_bytes_per_s * dict(rates.weight_only_efficiency).get(stage.weight_format, 1.0)
+    return flops_per_s, weights_bw, bytes_per_s
 
 
 def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Priced:
@@ -157,17 +174,7 @@ def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Pri
         cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
         coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
         return Priced(stage, 0.0, 0.0, coll)
-    flops_per_s, dequantizing = matmul_dtype(stage, rates)
-    bytes_per_s = rates.bytes_per_s
-    if stage.kind == "attention":
-        flops_per_s, bytes_per_s = rates.attention_flops_per_s, bytes_per_s * rates.attention_efficiency
-    elif stage.kind in ("matmul", "experts"):
-        eff = rates.gemm_efficiency * (rates.experts_efficiency if stage.kind == "experts" else 1.0)
-        flops_per_s, bytes_per_s = flops_per_s * eff, bytes_per_s * eff
-    # dequantizing kernels stream their weights at their own rate, per format (fitted separately)
-    weights_bw = bytes_per_s
-    if dequantizing:
-        weights_bw = rates.weight_only_bytes_per_s * dict(rates.weight_only_efficiency).get(stage.weight_format, 1.0)
+    flops_per_s, weights_bw, bytes_per_s = kernel_rates(stage, rates)
     memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / bytes_per_s
     return Priced(stage, stage.count * stage.flops / flops_per_s, stage.count * memory_s, None)
 

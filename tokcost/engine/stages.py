@@ -300,6 +300,7 @@ def block_stages(
             flops=pairs_flops,
             bytes_read=kv_read * kv_tok + t_dp * q_width * act,
             bytes_written=t_dp * v_width * act,
+            weight_format=p.kv,  # the cache's format: FP8 attention kernels need an FP8 cache
             note="reads every cached token it attends to once (FlashAttention / paged decode kernels)",
         ),
         _matmul("output projection", label, count, o_params, t_dp, p.weights, act, v_width, h),
