@@ -341,3 +341,17 @@ def test_pcie_tensor_parallel_for_llama_70b_int4_on_two_rtx_4090s():
     assert ar.collective.path.name in (g.link.name, g.link.kind)
     # one-shot on PCIe: latency + 1 x (8192 x 2 B) / link bandwidth, per all-reduce
     assert ar.collective.seconds == pytest.approx(g.link.latency_s + 8192 * 2 / g.link.bytes_per_s)
+
+
+def test_vllm_a40_kv_blocks_for_llama_3_8b():
+    # vllm-project/vllm issue 6623: vLLM 0.5.2 on an A40 (46,068 MiB) at gpu_memory_utilization 0.9 allocated 13,078
+    # blocks of 16 tokens = 209,248 tokens of KV for Llama-3-8B. tokcost's capacity after weights and the 10%
+    # reserve, with no activation workspace, lands within 0.1%; its 8,192-token prefill workspace costs 2.7% more.
+    from tokcost.engine.step import kv_capacity
+
+    m, a40 = load_model("llama-3-8b"), load_gpu("a40")
+    assert a40.memory_runtime_mib == 46_068
+    bare = kv_capacity(m, a40, Workload(prompt_tokens=1, output_tokens=1))
+    assert bare == pytest.approx(209_248, rel=0.001)
+    with_workspace = kv_capacity(m, a40, Workload(prompt_tokens=8192, output_tokens=1))
+    assert with_workspace == pytest.approx(209_248, rel=0.03) and with_workspace < bare
