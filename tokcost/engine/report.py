@@ -44,7 +44,7 @@ def _pass(cost: PassCost | None) -> dict[str, Any] | None:
 
 
 def _scenario(s: Scenario, provenance: str | None = None) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "ttft_s": s.ttft_s,
         "tpot_s": s.tpot_s,
         "e2e_s": s.e2e_s,
