@@ -355,3 +355,24 @@ def test_vllm_a40_kv_blocks_for_llama_3_8b():
     assert bare == pytest.approx(209_248, rel=0.001)
     with_workspace = kv_capacity(m, a40, Workload(prompt_tokens=8192, output_tokens=1))
     assert with_workspace == pytest.approx(209_248, rel=0.03) and with_workspace < bare
+
+
+def test_int4_compute_runs_at_the_int4_peak_where_the_gpu_lists_one():
+    # the A100's dense INT4 tensor peak is 1,248 TOPS (datasheet); the H100 lists none, so it is refused
+    m = load_model("llama-3.1-8b")
+    e = estimate(m, load_gpu("a100-80gb-sxm"), Workload(weights_dtype="int4", compute_dtype="int4"))
+    qkv = stages_named(e.ceiling.prefill, "QKV projection")[0]
+    assert qkv.compute_s == pytest.approx(qkv.stage.count * qkv.stage.flops / 1248e12)
+    with pytest.raises(UsageError, match="no dense peak for int4"):
+        estimate(m, load_gpu("h100-sxm"), Workload(weights_dtype="int4", compute_dtype="int4"))
+
+
+def test_prefill_moves_the_mlp_intermediate_once_each_way():
+    # the gate/up matmul writes the SwiGLU output (I per token) and the down projection reads it back: with the
+    # hidden input read and output written, the MLP kernel's activations are T x (h + I) read and T x (I + h) written
+    m = load_model("llama-3.1-8b")
+    d = deployment(m, load_gpu("h100-sxm"), Workload())
+    mlp = stages_named(d.prefill(d.rates("ceiling"), 1, 2048, 0), "MLP (gate, up, down)")[0].stage
+    h, inter, t = 4096, 14336, 2048
+    assert mlp.bytes_read == 3 * h * inter * 2 + t * (h + inter) * 2
+    assert mlp.bytes_written == t * (inter + h) * 2

@@ -8,7 +8,7 @@ import typer
 
 from tokcost import fmt
 from tokcost.cli.common import check_grid, int_list, workload_from_flags
-from tokcost.cli.deploy import engine_for, layout_flags, network_for
+from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
 from tokcost.cli.options import (
     ComputeOpt,
     DpOpt,
@@ -30,7 +30,7 @@ from tokcost.cli.options import (
     WeightsOpt,
 )  # fmt: skip
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
-from tokcost.engine.sweep import SweepPoint
+from tokcost.engine.sweep import SweepPoint, sweep_warnings
 from tokcost.engine.sweep import sweep as run_sweep
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu
@@ -71,11 +71,15 @@ def sweep(
         compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )  # fmt: skip
     spec = load_gpu(gpu)
-    points = run_sweep(load_model(model), spec, base, batches, contexts, network_for(spec, network), engine_for(engine))
+    spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
+    points = run_sweep(spec_model, spec, base, batches, contexts, net, profile)
+    warnings = sweep_warnings(spec_model, spec, base, contexts, net, profile)
     rows = [p.as_dict() for p in points]
     if format == Format.json:
-        print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows})
-    elif format == Format.csv:
+        print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows, "warnings": warnings})
+        return
+    warn(warnings)
+    if format == Format.csv:
         print_csv(rows)
     else:
         print_tables([sweep_table(points)], format.value)

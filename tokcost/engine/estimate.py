@@ -212,7 +212,8 @@ def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) ->
     )
 
 
-def _warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, ...]:
+def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, ...]:
+    """What the reader should know before trusting the numbers: context, counts, fit, memory, replication."""
     m, g, out = d.model, d.gpu, []
     if wl.total_tokens > m.max_context:
         out.append(f"prompt + output ({wl.total_tokens:,}) exceeds {m.name}'s max_context ({m.max_context:,})")
@@ -263,5 +264,5 @@ def estimate(
         ),
         ceiling=_scenario(d, workload, ceiling, price),
         expected=_scenario(d, workload, d.rates("expected"), price),
-        warnings=_warnings(d, workload, memory),
+        warnings=deployment_warnings(d, workload, memory),
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from tokcost import fmt
 from tokcost.engine.estimate import Estimate, Scenario
-from tokcost.engine.memory import RESERVE_FRACTION
+from tokcost.engine.layout import stage_layer_ranges
+from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_weight_bytes
 from tokcost.engine.roofline import PassCost, Priced, Rates, kernel_rates
 from tokcost.formats import get as get_format
 from tokcost.units import MIB
@@ -132,6 +133,21 @@ def _scenario_lines(e: Estimate, s: Scenario, name: str) -> list[str]:
     ]
 
 
+def _stage_memory(e: Estimate) -> list[str]:
+    """Each pipeline stage's GPU (tp x dp of them alike): the per-rank breakdown behind the fullest one."""
+    lay, wl, p = e.layout, e.workload, e.precision
+    if lay.pp == 1:
+        return []
+    ranges = stage_layer_ranges(e.model.layers, lay.pp)
+    lines = []
+    for s, layers in enumerate(ranges):
+        w = stage_weight_bytes(e.model, p, lay, layers, s == 0, s == len(ranges) - 1)
+        kv = stage_kv_bytes(e.model, p, lay, layers, wl, wl.batch, wl.total_tokens)
+        lines.append(f"stage {s} (layers {layers.start}..{layers.stop - 1}, {lay.stage_gpus} GPUs): "
+                     f"{fmt.si(w, 'B')} weights + {fmt.si(kv, 'B')} KV = {fmt.si(w + kv, 'B')} per GPU")  # fmt: skip
+    return lines
+
+
 def _memory(e: Estimate) -> Section:
     mem, g = e.memory, e.gpu
     b = mem.per_gpu
@@ -147,6 +163,7 @@ def _memory(e: Estimate) -> Section:
         f"{fmt.si(b.reserve, 'B')} reserve = {fmt.si(b.total, 'B')} -> {'fits' if mem.fits else 'does not fit'}",
         f"max batch at {e.workload.total_tokens:,} tokens: {mem.max_batch:,}; max context at batch "
         f"{e.workload.batch}: {mem.max_context:,}; smallest layout that fits: {mem.min_layout or 'none searched'}",
+        *_stage_memory(e),
     ]
 
 

@@ -13,6 +13,7 @@ from tokcost.engine.estimate import (
     critical_batch_kv,
     decode_contexts,
     deployment,
+    deployment_warnings,
     mean_decode_seconds,
     usd_per_million_tokens,
 )
@@ -98,3 +99,21 @@ def sweep(
                 )
             )
     return points
+
+
+def sweep_warnings(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    base: Workload,
+    prompts: list[int],
+    network: Link | None = None,
+    engine: EngineProfile = GENERIC,
+) -> list[str]:
+    """The deployment's warnings at each swept context (a point that does not fit says so in its own row)."""
+    out: list[str] = []
+    for prompt in prompts:
+        wl = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
+        d = deployment(model, gpu, wl, network, engine)
+        memory = memory_report(model, gpu, wl, d.precision, d.layout)
+        out += [w for w in deployment_warnings(d, wl, memory) if not w.startswith("does not fit")]
+    return list(dict.fromkeys(out))
