@@ -3,7 +3,7 @@
 - TTFT = request overhead + the residual of the decode step in progress at arrival (uniform over one
   decode step, when decodes run: probability 1 - exp(-b)) + either
   - the prompt's lone cost A(P') when it finds no prefill queued (probability 1 - rho), or
-  - the M/G/1 wait (Pollaczek-Khinchine mean, exponential tail, queueing.py) + alpha P' for its own tokens
+  - the M/G/1 wait (Pollaczek-Khinchine mean, Takacs second moment, a gamma; queueing.py) + alpha P' for its own tokens
     + the rest of its last step: tokens packed after its own, uniform up to what arrives before that step
     starts (at most `align` of a chunk on average when a backlog fills every step).
   M/G/1 on prefill work uses the variance of the prompt lengths (M/D/1 when they are fixed).
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from tokcost.serving.queueing import Moments, ShiftedGamma, exp_plus_uniform_tail, quantile
+from tokcost.serving.queueing import Moments, ShiftedGamma, gamma_plus_uniform_tail, quantile
 from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
 from tokcost.serving.traffic import Slo
 
@@ -53,16 +53,16 @@ def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
         return 0.0
     p_dec, step = _residual(pt)
     s = t - r.overhead_s
-    theta = pt.wait_if_waiting_s
+    theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     alpha = pt.chunk_step_s / r.chunk
     total = 0.0
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         idle = (1 - p_dec) * (alone > s) + (p_dec * min(max((alone + step - s) / step, 0.0), 1.0) if p_dec else 0.0)
         own, width = alpha * prompt.tokens, final_step_extra(r, pt, prompt)
-        busy = (1 - p_dec) * exp_plus_uniform_tail(s - own, theta, width)
+        busy = (1 - p_dec) * gamma_plus_uniform_tail(s - own, theta, shape, width)
         if p_dec > 0:
             busy += p_dec * sum(
-                exp_plus_uniform_tail(s - own - step * (j + 0.5) / RESIDUAL_POINTS, theta, width)
+                gamma_plus_uniform_tail(s - own - step * (j + 0.5) / RESIDUAL_POINTS, theta, shape, width)
                 for j in range(RESIDUAL_POINTS)
             ) / RESIDUAL_POINTS  # fmt: skip
         total += prompt.weight * ((1 - pt.rho) * idle + pt.rho * busy)
@@ -78,7 +78,7 @@ def ttft_moments(r: Replica, pt: LoadPoint) -> Moments:
     alpha = pt.chunk_step_s / r.chunk
     parts = []
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
-        wait = Moments.uniform(final_step_extra(r, pt, prompt)) + Moments.exponential(pt.wait_if_waiting_s)
+        wait = Moments.uniform(final_step_extra(r, pt, prompt)) + Moments.gamma(pt.wait_if_waiting_s, pt.wait_shape)
         parts.append((prompt.weight * (1 - pt.rho), Moments(alone)))
         parts.append((prompt.weight * pt.rho, Moments(alpha * prompt.tokens) + wait))
     return Moments.mixture(parts) + residual + Moments(r.overhead_s)
@@ -92,8 +92,7 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     raw3 = s.mu3 + 3 * s.mean * s.var + s.mean**3
     stretch = 1 / max(1 - kappa * pt.rho, 1e-6)
     prefill = Moments(0.0, pt.rate_rps * life * raw2, pt.rate_rps * life * raw3).scaled(kappa * stretch / n)
-    slope = r.steps.curve(()).slope(pt.batch + 1)
-    swing = Moments(0.0, 2 / 3 * pt.batch * slope**2)
+    swing = Moments(0.0, 2 / 3 * r.decode_step_moments(pt.batch)[1])
     return Moments(pt.tpot_mean_s + r.transfer_s / n) + (prefill + swing).scaled(1 / (1 - gain))
 
 

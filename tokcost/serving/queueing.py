@@ -2,9 +2,10 @@
 
 - M/G/1 (Poisson arrivals, any service time S, one server, FCFS): P(wait > 0) = rho = lambda E[S], and
   E[W] = lambda E[S^2] / (2 (1 - rho)) (Pollaczek-Khinchine; with fixed S it is M/D/1's rho S / (2 (1 - rho)),
-  the formula DistServe uses for its prefill queue). The wait of a request that does wait is taken as
-  exponential with the mean that gives E[W]: P(W > t) = rho exp(-t rho / E[W]). Exact for M/M/1, and the
-  heavy-traffic limit for any M/G/1 (Kingman 1962), which is where tails matter.
+  the formula DistServe uses for its prefill queue), E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho))
+  (Takacs). The wait of a request that does wait is read as a gamma with those two moments: exponential
+  for M/M/1 (exact there, and Kingman's heavy-traffic limit for any M/G/1), lighter-tailed for steady
+  service such as fixed prompt lengths, where an exponential with the same mean overstates p99.
 - A sum with a known mean, variance and third central moment (a request's TPOT over its decode steps, its
   E2E) is read as a shifted gamma with those three moments: skewed like the sums of rare, long prefill
   steps it comes from, and normal when the skew vanishes.
@@ -47,6 +48,11 @@ class Moments:
         return Moments(mean, mean**2, 2 * mean**3)
 
     @staticmethod
+    def gamma(mean: float, shape: float) -> Moments:
+        """Gamma with this mean and shape."""
+        return Moments(mean, mean**2 / shape, 2 * mean**3 / shape**2)
+
+    @staticmethod
     def mixture(parts: list[tuple[float, Moments]]) -> Moments:
         """The variable that is parts[i][1] with probability parts[i][0] (weights summing to 1)."""
         raw = [0.0, 0.0, 0.0]
@@ -64,6 +70,46 @@ def pollaczek_khinchine_wait(rate: float, service: Moments) -> float:
     if rho >= 1:
         return math.inf
     return rate * (service.var + service.mean**2) / (2 * (1 - rho))
+
+
+def wait_given_waiting(rate: float, service: Moments) -> tuple[float, float]:
+    """(mean, gamma shape) of the M/G/1 wait of a request that waits, from its first two moments.
+
+    E[W] is Pollaczek-Khinchine's; E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho)) (Takacs). Given W > 0
+    (probability rho) the mean is E[W] / rho and the second moment E[W^2] / rho; a gamma with those two
+    moments is exponential (shape 1) for M/M/1 and lighter-tailed for steadier service (M/D/1: shape > 1).
+    """
+    rho = rate * service.mean
+    wait = pollaczek_khinchine_wait(rate, service)
+    if rho <= 0 or not math.isfinite(wait):
+        return (0.0 if rho <= 0 else math.inf), 1.0
+    raw3 = service.mu3 + 3 * service.mean * service.var + service.mean**3
+    second = 2 * wait**2 + rate * raw3 / (3 * (1 - rho))
+    mean = wait / rho
+    var = second / rho - mean**2
+    return mean, (mean**2 / var if var > 0 else NORMAL_SHAPE)
+
+
+def gamma_plus_uniform_tail(s: float, mean: float, shape: float, width: float) -> float:
+    """P(G + U > s) for G gamma with `mean` and `shape`, U uniform on [0, width], independent.
+
+    (1/w) integral over [s - w, s] of P(G > x) dx, with the antiderivative of Q(k, y): y Q(k, y) - k Q(k+1, y).
+    """
+    if s <= 0:
+        return 1.0
+    if mean <= EPS:
+        return min(max((width - s) / width, 0.0), 1.0) if width > EPS else 0.0
+    scale = mean / shape
+    if width <= EPS:
+        return gamma_tail(shape, s / scale)
+
+    def integral(x: float) -> float:  # integral_0^x P(G > u) du, x >= 0
+        y = x / scale
+        return scale * (y * gamma_tail(shape, y) - shape * gamma_tail(shape + 1, y) + shape)
+
+    lo = s - width  # P(G > x) = 1 for x <= 0
+    area = integral(s) - integral(max(lo, 0.0)) + max(-lo, 0.0)
+    return min(max(area / width, 0.0), 1.0)
 
 
 def exp_plus_uniform_tail(s: float, mean: float, width: float) -> float:

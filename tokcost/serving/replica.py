@@ -35,15 +35,17 @@ from typing import Literal
 from tokcost.engine.step import Scenario, Segment
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.curve import Curve
-from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait
+from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
 
 Role = Literal["both", "prefill", "decode"]
 Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
-TAIL_ITERATIONS = 4  # fixed-point passes for the share of last chunks that run alone
+TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for the share of last chunks run alone
+TAIL_TOLERANCE = 1e-4
 SATURATION_MARGIN = 1 - 1e-6
+POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class LoadPoint:
     steps_per_request: float  # m
     service: Moments  # prefill work S per request
     wait_mean_s: float  # Pollaczek-Khinchine mean wait
+    wait_shape: float  # gamma shape of the wait of a prompt that waits (1: exponential)
     alone_s: tuple[float, ...]  # lone prefill cost A(P') per prompt grid point
     lone: tuple[float, ...]  # pi: chance a grid point's last chunk runs in a step no later prompt fills
     kv_tokens_p99: float
@@ -177,11 +180,11 @@ class Replica:
         b = load
         m1, m2, m3 = self.prompt_moments
         if not self.prompts:
-            t0 = self._main_curves()[0](b + 1)
+            t0 = self._decode_step(b)
             rate = b / (self.decode_steps_mean * t0) if self.decode_steps_mean else 0.0
             return self._point(b, rate, 0.0, t0, t0, t0, t0, 0.0, Moments(0.0), (), ())
-        n, lone = self.decode_steps_mean, tuple(1.0 for _ in self.prompts)
-        for _ in range(TAIL_ITERATIONS):
+        n, lone = self.decode_steps_mean, tuple(0.0 for _ in self.prompts)
+        for i in range(TAIL_ITERATIONS):
             t0, tc, alpha, alone, d, m = self._terms(b, lone)
             e_s = alpha * m1 + d
             # Little for decodes: b (lambda m + (1 - lambda E[S]) / T0) = lambda n, linear in lambda
@@ -189,29 +192,29 @@ class Replica:
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            if rho >= 1:
+            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            if done:
                 break
-            lone = self._lone_probability(rate, rho, alpha, service)
         tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
         return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone)
 
     def _prefill_state(self, rate: float) -> LoadPoint:
         m1, m2, m3 = self.prompt_moments
-        lone = tuple(1.0 for _ in self.prompts)
-        for _ in range(TAIL_ITERATIONS):
+        lone = tuple(0.0 for _ in self.prompts)
+        for i in range(TAIL_ITERATIONS):
             t0, tc, alpha, alone, d, m = self._terms(0.0, lone)
             rho = min(rate * (alpha * m1 + d), 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            if rho >= 1:
+            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            if done:
                 break
-            lone = self._lone_probability(rate, rho, alpha, service)
         return self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone)
 
     def _terms(self, b: float, lone: tuple[float, ...]) -> tuple[float, float, float, tuple[float, ...], float, float]:
         """(T0, Tc, alpha, A per grid point, d = E[pi (A - alpha P')], prefill steps per request m) at batch b."""
         c = self.chunk
         decode, packed = self._main_curves()
-        t0, tc = decode(b + 1), packed(b)
+        t0, tc = self._decode_step(b), packed(b)
         alpha = tc / c
         alone = self._alone(b, alpha)
         d = m_tail = 0.0
@@ -223,18 +226,20 @@ class Replica:
     def _lone_probability(self, rate: float, rho: float, alpha: float, service: Moments) -> tuple[float, ...]:
         """pi per grid point: no prompt arrives between its arrival and the start of its last step.
 
-        E[exp(-lambda (W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else
-        exponential with mean theta): ((1 - rho) + rho / (1 + lambda theta)) exp(-lambda alpha (chunks - 1) C).
+        E[exp(-lambda (W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else gamma
+        with mean theta and shape k): ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda alpha (chunks - 1) C).
         """
-        wait = pollaczek_khinchine_wait(rate, service)
-        theta = wait / rho if rho > 0 else 0.0
-        no_wait = (1 - rho) + rho / (1 + rate * theta)
+        if rho >= 1 or not math.isfinite(rate):
+            return tuple(0.0 for _ in self.prompts)
+        theta, shape = wait_given_waiting(rate, service)
+        no_wait = (1 - rho) + rho * (1 + rate * theta / shape) ** -shape
         return tuple(no_wait * math.exp(-rate * alpha * (pt.chunks - 1) * self.chunk) for pt in self.prompts)
 
     def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone) -> LoadPoint:  # noqa: ANN001
         kv = self.kv_shared + (b + Z_P99 * math.sqrt(b)) * self.kv_private + rho * self.prompt_moments[0]
         wait = pollaczek_khinchine_wait(rate, service) if rho > 0 else 0.0
-        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, alone, lone, kv)
+        shape = wait_given_waiting(rate, service)[1] if rho > 0 else 1.0
+        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv)
 
     def feedback(self, pt: LoadPoint) -> float:
         """Loop gain of the decode batch, lambda E[n] dTPOT/db at a fixed rate (it reaches 1 at saturation).
@@ -256,6 +261,32 @@ class Replica:
         t0, _, alpha, _, d, m = self._terms(b, pt.lone)
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
         return 1 / (pt.rate_rps * m + (1 - rho) / t0)
+
+    def _decode_step(self, b: float) -> float:
+        """T0: a decode-only step as a decoding sequence sees it, itself plus Poisson(b) others."""
+        return self.decode_step_moments(b)[0]
+
+    def decode_step_moments(self, b: float) -> tuple[float, float]:
+        """(mean, variance) of the decode-only step over the Poisson(b) others a decoding sequence shares it with.
+
+        Linear in the batch for dense models: the step at b + 1, variance slope^2 b. An MoE's distinct experts
+        are concave in the batch, so both come from the Poisson weights (Jensen: the step at the mean batch is
+        slower than the mean step).
+        """
+        curve = self._main_curves()[0]
+        if self.steps.model.moe is None or b <= 0:
+            return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
+        if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b
+            spread = math.sqrt(3 * b)
+            points = ((1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread)))
+        else:
+            points, pmf, k = [], math.exp(-b), 0
+            while k <= b + 8 * math.sqrt(b) + 8:
+                points.append((pmf, curve(k + 1)))
+                k += 1
+                pmf *= b / k
+        mean = sum(w * y for w, y in points)
+        return mean, max(sum(w * y * y for w, y in points) - mean**2, 0.0)
 
     # ---- step-time curves ------------------------------------------------------------------------------
 
@@ -281,6 +312,14 @@ class Replica:
             alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f
             for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True)
         )
+
+
+def _damped(old: tuple[float, ...], new: tuple[float, ...], i: int) -> tuple[tuple[float, ...], bool]:
+    """The next iterate of pi (averaged with the last from the third pass on) and whether it has settled."""
+    done = all(abs(a - b) <= TAIL_TOLERANCE for a, b in zip(old, new, strict=True))
+    if i < 2 or done:
+        return new, done
+    return tuple((a + b) / 2 for a, b in zip(old, new, strict=True)), False
 
 
 def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> Moments:
