@@ -13,14 +13,15 @@ at its midpoint and split until linear within INTERPOLATION_TOLERANCE, and the v
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokcost.engine.roofline import PassCost
 
-INTERPOLATION_TOLERANCE = 1e-4  # relative error allowed between breakpoints (nonlinear counts only)
-MAX_EVALUATIONS = 96  # engine calls per curve; a safety net, reached only by pathological specs
+INTERPOLATION_TOLERANCE = 1e-3  # relative chord error allowed at a piece's midpoint (nonlinear counts only)
+MAX_EVALUATIONS = 128  # engine calls per curve at most
 
 Price = Callable[[float], PassCost]
 
@@ -66,12 +67,17 @@ def _first_flip(pa: PassCost, pb: PassCost, a: float, b: float) -> float | None:
 
 
 def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tuple[float, ...] = ()) -> Curve:
-    """Breakpoints of price(b).seconds on [lo, hi]: the ends, `breaks`, and every bound flip between."""
+    """Breakpoints of price(b).seconds on [lo, hi]: the ends, `breaks`, and every bound flip between.
+
+    Pieces are refined widest first, so a budget of MAX_EVALUATIONS spreads over the whole range.
+    """
     points: dict[float, PassCost] = {x: price(x) for x in (lo, hi, *(x for x in breaks if lo < x < hi))}
-    todo = list(zip(sorted(points)[:-1], sorted(points)[1:], strict=True))
+    ordered = sorted(points)
+    todo = [(a - b, a, b) for a, b in zip(ordered[:-1], ordered[1:], strict=True)]
+    heapq.heapify(todo)
     min_width = 1e-9 * max(hi - lo, 1.0)
     while todo and len(points) < MAX_EVALUATIONS:
-        a, b = todo.pop()
+        _, a, b = heapq.heappop(todo)
         if b - a <= min_width:
             continue
         x = _first_flip(points[a], points[b], a, b)
@@ -87,6 +93,7 @@ def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tup
         else:
             x = min(max(x, a + min_width), b - min_width)
             points[x] = price(x)
-        todo += [(a, x), (x, b)]
+        heapq.heappush(todo, (a - x, a, x))
+        heapq.heappush(todo, (x - b, x, b))
     xs = tuple(sorted(points))
     return Curve(xs, tuple(points[x].seconds for x in xs), tuple(points[x].bound for x in xs))

@@ -135,7 +135,13 @@ def simulate(
         else:  # decode only: one line per stretch of constant batch (linear in the context while no term flips)
             if line is None or line[0] != b or step > line[4]:
                 line = _decode_line(steps, b, segments[0].cached_tokens, step, decoding[0][0])
-            seconds = line[2] + line[3] * (step - line[1])
+            # run every decode-only step up to the next event at once: a finish, an arrival, the line's end
+            first = line[2] + line[3] * (step - line[1])
+            jump = min(decoding[0][0], line[4]) - step + 1
+            if arrivals:
+                jump = min(jump, _steps_until(arrivals[0][0] - t, first, line[3]))
+            seconds = jump * first + line[3] * jump * (jump - 1) / 2
+            step += jump - 1
         t += seconds
         batch_time += b * seconds
         prefill_time += seconds if budget < chunk else 0.0
@@ -178,3 +184,14 @@ def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int)
     if any(a.bound != e.bound for a, e in zip(start.components, end.components, strict=True)):
         return (batch, step, start.seconds, 0.0, step)
     return (batch, step, start.seconds, (end.seconds - start.seconds) / (last - step), last)
+
+
+def _steps_until(gap: float, first: float, slope: float) -> int:
+    """Fewest steps (at least 1) of durations first, first + slope, ... that together last at least `gap`."""
+    if gap <= first:
+        return 1
+    if abs(slope) < 1e-15 * first:
+        return math.ceil(gap / first)
+    # slope/2 j^2 + (first - slope/2) j - gap = 0
+    a, b = slope / 2, first - slope / 2
+    return max(1, math.ceil((-b + math.sqrt(b * b + 4 * a * gap)) / (2 * a) - 1e-9))
