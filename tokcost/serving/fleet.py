@@ -180,7 +180,7 @@ def size_disaggregated(
         return failed("saturated at the offered load", cap_d)
     gpus = x * prefill_gpus + y * decode_gpus
     ttft = ttft_moments(prefill, pt_p)
-    e2e = {
+    e2e: dict[str, float | None] = {
         name: quantile(lambda t: e2e_tail(decode, pt_d, t, ttft), QUANTILES[name], ttft.mean, 2 * ttft.mean + 1)
         for name in REPORTED
     }

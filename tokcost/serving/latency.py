@@ -25,8 +25,6 @@ from tokcost.serving.queueing import Moments, ShiftedGamma, gamma_plus_uniform_t
 from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
 from tokcost.serving.traffic import Slo
 
-RESIDUAL_POINTS = 8  # midpoints that integrate over the residual decode step
-
 
 def _residual(pt: LoadPoint) -> tuple[float, float]:
     """(chance decodes are running at an arrival, the decode step it then waits out)."""
@@ -60,11 +58,9 @@ def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
         idle = (1 - p_dec) * (alone > s) + (p_dec * min(max((alone + step - s) / step, 0.0), 1.0) if p_dec else 0.0)
         own, width = alpha * prompt.tokens, final_step_extra(r, pt, prompt)
         busy = (1 - p_dec) * gamma_plus_uniform_tail(s - own, theta, shape, width)
-        if p_dec > 0:
-            busy += p_dec * sum(
-                gamma_plus_uniform_tail(s - own - step * (j + 0.5) / RESIDUAL_POINTS, theta, shape, width)
-                for j in range(RESIDUAL_POINTS)
-            ) / RESIDUAL_POINTS  # fmt: skip
+        if p_dec > 0:  # the two uniforms (last-step extra, residual decode step) as one of equal mean and variance
+            both = math.hypot(width, step)
+            busy += p_dec * gamma_plus_uniform_tail(s - own - (width + step - both) / 2, theta, shape, both)
         total += prompt.weight * ((1 - pt.rho) * idle + pt.rho * busy)
     return total
 

@@ -276,11 +276,12 @@ class Replica:
         curve = self._main_curves()[0]
         if self.steps.model.moe is None or b <= 0:
             return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
+        points: list[tuple[float, float]] = []
         if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b
             spread = math.sqrt(3 * b)
-            points = ((1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread)))
+            points = [(1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread))]
         else:
-            points, pmf, k = [], math.exp(-b), 0
+            pmf, k = math.exp(-b), 0
             while k <= b + 8 * math.sqrt(b) + 8:
                 points.append((pmf, curve(k + 1)))
                 k += 1
