@@ -137,3 +137,20 @@ def test_closed_loop_users_are_rate_times_e2e_plus_think():
 def test_past_saturation_there_is_no_steady_state():
     r = _replica()
     assert state_at_rate(r, capacity(r, []).saturation_rps * 1.01) is None
+
+
+def test_predict_one_validation_row():
+    from tokcost.serving.predict import predict
+
+    m, g = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    open_loop = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, rate_rps=5.0, chunk=2048)
+    assert open_loop.rate_rps == pytest.approx(5.0) and not open_loop.saturated
+    assert open_loop.output_tokens_per_s == pytest.approx(1000.0)
+    # the same replica under 16 users and no think time: N = rate x mean E2E (fixed lengths: E2E is tight)
+    closed = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, concurrency=16, chunk=2048)
+    assert closed.e2e_s is not None
+    assert closed.rate_rps * closed.e2e_s["p50"] == pytest.approx(16, rel=0.1)
+    too_much = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, rate_rps=1e4)
+    assert too_much.saturated and too_much.ttft_s is None and too_much.rate_rps == too_much.saturation_rps
+    with pytest.raises(ValueError):
+        predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200)
