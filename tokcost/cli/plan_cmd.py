@@ -260,6 +260,10 @@ def _provenance_warnings(result: Plan) -> list[str]:
 # ---- rendering -------------------------------------------------------------------------------------------
 
 
+def _hourly(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:,.2f}"
+
+
 def _triple(values: dict[str, float | None] | None) -> str:
     if not values:
         return "n/a"
@@ -302,7 +306,7 @@ def plan_tables(result: Plan, top: int, elapsed: float) -> list[Table]:
         fleets.rows.append([
             f"{i}{'*' if row.pareto else ''}", row.deployment.gpu.name, _layout(row), precision_label(row),
             f"{row.chunk:,}", _replicas(row, "expected"), _goodput(row, tokens), f"{x.utilization or 0:.0%}",
-            _triple(x.ttft_s), _triple(x.tpot_s), fmt.usd(x.usd_per_hour), fmt.usd(x.usd_per_million_input_tokens),
+            _triple(x.ttft_s), _triple(x.tpot_s), _hourly(x.usd_per_hour), fmt.usd(x.usd_per_million_input_tokens),
             fmt.usd(x.usd_per_million_output_tokens), x.binding,
         ])  # fmt: skip
     fleets.notes += _notes(result, passing, elapsed)
@@ -313,7 +317,7 @@ def plan_tables(result: Plan, top: int, elapsed: float) -> list[Table]:
     for i, row in enumerate(passing, 1):
         c = row.ceiling
         ceiling.rows.append([str(i), row.deployment.gpu.name, _layout(row), _replicas(row, "ceiling"),
-                             f"{c.max_rate_rps:,.2f} req/s", fmt.usd(c.usd_per_hour), c.binding])  # fmt: skip
+                             f"{c.max_rate_rps:,.2f} req/s", _hourly(c.usd_per_hour), c.binding])  # fmt: skip
     tables = [fleets, ceiling] if passing else [fleets]
     if any(r.simulated for r in passing):
         tables.append(_simulated_table(passing))
@@ -330,7 +334,7 @@ def plan_tables(result: Plan, top: int, elapsed: float) -> list[Table]:
                  ["load", unit, "configuration", "GPUs", "$/hour"])  # fmt: skip
     for entry in result.load:
         load.rows.append([f"{entry['multiple']:g}x", f"{entry['load']:,.4g}", str(entry["config"] or "none"),
-                          str(entry["gpus"] or "-"), fmt.usd(entry["usd_per_hour"])])  # type: ignore[arg-type]  # fmt: skip
+                          str(entry["gpus"] or "-"), _hourly(entry["usd_per_hour"])])  # type: ignore[arg-type]  # fmt: skip
     return tables + [load]
 
 

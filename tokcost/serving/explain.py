@@ -47,10 +47,29 @@ def _pass(name: str, cost: PassCost) -> str:
 def explain_plan(plan: Plan) -> list[tuple[str, list[str]]]:
     """(heading, lines) for the serving model and the top configuration that meets the SLOs."""
     sections = [("How plan models serving", SERVING_MODEL)]
-    row = next((r for r in plan.rows if r.expected.meets_slo and r.replica is not None), None)
-    if row is None:
+    meeting = [r for r in plan.rows if r.expected.meets_slo and r.replica is not None]
+    if not meeting:
         return sections + [("Top configuration", ["no configuration meets the SLOs; see the failures above"])]
-    return sections + _row_sections(plan, row)
+    if meeting[0].mode == "disaggregated":
+        sections.append(_disaggregated_section(meeting[0]))
+    aggregated = next((r for r in meeting if r.mode == "aggregated"), None)
+    return sections + (_row_sections(plan, aggregated) if aggregated else [])
+
+
+def _disaggregated_section(row: Row) -> tuple[str, list[str]]:
+    x, decode = row.expected, row.replica
+    assert decode is not None and row.prefill_layout is not None
+    return (
+        f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected",
+        [
+            f"prefill pool: {x.prefill_replicas} x {row.prefill_layout.label}, sized for the TTFT SLOs; decode "
+            f"pool: {x.replicas} x {row.deployment.layout.label}, sized for the TPOT SLOs; {x.gpus} GPUs",
+            f"KV transfer per request = {fmt.ms(decode.transfer_s)}, spread over its decode steps (+ transfer / n "
+            "on TPOT)",
+            "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s),
+            "the aggregated arithmetic below is the best aggregated configuration's",
+        ],
+    )
 
 
 def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
