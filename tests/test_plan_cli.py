@@ -174,3 +174,12 @@ def test_bad_trace_lines(cli, tmp_path):
 def test_help_has_an_example(cli):
     r = cli("plan", "--help")
     assert r.exit_code == 0 and "Example: tokcost plan" in r.stdout
+
+
+def test_one_token_answers_have_no_tpot(cli):
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--rate", "5", "--output", "1",
+            "--slo", "tpot_p90=10ms", "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    x = r.json()["configs"][0]["expected"]
+    assert x["meets_slo"] and x["tpot_s"] is None  # a TPOT SLO has nothing to bind
+    assert x["e2e_s"]["p90"] == pytest.approx(x["ttft_s"]["p90"], rel=1e-4)

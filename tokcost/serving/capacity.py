@@ -42,7 +42,7 @@ class Capacity:
 def saturation_bound(replica: Replica) -> str:
     """What the saturating steps are bound by: the packed prefill chunk's, or decode's without prefill."""
     limit = replica.load_limit()
-    batch = 0.0 if replica.role == "prefill" else limit
+    batch = 0.0 if replica.rate_driven else limit
     if replica.prompts:
         return BOUND_LABEL[replica.steps.pass_cost(batch, replica.packed).bound]
     return BOUND_LABEL[replica.steps.pass_cost(batch + 1, ()).bound]
@@ -100,7 +100,7 @@ def state_at_rate(replica: Replica, rate: float) -> LoadPoint | None:
     """The steady state at `rate` requests/s, or None at or past saturation."""
     if rate <= 0:
         return replica.state(0.0)
-    if replica.role == "prefill":
+    if replica.rate_driven:
         return replica.state(rate) if rate < replica.load_limit() else None
     return _bisect_load(replica, lambda pt: pt.rate_rps, rate)
 

@@ -102,13 +102,16 @@ def tpot_tail(r: Replica, pt: LoadPoint, t: float) -> float:
 
 def e2e_tail(r: Replica, pt: LoadPoint, t: float, ttft: Moments | None = None) -> float:
     """P(E2E > t): TTFT plus n TPOTs, moments added, per output grid point (`ttft` from another pool)."""
+    own_ttft = ttft is None
     ttft = ttft_moments(r, pt) if ttft is None else ttft
-    gain = r.feedback(pt)
-    outputs = r.outputs or [(0, 1.0)]
-    return sum(
-        w * ShiftedGamma.from_moments(ttft + tpot_moments(r, pt, n, gain).scaled(n) if n else ttft).tail(t)
-        for n, w in outputs
-    )
+    gain = r.feedback(pt) if r.decodes else 0.0
+    total = 0.0
+    for n, w in r.outputs or [(0, 1.0)]:
+        if n == 0:  # a one-token answer ends with its first token
+            total += w * (ttft_tail(r, pt, t) if own_ttft else ShiftedGamma.from_moments(ttft).tail(t))
+        else:
+            total += w * ShiftedGamma.from_moments(ttft + tpot_moments(r, pt, n, gain).scaled(n)).tail(t)
+    return total
 
 
 def tail(r: Replica, pt: LoadPoint, metric: str, t: float) -> float:

@@ -141,6 +141,11 @@ class Replica:
         return PromptPoint(tokens, weight, chunks, full, tail)
 
     @property
+    def rate_driven(self) -> bool:
+        """No decode batch here (a prefill instance, or one-token answers): the load is the rate itself."""
+        return self.role == "prefill" or self.decode_steps_mean == 0
+
+    @property
     def decodes(self) -> bool:
         """Whether some request decodes here (output above one token, and not a prefill-only instance)."""
         return any(n >= 1 for n, _ in self.outputs)
@@ -159,7 +164,7 @@ class Replica:
 
     def load_limit(self) -> float:
         """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
-        if self.role == "prefill":
+        if self.rate_driven:
             if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
                 return 0.0
             _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
@@ -168,14 +173,14 @@ class Replica:
 
     def kv_bound(self) -> bool:
         """Whether KV capacity, not saturation, caps the load."""
-        return self.role != "prefill" and self.kv_batch_limit() < self.saturation_batch * SATURATION_MARGIN
+        return not self.rate_driven and self.kv_batch_limit() < self.saturation_batch * SATURATION_MARGIN
 
     # ---- steady state ----------------------------------------------------------------------------------
 
     def state(self, load: float) -> LoadPoint:
         """Steady state at `load`: the mean decode batch, solved for the rate that produces it (a prefill
         instance: the rate itself)."""
-        if self.role == "prefill":
+        if self.rate_driven:
             return self._prefill_state(load)
         b = load
         m1, m2, m3 = self.prompt_moments
