@@ -183,3 +183,16 @@ def test_one_token_answers_have_no_tpot(cli):
     x = r.json()["configs"][0]["expected"]
     assert x["meets_slo"] and x["tpot_s"] is None  # a TPOT SLO has nothing to bind
     assert x["e2e_s"]["p90"] == pytest.approx(x["ttft_s"]["p90"], rel=1e-4)
+
+
+def test_plan_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom tokcost.cli.app import main\n"
+        "main(['plan', '-m', 'llama-3.1-8b', '-g', 'l4', '--rate', '1', '--format', 'json'])\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("ok")

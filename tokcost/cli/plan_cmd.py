@@ -261,7 +261,11 @@ def _provenance_warnings(result: Plan) -> list[str]:
 
 
 def _hourly(value: float | None) -> str:
-    return "n/a" if value is None else f"${value:,.2f}"
+    return "no price" if value is None else f"${value:,.2f}"
+
+
+def _usd(value: float | None) -> str:
+    return "no price" if value is None else fmt.usd(value)
 
 
 def _triple(values: dict[str, float | None] | None) -> str:
@@ -306,8 +310,8 @@ def plan_tables(result: Plan, top: int, elapsed: float) -> list[Table]:
         fleets.rows.append([
             f"{i}{'*' if row.pareto else ''}", row.deployment.gpu.name, _layout(row), precision_label(row),
             f"{row.chunk:,}", _replicas(row, "expected"), _goodput(row, tokens), f"{x.utilization or 0:.0%}",
-            _triple(x.ttft_s), _triple(x.tpot_s), _hourly(x.usd_per_hour), fmt.usd(x.usd_per_million_input_tokens),
-            fmt.usd(x.usd_per_million_output_tokens), x.binding,
+            _triple(x.ttft_s), _triple(x.tpot_s), _hourly(x.usd_per_hour), _usd(x.usd_per_million_input_tokens),
+            _usd(x.usd_per_million_output_tokens), x.binding,
         ])  # fmt: skip
     fleets.notes += _notes(result, passing, elapsed)
     ceiling = Table(

@@ -245,7 +245,7 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
     modes = ["aggregated", "disaggregated"] if space.mode == "both" else [space.mode]
     for gpu in space.gpus:
         if space.prices.get(gpu.name, gpu.price_per_hour_usd) is None:
-            warnings.append(f"{gpu.name}: no price in its spec; its $ columns say n/a (--price {gpu.name}=USD)")
+            warnings.append(f"{gpu.name}: no price in its spec; its $ columns say 'no price' (--price {gpu.name}=USD)")
         for weights, kv, compute in product(space.weights, space.kv_dtypes, space.compute_dtypes):
             matmul = compute or default_compute(weights, gpu)
 
