@@ -8,6 +8,7 @@ import sys
 
 import typer
 
+import tokcost.cli.plan_cmd as plan_cmd
 from tokcost import __version__
 from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd, validate_cmd
 from tokcost.errors import TokcostError
@@ -50,6 +51,7 @@ app.command("sweep")(sweep_cmd.sweep)
 app.command("measure")(measure_cmd.measure)
 app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("validate")(validate_cmd.validate)
+app.command("plan")(plan_cmd.plan)
 
 
 def _fail(message: str, code: int = 2) -> int:

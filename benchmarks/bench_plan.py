@@ -1,0 +1,89 @@
+"""How long `tokcost plan` takes, and what its step-time curves save (timings here, never in tests).
+
+1. The issue's size: 14 GPUs x 4 TP degrees x 3 weight formats (all built-in GPUs, TP 1,2,4,8, bf16/fp8/int4),
+   llama-3.1-70b at 20 req/s, 2k in / 300 out, p90 TTFT 500 ms and p90 TPOT 40 ms, chunks searched.
+2. The README's command (4 GPUs x 4 TP x 2 formats) in a fresh interpreter, end to end.
+3. Engine calls: how many step_cost evaluations the curves needed, against one call per use.
+
+Run: python benchmarks/bench_plan.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+ISSUE_COMMAND = [
+    "plan", "-m", "llama-3.1-70b", "--rate", "20", "--prompt", "2048", "--output", "300",
+    "--slo", "ttft_p90=500ms", "--slo", "tpot_p90=40ms", "--gpu", "h100-sxm,h200,mi300x,l40s",
+    "--tp", "1,2,4,8", "--weights", "bf16,fp8", "--format", "json",
+]  # fmt: skip
+
+
+def full_search_seconds(runs: int) -> tuple[float, int, int, int]:
+    """(median seconds, configurations, engine calls, curve evaluations) for the 14 x 4 x 3 search."""
+    from tokcost.hardware.library import builtin_gpus, load_gpu, load_network
+    from tokcost.models.library import load_model
+    from tokcost.serving import curve, search, steps
+    from tokcost.serving.traffic import LengthDist, Slo, Traffic
+
+    model = load_model("llama-3.1-70b")
+    gpus = tuple(load_gpu(name) for name in builtin_gpus())
+    traffic = Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), rate_rps=20)
+    slos = [Slo("ttft", "p90", 0.5), Slo("tpot", "p90", 0.04)]
+    space = search.Space(
+        gpus=gpus, tps=(1, 2, 4, 8), weights=("bf16", "fp8", "int4"),
+        networks={g.name: load_network(g.network) for g in gpus if g.network},
+    )  # fmt: skip
+    calls = [0]
+    evaluations = [0]
+    original_cost, original_call = steps.step_cost, curve.Curve.__call__
+
+    def counted_cost(*args, **kwargs):
+        calls[0] += 1
+        return original_cost(*args, **kwargs)
+
+    def counted_call(self, b):
+        evaluations[0] += 1
+        return original_call(self, b)
+
+    times = []
+    for i in range(runs):
+        if i == 0:  # count once, time the others without the counters' overhead
+            steps.step_cost = counted_cost  # type: ignore[assignment]
+            curve.Curve.__call__ = counted_call  # type: ignore[method-assign]
+        start = time.perf_counter()
+        result = search.plan(model, traffic, slos, space)
+        times.append(time.perf_counter() - start)
+        steps.step_cost = original_cost  # type: ignore[assignment]
+        curve.Curve.__call__ = original_call  # type: ignore[method-assign]
+    return statistics.median(times[1:] or times), len(result.rows), calls[0], evaluations[0]
+
+
+def cli_seconds(runs: int) -> float:
+    """Median wall seconds of the README command in a fresh interpreter."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tokcost", *ISSUE_COMMAND], check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    """Print the timings and the engine-call ratio."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    seconds, configs, calls, evaluations = full_search_seconds(args.runs + 1)
+    print(f"14 GPUs x 4 TP x 3 formats ({configs} configurations, chunks searched): {seconds:6.2f} s")
+    print(f"  engine step_cost calls {calls:,} for {evaluations:,} step times read off curves "
+          f"({evaluations / max(calls, 1):,.0f}x fewer engine calls)")  # fmt: skip
+    print(f"README command (4 GPUs x 4 TP x 2 formats), fresh interpreter: {cli_seconds(args.runs):6.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""`tokcost plan` through the CLI: JSON keys, every format, warnings and explanations in their place, bad flags."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from tokcost.cli.app import main
+from tokcost.serving.report import CONFIG_KEYS, SCENARIO_KEYS
+
+BASE = ["plan", "-m", "llama-3.1-70b", "--prompt", "2048", "--output", "300", "--gpu", "h100-sxm,h200",
+        "--tp", "4,8", "--weights", "fp8", "--chunk", "1024,2048"]  # fmt: skip
+SLOS = ["--slo", "ttft_p90=500ms", "--slo", "tpot_p90=40ms"]
+# the keys issue 9 names; scripts depend on them
+ISSUE_CONFIG_KEYS = {"gpu", "tp", "weights", "kv_dtype", "chunk_tokens", "pareto", "expected", "ceiling"}
+ISSUE_SCENARIO_KEYS = {
+    "meets_slo", "max_rate_rps", "replicas", "gpus", "utilization", "ttft_s", "tpot_s", "usd_per_hour",
+    "usd_per_million_input_tokens", "usd_per_million_output_tokens", "binding",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plan_json():
+    """One planning run shared by the JSON tests: (parsed stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*BASE, "--rate", "20", *SLOS, "--format", "json", "--explain"])
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue()), err.getvalue()
+
+
+def test_json_keys_are_the_issues(plan_json):
+    data, stderr = plan_json
+    assert stderr == ""  # warnings live in the JSON
+    assert {"workload", "slo", "configs", "warnings"} <= set(data)
+    assert data["slo"] == {"ttft_p90": 0.5, "tpot_p90": 0.04}
+    assert data["workload"]["rate_rps"] == 20 and data["workload"]["headroom"] == 0.2
+    for config in data["configs"]:
+        assert set(config) == set(CONFIG_KEYS) and set(config) >= ISSUE_CONFIG_KEYS
+        for side in ("expected", "ceiling"):
+            assert set(config[side]) == set(SCENARIO_KEYS) and set(config[side]) >= ISSUE_SCENARIO_KEYS
+    first = data["configs"][0]["expected"]
+    assert first["meets_slo"] is True
+    assert set(first["ttft_s"]) == {"p50", "p90", "p99"} and set(first["tpot_s"]) == {"p50", "p90", "p99"}
+    assert first["ttft_s"]["p90"] <= 0.5 and first["tpot_s"]["p90"] <= 0.04
+
+
+def test_json_fleet_arithmetic(plan_json):
+    data, _ = plan_json
+    for config in data["configs"]:
+        x = config["expected"]
+        if not x["meets_slo"]:
+            continue
+        # replicas = ceil(rate (1 + headroom) / goodput); GPUs = replicas x TP; $/h = GPUs x $/GPU-hour
+        assert x["replicas"] == -(-20 * 1.2 // x["max_rate_rps"])
+        assert x["gpus"] == x["replicas"] * config["tp"]
+        assert x["max_rate_rps"] <= x["saturation_rps"]
+        if config["gpu"] == "h100-sxm":
+            assert x["usd_per_hour"] == pytest.approx(3.78 * x["gpus"])
+        else:
+            assert x["usd_per_hour"] is None and x["usd_per_million_output_tokens"] is None
+        # the datasheet ceiling never needs more GPUs than expected
+        assert config["ceiling"]["gpus"] <= x["gpus"]
+
+
+def test_json_is_ranked_cheapest_first_and_marks_pareto(plan_json):
+    data, _ = plan_json
+    meeting = [c for c in data["configs"] if c["expected"]["meets_slo"]]
+    priced = [c["expected"]["usd_per_hour"] for c in meeting if c["expected"]["usd_per_hour"] is not None]
+    assert priced == sorted(priced)
+    assert any(c["pareto"] for c in meeting)
+    assert data["configs"].index(meeting[-1]) == len(meeting) - 1  # failures after every success
+
+
+def test_json_explain_is_a_list_and_warnings_name_the_unpriced_gpu(plan_json):
+    data, _ = plan_json
+    assert isinstance(data["explain"], list) and all(isinstance(line, str) for line in data["explain"])
+    assert any("Little" in line for line in data["explain"])
+    assert any(w.startswith("h200: no price") for w in data["warnings"])
+
+
+def test_explain_reevaluates_littles_law_line(plan_json):
+    data, _ = plan_json
+    line = next(x for x in data["explain"] if x.strip().startswith("b = lambda E[n] TPOT"))
+    # "b = lambda E[n] TPOT = 4.000 x 299 x 23.4 ms = 27.9 sequences (the state solved at b = 27.9)"
+    lam, n, tpot_ms = line.split("=")[2].split(" x ")
+    product = float(lam) * float(n.replace(",", "")) * float(tpot_ms.split()[0]) / 1e3
+    stated = float(line.split("=")[3].split()[0].replace(",", ""))
+    assert product == pytest.approx(stated, rel=0.01)
+
+
+def test_table_markdown_and_csv(cli):
+    table = cli(*BASE, "--rate", "20", *SLOS)
+    assert table.exit_code == 0, table.stderr
+    assert "Cheapest fleets that meet every SLO (expected)" in table.stdout
+    assert "The same under ceiling" in table.stdout and "GPUs needed as the load changes" in table.stdout
+    assert "warning: h200: no price" in table.stderr and "warning" not in table.stdout
+    md = cli(*BASE, "--rate", "20", *SLOS, "--format", "markdown", "--explain")
+    assert md.exit_code == 0 and "| # |" in md.stdout and "## How this plan is derived" in md.stdout
+    csv = cli(*BASE, "--rate", "20", *SLOS, "--format", "csv", "--explain")
+    assert csv.exit_code == 0
+    header = csv.stdout.splitlines()[0].split(",")
+    assert "expected.ttft_s.p90" in header and "ceiling.gpus" in header
+    assert "How plan models serving" in csv.stderr  # prose never in the CSV
+
+
+def test_no_slo_reports_saturation(cli):
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "l40s", "--rate", "2", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    x = r.json()["configs"][0]["expected"]
+    assert x["max_rate_rps"] == x["saturation_rps"]
+    assert x["binding"] in {"compute", "memory bandwidth", "interconnect", "KV memory"}
+
+
+def test_concurrency_and_trace(cli, tmp_path):
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "64", "--think-time", "1s",
+            "--slo", "tpot_p90=30ms", "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["workload"]["concurrency"] == 64
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps({"prompt_tokens": p, "output_tokens": o, "arrival_s": i * 0.25})
+                               for i, (p, o) in enumerate([(500, 100), (1500, 300), (800, 50)] * 10)))  # fmt: skip
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(trace), "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    w = r.json()["workload"]
+    assert w["rate_rps"] == pytest.approx(29 / 7.25) and w["prompt_dist"] == "trace"
+    assert w["prompt_tokens"] == pytest.approx(2800 / 3)
+
+
+def test_disaggregated_rows(cli):
+    r = cli(*BASE, "--rate", "20", *SLOS, "--mode", "both", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    modes = {c["mode"] for c in r.json()["configs"]}
+    assert modes == {"aggregated", "disaggregated"}
+    d = next(c for c in r.json()["configs"] if c["mode"] == "disaggregated" and c["expected"]["meets_slo"])
+    x = d["expected"]
+    assert x["gpus"] == x["prefill_replicas"] * d["prefill_tp"] + x["replicas"] * d["tp"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--rate", "5", "--slo", "ttft_p97=1s"], "--slo: 'ttft_p97=1s'"),
+        (["--rate", "5", "--slo", "ttft_p90=500"], "--slo: '500' is not a duration"),
+        (["--rate", "-1"], "--rate: must be above 0"),
+        (["--rate", "5", "--concurrency", "10"], "--rate / --concurrency: give exactly one"),
+        ([], "--rate / --concurrency: give exactly one"),
+        (["--rate", "5", "--price", "b200=3"], "--price: 'b200' is not among --gpu"),
+        (["--rate", "5", "--headroom", "-0.1"], "--headroom: must be a fraction"),
+        (["--rate", "5", "--prompt-dist", "pareto"], "--prompt-dist: 'pareto' is not one of"),
+        (["--rate", "5", "--tp", "0"], "--tp: 0 is out of range"),
+        (["--rate", "5", "--weights", "fp7"], "--weights:"),
+        (["--rate", "5", "--cached-prefix", "5000"], "--cached-prefix:"),
+        (["--concurrency", "8", "--mode", "disaggregated"], "--mode: disaggregated plans need --rate"),
+    ],
+)
+def test_bad_flags_get_one_line_and_exit_2(cli, args, needle):
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", *args)
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_bad_trace_lines(cli, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt_tokens": 10, "output_tokens": 5}\n{"prompt_tokens": "ten", "output_tokens": 5}\n')
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1", "--trace", str(bad))
+    assert r.exit_code == 2 and "line 2: prompt_tokens: must be an integer" in r.stderr
+
+
+def test_help_has_an_example(cli):
+    r = cli("plan", "--help")
+    assert r.exit_code == 0 and "Example: tokcost plan" in r.stdout
+
+
+def test_one_token_answers_have_no_tpot(cli):
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--rate", "5", "--output", "1",
+            "--slo", "tpot_p90=10ms", "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    x = r.json()["configs"][0]["expected"]
+    assert x["meets_slo"] and x["tpot_s"] is None  # a TPOT SLO has nothing to bind
+    assert x["e2e_s"]["p90"] == pytest.approx(x["ttft_s"]["p90"], rel=1e-4)
+
+
+def test_plan_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom tokcost.cli.app import main\n"
+        "main(['plan', '-m', 'llama-3.1-8b', '-g', 'l4', '--rate', '1', '--format', 'json'])\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("ok")

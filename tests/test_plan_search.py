@@ -1,0 +1,148 @@
+"""The plan's search and sizing: laws across loads and SLOs, layouts, precisions, prices, cost split, Pareto."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tokcost.hardware.library import load_gpu, load_network
+from tokcost.models.library import load_model
+from tokcost.serving.search import Space, plan, precision_parts
+from tokcost.serving.traffic import LengthDist, Slo, Traffic
+
+MODEL = load_model("llama-3.1-70b")
+H100, H200, A100 = load_gpu("h100-sxm"), load_gpu("h200"), load_gpu("a100-80gb-sxm")
+SLOS = [Slo("ttft", "p90", 0.5), Slo("tpot", "p90", 0.04)]
+
+
+def _traffic(rate: float) -> Traffic:
+    return Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), rate_rps=rate)
+
+
+def _space(**kw) -> Space:
+    base = {"gpus": (H100,), "tps": (2, 4, 8), "weights": ("fp8",), "chunks": (1024, 2048)}
+    return Space(**{**base, **kw})
+
+
+def _cheapest(p) -> tuple[int, float]:
+    row = next(r for r in p.rows if r.expected.meets_slo)
+    return row.expected.gpus, row.expected.usd_per_hour
+
+
+def test_more_rate_never_needs_fewer_gpus():
+    cheapest = [_cheapest(plan(MODEL, _traffic(rate), SLOS, _space())) for rate in (0.5, 1, 2, 5, 10, 20, 40, 80)]
+    assert all(a[1] <= b[1] for a, b in zip(cheapest[:-1], cheapest[1:], strict=True))
+    assert cheapest[0][0] < cheapest[-1][0]
+
+
+def test_looser_slos_never_need_more_gpus():
+    runs = []
+    for loosen in (1.0, 1.25, 1.5, 2.0, 4.0):
+        slos = [Slo(s.metric, s.percentile, s.seconds * loosen) for s in SLOS]
+        runs.append(_cheapest(plan(MODEL, _traffic(20), slos, _space())))
+    assert all(a[1] >= b[1] for a, b in zip(runs[:-1], runs[1:], strict=True))
+
+
+def test_default_layouts_start_at_the_smallest_that_fits():
+    p = plan(MODEL, _traffic(5), SLOS, Space(gpus=(H100,), weights=("bf16",), chunks=(2048,)))
+    # 70B at bf16 (141 GB) needs two 80 GB cards before any KV fits
+    assert sorted({r.deployment.layout.tp for r in p.rows}) == [2, 4, 8]
+    explicit = plan(MODEL, _traffic(5), SLOS, Space(gpus=(H100,), tps=(1, 3), weights=("bf16",), chunks=(2048,)))
+    reasons = {r.deployment.layout.tp: r.expected.binding for r in explicit.rows}
+    assert reasons[1].startswith("does not fit")
+    assert reasons[3] == "TP 3 does not divide 64 attention heads"
+
+
+def test_fp8_weights_run_fp8_matmuls_only_where_the_gpu_has_them():
+    p = plan(MODEL, _traffic(5), SLOS, Space(gpus=(H100, A100), tps=(4,), weights=("fp8", "int4"), chunks=(2048,)))
+    found = {(r.deployment.gpu.name, precision_parts(r)[0]): precision_parts(r)[2] for r in p.rows}
+    assert found[("h100-sxm", "fp8")] == "fp8"
+    assert found[("a100-80gb-sxm", "fp8")] == "bf16"  # Ampere lists no fp8 peak: weight-only
+    assert found[("h100-sxm", "int4")] == "bf16"  # integer formats stay weight-only
+
+
+def test_prices_override_and_missing_prices_warn():
+    p = plan(MODEL, _traffic(10), SLOS, _space(gpus=(H100, H200), prices={"h200": 3.5}))
+    for row in p.rows:
+        x = row.expected
+        if x.meets_slo:
+            per_gpu = 3.5 if row.deployment.gpu.name == "h200" else 3.78
+            assert x.usd_per_hour == pytest.approx(per_gpu * x.gpus)
+    assert not p.warnings
+    assert any(w.startswith("h200: no price") for w in plan(MODEL, _traffic(10), SLOS, _space(gpus=(H200,))).warnings)
+
+
+def test_cost_split_adds_back_to_the_hourly_cost():
+    traffic = _traffic(20)
+    p = plan(MODEL, traffic, SLOS, _space())
+    for row in p.rows:
+        x = row.expected
+        if not x.meets_slo:
+            continue
+        # $/1M in x input tokens + $/1M out x output tokens over an hour = the fleet's $/hour
+        hourly = (
+            x.usd_per_million_input_tokens * 20 * 2048 / 1e6 + x.usd_per_million_output_tokens * 20 * 300 / 1e6
+        ) * 3600
+        assert hourly == pytest.approx(x.usd_per_hour, rel=1e-9)
+
+
+def test_max_gpus_turns_big_fleets_into_failures():
+    p = plan(MODEL, _traffic(40), SLOS, _space(max_gpus=16))
+    for row in p.rows:
+        x = row.expected
+        if x.gpus is not None and x.gpus > 16:
+            assert not x.meets_slo and x.binding == f"needs {x.gpus} GPUs > --max-gpus 16"
+
+
+def test_pareto_rows_are_not_dominated():
+    p = plan(MODEL, _traffic(20), SLOS, _space(tps=(2, 4, 8), weights=("fp8", "bf16")))
+    meeting = [r for r in p.rows if r.expected.meets_slo]
+    assert any(r.pareto for r in meeting)
+    for row in meeting:
+        usd = row.expected.usd_per_million_output_tokens
+        tpot, ttft = row.expected.tpot_s["p90"], row.expected.ttft_s["p90"]
+        dominated_tpot = any(
+            o.expected.usd_per_million_output_tokens <= usd and o.expected.tpot_s["p90"] <= tpot
+            and (o.expected.usd_per_million_output_tokens < usd or o.expected.tpot_s["p90"] < tpot)
+            for o in meeting if o is not row
+        )  # fmt: skip
+        dominated_ttft = any(
+            o.expected.usd_per_million_output_tokens <= usd and o.expected.ttft_s["p90"] <= ttft
+            and (o.expected.usd_per_million_output_tokens < usd or o.expected.ttft_s["p90"] < ttft)
+            for o in meeting if o is not row
+        )  # fmt: skip
+        assert row.pareto == (not dominated_tpot or not dominated_ttft)
+
+
+def test_load_table_grows_with_the_load():
+    p = plan(MODEL, _traffic(20), SLOS, _space())
+    gpus = [entry["gpus"] for entry in p.load]
+    assert [entry["multiple"] for entry in p.load] == [0.25, 0.5, 1.0, 2.0, 4.0]
+    assert all(a <= b for a, b in zip(gpus[:-1], gpus[1:], strict=True))
+    assert p.load[2]["gpus"] == _cheapest(p)[0]
+
+
+def test_disaggregated_pools_add_up():
+    alone = plan(MODEL, _traffic(20), SLOS, _space(mode="disaggregated"))
+    # 20 req/s needs more than one 8-GPU node, and this plan was given no network to move KV between nodes
+    assert alone.rows[0].expected.binding == "no link or network to move KV between pools on h100-sxm"
+    p = plan(MODEL, _traffic(20), SLOS, _space(mode="disaggregated", networks={"h100-sxm": load_network("ib-ndr-400")}))
+    row = next(r for r in p.rows if r.expected.meets_slo)
+    x = row.expected
+    assert row.prefill_layout is not None
+    assert x.gpus == x.prefill_replicas * row.prefill_layout.gpus + x.replicas * row.deployment.layout.gpus
+    # the decode pool's TPOT includes the KV's trip: every TPOT percentile at least the transfer / n
+    assert row.replica.transfer_s > 0 and x.tpot_s["p50"] > row.replica.transfer_s / 299
+
+
+def test_closed_loop_sizes_by_users():
+    traffic = Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), concurrency=200, think_time_s=5.0)
+    p = plan(MODEL, traffic, SLOS, _space())
+    row = next(r for r in p.rows if r.expected.meets_slo)
+    pt = row.expected.point
+    per_replica = 200 / row.expected.replicas
+    # users = rate x (E2E + think) per replica, and the fleet keeps 20% of its users' capacity free
+    users_cap = row.expected.pools[0][0]
+    assert math.ceil(200 * 1.2 / users_cap - 1e-9) == row.expected.replicas
+    assert pt.rate_rps > 0 and per_replica <= users_cap

@@ -1,0 +1,93 @@
+"""The probability pieces of the closed form (serving/queueing.py) against textbook values and sampling."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokcost.serving.queueing import (
+    Moments,
+    ShiftedGamma,
+    exp_plus_uniform_tail,
+    gamma_plus_uniform_tail,
+    gamma_tail,
+    pollaczek_khinchine_wait,
+    quantile,
+    wait_given_waiting,
+)
+
+
+def test_gamma_tail_matches_closed_forms():
+    for x in (0.01, 0.5, 1, 3, 10, 40):
+        assert gamma_tail(1, x) == pytest.approx(math.exp(-x), rel=1e-10)  # exponential
+        assert gamma_tail(2, x) == pytest.approx((1 + x) * math.exp(-x), rel=1e-10)  # Erlang-2
+        assert gamma_tail(3, x) == pytest.approx((1 + x + x * x / 2) * math.exp(-x), rel=1e-10)
+        # shape 1/2: chi-square with 1 degree of freedom, P(Z^2 > 2x) = erfc(sqrt(x))
+        assert gamma_tail(0.5, x) == pytest.approx(math.erfc(math.sqrt(x)), rel=1e-9)
+
+
+def test_pollaczek_khinchine_m_d_1_and_m_m_1():
+    # M/D/1 with S = 0.1 s at lambda = 6/s: rho 0.6, W = rho S / (2 (1 - rho)) = 0.075 s
+    assert pollaczek_khinchine_wait(6, Moments(0.1)) == pytest.approx(0.075)
+    # M/M/1 with mean 0.1 s (E[S^2] = 0.02): W = rho / (mu - lambda) = 0.6 / 4 = 0.15 s
+    assert pollaczek_khinchine_wait(6, Moments.exponential(0.1)) == pytest.approx(0.15)
+    assert pollaczek_khinchine_wait(10, Moments(0.1)) == math.inf
+
+
+def test_takacs_gives_exponential_for_m_m_1_and_lighter_for_m_d_1():
+    mean, shape = wait_given_waiting(6, Moments.exponential(0.1))
+    assert mean == pytest.approx(0.25)  # E[W | W > 0] = 1 / (mu - lambda)
+    assert shape == pytest.approx(1.0)
+    mean, shape = wait_given_waiting(6, Moments(0.1))
+    assert mean == pytest.approx(0.075 / 0.6)
+    assert shape > 1  # steadier service, lighter tail
+
+
+def test_gamma_plus_uniform_tail_by_sampling():
+    rng = random.Random(7)
+    for mean, shape, width, s in [(1, 1, 0.5, 0.7), (2, 3, 1, 2.5), (1, 0.5, 2, 0.3), (1, 5, 0.1, 1.2)]:
+        n = 100_000
+        hits = sum(rng.gammavariate(shape, mean / shape) + rng.random() * width > s for _ in range(n))
+        assert gamma_plus_uniform_tail(s, mean, shape, width) == pytest.approx(hits / n, abs=0.006)
+    # shape 1 is the exponential case
+    for s in (0.1, 0.4, 0.9, 3):
+        assert gamma_plus_uniform_tail(s, 0.7, 1.0, 0.5) == pytest.approx(exp_plus_uniform_tail(s, 0.7, 0.5))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    a=st.tuples(st.floats(0, 10), st.floats(0, 5), st.floats(-5, 5)),
+    b=st.tuples(st.floats(0, 10), st.floats(0, 5), st.floats(-5, 5)),
+    w=st.floats(0, 1),
+)
+def test_mixture_moments_match_direct_raw_moments(a, b, w):
+    ma, mb = Moments(*a), Moments(*b)
+    mix = Moments.mixture([(w, ma), (1 - w, mb)])
+
+    def raw(m: Moments, k: int) -> float:
+        return [m.mean, m.var + m.mean**2, m.mu3 + 3 * m.mean * m.var + m.mean**3][k - 1]
+
+    for k in (1, 2, 3):
+        assert raw(mix, k) == pytest.approx(w * raw(ma, k) + (1 - w) * raw(mb, k), rel=1e-9, abs=1e-9)
+
+
+def test_shifted_gamma_keeps_three_moments():
+    m = Moments(2.0, 0.25, 0.05)
+    g = ShiftedGamma.from_moments(m)
+    assert g.shape is not None
+    assert g.shift + g.shape * g.scale == pytest.approx(2.0)
+    assert g.shape * g.scale**2 == pytest.approx(0.25)
+    assert 2 * g.shape * g.scale**3 == pytest.approx(0.05)
+    # a point mass and a normal are the limits
+    assert ShiftedGamma.from_moments(Moments(1.0)).tail(0.999) == 1.0
+    assert ShiftedGamma.from_moments(Moments(1.0)).tail(1.001) == 0.0
+    assert ShiftedGamma.from_moments(Moments(1.0, 0.04)).tail(1.0) == pytest.approx(0.5)
+
+
+def test_quantile_inverts_a_tail():
+    q90 = quantile(lambda t: math.exp(-t / 0.2), 0.9, 0.01, 0.02)  # exponential, mean 0.2
+    assert q90 == pytest.approx(0.2 * math.log(10), rel=1e-6)

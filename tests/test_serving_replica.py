@@ -1,0 +1,156 @@
+"""The closed form of one replica: vanishing load equals estimate, Little's law, limits, goodput laws."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokcost.engine.estimate import estimate
+from tokcost.engine.workload import Workload
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+from tokcost.serving.capacity import capacity, state_at_rate, state_at_users, users_in_system
+from tokcost.serving.latency import percentile
+from tokcost.serving.layout import Layout
+from tokcost.serving.replica import build_replica, decode_context
+from tokcost.serving.steps import Deployment
+from tokcost.serving.traffic import LengthDist, Slo, Traffic
+
+FIXED = Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), rate_rps=1.0)
+
+
+def _replica(model="llama-3.1-70b", gpu="h100-sxm", tp=4, traffic=FIXED, chunk=2048, scenario="expected", **kw):
+    return build_replica(load_model(model), Deployment(load_gpu(gpu), Layout(tp), **kw), traffic, chunk, scenario)
+
+
+@pytest.mark.parametrize(
+    "model, gpu, tp, weights, prompt, output, prefix",
+    [
+        ("llama-3.1-8b", "h100-sxm", 1, None, 1024, 256, 0),
+        ("llama-3.1-70b", "h100-sxm", 4, "fp8", 2048, 300, 0),
+        ("llama-3.1-70b", "mi300x", 2, None, 4000, 500, 1000),
+        ("mixtral-8x7b", "a100-80gb-sxm", 2, None, 512, 128, 0),
+        ("gemma-2-9b", "l40s", 1, None, 6000, 64, 0),  # sliding-window layers
+    ],
+)
+@pytest.mark.parametrize("scenario", ["expected", "ceiling"])
+def test_vanishing_load_equals_estimate_batch_1(model, gpu, tp, weights, prompt, output, prefix, scenario):
+    # the issue's check: at 0.001 req/s, p50 TTFT and TPOT are estimate's batch-1 figures within 5%
+    m, g = load_model(model), load_gpu(gpu)
+    e = estimate(m, g, Workload(batch=1, prompt_tokens=prompt, output_tokens=output, gpus=tp, weights_dtype=weights,
+                                cached_prefix_tokens=prefix))  # fmt: skip
+    side = getattr(e, scenario)
+    traffic = Traffic(LengthDist("fixed", prompt - prefix), LengthDist("fixed", output), rate_rps=0.001,
+                      cached_prefix_tokens=prefix)  # fmt: skip
+    r = build_replica(m, Deployment(g, Layout(tp), weights), traffic, 8192, scenario)  # one chunk holds the prompt
+    pt = state_at_rate(r, 0.001)
+    # the issue asks for 5%; the same step_cost parts give 0.1%, so hold it to 1%
+    assert percentile(r, pt, "ttft", 0.5) == pytest.approx(side.ttft_s, rel=0.01)
+    assert percentile(r, pt, "tpot", 0.5) == pytest.approx(side.tpot_s, rel=0.01)
+
+
+def test_decode_context_is_estimates_mean_context_for_fixed_lengths():
+    assert decode_context(FIXED) == pytest.approx(2048 + 300 / 2)
+    # exponential outputs weigh long answers more: E[n^2] / E[n] ~ 2 E[n]
+    t = Traffic(LengthDist("fixed", 1000), LengthDist("exponential", 201))
+    assert decode_context(t) == pytest.approx(1000 + (2 * 201**2 - 2 * 201 + 1 + 200) / (2 * 200))
+
+
+@pytest.mark.parametrize("b", [0.5, 5, 40, 120])
+def test_state_obeys_littles_law(b):
+    r = _replica()
+    pt = r.state(b)
+    assert pt.rate_rps * r.decode_steps_mean * pt.tpot_mean_s == pytest.approx(b, rel=1e-9)
+    # rho is the prefill work per second; TPOT the harmonic mix of prefill and decode-only steps
+    assert pt.rho == pytest.approx(pt.rate_rps * pt.service.mean, rel=1e-9)
+    mix = 1 / (pt.rate_rps * pt.steps_per_request + (1 - pt.rho) / pt.decode_step_s)
+    assert pt.tpot_mean_s == pytest.approx(mix, rel=1e-9)
+
+
+@pytest.mark.parametrize("chunk", [256, 1024, 2048, 8192])
+def test_rate_grows_with_the_batch_up_to_saturation(chunk):
+    r = _replica(chunk=chunk)
+    limit = r.load_limit()
+    rates = [r.state(limit * i / 40).rate_rps for i in range(41)]
+    assert all(a < b for a, b in zip(rates[:-1], rates[1:], strict=True))
+    rhos = [r.state(limit * i / 40).rho for i in range(41)]
+    assert all(0 <= x < 1 for x in rhos)
+
+
+def test_saturation_batch_is_every_step_full_of_prefill():
+    # E[n] C / E[P'] decode sequences: each request's 299 decode steps share steps with its prompt's chunks
+    assert _replica(chunk=512).saturation_batch == pytest.approx(299 * 512 / 2048)
+    r = _replica(chunk=512)
+    assert r.state(r.load_limit()).rho == pytest.approx(1.0, abs=1e-3)
+
+
+def test_shared_prefix_is_counted_once_in_kv():
+    # same 4,000-token prompts: with 3,000 shared and cached, each sequence holds ~1,000 + output of its own
+    m, g = load_model("llama-3.1-8b"), load_gpu("l4")
+    plain = Traffic(LengthDist("fixed", 4000), LengthDist("fixed", 200))
+    shared = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 200), cached_prefix_tokens=3000)
+    a = build_replica(m, Deployment(g, Layout(1)), plain, 2048, "expected")
+    b = build_replica(m, Deployment(g, Layout(1)), shared, 2048, "expected")
+    assert a.kv_shared == 0 and b.kv_shared == 3000
+    assert b.kv_private == pytest.approx(a.kv_private - 3000)
+    assert b.kv_batch_limit() > 3 * a.kv_batch_limit()
+    pt = b.state(2.0)
+    assert pt.kv_tokens_p99 == pytest.approx(3000 + (2 + 2.326 * 2**0.5) * b.kv_private + pt.rho * 1000)
+
+
+def test_goodput_never_exceeds_saturation_and_names_what_binds():
+    r = _replica(tp=8, weights="fp8")
+    none = capacity(r, [])
+    assert none.max_rate_rps == none.saturation_rps
+    for slos in ([Slo("ttft", "p90", 0.5)], [Slo("tpot", "p90", 0.03)], [Slo("e2e", "p99", 20.0)]):
+        cap = capacity(r, slos)
+        assert 0 < cap.max_rate_rps <= cap.saturation_rps
+        assert cap.binding == f"{slos[0].label} SLO"
+
+
+def test_unreachable_slo_gives_zero_goodput_with_the_reason():
+    cap = capacity(_replica(), [Slo("ttft", "p50", 0.001)])
+    assert cap.max_rate_rps == 0
+    assert cap.binding == "ttft_p50 SLO" and cap.broken_at_zero_load
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ttft=st.floats(0.12, 3.0), tpot=st.floats(0.015, 0.2), loosen=st.floats(1.0, 3.0))
+def test_looser_slos_never_lower_goodput(ttft, tpot, loosen):
+    r = _replica(tp=8, chunk=1024)
+    tight = [Slo("ttft", "p90", ttft), Slo("tpot", "p90", tpot)]
+    loose = [Slo("ttft", "p90", ttft * loosen), Slo("tpot", "p90", tpot * loosen)]
+    a, b = capacity(r, tight), capacity(r, loose)
+    assert b.max_rate_rps >= a.max_rate_rps * (1 - 1e-9)
+    assert b.max_rate_rps <= b.saturation_rps
+
+
+def test_closed_loop_users_are_rate_times_e2e_plus_think():
+    r = _replica(tp=8)
+    pt = state_at_users(r, 40, 2.0)
+    assert pt is not None
+    assert users_in_system(r, pt, 2.0) == pytest.approx(40, rel=1e-6)
+    assert state_at_users(r, 1e7, 0.0) is None  # past the load limit
+
+
+def test_past_saturation_there_is_no_steady_state():
+    r = _replica()
+    assert state_at_rate(r, capacity(r, []).saturation_rps * 1.01) is None
+
+
+def test_predict_one_validation_row():
+    from tokcost.serving.predict import predict
+
+    m, g = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    open_loop = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, rate_rps=5.0, chunk=2048)
+    assert open_loop.rate_rps == pytest.approx(5.0) and not open_loop.saturated
+    assert open_loop.output_tokens_per_s == pytest.approx(1000.0)
+    # the same replica under 16 users and no think time: N = rate x mean E2E (fixed lengths: E2E is tight)
+    closed = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, concurrency=16, chunk=2048)
+    assert closed.e2e_s is not None
+    assert closed.rate_rps * closed.e2e_s["p50"] == pytest.approx(16, rel=0.1)
+    too_much = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, rate_rps=1e4)
+    assert too_much.saturated and too_much.ttft_s is None and too_much.rate_rps == too_much.saturation_rps
+    with pytest.raises(ValueError):
+        predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200)

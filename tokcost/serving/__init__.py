@@ -1,0 +1,45 @@
+"""Serving and planning: continuous batching with chunked prefill, priced from the engine's own roofline parts.
+
+The server (vLLM, SGLang, TensorRT-LLM with chunked prefill): every step runs one token for each of the b
+sequences in decode plus up to C prompt tokens (the chunk, vLLM's max_num_batched_tokens) taken first come
+first served from the prefill queue, several prompts per step when they fit, in one pass that reads the
+weights once. Each pass is priced by engine.step.step_cost (weights, KV reads of every sequence, prefill
+FLOPs and attention, all-reduces; "ceiling" and "expected"); no formula of the roofline is repeated here.
+
+Notation: lambda arrivals/s (Poisson), P' prompt tokens computed (beyond a cached prefix p0 shared by all),
+n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc / C.
+
+1. Fixed point (replica.py). Little's law on decode: b = lambda E[n] TPOT. A decoding sequence sees lambda m
+   prefill steps (m = E[P'] / C, plus part-filled last chunks) and (1 - rho) / T0 decode-only steps per
+   second, so TPOT = 1 / (lambda m + (1 - rho) / T0), with rho = lambda E[S] the time share of prefill steps
+   and S = alpha P' (packed behind others) or the prompt's own chunks when nobody arrives behind it. Solved
+   for lambda given b (linear), so no iteration over the batch; T0 at batch b + 1 (itself plus Poisson(b)
+   others; for an MoE the mean over that Poisson batch, the expert count being concave).
+2. Limits. Saturation: every step full of prefill, rho -> 1, b -> E[n] C / E[P']. KV memory: the shared
+   prefix once plus each sequence's own tokens at the p99 batch, b + 2.33 sqrt(b), within the replica's KV
+   capacity (engine.step.kv_capacity). Either ends the admissible range of b.
+3. TTFT (latency.py) = request overhead + the residual of the decode step in progress + either the lone
+   prefill cost (probability 1 - rho) or the M/G/1 wait on prefill work (Pollaczek-Khinchine mean
+   lambda E[S^2] / (2 (1 - rho)), M/D/1 when lengths are fixed; given a wait, a gamma matched to Takacs'
+   second moment, exponential for M/M/1 and Kingman's heavy-traffic limit) + own chunks + the tokens packed
+   after it in its last step.
+4. TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum over its
+   lifetime (variance lambda L E[S^2], skew from E[S^3]) plus the batch's Poisson swing (variance 2b/3, the
+   time average of an M/G/infinity count over one service time), both amplified by the decode batch's
+   feedback 1 / (1 - gain); a shifted gamma with that mean, variance and skew gives the percentiles. E2E =
+   TTFT + n TPOT, moments added.
+5. Goodput (capacity.py): the largest rate meeting every SLO, by bisection on b; never above saturation,
+   never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput); $/hour =
+   GPUs x price; $/1M input and output split it by busy time (prefill's marginal share rho (1 - T0/Tp)).
+   Disaggregated: prefill and decode pools sized apart, each request's KV crossing the link (+ transfer / n
+   on its TPOT).
+6. Search (search.py): GPU x layout (layout.py; TP today) x precision x chunk, ranked by $/hour, with the
+   same choices under "ceiling" for the GPU-count range, the Pareto frontier and a load table.
+7. Check (simulate.py): a seeded discrete-event simulation of the same scheduler on the same step_cost.
+
+Approximations, and why: Poisson arrivals (open loop; closed loop by Little on users); fluid prefill work
+with a correction for part-filled last chunks, since packing makes most steps full under load; a gamma tail
+for the wait, exact for M/M/1 and lighter for steadier service; independence of TTFT and TPOT in E2E. Where
+a step's time barely depends on its prefill tokens (an MoE whose decode batch already touches every
+expert), TTFT tails come out up to ~30% high near saturation (conservative).
+"""

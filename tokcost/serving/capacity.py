@@ -1,0 +1,116 @@
+"""What one replica sustains: its saturation rate, its goodput under SLOs, and its state at a given load.
+
+Every quantity of the steady state grows with the mean decode batch b (replica.py), so the search runs
+over b, where each state is a closed form, instead of over the rate, where each would need a fixed point
+(a prefill-only instance has no decode batch and runs over the rate itself):
+- saturation: the rate at the largest admissible load (every step full of prefill, or the KV limit);
+- goodput (max rate at SLO): the largest load whose state meets every SLO, found by scanning GOODPUT_SCAN
+  loads up from zero and bisecting between the last that meets them and the first that does not; the
+  first-failure rule makes goodput monotone in the SLOs (a looser SLO never lowers it), and it can never
+  exceed saturation;
+- the state at an offered rate, or at N closed-loop users with think time Z (N = lambda (E2E + Z), Little),
+  by bisection on the load.
+The binding constraint is what breaks just past the goodput: an SLO, the KV cache, or (when no SLO binds)
+saturation, named by the bound of the steps that saturate: compute, memory bandwidth or interconnect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokcost.serving.latency import broken_slos, ttft_moments
+from tokcost.serving.replica import LoadPoint, Replica
+from tokcost.serving.traffic import Slo
+
+GOODPUT_SCAN = 8  # loads tried from zero to the limit before bisecting
+RELATIVE_TOLERANCE = 1e-3
+ZERO_LOAD = 1e-6  # "vanishing load": a millionth of a sequence (or of a request per second)
+BOUND_LABEL = {"compute": "compute", "memory": "memory bandwidth", "interconnect": "interconnect"}
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """Per-replica limits: goodput (max rate meeting every SLO), saturation, and what binds."""
+
+    max_rate_rps: float
+    saturation_rps: float
+    load: float  # the load (mean decode batch, or rate for a prefill instance) at the goodput
+    binding: str  # "ttft_p90 SLO", "KV memory", "compute", "memory bandwidth", "interconnect"
+    broken_at_zero_load: tuple[Slo, ...] = ()  # SLOs missed even at vanishing load (goodput 0)
+
+
+def saturation_bound(replica: Replica) -> str:
+    """What the saturating steps are bound by: the packed prefill chunk's, or decode's without prefill."""
+    limit = replica.load_limit()
+    batch = 0.0 if replica.rate_driven else limit
+    if replica.prompts:
+        return BOUND_LABEL[replica.steps.pass_cost(batch, replica.packed).bound]
+    return BOUND_LABEL[replica.steps.pass_cost(batch + 1, ()).bound]
+
+
+def limit_label(replica: Replica) -> str:
+    """What caps the load when no SLO does."""
+    return "KV memory" if replica.kv_bound() else saturation_bound(replica)
+
+
+def capacity(replica: Replica, slos: list[Slo]) -> Capacity:
+    """Goodput and saturation of one replica under `slos` (none: goodput = saturation)."""
+    limit = replica.load_limit()
+    if limit <= ZERO_LOAD:
+        zero = replica.state(0.0)
+        return Capacity(0.0, 0.0, 0.0, "KV memory", tuple(broken_slos(replica, zero, slos)))
+    saturation = replica.state(limit).rate_rps
+    broken = broken_slos(replica, replica.state(ZERO_LOAD), slos)
+    if broken:
+        return Capacity(0.0, saturation, 0.0, f"{broken[0].label} SLO", tuple(broken))
+    if not slos:
+        return Capacity(saturation, saturation, limit, limit_label(replica))
+    lo, hi = ZERO_LOAD, None
+    for i in range(1, GOODPUT_SCAN + 1):
+        x = limit * i / GOODPUT_SCAN
+        if broken_slos(replica, replica.state(x), slos):
+            hi = x
+            break
+        lo = x
+    if hi is None:
+        return Capacity(saturation, saturation, limit, limit_label(replica))
+    while hi - lo > RELATIVE_TOLERANCE * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if broken_slos(replica, replica.state(mid), slos) else (mid, hi)
+    first_broken = broken_slos(replica, replica.state(hi), slos)
+    binding = f"{first_broken[0].label} SLO" if first_broken else limit_label(replica)
+    return Capacity(replica.state(lo).rate_rps, saturation, lo, binding)
+
+
+def _bisect_load(replica: Replica, measure, target: float) -> LoadPoint | None:  # noqa: ANN001
+    """The state whose increasing `measure(state)` equals target, or None at or past the load limit."""
+    limit = replica.load_limit()
+    if limit <= 0 or target >= measure(replica.state(limit)):
+        return None
+    lo, hi = 0.0, limit
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if measure(replica.state(mid)) < target else (lo, mid)
+        if hi - lo <= 1e-9 * hi:
+            break
+    return replica.state((lo + hi) / 2)
+
+
+def state_at_rate(replica: Replica, rate: float) -> LoadPoint | None:
+    """The steady state at `rate` requests/s, or None at or past saturation."""
+    if rate <= 0:
+        return replica.state(0.0)
+    if replica.rate_driven:
+        return replica.state(rate) if rate < replica.load_limit() else None
+    return _bisect_load(replica, lambda pt: pt.rate_rps, rate)
+
+
+def users_in_system(replica: Replica, pt: LoadPoint, think_time_s: float) -> float:
+    """Closed-loop users this state holds: rate x (mean E2E + think time) (Little)."""
+    e2e = ttft_moments(replica, pt).mean + replica.decode_steps_mean * pt.tpot_mean_s
+    return pt.rate_rps * (e2e + think_time_s)
+
+
+def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadPoint | None:
+    """Closed loop: the steady state holding `users` users, or None past the load limit."""
+    return _bisect_load(replica, lambda pt: users_in_system(replica, pt, think_time_s), users)

@@ -1,0 +1,165 @@
+"""`tokcost plan --explain`: the serving model in words, then the top configuration's numbers plugged in.
+
+Every value comes from the objects the plan computed (the replica's step curves, its steady state, its
+capacity and fleet), never from a second formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tokcost import fmt
+from tokcost.engine.roofline import PassCost
+from tokcost.serving.fleet import cost_shares
+from tokcost.serving.latency import final_step_extra
+from tokcost.serving.replica import Replica
+from tokcost.serving.search import Plan, Row, row_label
+
+SERVING_MODEL = [
+    "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
+    "token for each of the b sequences in decode plus up to C prompt tokens (the chunk) from a FCFS prefill "
+    "queue, in one pass priced by the engine's step_cost (weights read once, KV of every sequence, all-reduces).",
+    "Decode, Little's law: b = lambda x E[n] x TPOT, n = O - 1 decode steps. A decoding sequence sees lambda m "
+    "prefill steps and (1 - rho) / T0 decode-only steps per second: TPOT = 1 / (lambda m + (1 - rho) / T0).",
+    "Prefill load lambda x P' tokens/s: rho = lambda E[S] with S = P' Tc / C (packed behind others) or the "
+    "prompt's own chunks alone (nobody behind it); saturation when every step is full of prefill (rho -> 1, "
+    "b -> E[n] C / E[P']) or when the p99 batch's KV no longer fits (KV memory).",
+    "TTFT = overhead + residual decode step + M/G/1 wait on prefill work (Pollaczek-Khinchine mean "
+    "lambda E[S^2] / (2 (1 - rho)), M/D/1 for fixed lengths; exponential tail, Kingman's heavy-traffic limit) "
+    "+ own chunks + the tokens packed after it in its last step.",
+    "TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum (variance "
+    "lambda L E[S^2]) plus the batch's Poisson swing, both amplified by the batch's feedback 1 / (1 - gain); "
+    "read as a shifted gamma with the same mean, variance and skew. E2E = TTFT + n x TPOT.",
+    "Goodput = the largest rate meeting every SLO (bisection on the batch); replicas = ceil(rate x (1 + "
+    "headroom) / goodput); $/1M input and output split the fleet's $/hour by the prefill and decode shares of "
+    "busy time. Disaggregated: prefill and decode pools sized apart, KV moved over the link (+ transfer / n "
+    "on TPOT).",
+]
+
+
+def _pass(name: str, cost: PassCost) -> str:
+    parts = [f"{c.name} {fmt.ms(c.seconds)} ({c.bound})" for c in cost.components if c.seconds]
+    if cost.overhead_s:
+        parts.append(f"overhead {fmt.ms(cost.overhead_s)}")
+    return f"{name} = {fmt.ms(cost.seconds)}: " + ", ".join(parts)
+
+
+def explain_plan(plan: Plan) -> list[tuple[str, list[str]]]:
+    """(heading, lines) for the serving model and the top configuration that meets the SLOs."""
+    sections = [("How plan models serving", SERVING_MODEL)]
+    meeting = [r for r in plan.rows if r.expected.meets_slo and r.replica is not None]
+    if not meeting:
+        return sections + [("Top configuration", ["no configuration meets the SLOs; see the failures above"])]
+    if meeting[0].mode == "disaggregated":
+        sections.append(_disaggregated_section(meeting[0]))
+    aggregated = next((r for r in meeting if r.mode == "aggregated"), None)
+    return sections + (_row_sections(plan, aggregated) if aggregated else [])
+
+
+def _disaggregated_section(row: Row) -> tuple[str, list[str]]:
+    x, decode = row.expected, row.replica
+    assert decode is not None and row.prefill_layout is not None
+    return (
+        f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected",
+        [
+            f"prefill pool: {x.prefill_replicas} x {row.prefill_layout.label}, sized for the TTFT SLOs; decode "
+            f"pool: {x.replicas} x {row.deployment.layout.label}, sized for the TPOT SLOs; {x.gpus} GPUs",
+            f"KV transfer per request = {fmt.ms(decode.transfer_s)}, spread over its decode steps (+ transfer / n "
+            "on TPOT)",
+            "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s),
+            "the aggregated arithmetic below is the best aggregated configuration's",
+        ],
+    )
+
+
+def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
+    r, x = row.replica, row.expected
+    assert r is not None and x.point is not None and x.capacity is not None
+    pt, cap = x.point, x.capacity
+    t = plan.traffic
+    load = f"{t.rate_rps:g} req/s" if t.rate_rps is not None else f"{t.concurrency} users"
+    head = f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected ({load})"
+    steps = [
+        f"decode context c = p0 + E[P'] + (E[n^2] + E[n]) / (2 E[n]) = {r.steps.decode_context:,.0f} tokens",
+        _pass(f"T0 (decode-only step, batch b + 1 = {pt.batch + 1:,.1f})", r.steps.pass_cost(pt.batch + 1, ())),
+    ]
+    if r.prompts:
+        steps.append(_pass(f"Tc (chunk of {r.chunk:,} prompt tokens + {pt.batch:,.1f} decodes)",
+                           r.steps.pass_cost(pt.batch, r.packed)))  # fmt: skip
+        alpha_us = pt.chunk_step_s / r.chunk * 1e6
+        steps.append(f"alpha = Tc / C = {fmt.ms(pt.chunk_step_s)} / {r.chunk:,} = {alpha_us:.2f} us per prompt "
+                     f"token; a lone median prompt costs A = {fmt.ms(pt.alone_s[len(pt.alone_s) // 2])}")  # fmt: skip
+    n = r.decode_steps_mean
+    fixed = [
+        f"per replica: lambda = {pt.rate_rps:.3f} req/s, E[n] = {n:,.0f}, E[P'] = {r.prompt_moments[0]:,.0f}",
+        f"rho = lambda E[S] = {pt.rate_rps:.3f} x {fmt.ms(pt.service.mean)} = {pt.rho:.3f}",
+        f"TPOT = 1 / (lambda m + (1 - rho) / T0) = 1 / ({pt.rate_rps:.3f} x {pt.steps_per_request:.3f} + "
+        f"{1 - pt.rho:.3f} / {fmt.ms(pt.decode_step_s)}) = {fmt.ms(pt.tpot_mean_s)}",
+        f"b = lambda E[n] TPOT = {pt.rate_rps:.3f} x {n:,.0f} x {fmt.ms(pt.tpot_mean_s)} = "
+        f"{pt.rate_rps * n * pt.tpot_mean_s:,.1f} sequences (the state solved at b = {pt.batch:,.1f})",
+    ]
+    cv = math.sqrt(pt.service.var) / pt.service.mean if pt.service.mean else 0.0
+    queue = [
+        f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; "
+        f"E[W] = lambda E[S^2] / (2 (1 - rho)) = {fmt.ms(pt.wait_mean_s)}; P(wait) = rho = {pt.rho:.3f}",
+        f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; request overhead "
+        f"{fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
+        "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s)
+        + f"; feedback gain {r.feedback(pt):.2f}",
+    ]  # fmt: skip
+    limit = [
+        f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}; KV limit (p99 batch fits "
+        f"{r.kv_capacity_tokens:,.0f} tokens) = {r.kv_batch_limit():,.1f}",
+        f"saturation = {cap.saturation_rps:.3f} req/s per replica; goodput = {cap.max_rate_rps:.3f} req/s "
+        f"(at b = {cap.load:,.1f}); binding: {cap.binding}",
+    ]
+    return [
+        (head, steps),
+        ("Fixed point (Little's law)", fixed),
+        ("Queue (M/G/1 on prefill work)", queue),
+        ("Saturation and goodput", limit),
+        ("Fleet and cost", _fleet_lines(plan, row, r)),
+    ]
+
+
+def _triple(values: dict[str, float | None] | None) -> str:
+    if not values:
+        return "n/a"
+    return "/".join(f"{(values[k] or 0) * 1e3:,.1f}" for k in ("p50", "p90", "p99")) + " ms"
+
+
+def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
+    x, t, h = row.expected, plan.traffic, plan.space.headroom
+    assert x.point is not None and x.replicas is not None and x.gpus is not None
+    tp = row.deployment.layout.gpus
+    if t.rate_rps is not None:
+        lines = [f"replicas = ceil(rate x (1 + headroom) / goodput) = ceil({t.rate_rps:g} x {1 + h:g} / "
+                 f"{x.max_rate_rps:.3f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
+    else:
+        lines = [f"replicas = ceil(users x (1 + headroom) / users per replica at goodput) = {x.replicas}; "
+                 f"GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
+    lines.append(f"utilization = rate per replica / saturation = {x.point.rate_rps:.3f} / {x.saturation_rps:.3f} "
+                 f"= {x.utilization or 0:.0%}")  # fmt: skip
+    if x.usd_per_hour is None:
+        return lines + ["$/hour, $/1M tokens: no price for this GPU (--price NAME=USD)"]
+    share_in, share_out = cost_shares(r, x.point)
+    rate = x.point.rate_rps * x.replicas
+    lines += [
+        f"$/hour = {x.gpus} GPUs x ${x.usd_per_hour / x.gpus:g} = ${x.usd_per_hour:,.2f}",
+        f"busy-time split: prefill kappa rho = {x.point.decode_share:.3f} x {x.point.rho:.3f}, input share "
+        f"{share_in:.1%}, output share {share_out:.1%}",
+        f"$/1M input = ${x.usd_per_hour:,.2f} / 3600 x {share_in:.3f} / ({rate:g} x {t.prompt_mean_tokens:,.0f} "
+        f"tokens/s) x 1e6 = {fmt.usd(x.usd_per_million_input_tokens)}",
+        f"$/1M output = ${x.usd_per_hour:,.2f} / 3600 x {share_out:.3f} / ({rate:g} x {t.output.mean:,.0f} "
+        f"tokens/s) x 1e6 = {fmt.usd(x.usd_per_million_output_tokens)}",
+    ]
+    return lines
+
+
+def explain_lines(plan: Plan) -> list[str]:
+    """The explanation as plain lines (JSON's `explain`, stderr for CSV)."""
+    out = []
+    for head, lines in explain_plan(plan):
+        out.append(head)
+        out += [f"  {line}" for line in lines]
+    return out

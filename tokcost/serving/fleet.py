@@ -1,0 +1,211 @@
+"""A fleet for the offered load: replicas from goodput, latencies at the load each replica gets, and its cost.
+
+- replicas = ceil(rate x (1 + headroom) / goodput per replica) (closed loop: users x (1 + headroom) / users
+  per replica at the goodput); GPUs = replicas x GPUs per replica; each replica then serves rate / replicas,
+  and the percentiles are read at that load. Utilization = that per-replica rate / its saturation rate.
+- $/hour = GPUs x $/GPU-hour. $/1M input and output tokens split the fleet's cost by busy time: the prefill
+  share of a replica's time is what its chunks add to the steps, kappa rho = rho (1 - T0 / Tp); decode gets
+  the rest of the busy time; idle time is shared in the same proportion. Input tokens count the whole prompt
+  (cached prefix included), output tokens every generated token.
+- Disaggregated: a prefill pool sized for the TTFT SLOs and a decode pool sized for the TPOT SLOs, each
+  with its own replicas; every request's KV (the computed prompt's) crosses the link between them before
+  its first decode step, which adds transfer / n to its TPOT. Input tokens pay for the prefill pool, output
+  tokens for the decode pool.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tokcost.engine.estimate import SECONDS_PER_HOUR
+from tokcost.engine.traffic import kv_shard
+from tokcost.engine.workload import resolve_precision
+from tokcost.hardware.spec import Link
+from tokcost.models.spec import ModelSpec
+from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_in_system
+from tokcost.serving.latency import e2e_tail, percentile, ttft_moments
+from tokcost.serving.queueing import quantile
+from tokcost.serving.replica import LoadPoint, Replica
+from tokcost.serving.traffic import QUANTILES, Slo, Traffic
+
+REPORTED = ("p50", "p90", "p99")
+PER_MILLION = 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """One scenario's answer for one configuration at the offered load."""
+
+    meets_slo: bool
+    max_rate_rps: float  # goodput of one replica (disaggregated: of the fleet's scarcer pool, per instance)
+    saturation_rps: float
+    replicas: int | None
+    prefill_replicas: int | None  # disaggregated only
+    gpus: int | None
+    utilization: float | None
+    ttft_s: dict[str, float | None] | None
+    tpot_s: dict[str, float | None] | None
+    e2e_s: dict[str, float | None] | None
+    usd_per_hour: float | None
+    usd_per_million_input_tokens: float | None
+    usd_per_million_output_tokens: float | None
+    binding: str
+    point: LoadPoint | None = None  # the per-replica state at the offered load (aggregated; decode pool)
+    capacity: Capacity | None = None
+    # (load one instance carries at the goodput, GPUs per instance) per pool; load = rate, or users
+    pools: tuple[tuple[float, int], ...] = ()
+
+    def gpus_at(self, load: float, headroom: float) -> int | None:
+        """GPUs this configuration needs for `load` (rate or users), from the same goodput."""
+        if not self.pools or any(cap <= 0 for cap, _ in self.pools):
+            return None
+        return sum(max(math.ceil(load * (1 + headroom) / cap - 1e-9), 1) * gpus for cap, gpus in self.pools)
+
+
+def failed(binding: str, cap: Capacity | None = None) -> Fleet:
+    """A configuration that cannot serve the load, and why."""
+    sat = cap.saturation_rps if cap else 0.0
+    return Fleet(False, 0.0, sat, None, None, None, None, None, None, None, None, None, None, binding, None, cap)
+
+
+def percentiles(replica: Replica, pt: LoadPoint, metric: str) -> dict[str, float | None] | None:
+    """{p50, p90, p99} of a metric in seconds, or None where it does not apply."""
+    values = {name: percentile(replica, pt, metric, QUANTILES[name]) for name in REPORTED}
+    return None if all(v is None for v in values.values()) else values
+
+
+def cost_shares(replica: Replica, pt: LoadPoint) -> tuple[float, float]:
+    """(input, output) shares of a replica's busy time: prefill's marginal share kappa rho, decode the rest."""
+    prefill = pt.decode_share * pt.rho
+    busy = pt.rho + (1 - pt.rho) * (1 - math.exp(-pt.batch))
+    if busy <= 1e-9 or prefill > busy:  # vanishing load: one request's own prefill against its decode
+        alone = sum(p.weight * a for p, a in zip(replica.prompts, pt.alone_s, strict=True))
+        decode = replica.decode_steps_mean * pt.decode_step_s
+        return (alone / (alone + decode), decode / (alone + decode)) if alone + decode > 0 else (0.5, 0.5)
+    return prefill / busy, 1 - prefill / busy
+
+
+def _usd(price: float | None, gpus: int) -> float | None:
+    return None if price is None else price * gpus
+
+
+def _per_million(usd_per_hour: float | None, share: float, tokens_per_s: float) -> float | None:
+    if usd_per_hour is None or tokens_per_s <= 0:
+        return None
+    return usd_per_hour / SECONDS_PER_HOUR * share / tokens_per_s * PER_MILLION
+
+
+def size_aggregated(
+    replica: Replica, traffic: Traffic, slos: list[Slo], *, headroom: float, gpus_per_replica: int,
+    price: float | None, max_gpus: int | None,
+) -> Fleet:  # fmt: skip
+    """Replicas, latencies and cost of serving `traffic` with copies of one replica."""
+    cap = capacity(replica, slos)
+    if cap.max_rate_rps <= 0:
+        return failed(_zero_load_reason(cap), cap)
+    per_replica = 0.0
+    if traffic.concurrency:
+        per_replica = users_in_system(replica, replica.state(cap.load), traffic.think_time_s)
+        replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
+        pt = state_at_users(replica, traffic.concurrency / replicas, traffic.think_time_s)
+        rate = pt.rate_rps * replicas if pt else 0.0
+    else:
+        rate = traffic.rate_rps or 0.0
+        replicas = max(math.ceil(rate * (1 + headroom) / cap.max_rate_rps - 1e-9), 1)
+        pt = state_at_rate(replica, rate / replicas)
+    gpus = replicas * gpus_per_replica
+    if pt is None:  # a headroom of 0 can leave a replica exactly at its limit
+        return failed("saturated at the offered load", cap)
+    usd = _usd(price, gpus)
+    shares = cost_shares(replica, pt)
+    fleet = Fleet(
+        meets_slo=max_gpus is None or gpus <= max_gpus,
+        max_rate_rps=cap.max_rate_rps,
+        saturation_rps=cap.saturation_rps,
+        replicas=replicas,
+        prefill_replicas=None,
+        gpus=gpus,
+        utilization=pt.rate_rps / cap.saturation_rps if cap.saturation_rps else None,
+        ttft_s=percentiles(replica, pt, "ttft"),
+        tpot_s=percentiles(replica, pt, "tpot"),
+        e2e_s=percentiles(replica, pt, "e2e"),
+        usd_per_hour=usd,
+        usd_per_million_input_tokens=_per_million(usd, shares[0], rate * traffic.prompt_mean_tokens),
+        usd_per_million_output_tokens=_per_million(usd, shares[1], rate * traffic.output.mean),
+        binding=cap.binding if max_gpus is None or gpus <= max_gpus else f"needs {gpus} GPUs > --max-gpus {max_gpus}",
+        point=pt,
+        capacity=cap,
+        pools=((per_replica if traffic.concurrency else cap.max_rate_rps, gpus_per_replica),),
+    )
+    return fleet
+
+
+def _zero_load_reason(cap: Capacity) -> str:
+    if cap.broken_at_zero_load:
+        return f"{cap.broken_at_zero_load[0].label} SLO missed even at zero load"
+    return "KV memory: not one request fits"
+
+
+def transfer_seconds(model: ModelSpec, replica: Replica, link: Link, prefill_tp: int, decode_tp: int) -> float:
+    """Time one request's computed-prompt KV takes from the prefill GPUs to the decode GPUs.
+
+    Each GPU sends (receives) its own shard, all in parallel over its own link: bytes x max(shard on one
+    prefill GPU, shard on one decode GPU) / link bandwidth + the link's latency; "expected" applies the
+    link's efficiency.
+    """
+    deployment = replica.steps.deployment
+    precision = resolve_precision(model, deployment.workload())
+    total = replica.traffic.prompt.mean * model.kv_bytes_per_token(precision.kv)
+    shard = max(kv_shard(model, prefill_tp), kv_shard(model, decode_tp))
+    efficiency = link.efficiency if replica.steps.scenario == "expected" else 1.0
+    return total * shard / (link.bytes_per_s * efficiency) + link.latency_s
+
+
+def size_disaggregated(
+    prefill: Replica, decode: Replica, traffic: Traffic, slos: list[Slo], *, headroom: float,
+    prefill_gpus: int, decode_gpus: int, price: float | None, max_gpus: int | None,
+) -> Fleet:  # fmt: skip
+    """Two pools: prefill sized for the TTFT SLOs, decode for the TPOT SLOs (transfer included)."""
+    rate = traffic.rate_rps or 0.0
+    cap_p = capacity(prefill, [s for s in slos if s.metric == "ttft"])
+    cap_d = capacity(decode, [s for s in slos if s.metric == "tpot"])
+    for cap, pool in ((cap_p, "prefill"), (cap_d, "decode")):
+        if cap.max_rate_rps <= 0:
+            return failed(f"{pool} pool: {_zero_load_reason(cap)}", cap)
+    x = max(math.ceil(rate * (1 + headroom) / cap_p.max_rate_rps - 1e-9), 1)
+    y = max(math.ceil(rate * (1 + headroom) / cap_d.max_rate_rps - 1e-9), 1)
+    pt_p, pt_d = state_at_rate(prefill, rate / x), state_at_rate(decode, rate / y)
+    if pt_p is None or pt_d is None:
+        return failed("saturated at the offered load", cap_d)
+    gpus = x * prefill_gpus + y * decode_gpus
+    ttft = ttft_moments(prefill, pt_p)
+    e2e: dict[str, float | None] = {
+        name: quantile(lambda t: e2e_tail(decode, pt_d, t, ttft), QUANTILES[name], ttft.mean, 2 * ttft.mean + 1)
+        for name in REPORTED
+    }
+    broken = [s for s in slos if s.metric == "e2e" and e2e_tail(decode, pt_d, s.seconds, ttft) > 1 - s.quantile]
+    heavier = cap_p if x * prefill_gpus >= y * decode_gpus else cap_d
+    binding = f"{broken[0].label} SLO" if broken else heavier.binding
+    if max_gpus is not None and gpus > max_gpus:
+        binding = f"needs {gpus} GPUs > --max-gpus {max_gpus}"
+    usd_p, usd_d = _usd(price, x * prefill_gpus), _usd(price, y * decode_gpus)
+    return Fleet(
+        meets_slo=not broken and (max_gpus is None or gpus <= max_gpus),
+        max_rate_rps=min(cap_p.max_rate_rps, cap_d.max_rate_rps),
+        saturation_rps=min(cap_p.saturation_rps, cap_d.saturation_rps),
+        replicas=y,
+        prefill_replicas=x,
+        gpus=gpus,
+        utilization=max(rate / x / cap_p.saturation_rps, rate / y / cap_d.saturation_rps),
+        ttft_s=percentiles(prefill, pt_p, "ttft"),
+        tpot_s=percentiles(decode, pt_d, "tpot"),
+        e2e_s=e2e,
+        usd_per_hour=_usd(price, gpus),
+        usd_per_million_input_tokens=_per_million(usd_p, 1.0, rate * traffic.prompt_mean_tokens),
+        usd_per_million_output_tokens=_per_million(usd_d, 1.0, rate * traffic.output.mean),
+        binding=binding,
+        point=pt_d,
+        capacity=heavier,
+        pools=((cap_p.max_rate_rps, prefill_gpus), (cap_d.max_rate_rps, decode_gpus)),
+    )

@@ -1,0 +1,76 @@
+"""One serving measurement predicted by one call: what a validation row (model, GPU, TP, formats, lengths,
+request rate or concurrency -> latency percentiles and throughput) is compared with.
+
+A row gives either `rate_rps` (open loop, Poisson) or `concurrency` (closed loop, no think time unless
+given, as in vLLM's benchmark_serving --max-concurrency). `chunk` is the serving engine's prefill token
+budget per step (vLLM's max_num_batched_tokens); engine profiles (`--engine`) will supply it once they land.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokcost.engine.step import Scenario
+from tokcost.hardware.spec import GpuSpec
+from tokcost.models.spec import ModelSpec
+from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
+from tokcost.serving.fleet import percentiles
+from tokcost.serving.layout import Layout
+from tokcost.serving.replica import build_replica
+from tokcost.serving.steps import Deployment
+from tokcost.serving.traffic import LengthDist, Slo, Traffic
+
+DEFAULT_CHUNK = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Percentiles ({p50, p90, p99} seconds) at the row's load, throughput, and the replica's limits."""
+
+    ttft_s: dict[str, float | None] | None
+    tpot_s: dict[str, float | None] | None
+    e2e_s: dict[str, float | None] | None
+    rate_rps: float  # requests/s served (closed loop: what the users' pace produces)
+    output_tokens_per_s: float
+    saturation_rps: float
+    max_rate_rps: float | None  # at the SLOs given, else None
+    saturated: bool  # the load is at or past saturation: no percentiles
+
+
+def predict(
+    model: ModelSpec, gpu: GpuSpec, *, tp: int, prompt_tokens: float, output_tokens: float,
+    rate_rps: float | None = None, concurrency: int | None = None, think_time_s: float = 0.0,
+    weights: str | None = None, kv_dtype: str | None = None, compute_dtype: str | None = None,
+    chunk: int = DEFAULT_CHUNK, cached_prefix_tokens: int = 0, prompt_dist: LengthDist | None = None,
+    output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
+) -> Prediction:  # fmt: skip
+    """One replica of `tp` GPUs under the row's load (exactly one of rate_rps and concurrency)."""
+    if (rate_rps is None) == (concurrency is None):
+        raise ValueError("give exactly one of rate_rps and concurrency")
+    prompt = prompt_dist or LengthDist("fixed", prompt_tokens)
+    traffic = Traffic(
+        prompt=prompt.shifted(cached_prefix_tokens), output=output_dist or LengthDist("fixed", output_tokens),
+        rate_rps=rate_rps, concurrency=concurrency, think_time_s=think_time_s,
+        cached_prefix_tokens=cached_prefix_tokens,
+    )  # fmt: skip
+    deployment = Deployment(gpu, Layout(tp), weights, kv_dtype, compute_dtype)
+    replica = build_replica(model, deployment, traffic, chunk, scenario)
+    limits = capacity(replica, slos or [])
+    if concurrency is not None:
+        point = state_at_users(replica, concurrency, think_time_s)
+    else:
+        point = state_at_rate(replica, rate_rps or 0.0)
+    max_rate = limits.max_rate_rps if slos else None
+    if point is None:
+        rate = limits.saturation_rps
+        return Prediction(None, None, None, rate, rate * traffic.output.mean, limits.saturation_rps, max_rate, True)
+    return Prediction(
+        ttft_s=percentiles(replica, point, "ttft"),
+        tpot_s=percentiles(replica, point, "tpot"),
+        e2e_s=percentiles(replica, point, "e2e"),
+        rate_rps=point.rate_rps,
+        output_tokens_per_s=point.rate_rps * traffic.output.mean,
+        saturation_rps=limits.saturation_rps,
+        max_rate_rps=max_rate,
+        saturated=False,
+    )

@@ -1,0 +1,220 @@
+"""The probability pieces of the closed form: Pollaczek-Khinchine, exponential and gamma tails, quantiles.
+
+- M/G/1 (Poisson arrivals, any service time S, one server, FCFS): P(wait > 0) = rho = lambda E[S], and
+  E[W] = lambda E[S^2] / (2 (1 - rho)) (Pollaczek-Khinchine; with fixed S it is M/D/1's rho S / (2 (1 - rho)),
+  the formula DistServe uses for its prefill queue), E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho))
+  (Takacs). The wait of a request that does wait is read as a gamma with those two moments: exponential
+  for M/M/1 (exact there, and Kingman's heavy-traffic limit for any M/G/1), lighter-tailed for steady
+  service such as fixed prompt lengths, where an exponential with the same mean overstates p99.
+- A sum with a known mean, variance and third central moment (a request's TPOT over its decode steps, its
+  E2E) is read as a shifted gamma with those three moments: skewed like the sums of rare, long prefill
+  steps it comes from, and normal when the skew vanishes.
+- Quantiles of mixtures by bisection on the tail probability.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+EPS = 1e-12
+NORMAL_SHAPE = 1e4  # gamma shapes above this are read as normal
+QUANTILE_TOLERANCE = 1e-5  # relative width at which a percentile's bisection stops
+WILSON_HILFERTY_SHAPE = 30.0  # above it the gamma tail comes from Wilson-Hilferty's cube-root normal (error < 1e-3)
+
+
+@dataclass(frozen=True, slots=True)
+class Moments:
+    """Mean, variance and third central moment of a random time; independent sums add them."""
+
+    mean: float
+    var: float = 0.0
+    mu3: float = 0.0
+
+    def __add__(self, other: Moments) -> Moments:
+        return Moments(self.mean + other.mean, self.var + other.var, self.mu3 + other.mu3)
+
+    def scaled(self, factor: float) -> Moments:
+        """factor x the variable."""
+        return Moments(self.mean * factor, self.var * factor**2, self.mu3 * factor**3)
+
+    @staticmethod
+    def uniform(width: float) -> Moments:
+        """Uniform on [0, width]."""
+        return Moments(width / 2, width**2 / 12, 0.0)
+
+    @staticmethod
+    def exponential(mean: float) -> Moments:
+        """Exponential with this mean."""
+        return Moments(mean, mean**2, 2 * mean**3)
+
+    @staticmethod
+    def gamma(mean: float, shape: float) -> Moments:
+        """Gamma with this mean and shape."""
+        return Moments(mean, mean**2 / shape, 2 * mean**3 / shape**2)
+
+    @staticmethod
+    def mixture(parts: list[tuple[float, Moments]]) -> Moments:
+        """The variable that is parts[i][1] with probability parts[i][0] (weights summing to 1)."""
+        raw = [0.0, 0.0, 0.0]
+        for w, m in parts:
+            raw[0] += w * m.mean
+            raw[1] += w * (m.var + m.mean**2)
+            raw[2] += w * (m.mu3 + 3 * m.mean * m.var + m.mean**3)
+        mean = raw[0]
+        return Moments(mean, max(raw[1] - mean**2, 0.0), raw[2] - 3 * mean * raw[1] + 2 * mean**3)
+
+
+def pollaczek_khinchine_wait(rate: float, service: Moments) -> float:
+    """Mean wait in M/G/1: lambda E[S^2] / (2 (1 - rho)); infinite at or past saturation."""
+    rho = rate * service.mean
+    if rho >= 1:
+        return math.inf
+    return rate * (service.var + service.mean**2) / (2 * (1 - rho))
+
+
+def wait_given_waiting(rate: float, service: Moments) -> tuple[float, float]:
+    """(mean, gamma shape) of the M/G/1 wait of a request that waits, from its first two moments.
+
+    E[W] is Pollaczek-Khinchine's; E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho)) (Takacs). Given W > 0
+    (probability rho) the mean is E[W] / rho and the second moment E[W^2] / rho; a gamma with those two
+    moments is exponential (shape 1) for M/M/1 and lighter-tailed for steadier service (M/D/1: shape > 1).
+    """
+    rho = rate * service.mean
+    wait = pollaczek_khinchine_wait(rate, service)
+    if rho <= 0 or not math.isfinite(wait):
+        return (0.0 if rho <= 0 else math.inf), 1.0
+    raw3 = service.mu3 + 3 * service.mean * service.var + service.mean**3
+    second = 2 * wait**2 + rate * raw3 / (3 * (1 - rho))
+    mean = wait / rho
+    var = second / rho - mean**2
+    return mean, (mean**2 / var if var > 0 else NORMAL_SHAPE)
+
+
+def gamma_plus_uniform_tail(s: float, mean: float, shape: float, width: float) -> float:
+    """P(G + U > s) for G gamma with `mean` and `shape`, U uniform on [0, width], independent.
+
+    (1/w) integral over [s - w, s] of P(G > x) dx, with the antiderivative of Q(k, y): y Q(k, y) - k Q(k+1, y).
+    """
+    if s <= 0:
+        return 1.0
+    if mean <= EPS:
+        return min(max((width - s) / width, 0.0), 1.0) if width > EPS else 0.0
+    scale = mean / shape
+    if width <= EPS:
+        return gamma_tail(shape, s / scale)
+
+    def integral(x: float) -> float:  # integral_0^x P(G > u) du, x >= 0
+        y = x / scale
+        return scale * (y * gamma_tail(shape, y) - shape * gamma_tail(shape + 1, y) + shape)
+
+    lo = s - width  # P(G > x) = 1 for x <= 0
+    area = integral(s) - integral(max(lo, 0.0)) + max(-lo, 0.0)
+    return min(max(area / width, 0.0), 1.0)
+
+
+def exp_plus_uniform_tail(s: float, mean: float, width: float) -> float:
+    """P(E + U > s) for E exponential with `mean` and U uniform on [0, width], independent."""
+    if s <= 0:
+        return 1.0
+    if mean <= EPS:
+        return min(max((width - s) / width, 0.0), 1.0) if width > EPS else 0.0
+    if width <= EPS:
+        return math.exp(-s / mean)
+    if s >= width:  # (1/w) integral_0^w exp(-(s-u)/mean) du
+        return mean / width * (math.exp(-(s - width) / mean) - math.exp(-s / mean))
+    return ((width - s) + mean * (1 - math.exp(-s / mean))) / width
+
+
+def normal_tail(z: float) -> float:
+    """P(Z > z) for a standard normal."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def gamma_tail(shape: float, x: float) -> float:
+    """Regularized upper incomplete gamma Q(shape, x) = P(Gamma(shape, 1) > x)."""
+    if x <= 0:
+        return 1.0
+    if shape >= WILSON_HILFERTY_SHAPE:  # (X / k)^(1/3) is nearly normal: mean 1 - 1/(9k), variance 1/(9k)
+        v = 1 / (9 * shape)
+        return normal_tail(((x / shape) ** (1 / 3) - 1 + v) / math.sqrt(v))
+    log_front = -x + shape * math.log(x) - math.lgamma(shape)
+    if x < shape + 1:  # series for the lower part P: x^a e^-x / Gamma(a+1) * sum x^n / ((a+1)...(a+n))
+        term = total = 1 / shape
+        n = 0
+        while abs(term) > total * 1e-14 and n < 10_000:
+            n += 1
+            term *= x / (shape + n)
+            total += term
+        return max(0.0, 1 - total * math.exp(log_front))
+    # continued fraction for Q (modified Lentz), converging fast for x > a + 1
+    tiny = 1e-300
+    b = x + 1 - shape
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - shape)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        step = d * c
+        h *= step
+        if abs(step - 1) < 1e-14:
+            break
+    return min(1.0, math.exp(log_front) * h)
+
+
+@dataclass(frozen=True, slots=True)
+class ShiftedGamma:
+    """shift + Gamma(shape, scale) matched to a mean, variance and third central moment (normal if unskewed)."""
+
+    mean: float
+    sd: float
+    shape: float | None  # None: normal (or a point mass when sd == 0)
+    scale: float
+    shift: float
+
+    @staticmethod
+    def from_moments(m: Moments) -> ShiftedGamma:
+        """Match three moments: shape 4 / skew^2, scale sd x skew / 2, shift mean - shape x scale."""
+        sd = math.sqrt(max(m.var, 0.0))
+        if sd <= 1e-9 * max(abs(m.mean), EPS):
+            return ShiftedGamma(m.mean, 0.0, None, 0.0, m.mean)
+        skew = m.mu3 / sd**3
+        shape = 4 / skew**2 if skew > 0 else math.inf
+        if shape > NORMAL_SHAPE:
+            return ShiftedGamma(m.mean, sd, None, 0.0, m.mean)
+        scale = sd * skew / 2
+        return ShiftedGamma(m.mean, sd, shape, scale, m.mean - shape * scale)
+
+    def tail(self, t: float) -> float:
+        """P(X > t)."""
+        if self.sd == 0.0:
+            return 1.0 if t < self.mean else 0.0
+        if self.shape is None:
+            return normal_tail((t - self.mean) / self.sd)
+        return gamma_tail(self.shape, (t - self.shift) / self.scale)
+
+
+def quantile(tail: Callable[[float], float], q: float, lo: float, hi: float) -> float:
+    """The smallest t with tail(t) <= 1 - q, for a decreasing tail; [lo, hi] is widened until it brackets."""
+    target = 1 - q
+    while tail(lo) <= target and lo > 0:
+        lo /= 2
+    if tail(lo) <= target:
+        return lo
+    hi = max(hi, lo * 2, EPS)
+    for _ in range(200):
+        if tail(hi) <= target:
+            break
+        hi *= 2
+    for _ in range(100):
+        if hi - lo <= QUANTILE_TOLERANCE * hi:
+            break
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if tail(mid) <= target else (mid, hi)
+    return hi

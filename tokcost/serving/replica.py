@@ -1,0 +1,376 @@
+"""One continuous-batching replica in steady state: its decode batch, prefill queue and step mix at a load.
+
+The scheduler (vLLM, SGLang, Sarathi-Serve with chunked prefill): every step runs one token for each of the
+b sequences in decode plus up to C prompt tokens taken first-come-first-served from the prefill queue
+(several prompts share a step when they fit), in one pass that reads the weights once. A prompt's first
+token comes out of the step that runs its last chunk; it then decodes one token per step until its O tokens
+are out. Notation: P' prompt tokens computed (beyond the cached prefix p0), n = O - 1 decode steps,
+lambda arrivals/s (Poisson), b the time-average decode batch.
+
+- Step times (steps.py): T0 = a decode-only step as a decoding sequence sees it (batch b + 1: itself plus
+  the others, Poisson(b) by M/G/infinity); Tc = a full packed chunk step (C prompt tokens beside b decodes),
+  alpha = Tc / C the prefill seconds per prompt token when steps are full.
+- Prefill work per request S (seconds of prefill steps): alpha P' when packed with others, or its lone cost
+  A(P') (its own chunks, the last one partial) when no later prompt arrives before its last chunk starts;
+  E[S] = alpha E[P'] + E[pi (A - alpha P')] with pi = E[exp(-lambda (wait + own full chunks))], solved by a
+  few fixed-point passes. rho = lambda E[S] is the share of time in steps that carry prefill; prefill steps
+  per request m = E[P'] / C + E[pi (chunks - P' / C)].
+- Decode (Little's law): a decoding sequence sees lambda m prefill steps and (1 - rho) / T0 decode-only
+  steps per second, so TPOT = 1 / (lambda m + (1 - rho) / T0) and b = lambda E[n] TPOT. Given b this is
+  linear in lambda, so the state is solved for the rate that produces a batch, with no iteration on b;
+  b runs from 0 to the saturation batch E[n] C / E[P'] (every step full of prefill: rho -> 1) or to the
+  KV limit, whichever is smaller.
+- KV: the shared prefix once, each running sequence's own tokens at the 99th percentile of the batch
+  (b + 2.33 sqrt(b)), and the prompt being prefilled must fit the replica's KV capacity.
+Disaggregated pools reuse it: a prefill instance is a replica with no decode (its load is the rate), a
+decode instance one with no prefill whose requests wait for their KV to arrive over the link.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from tokcost.engine.step import Scenario, Segment
+from tokcost.models.spec import ModelSpec
+from tokcost.serving.curve import Curve
+from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
+from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
+from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
+
+Role = Literal["both", "prefill", "decode"]
+Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
+ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
+TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for the share of last chunks run alone
+TAIL_TOLERANCE = 1e-4
+SATURATION_MARGIN = 1 - 1e-6
+POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptPoint:
+    """One grid point of the computed-prompt distribution and its chunk schedule when alone."""
+
+    tokens: int
+    weight: float
+    chunks: int
+    full: Shape  # one full chunk at the mean offset of its full chunks (empty when a single chunk)
+    tail: Shape  # the last chunk
+
+    def last_chunk(self, chunk: int) -> int:
+        """Tokens in its last chunk."""
+        return self.tokens - (self.chunks - 1) * chunk
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """The replica's steady state at one load: rate, batch, prefill share, step times, prefill work."""
+
+    batch: float
+    rate_rps: float
+    rho: float  # share of time in steps that carry prefill (the prefill queue's utilization)
+    decode_step_s: float  # T0
+    chunk_step_s: float  # Tc
+    prefill_step_s: float  # mean duration of a step that carries prefill
+    tpot_mean_s: float
+    steps_per_request: float  # m
+    service: Moments  # prefill work S per request
+    wait_mean_s: float  # Pollaczek-Khinchine mean wait
+    wait_shape: float  # gamma shape of the wait of a prompt that waits (1: exponential)
+    alone_s: tuple[float, ...]  # lone prefill cost A(P') per prompt grid point
+    lone: tuple[float, ...]  # pi: chance a grid point's last chunk runs in a step no later prompt fills
+    kv_tokens_p99: float
+
+    @property
+    def decode_share(self) -> float:
+        """kappa = 1 - T0 / Tp: the share of a prefill step that decodes alone would not have spent."""
+        return max(1 - self.decode_step_s / self.prefill_step_s, 0.0) if self.prefill_step_s > 0 else 0.0
+
+    @property
+    def wait_if_waiting_s(self) -> float:
+        """theta = E[W] / rho: mean wait of a prompt that finds the prefill queue busy."""
+        return self.wait_mean_s / self.rho if self.rho > 0 else 0.0
+
+
+class Replica:
+    """Closed form of one replica's steady state, for any load up to saturation."""
+
+    def __init__(
+        self, steps: Steps, traffic: Traffic, chunk: int, kv_capacity_tokens: float, role: Role = "both",
+        transfer_s: float = 0.0,
+    ):  # fmt: skip
+        self.steps, self.traffic, self.chunk, self.role = steps, traffic, chunk, role
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
+        self.overhead_s = steps.request_overhead_s
+        p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
+        prefills, decodes = role != "decode", role != "prefill"
+        self.prompt_moments = (p.moment(1), p.moment(2), p.moment(3)) if prefills else (0.0, 0.0, 0.0)
+        self.decode_steps_mean = max(o.moment(1) - 1, 0.0) if decodes else 0.0  # E[n]
+        grid = p.grid(PROMPT_GRID_POINTS) if prefills else []
+        self.prompts = [self._prompt_point(round(max(v, 1)), w) for v, w in grid]
+        self.outputs = [(max(round(v) - 1, 0), w) for v, w in o.grid(OUTPUT_GRID_POINTS)] if decodes else []
+        # lone prefill costs come from step-time curves at every ANCHOR_STRIDE-th grid point and the last;
+        # the points between take the excess over the packed cost, A - alpha P', linearly in P'
+        self.anchors = sorted({*range(ANCHOR_STRIDE // 2, len(grid), ANCHOR_STRIDE), len(grid) - 1} - {-1})
+        anchor_tokens = [self.prompts[i].tokens for i in self.anchors]
+        self._brackets = [_bracket(anchor_tokens, pt.tokens) for pt in self.prompts]
+        e1, e2 = self.prompt_moments[0], self.prompt_moments[1]
+        token_weighted = e2 / e1 if e1 else 1.0  # the prompt an average prompt token sits in (length-biased)
+        if chunk <= token_weighted:  # a full chunk at the offset whose attention matches the average token's
+            self.packed: Shape = (Segment(1, p0 + (token_weighted - chunk) / 2, chunk),)
+        else:  # a full chunk holds several whole prompts
+            self.packed = (Segment(chunk / token_weighted, p0, token_weighted),)
+        # where a waiting prompt's end falls inside its last full step, as a share of the chunk: fixed
+        # lengths land on a lattice of chunk / gcd(P', C) positions, (q - 1) / (2 q) on average; else 1/2
+        q = chunk // math.gcd(round(p.mean), chunk) if p.kind == "fixed" else 0
+        self.align = (q - 1) / (2 * q) if q else 0.5
+        self.saturation_batch = self.decode_steps_mean * chunk / e1 if e1 and decodes else math.inf
+        model = steps.model
+        self.kv_shared = model.attended_tokens(p0)
+        self.kv_private = model.attended_tokens(steps.decode_context) - self.kv_shared if decodes else 0.0
+        self._curves: tuple[Curve, Curve] | None = None
+        self._anchor_curves: list[tuple[int, Curve | None, Curve, int]] | None = None
+
+    def _prompt_point(self, tokens: int, weight: float) -> PromptPoint:
+        c, p0 = self.chunk, self.traffic.cached_prefix_tokens
+        chunks = -(-tokens // c)
+        full = (Segment(1, p0 + (chunks - 2) * c / 2, c),) if chunks > 1 else ()
+        tail = (Segment(1, p0 + (chunks - 1) * c, tokens - (chunks - 1) * c),)
+        return PromptPoint(tokens, weight, chunks, full, tail)
+
+    @property
+    def rate_driven(self) -> bool:
+        """No decode batch here (a prefill instance, or one-token answers): the load is the rate itself."""
+        return self.role == "prefill" or self.decode_steps_mean == 0
+
+    @property
+    def decodes(self) -> bool:
+        """Whether some request decodes here (output above one token, and not a prefill-only instance)."""
+        return any(n >= 1 for n, _ in self.outputs)
+
+    # ---- load range ---------------------------------------------------------------------------------
+
+    def kv_batch_limit(self) -> float:
+        """The mean decode batch whose p99 swing fills the KV cache: (b + z sqrt b) x private = free."""
+        free = self.kv_capacity_tokens - self.kv_shared - self.prompt_moments[0]
+        if free <= 0:
+            return 0.0
+        if self.kv_private <= 0:
+            return math.inf
+        y = (-Z_P99 + math.sqrt(Z_P99**2 + 4 * free / self.kv_private)) / 2
+        return y * y
+
+    def load_limit(self) -> float:
+        """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
+        if self.rate_driven:
+            if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
+                return 0.0
+            _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
+            return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
+        return min(self.kv_batch_limit(), self.saturation_batch * SATURATION_MARGIN)
+
+    def kv_bound(self) -> bool:
+        """Whether KV capacity, not saturation, caps the load."""
+        return not self.rate_driven and self.kv_batch_limit() < self.saturation_batch * SATURATION_MARGIN
+
+    # ---- steady state ----------------------------------------------------------------------------------
+
+    def state(self, load: float) -> LoadPoint:
+        """Steady state at `load`: the mean decode batch, solved for the rate that produces it (a prefill
+        instance: the rate itself)."""
+        if self.rate_driven:
+            return self._prefill_state(load)
+        b = load
+        m1, m2, m3 = self.prompt_moments
+        if not self.prompts:
+            t0 = self._decode_step(b)
+            rate = b / (self.decode_steps_mean * t0) if self.decode_steps_mean else 0.0
+            return self._point(b, rate, 0.0, t0, t0, t0, t0, 0.0, Moments(0.0), (), ())
+        n, lone = self.decode_steps_mean, tuple(0.0 for _ in self.prompts)
+        for i in range(TAIL_ITERATIONS):
+            t0, tc, alpha, alone, d, m = self._terms(b, lone)
+            e_s = alpha * m1 + d
+            # Little for decodes: b (lambda m + (1 - lambda E[S]) / T0) = lambda n, linear in lambda
+            denominator = n - b * m + b / t0 * e_s
+            rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
+            rho = min(rate * e_s, 1.0)
+            service = _affine_moments(alpha, d, m1, m2, m3)
+            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            if done:
+                break
+        tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
+        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone)
+
+    def _prefill_state(self, rate: float) -> LoadPoint:
+        m1, m2, m3 = self.prompt_moments
+        lone = tuple(0.0 for _ in self.prompts)
+        for i in range(TAIL_ITERATIONS):
+            t0, tc, alpha, alone, d, m = self._terms(0.0, lone)
+            rho = min(rate * (alpha * m1 + d), 1.0)
+            service = _affine_moments(alpha, d, m1, m2, m3)
+            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            if done:
+                break
+        return self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone)
+
+    def _terms(self, b: float, lone: tuple[float, ...]) -> tuple[float, float, float, tuple[float, ...], float, float]:
+        """(T0, Tc, alpha, A per grid point, d = E[pi (A - alpha P')], prefill steps per request m) at batch b."""
+        c = self.chunk
+        decode, packed = self._main_curves()
+        t0, tc = self._decode_step(b), packed(b)
+        alpha = tc / c
+        alone = self._alone(b, alpha)
+        d = m_tail = 0.0
+        for pt, p, a in zip(self.prompts, lone, alone, strict=True):
+            d += pt.weight * p * (a - alpha * pt.tokens)
+            m_tail += pt.weight * p * (pt.chunks - pt.tokens / c)
+        return t0, tc, alpha, alone, d, self.prompt_moments[0] / c + m_tail
+
+    def _lone_probability(self, rate: float, rho: float, alpha: float, service: Moments) -> tuple[float, ...]:
+        """pi per grid point: no prompt arrives between its arrival and the start of its last step.
+
+        E[exp(-lambda (W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else gamma
+        with mean theta and shape k): ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda alpha (chunks - 1) C).
+        """
+        if rho >= 1 or not math.isfinite(rate):
+            return tuple(0.0 for _ in self.prompts)
+        theta, shape = wait_given_waiting(rate, service)
+        no_wait = (1 - rho) + rho * (1 + rate * theta / shape) ** -shape
+        return tuple(no_wait * math.exp(-rate * alpha * (pt.chunks - 1) * self.chunk) for pt in self.prompts)
+
+    def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone) -> LoadPoint:  # noqa: ANN001
+        kv = self.kv_shared + (b + Z_P99 * math.sqrt(b)) * self.kv_private + rho * self.prompt_moments[0]
+        wait = pollaczek_khinchine_wait(rate, service) if rho > 0 else 0.0
+        shape = wait_given_waiting(rate, service)[1] if rho > 0 else 1.0
+        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv)
+
+    def feedback(self, pt: LoadPoint) -> float:
+        """Loop gain of the decode batch, lambda E[n] dTPOT/db at a fixed rate (it reaches 1 at saturation).
+
+        A batch above its mean slows every step, which keeps sequences longer, which raises the batch: a
+        disturbance of TPOT comes back multiplied by 1 / (1 - gain).
+        """
+        if not self.decodes:
+            return 0.0
+        h = max(0.5, 0.01 * pt.batch)
+        lo, hi = max(pt.batch - h, 0.0), pt.batch + h
+        if not self.prompts:
+            slope = self._main_curves()[0].slope(pt.batch + 1)
+        else:
+            slope = (self._tpot_at(hi, pt) - self._tpot_at(lo, pt)) / (hi - lo)
+        return min(max(pt.rate_rps * self.decode_steps_mean * slope, 0.0), 0.95)
+
+    def _tpot_at(self, b: float, pt: LoadPoint) -> float:
+        t0, _, alpha, _, d, m = self._terms(b, pt.lone)
+        rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
+        return 1 / (pt.rate_rps * m + (1 - rho) / t0)
+
+    def _decode_step(self, b: float) -> float:
+        """T0: a decode-only step as a decoding sequence sees it, itself plus Poisson(b) others."""
+        return self.decode_step_moments(b)[0]
+
+    def decode_step_moments(self, b: float) -> tuple[float, float]:
+        """(mean, variance) of the decode-only step over the Poisson(b) others a decoding sequence shares it with.
+
+        Linear in the batch for dense models: the step at b + 1, variance slope^2 b. An MoE's distinct experts
+        are concave in the batch, so both come from the Poisson weights (Jensen: the step at the mean batch is
+        slower than the mean step).
+        """
+        curve = self._main_curves()[0]
+        if self.steps.model.moe is None or b <= 0:
+            return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
+        points: list[tuple[float, float]] = []
+        if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b
+            spread = math.sqrt(3 * b)
+            points = [(1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread))]
+        else:
+            pmf, k = math.exp(-b), 0
+            while k <= b + 8 * math.sqrt(b) + 8:
+                points.append((pmf, curve(k + 1)))
+                k += 1
+                pmf *= b / k
+        mean = sum(w * y for w, y in points)
+        return mean, max(sum(w * y * y for w, y in points) - mean**2, 0.0)
+
+    # ---- step-time curves ------------------------------------------------------------------------------
+
+    def _main_curves(self) -> tuple[Curve, Curve]:
+        """(decode-only, full packed chunk) step-time curves, built on first use (the second only with prefill)."""
+        if self._curves is None:
+            decode = self.steps.curve(())
+            self._curves = (decode, self.steps.curve(self.packed) if self.prompts else decode)
+        return self._curves
+
+    def _alone(self, b: float, alpha: float) -> tuple[float, ...]:
+        """Lone prefill cost A(P') of every prompt grid point at decode batch b."""
+        if self._anchor_curves is None:
+            self._anchor_curves = [
+                (pt.chunks - 1, self.steps.curve(pt.full) if pt.full else None, self.steps.curve(pt.tail), pt.tokens)
+                for pt in (self.prompts[i] for i in self.anchors)
+            ]  # fmt: skip
+        excess = [
+            full_chunks * (full(b) if full else 0.0) + tail(b) - alpha * tokens
+            for full_chunks, full, tail, tokens in self._anchor_curves
+        ]
+        return tuple(
+            alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f
+            for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True)
+        )
+
+
+def _damped(old: tuple[float, ...], new: tuple[float, ...], i: int) -> tuple[tuple[float, ...], bool]:
+    """The next iterate of pi (averaged with the last from the third pass on) and whether it has settled."""
+    done = all(abs(a - b) <= TAIL_TOLERANCE for a, b in zip(old, new, strict=True))
+    if i < 2 or done:
+        return new, done
+    return tuple((a + b) / 2 for a, b in zip(old, new, strict=True)), False
+
+
+def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> Moments:
+    """Moments of S = alpha P' + d from the prompt's raw moments E[P'], E[P'^2], E[P'^3]."""
+    mean = alpha * m1 + d
+    raw2 = alpha**2 * m2 + 2 * alpha * d * m1 + d**2
+    raw3 = alpha**3 * m3 + 3 * alpha**2 * d * m2 + 3 * alpha * d**2 * m1 + d**3
+    return Moments(mean, max(raw2 - mean**2, 0.0), raw3 - 3 * mean * raw2 + 2 * mean**3)
+
+
+def _bracket(xs: list[int], x: float) -> tuple[int, int, float]:
+    """(i, j, f): x = xs[i] + f (xs[j] - xs[i]) between neighbours, f = 0 beyond the ends (xs increasing)."""
+    if not xs or x <= xs[0]:
+        return 0, 0, 0.0
+    for j in range(1, len(xs)):
+        if x <= xs[j]:
+            span = xs[j] - xs[j - 1]
+            return j - 1, j, (x - xs[j - 1]) / span if span else 0.0
+    return len(xs) - 1, len(xs) - 1, 0.0
+
+
+def decode_context(traffic: Traffic) -> float:
+    """Mean cached context of a decoding sequence: p0 + E[P'] + (E[n^2] + E[n]) / (2 E[n]).
+
+    Step j of a request's n decode steps attends over its prompt + j tokens; averaged over the time every
+    request spends decoding, longer answers weigh more (length-biased), hence E[n^2] / E[n]. For fixed
+    lengths this is P + O / 2, estimate's mean decode context.
+    """
+    o1, o2 = traffic.output.moment(1), traffic.output.moment(2)
+    n1, n2 = o1 - 1, o2 - 2 * o1 + 1
+    progress = (n2 + n1) / (2 * n1) if n1 > 0 else 1.0
+    return traffic.cached_prefix_tokens + traffic.prompt.mean + progress
+
+
+def build_replica(
+    model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
+    role: Role = "both", transfer_s: float = 0.0,
+) -> Replica:  # fmt: skip
+    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` under one scenario."""
+    prompt, output = max(round(traffic.prompt_mean_tokens), 1), max(round(traffic.output.mean), 1)
+    kv = replica_kv_tokens(model, deployment, 1, prompt, output)
+    per_sequence = max(model.attended_tokens(prompt + output), 1.0)
+    kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
+    steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
+    replica = Replica(steps, traffic, chunk, kv, role, transfer_s)
+    limit = replica.kv_batch_limit() if role != "prefill" else 0.0
+    steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
+    return replica

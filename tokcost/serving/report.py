@@ -1,0 +1,83 @@
+"""A Plan as plain data with stable keys (what `tokcost plan --format json` prints; scripts depend on them).
+
+Top level: `workload`, `slo`, `configs` (ranked: those meeting every SLO under "expected" first, cheapest
+first), `load` (GPUs at multiples of the load) and `warnings` (a list of strings; never prose elsewhere).
+Each config: `mode`, `gpu`, `tp`, `prefill_tp` (disaggregated only), `weights`, `kv_dtype`, `compute_dtype`,
+`chunk_tokens`, `pareto`, and `expected` and `ceiling` with the keys of SCENARIO_KEYS; `simulated` with
+`ttft_s`, `tpot_s`, `e2e_s` when --simulate ran for it (else null). Latencies are `{p50, p90, p99}` in
+seconds (null where they do not apply, e.g. TPOT with one output token); money in USD, null without a price.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokcost.serving.fleet import Fleet
+from tokcost.serving.search import Plan, Row, precision_parts
+from tokcost.serving.traffic import Traffic
+
+SCHEMA_VERSION = 1
+SCENARIO_KEYS = (
+    "meets_slo", "max_rate_rps", "saturation_rps", "replicas", "prefill_replicas", "gpus", "utilization",
+    "ttft_s", "tpot_s", "e2e_s", "usd_per_hour", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+    "binding",
+)  # fmt: skip
+CONFIG_KEYS = (
+    "mode", "gpu", "tp", "prefill_tp", "weights", "kv_dtype", "compute_dtype", "chunk_tokens", "pareto",
+    "expected", "ceiling", "simulated",
+)  # fmt: skip
+
+
+def fleet_dict(f: Fleet) -> dict[str, Any]:
+    """One scenario's fleet."""
+    return {key: getattr(f, key) for key in SCENARIO_KEYS}
+
+
+def config_dict(row: Row) -> dict[str, Any]:
+    """One configuration, both scenarios."""
+    weights, kv, compute = precision_parts(row)
+    return {
+        "mode": row.mode,
+        "gpu": row.deployment.gpu.name,
+        "tp": row.deployment.layout.tp,
+        "prefill_tp": row.prefill_layout.tp if row.prefill_layout else None,
+        "weights": weights,
+        "kv_dtype": kv,
+        "compute_dtype": compute,
+        "chunk_tokens": row.chunk,
+        "pareto": row.pareto,
+        "expected": fleet_dict(row.expected),
+        "ceiling": fleet_dict(row.ceiling),
+        "simulated": row.simulated,
+    }
+
+
+def workload_dict(traffic: Traffic, headroom: float) -> dict[str, Any]:
+    """The traffic as planned (prompt_tokens: the mean full prompt, cached prefix included)."""
+    return {
+        "rate_rps": traffic.rate_rps,
+        "concurrency": traffic.concurrency,
+        "think_time_s": traffic.think_time_s if traffic.concurrency else None,
+        "prompt_tokens": traffic.prompt_mean_tokens,
+        "output_tokens": traffic.output.mean,
+        "prompt_dist": traffic.prompt.label,
+        "output_dist": traffic.output.label,
+        "cached_prefix_tokens": traffic.cached_prefix_tokens,
+        "headroom": headroom,
+    }
+
+
+def plan_dict(plan: Plan, explain: list[str] | None = None) -> dict[str, Any]:
+    """The whole plan, JSON-ready; `explain` (a list of lines) only when asked for."""
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "model": plan.model.name,
+        "workload": workload_dict(plan.traffic, plan.space.headroom),
+        "slo": {slo.label: slo.seconds for slo in plan.slos},
+        "configs": [config_dict(row) for row in plan.rows],
+        "load": plan.load,
+        "warnings": plan.warnings,
+    }
+    if explain is not None:
+        out["explain"] = explain
+    return out

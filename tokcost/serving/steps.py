@@ -1,0 +1,94 @@
+"""The step times one replica runs, priced by the engine: a decode batch of b plus a prefill part, one pass.
+
+`Steps` binds a model, a GPU, a layout, a precision and a scenario ("ceiling" or "expected") to
+engine.step.step_cost. The closed form asks for the same few pass shapes (decode only; a full packed prefill
+chunk; a lone prompt's chunks) at many decode batches b, so each shape becomes a Curve in b built once from a
+few engine calls (see curve.py); the simulation asks for arbitrary passes and calls the engine directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokcost.engine.roofline import PassCost
+from tokcost.engine.step import Scenario, Segment, kv_capacity, scenario_rates, step_cost
+from tokcost.engine.workload import Precision, Workload, resolve_precision
+from tokcost.hardware.spec import GpuSpec
+from tokcost.models.spec import ModelSpec
+from tokcost.serving.curve import Curve, build_curve
+from tokcost.serving.layout import Layout
+
+Shape = tuple[Segment, ...]  # the prefill part of a pass (empty: decode only)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One point of the search space: a GPU type, a layout and the storage/compute formats."""
+
+    gpu: GpuSpec
+    layout: Layout
+    weights: str | None = None
+    kv_dtype: str | None = None
+    compute_dtype: str | None = None
+
+    def workload(self, batch: int = 1, prompt: int = 1024, output: int = 256, cached: int = 0) -> Workload:
+        """The engine's Workload for this deployment (TP degree as its GPU count)."""
+        return Workload(
+            batch=batch, prompt_tokens=prompt, output_tokens=output, gpus=self.layout.tp,
+            weights_dtype=self.weights, kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype,
+            cached_prefix_tokens=cached,
+        )  # fmt: skip
+
+    def precision(self, model: ModelSpec) -> Precision:
+        """Resolved formats (unset ones from the model), as the engine resolves them."""
+        return resolve_precision(model, self.workload())
+
+
+@dataclass(slots=True)
+class Steps:
+    """Step times of one deployment under one scenario, with decode sequences at `decode_context` tokens."""
+
+    model: ModelSpec
+    deployment: Deployment
+    scenario: Scenario
+    decode_context: float
+    batch_limit: float  # curves cover decode batches 0 .. batch_limit
+    _workload: Workload = field(init=False)
+    _curves: dict[Shape, Curve] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._workload = self.deployment.workload()
+
+    @property
+    def request_overhead_s(self) -> float:
+        """Per-request latency the scenario adds to TTFT (expected: the server's fixed cost; ceiling: 0)."""
+        rates = scenario_rates(self.deployment.gpu, self.deployment.precision(self.model), self.scenario)
+        return rates.request_overhead_s
+
+    def cost(self, segments: list[Segment]) -> PassCost:
+        """One pass, straight from the engine."""
+        return step_cost(self.model, self.deployment.gpu, self._workload, segments=segments, scenario=self.scenario)
+
+    def pass_cost(self, batch: float, shape: Shape) -> PassCost:
+        """A pass of `batch` decode tokens at the decode context plus the prefill `shape`."""
+        decode = [Segment(batch, self.decode_context, 1)] if batch > 0 else []
+        return self.cost(decode + list(shape))
+
+    def curve(self, shape: Shape) -> Curve:
+        """Seconds of pass_cost(b, shape) as a function of b, built on first use."""
+        found = self._curves.get(shape)
+        if found is None:
+            tokens = sum(s.tokens for s in shape)
+            breaks = () if self.model.tied_embeddings else (self.model.vocab_size - tokens,)
+            found = build_curve(
+                lambda b: self.pass_cost(b, shape), 0.0, self.batch_limit, linear=self.model.moe is None,
+                breaks=breaks,
+            )  # fmt: skip
+            self._curves[shape] = found
+        return found
+
+
+def replica_kv_tokens(model: ModelSpec, deployment: Deployment, batch: float, prompt: int, output: int) -> float:
+    """Tokens of KV one replica holds beside weights, workspace (for `batch` sequences) and reserve."""
+    wl = deployment.workload(batch=max(1, min(round(batch), 1_000_000)), prompt=prompt, output=output)
+    return kv_capacity(model, deployment.gpu, wl)

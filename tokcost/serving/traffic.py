@@ -1,0 +1,174 @@
+"""What a fleet is asked to serve: request lengths (fixed, exponential, lognormal, a trace), load, and SLOs.
+
+A length distribution is given by its mean and shape; the closed form needs its raw moments E[X^k] (k = 1..3,
+exact for every kind) and a small grid of equal-weight mid-quantile points for terms that are not polynomial
+in the length (chunk counts, a lone prompt's step times). The simulation draws integer token counts from it.
+Lognormal with mean m and coefficient of variation c: sigma^2 = ln(1 + c^2), mu = ln m - sigma^2 / 2,
+E[X^k] = exp(k mu + k^2 sigma^2 / 2). Exponential with mean m: E[X^k] = k! m^k.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+from typing import Literal
+
+from tokcost.errors import UsageError
+
+DistKind = Literal["fixed", "exponential", "lognormal", "empirical"]
+PROMPT_GRID_POINTS = 32  # mid-quantile points of a prompt distribution (a quarter of them priced by curves)
+OUTPUT_GRID_POINTS = 32  # of an output distribution (arithmetic only; E2E follows its quantiles closely)
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+METRICS = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDist:
+    """Token counts of one kind of length: its mean, shape (CV for lognormal) and, for a trace, the values."""
+
+    kind: DistKind
+    mean: float
+    cv: float = 0.0
+    values: tuple[int, ...] = ()
+
+    def moment(self, k: int) -> float:
+        """Raw moment E[X^k]."""
+        if self.kind == "fixed":
+            return self.mean**k
+        if self.kind == "exponential":
+            return math.factorial(k) * self.mean**k
+        if self.kind == "lognormal":
+            s2 = math.log1p(self.cv**2)
+            return math.exp(k * (math.log(self.mean) - s2 / 2) + k * k * s2 / 2)
+        return sum(v**k for v in self.values) / len(self.values)
+
+    def quantile(self, u: float) -> float:
+        """The u-quantile (0 < u < 1)."""
+        if self.kind == "fixed":
+            return self.mean
+        if self.kind == "exponential":
+            return -self.mean * math.log1p(-u)
+        if self.kind == "lognormal":
+            s = math.sqrt(math.log1p(self.cv**2))
+            return math.exp(math.log(self.mean) - s * s / 2 + s * NormalDist().inv_cdf(u))
+        ordered = sorted(self.values)
+        return float(ordered[min(int(u * len(ordered)), len(ordered) - 1)])
+
+    def grid(self, n: int) -> list[tuple[float, float]]:
+        """(value, weight) points whose weights sum to 1: one point when fixed, else n mid-quantiles."""
+        if self.kind == "fixed":
+            return [(self.mean, 1.0)]
+        return [(self.quantile((i + 0.5) / n), 1 / n) for i in range(n)]
+
+    def sample(self, rng: random.Random) -> int:
+        """One integer token count, at least 1."""
+        if self.kind == "fixed":
+            return max(1, round(self.mean))
+        if self.kind == "empirical":
+            return rng.choice(self.values)
+        return max(1, round(self.quantile(rng.random() or 0.5)))
+
+    def shifted(self, tokens: int) -> LengthDist:
+        """The same distribution less `tokens` per request (the cached prefix); the mean stays at least 1."""
+        if self.kind == "empirical":
+            return LengthDist("empirical", self.mean - tokens, values=tuple(v - tokens for v in self.values))
+        return LengthDist(self.kind, max(self.mean - tokens, 1.0), self.cv)
+
+    @property
+    def label(self) -> str:
+        """How the distribution reads in outputs: 'fixed', 'exponential', 'lognormal:0.5', 'trace'."""
+        return {"lognormal": f"lognormal:{self.cv:g}", "empirical": "trace"}.get(self.kind, self.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """Open loop (Poisson arrivals at `rate_rps`) or closed loop (`concurrency` users), with request lengths.
+
+    `prompt` is the distribution of the prompt beyond the cached prefix (what prefill computes); the full
+    prompt is `cached_prefix_tokens` + that. `arrivals_s` holds a trace's arrival times for the simulation.
+    """
+
+    prompt: LengthDist
+    output: LengthDist
+    rate_rps: float | None = None
+    concurrency: int | None = None
+    think_time_s: float = 0.0
+    cached_prefix_tokens: int = 0
+    arrivals_s: tuple[float, ...] = ()
+
+    @property
+    def prompt_mean_tokens(self) -> float:
+        """Mean full prompt (cached prefix included): what input tokens are counted and priced as."""
+        return self.prompt.mean + self.cached_prefix_tokens
+
+    def scaled(self, factor: float) -> Traffic:
+        """The same traffic at `factor` times the load (rate or users)."""
+        if self.rate_rps is not None:
+            return replace(self, rate_rps=self.rate_rps * factor)
+        return replace(self, concurrency=max(1, round((self.concurrency or 1) * factor)))
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """A latency objective: the `quantile` of `metric` at most `seconds` (e.g. p90 TTFT <= 0.5 s)."""
+
+    metric: Literal["ttft", "tpot", "e2e"]
+    percentile: str  # p50, p90, p95, p99
+    seconds: float
+
+    @property
+    def quantile(self) -> float:
+        """0.5, 0.9, 0.95 or 0.99."""
+        return QUANTILES[self.percentile]
+
+    @property
+    def label(self) -> str:
+        """ttft_p90, as on the command line."""
+        return f"{self.metric}_{self.percentile}"
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """'500ms', '2s', '250us' -> seconds; a bare number is refused (a unit is required)."""
+    value = text.strip().lower()
+    for suffix, scale in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if value.endswith(suffix):
+            try:
+                seconds = float(value.removesuffix(suffix)) * scale
+            except ValueError:
+                break
+            if not (math.isfinite(seconds) and 0 < seconds <= 86_400):
+                raise UsageError(f"{flag}: {text!r} must be above 0 and at most 1 day")
+            return seconds
+    raise UsageError(f"{flag}: {text!r} is not a duration; give a number with a unit: 500ms, 2s, 250us")
+
+
+def parse_slo(text: str) -> Slo:
+    """'ttft_p90=500ms' -> Slo('ttft', 'p90', 0.5)."""
+    key, sep, value = text.partition("=")
+    metric, _, pct = key.strip().lower().partition("_")
+    if not sep or metric not in METRICS or pct not in QUANTILES:
+        raise UsageError(
+            f"--slo: {text!r} is not METRIC_PCT=VALUE with METRIC in {', '.join(METRICS)} and PCT in "
+            f"{', '.join(QUANTILES)} (e.g. ttft_p90=500ms, tpot_p99=50ms, e2e_p50=10s)"
+        )
+    return Slo(metric, pct, parse_duration(value, "--slo"))  # type: ignore[arg-type]
+
+
+def parse_dist(text: str, mean: float, flag: str) -> LengthDist:
+    """'fixed' | 'exponential' | 'lognormal:CV' around `mean` tokens."""
+    kind, _, arg = text.strip().lower().partition(":")
+    if kind == "fixed" and not arg:
+        return LengthDist("fixed", mean)
+    if kind == "exponential" and not arg:
+        return LengthDist("exponential", mean)
+    if kind == "lognormal":
+        try:
+            cv = float(arg)
+        except ValueError:
+            cv = -1.0
+        if not 0 < cv <= 10:
+            raise UsageError(f"{flag}: lognormal needs a CV above 0 and at most 10, e.g. lognormal:0.5 (got {text!r})")
+        return LengthDist("lognormal", mean, cv)
+    raise UsageError(f"{flag}: {text!r} is not one of fixed, exponential, lognormal:CV")
