@@ -230,7 +230,7 @@ def test_bad_flags_get_one_line_and_exit_2(cli, args, needle):
 
 
 COMMANDS = [["specs", "list"], ["specs", "show"], ["specs", "validate"], ["specs", "import"], ["estimate"],
-            ["compare"], ["sweep"], ["measure"], ["calibrate"], ["validate"]]  # fmt: skip
+            ["compare"], ["sweep"], ["plan"], ["measure"], ["calibrate"], ["validate"]]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -51,7 +51,7 @@ def test_default_layouts_start_at_the_smallest_that_fits():
     explicit = plan(MODEL, _traffic(5), SLOS, Space(gpus=(H100,), tps=(1, 3), weights=("bf16",), chunks=(2048,)))
     reasons = {r.deployment.layout.tp: r.expected.binding for r in explicit.rows}
     assert reasons[1].startswith("does not fit")
-    assert reasons[3] == "TP 3 does not divide 64 attention heads"
+    assert reasons[3].startswith("--tp: 3 does not divide llama-3.1-70b's 64 attention heads")
 
 
 def test_fp8_weights_run_fp8_matmuls_only_where_the_gpu_has_them():
@@ -146,3 +146,24 @@ def test_closed_loop_sizes_by_users():
     users_cap = row.expected.pools[0][0]
     assert math.ceil(200 * 1.2 / users_cap - 1e-9) == row.expected.replicas
     assert pt.rate_rps > 0 and per_replica <= users_cap
+
+
+def test_plan_enumerates_expert_parallel_layouts_for_moe():
+    # an MoE model gets each TP degree twice: experts split tensor-parallel (EP 1) and spread whole (EP = TP)
+    moe = load_model("mixtral-8x7b")
+    p = plan(moe, _traffic(2), SLOS, Space(gpus=(H100,), tps=(2, 4), weights=("fp8",), chunks=(1024,),
+                                         eps=(1, 2, 4)))  # fmt: skip
+    layouts = {(r.deployment.layout.tp, r.deployment.layout.ep) for r in p.rows}
+    assert {(2, 1), (2, 2), (4, 1), (4, 4)} <= layouts
+    assert all(r.deployment.layout.ep <= r.deployment.layout.tp for r in p.rows if r.expected.meets_slo)
+    default = plan(moe, _traffic(2), SLOS, Space(gpus=(H100,), tps=(2,), weights=("fp8",), chunks=(1024,)))
+    assert {r.deployment.layout.label for r in default.rows} == {"TP2", "TP2xEP2"}
+
+
+def test_a_model_no_node_holds_is_planned_on_pipeline_stages_of_full_nodes():
+    big = load_model("llama-3.1-405b")  # 811 GB at bf16: more than 8 H100s hold
+    p = plan(big, _traffic(1), [Slo("tpot", "p90", 0.2)], Space(gpus=(H100,), weights=("bf16",), chunks=(2048,)))
+    labels = [r.deployment.layout.label for r in p.rows]
+    assert labels and all(label.startswith("TP8xPP") for label in labels)
+    top = p.rows[0]
+    assert top.expected.meets_slo and top.deployment.layout.gpus == 16

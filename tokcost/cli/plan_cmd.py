@@ -14,10 +14,11 @@ import typer
 
 from tokcost import fmt
 from tokcost.cli.common import int_list, split_list, workload_from_flags
-from tokcost.cli.options import Format, FormatOpt, ModelOpt
+from tokcost.cli.deploy import engine_for, network_for
+from tokcost.cli.options import EngineOpt, Format, FormatOpt, ModelOpt, NetworkOpt
 from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
 from tokcost.errors import UsageError
-from tokcost.hardware.library import builtin_gpus, load_gpu, load_network
+from tokcost.hardware.library import builtin_gpus, load_gpu
 from tokcost.models.library import load_model
 from tokcost.serving import search
 from tokcost.serving.explain import explain_lines, explain_plan
@@ -59,6 +60,16 @@ def plan(
         Optional[list[str]], typer.Option("--slo", help="METRIC_PCT=VALUE, repeatable: ttft_p90=500ms tpot_p90=40ms.")
     ] = None,
     tp: Annotated[Optional[str], typer.Option("--tp", help="TP degrees (default: valid ones that fit, to 8).")] = None,
+    pp: Annotated[
+        Optional[str],
+        typer.Option("--pp", help="Pipeline stages (default: 1, or 2-4 whole nodes if one is too small)."),
+    ] = None,
+    ep: Annotated[
+        Optional[str], typer.Option("--ep", help="Expert-parallel degrees (default for MoE: 1 and the stage's GPUs).")
+    ] = None,
+    dp: Annotated[Optional[str], typer.Option("--dp", help="Data-parallel attention replicas (MoE).")] = None,
+    engine: EngineOpt = None,
+    network: NetworkOpt = None,
     weights: Annotated[Optional[str], typer.Option("--weights", help="Weight formats, comma-separated.")] = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache formats, comma-separated.")] = None,
     compute_dtype: Annotated[
@@ -91,6 +102,10 @@ def plan(
     space = Space(
         gpus=gpus,
         tps=tuple(int_list(tp, "--tp", 1, 64)) if tp else None,
+        pps=tuple(int_list(pp, "--pp", 1, 64)) if pp else None,
+        eps=tuple(int_list(ep, "--ep", 1, 4096)) if ep else None,
+        dps=tuple(int_list(dp, "--dp", 1, 4096)) if dp else (1,),
+        engine=engine_for(engine),
         weights=_formats(weights, "weights_dtype"),
         kv_dtypes=_formats(kv_dtype, "kv_dtype"),
         compute_dtypes=_compute(compute_dtype),
@@ -99,7 +114,7 @@ def plan(
         max_gpus=_positive_int(max_gpus, "--max-gpus"),
         headroom=_headroom(headroom),
         prices=_prices(price, [g.name for g in gpus]),
-        networks={g.name: load_network(g.network) for g in gpus if g.network and mode != Mode.aggregated},
+        networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
     )
     if simulate and (requests < 100 or requests > 1_000_000):
         raise UsageError(f"--requests: must be in 100..1,000,000 (got {requests})")

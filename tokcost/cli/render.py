@@ -16,6 +16,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 PIPED_WIDTH = 200
+PROSE_AT = 40  # a column with a cell wider than this holds prose: it wraps instead of setting the width
 
 
 @dataclass
@@ -48,8 +49,11 @@ def print_tables(tables: list[Table], fmt: str) -> None:
         keep = _columns_that_fit(t, out.width)
         grid = RichTable(title=Text(t.title, style="bold"), title_justify="left")
         for i in keep:  # a value is never wrapped, folded or cut: columns that do not fit are left out instead
-            grid.add_column(Text(t.columns[i]), justify="left" if i == 0 else "right", no_wrap=True,
-                            min_width=_widest(t, i))  # fmt: skip
+            if _widest(t, i) > PROSE_AT:  # prose (notes, sources) wraps at spaces, left-aligned, never truncated
+                grid.add_column(Text(t.columns[i]), justify="left", overflow="fold", min_width=PROSE_AT)
+            else:
+                grid.add_column(Text(t.columns[i]), justify="left" if i == 0 else "right", no_wrap=True,
+                                min_width=_widest(t, i))  # fmt: skip
         for row in t.rows:
             grid.add_row(*(Text(row[i]) for i in keep))
         out.print(grid)
@@ -69,7 +73,7 @@ def _columns_that_fit(t: Table, width: int) -> list[int]:
     """The columns that fit the terminal whole (3 characters of padding and border each), the first two always;
     the rest are left out, last first, so that no number is ever cut, folded or ellipsized."""
     keep = list(range(len(t.columns)))
-    while len(keep) > 2 and sum(_widest(t, i) + 3 for i in keep) + 1 > width:
+    while len(keep) > 2 and sum(min(_widest(t, i), PROSE_AT) + 3 for i in keep) + 1 > width:
         keep.pop()
     return keep
 

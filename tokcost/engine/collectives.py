@@ -52,22 +52,27 @@ class CollectiveCost:
     link_bytes: float  # bytes one rank puts on the link
 
 
-def allreduce(payload_bytes: float, ranks: int, path: Path) -> CollectiveCost:
-    """The cheapest of one-shot, two-shot and ring for this message size and group."""
+def allreduce_options(payload_bytes: float, ranks: int, path: Path) -> dict[str, tuple[float, float]]:
+    """{algorithm: (seconds, bytes one rank puts on the link)} for every algorithm this group may use."""
     n, s, bw, a = ranks, payload_bytes, path.bytes_per_s, path.latency_s
-    options = {
-        "one-shot": (a + (n - 1) * s / bw, (n - 1) * s),
-        "two-shot": (2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
-        "ring": (2 * (n - 1) * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
-    }
     if path.nodes > 1:  # hierarchical: inside each node over NVLink, the share S/g across nodes over each NIC
         nodes, g = path.nodes, -(-n // path.nodes)
         inside = 2 * (g - 1) / g * s / path.intra_bytes_per_s + 2 * path.intra_latency_s
         across = 2 * (nodes - 1) / nodes * s / g / bw + 2 * (nodes - 1) * a
-        options = {"hierarchical": (inside + across, 2 * (nodes - 1) / nodes * s / g)}
+        return {"hierarchical": (inside + across, 2 * (nodes - 1) / nodes * s / g)}
+    return {
+        "one-shot": (a + (n - 1) * s / bw, (n - 1) * s),
+        "two-shot": (2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
+        "ring": (2 * (n - 1) * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
+    }
+
+
+def allreduce(payload_bytes: float, ranks: int, path: Path) -> CollectiveCost:
+    """The cheapest algorithm for this message size and group."""
+    options = allreduce_options(payload_bytes, ranks, path)
     name = min(options, key=lambda k: options[k][0])
     seconds, moved = options[name]
-    return CollectiveCost("all-reduce", s, n, path, name, seconds, moved)
+    return CollectiveCost("all-reduce", payload_bytes, ranks, path, name, seconds, moved)
 
 
 def alltoall(volume_bytes: float, ranks: int, path: Path) -> CollectiveCost:

@@ -38,6 +38,11 @@ class Segment:
     cached_tokens: float
     new_tokens: float
 
+    @property
+    def tokens(self) -> float:
+        """Tokens this segment runs through the blocks."""
+        return self.sequences * self.new_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class Stage:
@@ -204,7 +209,7 @@ class PassShape:
     @property
     def tokens(self) -> float:
         """Tokens of the whole replica this pass runs (every DP replica's)."""
-        return sum(s.sequences * s.new_tokens for s in self.segments)
+        return sum(s.tokens for s in self.segments)
 
     @property
     def tokens_dp(self) -> float:

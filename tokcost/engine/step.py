@@ -49,7 +49,9 @@ def step_cost(
     )
 
 
-def kv_capacity(model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None) -> float:
+def kv_capacity(
+    model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None, engine: EngineProfile = GENERIC
+) -> float:
     """Tokens of KV one replica holds beside weights, workspace (at the workload's batch) and reserve."""
-    d = deployment(model, gpu, workload, network)
+    d = deployment(model, gpu, workload, network, engine)
     return kv_capacity_tokens(model, gpu, workload, d.precision, d.layout)

@@ -4,7 +4,7 @@ engine.step.step_cost prices one pass as a sum of rooflines, each max(FLOPs / pe
 the prefill part of the pass and the decode context held fixed, every count is linear in b (b decode tokens,
 b sequences' KV reads), so each term is the max of two lines and the step time is piecewise linear in b, with
 a kink only where a term changes bound. build_curve evaluates step_cost at the ends of the range, finds each
-flip where a term's compute_s - memory_s changes sign (a line through the two ends: exact, since both are
+flip where a kernel's compute_s - memory_s changes sign (a line through the two ends: exact, since both are
 linear), evaluates there and recurses; between breakpoints it interpolates, which reproduces step_cost to
 rounding error (tests compare with direct calls). Two counts are not linear in b: routed experts touched,
 E (1 - (1 - k/E)^tokens), and embedding rows, min(tokens, vocab); for MoE models every piece is also checked
@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tokcost.engine.collectives import allreduce_options
 from tokcost.engine.roofline import PassCost
 
 INTERPOLATION_TOLERANCE = 1e-3  # relative chord error allowed at a piece's midpoint (nonlinear counts only)
@@ -51,16 +52,28 @@ class Curve:
 
 
 def _gap(cost: PassCost, i: int) -> float:
-    c = cost.components[i]
+    c = cost.stages[i]  # one kernel's roofline (a collective has neither term: its gap stays 0)
     return c.compute_s - c.memory_s
 
 
+def _algorithm_gap(cost: PassCost, i: int, first: str, second: str) -> float:
+    c = cost.stages[i].collective
+    assert c is not None
+    options = allreduce_options(c.payload_bytes, c.ranks, c.path)
+    return options[first][0] - options[second][0]
+
+
 def _first_flip(pa: PassCost, pb: PassCost, a: float, b: float) -> float | None:
-    """The smallest b in (a, b) where a term's compute_s - memory_s, a line between the ends, crosses 0."""
+    """The smallest b in (a, b) where a kernel changes bound or an all-reduce changes algorithm (each a crossing
+    of two lines between the ends)."""
     eps = 1e-9 * (pa.seconds + pb.seconds)
     flips = []
-    for i in range(len(pa.components)):
-        ga, gb = _gap(pa, i), _gap(pb, i)
+    for i in range(min(len(pa.stages), len(pb.stages))):
+        ca, cb = pa.stages[i].collective, pb.stages[i].collective
+        if ca is not None and cb is not None and ca.op == "all-reduce" and ca.algorithm != cb.algorithm:
+            ga, gb = (_algorithm_gap(x, i, ca.algorithm, cb.algorithm) for x in (pa, pb))
+        else:
+            ga, gb = _gap(pa, i), _gap(pb, i)
         if (ga > eps and gb < -eps) or (ga < -eps and gb > eps):
             flips.append(a + (b - a) * ga / (ga - gb))
     return min(flips) if flips else None
@@ -76,14 +89,18 @@ def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tup
     todo = [(a - b, a, b) for a, b in zip(ordered[:-1], ordered[1:], strict=True)]
     heapq.heapify(todo)
     min_width = 1e-9 * max(hi - lo, 1.0)
-    while todo and len(points) < MAX_EVALUATIONS:
+    evaluations = len(points)
+    while todo and evaluations < MAX_EVALUATIONS:  # every engine call counts, kept or not
         _, a, b = heapq.heappop(todo)
         if b - a <= min_width:
             continue
         x = _first_flip(points[a], points[b], a, b)
+        if x is not None and not a + min_width < x < b - min_width:
+            x = None if linear else x  # a flip at the very end of a piece: nothing left to split
         if x is None and linear:
             continue
-        if x is None:  # nonlinear counts: accept the piece only if its midpoint lies on the chord
+        evaluations += 1
+        if x is None or x in points:  # nonlinear counts: accept the piece only if its midpoint lies on the chord
             x = (a + b) / 2
             mid = price(x)
             chord = (points[a].seconds + points[b].seconds) / 2
@@ -93,6 +110,8 @@ def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tup
         else:
             x = min(max(x, a + min_width), b - min_width)
             points[x] = price(x)
+        if not a < x < b:  # no room left between a and b in floating point
+            continue
         heapq.heappush(todo, (a - x, a, x))
         heapq.heappush(todo, (x - b, x, b))
     xs = tuple(sorted(points))

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from tokcost.engine.estimate import SECONDS_PER_HOUR
-from tokcost.engine.traffic import kv_shard
+from tokcost.engine.layout import kv_heads_per_rank
 from tokcost.engine.workload import resolve_precision
 from tokcost.hardware.spec import Link
 from tokcost.models.spec import ModelSpec
@@ -147,6 +147,11 @@ def _zero_load_reason(cap: Capacity) -> str:
     return "KV memory: not one request fits"
 
 
+def kv_share(model: ModelSpec, tp: int) -> float:
+    """Fraction of a token's KV one TP rank holds: its KV heads (replicated past kv_heads); an MLA latent whole."""
+    return 1.0 if model.mla else kv_heads_per_rank(model, tp) / model.kv_heads
+
+
 def transfer_seconds(model: ModelSpec, replica: Replica, link: Link, prefill_tp: int, decode_tp: int) -> float:
     """Time one request's computed-prompt KV takes from the prefill GPUs to the decode GPUs.
 
@@ -157,7 +162,7 @@ def transfer_seconds(model: ModelSpec, replica: Replica, link: Link, prefill_tp:
     deployment = replica.steps.deployment
     precision = resolve_precision(model, deployment.workload())
     total = replica.traffic.prompt.mean * model.kv_bytes_per_token(precision.kv)
-    shard = max(kv_shard(model, prefill_tp), kv_shard(model, decode_tp))
+    shard = max(kv_share(model, prefill_tp), kv_share(model, decode_tp))
     efficiency = link.efficiency if replica.steps.scenario == "expected" else 1.0
     return total * shard / (link.bytes_per_s * efficiency) + link.latency_s
 

@@ -1,17 +1,18 @@
-"""How one replica spreads a model over GPUs. Today: tensor parallelism (TP) only.
+"""How one replica spreads a model over GPUs, as plan searches it: the engine's layouts (tokcost.engine.layout).
 
-A layout is one object so that pipeline, expert and data parallelism can join it later without touching the
-search: the search asks a layout for its GPU count, its label, why it is invalid (if it is) and the Workload
-the engine prices it with. Valid TP degrees: the degree divides the attention heads (each GPU holds whole
-query heads), and the KV heads either split evenly (kv_heads % tp == 0) or are replicated (tp % kv_heads ==
-0, as vLLM does when tp > kv_heads); TP stays inside one node (one NVLink/xGMI/PCIe domain) and needs a
-GPU-to-GPU link.
+A layout is one object (TP x PP x EP x DP attention) so the search only asks it for its GPU count, its label,
+why it is invalid (the engine's own rule: TP divides the heads and splits or replicates the KV heads, PP at
+most one stage per layer, EP divides the experts and the stage's GPUs, DP attention for MoE models only) and
+the Workload the engine prices it with. Plan keeps tensor parallelism inside one node (one NVLink / xGMI /
+PCIe domain); pipeline stages and expert groups may span nodes over the network.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokcost.engine.layout import Layout as EngineLayout
+from tokcost.engine.layout import layout_problem, tp_degrees
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 
@@ -20,38 +21,39 @@ DEFAULT_MAX_TP = 8
 
 @dataclass(frozen=True, slots=True, order=True)
 class Layout:
-    """Tensor-parallel degree of one replica."""
+    """One replica's degrees: tensor, pipeline, expert and data-parallel attention."""
 
     tp: int
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
 
     @property
     def gpus(self) -> int:
-        """GPUs one replica occupies."""
-        return self.tp
+        """GPUs one replica occupies: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
 
     @property
     def label(self) -> str:
-        """'TP4'."""
-        return f"TP{self.tp}"
+        """'TP4', 'TP8xPP2', 'DP16xEP16'."""
+        parts = [f"TP{self.tp}"] if self.tp > 1 or self.gpus == 1 else []
+        parts += [f"PP{self.pp}"] * (self.pp > 1) + [f"DP{self.dp}"] * (self.dp > 1) + [f"EP{self.ep}"] * (self.ep > 1)
+        return "x".join(parts)
+
+    def engine(self, gpus_per_node: int) -> EngineLayout:
+        """The engine's layout on nodes of `gpus_per_node`."""
+        return EngineLayout(self.tp, self.pp, self.ep, self.dp, gpus_per_node)
 
     def invalid_reason(self, model: ModelSpec, gpu: GpuSpec) -> str | None:
         """Why this layout cannot run `model` on `gpu`, or None when it can."""
-        return self.model_reason(model) or self.gpu_reason(gpu)
-
-    def model_reason(self, model: ModelSpec) -> str | None:
-        """Why the model's heads cannot be split this way, or None."""
-        if model.attention_heads % self.tp:
-            return f"TP {self.tp} does not divide {model.attention_heads} attention heads"
-        if model.kv_heads % self.tp and self.tp % model.kv_heads:
-            return f"TP {self.tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
-        return None
+        return layout_problem(model, self.engine(gpu.gpus_per_node)) or self.gpu_reason(gpu)
 
     def gpu_reason(self, gpu: GpuSpec) -> str | None:
-        """Why the GPU cannot host this layout (node size, missing link), or None."""
+        """Why the GPU cannot host this layout (TP across nodes, a missing link), or None."""
         if self.tp > gpu.gpus_per_node:
             return f"TP {self.tp} spans more than one node ({gpu.gpus_per_node} GPUs per node)"
-        if self.tp > 1 and gpu.link is None:
-            return f"TP {self.tp} needs a GPU-to-GPU link and {gpu.name} lists none"
+        if self.gpus > 1 and gpu.link is None:
+            return f"{self.label} needs a GPU-to-GPU link and {gpu.name} lists none"
         return None
 
     def replicates_kv(self, model: ModelSpec) -> bool:
@@ -61,4 +63,4 @@ class Layout:
 
 def valid_tp_degrees(model: ModelSpec, limit: int = DEFAULT_MAX_TP) -> list[int]:
     """Every TP degree up to `limit` that divides the heads and splits or replicates the KV heads."""
-    return [t for t in range(1, limit + 1) if Layout(t).model_reason(model) is None]
+    return tp_degrees(model, limit)

@@ -29,6 +29,7 @@ from tokcost.engine.step import Scenario
 from tokcost.errors import TokcostError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity
 from tokcost.serving.fleet import REPORTED, Fleet, failed, size_aggregated, size_disaggregated, transfer_seconds
 from tokcost.serving.layout import DEFAULT_MAX_TP, Layout, valid_tp_degrees
@@ -49,6 +50,10 @@ class Space:
 
     gpus: tuple[GpuSpec, ...]
     tps: tuple[int, ...] | None = None  # None: every valid degree from the smallest that fits up to 8
+    pps: tuple[int, ...] | None = None  # None: 1, and 2..4 stages of a full node when no single node holds it
+    eps: tuple[int, ...] | None = None  # None: 1, and for MoE models every expert-parallel degree = the stage's GPUs
+    dps: tuple[int, ...] = (1,)  # data-parallel attention replicas (MoE)
+    engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
     weights: tuple[str | None, ...] = (None,)
     kv_dtypes: tuple[str | None, ...] = (None,)
     compute_dtypes: tuple[str | None, ...] = (None,)
@@ -111,6 +116,24 @@ def _fits(model: ModelSpec, deployment: Deployment, traffic: Traffic) -> bool:
     return replica_kv_tokens(model, deployment, 1, prompt, output) >= model.attended_tokens(prompt + output)
 
 
+def candidate_layouts(model: ModelSpec, gpu: GpuSpec, space: Space) -> list[Layout]:
+    """Every combination of the space's degrees (defaults: valid TP up to a node; pipeline stages of a full node
+    as a fallback; expert parallelism over the stage for MoE), smallest first."""
+    tps = space.tps or tuple(valid_tp_degrees(model, min(DEFAULT_MAX_TP, gpu.gpus_per_node)))
+    pps = space.pps or (1,)
+    out = []
+    for tp, pp, dp in product(tps, pps, space.dps):
+        eps = space.eps or ((1, tp * dp) if model.moe and tp * dp > 1 else (1,))
+        out += [Layout(tp, pp, ep, dp) for ep in dict.fromkeys(eps)]
+    return sorted(dict.fromkeys(out), key=lambda lay: (lay.gpus, lay.pp, lay.ep, lay.tp))
+
+
+def pipeline_fallback(model: ModelSpec, gpu: GpuSpec) -> list[Layout]:
+    """For a model no single node holds: the widest TP of a node, in 2 to 4 pipeline stages."""
+    widest = max(valid_tp_degrees(model, min(DEFAULT_MAX_TP, gpu.gpus_per_node)))
+    return [Layout(widest, pp) for pp in (2, 3, 4)]
+
+
 def _layouts(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -119,10 +142,8 @@ def _layouts(
     traffic: Traffic,  # noqa: ANN001
 ) -> tuple[list[Layout], list[Row]]:
     """The layouts to size, and rows for those that cannot run (explicit --tp only)."""
-    if space.tps is not None:
-        candidates, explicit = [Layout(t) for t in space.tps], True
-    else:
-        candidates, explicit = [Layout(t) for t in valid_tp_degrees(model, DEFAULT_MAX_TP)], False
+    explicit = space.tps is not None or space.pps is not None or space.eps is not None or space.dps != (1,)
+    candidates = candidate_layouts(model, gpu, space)
     usable, refused = [], []
     for layout in candidates:
         reason = layout.invalid_reason(model, gpu)
@@ -132,6 +153,11 @@ def _layouts(
             usable.append(layout)
         elif explicit:
             refused.append(_refused(deploy(layout), reason))
+    if not usable and space.pps is None and not explicit:  # no node holds it: try pipeline stages of full nodes
+        candidates = pipeline_fallback(model, gpu)
+        usable = [
+            lay for lay in candidates if lay.invalid_reason(model, gpu) is None and _fits(model, deploy(lay), traffic)
+        ]
     if not usable and not explicit and candidates:
         refused.append(_refused(deploy(candidates[-1]), f"does not fit on up to {candidates[-1].gpus} GPUs"))
     return usable, refused
@@ -250,7 +276,7 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
             matmul = compute or default_compute(weights, gpu)
 
             def deploy(layout: Layout, g: GpuSpec = gpu, w=weights, k=kv, c=matmul) -> Deployment:  # noqa: ANN001
-                return Deployment(g, layout, w, k, c)
+                return Deployment(g, layout, w, k, c, space.networks.get(g.name), space.engine)
 
             try:
                 layouts, refused = _layouts(model, gpu, space, deploy, traffic)

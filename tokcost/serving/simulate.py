@@ -181,7 +181,9 @@ def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int)
     if last <= step:
         return (batch, step, start.seconds, 0.0, step)
     end = steps.cost([Segment(batch, context + (last - step), 1)])
-    if any(a.bound != e.bound for a, e in zip(start.components, end.components, strict=True)):
+    if len(start.stages) != len(end.stages) or any(
+        a.bound != e.bound for a, e in zip(start.stages, end.stages, strict=True)
+    ):
         return (batch, step, start.seconds, 0.0, step)
     return (batch, step, start.seconds, (end.seconds - start.seconds) / (last - step), last)
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokcost.engine.estimate import deployment as engine_deployment
 from tokcost.engine.roofline import PassCost
-from tokcost.engine.step import Scenario, Segment, kv_capacity, scenario_rates, step_cost
+from tokcost.engine.step import Scenario, Segment, kv_capacity, step_cost
 from tokcost.engine.workload import Precision, Workload, resolve_precision
-from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.curve import Curve, build_curve
 from tokcost.serving.layout import Layout
 
@@ -30,11 +32,14 @@ class Deployment:
     weights: str | None = None
     kv_dtype: str | None = None
     compute_dtype: str | None = None
+    network: Link | None = None  # between nodes, for layouts that span them
+    engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
 
     def workload(self, batch: int = 1, prompt: int = 1024, output: int = 256, cached: int = 0) -> Workload:
-        """The engine's Workload for this deployment (TP degree as its GPU count)."""
+        """The engine's Workload for this deployment: its layout, precision and lengths."""
+        lay = self.layout
         return Workload(
-            batch=batch, prompt_tokens=prompt, output_tokens=output, gpus=self.layout.tp,
+            batch=batch, prompt_tokens=prompt, output_tokens=output, tp=lay.tp, pp=lay.pp, ep=lay.ep, dp=lay.dp,
             weights_dtype=self.weights, kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype,
             cached_prefix_tokens=cached,
         )  # fmt: skip
@@ -62,12 +67,18 @@ class Steps:
     @property
     def request_overhead_s(self) -> float:
         """Per-request latency the scenario adds to TTFT (expected: the server's fixed cost; ceiling: 0)."""
-        rates = scenario_rates(self.deployment.gpu, self.deployment.precision(self.model), self.scenario)
-        return rates.request_overhead_s
+        d = self.deployment
+        return (
+            engine_deployment(self.model, d.gpu, self._workload, d.network, d.engine)
+            .rates(self.scenario)
+            .request_overhead_s
+        )
 
     def cost(self, segments: list[Segment]) -> PassCost:
         """One pass, straight from the engine."""
-        return step_cost(self.model, self.deployment.gpu, self._workload, segments=segments, scenario=self.scenario)
+        d = self.deployment
+        return step_cost(self.model, d.gpu, self._workload, segments=segments, scenario=self.scenario,
+                         network=d.network, engine=d.engine)  # fmt: skip
 
     def pass_cost(self, batch: float, shape: Shape) -> PassCost:
         """A pass of `batch` decode tokens at the decode context plus the prefill `shape`."""
@@ -81,7 +92,9 @@ class Steps:
             tokens = sum(s.tokens for s in shape)
             breaks = () if self.model.tied_embeddings else (self.model.vocab_size - tokens,)
             found = build_curve(
-                lambda b: self.pass_cost(b, shape), 0.0, self.batch_limit, linear=self.model.moe is None,
+                lambda b: self.pass_cost(b, shape), 0.0, self.batch_limit,
+                # MoE expert counts, the DP split (whole sequences) and the slowest pipeline stage bend the line
+                linear=self.model.moe is None and self.deployment.layout.pp == 1 and self.deployment.layout.dp == 1,
                 breaks=breaks,
             )  # fmt: skip
             self._curves[shape] = found
@@ -91,4 +104,4 @@ class Steps:
 def replica_kv_tokens(model: ModelSpec, deployment: Deployment, batch: float, prompt: int, output: int) -> float:
     """Tokens of KV one replica holds beside weights, workspace (for `batch` sequences) and reserve."""
     wl = deployment.workload(batch=max(1, min(round(batch), 1_000_000)), prompt=prompt, output=output)
-    return kv_capacity(model, deployment.gpu, wl)
+    return kv_capacity(model, deployment.gpu, wl, deployment.network, deployment.engine)
