@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokcost.engine.step import Scenario
-from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
 from tokcost.serving.fleet import percentiles
 from tokcost.serving.layout import Layout
@@ -43,8 +44,10 @@ def predict(
     weights: str | None = None, kv_dtype: str | None = None, compute_dtype: str | None = None,
     chunk: int = DEFAULT_CHUNK, cached_prefix_tokens: int = 0, prompt_dist: LengthDist | None = None,
     output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
+    pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
+    scheduler_steps: int = 1,
 ) -> Prediction:  # fmt: skip
-    """One replica of `tp` GPUs under the row's load (exactly one of rate_rps and concurrency)."""
+    """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency)."""
     if (rate_rps is None) == (concurrency is None):
         raise ValueError("give exactly one of rate_rps and concurrency")
     prompt = prompt_dist or LengthDist("fixed", prompt_tokens)
@@ -53,7 +56,7 @@ def predict(
         rate_rps=rate_rps, concurrency=concurrency, think_time_s=think_time_s,
         cached_prefix_tokens=cached_prefix_tokens,
     )  # fmt: skip
-    deployment = Deployment(gpu, Layout(tp), weights, kv_dtype, compute_dtype)
+    deployment = Deployment(gpu, Layout(tp, pp, ep, dp), weights, kv_dtype, compute_dtype, network, engine)
     replica = build_replica(model, deployment, traffic, chunk, scenario)
     limits = capacity(replica, slos or [])
     if concurrency is not None:
@@ -64,13 +67,30 @@ def predict(
     if point is None:
         rate = limits.saturation_rps
         return Prediction(None, None, None, rate, rate * traffic.output.mean, limits.saturation_rps, max_rate, True)
+    tpot = percentiles(replica, point, "tpot")
+    window = scheduler_steps_wait(scheduler_steps, (tpot or {}).get("p50"))
     return Prediction(
-        ttft_s=percentiles(replica, point, "ttft"),
-        tpot_s=percentiles(replica, point, "tpot"),
-        e2e_s=percentiles(replica, point, "e2e"),
+        ttft_s=_plus(percentiles(replica, point, "ttft"), window),
+        tpot_s=tpot,
+        e2e_s=_plus(percentiles(replica, point, "e2e"), window),
         rate_rps=point.rate_rps,
         output_tokens_per_s=point.rate_rps * traffic.output.mean,
         saturation_rps=limits.saturation_rps,
         max_rate_rps=max_rate,
         saturated=False,
     )
+
+
+def scheduler_steps_wait(steps: int, step_s: float | None) -> dict[str, float]:
+    """Extra wait of a new request under multi-step scheduling (vLLM's --num-scheduler-steps k): it arrives at a
+    uniform moment of a running window of k decode steps and joins when the window ends, so the wait's
+    quantile q is q x k x step (added to TTFT's quantile: an approximation of the sum's quantile, said here)."""
+    if steps <= 1 or step_s is None:
+        return {}
+    return {q: float(q[1:]) / 100 * steps * step_s for q in ("p50", "p90", "p99")}
+
+
+def _plus(values: dict[str, float | None] | None, extra: dict[str, float]) -> dict[str, float | None] | None:
+    if values is None or not extra:
+        return values
+    return {k: (v + extra.get(k, 0.0) if v is not None else None) for k, v in values.items()}

@@ -1,0 +1,126 @@
+"""`tokcost plan`'s serving model against published serving measurements (tokcost/validation/serving.yaml).
+
+Each row is one load point of a pinned setup (model, GPU, layout, formats, engine, lengths, rate or concurrency)
+and one metric; the prediction is one call of serving.predict with the same inputs, for one replica, the load
+split evenly over the setup's instances. What a row's statistic maps to: p50/p90/p99 are the closed form's
+percentiles; a mean or an unstated statistic is compared with the p50 (the closed form has no mean, and a
+latency's mean sits near its median at moderate load; said in the table); ITL is compared with TPOT. Rows the
+closed form cannot speak to are skipped with the reason: disaggregated setups, p10/p25/p75/p95 statistics,
+and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-scheduler-steps`); a setup that
+runs multi-step scheduling makes a new request wait for the running window (serving.predict).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile
+from tokcost.serving.predict import DEFAULT_CHUNK, Prediction, predict
+from tokcost.serving.traffic import LengthDist
+from tokcost.validation.serving_data import ServingRow, ServingSetup
+
+PERCENTILES = ("p50", "p90", "p99")
+LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "tpot_s", "e2e_ms": "e2e_s"}
+CHUNK_FLAG = re.compile(r"--max[-_]num[-_]batched[-_]tokens?\s+(\d+)")
+STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class ServingResult:
+    """One row: measured, predicted (None when skipped) and why a row was skipped."""
+
+    row: ServingRow
+    setup: ServingSetup
+    predicted: float | None
+    skipped: str | None = None
+
+    @property
+    def error(self) -> float | None:
+        """Predicted / measured - 1."""
+        return None if self.predicted is None else self.predicted / self.row.value - 1
+
+
+def _skip_reason(setup: ServingSetup, row: ServingRow) -> str | None:
+    if setup.prefill_decode == "disaggregated":
+        return "disaggregated pools: not one replica"
+    if row.metric in LATENCY and row.statistic not in (*PERCENTILES, "mean", "unstated"):
+        return f"statistic {row.statistic}: the closed form gives p50, p90 and p99"
+    if row.metric == "itl_ms" and "--num-scheduler-steps" in setup.engine_flags:
+        return "ITL under multi-step scheduling streams tokens in bursts: compared through TPOT rows instead"
+    return None
+
+
+def _length(kind: str, mean: float) -> LengthDist:
+    # a dataset's lengths (ShareGPT) are long-tailed: an exponential of the same mean stands in for them
+    return LengthDist("fixed" if kind == "fixed" else "exponential", mean)
+
+
+def predict_row(
+    setup: ServingSetup, row: ServingRow, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, network: Link | None
+) -> ServingResult:
+    """The row's metric as the closed form predicts it, or the reason it is skipped."""
+    reason = _skip_reason(setup, row)
+    if reason:
+        return ServingResult(row, setup, None, reason)
+    load: dict[str, float | int | None] = {"rate_rps": None, "concurrency": None}
+    if row.arrival == "poisson":
+        load["rate_rps"] = (row.request_rate_rps or 0.0) / setup.instances
+    elif row.arrival == "closed_loop":
+        load["concurrency"] = max(round((row.concurrency or 1) / setup.instances), 1)
+    else:  # all at once: the server runs at saturation; ask for more than it can serve
+        load["rate_rps"] = 1e6
+    found, steps = CHUNK_FLAG.search(setup.engine_flags), STEPS_FLAG.search(setup.engine_flags)
+    p: Prediction = predict(
+        model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
+        prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
+        prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean),
+        output_dist=_length(setup.output_dist, row.output_tokens_mean),
+        weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
+        scheduler_steps=int(steps[1]) if steps else 1, **load,  # type: ignore[arg-type]
+    )  # fmt: skip
+    if row.metric in LATENCY:
+        values = getattr(p, LATENCY[row.metric])
+        stat = row.statistic if row.statistic in PERCENTILES else "p50"
+        value = values.get(stat) if values else None
+        if value is None:
+            return ServingResult(row, setup, None, "the load is past the predicted saturation: no percentiles")
+        return ServingResult(row, setup, value * 1e3)
+    rate = p.rate_rps * setup.instances  # requests/s the whole setup serves
+    per_request = {"output_throughput_tokens_per_s": row.output_tokens_mean,
+                   "total_throughput_tokens_per_s": row.prompt_tokens_mean + row.output_tokens_mean,
+                   "request_throughput_rps": 1.0}[row.metric]  # fmt: skip
+    return ServingResult(row, setup, rate * per_request)
+
+
+def validate_serving(
+    setups: Mapping[str, ServingSetup],
+    rows: list[ServingRow],
+    models: Mapping[str, ModelSpec],
+    gpus: Mapping[str, GpuSpec],
+    engines: Mapping[str, EngineProfile],
+    networks: Mapping[str, Link | None],
+) -> list[ServingResult]:
+    """Every row predicted (or skipped with its reason)."""
+    out = []
+    for row in rows:
+        setup = setups[row.setup]
+        out.append(predict_row(setup, row, models[setup.model], gpus[setup.gpu], engines[setup.engine],
+                               networks.get(setup.gpu)))  # fmt: skip
+    return out
+
+
+def summary(results: list[ServingResult]) -> list[tuple[str, int, float, float]]:
+    """(group, rows, median |error|, max |error|) per setup and metric, then overall."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r.error is None:
+            continue
+        kind = "throughput" if r.row.metric not in LATENCY else r.row.metric.removesuffix("_ms")
+        for key in (f"{r.setup.id} · {kind}", f"metric: {kind}", "all predicted rows"):
+            groups.setdefault(key, []).append(abs(r.error))
+    return [(k, len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items(), key=lambda kv: kv[0])]
