@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokcost import fmt
+from tokcost import fmt, plots
 from tokcost.cli.common import check_grid, split_list, workload_from_flags
 from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
 from tokcost.cli.options import (
@@ -21,6 +21,7 @@ from tokcost.cli.options import (
     KvOpt,
     NetworkOpt,
     OutputOpt,
+    PlotOpt,
     PpOpt,
     PrefixOpt,
     PromptOpt,
@@ -120,6 +121,7 @@ def compare(
         typer.Option("--price", help="USD per GPU-hour: one value, one per --gpu, or NAME=USD (default: the spec's)."),
     ] = None,
     format: FormatOpt = Format.table,
+    plot: PlotOpt = None,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
     check_grid(("--model", split_list(model, "--model")), ("--gpu", split_list(gpu, "--gpu")))
@@ -146,6 +148,8 @@ def compare(
                for name, spec in gpu_specs.items()]  # fmt: skip
     rows = [compare_row(e) for e in results]
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
+    if plot is not None:  # grouped bars of TTFT, TPOT, tokens/s and $/1M per (model, GPU)
+        plots.save(plots.compare_figure(results), plot)
     if format == Format.json:
         print_json({"rows": rows, "warnings": warnings})
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tokcost import fmt
+from tokcost import fmt, plots
 from tokcost.cli.common import workload_from_flags
 from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
 from tokcost.cli.options import (
@@ -24,6 +24,7 @@ from tokcost.cli.options import (
     ModelOpt,
     NetworkOpt,
     OutputOpt,
+    PlotOpt,
     PpOpt,
     PrefixOpt,
     PriceOpt,
@@ -71,6 +72,7 @@ def estimate(
     format: FormatOpt = Format.table,
     explain_: ExplainOpt = False,
     journey_: JourneyOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Estimate TTFT, TPOT, throughput, memory and cost. Example: tokcost estimate -m llama-3.1-8b -g h100-sxm"""
     workload = workload_from_flags(
@@ -87,6 +89,8 @@ def estimate(
     gpu_spec = load_gpu(gpu)
     result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
+    if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it
+        plots.save(plots.estimate_figure(result, journey=journey_), plot)
 
 
 estimate.__doc__ = (estimate.__doc__ or "") + "\n" + GLOSSARY
