@@ -30,7 +30,23 @@ _EXPORTS = {
     "SweepResult": "tokcost.api",
     "TokcostError": "tokcost.errors",
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "ComparisonResult",
+    "EstimateResult",
+    "GpuSpec",
+    "ModelSpec",
+    "SweepResult",
+    "TokcostError",
+    "Workload",
+    "__version__",
+    "compare",
+    "estimate",
+    "load_engine",
+    "load_gpu",
+    "load_model",
+    "load_network",
+    "sweep",
+]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports on demand
     from tokcost.api import ComparisonResult, EstimateResult, SweepResult, compare, estimate, sweep

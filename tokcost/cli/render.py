@@ -27,6 +27,7 @@ class Table:
     rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     header: str = ""
+    prose: bool = False  # cells of text, not numbers: left-aligned, long words folded, never cut with an ellipsis
 
 
 def console() -> Console:
@@ -47,7 +48,8 @@ def print_tables(tables: list[Table], fmt: str) -> None:
             out.print(Text(t.header, style="bold"))
         grid = RichTable(title=Text(t.title, style="bold"), title_justify="left")
         for i, col in enumerate(t.columns):
-            grid.add_column(Text(col), justify="left" if i == 0 else "right", no_wrap=i == 0)
+            grid.add_column(Text(col), justify="left" if i == 0 or t.prose else "right", no_wrap=i == 0,
+                            overflow="fold" if t.prose else "ellipsis")  # fmt: skip
         for row in t.rows:
             grid.add_row(*(Text(cell) for cell in row))
         out.print(grid)
