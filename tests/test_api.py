@@ -144,3 +144,16 @@ def test_every_export_resolves_and_import_tokcost_stays_light():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_python_api_section_runs(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")  # it ends with result.plot(...)
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Python API") :]
+    code = section[
+        section.index("```python\n") + len("```python\n") : section.index("```\n", section.index("```python"))
+    ]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Python API)", "exec"), {})
+    assert "LM head" in capsys.readouterr().out  # the journey loop printed the stages
+    assert (tmp_path / "roofline.png").read_bytes()[:4] == b"\x89PNG"

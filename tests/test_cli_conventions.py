@@ -133,3 +133,12 @@ def test_no_machine_paths_in_built_in_specs():
     assert len(files) > 40
     found = [f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files for m in machine_path.finditer(f.read_text())]
     assert found == []
+
+
+def test_readme_pictures_exist_for_each_plot_block():
+    text = (ROOT / "README.md").read_text()
+    images = re.findall(r"<!-- plot: tokcost .*?--plot (\S+) -->", text)
+    assert len(images) >= 3
+    for image in images:
+        assert f"]({image})" in text, image  # the block shows its picture (scripts/update_readme.py)
+        assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image

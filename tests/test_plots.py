@@ -111,8 +111,8 @@ def test_roofline_and_journey_svg_carry_labelled_series_and_units(e8b, tmp_path)
         "arithmetic intensity (FLOP/B)",
         "achieved rate (TFLOP/s)",
         "HBM 3.35 TB/s",
-        "bf16/fp16 989.4 TFLOP/s · ridge 295 FLOP/B",  # 989.4e12 / 3.35e12 = 295.3 FLOP/B
-        "fp8/int8 1,978.9 TFLOP/s · ridge 591 FLOP/B",
+        "bf16/fp16 989.4 TFLOP/s, ridge 295 FLOP/B",  # 989.4e12 / 3.35e12 = 295.3 FLOP/B
+        "fp8/int8 1,978.9 TFLOP/s, ridge 591 FLOP/B",
         "MLP (gate, up, down)",
         "LM head",
         "filled: ceiling (datasheet)",

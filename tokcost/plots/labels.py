@@ -17,13 +17,17 @@ def stage_label(name: str, block: str, blocks: int) -> str:
 
 
 def stage_palette(e: Estimate) -> dict[str, Any]:
-    """One colour per stage label, in the order a token meets the stages (decode step, then prefill)."""
+    """One colour per stage label, the strongest colours to the stages that take the largest share of a pass."""
     j = journey(e)
-    labels = []
+    share: dict[str, float] = {}
     for rows in (j.decode or [], j.prefill):
         blocks = len({r.block for r in rows if r.block})
-        labels += [stage_label(r.name, r.block, blocks) for r in rows if r.ceiling_s > 0 or r.expected_s > 0]
-    return colors([*labels, OTHER])
+        total = sum(r.expected_s for r in rows) or 1.0
+        for r in rows:
+            if r.ceiling_s > 0 or r.expected_s > 0:
+                label = stage_label(r.name, r.block, blocks)
+                share[label] = max(share.get(label, 0.0), r.expected_s / total)
+    return colors([*sorted(share, key=lambda label: -share[label]), OTHER])
 
 
 def title(e: Estimate) -> str:

@@ -88,13 +88,13 @@ def draw_roofline(ax: Axes, e: Estimate, palette: dict[str, Any] | None = None) 
     ridges = [rate / bandwidth for _, rate in peaks]  # where each roof meets the slope
     xs = [p.intensity_flop_per_byte for p in points]
     x_lo = min([*xs, min(ridges)]) / 4
-    x_hi = max([*xs, max(ridges)]) * 4
+    x_hi = max([*xs, max(ridges)]) * 300  # room right of the points for the roofs' labels
     top = peaks[-1][1]
     ax.plot([x_lo, max(ridges)], [bandwidth * x_lo / TERA, top / TERA], color="black", lw=1.6)
-    _line_label(ax, x_lo * 2.5, bandwidth * x_lo * 2.5 / TERA, f"HBM {bandwidth / 1e12:,.2f} TB/s")
+    _line_label(ax, x_lo * 40, bandwidth * x_lo * 40 / TERA, f"HBM {bandwidth / 1e12:,.2f} TB/s")
     for (dtypes, rate), ridge in zip(peaks, ridges, strict=True):
         ax.plot([ridge, x_hi], [rate / TERA, rate / TERA], color="black", lw=1.2)
-        _line_label(ax, x_hi, rate / TERA, f"{dtypes} {rate / TERA:,.1f} TFLOP/s · ridge {ridge:,.0f} FLOP/B",
+        _line_label(ax, x_hi, rate / TERA, f"{dtypes} {rate / TERA:,.1f} TFLOP/s, ridge {ridge:,.0f} FLOP/B",
                     fontsize=8)  # fmt: skip
         ax.plot([ridge], [rate / TERA], marker="D", color="black", ms=4)
     x_ridge = expected.flops_per_s / expected.bytes_per_s
@@ -122,7 +122,8 @@ def draw_roofline(ax: Axes, e: Estimate, palette: dict[str, Any] | None = None) 
     ax.set_xlabel("arithmetic intensity (FLOP/B)")
     ax.set_ylabel("achieved rate (TFLOP/s)")
     ax.grid(True, which="major", alpha=0.25)
-    _legend(ax, {p.name: palette[p.name] for p in points})
+    drawn = {p.name for p in points}
+    _legend(ax, {name: color for name, color in palette.items() if name in drawn})  # the biggest stages first
     if left_off:
         ax.text(0.0, -0.13, "not on the chart (no FLOPs, or a collective): " + ", ".join(left_off),
                 transform=ax.transAxes, fontsize=7, color="0.35", va="top", wrap=True)  # fmt: skip

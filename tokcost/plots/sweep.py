@@ -28,13 +28,14 @@ def _by(points: Sequence[SweepPoint], key: str) -> dict[int, list[SweepPoint]]:
     return groups
 
 
-def _mark_critical(ax: Axes, series: list[SweepPoint], color: Any) -> None:
-    """Vertical lines at the critical batches of one prompt length, inside the swept range."""
+def _mark_critical(ax: Axes, series: list[SweepPoint], color: Any, seen: set[tuple[int, str]]) -> None:
+    """Vertical lines at the critical batches of one prompt length, inside the swept range, each once."""
     lo, hi = series[0].batch, series[-1].batch
     marks = [(series[0].critical_batch_compute, "matmuls compute-bound", ":"),
              (series[0].critical_batch_kv, "KV reads > weight reads", "-.")]  # fmt: skip
     for batch, what, style in marks:
-        if batch is not None and lo <= batch <= hi:
+        if batch is not None and lo <= batch <= hi and (batch, what) not in seen:
+            seen.add((batch, what))
             ax.axvline(batch, color=color, ls=style, lw=1)
             ax.annotate(f"critical batch {batch:,}: {what}", (batch, 1), xycoords=("data", "axes fraction"),
                         xytext=(3, -3), textcoords="offset points", rotation=90, va="top", fontsize=7,
@@ -43,6 +44,7 @@ def _mark_critical(ax: Axes, series: list[SweepPoint], color: Any) -> None:
 
 def _against_batch(ax: Axes, points: Sequence[SweepPoint], palette: dict[str, Any], attr: str, ceiling: str | None,
                    scale: float, critical: bool) -> None:  # fmt: skip
+    seen: set[tuple[int, str]] = set()  # the compute-bound batch does not depend on the context: one line
     for prompt, series in _by(points, "prompt_tokens").items():
         series = sorted(series, key=lambda p: p.batch)
         color, batches = palette[f"prompt {prompt:,}"], [p.batch for p in series]
@@ -59,7 +61,7 @@ def _against_batch(ax: Axes, points: Sequence[SweepPoint], palette: dict[str, An
             if not p.fits:
                 ax.plot([p.batch], [v * scale / n], marker="x", color="red", ms=7, ls="none")
         if critical:
-            _mark_critical(ax, series, color)
+            _mark_critical(ax, series, color, seen)
     _log2_axis(ax)
     ax.set_xlabel("batch (concurrent sequences)")
     ax.grid(True, alpha=0.25)
