@@ -35,7 +35,9 @@ def test_help_has_plain_usage_and_examples(cli, path):
     usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
     assert "{" not in usage and "<" not in usage, usage  # no {name} placeholders, no <list[Path]>
     assert "<bool>" not in result.stdout  # a flag takes no value
-    assert "Examples" in result.stdout or "Example:" in result.stdout, path
+    assert "Examples:\n" in "\n".join(line.strip() for line in result.stdout.splitlines()), path
+    after = result.stdout[result.stdout.index("Examples:") :].splitlines()[1:]
+    assert after and after[0].strip().startswith(" ".join(("tokcost", *path))), path
 
 
 def test_each_group_and_command_of_the_app_has_an_examples_section():

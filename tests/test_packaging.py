@@ -55,7 +55,8 @@ def wheel(tree, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     sdist = backend("build_sdist", tree, out)
     with tarfile.open(sdist) as archive:
-        archive.extractall(out / "sdist", filter="data")
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python 3.10.12+ / 3.11.4+
+        archive.extractall(out / "sdist", **safe)
     return backend("build_wheel", next((out / "sdist").iterdir()), out)
 
 

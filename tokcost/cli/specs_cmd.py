@@ -94,7 +94,7 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
     return "model", model_from(name_or_path, data, name=name_from_path(name_or_path))
 
 
-@app.command("list")
+@app.command("list", epilog="Examples:\n  tokcost specs list --kind gpus\n  tokcost specs list -f json")
 def list_specs(
     kind: Annotated[Optional[Kind], typer.Option("--kind", help="models or gpus (default: both).")] = None,
     format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
@@ -141,7 +141,10 @@ def list_specs(
     print_tables(tables, "table")
 
 
-@app.command("show")
+@app.command(
+    "show",
+    epilog="Examples:\n  tokcost specs show mixtral-8x7b\n  tokcost specs show h100-sxm -f yaml > my-gpu.yaml",
+)
 def show(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Built-in name, spec YAML, or HF config.json.")],
     format: Annotated[
@@ -178,7 +181,7 @@ def _cell(value: Any) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
-@app.command("validate")
+@app.command("validate", epilog="Examples:\n  tokcost specs validate my-gpu.yaml my-model.yaml")
 def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files to check.")]) -> None:
     """Check spec files: one line per file, OK or the error. Example: tokcost specs validate my-gpu.yaml"""
     failed = 0
@@ -196,7 +199,7 @@ def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="S
         raise typer.Exit(2)
 
 
-@app.command("import")
+@app.command("import", epilog="Examples:\n  tokcost specs import path/to/config.json -o my-model.yaml")
 def import_config(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A HuggingFace config.json.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the YAML here (default: stdout).")] = None,
