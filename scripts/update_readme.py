@@ -1,7 +1,10 @@
-"""Regenerate the README's tour blocks from the live CLI, so the README cannot drift.
+"""Regenerate the README's tour blocks and pictures from the live CLI, so the README cannot drift.
 
 Each block is fenced by `<!-- tour: tokcost ARGS -->` and `<!-- /tour -->`; the text between them becomes
-the command and its output. `--check` exits 1 when the README differs from what the CLI prints now.
+the command and its output. A picture block, `<!-- plot: tokcost ARGS --plot docs/img/NAME.png -->` ...
+`<!-- /plot -->`, becomes the command and the image; running the script (not --check) also redraws each
+image by running its command. `--check` exits 1 when the README's text differs from what the CLI prints
+now (pictures are not compared: their pixels depend on the matplotlib version).
 """
 
 from __future__ import annotations
@@ -16,6 +19,12 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(<!-- tour: tokcost (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- /tour -->)", re.S)
+PLOT = re.compile(r"(<!-- plot: tokcost (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- /plot -->)", re.S)
+ALT = {
+    "estimate": "Roofline chart with every stage of prefill and of a decode step, and each stage's time",
+    "compare": "Grouped bars of TTFT, TPOT, tokens/s and $/1M output tokens per model and GPU, ceiling and expected",
+    "sweep": "TPOT, tokens/s per GPU, memory per GPU and $/1M output tokens against batch and context",
+}
 
 
 def run(args: list[str]) -> str:
@@ -43,7 +52,24 @@ def render(text: str) -> str:
             body = f"```console\n$ tokcost {shlex.join(args)}\n```\n\n{output}\n"
         return m.group(1) + body + m.group(4)
 
-    return BLOCK.sub(block, text)
+    def picture(m: re.Match) -> str:
+        args = shlex.split(m.group("args"))
+        image = args[args.index("--plot") + 1]
+        body = f"```console\n$ tokcost {shlex.join(args)}\n```\n\n![{ALT[args[0]]}]({image})\n"
+        return m.group(1) + body + m.group(4)
+
+    return PLOT.sub(picture, BLOCK.sub(block, text))
+
+
+def draw(text: str) -> list[str]:
+    """Run every picture block's command (from the repository root, where its --plot path points)."""
+    drawn = []
+    for m in PLOT.finditer(text):
+        args = shlex.split(m.group("args"))
+        (README.parent / args[args.index("--plot") + 1]).parent.mkdir(parents=True, exist_ok=True)
+        run(args)
+        drawn.append(args[args.index("--plot") + 1])
+    return drawn
 
 
 def main() -> int:
@@ -53,6 +79,9 @@ def main() -> int:
     if "--check" in sys.argv:
         return 0 if fresh == text else 1
     README.write_text(fresh)
+    os.chdir(README.parent)
+    for image in draw(fresh):
+        print(f"drew {image}")
     return 0
 
 

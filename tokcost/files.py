@@ -220,14 +220,15 @@ def _create(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
-def write_new(path: Path, text: str, *, force: bool = False) -> None:
-    """Write `text` whole or not at all: create only if absent, replace a regular file only with `force`."""
+def write_new(path: Path, text: str | bytes, *, force: bool = False) -> None:
+    """Write text or bytes whole or not at all: create only if absent, replace a regular file only with `force`."""
     replaced = check_destination(path, force)
     final = path.resolve() if replaced else path  # --force on a symlink rewrites the file it points to
     tmp = final.with_name(f".{final.name[:100]}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # umask applies
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        binary = isinstance(text, bytes)  # a picture (--plot) is written like any text result
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
             if replaced:
                 os.fchmod(fd, stat.S_IMODE(replaced.st_mode))  # a replaced file keeps its mode
             handle.write(text)

@@ -57,3 +57,8 @@ def load_engine(name_or_path: str) -> EngineProfile:
         return EngineProfile.model_validate(data)
     except ValidationError as exc:
         raise validation_error(where, exc) from None
+
+
+def engine_for(engine: EngineProfile | str | None = None) -> EngineProfile:
+    """The profile given (a profile, a built-in name or a file), else the generic one."""
+    return engine if isinstance(engine, EngineProfile) else load_engine(engine or "generic")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
+from typing import Any
 
 import typer
 
@@ -20,13 +22,53 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 INTERRUPTED = 130  # the exit code typer gives a KeyboardInterrupt (128 + SIGINT)
 
+# Each command's --help ends with these, run as written (tests run the analytic ones).
+EXAMPLES = {
+    "tokcost": [
+        "tokcost estimate -m llama-3.1-8b -g h100-sxm",
+        "tokcost specs list",
+        "tokcost --install-completion  # tab-complete commands and flags in bash, zsh, fish or PowerShell",
+    ],
+    "estimate": [
+        "tokcost estimate -m llama-3.1-8b -g h100-sxm",
+        "tokcost estimate -m llama-3.1-70b -g h100-sxm --gpus 4 -b 32 --explain",
+        "tokcost estimate -m deepseek-v3 -g h100-sxm --ep 16 --dp 16 -b 256 --engine sglang",
+        "tokcost estimate -m llama-3.1-8b -g h100-sxm --journey --plot roofline.png",
+    ],
+    "compare": [
+        "tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2",
+        "tokcost compare -m llama-3.1-8b,mixtral-8x7b -g h100-sxm,l40s -b 8 -f markdown --plot compare.svg",
+    ],
+    "sweep": [
+        "tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256",
+        "tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,4,16,64,256 --context 1024,8192 --plot sweep.png",
+    ],
+    "measure": ["tokcost measure -m llama-3.2-1b --layers 2 --device cpu", "tokcost measure -m llama-3.1-8b"],
+    "calibrate": ["tokcost calibrate --out my-gpu.yaml", "tokcost estimate -m llama-3.1-8b -g my-gpu.yaml"],
+    "validate": ["tokcost validate", "tokcost validate --format markdown"],
+    "plan": [
+        "tokcost plan -m llama-3.1-70b --rate 20 --prompt 2048 --output 300 --slo ttft_p90=500ms --slo tpot_p90=40ms "
+        "--gpu h100-sxm,h200,mi300x,l40s --tp 1,2,4,8 --weights bf16,fp8",
+        "tokcost plan -m deepseek-v3 --rate 5 --gpu h200 --slo tpot_p90=80ms --simulate",
+        "tokcost plan -m llama-3.1-8b --concurrency 64 --gpu l40s,l4 --format json",
+    ],
+    "specs": ["tokcost specs list --kind gpus", "tokcost specs show h100-sxm -f yaml > my-gpu.yaml"],
+}
+
+
+def examples(command: str) -> str:
+    """The Examples section closing a command's --help."""
+    return "Examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[command])
+
+
 app = typer.Typer(
     name="tokcost",
     help="What will this model cost on that GPU, and why: roofline estimates and measured decode loops.",
-    add_completion=False,
+    epilog=examples("tokcost"),
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -44,14 +86,53 @@ def _root(
     """What will this model cost on that GPU, and why: roofline estimates and measured decode loops."""
 
 
-app.add_typer(specs_cmd.app, name="specs")
-app.command("estimate")(estimate_cmd.estimate)
-app.command("compare")(compare_cmd.compare)
-app.command("sweep")(sweep_cmd.sweep)
-app.command("measure")(measure_cmd.measure)
-app.command("calibrate")(calibrate_cmd.calibrate)
-app.command("validate")(validate_cmd.validate)
-app.command("plan")(plan_cmd.plan)
+def reflow(doc: str | None) -> str:
+    """A docstring as help text: paragraphs kept, the line breaks inside each joined (rich help keeps them)."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
+app.add_typer(specs_cmd.app, name="specs", epilog=examples("specs"))
+for _name, _function in (
+    ("estimate", estimate_cmd.estimate),
+    ("compare", compare_cmd.compare),
+    ("sweep", sweep_cmd.sweep),
+    ("measure", measure_cmd.measure),
+    ("calibrate", calibrate_cmd.calibrate),
+    ("validate", validate_cmd.validate),
+    ("plan", plan_cmd.plan),
+):
+    app.command(_name, help=reflow(_function.__doc__), epilog=examples(_name))(_function)
+
+
+def _plain_usage(command: Any) -> Any:
+    """Arguments read as NAME, [NAME] or FILE... in usage lines (not typer's {name}), with no <type> shown
+    beside them; flags show no <bool> (they take no value). Applied to the whole command tree."""
+    for param in command.params:
+        if param.param_type_name == "argument":
+            text = (param.metavar or param.name or "ARG").upper()
+            text = (text if param.required else f"[{text}]") + ("..." if param.nargs != 1 else "")
+            param.get_usage_pieces = lambda ctx, text=text: [text]
+            param.display_type_rich = lambda ctx: None
+        elif getattr(param, "is_flag", False):
+            param.display_type_rich = lambda ctx: None
+    make_help = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help(ctx)
+        if option is not None:
+            option.display_type_rich = lambda ctx: None
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _plain_usage(sub)
+    return command
+
+
+def cli_command() -> Any:
+    """The click command tree of the app, with plain usage lines."""
+    return _plain_usage(typer.main.get_command(app))
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -73,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI: a TokcostError, a bad flag, an I/O or encoding failure print one line on stderr (exit 2)."""
     if hasattr(sys.stdout, "reconfigure"):  # a character the terminal cannot encode prints as '?', not a crash
         sys.stdout.reconfigure(errors="replace")
-    command = typer.main.get_command(app)
+    command = cli_command()
     try:
         result = command.main(args=argv, prog_name="tokcost", standalone_mode=False)
     except TokcostError as exc:

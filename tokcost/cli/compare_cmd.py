@@ -6,9 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokcost import fmt
+from tokcost import fmt, plots
 from tokcost.cli.common import check_grid, split_list, workload_from_flags
-from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
+from tokcost.cli.deploy import layout_flags, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -21,6 +21,7 @@ from tokcost.cli.options import (
     KvOpt,
     NetworkOpt,
     OutputOpt,
+    PlotOpt,
     PpOpt,
     PrefixOpt,
     PromptOpt,
@@ -29,9 +30,11 @@ from tokcost.cli.options import (
 )
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
+from tokcost.engine.report import compare_row
 from tokcost.errors import UsageError
-from tokcost.hardware.library import load_gpu
+from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
+from tokcost.profiles import engine_for
 
 
 def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -> dict[str, object]:
@@ -66,34 +69,6 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
     return {name: parse(text) for name, text in zip(names, items, strict=True)}
 
 
-def compare_row(e: Estimate) -> dict[str, object]:
-    """The flat record of one (model, GPU) pair: stable keys for JSON and CSV (no cost when it does not fit)."""
-    c, x, mem = e.ceiling, e.expected, e.memory
-    fits = mem.fits
-    return {
-        "model": e.model.name,
-        "gpu": e.gpu.name,
-        "gpus": e.layout.gpus,
-        "layout": e.layout.label(),
-        "fits": fits,
-        "min_gpus": mem.min_gpus,
-        "ttft_s": c.ttft_s,
-        "tpot_s": c.tpot_s,
-        "decode_tokens_per_s": c.decode_tokens_per_s,
-        "expected_ttft_s": x.ttft_s,
-        "expected_tpot_s": x.tpot_s,
-        "expected_decode_tokens_per_s": x.decode_tokens_per_s,
-        "expected_provenance": e.gpu.expected_provenance,
-        "max_batch": mem.max_batch,
-        "critical_batch_compute": e.critical_batch_compute,
-        "critical_batch_kv": e.critical_batch_kv,
-        "price_per_hour_usd": e.price_per_hour_usd,
-        "usd_per_million_input_tokens": x.usd_per_million_input_tokens if fits else None,
-        "usd_per_million_output_tokens": x.usd_per_million_output_tokens if fits else None,
-        "joules_per_output_token": x.joules_per_output_token if fits else None,
-    }
-
-
 def compare(
     model: Annotated[str, typer.Option("--model", "-m", help="Model names or files, comma-separated.")],
     gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU names or files, comma-separated.")],
@@ -120,6 +95,7 @@ def compare(
         typer.Option("--price", help="USD per GPU-hour: one value, one per --gpu, or NAME=USD (default: the spec's)."),
     ] = None,
     format: FormatOpt = Format.table,
+    plot: PlotOpt = None,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
     check_grid(("--model", split_list(model, "--model")), ("--gpu", split_list(gpu, "--gpu")))
@@ -146,6 +122,8 @@ def compare(
                for name, spec in gpu_specs.items()]  # fmt: skip
     rows = [compare_row(e) for e in results]
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
+    if plot is not None:  # grouped bars of TTFT, TPOT, tokens/s and $/1M per (model, GPU)
+        plots.save(plots.compare_figure(results), plot)
     if format == Format.json:
         print_json({"rows": rows, "warnings": warnings})
         return

@@ -1,24 +1,9 @@
-"""Flags shared by every command that prices a deployment: the layout, the network, warnings on stderr."""
+"""Flags shared by every command that prices a deployment: the layout flags, and warnings on stderr."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-
-from tokcost.hardware.library import load_network
-from tokcost.hardware.spec import GpuSpec, Link
-from tokcost.profiles import EngineProfile, load_engine
-
-
-def network_for(gpu: GpuSpec, flag: str | None) -> Link | None:
-    """--network, else the GPU spec's default network, else none (layouts that span nodes are then refused)."""
-    name = flag or gpu.network
-    return load_network(name) if name else None
-
-
-def engine_for(flag: str | None) -> EngineProfile:
-    """--engine, else the generic profile (the GPU family's fractions alone)."""
-    return load_engine(flag or "generic")
 
 
 def layout_flags(gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gpus_per_node: int | None) -> dict:

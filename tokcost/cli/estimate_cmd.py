@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from tokcost import fmt
+from tokcost import fmt, plots
 from tokcost.cli.common import workload_from_flags
-from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
+from tokcost.cli.deploy import layout_flags, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -24,6 +24,7 @@ from tokcost.cli.options import (
     ModelOpt,
     NetworkOpt,
     OutputOpt,
+    PlotOpt,
     PpOpt,
     PrefixOpt,
     PriceOpt,
@@ -37,8 +38,9 @@ from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.explain import explain
 from tokcost.engine.journey import Journey, JourneyRow, journey
 from tokcost.engine.report import bottleneck, estimate_dict, journey_dict, journey_row_dict
-from tokcost.hardware.library import load_gpu
+from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
+from tokcost.profiles import engine_for
 
 GLOSSARY = """
 Metrics: TTFT = time to first token = prefill time. TPOT = time per output token = (E2E - TTFT) / (O - 1), the
@@ -71,6 +73,7 @@ def estimate(
     format: FormatOpt = Format.table,
     explain_: ExplainOpt = False,
     journey_: JourneyOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Estimate TTFT, TPOT, throughput, memory and cost. Example: tokcost estimate -m llama-3.1-8b -g h100-sxm"""
     workload = workload_from_flags(
@@ -87,6 +90,8 @@ def estimate(
     gpu_spec = load_gpu(gpu)
     result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
+    if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it
+        plots.save(plots.estimate_figure(result, journey=journey_), plot)
 
 
 estimate.__doc__ = (estimate.__doc__ or "") + "\n" + GLOSSARY

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from tokcost.plots.canvas import check_path
 
 
 class Format(str, Enum):
@@ -86,4 +89,13 @@ EngineOpt = Annotated[
 ]
 JourneyOpt = Annotated[
     bool, typer.Option("--journey", help="Show one token's journey: every kernel of a decode step and the prefill.")
+]
+PlotOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--plot",
+        metavar="FILE",
+        callback=check_path,
+        help="Also draw the result as a chart in FILE, .png or .svg (needs matplotlib: the plot extra).",
+    ),
 ]

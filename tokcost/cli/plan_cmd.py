@@ -14,12 +14,12 @@ import typer
 
 from tokcost import fmt
 from tokcost.cli.common import int_list, split_list, workload_from_flags
-from tokcost.cli.deploy import engine_for, network_for
 from tokcost.cli.options import EngineOpt, Format, FormatOpt, ModelOpt, NetworkOpt
 from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
 from tokcost.errors import UsageError
-from tokcost.hardware.library import builtin_gpus, load_gpu
+from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
 from tokcost.models.library import load_model
+from tokcost.profiles import engine_for
 from tokcost.serving import search
 from tokcost.serving.explain import explain_lines, explain_plan
 from tokcost.serving.report import config_dict, plan_dict

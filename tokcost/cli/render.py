@@ -28,6 +28,7 @@ class Table:
     rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     header: str = ""
+    prose: bool = False  # cells of text, not numbers: left-aligned, long words folded, never cut with an ellipsis
 
 
 def console() -> Console:
@@ -49,8 +50,9 @@ def print_tables(tables: list[Table], fmt: str) -> None:
         keep = _columns_that_fit(t, out.width)
         grid = RichTable(title=Text(t.title, style="bold"), title_justify="left")
         for i in keep:  # a value is never wrapped, folded or cut: columns that do not fit are left out instead
-            if _widest(t, i) > PROSE_AT:  # prose (notes, sources) wraps at spaces, left-aligned, never truncated
-                grid.add_column(Text(t.columns[i]), justify="left", overflow="fold", min_width=PROSE_AT)
+            if t.prose or _widest(t, i) > PROSE_AT:  # prose wraps at spaces, left-aligned, never truncated
+                width = min(_widest(t, i), PROSE_AT)
+                grid.add_column(Text(t.columns[i]), justify="left", overflow="fold", min_width=width)
             else:
                 grid.add_column(Text(t.columns[i]), justify="left" if i == 0 else "right", no_wrap=True,
                                 min_width=_widest(t, i))  # fmt: skip

@@ -37,6 +37,29 @@ class ShowFormat(str, Enum):
 
     table = "table"
     json = "json"
+    yaml = "yaml"
+
+
+TEMPLATE_HEADER = """\
+# tokcost {kind} spec {name!r}, as `tokcost specs show {name} -f yaml` prints it.
+# A template for your own {kind}: save it as my-{kind}.yaml, edit the values, then run
+#   tokcost specs validate my-{kind}.yaml && tokcost estimate {flag} my-{kind}.yaml
+"""
+
+
+def spec_yaml(kind: str, spec: ModelSpec | GpuSpec) -> str:
+    """The spec as YAML that loads back to the same spec: the file's keys, no derived counts, header comments."""
+    if isinstance(spec, ModelSpec):
+        body = spec.model_dump(by_alias=True, exclude_none=True)
+        flag = "-g h100-sxm -m"
+    else:
+        body = spec.model_dump(exclude_none=True)
+        if "achievable" not in spec.model_fields_set:  # absent means "expected = ceiling", not the defaults
+            body.pop("achievable")
+        flag = "-m llama-3.1-8b -g"
+    body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
+    header = TEMPLATE_HEADER.format(kind=kind, name=spec.name, flag=flag)
+    return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=110)
 
 
 def model_dict(m: ModelSpec) -> dict[str, Any]:
@@ -71,7 +94,7 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
     return "model", model_from(name_or_path, data, name=name_from_path(name_or_path))
 
 
-@app.command("list")
+@app.command("list", epilog="Examples:\n  tokcost specs list --kind gpus\n  tokcost specs list -f json")
 def list_specs(
     kind: Annotated[Optional[Kind], typer.Option("--kind", help="models or gpus (default: both).")] = None,
     format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
@@ -118,13 +141,22 @@ def list_specs(
     print_tables(tables, "table")
 
 
-@app.command("show")
+@app.command(
+    "show",
+    epilog="Examples:\n  tokcost specs show mixtral-8x7b\n  tokcost specs show h100-sxm -f yaml > my-gpu.yaml",
+)
 def show(
-    name: Annotated[str, typer.Argument(help="Built-in name, spec YAML, or HF config.json.")],
-    format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Built-in name, spec YAML, or HF config.json.")],
+    format: Annotated[
+        ShowFormat,
+        typer.Option("--format", "-f", help="table, json (with derived counts) or yaml (a template that loads back)."),
+    ] = ShowFormat.table,
 ) -> None:
     """Show every field of a spec, with derived counts. Example: tokcost specs show llama-3.1-8b"""
     kind, spec = _load_any(name)
+    if format == ShowFormat.yaml:
+        sys.stdout.write(spec_yaml(kind, spec))
+        return
     data = model_dict(spec) if isinstance(spec, ModelSpec) else spec.model_dump()
     if format == ShowFormat.json:
         print_json(data)
@@ -133,7 +165,7 @@ def show(
     notes = []
     if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
         notes.append(f"warning: stated params_total differs from the shapes by {spec.params_mismatch:+.1%}")
-    print_tables([Table(f"{kind} spec: {spec.name}", ["field", "value"], rows, notes)], "table")
+    print_tables([Table(f"{kind} spec: {spec.name}", ["field", "value"], rows, notes, prose=True)], "table")
 
 
 def _cell(value: Any) -> str:
@@ -149,8 +181,8 @@ def _cell(value: Any) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
-@app.command("validate")
-def validate(files: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
+@app.command("validate", epilog="Examples:\n  tokcost specs validate my-gpu.yaml my-model.yaml")
+def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files to check.")]) -> None:
     """Check spec files: one line per file, OK or the error. Example: tokcost specs validate my-gpu.yaml"""
     failed = 0
     for path in files:
@@ -167,9 +199,9 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Spec files to che
         raise typer.Exit(2)
 
 
-@app.command("import")
+@app.command("import", epilog="Examples:\n  tokcost specs import path/to/config.json -o my-model.yaml")
 def import_config(
-    config: Annotated[Path, typer.Argument(help="A HuggingFace config.json.")],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A HuggingFace config.json.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the YAML here (default: stdout).")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Name of the model (default: the folder's).")] = None,
     force: ForceOpt = False,

@@ -6,9 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokcost import fmt
+from tokcost import fmt, plots
 from tokcost.cli.common import check_grid, int_list, workload_from_flags
-from tokcost.cli.deploy import engine_for, layout_flags, network_for, warn
+from tokcost.cli.deploy import layout_flags, warn
 from tokcost.cli.options import (
     ComputeOpt,
     DpOpt,
@@ -23,6 +23,7 @@ from tokcost.cli.options import (
     ModelOpt,
     NetworkOpt,
     OutputOpt,
+    PlotOpt,
     PpOpt,
     PriceOpt,
     PromptOpt,
@@ -33,8 +34,9 @@ from tokcost.cli.render import Table, print_csv, print_json, print_tables
 from tokcost.engine.sweep import SweepPoint, sweep_warnings
 from tokcost.engine.sweep import sweep as run_sweep
 from tokcost.errors import UsageError
-from tokcost.hardware.library import load_gpu
+from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
+from tokcost.profiles import engine_for
 
 
 def sweep(
@@ -59,6 +61,7 @@ def sweep(
     compute_dtype: ComputeOpt = None,
     price: PriceOpt = None,
     format: FormatOpt = Format.table,
+    plot: PlotOpt = None,
 ) -> None:
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
     batches = int_list(batch, "--batch", 1, 1_000_000)
@@ -83,6 +86,8 @@ def sweep(
         print_csv(rows)
     else:
         print_tables([sweep_table(points)], format.value)
+    if plot is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
+        plots.save(plots.sweep_figure(points, capacity_bytes_per_gpu=spec.memory_bytes), plot)
 
 
 def sweep_table(points: list[SweepPoint]) -> Table:

@@ -147,3 +147,31 @@ def bottleneck(e: Estimate) -> str:
         target = {"weights": "weights", "attention": "KV cache"}.get(top.name, "activations")
         what = f"reading {top.bytes / 1e9:.2f} GB of {target}"
     return f"{phase} is {step.bound}-bound: {share:.0%} of each {'step' if phase == 'decode' else 'pass'} is {what}"
+
+
+def compare_row(e: Estimate) -> dict[str, object]:
+    """The flat record of one (model, GPU) pair: stable keys for JSON and CSV (no cost when it does not fit)."""
+    c, x, mem = e.ceiling, e.expected, e.memory
+    fits = mem.fits
+    return {
+        "model": e.model.name,
+        "gpu": e.gpu.name,
+        "gpus": e.layout.gpus,
+        "layout": e.layout.label(),
+        "fits": fits,
+        "min_gpus": mem.min_gpus,
+        "ttft_s": c.ttft_s,
+        "tpot_s": c.tpot_s,
+        "decode_tokens_per_s": c.decode_tokens_per_s,
+        "expected_ttft_s": x.ttft_s,
+        "expected_tpot_s": x.tpot_s,
+        "expected_decode_tokens_per_s": x.decode_tokens_per_s,
+        "expected_provenance": e.gpu.expected_provenance,
+        "max_batch": mem.max_batch,
+        "critical_batch_compute": e.critical_batch_compute,
+        "critical_batch_kv": e.critical_batch_kv,
+        "price_per_hour_usd": e.price_per_hour_usd,
+        "usd_per_million_input_tokens": x.usd_per_million_input_tokens if fits else None,
+        "usd_per_million_output_tokens": x.usd_per_million_output_tokens if fits else None,
+        "joules_per_output_token": x.joules_per_output_token if fits else None,
+    }

@@ -40,6 +40,8 @@ class SweepPoint:
     ceiling_decode_tokens_per_s: float
     usd_per_million_output_tokens: float | None
     used_bytes_per_gpu: int
+    kv_cache_bytes_per_gpu: int
+    capacity_bytes_per_gpu: int
     fits: bool
     max_batch: int
     critical_batch_compute: int | None
@@ -91,6 +93,8 @@ def sweep(
                     ceiling_decode_tokens_per_s=batch / ceiling_tpot,
                     usd_per_million_output_tokens=usd_per_million_tokens(price, d.layout.gpus, tpot, batch),
                     used_bytes_per_gpu=round(used.total),
+                    kv_cache_bytes_per_gpu=round(used.kv),
+                    capacity_bytes_per_gpu=round(gpu.memory_bytes),
                     fits=used.total <= gpu.memory_bytes,
                     max_batch=limits.max_batch,
                     critical_batch_compute=compute,

@@ -25,6 +25,14 @@ def load_network(name_or_path: str) -> Link:
     return validated(Link, *locate("networks", name_or_path))
 
 
+def network_for(gpu: GpuSpec, network: Link | str | None = None) -> Link | None:
+    """The network given (a Link, a built-in name or a file), else the GPU spec's default one, else none."""
+    if isinstance(network, Link):
+        return network
+    name = network or gpu.network
+    return load_network(name) if name else None
+
+
 def builtin_gpus() -> list[str]:
     """Names of the built-in GPUs."""
     return builtin_names("gpus")

@@ -1,0 +1,159 @@
+"""The Python API: documented imports, keyword-only calls, typed results whose to_dict() is the CLI's JSON."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tokcost
+from tokcost import (
+    ComparisonResult,
+    EstimateResult,
+    SweepResult,
+    TokcostError,
+    Workload,
+    compare,
+    estimate,
+    load_engine,
+    load_gpu,
+    load_model,
+    load_network,
+    sweep,
+)
+from tokcost.engine.estimate import Estimate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def as_json(data: dict) -> dict:
+    """What a dict becomes once printed as JSON and read back (tuples become lists)."""
+    return json.loads(json.dumps(data))
+
+
+def test_the_readme_example_runs_and_is_typed():
+    result = estimate(model=load_model("llama-3.1-8b"), gpu=load_gpu("h100-sxm"), workload=Workload(batch=8))
+    assert isinstance(result, EstimateResult) and isinstance(result, Estimate)
+    assert result.workload.batch == 8
+    # batch 8 shares the weight stream: 8 sequences' tokens per step, far more than 1/8 of batch 1's rate
+    alone = estimate(model="llama-3.1-8b", gpu="h100-sxm")
+    assert result.expected.decode_tokens_per_s > 7 * alone.expected.decode_tokens_per_s
+
+
+def test_estimate_to_dict_is_the_cli_json(cli):
+    args = [
+        "-m",
+        "mixtral-8x7b",
+        "-g",
+        "h100-sxm",
+        "--gpus",
+        "2",
+        "-b",
+        "16",
+        "--weights",
+        "fp8",
+        "--engine",
+        "generic",
+    ]
+    printed = cli("estimate", *args, "--journey", "-f", "json")
+    assert printed.exit_code == 0, printed.stderr
+    wl = Workload(batch=16, tp=2, weights_dtype="fp8")
+    result = estimate(model="mixtral-8x7b", gpu="h100-sxm", workload=wl, engine="generic")
+    assert as_json(result.to_dict(journey=True)) == printed.json()
+    assert "journey" not in result.to_dict()
+
+
+def test_estimate_takes_specs_or_names_and_the_cli_defaults():
+    by_name = estimate(model="llama-3.1-70b", gpu="h100-sxm", workload=Workload(tp=4))
+    by_spec = estimate(
+        model=load_model("llama-3.1-70b"),
+        gpu=load_gpu("h100-sxm"),
+        workload=Workload(tp=4),
+        network=load_network("ib-ndr-400"),  # h100-sxm's own default network
+        engine=load_engine("generic"),
+    )
+    assert by_name.to_dict() == by_spec.to_dict()
+
+
+def test_compare_to_dict_is_the_cli_json(cli):
+    printed = cli(
+        "compare", "-m", "llama-3.1-8b,mixtral-8x7b", "-g", "h100-sxm,l40s", "--gpus", "h100-sxm=2", "-f", "json"
+    )
+    assert printed.exit_code == 0, printed.stderr
+    result = compare(
+        models=["llama-3.1-8b", "mixtral-8x7b"],
+        gpus=["h100-sxm", "l40s"],
+        workload={"h100-sxm": Workload(tp=2), "l40s": Workload()},
+    )
+    assert isinstance(result, ComparisonResult) and len(result) == 4
+    assert [(e.model.name, e.gpu.name) for e in result] == [
+        ("llama-3.1-8b", "h100-sxm"),
+        ("llama-3.1-8b", "l40s"),
+        ("mixtral-8x7b", "h100-sxm"),
+        ("mixtral-8x7b", "l40s"),
+    ]
+    assert as_json(result.to_dict()) == printed.json()
+
+
+def test_sweep_to_dict_is_the_cli_json(cli):
+    printed = cli(
+        "sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8,64", "--context", "512,4096", "-f", "json"
+    )
+    assert printed.exit_code == 0, printed.stderr
+    result = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1, 8, 64], prompts=[512, 4096])
+    assert isinstance(result, SweepResult) and len(result) == 6
+    assert as_json(result.to_dict()) == printed.json()
+
+
+def test_sweep_needs_a_decode_step():
+    with pytest.raises(TokcostError, match="2 or more output tokens"):
+        sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(output_tokens=1))
+
+
+@pytest.mark.parametrize("function", [estimate, compare, sweep])
+def test_every_argument_is_keyword_only(function):
+    parameters = inspect.signature(function).parameters.values()
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
+    with pytest.raises(TypeError):
+        function("llama-3.1-8b", "h100-sxm")  # a model and a GPU name are both strings: no silent swap
+
+
+def test_results_plot_and_journey(tmp_path):
+    pytest.importorskip("matplotlib")
+    result = estimate(model="llama-3.1-8b", gpu="h100-sxm")
+    rows = result.journey().decode
+    assert sum(r.ceiling_s for r in rows) == pytest.approx(result.ceiling.decode_step.seconds)
+    assert result.plot(tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    swept = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1, 4])
+    assert "TPOT (ms)" in swept.plot(tmp_path / "s.svg").read_text()
+
+
+def test_every_export_resolves_and_import_tokcost_stays_light():
+    for name in tokcost.__all__:
+        assert getattr(tokcost, name) is not None, name
+    assert set(tokcost.__all__) <= set(dir(tokcost))
+    with pytest.raises(AttributeError):
+        tokcost.no_such_name  # noqa: B018
+    heavy = ("pydantic", "typer", "tokcost.engine.estimate")
+    code = f"import sys, tokcost; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_python_api_section_runs(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")  # it ends with result.plot(...)
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Python API") :]
+    code = section[
+        section.index("```python\n") + len("```python\n") : section.index("```\n", section.index("```python"))
+    ]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Python API)", "exec"), {})
+    assert "LM head" in capsys.readouterr().out  # the journey loop printed the stages
+    assert (tmp_path / "roofline.png").read_bytes()[:4] == b"\x89PNG"

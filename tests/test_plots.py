@@ -1,0 +1,232 @@
+"""Plots are views of the engine's numbers, rendered to real PNG and SVG files, and --plot on the commands."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokcost.engine.estimate import estimate
+from tokcost.engine.journey import journey
+from tokcost.engine.sweep import sweep
+from tokcost.engine.workload import Workload
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+
+pytest.importorskip("matplotlib")  # the plot extra; every other test runs without it
+
+from tokcost import plots  # noqa: E402
+from tokcost.plots.canvas import DPI  # noqa: E402
+from tokcost.plots.journey import segments  # noqa: E402
+from tokcost.plots.plan import FrontierPoint, frontier  # noqa: E402
+from tokcost.plots.roofline import roofs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def e8b():
+    return estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload())
+
+
+def svg_text(path: Path) -> str:
+    """The SVG's text with XML escapes undone (text stays text: svg.fonttype none)."""
+    return html.unescape(path.read_text())
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the IHDR chunk, after checking the PNG signature."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_roofs_are_the_spec_peaks_with_equal_peaks_sharing_a_line():
+    # h100-sxm.yaml: dense TFLOP/s fp64 67, fp32 67, tf32 494.7, bf16 989.4, fp16 989.4, fp8 1978.9, int8 1978.9
+    assert roofs(load_gpu("h100-sxm")) == [
+        ("fp64/fp32", pytest.approx(67.0e12)),
+        ("tf32", pytest.approx(494.7e12)),
+        ("bf16/fp16", pytest.approx(989.4e12)),
+        ("fp8/int8", pytest.approx(1978.9e12)),
+    ]
+
+
+def test_kernel_points_are_the_engines_priced_stages(e8b):
+    points, left_off = plots.kernel_points(e8b)
+    priced = {("prefill", p.stage.name): p for p in e8b.ceiling.prefill.stages}
+    priced |= {("decode step", p.stage.name): p for p in e8b.ceiling.decode_step.stages}
+    bandwidth = e8b.gpu.bandwidth_bytes_per_s
+    for point in points:
+        p = priced[(point.phase, point.name)]
+        assert point.intensity_flop_per_byte == pytest.approx(p.stage.flops / p.stage.bytes)
+        assert point.ceiling_flops_per_s == pytest.approx(p.stage.count * p.stage.flops / p.seconds)
+        assert point.expected_flops_per_s < point.ceiling_flops_per_s  # achievable fractions are below 1
+        # nothing beats the roofline: min(peak, intensity x bandwidth)
+        assert point.ceiling_flops_per_s <= min(989.4e12, point.intensity_flop_per_byte * bandwidth) * (1 + 1e-9)
+    # a 16-bit weight is 2 B and takes one multiply-add (2 FLOP) per token: 1 FLOP/B at batch 1, memory-bound,
+    # so the stage runs at exactly intensity x bandwidth
+    qkv = next(p for p in points if p.phase == "decode step" and p.name == "QKV projection")
+    assert qkv.intensity_flop_per_byte == pytest.approx(1.0, rel=0.01)
+    assert qkv.ceiling_flops_per_s == pytest.approx(qkv.intensity_flop_per_byte * bandwidth)
+    assert {"embedding lookup", "KV cache write"} <= set(left_off)  # no FLOPs: no place on the chart
+
+
+def test_journey_segments_add_up_to_the_pass_times_on_four_families():
+    cases = [
+        ("llama-3.1-8b", Workload()),  # dense
+        ("mixtral-8x7b", Workload(batch=16, tp=2)),  # MoE, with all-reduces
+        ("deepseek-v3", Workload(batch=8, tp=8, weights_dtype="fp8", compute_dtype="fp8")),  # MLA + MoE
+        ("gemma-2-9b", Workload(prompt_tokens=8192)),  # sliding-window layers
+    ]
+    for name, wl in cases:
+        e = estimate(load_model(name), load_gpu("h100-sxm"), wl)
+        j = journey(e)
+        passes = [
+            (j.prefill, e.ceiling.ttft_s, e.expected.ttft_s),
+            (j.decode, e.ceiling.decode_step.seconds, e.expected.decode_step.seconds),
+        ]
+        for rows, ceiling_s, expected_s in passes:
+            parts = segments(rows)
+            assert sum(c for _, c, _ in parts) == pytest.approx(ceiling_s, rel=1e-9), name
+            assert sum(x for _, _, x in parts) == pytest.approx(expected_s, rel=1e-9), name
+
+
+def test_estimate_figure_png_has_the_size_asked_for(e8b, tmp_path):
+    path = plots.save(plots.estimate_figure(e8b, journey=True), tmp_path / "roofline.png")
+    assert png_size(path) == (18 * DPI, 7 * DPI)
+    assert path.stat().st_size > 50_000  # a real picture, not an empty canvas
+
+
+def test_roofline_and_journey_svg_carry_labelled_series_and_units(e8b, tmp_path):
+    text = svg_text(plots.save(plots.estimate_figure(e8b, journey=True), tmp_path / "r.svg"))
+    for label in [
+        "arithmetic intensity (FLOP/B)",
+        "achieved rate (TFLOP/s)",
+        "HBM 3.35 TB/s",
+        "bf16/fp16 989.4 TFLOP/s, ridge 295 FLOP/B",  # 989.4e12 / 3.35e12 = 295.3 FLOP/B
+        "fp8/int8 1,978.9 TFLOP/s, ridge 591 FLOP/B",
+        "MLP (gate, up, down)",
+        "LM head",
+        "filled: ceiling (datasheet)",
+        "hollow: expected",
+        "time (ms)",
+        "one decode step at 1,151 cached tokens",  # mean context of 1,024 + (0..254)
+        f"{e8b.ceiling.ttft_s * 1e3:,.3g} ms",  # the prefill bar adds up to TTFT
+        f"{e8b.expected.ttft_s * 1e3:,.3g} ms",
+        f"{e8b.ceiling.decode_step.seconds * 1e3:,.3g} ms",
+    ]:
+        assert label in text, label
+
+
+def test_svg_is_the_same_file_each_time(e8b):
+    assert plots.render(plots.roofline_figure(e8b), "svg") == plots.render(plots.roofline_figure(e8b), "svg")
+
+
+def test_sweep_figure_marks_critical_batches_and_capacity(tmp_path):
+    gpu = load_gpu("h100-sxm")
+    points = sweep(load_model("llama-3.1-8b"), gpu, Workload(), [1, 8, 64, 512], [1024, 8192])
+    figure = plots.sweep_figure(points, capacity_bytes_per_gpu=gpu.memory_bytes)
+    text = svg_text(plots.save(figure, tmp_path / "s.svg"))
+    # the engine's critical batches for llama-3.1-8b on h100-sxm (the README's table: 317 and 100)
+    assert points[0].critical_batch_compute == 317
+    labels = [
+        "TPOT (ms)",
+        "decode tokens/s per GPU",
+        "memory per GPU (GB)",
+        "$/1M output tokens (expected)",
+        "critical batch 317: matmuls compute-bound",
+        "critical batch 100: KV reads > weight reads",
+        f"capacity {gpu.memory_bytes / 1e9:,.1f} GB",
+        "prompt 8,192 (ceiling)",
+        "batch (concurrent sequences)",
+        "prompt tokens (context)",
+    ]
+    for label in labels:
+        assert label in text, label
+    assert png_size(plots.save(plots.sweep_figure(points), tmp_path / "s.png")) == (12 * DPI, 8 * DPI)
+
+
+def test_compare_figure_bars_with_units_and_no_cost_where_it_does_not_fit(tmp_path):
+    results = [estimate(load_model(m), load_gpu(g), Workload(batch=8)) for m in ("llama-3.1-8b", "llama-3.1-70b")
+               for g in ("h100-sxm", "l40s")]  # fmt: skip
+    assert not results[-1].memory.fits  # 70B in 16 bits does not fit one 48 GB L40S
+    text = svg_text(plots.save(plots.compare_figure(results), tmp_path / "c.svg"))
+    labels = ["time to first token (ms)", "time per output token (ms)", "decode tokens/s (replica)",
+              "$/1M output tokens", "(does not fit)", "n/a", "ceiling (datasheet)", "expected", "1x l40s"]  # fmt: skip
+    for label in labels:
+        assert label in text, label
+
+
+def test_pareto_frontier_keeps_only_configurations_nothing_beats():
+    # (latency, cost): (1, 5) and (2, 3) and (4, 1) trade off; (3, 4) is beaten by (2, 3) on both
+    assert frontier([(3, 4), (1, 5), (4, 1), (2, 3)]) == [(1, 5), (2, 3), (4, 1)]
+
+
+def test_plan_figure_marks_the_chosen_configuration(tmp_path):
+    points = [FrontierPoint("a", 2.0, 0.020, 0.5), FrontierPoint("b", 1.0, 0.040, 0.9, chosen=True),
+              FrontierPoint("c", 3.0, 0.050, 1.0), FrontierPoint("d", 0.5, 0.090, 2.0, meets_slo=False),
+              FrontierPoint("e", None, None, None, meets_slo=False)]  # fmt: skip
+    text = svg_text(plots.save(plots.plan_figure(points), tmp_path / "p.svg"))
+    for label in ["Pareto frontier", "chosen: b", "p90 TPOT (ms)", "p90 TTFT (ms)", "misses an SLO"]:
+        assert label in text, label
+
+
+def test_cli_plot_writes_each_picture_and_leaves_the_json_alone(cli, tmp_path):
+    base = ["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"]
+    plain = cli(*base)
+    with_plot = cli(*base, "--journey", "--plot", str(tmp_path / "e.png"))
+    assert with_plot.exit_code == 0, with_plot.stderr
+    assert with_plot.json() | {"journey": None} == plain.json() | {"journey": None}
+    assert png_size(tmp_path / "e.png") == (18 * DPI, 7 * DPI)
+    runs = [
+        ("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,16,256", "--plot", str(tmp_path / "s.png")),
+        ("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,h200", "--plot", str(tmp_path / "c.svg")),
+    ]
+    for args in runs:
+        result = cli(*args)
+        assert result.exit_code == 0, result.stderr
+    assert png_size(tmp_path / "s.png")[0] == 12 * DPI
+    assert "time per output token (ms)" in svg_text(tmp_path / "c.svg")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("r.jpg", "--plot: 'r.jpg' must end in .png or .svg"), ("missing/r.png", "does not exist")],
+)
+def test_cli_plot_refuses_a_bad_destination_before_any_work(cli, tmp_path, name, message):
+    result = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--plot", str(tmp_path / name))
+    assert result.exit_code == 2
+    assert result.stdout == ""  # refused before the estimate ran
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_plot_without_matplotlib_is_one_line_naming_the_install(cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    result = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--plot", str(tmp_path / "s.png"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --plot: matplotlib is not installed; pip install")
+    assert ".[plot]" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_commands_without_plot_never_import_matplotlib():
+    code = (
+        "import sys, io, contextlib\n"
+        "from tokcost.cli.app import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['estimate', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-f', 'json']) == 0\n"
+        "import tokcost.plots\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, env=env,
+                         check=True, cwd=ROOT)  # fmt: skip
+    assert json.loads(out.stdout) == []

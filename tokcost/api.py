@@ -1,0 +1,198 @@
+"""The Python API: `estimate`, `compare` and `sweep` as functions, for notebooks and scripts.
+
+Thin wrappers over the engine that load specs by name, apply the same defaults as the CLI (the GPU spec's
+network between nodes, the generic serving-engine profile), and return typed results whose `.to_dict()` is
+exactly the JSON the matching command prints with `--format json`, and whose `.plot(path)` draws what its
+`--plot` draws. Every argument is keyword-only: a model and a GPU given as names are both strings, and a
+sweep's batches and prompts are both lists of ints, so a swap must not pass silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokcost.engine import estimate as _estimate
+from tokcost.engine import sweep as _sweep
+from tokcost.engine.journey import Journey
+from tokcost.engine.journey import journey as journey_of
+from tokcost.engine.report import compare_row, estimate_dict, journey_dict
+from tokcost.engine.sweep import SweepPoint
+from tokcost.engine.workload import Workload
+from tokcost.errors import UsageError
+from tokcost.hardware.library import load_gpu, network_for
+from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.models.library import load_model
+from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile, engine_for
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+ModelLike = ModelSpec | str  # a spec, or a built-in name / YAML path / HF config.json
+GpuLike = GpuSpec | str
+
+
+def _model(model: ModelLike) -> ModelSpec:
+    return load_model(model) if isinstance(model, str) else model
+
+
+def _gpu(gpu: GpuLike) -> GpuSpec:
+    return load_gpu(gpu) if isinstance(gpu, str) else gpu
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateResult(_estimate.Estimate):
+    """An Estimate (every engine field: `.expected.tpot_s`, `.memory.max_batch`, ...) that renders itself."""
+
+    def to_dict(self, *, journey: bool = False) -> dict[str, Any]:
+        """What `tokcost estimate --format json` prints (with `journey`, what `--journey` adds)."""
+        data = estimate_dict(self)
+        if journey:
+            data["journey"] = journey_dict(journey_of(self))
+        return data
+
+    def journey(self) -> Journey:
+        """One token's journey: the stages of a decode step and of the prefill, adding up to the pass times."""
+        return journey_of(self)
+
+    def figure(self, *, journey: bool = False) -> Figure:
+        """The roofline chart (with `journey`, the journey's bars beside it) as a matplotlib Figure."""
+        from tokcost import plots
+
+        return plots.estimate_figure(self, journey=journey)
+
+    def plot(self, path: Path | str, *, journey: bool = False) -> Path:
+        """Write the chart to a .png or .svg file, as `tokcost estimate --plot` does."""
+        from tokcost import plots
+
+        return plots.save(self.figure(journey=journey), path)
+
+
+def estimate(
+    *,
+    model: ModelLike,
+    gpu: GpuLike,
+    workload: Workload | None = None,
+    network: Link | str | None = None,
+    engine: EngineProfile | str | None = None,
+) -> EstimateResult:
+    """TTFT, TPOT, throughput, memory and cost of `workload` (default: batch 1, 1,024 in, 256 out)."""
+    gpu_spec = _gpu(gpu)
+    e = _estimate.estimate(
+        _model(model), gpu_spec, workload or Workload(), network_for(gpu_spec, network), engine_for(engine)
+    )
+    return EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)})
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonResult:
+    """One estimate per (model, GPU) pair, models outermost, as `tokcost compare` lists them."""
+
+    results: tuple[EstimateResult, ...]
+
+    def __iter__(self) -> Iterator[EstimateResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, index: int) -> EstimateResult:
+        return self.results[index]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `tokcost compare --format json` prints: one flat row per pair, and the warnings."""
+        return {
+            "rows": [compare_row(e) for e in self.results],
+            "warnings": [f"{e.model.name} on {e.gpu.name}: {w}" for e in self.results for w in e.warnings],
+        }
+
+    def figure(self) -> Figure:
+        """Grouped bars of TTFT, TPOT, tokens/s and $/1M per pair (ceiling and expected)."""
+        from tokcost import plots
+
+        return plots.compare_figure(self.results)
+
+    def plot(self, path: Path | str) -> Path:
+        """Write the bars to a .png or .svg file, as `tokcost compare --plot` does."""
+        from tokcost import plots
+
+        return plots.save(self.figure(), path)
+
+
+def compare(
+    *,
+    models: Sequence[ModelLike],
+    gpus: Sequence[GpuLike],
+    workload: Workload | Mapping[str, Workload] | None = None,
+    network: Link | str | None = None,
+    engine: EngineProfile | str | None = None,
+) -> ComparisonResult:
+    """Every model on every GPU; `workload` is one for all, or one per GPU name (e.g. its own TP degree)."""
+    gpu_specs, profile = [_gpu(g) for g in gpus], engine_for(engine)
+    results = []
+    for m in (_model(m) for m in models):
+        for g in gpu_specs:
+            wl = workload.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
+            e = _estimate.estimate(m, g, wl, network_for(g, network), profile)
+            results.append(EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)}))
+    return ComparisonResult(tuple(results))
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """The points of a sweep, prompts outermost, with the specs they were priced on."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    points: tuple[SweepPoint, ...]
+    warnings: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[SweepPoint]:
+        return iter(self.points)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `tokcost sweep --format json` prints."""
+        return {"model": self.model.name, "gpu": self.gpu.name, "points": [p.as_dict() for p in self.points],
+                "warnings": list(self.warnings)}  # fmt: skip
+
+    def figure(self) -> Figure:
+        """TPOT, tokens/s per GPU, memory per GPU and $/1M against batch and context."""
+        from tokcost import plots
+
+        return plots.sweep_figure(self.points, capacity_bytes_per_gpu=self.gpu.memory_bytes)
+
+    def plot(self, path: Path | str) -> Path:
+        """Write the panels to a .png or .svg file, as `tokcost sweep --plot` does."""
+        from tokcost import plots
+
+        return plots.save(self.figure(), path)
+
+
+def sweep(
+    *,
+    model: ModelLike,
+    gpu: GpuLike,
+    batches: Sequence[int],
+    prompts: Sequence[int] | None = None,
+    workload: Workload | None = None,
+    network: Link | str | None = None,
+    engine: EngineProfile | str | None = None,
+) -> SweepResult:
+    """Decode figures at every (prompt, batch); `workload` gives the rest (output, dtypes, layout, price)."""
+    base = workload or Workload()
+    if base.output_tokens < 2:
+        raise UsageError("output_tokens: sweep prices decode steps; give 2 or more output tokens")
+    if not batches or (prompts is not None and not prompts):
+        raise UsageError("batches and prompts: give at least one value each")
+    model_spec, gpu_spec = _model(model), _gpu(gpu)
+    net, profile = network_for(gpu_spec, network), engine_for(engine)
+    contexts = list(prompts) if prompts is not None else [base.prompt_tokens]
+    points = _sweep.sweep(model_spec, gpu_spec, base, list(batches), contexts, net, profile)
+    warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, contexts, net, profile)
+    return SweepResult(model_spec, gpu_spec, tuple(points), tuple(warnings))

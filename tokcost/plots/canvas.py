@@ -1,0 +1,87 @@
+"""Where pictures are drawn and written: matplotlib imported only here, only when a picture is asked for.
+
+No pyplot and no global backend: each picture is a `matplotlib.figure.Figure` that renders itself (Agg for
+PNG, the SVG backend for SVG), so a notebook's own matplotlib settings are left alone. SVG keeps its text as
+text (searchable, and what the tests read) and carries no date, so the same result writes the same file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokcost.errors import UsageError
+from tokcost.files import check_destination, write_new
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+SUFFIXES = (".png", ".svg")
+MISSING = (
+    "--plot: matplotlib is not installed; pip install 'matplotlib>=3.7' "
+    "(in a tokcost checkout: pip install -e '.[plot]')"
+)
+DPI = 110  # PNG pixels per inch: a 12 x 6.5 in figure is 1320 x 715 px, readable in a design doc
+CEILING_ALPHA, EXPECTED_ALPHA = 1.0, 0.45  # ceiling drawn solid, expected lighter (or hollow)
+USD = r"\$"  # a bare $ pair would switch matplotlib's text to math mode
+
+
+def require() -> Any:
+    """The matplotlib module, or the one-line error that names the install line."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(MISSING)
+    try:
+        import matplotlib
+    except ImportError as exc:  # installed but broken (a missing compiled dependency)
+        raise UsageError(f"{MISSING} ({exc})") from None
+    return matplotlib
+
+
+def check_path(path: Path | None) -> Path | None:
+    """The --plot destination, checked before any work: a .png or .svg name in a writable folder, matplotlib
+    present. An existing plot is replaced; a folder, a FIFO or a missing folder is refused."""
+    if path is None:
+        return None
+    if path.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"--plot: {path.name!r} must end in .png or .svg (the suffix picks the format)")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(MISSING)
+    check_destination(path, force=True)
+    return path
+
+
+def new_figure(width_in: float, height_in: float) -> Figure:
+    """An empty figure with constrained layout (labels never overlap the axes)."""
+    require()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width_in, height_in), layout="constrained")
+
+
+def render(fig: Figure, fmt: str) -> bytes:
+    """The figure as PNG or SVG bytes; SVG text stays text and the file carries no date."""
+    matplotlib = require()
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tokcost"}):
+        metadata = {"Date": None} if fmt == "svg" else {"Software": "tokcost (matplotlib)"}
+        fig.savefig(buffer, format=fmt, dpi=DPI, metadata=metadata)
+    return buffer.getvalue()
+
+
+def save(fig: Figure, path: Path | str) -> Path:
+    """Write the figure to `path` (.png or .svg, by its suffix) whole or not at all; returns the path."""
+    target = check_path(Path(path))
+    assert target is not None  # a path was given
+    write_new(target, render(fig, target.suffix.lower().lstrip(".")), force=True)
+    return target
+
+
+def colors(names: list[str]) -> dict[str, Any]:
+    """One stable colour per name, in order of first appearance: tab10's ten hues, then lighter and other ones."""
+    matplotlib = require()
+    maps = matplotlib.colormaps
+    palette = list(maps["tab10"].colors) + list(maps["tab20"].colors[1::2]) + list(maps["tab20b"].colors)
+    unique = list(dict.fromkeys(names))
+    return {name: palette[i % len(palette)] for i, name in enumerate(unique)}
