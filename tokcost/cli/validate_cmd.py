@@ -15,6 +15,7 @@ from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile, load_engine
 
 if TYPE_CHECKING:  # the validation modules load only when `tokcost validate` runs (start-up stays small)
     from tokcost.validation.compare import GroupStats, RowResult, Summary
@@ -58,15 +59,21 @@ def load_specs(rows: list[Row], where: str) -> tuple[dict[str, ModelSpec], dict[
     return models, gpus
 
 
-def run_validation(path: Path) -> tuple[list[RowResult], Summary]:
-    """Load the rows and the built-in specs they name, price every row, summarize."""
+def load_engines(rows: list[Row]) -> dict[str, EngineProfile]:
+    """The built-in profile of every engine the rows name."""
+    return {name: load_engine(name) for name in sorted({r.engine for r in rows})}
+
+
+def run_validation(path: Path, engine: str | None = None) -> tuple[list[RowResult], Summary]:
+    """Load the rows and the built-in specs they name, price every row with its engine (or `engine`), summarize."""
     from tokcost.validation.compare import compare_rows, summarize
     from tokcost.validation.data import load_rows
 
     rows = load_rows(path)
     models, gpus = load_specs(rows, str(path))
-    results = compare_rows(rows, models, gpus)
-    return results, summarize(results)
+    override = load_engine(engine) if engine else None
+    results = compare_rows(rows, models, gpus, load_engines(rows), override)
+    return results, summarize(results, models)
 
 
 def _value(v: float) -> str:
