@@ -96,7 +96,9 @@ def profile_of(result: FitResult, engine: str, base: EngineProfile) -> EnginePro
     free = [n for n in names if f"{engine}.{n}" in result.free]
     fixed = [n for n in names if f"{engine}.{n}" not in result.free]
     rows = result.train_rows_by_engine.get(engine, 0)
-    kernels_note = "kernels at the identity by construction (the reference of the product); " if engine == "generic" else ""
+    kernels_note = (
+        "kernels at the identity by construction (the reference of the product); " if engine == "generic" else ""
+    )
     fit_text = (
         f"scripts/fit_expected.py, train digest {result.data_digest}: {rows} of {result.train_rows} train rows are "
         f"{engine}'s; {kernels_note}fitted: {', '.join(free) or 'nothing'}; left at their start (fewer than 3 train "
@@ -128,7 +130,9 @@ def run_fit() -> Fitted:
     fitted_gpus = {}
     for name, gpu in gpus.items():
         family = family_of(name)
-        fitted_gpus[name] = gpu if family is None else gpu.model_copy(update={"achievable": achievable_of(result, family)})
+        fitted_gpus[name] = (
+            gpu if family is None else gpu.model_copy(update={"achievable": achievable_of(result, family)})
+        )
     engines = {name: profile_of(result, name, bases[name]) for name in ENGINES}
     return Fitted(result, rows, models, fitted_gpus, engines)
 
@@ -176,7 +180,9 @@ def planned_writes(fitted: Fitted) -> dict[Path, str]:
             path = SPECS / f"{gpu}.yaml"
             family = family_of(gpu)
             if path.is_file() and family is not None:
-                writes[path] = replace_achievable(path.read_text(encoding="utf-8"), achievable_of(fitted.result, family))
+                writes[path] = replace_achievable(
+                    path.read_text(encoding="utf-8"), achievable_of(fitted.result, family)
+                )
     for name, profile in fitted.engines.items():
         writes[ENGINE_SPECS / f"{name}.yaml"] = engine_yaml(profile)
     readme = VALIDATION_README.read_text(encoding="utf-8")

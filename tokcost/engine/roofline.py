@@ -151,7 +151,9 @@ def kernel_efficiency(stage: Stage, rates: Rates, dequantizing: bool) -> float:
         eff = k.weight_only(stage.weight_format)
     else:  # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
         native = get_format(stage.weight_format).native_compute if stage.weight_format else None
-        eff = k.dense(rates.compute_dtype if native is None or same_tensor_rate(native, rates.compute_dtype) else native)
+        eff = k.dense(
+            rates.compute_dtype if native is None or same_tensor_rate(native, rates.compute_dtype) else native
+        )
     return eff * (k.moe_grouped_gemm if stage.kind == "experts" else 1.0)
 
 

@@ -185,9 +185,7 @@ class RowResult:
         return self.row.value < self.ceiling
 
 
-def price_row(
-    row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, split: Split | None = None
-) -> RowResult:
+def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, split: Split | None = None) -> RowResult:
     """One row priced by estimate() under the ceiling and under `engine`, wave by wave."""
     check_shipped_formats(row, model)
     plan = waves_of(row, model, gpu, engine)
@@ -276,7 +274,7 @@ def row_classes(r: RowResult, models: Mapping[str, ModelSpec]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Rows used and excluded, ceiling violations, and error statistics per split, engine, family, class, source, metric."""
+    """Rows used and excluded, ceiling violations, and |error| statistics per split, engine, family, class, source."""
 
     rows_total: int
     rows_used: int

@@ -47,7 +47,9 @@ FRACTION_GRID = tuple(pct / 100 for pct in range(10, 91))  # 0.10 .. 0.90
 EFFICIENCY_GRID = tuple(pct / 100 for pct in range(10, 201))  # 0.10 .. 2.00 of the family's fraction
 COARSE_STEP = 5  # grid points between coarse candidates (0.05); then every point within +-4 of the best
 COST_GRIDS_US: dict[str, tuple[float, ...]] = {
-    "step_us": tuple(range(0, 100, 5)) + tuple(range(100, 1000, 25)) + tuple(range(1000, 10_000, 250))
+    "step_us": tuple(range(0, 100, 5))
+    + tuple(range(100, 1000, 25))
+    + tuple(range(1000, 10_000, 250))
     + tuple(range(10_000, 50_001, 2500)),  # 0-50 ms: graph-captured steps take tens of us, eager ones ms
     "request_us": tuple(range(0, 5000, 250)) + tuple(range(5000, 100_001, 2500)),  # 0-100 ms
     "collective_us": tuple(range(0, 100, 2)) + tuple(range(100, 1001, 25)),  # 0-1 ms
@@ -217,9 +219,7 @@ def fit(cases: Sequence[Case]) -> FitResult:
     names = sorted({n for c in train for n in parameters_of(c)})
     obj = Objective(train, {n: start_value(n) for n in names})
     informed = {n: obj.informed(n) for n in names}
-    free = tuple(
-        n for n in names if informed[n] >= MIN_INFORMATIVE_ROWS and n.rsplit(".", 1)[-1] not in FIXED_KEYS
-    )
+    free = tuple(n for n in names if informed[n] >= MIN_INFORMATIVE_ROWS and n.rsplit(".", 1)[-1] not in FIXED_KEYS)
     # fractions first (the hardware), then each engine's efficiencies, then the fixed costs
     order = sorted(free, key=lambda n: (not is_fraction(n), is_cost(n), n))
     sweeps = 0
@@ -234,7 +234,8 @@ def fit(cases: Sequence[Case]) -> FitResult:
         train_rows_by_engine={e: sum(c.engine == e for c in train) for e in sorted({c.engine for c in train})},
         train_rows_by_family={f: sum(c.family == f for c in train) for f in FAMILIES},
         train_sources_by_engine={
-            e: tuple(sorted({c.row.source_id for c in train if c.engine == e})) for e in sorted({c.engine for c in train})
+            e: tuple(sorted({c.row.source_id for c in train if c.engine == e}))
+            for e in sorted({c.engine for c in train})
         },
         data_digest=train_digest(train),
         train_loss=obj.error_loss,

@@ -1,4 +1,4 @@
-"""A fast predictor for the fit: each row's kernels counted once, then priced under any candidate values in microseconds.
+"""A fast predictor for the fit: each row's kernels counted once, then priced under any candidate values in us.
 
 estimate() rebuilds every kernel of every pass each time it prices a row; the fit prices each train row tens of
 thousands of times. Here the work is counted once per row (tokcost.engine.stages, as estimate() counts it: every
@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tokcost.engine.collectives import links_of
 from tokcost.engine.estimate import decode_contexts, deployment
 from tokcost.engine.roofline import ceiling_rates, matmul_dtype
 from tokcost.engine.stages import Segment, Stage, pipeline_stages
@@ -63,6 +62,19 @@ class Span:
     weight: float
     terms: tuple[Term, ...]
     collectives: tuple[Collective, ...]
+    # the terms grouped by the efficiency they read: (key, experts, ((count, F0, F1, B0, B1), ...)), FLOPs over
+    # their peak FLOP/s and bytes over the HBM peak: seconds at the datasheet, to divide by the fractions
+    groups: tuple[tuple[str, bool, tuple[tuple[int, float, float, float, float], ...]], ...] = ()
+
+
+def _grouped(terms: tuple[Term, ...], peak_bytes_per_s: float) -> tuple:
+    groups: dict[tuple[str, bool], list[tuple[int, float, float, float, float]]] = {}
+    for t in terms:
+        groups.setdefault((t.key, t.experts), []).append(
+            (t.count, t.flops[0] / t.peak_flops_per_s, t.flops[1] / t.peak_flops_per_s,
+             t.bytes[0] / peak_bytes_per_s, t.bytes[1] / peak_bytes_per_s)
+        )  # fmt: skip
+    return tuple((key, experts, tuple(items)) for (key, experts), items in groups.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +140,7 @@ def _span(model: ModelSpec, d, segments_a: list[Segment], segments_b: list[Segme
             peak = ceiling.attention_flops_per_s
         key = kernel_key(sa, d.precision.compute, dequantizing)
         terms.append(Term(sa.count, key, sa.kind == "experts", peak, (sa.flops, sb.flops), (sa.bytes, sb.bytes)))
-    return Span(weight, tuple(terms), tuple(collectives))
+    return Span(weight, tuple(terms), tuple(collectives), _grouped(tuple(terms), d.gpu.bandwidth_bytes_per_s))
 
 
 def _decode_spans(model: ModelSpec, d, batch: int, first: int, last: int) -> tuple[Span, ...]:
@@ -182,7 +194,9 @@ def _collective_s(c: Collective, efficiency: float, overhead_s: float) -> float:
     bw = min(c.bytes_per_s * efficiency, c.peak_bytes_per_s)
     n, s, a = c.ranks, c.payload_bytes, c.latency_s
     if c.op == "all-reduce":
-        seconds = min(a + (n - 1) * s / bw, 2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) * a + 2 * (n - 1) / n * s / bw)
+        seconds = min(
+            a + (n - 1) * s / bw, 2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) * a + 2 * (n - 1) / n * s / bw
+        )
     else:  # all-to-all inside a node, or send/recv
         seconds = a + s / bw
     return seconds + overhead_s
@@ -206,15 +220,19 @@ def pass_seconds(span: Span, case: Case, v: Values) -> float:
     generic = case.engine == GENERIC_ENGINE
     moe = 1.0 if generic else v.get(f"{case.engine}.moe", 1.0)
     total = 0.0
-    for t in span.terms:
+    for key, experts, items in span.groups:
         eff = 1.0  # norms, lookups, KV writes, sampling: the GPU's fractions alone
-        if t.key and not generic:
-            eff = v.get(f"{case.engine}.{t.key}", 1.0) * (moe if t.experts else 1.0)
-        flops_rate = t.peak_flops_per_s * min(compute * eff, 1.0)
-        bytes_rate = case.peak_bytes_per_s * min(bw * eff, 1.0)
-        compute_s = (t.flops[0] / flops_rate, t.flops[1] / flops_rate)
-        memory_s = (t.bytes[0] / bytes_rate, t.bytes[1] / bytes_rate)
-        total += t.count * _mean_max(compute_s, memory_s)
+        if key and not generic:
+            eff = v.get(f"{case.engine}.{key}", 1.0) * (moe if experts else 1.0)
+        x, y = min(compute * eff, 1.0), min(bw * eff, 1.0)  # fractions of the datasheet, capped at it
+        for count, f0, f1, b0, b1 in items:  # _mean_max, inlined: the fit spends its time here
+            c0, c1, m0, m1 = f0 / x, f1 / x, b0 / y, b1 / y
+            d0, d1 = c0 - m0, c1 - m1
+            if d0 * d1 >= 0:
+                spread = abs(d0 + d1) / 2
+            else:
+                spread = (d0 * d0 + d1 * d1) / (2 * (abs(d0) + abs(d1)))
+            total += count * ((c0 + c1 + m0 + m1) / 4 + spread / 2)
     if span.collectives:
         eff = 1.0 if generic else v.get(f"{case.engine}.collective", 1.0)
         overhead = v.get(f"{case.engine}.collective_us", 0.0) * US

@@ -56,8 +56,8 @@ def with_achievable(gpus: Mapping[str, GpuSpec], blocks: Mapping[str, Achievable
     """The GPU specs with each family's block in place (GPUs outside every family unchanged)."""
     out = {}
     for name, gpu in gpus.items():
-        family = family_of(name)
-        out[name] = gpu if family not in blocks else gpu.model_copy(update={"achievable": blocks[family]})
+        block = blocks.get(family_of(name) or "")
+        out[name] = gpu if block is None else gpu.model_copy(update={"achievable": block})
     return out
 
 
@@ -225,13 +225,18 @@ def fit_markdown(
         "",
         *_engine_table(result, engines),
         "",
-        *_models_table([
-            ("untuned: ceiling (datasheet peaks, no overhead)", untuned),
-            (f"hand-set, engine-blind ({HAND_SET.bandwidth:g}, {HAND_SET.compute:g}, "
-             f"{HAND_SET.step_overhead_us:g} us)", hand_set),
-            ("previous fit (issue 10, engine-blind)", previous),
-            ("**fitted: hardware x engine**", fitted),
-        ]),  # fmt: skip
+        *_models_table(
+            [
+                ("untuned: ceiling (datasheet peaks, no overhead)", untuned),
+                (
+                    f"hand-set, engine-blind ({HAND_SET.bandwidth:g}, {HAND_SET.compute:g}, "
+                    f"{HAND_SET.step_overhead_us:g} us)",
+                    hand_set,
+                ),
+                ("previous fit (issue 10, engine-blind)", previous),
+                ("**fitted: hardware x engine**", fitted),
+            ]
+        ),  # fmt: skip
         "",
         *_targets(fitted),
         *_groups_table(fitted, models),
