@@ -197,7 +197,7 @@ def test_multinode_rows_not_built_in_or_unstated_are_listed_with_the_reason(mult
     h800 = [m for m in multinode.values() if m.row.gpu == "h800"]
     assert h800 and all(m.expected is None and "h800" in (m.reason or "") for m in h800)
     assert "lengths not stated" in (multinode["vllm-blog-mi300x-405b-tp8-default-qps16"].reason or "")
-    assert multinode["sglang-large-ep-decode-ep72-in2000"].reason.startswith("layout not priced")
+    assert multinode["sglang-large-ep-decode-ep72-in2000"].reason.startswith("layout: --ep: 72")
 
 
 def test_a_prefill_pool_row_is_its_pass_rate_per_node(multinode):

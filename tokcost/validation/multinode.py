@@ -112,7 +112,7 @@ def price_multinode(
     try:
         return _price(row, models[row.model], gpus[row.gpu], engine)
     except UsageError as exc:  # a layout tokcost cannot build (e.g. EP over redundant experts)
-        return MultinodeResult(row, None, None, row.network, f"layout not priced: {exc}")
+        return MultinodeResult(row, None, None, row.network, f"layout: {exc}")
 
 
 def _price(row: MultinodeRow, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile) -> MultinodeResult:
