@@ -1,8 +1,10 @@
-"""Fit tokcost's "expected" model on the train split of validation/published.yaml and write it where it is used.
+"""Fit "expected" = hardware x engine once, on the train sources of validation/published.yaml, and write it where used.
 
-Prints the fitted values and the errors before and after; rewrites only the `achievable:` block of each GPU
-spec in a fitted family (every other byte of the file is kept) and the block between `<!-- fit:start -->` and
-`<!-- fit:end -->` in validation/README.md. `--check` writes nothing and exits 1 if any file would change.
+Writes, and nothing else: the `achievable:` block of every GPU spec in a fitted family (every other byte of the
+file is kept), the fitted keys of every engine profile (tokcost/specs/engines/*.yaml: kernels, fixed costs, source
+and fit digest; name, notes and max_running_sequences are kept), and the block between `<!-- fit:start -->` and
+`<!-- fit:end -->` in validation/README.md (split, fitted values, errors before and after, per engine, family,
+class and source, and the multinode rows). `--check` writes nothing and exits 1 if any file would change.
 
 Usage: python scripts/fit_expected.py [--check]
 """
@@ -17,103 +19,136 @@ from pathlib import Path
 import yaml
 
 from tokcost.cli.validate_cmd import load_specs
-from tokcost.hardware.spec import Achievable
-from tokcost.validation.compare import GroupStats, RowResult, compare_rows, group_stats
-from tokcost.validation.data import load_rows
-from tokcost.validation.fit import (
-    FAMILIES,
-    FAMILY_PARAMS,
-    MIN_FAMILY_ROWS,
-    MIN_INFORMATIVE_ROWS,
-    SHARED_PARAMS,
-    STARTING,
-    FitResult,
-    family_of,
-    fit,
-    prepare,
-    with_achievable,
-)
+from tokcost.hardware.spec import Achievable, GpuSpec
+from tokcost.models.spec import ModelSpec
+from tokcost.profiles import ENGINES, GENERIC, EngineProfile, KernelEfficiency
+from tokcost.validation.compare import RowResult, compare_rows
+from tokcost.validation.data import HELD_OUT_SOURCES, Row, load_rows
+from tokcost.validation.families import FAMILIES, family_of
+from tokcost.validation.fit import FitResult, fit, is_cost
+from tokcost.validation.predictor import prepare
+from tokcost.validation.report import fit_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "published.yaml"
 SPECS = ROOT / "tokcost" / "specs" / "gpus"
+ENGINE_SPECS = ROOT / "tokcost" / "specs" / "engines"
 VALIDATION_README = ROOT / "validation" / "README.md"
 FIT_BLOCK = re.compile(r"(<!-- fit:start -->\n)(.*?)(<!-- fit:end -->)", re.S)
 ACHIEVABLE_BLOCK = re.compile(r"^achievable:\n(?:[ \t].*\n)*", re.M)  # the key and its indented lines
+ENGINE_KEY_ORDER = ("name", "source", "kernels", "step_overhead_us", "request_overhead_us", "collective_overhead_us",
+                    "max_running_sequences", "fit", "notes")  # fmt: skip
 
 
 @dataclass(frozen=True)
-class Report:
-    """The fit and the errors of the three models it is compared with, row by row."""
+class Fitted:
+    """The fit and the specs it produces."""
 
     result: FitResult
-    rows_total: int
-    untuned: list[RowResult]  # ceiling: fractions 1, no overhead
-    starting: list[RowResult]  # the hand-set values the specs carried before any fit
-    fitted: list[RowResult]
+    rows: list[Row]
+    models: dict[str, ModelSpec]
+    gpus: dict[str, GpuSpec]  # every GPU the rows name, with its family's fitted fractions
+    engines: dict[str, EngineProfile]  # every profile, fitted
 
 
-def run_fit() -> Report:
-    """Load the rows and specs, fit on the train split, and price every row under each model."""
-    rows = load_rows(DATA)
-    models, gpus = load_specs(rows, str(DATA))
-    result = fit(prepare(rows, models, gpus))
-    starting = {n: g.model_copy(update={"achievable": STARTING}) if family_of(n) else g for n, g in gpus.items()}
-    fitted = compare_rows(rows, models, with_achievable(gpus, result))
-    untuned = [RowResult(r.row, r.split, r.ceiling, r.ceiling) for r in fitted]
-    return Report(result, len(rows), untuned, compare_rows(rows, models, starting), fitted)
-
-
-def stats(results: list[RowResult], split: str, family: str | None = None) -> GroupStats:
-    """|error| statistics of the used rows of one split (and family)."""
-    chosen = [r for r in results if r.used and r.split == split and (family is None or family_of(r.row.gpu) == family)]
-    return group_stats(split, chosen)
-
-
-def how_fitted(res: FitResult, family: str, name: str) -> str:
-    """Where one value of a family came from: own rows, pooled, shared or fixed."""
-    fam = next(f for f in res.families if f.family == family)
-    if name in res.fixed:
-        return "fixed"
-    if name in SHARED_PARAMS:
-        return "shared"
-    return "own" if name in fam.own else "pooled"
-
-
-def source_of(report: Report, family: str) -> str:
-    """The provenance written into achievable.source: how, on what, and how well the fit did."""
-    res = report.result
-    fam = next(f for f in res.families if f.family == family)
-    parts = {kind: [n for n in (*FAMILY_PARAMS, *SHARED_PARAMS) if how_fitted(res, family, n) == kind]
-             for kind in ("own", "pooled", "shared", "fixed")}  # fmt: skip
-    how = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in parts.items() if names)
-    test = stats(report.fitted, "test")
-    return (
-        f"Fitted by scripts/fit_expected.py on the train split of validation/published.yaml ({res.train_rows} of "
-        f"{report.rows_total} rows; train digest {res.data_digest}; {fam.train_rows} {family} train rows). Where "
-        f"each value comes from ({how}): own = the {family} train rows, pooled = every train row, shared = one "
-        "value for every family fitted over every train row, fixed = not fitted. Objective: mean |log(predicted / "
-        "measured)|, coordinate search on bounded grids (fractions 0.10-1.00 by 0.01; request overhead 0-50 ms; "
-        f"all-reduce latency 0-100 us). Held-out error over all families: median {test.median_abs_error:.1%}, "
-        f"p90 {test.p90_abs_error:.1%} on {test.rows} rows never seen by the fit. Written to every {family} GPU "
-        f"({', '.join(FAMILIES[family])}); members without rows of their own inherit the family's values. "
-        "Split, errors and caveats: validation/README.md."
+def achievable_of(result: FitResult, family: str) -> Achievable:
+    """A family's hardware block: its two fractions, no fixed cost (those are the engines'), the link's latency."""
+    informed = {p: result.informed.get(f"gpu.{family}.{p}", 0) for p in ("bandwidth", "compute")}
+    how = ", ".join(
+        f"{p} {'fitted' if f'gpu.{family}.{p}' in result.free else 'at its start (too few rows inform it)'}"
+        f" ({informed[p]} informing rows)"
+        for p in informed
+    )
+    source = (
+        f"Fitted by scripts/fit_expected.py with the engine profiles (hardware x engine), on the train sources of "
+        f"tokcost/validation/published.yaml (train digest {result.data_digest}; {result.train_rows} train rows, "
+        f"{result.train_rows_by_family.get(family, 0)} on {family}: {', '.join(FAMILIES[family])}; held out: "
+        f"{', '.join(sorted(HELD_OUT_SOURCES))}). {how}. The fraction is what a typical engine reaches on this family "
+        "(the engines' efficiencies are held to 1 by a weak prior, so the split between hardware and engine is a "
+        "convention; the product is what the rows fix). Fixed costs live in the engine profiles; collectives use "
+        "the link's own latency. Members without rows of their own inherit the family's values. Errors and "
+        "caveats: validation/README.md."
+    )
+    return Achievable(
+        bandwidth=result.value(f"gpu.{family}.bandwidth"),
+        compute=result.value(f"gpu.{family}.compute"),
+        basis="fitted",
+        rows=result.train_rows_by_family.get(family, 0),
+        source=source,
     )
 
 
-def achievable_of(report: Report, gpu: str) -> Achievable | None:
-    """The block to write for one built-in GPU, provenance included; None outside every family."""
-    ach = report.result.achievable_of(gpu)
-    family = family_of(gpu)
-    if ach is None or family is None:
-        return None
-    return ach.model_copy(update={"source": source_of(report, family)})
+def profile_of(result: FitResult, engine: str, base: EngineProfile) -> EngineProfile:
+    """An engine's profile from the fit: fitted efficiencies (those left at 1 are omitted) and fixed costs."""
+    values = {n[len(engine) + 1 :]: v for n, v in result.values.items() if n.startswith(f"{engine}.")}
+    kernels: dict = {"dense_gemm": {}, "weight_only_gemm": {}}
+    for key, value in sorted(values.items()):
+        if is_cost(f"{engine}.{key}") or value == 1.0:
+            continue
+        kind, _, dtype = key.partition(".")
+        if kind == "dense":
+            kernels["dense_gemm"][dtype] = value
+        elif kind == "wo":
+            kernels["weight_only_gemm"][dtype] = value
+        else:
+            kernels[{"attention": "decode_attention", "moe": "moe_grouped_gemm"}.get(kind, kind)] = value
+    names = sorted(values)
+    free = [n for n in names if f"{engine}.{n}" in result.free]
+    fixed = [n for n in names if f"{engine}.{n}" not in result.free]
+    rows = result.train_rows_by_engine.get(engine, 0)
+    kernels_note = (
+        "kernels at the identity by construction (the reference of the product); " if engine == "generic" else ""
+    )
+    fit_text = (
+        f"scripts/fit_expected.py, train digest {result.data_digest}: {rows} of {result.train_rows} train rows are "
+        f"{engine}'s; {kernels_note}fitted: {', '.join(free) or 'nothing'}; left at their start (fewer than 3 train "
+        f"rows inform them): {', '.join(fixed) or 'none'}. Split, errors and caveats: validation/README.md."
+    )
+    sources = result.train_sources_by_engine.get(engine, ())
+    source = (
+        f"Fitted on published {engine} measurements of the train sources ({', '.join(sources) or 'none'}); "
+        "each row's source and quote are in tokcost/validation/published.yaml."
+    )
+    return base.model_copy(
+        update={
+            "source": source,
+            "kernels": KernelEfficiency.model_validate(kernels),
+            "step_overhead_us": values.get("step_us", 0.0),
+            "request_overhead_us": values.get("request_us", 0.0),
+            "collective_overhead_us": values.get("collective_us", 0.0),
+            "fit": fit_text,
+        }
+    )
+
+
+def run_fit() -> Fitted:
+    """Load the rows, specs and profiles; fit on the train sources; the specs and profiles it produces."""
+    rows = load_rows(DATA)
+    models, gpus = load_specs(rows, str(DATA))
+    bases = {name: load_engine_base(name) for name in ENGINES}
+    result = fit(prepare(rows, models, gpus, bases))
+    fitted_gpus = {}
+    for name, gpu in gpus.items():
+        family = family_of(name)
+        fitted_gpus[name] = (
+            gpu if family is None else gpu.model_copy(update={"achievable": achievable_of(result, family)})
+        )
+    engines = {name: profile_of(result, name, bases[name]) for name in ENGINES}
+    return Fitted(result, rows, models, fitted_gpus, engines)
+
+
+def load_engine_base(name: str) -> EngineProfile:
+    """The profile as shipped (its name, notes and cap on running sequences are kept; the rest is refitted)."""
+    path = ENGINE_SPECS / f"{name}.yaml"
+    if not path.is_file():
+        return GENERIC.model_copy(update={"name": name, "source": "to be fitted", "fit": ""})
+    return EngineProfile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
 def achievable_yaml(ach: Achievable) -> str:
-    """The `achievable:` block as YAML, keys in schema order, a null weight-only fraction left out."""
-    data = ach.model_dump(exclude_none=True)
-    return yaml.safe_dump({"achievable": data}, sort_keys=False, width=120, allow_unicode=True)
+    """The `achievable:` block as YAML, keys in schema order, None left out."""
+    return yaml.safe_dump({"achievable": ach.model_dump(exclude_none=True)}, sort_keys=False, width=120,
+                          allow_unicode=True)  # fmt: skip
 
 
 def replace_achievable(text: str, ach: Achievable) -> str:
@@ -124,114 +159,53 @@ def replace_achievable(text: str, ach: Achievable) -> str:
     return ACHIEVABLE_BLOCK.sub(lambda _: block, text, count=1)
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
+def engine_yaml(profile: EngineProfile) -> str:
+    """A profile as YAML: its keys in a fixed order, empty ones left out."""
+    data = profile.model_dump(exclude_none=True)
+    data["kernels"] = {k: v for k, v in data["kernels"].items() if v not in ({}, 1.0)}
+    ordered = {k: data[k] for k in ENGINE_KEY_ORDER if k in data and data[k] not in ("", {})}
+    return yaml.safe_dump(ordered, sort_keys=False, width=120, allow_unicode=True)
 
 
-def fit_markdown(report: Report) -> str:
-    """The generated part of validation/README.md: fitted values, errors before and after, per family."""
-    res = report.result
-    lines = [
-        f"Train digest `{res.data_digest}` ({res.train_rows} train rows of {report.rows_total}). "
-        "Regenerate with `python scripts/fit_expected.py`. Each value says where it comes from: *own* (the "
-        "family's train rows), *pooled* (every train row), *shared* (one value for every family, fitted over "
-        "every train row, each row under its family's other values), *fixed* (not fitted).",
-        "",
-        "| family | train rows | bandwidth | weight-only quant bandwidth | compute | step overhead (us) | "
-        "request overhead (ms) | all-reduce latency (us) |",
-        "|:---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    units = {"step_overhead_us": 1.0, "request_overhead_us": 1e-3, "allreduce_latency_us": 1.0}
-    names = ("bandwidth", "weight_only_quant_bandwidth", "compute", *units)
-
-    def cell(a: Achievable, name: str, how: str) -> str:
-        value = getattr(a, name)
-        text = "-" if value is None else f"{value:.2f}" if name not in units else f"{value * units[name]:g}"
-        return f"{text} ({how})"
-
-    for f in res.families:
-        cells = " | ".join(cell(f.achievable, n, how_fitted(res, f.family, n)) for n in names)
-        lines.append(f"| {f.family} | {f.train_rows} | {cells} |")
-    pooled_how = {n: "fixed" if n in res.fixed else "shared" if n in SHARED_PARAMS else "pooled" for n in names}
-    cells = " | ".join(cell(res.pooled, n, pooled_how[n]) for n in names)
-    lines.append(f"| (pooled) | {res.train_rows} | {cells} |")
-    counts = {f.family: dict(f.informative) for f in res.families}
-    overall = dict(res.informative)
-    lines += [
-        "",
-        f"Train rows that inform each parameter (a fifth of its range moves their prediction by 5% or more; "
-        f"a family fits a parameter on its own rows from {MIN_INFORMATIVE_ROWS}, and from {MIN_FAMILY_ROWS} train "
-        "rows in all):",
-        "",
-        "| parameter | " + " | ".join(FAMILIES) + " | all train rows |",
-        "|:---|" + "---:|" * (len(FAMILIES) + 1),
-    ]
-    for n in (*FAMILY_PARAMS, *SHARED_PARAMS):
-        per_family = " | ".join(str(counts[f][n]) if n in counts[f] else "-" for f in FAMILIES)
-        lines.append(f"| {n} | {per_family} | {overall[n]} |")
-    lines += [
-        "",
-        "| model | train median | train p90 | held-out median | held-out p90 |",
-        "|:---|---:|---:|---:|---:|",
-    ]
-    models = [
-        ("untuned: ceiling (fractions 1, no overhead)", report.untuned),
-        (f"hand-set starting values ({STARTING.bandwidth}, {STARTING.compute}, {STARTING.step_overhead_us:g} us)",
-         report.starting),
-        ("fitted", report.fitted),
-    ]  # fmt: skip
-    for name, results in models:
-        train, test = stats(results, "train"), stats(results, "test")
-        lines.append(
-            f"| {name} | {_pct(train.median_abs_error)} | {_pct(train.p90_abs_error)} | "
-            f"{_pct(test.median_abs_error)} | {_pct(test.p90_abs_error)} |"
-        )
-    lines += [
-        "",
-        "| family | held-out rows | held-out median | held-out p90 | train median |",
-        "|:---|---:|---:|---:|---:|",
-    ]
-    for family in FAMILIES:
-        if not any(family_of(r.row.gpu) == family and r.split == "test" for r in report.fitted):
-            continue
-        test, train = stats(report.fitted, "test", family), stats(report.fitted, "train", family)
-        lines.append(
-            f"| {family} | {test.rows} | {_pct(test.median_abs_error)} | {_pct(test.p90_abs_error)} | "
-            f"{_pct(train.median_abs_error)} |"
-        )
-    return "\n".join(lines) + "\n"
+def priced(fitted: Fitted) -> list[RowResult]:
+    """Every row under the fitted specs and profiles."""
+    return compare_rows(fitted.rows, fitted.models, fitted.gpus, fitted.engines)
 
 
-def planned_writes(report: Report) -> dict[Path, str]:
+def planned_writes(fitted: Fitted) -> dict[Path, str]:
     """Every file the fit rewrites, with its new text."""
     writes = {}
     for members in FAMILIES.values():
         for gpu in members:
             path = SPECS / f"{gpu}.yaml"
-            ach = achievable_of(report, gpu)
-            if ach is not None and path.is_file():
-                writes[path] = replace_achievable(path.read_text(encoding="utf-8"), ach)
+            family = family_of(gpu)
+            if path.is_file() and family is not None:
+                writes[path] = replace_achievable(
+                    path.read_text(encoding="utf-8"), achievable_of(fitted.result, family)
+                )
+    for name, profile in fitted.engines.items():
+        writes[ENGINE_SPECS / f"{name}.yaml"] = engine_yaml(profile)
     readme = VALIDATION_README.read_text(encoding="utf-8")
     if FIT_BLOCK.search(readme) is None:
         raise SystemExit(f"{VALIDATION_README}: no <!-- fit:start --> ... <!-- fit:end --> markers")
-    body = fit_markdown(report)
+    body = fit_markdown(fitted.result, fitted.rows, fitted.models, fitted.gpus, fitted.engines)
     writes[VALIDATION_README] = FIT_BLOCK.sub(lambda m: m.group(1) + body + m.group(3), readme, count=1)
     return writes
 
 
 def main(argv: list[str]) -> int:
     """Fit, print, and write (or with --check, report whether anything would change)."""
-    report = run_fit()
-    print(fit_markdown(report))
-    changed = [p for p, text in planned_writes(report).items() if p.read_text(encoding="utf-8") != text]
+    fitted = run_fit()
+    writes = planned_writes(fitted)
+    print(writes[VALIDATION_README].split("<!-- fit:start -->")[1].split("<!-- fit:end -->")[0])
+    changed = [p for p, text in writes.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     if "--check" in argv:
         for path in changed:
             print(f"out of date: {path.relative_to(ROOT)}")
         return 1 if changed else 0
-    for path, text in planned_writes(report).items():
-        if path in changed:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)}")
+    for path in changed:
+        path.write_text(writes[path], encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

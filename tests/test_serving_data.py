@@ -205,7 +205,9 @@ def test_multinode_keys_are_published_keys_plus_the_layout():
     layout = {"tp", "pp", "ep", "dp", "instances", "nodes", "gpus_per_node", "network", "prefill_decode"}
     published = set(PublishedRow.model_fields) - {"experts"}  # mixed-format checkpoints: none among these rows
     assert published <= set(MultinodeRow.model_fields)
-    assert set(MultinodeRow.model_fields) - published == layout - {"pp", "ep", "dp"}  # published rows carry those too
+    # published rows carry pp, ep and dp too; batch_scope and the prefill/decode split are tokcost's reading for pricing
+    reading = {"batch_scope", "prefill_instances", "decode_instances"}
+    assert set(MultinodeRow.model_fields) - published == (layout - {"pp", "ep", "dp"}) | reading
 
 
 def test_multinode_parses_with_unique_ids_and_known_specs(multinode):

@@ -1,9 +1,10 @@
-"""Validation against published measurements: the data, the mapping of each metric, the summary the README
-shows, the fitted specs, and hand-derived cross-checks against the peer tools' published formulas."""
+"""Validation against published measurements: the data, the split by source, the mapping of each metric, the summary
+the README shows, the fit and the specs it writes, and hand-derived cross-checks against the peer tools' formulas."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -11,19 +12,32 @@ from pathlib import Path
 import pytest
 
 from tokcost.cli.app import app
-from tokcost.cli.validate_cmd import DEFAULT_DATA, load_specs, run_validation, validate
+from tokcost.cli.validate_cmd import DEFAULT_DATA, load_engines, load_specs, run_validation, validate
 from tokcost.engine.estimate import deployment
 from tokcost.engine.stages import expected_distinct_experts
 from tokcost.engine.workload import Workload
 from tokcost.errors import SpecError
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
+from tokcost.profiles import EFFICIENCY_RANGE, ENGINES, load_engine
 from tokcost.validation.compare import predict_metric
-from tokcost.validation.data import Row, load_rows, split_of
-from tokcost.validation.fit import FAMILIES, GRIDS_US, SHARED_PARAMS, Predictor, prepare
+from tokcost.validation.data import (
+    HELD_OUT_MIN_ROW_SHARE,
+    HELD_OUT_SOURCES,
+    Row,
+    held_out_by_rule,
+    load_rows,
+    split_of,
+)
+from tokcost.validation.families import FAMILIES
+from tokcost.validation.fit import COST_GRIDS_US, MIN_INFORMATIVE_ROWS, fit, is_cost, is_fraction, train_cases
+from tokcost.validation.predictor import Values, predict, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "published.yaml"
+# The held-out result recorded in validation/README.md when the fit was run once (train digest in every profile);
+# a change here is a change of the model or the data, to be explained there, never a retune.
+RECORDED = {"train_median": 0.095, "held_out_median": 0.378, "held_out_p90": 0.780}
 
 if "validate" not in {c.name for c in app.registered_commands}:  # until cli/app.py registers it
     app.command("validate")(validate)
@@ -53,8 +67,15 @@ def fit_script():
 
 
 @pytest.fixture(scope="module")
-def fit_report(fit_script):
+def fitted(fit_script):
+    """The fit, run once for this module (about 20 s on 2 cores)."""
     return fit_script.run_fit()
+
+
+@pytest.fixture(scope="module")
+def cases(rows):
+    models, gpus = load_specs(rows, str(DATA))
+    return prepare(rows, models, gpus, load_engines(rows))
 
 
 # ---- the data ---------------------------------------------------------------------------------------------
@@ -62,7 +83,7 @@ def fit_report(fit_script):
 
 def test_data_loads_and_every_spec_resolves(rows):
     assert DEFAULT_DATA == DATA
-    assert len(rows) >= 40
+    assert len(rows) >= 150
     models, gpus = load_specs(rows, str(DATA))
     assert {r.model for r in rows} == set(models) and {r.gpu for r in rows} == set(gpus)
 
@@ -85,11 +106,23 @@ def test_unknown_model_names_the_row(tmp_path, cli):
     assert "row gptfast-llama2-7b-bf16-tp1: model: llama-9-7b: not a built-in model" in result.stderr
 
 
-def test_split_is_deterministic_and_about_a_third(rows):
-    test = [r for r in rows if split_of(r) == "test"]
-    assert 0.25 <= len(test) / len(rows) <= 0.42
-    pinned = rows[0].model_copy(update={"split": "train" if split_of(rows[0]) == "test" else "test"})
-    assert split_of(pinned) != split_of(rows[0])
+# ---- the split: whole sources, by a rule fixed before fitting ------------------------------------------------
+
+
+def test_the_rule_picks_the_recorded_held_out_sources(rows):
+    # SHA-256 order of source_id until 3 sources, 3 engines and a quarter of the rows: the rule as written in
+    # data.py picks exactly the sources the fit held out (a new source that sorts first would change this)
+    assert held_out_by_rule(rows) == HELD_OUT_SOURCES
+    held = [r for r in rows if r.source_id in HELD_OUT_SOURCES]
+    assert len(HELD_OUT_SOURCES) >= 3 and len({r.engine for r in held}) >= 3
+    assert len(held) >= HELD_OUT_MIN_ROW_SHARE * len(rows)
+
+
+def test_a_held_out_source_is_held_out_whole(rows):
+    for r in rows:
+        assert (split_of(r) == "test") == (r.source_id in HELD_OUT_SOURCES), r.id
+    pinned = rows[0].model_copy(update={"split": "test"})
+    assert split_of(pinned) == "test" and split_of(rows[0]) == "train"
 
 
 # ---- each metric as its source defines it -------------------------------------------------------------------
@@ -113,18 +146,41 @@ def test_metric_mapping(rows):
 # ---- the summary the README shows ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(reason="TEMPORARY during the engine rework: refit pending (issue 10/12)", strict=False)
-def test_summary_meets_the_targets(validation):
+def test_summary_holds_the_recorded_result(validation):
     results, summary = validation
-    assert summary.rows_used == summary.rows_total - len(summary.excluded) >= 40
+    assert summary.rows_used == summary.rows_total - len(summary.excluded) >= 150
     assert summary.violations == ()  # nothing measured beats the datasheet ceiling
     held_out = [abs(r.error) for r in results if r.used and r.split == "test"]
     train = [abs(r.error) for r in results if r.used and r.split == "train"]
-    # The issue's target is 15% held-out; the physical fit lands at 15.5% (validation/README.md says why:
-    # all-reduce latency and request overhead depend on the serving framework, which the model does not
-    # key on). These bounds guard the recorded result against regressions; they are not the target.
-    assert statistics.median(train) <= 0.07
-    assert statistics.median(held_out) <= 0.16
+    # the numbers validation/README.md records (issue 12's targets, 12% / 30% held out, are missed: the README
+    # says by how much and why); these guard the recorded result, they are not the target
+    assert round(statistics.median(train), 3) == RECORDED["train_median"]
+    assert round(statistics.median(held_out), 3) == RECORDED["held_out_median"]
+    ordered = sorted(held_out)
+    rank = (len(ordered) - 1) * 0.9
+    p90 = ordered[math.floor(rank)] + (ordered[math.ceil(rank)] - ordered[math.floor(rank)]) * (rank % 1)
+    assert round(p90, 3) == RECORDED["held_out_p90"]
+
+
+def test_each_row_is_priced_with_its_own_engine(validation):
+    results, summary = validation
+    assert all(r.engine == r.row.engine for r in results)
+    groups = {g.group for g in summary.groups}
+    for name in ENGINES:
+        assert f"engine: {name}" in groups
+    assert {f"family: {f}" for f in FAMILIES} <= groups
+    assert {"class: tensor parallel (TP > 1)", "class: MoE", "class: weight-only (dequantizing kernels)"} <= groups
+    assert any(g.startswith("class: long context") for g in groups)
+    assert {f"source: {s}" for s in HELD_OUT_SOURCES} <= groups
+
+
+def test_engine_flag_overrides_every_row(cli):
+    result = cli("validate", "--engine", "llama.cpp", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert data["engine"] == "llama.cpp" and {r["engine"] for r in data["rows"]} == {"llama.cpp"}
+    bad = cli("validate", "--engine", "deepspeed")
+    assert bad.exit_code == 2 and "known engines" in bad.stderr
 
 
 def test_expected_is_never_faster_than_the_ceiling(validation):
@@ -151,45 +207,67 @@ def test_cli_json_reproduces_the_summary(cli, validation):
     assert len(data["rows"]) == summary.rows_total
     assert data["summary"]["violations"] == []
     assert data["summary"]["groups"][0]["median_abs_error"] == pytest.approx(summary.groups[0].median_abs_error)
+    assert {m["id"] for m in data["multinode"] if m["not_priced"] and "h800" in m["not_priced"]}
 
 
 # ---- the fit ------------------------------------------------------------------------------------------------
 
 
-def test_fast_predictor_matches_estimate(rows, validation):
+def test_fast_predictor_matches_estimate(rows, validation, cases, fitted):
+    # the fit's predictor, under the shipped values, gives what compare_rows() gives through estimate()
     results, _ = validation
-    models, gpus = load_specs(rows, str(DATA))
-    predictor = Predictor()
     expected = {r.row.id: r.expected for r in results}
-    for case in prepare(rows, models, gpus):
-        assert predictor.predict(case, case.gpu.achievable) == pytest.approx(expected[case.row.id], rel=1e-9)
+    values = Values(fitted.result.values)
+    for case in cases:
+        assert predict(case, values) == pytest.approx(expected[case.row.id], rel=1e-9), case.row.id
 
 
-@pytest.mark.xfail(reason="TEMPORARY during the engine rework: refit pending (issue 10/12)", strict=False)
-def test_specs_carry_what_the_fit_produces(fit_script, fit_report):
+def test_specs_carry_what_the_fit_produces(fit_script, fitted):
+    # every achievable: block, every engine profile and the README's generated block are the script's output
+    writes = fit_script.planned_writes(fitted)
+    stale = [str(p.relative_to(ROOT)) for p, text in writes.items() if p.read_text(encoding="utf-8") != text]
+    assert not stale, f"run: python scripts/fit_expected.py ({stale})"
+    assert len(writes) == sum(len(m) for m in FAMILIES.values()) + len(ENGINES) + 1
+
+
+def test_fitted_values_are_physical(fitted):
+    result = fitted.result
+    for name, value in result.values.items():
+        if is_fraction(name):
+            assert 0.1 <= value <= 0.9, name  # a family's fraction stays below the datasheet
+        elif is_cost(name):
+            grid = COST_GRIDS_US[name.rsplit(".", 1)[-1]]
+            assert min(grid) <= value <= max(grid), name
+        else:
+            assert EFFICIENCY_RANGE[0] <= value <= EFFICIENCY_RANGE[1], name
+        if name in result.free:
+            assert result.informed[name] >= MIN_INFORMATIVE_ROWS, name
+        else:
+            assert value == (0.0 if is_cost(name) else 1.0) or is_fraction(name), name  # fixed at its start
+    generic = load_engine("generic").kernels
+    assert generic.dense_gemm == {} and generic.weight_only_gemm == {} and generic.decode_attention == 1.0
+
+
+def test_profiles_record_the_train_digest(fitted):
+    for name in ENGINES:
+        profile = load_engine(name)
+        assert profile.source.strip() and fitted.result.data_digest in profile.fit, name
     for members in FAMILIES.values():
         for gpu in members:
-            assert load_gpu(gpu).achievable == fit_script.achievable_of(fit_report, gpu), (
-                f"{gpu}: run python scripts/fit_expected.py"
-            )
-    readme = (ROOT / "validation" / "README.md").read_text(encoding="utf-8")
-    assert fit_script.fit_markdown(fit_report) in readme
+            ach = load_gpu(gpu).achievable
+            assert ach.basis == "fitted" and fitted.result.data_digest in ach.source, gpu
+            assert ach.allreduce_latency_us is None and ach.weight_only_quant_bandwidth is None, gpu
 
 
-def test_fitted_values_are_physical_and_shared_values_agree(fit_report):
-    result = fit_report.result
-    for fam in result.families:
-        ach = fam.achievable
-        for name, grid in GRIDS_US.items():
-            assert min(grid) <= getattr(ach, name) <= max(grid), (fam.family, name)
-        assert 0.1 <= min(ach.bandwidth, ach.compute, ach.weight_only_quant_bandwidth) <= 1
-        for name in SHARED_PARAMS:  # one value for every family
-            assert getattr(ach, name) == getattr(result.pooled, name)
-        assert set(fam.own) <= {n for n, count in fam.informative if count >= 3}
-
-
-def test_fit_sees_only_train_rows(fit_report):
-    assert fit_report.result.train_rows == sum(r.split == "train" for r in fit_report.fitted if r.used)
+def test_fit_sees_only_train_rows(cases):
+    # a fit on a small subset is unchanged when a held-out row's measurement changes: it never reads it
+    subset = [c for c in cases if c.engine == "torch-compile"][:12]
+    held = [c for c in cases if c.row.source_id in HELD_OUT_SOURCES][:6]
+    base = fit(subset + held)
+    moved = [c.__class__(**{**{f: getattr(c, f) for f in c.__dataclass_fields__},
+                            "row": c.row.model_copy(update={"value": c.row.value * 3})}) for c in held]  # fmt: skip
+    again = fit(subset + moved)
+    assert base.values == again.values and base.train_rows == len(train_cases(subset)) == 12
 
 
 def test_rewriting_achievable_keeps_every_other_byte(fit_script):

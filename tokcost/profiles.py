@@ -1,18 +1,36 @@
 """Serving-engine profiles: what an engine adds on top of the hardware when it runs a model ("expected").
 
-"Expected" = hardware x engine. The GPU spec keeps what is the hardware's (the achievable fraction of its
-bandwidth and compute per family); a profile keeps what the engine's kernels and scheduler reach relative to
-that: an efficiency per kernel class, fixed costs per step and per request, and how well its collectives use
-a link. A profile of 1.0 everywhere and no overhead (the `generic` profile before any fit) leaves the GPU's
-own fractions untouched. Profiles are YAML in tokcost/specs/engines/, each with its source and fit digest.
+"Expected" = hardware x engine. The GPU spec keeps what is the hardware's: the fraction of its datasheet bandwidth
+and compute that its family reaches (the `achievable:` block). A profile keeps what one engine's kernels and
+scheduler reach relative to that, per kernel class:
+- dense GEMM, by compute dtype (bf16 stands for fp16 too): the weight matmuls whose weights run natively;
+- weight-only GEMM, by weight format (an exact format name, else its kernel family: int4, int8, fp8, fp4, gguf,
+  nf4): matmuls that dequantize narrower weights inside the kernel;
+- decode attention (the paged / flash kernels reading the KV cache), MoE grouped GEMM (on top of the GEMM class
+  of the experts' format), and collectives (of the link's own efficiency);
+and its fixed costs: per forward pass (launches, scheduling, sampling on the host), per request (tokenization,
+set-up; on TTFT) and per collective (launch and synchronization, added to the link's own latency).
+An efficiency scales both rooflines of its kernel (FLOP/s and bytes/s); the product with the GPU's fraction is
+capped at the datasheet, so "expected" is never faster than "ceiling".
+
+The `generic` profile is the identity (every efficiency 1, no fixed cost): the reference of the product, so the
+GPU's fractions are what generic predicts. Profiles are YAML in tokcost/specs/engines/, each with its source and
+the digest of the fit that produced it (scripts/fit_expected.py; validation/README.md has the split and errors).
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from tokcost.formats import get as get_format
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-Efficiency = float  # a fraction of what the GPU achieves for this kernel class: 0.05..1.5 (a tuned kernel may beat it)
+# A fraction of what the GPU family achieves for one kernel class; above 1 when an engine's kernel beats the
+# family's reference (the product with the GPU's fraction is still capped at the datasheet).
+EFFICIENCY_RANGE = (0.05, 2.0)
+Efficiency = Annotated[float, Field(ge=EFFICIENCY_RANGE[0], le=EFFICIENCY_RANGE[1])]
 
 
 class KernelEfficiency(BaseModel):
@@ -21,10 +39,36 @@ class KernelEfficiency(BaseModel):
     model_config = _FROZEN
 
     dense_gemm: dict[str, Efficiency] = Field(default_factory=dict)  # by compute dtype: bf16, fp8, int8, fp4
-    weight_only_gemm: dict[str, Efficiency] = Field(default_factory=dict)  # by weight format: int4-g128, q4_k_m, ...
-    decode_attention: Efficiency = Field(default=1.0, ge=0.05, le=1.5)
-    moe_grouped_gemm: Efficiency = Field(default=1.0, ge=0.05, le=1.5)
-    collective: Efficiency = Field(default=1.0, ge=0.05, le=1.5)  # of the link's own efficiency
+    weight_only_gemm: dict[str, Efficiency] = Field(default_factory=dict)  # by format or kernel family (int4, gguf)
+    decode_attention: Efficiency = 1.0
+    moe_grouped_gemm: Efficiency = 1.0
+    collective: Efficiency = 1.0  # of the link's own efficiency (bandwidth of large collectives)
+
+    def dense(self, dtype: str) -> float:
+        """Efficiency of a native matmul at `dtype` (fp16 and bf16 share one entry); 1 when the profile is silent."""
+        key = "bf16" if dtype == "fp16" else dtype
+        return self.dense_gemm.get(key, 1.0)
+
+    def weight_only(self, fmt: str) -> float:
+        """Efficiency of a dequantizing matmul on `fmt` weights: the exact format, else its kernel family, else 1."""
+        return self.weight_only_gemm.get(fmt, self.weight_only_gemm.get(kernel_family(fmt), 1.0))
+
+
+def kernel_family(fmt: str) -> str:
+    """The dequantizing-kernel family of a weight format: int4 (AWQ, GPTQ, tinygemm, MLC q4f16), int8, fp8, fp4
+    (MXFP4, NVFP4), gguf (llama.cpp's block formats), nf4 (bitsandbytes); else the format's own name."""
+    name = get_format(fmt).name
+    if name.startswith("int4"):
+        return "int4"
+    if name.startswith("int8"):
+        return "int8"
+    if name in ("fp4", "nvfp4"):
+        return "fp4"
+    if name.startswith("nf4"):
+        return "nf4"
+    if name.startswith("q") and "_" in name:
+        return "gguf"
+    return name
 
 
 class EngineProfile(BaseModel):
@@ -37,12 +81,19 @@ class EngineProfile(BaseModel):
     kernels: KernelEfficiency = KernelEfficiency()
     step_overhead_us: float | None = Field(default=None, ge=0, le=1_000_000)  # None: the GPU spec's
     request_overhead_us: float | None = Field(default=None, ge=0, le=10_000_000)  # None: the GPU spec's
-    collective_latency_us: float | None = Field(default=None, ge=0, le=1_000_000)  # None: the link's
+    collective_overhead_us: float = Field(default=0.0, ge=0, le=1_000_000)  # per collective, on the link's latency
+    # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it
+    max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the train rows)
     notes: str = Field(default="", max_length=10_000)
 
 
-GENERIC = EngineProfile(name="generic", source="identity: the GPU family's achievable fractions, no engine terms")
+GENERIC = EngineProfile(
+    name="generic",
+    source="identity: the GPU family's achievable fractions and fixed costs, no engine terms",
+    fit="identity by construction: the reference of the hardware x engine product (scripts/fit_expected.py)",
+)
+ENGINES = ("vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic")
 
 
 def load_engine(name_or_path: str) -> EngineProfile:

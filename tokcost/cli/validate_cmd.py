@@ -15,17 +15,28 @@ from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile, load_engine
 
 if TYPE_CHECKING:  # the validation modules load only when `tokcost validate` runs (start-up stays small)
     from tokcost.validation.compare import GroupStats, RowResult, Summary
     from tokcost.validation.data import Row
+    from tokcost.validation.multinode import MultinodeResult
 
 # The published measurements ship inside the package, so `pip install .` and a wheel can validate too.
 DEFAULT_DATA = Path(tokcost.__file__).resolve().parent / "validation" / "published.yaml"
+MULTINODE_DATA = Path(tokcost.__file__).resolve().parent / "validation" / "multinode.yaml"
 
 DataOpt = Annotated[
     Optional[Path],
     typer.Option("--data", help="Published measurements YAML (default: the published rows shipped with tokcost)."),
+]
+ValidateEngineOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--engine",
+        help="Price every row with this engine profile (default: each row's own engine): generic, vllm, sglang, "
+        "tensorrt-llm, llama.cpp, torch-compile, or a YAML file.",
+    ),
 ]
 
 
@@ -58,18 +69,37 @@ def load_specs(rows: list[Row], where: str) -> tuple[dict[str, ModelSpec], dict[
     return models, gpus
 
 
-def run_validation(path: Path) -> tuple[list[RowResult], Summary]:
-    """Load the rows and the built-in specs they name, price every row, summarize."""
+def load_engines(rows: list[Row]) -> dict[str, EngineProfile]:
+    """The built-in profile of every engine the rows name."""
+    return {name: load_engine(name) for name in sorted({r.engine for r in rows})}
+
+
+def run_validation(path: Path, engine: str | None = None) -> tuple[list[RowResult], Summary]:
+    """Load the rows and the built-in specs they name, price every row with its engine (or `engine`), summarize."""
     from tokcost.validation.compare import compare_rows, summarize
     from tokcost.validation.data import load_rows
 
     rows = load_rows(path)
     models, gpus = load_specs(rows, str(path))
+    override = load_engine(engine) if engine else None
     try:
-        results = compare_rows(rows, models, gpus)
+        results = compare_rows(rows, models, gpus, load_engines(rows), override)
     except SpecError as exc:  # "row <id>: compute: ...": prefix the file
         raise SpecError(f"{path}: {exc.where}", exc.message, field=exc.field) from None
-    return results, summarize(results)
+    return results, summarize(results, models)
+
+
+def run_multinode(engine: str | None = None) -> list[MultinodeResult]:
+    """The multi-node rows shipped with tokcost, priced with their layouts (never fitted on)."""
+    from tokcost.validation.multinode import price_multinode
+    from tokcost.validation.serving_data import GPUS_NOT_BUILT_IN, load_multinode
+
+    rows = load_multinode(MULTINODE_DATA)
+    models = {r.model: load_model(r.model) for r in rows}
+    gpus = {r.gpu: load_gpu(r.gpu) for r in rows if r.gpu not in GPUS_NOT_BUILT_IN}
+    override = load_engine(engine) if engine else None
+    profiles = {name: load_engine(name) for name in sorted({r.engine for r in rows})}
+    return [price_multinode(r, models, gpus, override or profiles[r.engine]) for r in rows]
 
 
 def _value(v: float) -> str:
@@ -109,8 +139,9 @@ def summary_table(summary: Summary) -> Table:
             str(g.violations),
         ])  # fmt: skip
     table.notes.append(
-        "Absolute error of 'expected' (fitted achievable fractions and step overhead); held-out rows were never "
-        "seen by the fit; 'ceiling median' is the untuned model (datasheet peaks, no overhead)."
+        "Absolute error of 'expected' (hardware x engine: the GPU family's fitted fractions and each row's engine "
+        "profile); held-out rows come from whole sources the fit never saw; 'ceiling median' is the untuned model "
+        "(datasheet peaks, no overhead)."
     )
     if summary.violations:
         table.notes.append("Measured better than the ceiling: " + ", ".join(summary.violations))
@@ -131,25 +162,55 @@ def _group_json(g: GroupStats) -> dict[str, object]:
 def _row_json(r: RowResult) -> dict[str, object]:
     return {
         "id": r.row.id, "source_id": r.row.source_id, "model": r.row.model, "gpu": r.row.gpu, "gpus": r.row.gpus,
-        "framework": r.row.framework, "engine": r.row.engine,
+        "framework": r.row.framework, "engine": r.engine, "waves": r.waves,
         "metric": r.row.metric, "split": r.split, "used": r.used, "exclude": r.row.exclude, "measured": r.row.value,
         "ceiling": r.ceiling, "expected": r.expected, "error": r.error, "ceiling_error": r.ceiling_error,
         "violation": r.violation,
     }  # fmt: skip
 
 
-def validate(data: DataOpt = None, format: TableFormatOpt = TableFormat.table) -> None:
-    """Check predictions against published measurements. Example: tokcost validate --format markdown"""
+def multinode_table(results: list[MultinodeResult]) -> Table:
+    """The multi-node rows: measured, ceiling, expected and error, or why a row is not priced."""
+    table = Table(
+        "Multi-node and expert-parallel rows (the hard class: priced with their layouts, never fitted on)",
+        ["id", "metric", "measured", "ceiling", "expected", "error", "check"],
+    )
+    for m in results:
+        if m.expected is None or m.ceiling is None:
+            table.rows.append([m.row.id, m.row.metric, _value(m.row.value), "-", "-", "-", f"not priced: {m.reason}"])
+            continue
+        check = "BEATS CEILING" if m.violation else "ok"
+        table.rows.append([m.row.id, m.row.metric, _value(m.row.value), _value(m.ceiling), _value(m.expected),
+                           _pct(m.error, signed=True), check])  # fmt: skip
+    return table
+
+
+def _multinode_json(m: MultinodeResult) -> dict[str, object]:
+    return {
+        "id": m.row.id, "source_id": m.row.source_id, "metric": m.row.metric, "measured": m.row.value,
+        "ceiling": m.ceiling, "expected": m.expected, "error": m.error, "network": m.network, "not_priced": m.reason,
+        "violation": m.violation,
+    }  # fmt: skip
+
+
+def validate(
+    data: DataOpt = None, engine: ValidateEngineOpt = None, format: TableFormatOpt = TableFormat.table
+) -> None:
+    """Check predictions against published measurements. Example: tokcost validate --engine vllm --format markdown"""
     path = data_path(data)
-    results, summary = run_validation(path)
+    results, summary = run_validation(path, engine)
+    multinode = run_multinode(engine) if data is None else []
     if format == TableFormat.json:
         print_json({
             "data": str(path),
+            "engine": engine or "each row's own",
             "summary": {
                 "rows_total": summary.rows_total, "rows_used": summary.rows_used, "excluded": list(summary.excluded),
                 "violations": list(summary.violations), "groups": [_group_json(g) for g in summary.groups],
             },
             "rows": [_row_json(r) for r in results],
+            "multinode": [_multinode_json(m) for m in multinode],
         })  # fmt: skip
     else:
-        print_tables([rows_table(results), summary_table(summary)], format.value)
+        tables = [rows_table(results), summary_table(summary)] + ([multinode_table(multinode)] if multinode else [])
+        print_tables(tables, format.value)

@@ -235,7 +235,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         f"where it comes from: {g.expected_provenance}",
         f"bandwidth: {fmt.si(peak.bytes_per_s, 'B/s')} x {a.bandwidth:g} = {fmt.si(rates.bytes_per_s, 'B/s')}",
         f"compute: {fmt.si(peak.flops_per_s, 'FLOP/s')} x {a.compute:g} = {fmt.si(rates.flops_per_s, 'FLOP/s')}",
-        f"fixed costs: {a.step_overhead_us:g} us per step, {a.request_overhead_us:g} us per request",
+        f"engine: {e.deployment.engine.name} (kernel efficiencies on top of these fractions; "
+        f"tokcost/specs/engines/{e.deployment.engine.name}.yaml)",
+        f"fixed costs: {rates.step_overhead_s * 1e6:g} us per step, {rates.request_overhead_s * 1e6:g} us per "
+        f"request, {rates.collective_overhead_s * 1e6:g} us per collective",
     ]
     x = e.expected
     lines.append(

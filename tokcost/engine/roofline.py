@@ -17,7 +17,7 @@ from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
-from tokcost.profiles import GENERIC, EngineProfile
+from tokcost.profiles import GENERIC, EngineProfile, KernelEfficiency
 from tokcost.units import US
 
 Bound = Literal["compute", "memory", "interconnect"]
@@ -35,12 +35,11 @@ class Rates:
     expected: bool  # links at their measured efficiency, not their datasheet rate
     compute_dtype: str = "bf16"  # the dtype whose peak flops_per_s is
     float16_flops_per_s: float = 0.0  # the 16-bit peak, for 16-bit weights under a narrower compute (LM head)
-    gemm_efficiency: float = 1.0  # the engine's dense matmuls (weight streams and FLOPs), of the GPU's rates
-    attention_efficiency: float = 1.0  # the engine's decode-attention kernels, of the HBM rate
-    experts_efficiency: float = 1.0  # the engine's MoE grouped GEMM, of the rates above
-    weight_only_efficiency: tuple[tuple[str, float], ...] = ()  # (format, efficiency) of dequantizing kernels
-    collective_efficiency: float = 1.0  # the engine's collectives, of the link's own efficiency
-    link_latency_override_s: float | None = None  # a fitted all-reduce latency replacing the link's own
+    kernels: KernelEfficiency = KernelEfficiency()  # the engine's efficiency per kernel class (identity: ceiling)
+    bandwidth_fraction: float = 1.0  # of the datasheet, in bytes_per_s: an efficiency may lift it back to 1, no more
+    compute_fraction: float = 1.0  # of the datasheet, in the FLOP/s rates
+    collective_overhead_s: float = 0.0  # the engine's launch and synchronization per collective, on the link's latency
+    link_latency_override_s: float | None = None  # a GPU spec's fitted all-reduce latency replacing the link's own
     step_overhead_s: float = 0.0  # per forward pass: launches, scheduling, sampling on the host
     request_overhead_s: float = 0.0  # once per request (tokenization, scheduling), on TTFT
 
@@ -78,27 +77,26 @@ def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
 
 
 def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC) -> Rates:
-    """Hardware x engine: the GPU family's achievable fractions of its peaks, times the engine's efficiency per
-    kernel class, with the engine's fixed costs per step and per request (the GPU spec's when it states none)."""
-    peak, ach, k = ceiling_rates(gpu, compute_dtype), gpu.achievable, engine.kernels
+    """Hardware x engine: the GPU family's achievable fractions of its peaks; the engine's efficiency per kernel
+    class (applied per stage by price_stage), and its fixed costs per step, per request and per collective (the
+    GPU spec's step and request costs when the profile states none)."""
+    peak, ach = ceiling_rates(gpu, compute_dtype), gpu.achievable
     weight_only = ach.weight_only_quant_bandwidth or ach.bandwidth
-    gemm = k.dense_gemm.get(compute_dtype, k.dense_gemm.get("bf16" if compute_dtype == "fp16" else compute_dtype, 1.0))
-    latency_us = engine.collective_latency_us if engine.collective_latency_us is not None else ach.allreduce_latency_us
     step_us = engine.step_overhead_us if engine.step_overhead_us is not None else ach.step_overhead_us
     request_us = engine.request_overhead_us if engine.request_overhead_us is not None else ach.request_overhead_us
+    latency_us = ach.allreduce_latency_us
     return Rates(
         flops_per_s=peak.flops_per_s * ach.compute,
-        attention_flops_per_s=peak.attention_flops_per_s * ach.compute * k.decode_attention,
+        attention_flops_per_s=peak.attention_flops_per_s * ach.compute,
         bytes_per_s=peak.bytes_per_s * ach.bandwidth,
         weight_only_bytes_per_s=peak.bytes_per_s * weight_only,
         expected=True,
         compute_dtype=compute_dtype,
         float16_flops_per_s=peak.float16_flops_per_s * ach.compute,
-        gemm_efficiency=gemm,
-        attention_efficiency=k.decode_attention,
-        experts_efficiency=k.moe_grouped_gemm,
-        weight_only_efficiency=tuple(k.weight_only_gemm.items()),
-        collective_efficiency=k.collective,
+        kernels=engine.kernels,
+        bandwidth_fraction=ach.bandwidth,
+        compute_fraction=ach.compute,
+        collective_overhead_s=engine.collective_overhead_us * US,
         link_latency_override_s=None if latency_us is None else latency_us * US,
         step_overhead_s=step_us * US,
         request_overhead_s=request_us * US,
@@ -142,20 +140,36 @@ def matmul_dtype(stage: Stage, rates: Rates) -> tuple[float, bool]:
     return rates.flops_per_s, True
 
 
+def kernel_efficiency(stage: Stage, rates: Rates, dequantizing: bool) -> float:
+    """The engine's efficiency for one stage's kernel class (1 for norms, lookups, KV writes and sampling)."""
+    k = rates.kernels
+    if stage.kind == "attention":
+        return k.decode_attention
+    if stage.kind not in ("matmul", "experts"):
+        return 1.0
+    if dequantizing:
+        eff = k.weight_only(stage.weight_format)
+    else:  # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
+        native = get_format(stage.weight_format).native_compute if stage.weight_format else None
+        eff = k.dense(
+            rates.compute_dtype if native is None or same_tensor_rate(native, rates.compute_dtype) else native
+        )
+    return eff * (k.moe_grouped_gemm if stage.kind == "experts" else 1.0)
+
+
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
-    """(FLOP/s, weight-stream B/s, other B/s) one kernel runs at under `rates` (engine efficiencies applied)."""
+    """(FLOP/s, weight-stream B/s, other B/s) one kernel runs at under `rates`, the engine's efficiency applied."""
     flops_per_s, dequantizing = matmul_dtype(stage, rates)
-    bytes_per_s = rates.bytes_per_s
     if stage.kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
         fp8 = rates.compute_dtype == "fp8" and get_format(stage.weight_format).native_compute == "fp8"
-        flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s * rates.attention_efficiency
-        bytes_per_s = bytes_per_s * rates.attention_efficiency
-    elif stage.kind in ("matmul", "experts"):
-        eff = rates.gemm_efficiency * (rates.experts_efficiency if stage.kind == "experts" else 1.0)
-        flops_per_s, bytes_per_s = flops_per_s * eff, bytes_per_s * eff
-    weights_bw = bytes_per_s
-    if dequantizing:  # dequantizing kernels stream their weights at their own rate, per format (fitted separately)
-        weights_bw = rates.weight_only_bytes_per_s * dict(rates.weight_only_efficiency).get(stage.weight_format, 1.0)
+        flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s or rates.attention_flops_per_s
+    # the engine's efficiency for this kernel class, capped so that fraction x efficiency never passes the datasheet
+    eff = kernel_efficiency(stage, rates, dequantizing)
+    peak_bytes_per_s = rates.bytes_per_s / rates.bandwidth_fraction
+    flops_per_s *= min(eff, 1 / rates.compute_fraction)
+    bytes_per_s = min(rates.bytes_per_s * eff, peak_bytes_per_s)
+    # dequantizing kernels stream their weights at the GPU's weight-only rate when its spec gives one
+    weights_bw = min(rates.weight_only_bytes_per_s * eff, peak_bytes_per_s) if dequantizing else bytes_per_s
     return flops_per_s, weights_bw, bytes_per_s
 
 
@@ -165,14 +179,17 @@ def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Pri
         path = links.path(
             stage.ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s
         )
-        if rates.collective_efficiency != 1.0:
+        if rates.kernels.collective != 1.0:  # the engine's share of the link's rate, never above its datasheet
+            top = links.path(stage.ranks, layout, expected=False)
             path = replace(
                 path,
-                bytes_per_s=path.bytes_per_s * rates.collective_efficiency,
-                intra_bytes_per_s=path.intra_bytes_per_s * rates.collective_efficiency,
+                bytes_per_s=min(path.bytes_per_s * rates.kernels.collective, top.bytes_per_s),
+                intra_bytes_per_s=min(path.intra_bytes_per_s * rates.kernels.collective, top.intra_bytes_per_s),
             )
         cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
         coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
+        if rates.collective_overhead_s:
+            coll = replace(coll, seconds=coll.seconds + rates.collective_overhead_s)
         return Priced(stage, 0.0, 0.0, coll)
     flops_per_s, weights_bw, bytes_per_s = kernel_rates(stage, rates)
     memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / bytes_per_s

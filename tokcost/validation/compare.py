@@ -9,6 +9,13 @@ How a row's metric maps onto the estimate (the metric names the source's own def
   (TensorRT-LLM's out_tps = output_seqlen x batch_size / total_latency / tp); total_throughput_tokens_per_s counts
   prompt tokens too, B x (P + O) / e2e; prefill_tokens_per_s is B x P / TTFT.
 Error = predicted / measured - 1, in the metric's own unit; summaries use its absolute value.
+
+Each row is priced with its own engine's profile (row.engine) and layout. A row that offers more sequences than
+the engine can run at once (offline throughput runs that submit every request at t = 0) runs in waves, as the
+engine would: at most `max_batch` sequences at a time, the most the KV cache holds at prompt + output tokens each
+beside the weights (memory_report's max_batch) or the engine's own cap on running sequences, whichever is
+smaller; full waves first, then the rest. Rates count the whole run; a request's TTFT and end-to-end time include
+the waves it queued behind.
 """
 
 from __future__ import annotations
@@ -18,13 +25,15 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tokcost.engine.estimate import estimate
-from tokcost.engine.workload import Workload, same_tensor_rate
+from tokcost.engine.estimate import deployment, estimate
+from tokcost.engine.memory import memory_report
+from tokcost.engine.workload import Workload, is_weight_only, resolve_precision
 from tokcost.errors import SpecError, UsageError
-from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile
 from tokcost.validation.data import Row, Split, split_of
+from tokcost.validation.families import family_of
 
 ROW_KEY_OF_FLAG = {
     "--compute-dtype": "compute", "--gpus": "gpus", "--tp": "gpus", "--weights": "weights", "--kv-dtype": "kv",
@@ -33,10 +42,10 @@ ROW_KEY_OF_FLAG = {
 MS_PER_S = 1e3
 
 
-def workload_of(row: Row) -> Workload:
-    """The row's workload: batch, prompt, output, tensor-parallel GPUs and its three precisions."""
+def workload_of(row: Row, batch: int | None = None) -> Workload:
+    """The row's workload (or one wave of `batch` of its sequences): prompt, output, layout and its precisions."""
     return Workload(
-        batch=row.batch,
+        batch=row.batch if batch is None else batch,
         prompt_tokens=row.prompt_tokens,
         output_tokens=row.output_tokens,
         tp=row.gpus // (row.pp * row.dp),
@@ -69,6 +78,71 @@ def predict_metric(row: Row, ttft_s: float, tpot_s: float | None) -> float:
     return rates[row.metric]()
 
 
+@dataclass(frozen=True, slots=True)
+class Wave:
+    """`count` consecutive waves of `batch` sequences each."""
+
+    batch: int
+    count: int
+
+
+def max_running(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile) -> int:
+    """Sequences the engine runs at once: what the KV cache holds at prompt + output tokens, and the engine's cap."""
+    d = deployment(model, gpu, workload_of(row), None, engine)
+    held = memory_report(model, gpu, workload_of(row), d.precision, d.layout).max_batch
+    cap = engine.max_running_sequences or held
+    return max(1, min(held, cap))  # a batch that does not fit even once is priced as one sequence at a time
+
+
+def waves_of(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile) -> tuple[Wave, ...]:
+    """The row's sequences as the engine runs them: one wave when they fit at once, else full waves then the rest."""
+    most = max_running(row, model, gpu, engine)
+    if row.batch <= most:
+        return (Wave(row.batch, 1),)
+    full, rest = divmod(row.batch, most)
+    return (Wave(most, full),) + ((Wave(rest, 1),) if rest else ())
+
+
+@dataclass(frozen=True, slots=True)
+class WaveTimes:
+    """One kind of wave priced: its sequences, how many such waves, TTFT and mean TPOT (None: one output token)."""
+
+    batch: int
+    count: int
+    ttft_s: float
+    tpot_s: float | None
+
+
+def run_metric(row: Row, waves: Sequence[WaveTimes]) -> float:
+    """The row's metric over waves run one after another; one wave is predict_metric's formula exactly."""
+    if len(waves) == 1 and waves[0].count == 1:
+        return predict_metric(row, waves[0].ttft_s, waves[0].tpot_s)
+    out = row.output_tokens
+    start = ttft_sum = e2e_sum = tpot_sum = prefill_s = 0.0
+    for w in waves:
+        e2e = w.ttft_s + (out - 1) * (w.tpot_s or 0.0)
+        for _ in range(w.count):  # each request of a wave queued behind the waves before it
+            ttft_sum += w.batch * (start + w.ttft_s)
+            e2e_sum += w.batch * (start + e2e)
+            tpot_sum += w.batch * (w.tpot_s or 0.0)
+            prefill_s += w.ttft_s
+            start += e2e
+    n = sum(w.batch * w.count for w in waves)
+    seconds = {"tpot": tpot_sum / n, "itl": tpot_sum / n, "ttft": ttft_sum / n, "e2e": e2e_sum / n}
+    name, _, unit = row.metric.rpartition("_")
+    if unit in ("ms", "s") and name in seconds:
+        return seconds[name] * (MS_PER_S if unit == "ms" else 1)
+    rates: dict[str, Callable[[], float]] = {
+        "decode_tokens_per_s_per_sequence": lambda: n / tpot_sum,
+        "output_tokens_per_s_per_request": lambda: out * n / e2e_sum,
+        "throughput_tokens_per_s": lambda: n * out / start,
+        "throughput_tokens_per_s_per_gpu": lambda: n * out / start / row.gpus,
+        "total_throughput_tokens_per_s": lambda: n * (row.prompt_tokens + out) / start,
+        "prefill_tokens_per_s": lambda: n * row.prompt_tokens / prefill_s,
+    }
+    return rates[row.metric]()
+
+
 def check_shipped_formats(row: Row, model: ModelSpec) -> None:
     """A row with `experts` ran the checkpoint as shipped: its formats must be the model spec's."""
     expert_dtype = model.moe.expert_dtype if model.moe else None
@@ -89,6 +163,8 @@ class RowResult:
     split: Split
     ceiling: float
     expected: float
+    engine: str = ""  # the profile that priced "expected"
+    waves: int = 1  # waves the row's sequences ran in (1: all at once)
 
     @property
     def used(self) -> bool:
@@ -113,25 +189,38 @@ class RowResult:
         return self.row.value < self.ceiling
 
 
-def compare_rows(rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Mapping[str, GpuSpec]) -> list[RowResult]:
-    """Every row priced by estimate() with the specs as shipped (models and GPUs by the row's names)."""
-    results = []
-    for row in rows:
-        check_shipped_formats(row, models[row.model])
+def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, split: Split | None = None) -> RowResult:
+    """One row priced by estimate() under the ceiling and under `engine`, wave by wave."""
+    check_shipped_formats(row, model)
+    plan = waves_of(row, model, gpu, engine)
+    times: dict[str, list[WaveTimes]] = {"ceiling": [], "expected": []}
+    for wave in plan:
         try:
-            e = estimate(models[row.model], gpus[row.gpu], workload_of(row))
+            e = estimate(model, gpu, workload_of(row, wave.batch), engine=engine)
         except UsageError as exc:  # the engine names a flag (--compute-dtype: ...): name the row and its key
             flag, _, message = str(exc).partition(": ")
             raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
-        results.append(
-            RowResult(
-                row=row,
-                split=split_of(row),
-                ceiling=predict_metric(row, e.ceiling.ttft_s, e.ceiling.tpot_s),
-                expected=predict_metric(row, e.expected.ttft_s, e.expected.tpot_s),
-            )
-        )
-    return results
+        for name, scenario in (("ceiling", e.ceiling), ("expected", e.expected)):
+            times[name].append(WaveTimes(wave.batch, wave.count, scenario.ttft_s, scenario.tpot_s))
+    return RowResult(
+        row=row,
+        split=split_of(row) if split is None else split,
+        ceiling=run_metric(row, times["ceiling"]),
+        expected=run_metric(row, times["expected"]),
+        engine=engine.name,
+        waves=sum(w.count for w in plan),
+    )
+
+
+def compare_rows(
+    rows: Sequence[Row],
+    models: Mapping[str, ModelSpec],
+    gpus: Mapping[str, GpuSpec],
+    engines: Mapping[str, EngineProfile],
+    engine: EngineProfile | None = None,
+) -> list[RowResult]:
+    """Every row priced with the specs as shipped: its own engine's profile (row.engine), or `engine` for all."""
+    return [price_row(row, models[row.model], gpus[row.gpu], engine or engines[row.engine]) for row in rows]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -174,21 +263,26 @@ def group_stats(group: str, results: Sequence[RowResult]) -> GroupStats:
     )
 
 
-# Classes of rows the physics treats differently; reported so that a class that stays off cannot hide.
-ROW_CLASSES: dict[str, Callable[[Row], bool]] = {
-    "class: tensor parallel (gpus > 1)": lambda r: r.gpus > 1,
-    "class: MoE (mixtral)": lambda r: r.model.startswith("mixtral"),
-    # weights narrower than a 16-bit matmul, dequantized in the kernel (is_weight_only's rule, fp8 included)
-    "class: weight-only (int8/int4/fp8 under 16-bit compute)": lambda r: (
-        r.compute in ("bf16", "fp16") and not same_tensor_rate(get_format(r.weights).native_compute, r.compute)
-    ),
-    "class: fp8 weights": lambda r: r.weights == "fp8",
-}
+LONG_CONTEXT_TOKENS = 8192  # a prompt from here on: attention and the KV cache weigh as much as the weights
+
+
+def row_classes(r: RowResult, models: Mapping[str, ModelSpec]) -> list[str]:
+    """The classes of rows the physics treats differently that `r` belongs to (reported so none can hide)."""
+    model, row = models[r.row.model], r.row
+    weight_only = is_weight_only(resolve_precision(model, workload_of(row)))
+    members = {
+        "class: tensor parallel (TP > 1)": row.tp > 1,
+        "class: MoE": model.moe is not None,
+        "class: weight-only (dequantizing kernels)": weight_only,
+        f"class: long context (prompt >= {LONG_CONTEXT_TOKENS:,})": row.prompt_tokens >= LONG_CONTEXT_TOKENS,
+        "class: queued (more sequences than run at once: waves)": r.waves > 1,
+    }
+    return [name for name, member in members.items() if member]
 
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Rows used and excluded, ceiling violations, and error statistics per split, framework, engine, metric, class."""
+    """Rows used and excluded, ceiling violations, and |error| statistics per split, engine, family, class, source."""
 
     rows_total: int
     rows_used: int
@@ -197,15 +291,24 @@ class Summary:
     groups: tuple[GroupStats, ...]
 
 
-def summarize(results: Sequence[RowResult]) -> Summary:
-    """Statistics over the used rows: overall, per split, per framework, engine and metric, and per class."""
+def summarize(results: Sequence[RowResult], models: Mapping[str, ModelSpec]) -> Summary:
+    """Statistics over the used rows: overall, per split, engine, GPU family, class, source and metric."""
     used = [r for r in results if r.used]
     selections: list[tuple[str, list[RowResult]]] = [("all rows", used)]
     selections += [(f"split: {s}", [r for r in used if r.split == s]) for s in ("train", "test")]
-    for key in ("framework", "engine", "metric"):
-        for value in sorted({getattr(r.row, key) for r in used}):
-            selections.append((f"{key}: {value}", [r for r in used if getattr(r.row, key) == value]))
-    selections += [(name, [r for r in used if member(r.row)]) for name, member in ROW_CLASSES.items()]
+    keys: list[tuple[str, Callable[[RowResult], str]]] = [
+        ("engine", lambda r: r.engine),
+        ("family", lambda r: family_of(r.row.gpu) or r.row.gpu),
+    ]
+    for label, key in keys:
+        for value in sorted({key(r) for r in used}):
+            selections.append((f"{label}: {value}", [r for r in used if key(r) == value]))
+    classes = {r.row.id: row_classes(r, models) for r in used}
+    names = dict.fromkeys(name for r in used for name in classes[r.row.id])
+    selections += [(name, [r for r in used if name in classes[r.row.id]]) for name in names]
+    for label, attr in (("source", "source_id"), ("metric", "metric")):
+        for value in sorted({getattr(r.row, attr) for r in used}):
+            selections.append((f"{label}: {value}", [r for r in used if getattr(r.row, attr) == value]))
     groups = [group_stats(name, members) for name, members in selections if members]
     return Summary(
         rows_total=len(results),

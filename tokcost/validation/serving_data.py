@@ -173,8 +173,13 @@ class MultinodeRow(_Layout):
     kv: FormatName
     compute: str = Field(min_length=1, max_length=16)
     batch: int | None = Field(default=None, ge=1, le=100_000_000)
+    # what `batch` counts: the whole unit's sequences (a client's concurrency), or one GPU's (one DP rank's)
+    batch_scope: Literal["system", "gpu"] = "system"
     prompt_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
     output_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
+    # a disaggregated unit of several instances: how many prefill and how many decode (sum = instances)
+    prefill_instances: int | None = Field(default=None, ge=1, le=100_000)
+    decode_instances: int | None = Field(default=None, ge=1, le=100_000)
     framework: Framework
     engine: Engine
     metric: MultinodeMetric
@@ -187,6 +192,9 @@ class MultinodeRow(_Layout):
     def _nodes_hold_gpus(self) -> MultinodeRow:
         if self.nodes * self.gpus_per_node != self.gpus:
             raise ValueError(f"nodes x gpus_per_node = {self.nodes} x {self.gpus_per_node} != gpus {self.gpus}")
+        split = (self.prefill_instances, self.decode_instances)
+        if split != (None, None) and (None in split or sum(split) != self.instances):  # type: ignore[arg-type]
+            raise ValueError(f"prefill_instances + decode_instances must equal instances ({self.instances})")
         return self
 
 

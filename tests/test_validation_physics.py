@@ -1,0 +1,219 @@
+"""The physics the published rows need, checked by hand: offline runs in waves, engine efficiencies capped at the
+datasheet, the MI300X TP-8 decode step's all-reduces, the engine profiles, and the multinode rows' pricing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokcost.engine.estimate import deployment, estimate
+from tokcost.engine.memory import gpu_bytes, memory_report
+from tokcost.engine.workload import Workload
+from tokcost.hardware.library import load_gpu, load_network
+from tokcost.hardware.spec import Achievable
+from tokcost.models.library import load_model
+from tokcost.profiles import ENGINES, GENERIC, EngineProfile, KernelEfficiency, kernel_family, load_engine
+from tokcost.validation.compare import (
+    Wave,
+    WaveTimes,
+    max_running,
+    predict_metric,
+    price_row,
+    run_metric,
+    waves_of,
+    workload_of,
+)
+from tokcost.validation.data import parse_rows
+from tokcost.validation.multinode import network_of, price_multinode
+from tokcost.validation.serving_data import load_multinode
+
+MULTINODE = Path(__file__).resolve().parents[1] / "tokcost" / "validation" / "multinode.yaml"
+
+
+def _row(**changes: object):
+    base: dict[str, object] = {
+        "id": "r", "source_id": "s", "source": "somewhere", "quote": "| 1 |", "model": "llama-3.1-405b",
+        "gpu": "h100-sxm", "gpus": 8, "weights": "fp8", "kv": "bf16", "compute": "fp8", "batch": 16,
+        "prompt_tokens": 32784, "output_tokens": 2048, "framework": "vllm", "engine": "vllm",
+        "metric": "total_throughput_tokens_per_s", "value": 600.0,
+    }  # fmt: skip
+    base.update(changes)
+    return parse_rows({"rows": [base]}, "t.yaml")[0]
+
+
+# ---- offline runs that offer more than the engine runs at once: waves -----------------------------------------
+
+
+def test_an_offline_run_over_the_kv_cache_runs_in_waves():
+    # dstack's 8 x H100 Llama-3.1-405B FP8 run offers 16 prompts of 32,784 + 2,048 tokens at once: the KV cache
+    # (126 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 516 KB per token, 18 GB per sequence) holds fewer
+    row, model, gpu = _row(), load_model("llama-3.1-405b"), load_gpu("h100-sxm")
+    assert model.kv_bytes_per_token("bf16") == 126 * 8 * 128 * 2 * 2
+    held = max_running(row, model, gpu, load_engine("vllm"))
+    d = deployment(model, gpu, workload_of(row))
+    fits = memory_report(model, gpu, workload_of(row), d.precision, d.layout).max_batch
+    assert held == fits and 1 < held < 16
+    tokens = row.prompt_tokens + row.output_tokens
+    assert (
+        gpu_bytes(model, gpu, d.precision, d.layout, workload_of(row), held, row.prompt_tokens, tokens).total
+        <= (gpu.memory_bytes)
+        < gpu_bytes(model, gpu, d.precision, d.layout, workload_of(row), held + 1, row.prompt_tokens, tokens).total
+    )
+    plan = waves_of(row, model, gpu, load_engine("vllm"))
+    assert plan == (Wave(held, 16 // held),) + ((Wave(16 % held, 1),) if 16 % held else ())
+    # the run's time is the waves' end-to-end times one after another, every token of all 16 requests counted
+    total = 0.0
+    for wave in plan:
+        e = estimate(model, gpu, workload_of(row, wave.batch), engine=load_engine("vllm")).expected
+        total += wave.count * (e.ttft_s + (row.output_tokens - 1) * e.tpot_s)
+    priced = price_row(row, model, gpu, load_engine("vllm"))
+    assert priced.waves == sum(w.count for w in plan)
+    assert priced.expected == pytest.approx(16 * tokens / total, rel=1e-12)
+
+
+def test_the_engine_caps_running_sequences():
+    # vLLM's default max_num_seqs = 256: 1,000 short prompts offered at once run as 256, 256, 256, 232
+    row = _row(model="llama-2-7b", gpu="mi300x", gpus=1, weights="fp16", kv="fp16", compute="fp16", batch=1000,
+               prompt_tokens=512, output_tokens=128)  # fmt: skip
+    vllm = load_engine("vllm")
+    assert vllm.max_running_sequences == 256
+    assert waves_of(row, load_model("llama-2-7b"), load_gpu("mi300x"), vllm) == (Wave(256, 3), Wave(232, 1))
+    # without the cap the KV cache decides: 640 tokens x 512 KB (32 layers x 32 KV heads x 128 x 2 x 2 B) each
+    uncapped = vllm.model_copy(update={"max_running_sequences": None})
+    held = max_running(row, load_model("llama-2-7b"), load_gpu("mi300x"), uncapped)
+    assert 256 < held < 1000
+    plan = waves_of(row, load_model("llama-2-7b"), load_gpu("mi300x"), uncapped)
+    assert plan[0] == Wave(held, 1000 // held) and sum(w.batch * w.count for w in plan) == 1000
+
+
+def test_a_queued_request_waits_for_the_waves_before_it():
+    # two waves of 2 then 1 request, TTFT 1 s and TPOT 0.1 s each, 11 output tokens: each wave takes 1 + 10 x 0.1
+    # = 2 s; the third request starts at 2 s, so the mean TTFT is (2 x 1 + 1 x (2 + 1)) / 3 = 5/3 s
+    waves = [WaveTimes(2, 1, 1.0, 0.1), WaveTimes(1, 1, 1.0, 0.1)]
+    assert run_metric(_row(batch=3, output_tokens=11, metric="ttft_s"), waves) == pytest.approx(5 / 3)
+    assert run_metric(_row(batch=3, output_tokens=11, metric="tpot_ms"), waves) == pytest.approx(100.0)
+    assert run_metric(_row(batch=3, output_tokens=11, metric="throughput_tokens_per_s"), waves) == pytest.approx(
+        3 * 11 / 4.0
+    )
+    one = _row(batch=3, output_tokens=11, metric="e2e_s")
+    assert run_metric(one, [WaveTimes(3, 1, 1.0, 0.1)]) == predict_metric(one, 1.0, 0.1) == pytest.approx(2.0)
+
+
+# ---- engine efficiencies -----------------------------------------------------------------------------------
+
+
+def test_weight_only_efficiency_by_format_then_kernel_family():
+    k = KernelEfficiency(weight_only_gemm={"int4": 0.5, "int4-g128": 0.8})
+    assert k.weight_only("int4-g128") == 0.8 and k.weight_only("int4-g32-sym") == 0.5 and k.weight_only("q4_0") == 1
+    assert [kernel_family(f) for f in ("int4-g64-z16", "q4_k_m", "nvfp4", "fp4", "int8", "fp8", "nf4")] == [
+        "int4", "gguf", "fp4", "fp4", "int8", "fp8", "nf4"
+    ]  # fmt: skip
+    assert KernelEfficiency(dense_gemm={"bf16": 0.7}).dense("fp16") == 0.7
+
+
+def test_an_efficiency_lifts_a_kernel_up_to_the_datasheet_and_no_further():
+    # bandwidth fraction 0.9 x engine efficiency 1.5 would be 1.35 of the peak: the weight stream is capped at 1.0
+    model = load_model("llama-3.1-8b")
+    gpu = load_gpu("h100-sxm").model_copy(update={"achievable": Achievable(bandwidth=0.9, compute=0.5)})
+    fast = GENERIC.model_copy(update={"kernels": KernelEfficiency(dense_gemm={"bf16": 1.5})})
+    e = estimate(model, gpu, Workload(batch=1, prompt_tokens=100, output_tokens=2), engine=fast)
+    d = e.deployment
+    ceiling, expected = (d.decode(d.rates(s), 1, 100) for s in ("ceiling", "expected"))
+    for c, x in zip(ceiling.stages, expected.stages, strict=True):
+        if c.stage.kind == "matmul":
+            assert x.memory_s == pytest.approx(c.memory_s)  # at the datasheet, not above it
+        elif c.stage.kind == "memory":
+            assert x.memory_s == pytest.approx(c.memory_s / 0.9)  # norms and KV writes: the fraction alone
+    assert e.expected.tpot_s >= e.ceiling.tpot_s
+
+
+def test_engine_fixed_costs_add_per_step_request_and_collective():
+    model, gpu = load_model("llama-3.1-70b"), load_gpu("h100-sxm")
+    wl = Workload(batch=1, prompt_tokens=100, output_tokens=3, tp=4)
+    costs = GENERIC.model_copy(update={"step_overhead_us": 100.0, "request_overhead_us": 2000.0,
+                                       "collective_overhead_us": 10.0})  # fmt: skip
+    base, more = estimate(model, gpu, wl), estimate(model, gpu, wl, engine=costs)
+    allreduces = 2 * model.layers  # attention and MLP, per layer, per pass
+    assert more.expected.tpot_s - base.expected.tpot_s == pytest.approx(100e-6 + allreduces * 10e-6)
+    assert more.expected.ttft_s - base.expected.ttft_s == pytest.approx(100e-6 + 2000e-6 + allreduces * 10e-6)
+    assert more.ceiling.tpot_s == base.ceiling.tpot_s  # the ceiling has no fixed cost
+
+
+def test_the_mi300x_tp8_decode_step_is_a_quarter_to_half_all_reduces():
+    # vLLM, Llama-3.1-405B bf16 on 8 x MI300X, batch 1: 126 layers x 2 all-reduces of one token's hidden state
+    # (16,384 x 2 B). One-shot on xGMI: RCCL's 23.2 us step latency + 7 x 32,768 B / (448 GB/s x 0.75), plus the
+    # engine's own launch and synchronization per collective (its fitted collective_overhead_us).
+    model, gpu, vllm = load_model("llama-3.1-405b"), load_gpu("mi300x"), load_engine("vllm")
+    e = estimate(model, gpu, Workload(batch=1, prompt_tokens=80, output_tokens=85, tp=8), engine=vllm)
+    step = e.expected.decode_step
+    collectives = [p for p in step.stages if p.collective is not None]
+    assert sum(p.stage.count for p in collectives) == 2 * 126
+    one = 23.2e-6 + 7 * 16384 * 2 / (448e9 * 0.75) + vllm.collective_overhead_us * 1e-6
+    assert all(p.collective.seconds == pytest.approx(one) for p in collectives)
+    share = step.part("communication").seconds / step.seconds
+    assert 0.25 < share < 0.5
+    # the weight stream alone at the datasheet: 405B x 2 B / 8 GPUs / 5.3 TB/s = 19 ms; the rest is physics above
+    assert step.part("weights").seconds > 405e9 * 2 / 8 / 5.3e12 * 0.99
+
+
+# ---- engine profiles --------------------------------------------------------------------------------------
+
+
+def test_every_profile_loads_with_its_source_and_fit():
+    for name in ENGINES:
+        profile = load_engine(name)
+        assert isinstance(profile, EngineProfile) and profile.name == name
+        assert profile.source.strip() and "train digest" in profile.fit
+
+
+def test_generic_is_the_identity_in_its_kernels():
+    generic = load_engine("generic")
+    assert generic.kernels == GENERIC.kernels == KernelEfficiency()
+
+
+def test_estimate_differs_by_engine(cli):
+    args = ("estimate", "-m", "llama-2-7b", "-g", "rtx-4090", "--weights", "q4_0", "--format", "json")
+    runs = {engine: cli(*args, "--engine", engine) for engine in ("vllm", "llama.cpp")}
+    for run in runs.values():
+        assert run.exit_code == 0, run.stderr
+    tpot = {engine: run.json()["expected"]["tpot_s"] for engine, run in runs.items()}
+    ceiling = runs["vllm"].json()["ceiling"]["tpot_s"]
+    assert tpot["vllm"] != tpot["llama.cpp"] and min(tpot.values()) >= ceiling
+
+
+# ---- multinode rows ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def multinode():
+    rows = load_multinode(MULTINODE)
+    models = {r.model: load_model(r.model) for r in rows}
+    gpus = {r.gpu: load_gpu(r.gpu) for r in rows if r.gpu != "h800"}
+    return {r.id: price_multinode(r, models, gpus, load_engine(r.engine)) for r in rows}
+
+
+def test_multinode_rows_not_built_in_or_unstated_are_listed_with_the_reason(multinode):
+    h800 = [m for m in multinode.values() if m.row.gpu == "h800"]
+    assert h800 and all(m.expected is None and "h800" in (m.reason or "") for m in h800)
+    assert "lengths not stated" in (multinode["vllm-blog-mi300x-405b-tp8-default-qps16"].reason or "")
+    assert multinode["sglang-large-ep-decode-ep72-in2000"].reason.startswith("layout: --ep: 72")
+
+
+def test_a_prefill_pool_row_is_its_pass_rate_per_node(multinode):
+    # SGLang EP32 prefill, 4 nodes of 8 H100: 4 prompts of 4,096 per GPU (DP rank) x 32 ranks in one pass
+    m = multinode["sglang-large-ep-prefill-ep32-in4096"]
+    r = m.row
+    wl = Workload(batch=4 * 32, prompt_tokens=4096, output_tokens=1, tp=1, ep=32, dp=32, gpus_per_node=8,
+                  weights_dtype="fp8", kv_dtype="bf16", compute_dtype="fp8")  # fmt: skip
+    e = estimate(load_model("deepseek-v3"), load_gpu("h100-sxm"), wl, load_network("ib-ndr-400"), load_engine("sglang"))
+    assert m.expected == pytest.approx(128 * 4096 / e.expected.ttft_s / r.nodes)
+    assert m.network == "ib-ndr-400"
+
+
+def test_the_network_is_the_stated_kind_or_the_gpus_default(multinode):
+    rows = {r.id: r for r in load_multinode(MULTINODE)}
+    moreh = rows["moreh-dsr1-40xmi300x-isl512-sharegpt-output-tps"]  # 'InfiniBand HDR'
+    assert network_of(moreh, load_gpu("mi300x")).name == "ib-hdr-200"
+    sglang = rows["sglang-large-ep-prefill-ep32-in1000"]  # 'InfiniBand', rate not stated: the H100 spec's default
+    assert network_of(sglang, load_gpu("h100-sxm")).name == load_gpu("h100-sxm").network

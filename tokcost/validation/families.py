@@ -1,0 +1,20 @@
+"""GPU families: GPUs that share one memory system generation and kernel stack, and so one set of achievable fractions.
+
+The hardware half of "expected" is fitted per family (scripts/fit_expected.py): a member without published rows of
+its own inherits its family's fractions, which its spec's `achievable.source` says.
+"""
+
+from __future__ import annotations
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200"),
+    "ampere": ("a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "a10", "a10g", "a40"),
+    "ada": ("l40s", "l4", "rtx-4090"),
+    "blackwell": ("b200",),
+    "cdna3": ("mi300x",),  # AMD Instinct MI300X: ROCm (hipBLASLt, RCCL) rather than CUDA
+}
+
+
+def family_of(gpu: str) -> str | None:
+    """The family a built-in GPU belongs to, or None."""
+    return next((name for name, members in FAMILIES.items() if gpu in members), None)
