@@ -194,3 +194,47 @@ def run_torchrun_rank(job: TpJob, on_message: Callable[[str, Any], None]) -> Non
         _run_rank(rank, world, job, (lambda m: on_message(*m)) if rank == 0 else (lambda _m: None))
     finally:
         dist.destroy_process_group()
+
+
+def _generate_rank(rank: int, world: int, port: int, results: Any, args: tuple) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from tokcost.measure.loop import TORCH_DTYPES
+    from tokcost.measure.model import build_model
+    from tokcost.measure.runner import generate
+    from tokcost.measure.shard import Shard
+
+    specs, prompt, output_tokens, device, dtype, mode, seed = args
+    _join(rank, world, port, device)
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    torch.set_num_threads(1)
+    out = []
+    for spec in specs:
+        model = build_model(spec, dtype=TORCH_DTYPES[dtype], device=dev, max_batch=len(prompt),
+                            max_seq=len(prompt[0]) + output_tokens, seed=seed, shard=Shard(rank=rank, world=world))  # fmt: skip
+        out.append(generate(model, torch.tensor(prompt, device=dev), output_tokens, mode=mode).tolist())
+    if rank == 0:
+        results.put(out)
+    dist.destroy_process_group()
+
+
+def generate_tp(specs: list[Any], prompt: list[list[int]], output_tokens: int, world: int, *, device: str = "cpu",
+                dtype: str = "fp32", mode: str = "eager", seed: int = 0) -> list[list[list[int]]]:  # fmt: skip
+    """Greedy tokens of each model from `world` tensor-parallel ranks (a check that TP computes what one device does)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    args = (specs, prompt, output_tokens, device, dtype, mode, seed)
+    procs = [ctx.Process(target=_generate_rank, args=(r, world, port, results, args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        return results.get(timeout=300)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
