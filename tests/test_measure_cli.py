@@ -63,6 +63,9 @@ def test_report_keys(measured):
         assert {"min", "median", "q1", "q3", "iqr", "cv", "n"} <= set(m["tpot"]) and m["step"]["n"] == 2 * 7
         assert run["predicted"]["datasheet"] is None  # no datasheet for a CPU
         cal = run["predicted"]["calibrated"]
+        if cal is None:  # a starved machine timed the linears below what a spec holds; the report says so
+            assert any("no calibrated prediction" in n for n in data["notes"])
+            continue
         assert cal["tpot_s"] == pytest.approx(sum(cal["terms_s"].values()))
         # the calibrated step overhead is the skeleton's TPOT
         assert cal["terms_s"]["overhead"] == pytest.approx(run["calibration"]["step_overhead_s"], rel=1e-3)
@@ -76,7 +79,7 @@ def test_timings_positive_finite_and_consistent(measured):
         assert all(math.isfinite(m[k]) and m[k] > 0 for k in ("ttft_s", "tpot_s", "decode_tokens_per_s"))
         assert m["decode_tokens_per_s"] == pytest.approx(run["batch"] / m["tpot_s"])
         assert m["tpot"]["min"] <= m["tpot_s"] <= m["tpot"]["q3"] + 1e-12
-        assert 0 < m["mbu_vs_copy"]
+        assert m["mbu_vs_copy"] > 0
 
 
 def test_bytes_the_loop_read_equal_the_engines_for_a_dense_model(measured, micro):

@@ -35,7 +35,8 @@ TINY_MLA = ModelSpec(
 )  # fmt: skip
 # Gemma-2-style: every other layer (0 and 2) slides over the last 5 tokens.
 TINY_SW = ModelSpec(name="tiny-sw", layers=3, hidden_size=128, attention_heads=4, kv_heads=2, intermediate_size=256,
-                    vocab_size=1000, max_context=512, sliding_window={"window_tokens": 5, "layers": "even"})  # fmt: skip
+                    vocab_size=1000, max_context=512,
+                    sliding_window={"window_tokens": 5, "layers": "even"})  # fmt: skip
 SPECS = [TINY, TINY_MOE, TINY_MLA, TINY_SW]
 IDS = [s.name for s in SPECS]
 

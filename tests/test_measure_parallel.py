@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -19,12 +18,31 @@ SPECS = [
     # 4 query heads and 2 KV heads: one KV head per rank
     ModelSpec(name="gqa", layers=2, attention_heads=4, kv_heads=2, attention_bias=True, **BASE),
     # 1 KV head for 2 ranks: replicated, as the engine's kv_shard counts it; tied embeddings, a window
-    ModelSpec(name="mqa", layers=2, attention_heads=4, kv_heads=1, tied_embeddings=True,
-              sliding_window={"window_tokens": 6, "layers": "even"}, **BASE),  # fmt: skip
-    ModelSpec(name="moe", layers=2, attention_heads=4, kv_heads=2, **BASE,
-              moe={"experts": 4, "experts_per_token": 2, "shared_experts": 1, "expert_intermediate_size": 32}),  # fmt: skip
-    ModelSpec(name="mla", layers=2, attention_heads=4, kv_heads=4, **BASE,
-              mla={"kv_lora_rank": 16, "rope_head_dim": 8, "q_lora_rank": 24, "nope_head_dim": 8, "v_head_dim": 8}),  # fmt: skip
+    ModelSpec(
+        name="mqa",
+        layers=2,
+        attention_heads=4,
+        kv_heads=1,
+        tied_embeddings=True,
+        sliding_window={"window_tokens": 6, "layers": "even"},
+        **BASE,
+    ),  # fmt: skip
+    ModelSpec(
+        name="moe",
+        layers=2,
+        attention_heads=4,
+        kv_heads=2,
+        **BASE,
+        moe={"experts": 4, "experts_per_token": 2, "shared_experts": 1, "expert_intermediate_size": 32},
+    ),  # fmt: skip
+    ModelSpec(
+        name="mla",
+        layers=2,
+        attention_heads=4,
+        kv_heads=4,
+        **BASE,
+        mla={"kv_lora_rank": 16, "rope_head_dim": 8, "q_lora_rank": 24, "nope_head_dim": 8, "v_head_dim": 8},
+    ),  # fmt: skip
 ]
 
 
@@ -65,8 +83,12 @@ def test_measure_tp2_over_gloo_reports_the_allreduce_share(cli, tmp_path):
     m = run["measured"]
     # 2 all-reduces per layer per step, timed inside the loop: a share of the step, not more than all of it
     assert 0 < m["collective_s_per_step"]["all_reduce"] < m["tpot_s"] and 0 < m["allreduce_share"] < 1
-    terms = run["predicted"]["calibrated"]["terms_s"]
-    assert terms["communication"] > 0 and run["calibration"]["link"]["gb_s"] == pytest.approx(probe["bus_gb_s"], rel=1e-3)
+    calibrated = run["predicted"]["calibrated"]
+    if calibrated is None:  # a starved machine timed the linears below what a spec holds; the report says so
+        assert any("no calibrated prediction" in n for n in data["notes"])
+    else:
+        assert calibrated["terms_s"]["communication"] > 0
+        assert run["calibration"]["link"]["gb_s"] == pytest.approx(probe["bus_gb_s"], rel=1e-3)
     # per rank: half the block and head weights, plus what every rank keeps whole (norms, 1 embedding row)
     loop, engine = run["bytes_per_step"]["loop"], run["bytes_per_step"]["engine"]
     assert loop["weights"] == pytest.approx(engine["weights"], rel=0.02)

@@ -29,7 +29,8 @@ def fake_loop(batch=1, prompt=512, output=128, ttft_s=0.05, tpot_s=0.01, cv=0.01
                   threads=None, context_tokens=prompt + output, decode_contexts=contexts, ttft_s=ttft_s, tpot_s=tpot_s,
                   ttft=SimpleNamespace(median=ttft_s, noisy=False, as_dict=lambda: {}), tpot=steady, step=steady,
                   decode_tokens_per_s=batch / tpot_s, weight_read_bytes=15.0e9, kv_read_bytes=kv,
-                  experts_per_layer=None, collective_s_per_step=None, joules_per_output_token=None, avg_power_w=None)  # fmt: skip
+                  experts_per_layer=None, collective_s_per_step=None, joules_per_output_token=None,
+                  avg_power_w=None)  # fmt: skip
     return SimpleNamespace(**(values | kw))
 
 
@@ -129,7 +130,11 @@ def test_skeleton_keeps_depth_routing_and_windows_at_near_zero_width():
         spec = load_model(name)
         s = skeleton(spec, tp=2)
         assert s.layers == spec.layers and s.sliding_window == spec.sliding_window
-        assert (s.moe.experts, s.moe.experts_per_token) == (spec.moe.experts, spec.moe.experts_per_token) if spec.moe else s.moe is None
+        assert (
+            (s.moe.experts, s.moe.experts_per_token) == (spec.moe.experts, spec.moe.experts_per_token)
+            if spec.moe
+            else s.moe is None
+        )
         assert (s.mla is None) == (spec.mla is None)
         assert s.params_total < spec.params_total / 1000  # near-zero width
 

@@ -15,6 +15,8 @@ from tokcost.errors import UsageError
 from tokcost.files import write_new
 from tokcost.models.library import load_model
 
+ModelShapesOpt = Annotated[str, typer.Option("--model", "-m", help="Model whose shapes and depth the probes use.")]
+
 
 def calibrate(
     device: DeviceOpt = Device.auto,
@@ -24,13 +26,13 @@ def calibrate(
         Optional[str],
         typer.Option("--gpu", "-g", help="Built-in spec to start from (default: the one matching the device)."),
     ] = None,  # fmt: skip
-    model: Annotated[str, typer.Option("--model", "-m", help="Model whose shapes and depth the loop probes use.")] = "llama-3.1-8b",
-    batch: Annotated[int, typer.Option("--batch", "-b", min=1, max=100_000, help="Decode batch of the stream probe.")] = 1,
+    model: ModelShapesOpt = "llama-3.1-8b",
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, max=100_000, help="Decode batch of the probes.")] = 1,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads.")] = None,
     tp: TpOpt = 1,
     force: ForceOpt = False,
 ) -> None:  # fmt: skip
-    """Measure step overhead, stream and GEMM rates (and links); write a GPU spec. Example: tokcost calibrate --out my-gpu.yaml"""
+    """Measure the loop's step overhead, stream and GEMM rates as a GPU spec. Example: tokcost calibrate -o gpu.yaml"""
     if out is not None:
         check_destination(out, force, "--out")
     spec = load_model(model)
@@ -101,7 +103,8 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     summary = (f"{calibrated.name}, {fmt.rate_gb_s(calibrated.bandwidth_bytes_per_s)} loop stream, "
                f"{calibrated.peak_tflops[dtype]:,.3f} TFLOP/s {dtype}, step overhead "
                f"{calibrated.achievable.step_overhead_us:,.1f} us"
-               + (f", link {calibrated.link.gb_s:,.2f} GB/s + {calibrated.link.latency_us:,.1f} us" if link and calibrated.link else "")
+               + (f", link {calibrated.link.gb_s:,.2f} GB/s + {calibrated.link.latency_us:,.1f} us"
+                  if link and calibrated.link else "")
                + (f" (datasheet {base.memory_bandwidth_gb_s:,g} GB/s)" if base else ""))  # fmt: skip
     return spec_yaml(calibrated), summary
 

@@ -11,8 +11,8 @@ import contextlib
 import os
 import sys
 import tempfile
-from enum import Enum
 from collections.abc import Callable, Iterator
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -55,6 +55,9 @@ class RunDtype(str, Enum):
 
 DeviceOpt = Annotated[Device, typer.Option("--device", help="auto picks CUDA when torch sees a GPU.")]
 RunDtypeOpt = Annotated[RunDtype, typer.Option("--dtype", help="Weights, KV cache and compute dtype.")]
+ModeOpt = Annotated[Mode, typer.Option("--mode", help="compile (fused, CUDA default), graph (CUDA graphs) or eager.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads (per rank).")]
+SaveOpt = Annotated[Optional[Path], typer.Option("--save", help="Also write the JSON report here (after each batch).")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, max=64, help="Tensor-parallel ranks (NCCL on CUDA, gloo on CPU).")]
 
 
@@ -117,11 +120,11 @@ def measure(
     output: Annotated[int, typer.Option("--output", "-o", min=2, max=1_000_000, help="Output tokens (>= 2).")] = 128,
     dtype: RunDtypeOpt = RunDtype.bf16,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=1000, help="Timed repeats (median).")] = 5,
-    mode: Annotated[Mode, typer.Option("--mode", help="compile (fused, CUDA default), graph (CUDA graphs) or eager.")] = Mode.auto,
+    mode: ModeOpt = Mode.auto,
     layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Keep only the first N layers.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads (per rank).")] = None,
+    threads: ThreadsOpt = None,
     tp: TpOpt = 1,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Also write the JSON report here (after each batch).")] = None,
+    save: SaveOpt = None,
     force: ForceOpt = False,
     format: TableFormatOpt = TableFormat.table,
 ) -> None:  # fmt: skip
@@ -259,6 +262,6 @@ def measure_tables(model: str, outcome) -> list[Table]:
         ]))  # fmt: skip
     if outcome.link:
         link = outcome.link
-        tables.append(Table(f"All-reduce probe: {link['summary']}", ["bytes", "time", "bus GB/s"],
-                            [[f"{r['bytes']:,}", fmt.ms(r["seconds"]), f"{r['bus_gb_s']:,.3f}"] for r in link["sizes"]]))  # fmt: skip
+        rows = [[f"{r['bytes']:,}", fmt.ms(r["seconds"]), f"{r['bus_gb_s']:,.3f}"] for r in link["sizes"]]
+        tables.append(Table(f"All-reduce probe: {link['summary']}", ["bytes", "time", "bus GB/s"], rows))
     return tables

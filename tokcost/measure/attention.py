@@ -15,8 +15,6 @@ Reads follow what a serving kernel reads (FlashAttention, Dao et al. 2022; flash
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -27,14 +25,6 @@ from tokcost.measure.shard import Shard
 from tokcost.models.spec import ModelSpec
 
 PREFILL_CHUNK = 1024  # query rows per chunk of a sliding layer's banded prefill
-
-
-@dataclass(frozen=True)
-class Pass:
-    """How one forward pass reads the cache: where its tokens start, and the decode bucket if any."""
-
-    start: int  # position of the first new token (host integer; unused by a bucketed decode step)
-    bucket: int | None = None  # decode only: attend over this many slots, masked on the device
 
 
 def decode_attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None) -> Tensor:
@@ -92,10 +82,10 @@ class CachedAttention(nn.Module):
             entry, input_pos = entry[:, :, -self.slots :], input_pos[-self.slots :]
         cache.index_copy_(2, self.slot_index(input_pos), entry)
 
-    def read_slots(self, step: Pass, input_pos: Tensor) -> tuple[int, Tensor | None]:
+    def read_slots(self, start: int, bucket: int | None, input_pos: Tensor) -> tuple[int, Tensor | None]:
         """Decode: (slots to read, mask or None). Exact: the filled slots; bucketed: a fixed count, masked."""
-        n = self.slots_read(step.start, step.bucket)
-        if step.bucket is None:
+        n = self.slots_read(start, bucket)
+        if bucket is None:
             return n, None
         # slot i holds a position <= pos iff i <= pos (a ring past its window holds only valid slots);
         # bool [1, n], broadcast over batch, heads and query rows
@@ -152,7 +142,7 @@ class Attention(CachedAttention):
         self.register_buffer("v_cache", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
         self.rotary = Rotary(self.head_dim, max_seq, device, dtype)
 
-    def forward(self, x: Tensor, input_pos: Tensor, step: Pass) -> Tensor:
+    def forward(self, x: Tensor, input_pos: Tensor, start: int, bucket: int | None) -> Tensor:
         b, s, _ = x.shape
         d = self.head_dim
         q, k, v = self.wqkv(x).split([self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d], dim=-1)
@@ -162,14 +152,14 @@ class Attention(CachedAttention):
         self.write(self.k_cache, k, input_pos)
         self.write(self.v_cache, v, input_pos)
         if s == 1:
-            n, mask = self.read_slots(step, input_pos)
+            n, mask = self.read_slots(start, bucket, input_pos)
             o = decode_attend(q, self.k_cache[:, :, :n], self.v_cache[:, :, :n], mask, None)  # [B, 1, H, D]
-        elif step.start == 0:
+        elif start == 0:
             o = prefill_attend(q.transpose(1, 2), k, v, self.window, None).transpose(1, 2)
         else:
-            keys = self.cached_prefix(self.k_cache, step.start, s)
-            values = self.cached_prefix(self.v_cache, step.start, s)
-            mask = offset_causal_mask(step.start, s, x.device)
+            keys = self.cached_prefix(self.k_cache, start, s)
+            values = self.cached_prefix(self.v_cache, start, s)
+            mask = offset_causal_mask(start, s, x.device)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)
             o = o.transpose(1, 2)
         return self.shard.all_reduce(self.wo(o.reshape(b, s, self.n_heads * d)))

@@ -69,9 +69,11 @@ def fit_allreduce(rows: list[dict], ranks: int, backend: str) -> dict:
     bus = 1 / slope / 1e9 if slope > 0 else max(x / t for x, t in zip(xs, ts, strict=True)) / 1e9
     for r, x in zip(rows, xs, strict=True):
         r["bus_gb_s"] = x / r["seconds"] / 1e9
+    sizes = f"{len(rows)} sizes {rows[0]['bytes']:,}..{rows[-1]['bytes']:,} B"
+    fit = f"latency {latency * 1e6:,.1f} us, bus bandwidth {bus:,.3f} GB/s"
+    summary = f"{backend} all-reduce over {ranks} ranks, {sizes}: {fit}"
     return {"backend": backend, "ranks": ranks, "latency_us": latency * 1e6, "bus_gb_s": bus, "sizes": rows,
-            "summary": f"{backend} all-reduce over {ranks} ranks, {len(rows)} sizes {rows[0]['bytes']:,}.."
-                       f"{rows[-1]['bytes']:,} B: latency {latency * 1e6:,.1f} us, bus bandwidth {bus:,.3f} GB/s"}  # fmt: skip
+            "summary": summary}  # fmt: skip
 
 
 def measured_link(probe: dict[str, Any], base: GpuSpec | None) -> Link:

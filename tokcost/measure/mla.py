@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokcost.measure.attention import CachedAttention, Pass, decode_attend, offset_causal_mask, prefill_attend
+from tokcost.measure.attention import CachedAttention, decode_attend, offset_causal_mask, prefill_attend
 from tokcost.measure.layers import RMSNorm, Rotary
 from tokcost.measure.shard import Shard
 from tokcost.models.spec import ModelSpec
@@ -64,7 +64,7 @@ class LatentAttention(CachedAttention):
     def _rope(self, x: Tensor, input_pos: Tensor) -> Tensor:
         return self.rotary(x, input_pos) if self.rotary is not None else x
 
-    def forward(self, x: Tensor, input_pos: Tensor, step: Pass) -> Tensor:
+    def forward(self, x: Tensor, input_pos: Tensor, start: int, bucket: int | None) -> Tensor:
         b, s, _ = x.shape
         q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
         q = q.view(b, s, self.n_heads, self.nope_dim + self.rope_dim)
@@ -78,15 +78,15 @@ class LatentAttention(CachedAttention):
         entry = torch.cat((self.kv_norm(latent).unsqueeze(2), k_rope), dim=-1).transpose(1, 2)  # [B, 1, S, R + Dr]
         self.write(self.kv_cache, entry, input_pos)
         if s == 1:
-            n, mask = self.read_slots(step, input_pos)
+            n, mask = self.read_slots(start, bucket, input_pos)
             cache = self.kv_cache[:, :, :n]
             o = decode_attend(q, cache, cache[..., : self.rank], mask, self.scale)  # [B, 1, H, R]
-        elif step.start == 0:
+        elif start == 0:
             o = prefill_attend(q.transpose(1, 2), entry, entry[..., : self.rank], self.window, self.scale)
             o = o.transpose(1, 2)
         else:
-            keys = self.cached_prefix(self.kv_cache, step.start, s)
-            mask = offset_causal_mask(step.start, s, x.device)
+            keys = self.cached_prefix(self.kv_cache, start, s)
+            mask = offset_causal_mask(start, s, x.device)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), keys, keys[..., : self.rank], attn_mask=mask,
                                                scale=self.scale, enable_gqa=True).transpose(1, 2)  # fmt: skip
         o = torch.einsum("bshr,hdr->bshd", o, w_uv)  # [B, S, H, Dv]

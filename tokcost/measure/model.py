@@ -12,11 +12,12 @@ parameter is drawn whole from its own seed and sliced, so N ranks compute what o
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from tokcost.measure.attention import Attention, CachedAttention, Pass
+from tokcost.measure.attention import Attention, CachedAttention
 from tokcost.measure.layers import FeedForward, RMSNorm
 from tokcost.measure.mla import LatentAttention
 from tokcost.measure.moe import Experts
@@ -42,8 +43,8 @@ class Block(nn.Module):
         else:
             self.mlp = FeedForward(spec.hidden_size, spec.dense_intermediate, shard)
 
-    def forward(self, x: Tensor, input_pos: Tensor, step: Pass) -> Tensor:
-        x = x + self.attention(self.attention_norm(x), input_pos, step)
+    def forward(self, x: Tensor, input_pos: Tensor, start: int, bucket: int | None) -> Tensor:
+        x = x + self.attention(self.attention_norm(x), input_pos, start, bucket)
         return x + self.mlp(self.ffn_norm(x))
 
 
@@ -64,6 +65,15 @@ class Decoder(nn.Module):
         self.tie_weights()
         self.max_batch = self.max_seq = 0
         self.notes: list[str] = []
+        self.compiled_layers: list[Callable[..., Tensor]] = []
+
+    def compile_blocks(self) -> None:
+        """Fuse each block's decode step with torch.compile (regional: the blocks share one compiled graph)."""
+        import torch._dynamo
+
+        # batch sizes and KV buckets each add a guard set; the default limit (8) would fall back to eager
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self.compiled_layers = [torch.compile(block) for block in self.layers]
 
     def tie_weights(self) -> None:
         """Share the embedding table with the LM head when the spec ties them (one device only)."""
@@ -93,10 +103,11 @@ class Decoder(nn.Module):
         """
         if start is None and bucket is None:
             start = int(input_pos[0])
-        step = Pass(start=start if start is not None else -1, bucket=bucket)
+        # a bucketed decode step runs the compiled blocks when there are any (compile mode)
+        blocks = self.compiled_layers if bucket is not None and self.compiled_layers else self.layers
         x = self.tok_embeddings(tokens)  # [B, S, hidden]
-        for block in self.layers:
-            x = block(x, input_pos, step)
+        for block in blocks:
+            x = block(x, input_pos, -1 if start is None else start, bucket)
         if last_only:
             x = x[:, -1:]  # the LM head runs on the last position only: prefill needs one next token
         return self.output(self.norm(x))

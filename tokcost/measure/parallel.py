@@ -53,9 +53,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def probe_allreduce(
-    shard: Any, device: Any, dtype: Any, sizes: list[int], repeats: int = 10
-) -> dict:
+def probe_allreduce(shard: Any, device: Any, dtype: Any, sizes: list[int], repeats: int = 10) -> dict:
     """Median time of one all-reduce per message size, and the latency + bus-bandwidth fit."""
     import torch
     import torch.distributed as dist
@@ -123,8 +121,8 @@ def _run_rank(rank: int, world: int, job: TpJob, send: Callable[[tuple], None]) 
     import torch
 
     from tokcost.measure.loop import TORCH_DTYPES
-    from tokcost.measure.shard import Shard
     from tokcost.measure.session import measure_batch
+    from tokcost.measure.shard import Shard
 
     device = torch.device("cuda", torch.cuda.current_device()) if job.device == "cuda" else torch.device("cpu")
     threads = job.threads or max(1, (os.cpu_count() or 1) // world)
@@ -159,7 +157,7 @@ def run_ranks(job: TpJob, world: int, on_message: Callable[[str, Any], None]) ->
                 if dead:
                     if _drain(results, on_message):
                         return
-                    raise MeasureError(f"--tp {world}: rank {dead[0][0]} exited with code {dead[0][1]}")
+                    raise MeasureError(f"--tp {world}: rank {dead[0][0]} exited with code {dead[0][1]}") from None
                 continue
             on_message(kind, payload)
             if kind in ("done", "oom", "error"):
@@ -211,8 +209,9 @@ def _generate_rank(rank: int, world: int, port: int, results: Any, args: tuple) 
     torch.set_num_threads(1)
     out = []
     for spec in specs:
+        shard = Shard(rank=rank, world=world)
         model = build_model(spec, dtype=TORCH_DTYPES[dtype], device=dev, max_batch=len(prompt),
-                            max_seq=len(prompt[0]) + output_tokens, seed=seed, shard=Shard(rank=rank, world=world))  # fmt: skip
+                            max_seq=len(prompt[0]) + output_tokens, seed=seed, shard=shard)  # fmt: skip
         out.append(generate(model, torch.tensor(prompt, device=dev), output_tokens, mode=mode).tolist())
     if rank == 0:
         results.put(out)
@@ -221,7 +220,7 @@ def _generate_rank(rank: int, world: int, port: int, results: Any, args: tuple) 
 
 def generate_tp(specs: list[Any], prompt: list[list[int]], output_tokens: int, world: int, *, device: str = "cpu",
                 dtype: str = "fp32", mode: str = "eager", seed: int = 0) -> list[list[list[int]]]:  # fmt: skip
-    """Greedy tokens of each model from `world` tensor-parallel ranks (a check that TP computes what one device does)."""
+    """Greedy tokens of each model from `world` TP ranks (a check that TP computes what one device does)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")

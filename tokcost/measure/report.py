@@ -100,8 +100,11 @@ def memory_fit(spec: ModelSpec, dtype: str, batch: int, prompt: int, output: int
     """Whether the engine's memory report (weights, KV, workspace, 10% reserve) fits in `free_bytes` per device."""
     gpu = _counting_gpu(dtype, free_bytes)
     report = estimate(spec, gpu, workload_of(dtype, batch, prompt, output, tp)).memory
-    layers = next((n for n in range(spec.layers, 0, -1)
-                   if estimate(spec.truncated(n), gpu, workload_of(dtype, 1, prompt, output, tp)).memory.fits), 0)  # fmt: skip
+
+    def fits_at_batch_1(layers: int) -> bool:
+        return estimate(spec.truncated(layers), gpu, workload_of(dtype, 1, prompt, output, tp)).memory.fits
+
+    layers = next((n for n in range(spec.layers, 0, -1) if fits_at_batch_1(n)), 0)
     return {"fits": report.fits, "need_bytes": report.total_bytes / tp, "max_batch": report.max_batch,
             "max_layers": layers}  # fmt: skip
 

@@ -52,7 +52,7 @@ class DecodeRunner:
         self.next_fn: Callable[..., Tensor] = model.next_token
         if mode == "compile":
             model.shard.functional = True  # collectives torch.compile can trace
-            self.next_fn = torch.compile(model.next_token)
+            model.compile_blocks()
 
     # ---- what each step reads ----------------------------------------------------------------
 
@@ -118,7 +118,9 @@ class DecodeRunner:
                 self.step()
                 events[i + 1].record()
             events[-1].synchronize()
-            return [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:])]  # milliseconds to seconds
+            return [
+                a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:], strict=False)
+            ]  # milliseconds to seconds
         out = []
         for _ in range(self.steps):
             t0 = time.perf_counter()

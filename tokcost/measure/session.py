@@ -112,8 +112,9 @@ def check_memory(spec: ModelSpec, dtype: str, batches: list[int], prompt: int, o
         if not fit["fits"]:
             where = "host RAM available" if device == "cpu" else "free on the GPU"
             raise MeasureError(
-                f"--batch {batch}: {spec.name} ({spec.layers} layers, {dtype}) needs about {fit['need_bytes'] / 1e9:,.2f} GB"
-                f" per {'rank' if tp > 1 else 'device'} (weights, KV cache, workspace, 10% reserve) and {free / 1e9:,.2f} GB"
+                f"--batch {batch}: {spec.name} ({spec.layers} layers, {dtype}) needs about "
+                f"{fit['need_bytes'] / 1e9:,.2f} GB per {'rank' if tp > 1 else 'device'} "
+                f"(weights, KV cache, workspace, 10% reserve) and {free / 1e9:,.2f} GB"
                 f" is {where}; the largest batch that fits is {fit['max_batch']}"
                 + _layers_hint(fit["max_layers"], spec.layers)
             )
@@ -183,7 +184,8 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
     provenance = {
         "step_overhead_us": f"median TPOT of a {overhead.tp}-rank skeleton ({loop.batch} sequences, same depth, "
                             f"near-zero width, mode {overhead.mode}): {overhead.tpot_s * 1e6:,.1f} us",
-        "bandwidth": f"the model's {stream['matrices']} linears at M = {stream['rows']}: {stream['bytes'] / 1e6:,.1f} MB "
+        "bandwidth": f"the model's {stream['matrices']} linears at M = {stream['rows']}: "
+        f"{stream['bytes'] / 1e6:,.1f} MB "
                      f"in {(stream['seconds'] - stream['call_seconds']) * 1e3:,.3f} ms net of per-call cost",
         "peak_tflops": f"one block's {compute['matrices']} linears at M = {compute['rows']} rows",
     }  # fmt: skip
@@ -196,7 +198,7 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
     except ValidationError as exc:  # a rate below what any spec may hold (1 GB/s, 1 GFLOP/s): a starved machine
         spec, problem = None, exc.errors()[0]
         notes.append(f"batch {loop.batch}: no calibrated prediction: {problem['loc'][0]} {problem['msg']} "
-                     f"(got {problem['input']!r:.40}); the machine was too busy to time the loop's linears")  # fmt: skip
+                     f"(got {problem['input']!r:.40}); the machine was too busy to time its linears")  # fmt: skip
     figures = {"step_overhead_s": overhead.tpot_s, "skeleton_tpot": overhead.tpot.as_dict(),
                "stream_bytes_per_s": stream["bytes_per_s"], "compute_flops_per_s": compute["flops_per_s"],
                "stream": stream, "compute": compute,
