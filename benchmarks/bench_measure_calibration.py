@@ -6,16 +6,19 @@ to ~1 GB of weights. Timing thresholds belong here, not in the tests: this print
 (step-time CV) behind each, and the machine's load average, so a reader can judge the figures.
 
     PYTHONPATH=. python benchmarks/bench_measure_calibration.py [--threads 1] [--batch 1,4] [--repeats 3]
+        [--clock thread] [--quiet-load 0.5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 
+from tokcost.measure import clock
 from tokcost.measure.session import measure
 from tokcost.models.spec import ModelSpec
 
@@ -59,9 +62,21 @@ def main() -> int:
         help="before each model, wait (up to --wait seconds) for the 1-minute load average to drop below this",
     )
     parser.add_argument("--wait", type=float, default=600.0)
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "thread"),
+        default="wall",
+        help="thread: time by this thread's CPU time (one thread only), for a machine shared with "
+        "other work; the scheduler's gaps do not count, memory contention still does",
+    )
     args = parser.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
-    print(f"# load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; threads {args.threads}")
+    if args.clock == "thread" and args.threads != 1:
+        parser.error("--clock thread needs --threads 1 (other threads' CPU time would not be counted)")
+    print(
+        f"# load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; threads {args.threads}; "
+        f"clock {args.clock}"
+    )
     print(f"{'model':>6} {'weights':>9} {'batch':>5} {'measured':>10} {'IQR':>8} {'CV':>6} {'calibrated':>10} "
           f"{'ratio':>6} {'overhead':>9} {'stream':>10}")  # fmt: skip
     ratios = []
@@ -69,9 +84,10 @@ def main() -> int:
         waited = _wait_for_quiet(args.quiet_load, args.wait)
         print(f"# {spec.name}: load average {os.getloadavg()[0]:.2f} at start (waited {waited:.0f} s)", file=sys.stderr)
         t0 = time.perf_counter()
-        outcome = measure(spec, device="cpu", dtype="bf16", batches=batches, prompt_tokens=args.prompt,
-                          output_tokens=args.output, repeats=args.repeats, mode="eager", threads=args.threads,
-                          gpu=None, progress=lambda _m: None)  # fmt: skip
+        with clock.thread_cpu_clock() if args.clock == "thread" else contextlib.nullcontext():
+            outcome = measure(spec, device="cpu", dtype="bf16", batches=batches, prompt_tokens=args.prompt,
+                              output_tokens=args.output, repeats=args.repeats, mode="eager", threads=args.threads,
+                              gpu=None, progress=lambda _m: None)  # fmt: skip
         for r in outcome.runs:
             lp, cal = r.loop, r.calibrated
             ratio = cal.tpot_s / lp.tpot_s if cal else float("nan")

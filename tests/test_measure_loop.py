@@ -242,3 +242,38 @@ def test_measure_decode_cuda_defaults_to_compile_with_energy():
     assert result.mode == "compile" and result.threads is None and result.tpot_s > 0
     assert result.weight_bytes_measured == TINY.params_total * 2
     assert result.loop_rates["stream"]["bytes_per_s"] > 0
+
+
+def test_cache_flush_reads_up_to_l2_through_its_ring():
+    from tokcost.measure.flush import CacheFlush
+
+    flush = CacheFlush(torch.bfloat16, l2_bytes=4096, ring_bytes=10 * 1024)  # 10 rows of 512 bf16 (1 KiB)
+    reads = []
+    for nbytes in (4096, 100, 1 << 20, 4096):  # 4 rows; at least 1 row; capped at L2 (4 rows); wraps to row 0
+        flush(nbytes)
+        reads.append(flush.next_row)
+    assert reads == [4, 5, 9, 4] and flush.seconds == 0.0  # not counting: nothing summed
+    flush.counting = True
+    flush(4096)
+    assert flush.seconds > 0
+
+
+def test_skeleton_step_overhead_is_net_of_its_cache_flushes():
+    from tokcost.measure.calibrate import skeleton, step_overhead
+    from tokcost.measure.flush import attach, cpu_cache_bytes
+    from tokcost.measure.model import Decoder
+
+    skel = skeleton(TINY)
+    with torch.device("meta"):
+        real, stand_in = Decoder(TINY), Decoder(skel)
+    handles = attach(stand_in, real, lambda _n: None)
+    # every linear of the skeleton has a same-named one in the real model: QKV, O, gate, up, down x 2 + head
+    assert len(handles) == 2 * 5 + 1
+    r = measure_decode(skel, device="cpu", dtype="bf16", batch=1, prompt_tokens=8, output_tokens=6, repeats=2,
+                       threads=1, flush_like=TINY)  # fmt: skip
+    if 2 not in cpu_cache_bytes():
+        assert r.flush_s_per_step is None
+        return
+    assert 0 < r.flush_s_per_step < r.tpot_s
+    net, how = step_overhead(r)
+    assert net == pytest.approx(r.tpot_s - r.flush_s_per_step) and "cache flushes" in how

@@ -202,3 +202,16 @@ def test_nvml_missing_returns_none_with_a_reason(monkeypatch):
     meter = nvml.EnergyMeter()
     meter.start()
     assert meter.stop() is None
+
+
+def test_engine_expectation_for_moe_experts_and_replicated_kv():
+    # mixtral-8x7b, top-2 of 8: at batch 4 the engine expects 8 x (1 - (6/8)^4) = 5.47 distinct experts per layer
+    spec = load_model("mixtral-8x7b")
+    r = run_report(spec, fake_loop(batch=4, experts_per_layer=5.0), datasheet=None, calibrated=None,
+                   copy_bytes_per_s=None)  # fmt: skip
+    assert r.engine_bytes["experts_per_layer"] == pytest.approx(8 * (1 - 0.75**4))
+    # llama-3.1-8b over 16 ranks: 8 KV heads, so each rank holds (and reads) one head: 1/8 of the cache
+    llama = load_model("llama-3.1-8b")
+    wide = run_report(llama, fake_loop(tp=16), datasheet=None, calibrated=None, copy_bytes_per_s=None)
+    assert wide.engine_bytes["kv_read"] == pytest.approx(576 * 131_072 / 8)
+    assert "experts_per_layer" not in wide.engine_bytes

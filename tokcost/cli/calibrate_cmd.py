@@ -53,7 +53,7 @@ def calibrate(
 
 def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threads: int | None, tp: int):
     """Probe, time the skeleton, and build the spec's YAML and a one-line summary."""
-    from tokcost.measure.calibrate import measured_link, skeleton, spec_from_rates, spec_yaml
+    from tokcost.measure.calibrate import measured_link, skeleton, spec_from_rates, spec_yaml, step_overhead
     from tokcost.measure.loop import measure_decode
     from tokcost.measure.session import datasheet_for, device_facts, import_torch, resolve_device, run_probes
 
@@ -77,14 +77,15 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
         rates = calibrate_rates(spec, resolved, dtype, batch, 512)
         say(f"skeleton: {spec.layers} layers at near-zero width, batch {batch}")
         overhead = measure_decode(skeleton(spec), device=resolved, dtype=dtype, batch=batch, prompt_tokens=512,
-                                  output_tokens=32, repeats=3, mode="auto", threads=threads)  # fmt: skip
+                                  output_tokens=32, repeats=3, mode="auto", threads=threads,
+                                  flush_like=spec)  # fmt: skip
     finally:
         torch.set_num_threads(previous)
     stream, compute = rates["stream"], rates["compute"]
+    step_s, how = step_overhead(overhead)
     cache = rates["cache_bytes"]
     provenance = {
-        "step_overhead_us": f"median TPOT of a {spec.layers}-layer skeleton of {spec.name} (near-zero width), batch "
-                            f"{batch}, prompt 512, mode {overhead.mode}: {overhead.tpot_s * 1e6:,.1f} us",
+        "step_overhead_us": f"{spec.name}: {how}",
         "bandwidth": f"{stream['matrices']} linears with {spec.name}'s shapes at M = {batch} "
                      f"({stream['bytes'] / 2**20:,.0f} MiB, >= {8} x the {_size(cache)} last-level cache), "
                      f"net of the same number of near-zero linears",
@@ -98,7 +99,7 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     if link:
         provenance["link"] = link["summary"]
     calibrated = spec_from_rates(facts, dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
-                                 step_overhead_s=overhead.tpot_s, provenance=provenance, base=base,
+                                 step_overhead_s=step_s, provenance=provenance, base=base,
                                  link=measured_link(link, base) if link else None)  # fmt: skip
     summary = (f"{calibrated.name}, {fmt.rate_gb_s(calibrated.bandwidth_bytes_per_s)} loop stream, "
                f"{calibrated.peak_tflops[dtype]:,.3f} TFLOP/s {dtype}, step overhead "

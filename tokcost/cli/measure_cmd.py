@@ -219,10 +219,10 @@ def measure_tables(model: str, outcome) -> list[Table]:
     )  # fmt: skip
     reads = Table("Bytes per decode step: what the loop read vs what the engine expects (per device)",
                   ["batch", "weights (loop)", "weights (engine)", "KV read (loop)", "KV read (engine)",
-                   "experts/layer", "step overhead", "loop stream rate"])  # fmt: skip
+                   "experts/layer (engine)", "step overhead", "loop stream rate"])  # fmt: skip
     terms = Table("Tensor-parallel decode step by term (calibrated prediction vs measured)",
                   ["batch", "weights", "attention", "communication", "overhead", "all-reduce measured",
-                   "all-reduce share"])  # fmt: skip
+                   "all-reduce share", "rest predicted", "rest measured"])  # fmt: skip
     for r in outcome.runs:
         lp, noisy = r.loop, r.noisy
         runs.rows.append([
@@ -234,7 +234,8 @@ def measure_tables(model: str, outcome) -> list[Table]:
         reads.rows.append([
             f"{lp.batch:,}", fmt.gb(lp.weight_read_bytes), fmt.gb(r.engine_bytes["weights"]), fmt.gb(lp.kv_read_bytes),
             fmt.gb(r.engine_bytes["kv_read"]),
-            "n/a" if lp.experts_per_layer is None else f"{lp.experts_per_layer:.2f}",
+            "n/a" if lp.experts_per_layer is None
+            else f"{lp.experts_per_layer:.2f} ({r.engine_bytes['experts_per_layer']:.2f})",
             fmt.ms(cal["step_overhead_s"]) if cal else "n/a",
             fmt.rate_gb_s(cal["stream_bytes_per_s"]) if cal else "n/a",
         ])  # fmt: skip
@@ -244,6 +245,8 @@ def measure_tables(model: str, outcome) -> list[Table]:
                 f"{lp.batch:,}", fmt.ms(t["weights"]), fmt.ms(t["attention"]), fmt.ms(t["communication"]),
                 fmt.ms(t["overhead"]), fmt.ms(c["all_reduce"]) if c else "n/a",
                 _pct(c["all_reduce"] / lp.tpot_s) if c else "n/a",
+                fmt.ms(t["weights"] + t["attention"] + t["overhead"]),
+                fmt.ms(lp.tpot_s - sum(c.values())) if c else "n/a",
             ])  # fmt: skip
     runs.notes = [
         "err = (predicted - measured) / measured; 'noisy' where the step times' CV exceeds 10% (no error printed). "
@@ -251,7 +254,10 @@ def measure_tables(model: str, outcome) -> list[Table]:
     ] + [f"note: {n}" for n in outcome.notes]
     tables = [runs, reads]
     if terms.rows:
-        terms.notes = ["all-reduce measured: wall time inside the loop's all-reduce calls per step (eager CPU runs)."]
+        terms.notes = [
+            "all-reduce measured: wall time inside the loop's all-reduce calls per step (eager CPU runs); "
+            "rest measured: TPOT less all collectives (the argmax all-gathers the engine does not price)."
+        ]
         tables.append(terms)
     p = outcome.probes
     if p:

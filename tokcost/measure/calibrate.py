@@ -40,6 +40,18 @@ class DeviceFacts:
     uuid: str | None = None
 
 
+def step_overhead(skeleton_loop: Any) -> tuple[float, str]:
+    """The skeleton's median TPOT less the cache flushes it ran on the CPU (flush.py), and how it was found."""
+    flush = skeleton_loop.flush_s_per_step
+    net = max(skeleton_loop.tpot_s - (flush or 0.0), 0.0)
+    s = skeleton_loop
+    how = (f"median TPOT of a {s.tp}-rank skeleton (same depth, near-zero width, batch {s.batch}, mode {s.mode}): "
+           f"{s.tpot_s * 1e6:,.1f} us")  # fmt: skip
+    if flush is not None:
+        how += f", less {flush * 1e6:,.1f} us of cache flushes standing in for the real linears' streams"
+    return net, how
+
+
 def skeleton(spec: ModelSpec, tp: int = 1) -> ModelSpec:
     """The same depth, layer kinds, experts and windows at near-zero width: its step time is the overhead."""
     w = SKELETON_WIDTH * tp

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 import torch
 
 from tokcost.errors import MeasureError
+from tokcost.measure import clock
 from tokcost.measure.faults import OutOfMemory, first_line, is_oom, release
 from tokcost.measure.model import Decoder, build_model, decode_read_bytes, weight_bytes
 from tokcost.measure.runner import BUCKET_TOKENS, MODES, DecodeRunner, random_prompt
@@ -63,6 +63,7 @@ class LoopResult:
     experts_per_layer: float | None  # distinct experts one decode step read per MoE layer
     collective_s_per_step: dict[str, float] | None  # in-loop collective time per decode step (eager TP)
     loop_rates: dict[str, Any] | None = None  # the model's own linears timed (calibration)
+    flush_s_per_step: float | None = None  # cache flushes inside each step (a skeleton's; see flush.py)
     joules_per_output_token: float | None = None
     avg_power_w: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -128,9 +129,9 @@ def _timed(device: torch.device, fn: Callable[[], None]) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
-    t0 = time.perf_counter()
+    t0 = clock.now()
     fn()
-    return time.perf_counter() - t0
+    return clock.now() - t0
 
 
 def measure_decode(
@@ -149,6 +150,7 @@ def measure_decode(
     on_progress: Callable[[str], None] | None = None,
     energy: EnergyMeter | None = None,
     calibrate: bool = False,
+    flush_like: ModelSpec | None = None,
     seed: int = 0,
 ) -> LoopResult:
     """Build `spec` (or this rank's slice) with random weights and time prefill and greedy decode."""
@@ -168,7 +170,7 @@ def measure_decode(
             return _measure(spec, dev, dtype=dtype, batch=batch, prompt_tokens=prompt_tokens,
                             output_tokens=output_tokens, repeats=repeats, warmup=warmup, mode=used_mode,
                             shard=shard or Shard(), progress=on_progress or (lambda _msg: None), energy=energy,
-                            calibrate=calibrate, seed=seed, notes=notes)  # fmt: skip
+                            calibrate=calibrate, flush_like=flush_like, seed=seed, notes=notes)  # fmt: skip
     except Exception as exc:
         if not is_oom(exc):
             raise
@@ -200,7 +202,7 @@ def _moe_dispatch(model: Decoder, dev: torch.device, dtype: str, mode: str, note
 def _measure(
     spec: ModelSpec, dev: torch.device, *, dtype: str, batch: int, prompt_tokens: int, output_tokens: int,
     repeats: int, warmup: int, mode: str, shard: Shard, progress: Callable[[str], None],
-    energy: EnergyMeter | None, calibrate: bool, seed: int, notes: list[str],
+    energy: EnergyMeter | None, calibrate: bool, flush_like: ModelSpec | None, seed: int, notes: list[str],
 ) -> LoopResult:  # fmt: skip
     """Build, warm up, time, count; see measure_decode."""
     max_seq = prompt_tokens + output_tokens
@@ -208,6 +210,7 @@ def _measure(
     model = build_model(spec, dtype=TORCH_DTYPES[dtype], device=dev, max_batch=batch, max_seq=max_seq, seed=seed,
                         shard=shard)  # fmt: skip
     mode = _moe_dispatch(model, dev, dtype, mode, notes)
+    flush = _flush_like(model, flush_like, dev, dtype, shard) if flush_like is not None else None
     gen = DecodeRunner(model, random_prompt(spec.vocab_size, batch, prompt_tokens, dev, seed), output_tokens, mode)
     if dev.type == "cuda" and mode != "eager":
         progress(f"capturing the decode step per KV bucket ({mode})")
@@ -225,7 +228,11 @@ def _measure(
         ttft_all.append(_timed(dev, gen.prefill))
         if energy is not None:
             energy.start()
+        if flush is not None:
+            flush.counting = True
         step_s = gen.timed_decode(dev)
+        if flush is not None:
+            flush.counting = False
         if energy is not None:
             joules.append(energy.stop())
         steps_all += step_s
@@ -236,6 +243,7 @@ def _measure(
     collectives = {k: v / (repeats * steps) for k, v in shard.seconds.items()} if shard.calls["all_reduce"] else None
     if not all(math.isfinite(t) and t > 0 for t in ttft_all + steps_all):
         raise MeasureError(f"the timer returned a non-positive time: {min(ttft_all + steps_all)}")
+    flush_s = flush.seconds / (repeats * (output_tokens - 1)) if flush is not None else None
     experts = _count_experts(model, gen)
     rates = None
     if calibrate:
@@ -258,7 +266,7 @@ def _measure(
         weight_bytes_measured=weight_bytes(model), kv_cache_bytes=model.kv_cache_bytes(), context_tokens=max_seq,
         decode_contexts=gen.contexts(), weight_read_bytes=decode_read_bytes(model, batch, experts),
         kv_read_bytes=statistics.fmean(kv_reads), experts_per_layer=experts, collective_s_per_step=collectives,
-        loop_rates=rates,
+        loop_rates=rates, flush_s_per_step=flush_s,
         joules_per_output_token=joules_per_token,
         avg_power_w=sum(joules) / sum(steps_all) if joules_per_token is not None else None,
         notes=notes + model.notes,
@@ -281,3 +289,20 @@ def _count_experts(model: Decoder, gen: DecodeRunner) -> float | None:
         e.count_reads, e.reads = False, []
     gen.graphs, gen.bucketed, gen.next_fn = graphs, bucketed, next_fn
     return statistics.fmean(counts)
+
+
+def _flush_like(model: Decoder, real_spec: ModelSpec, dev: torch.device, dtype: str, shard: Shard) -> Any:
+    """On the CPU, flush caches before each linear as the real model's linears would (see flush.py)."""
+    from tokcost.measure.flush import CacheFlush, attach, cpu_cache_bytes
+
+    caches = cpu_cache_bytes()
+    if dev.type != "cpu" or 2 not in caches:
+        return None
+    with torch.device("meta"):
+        real = Decoder(real_spec, Shard(shard.rank, shard.world))
+    # the ring is as large as the real weight stream (its cache footprint), at most twice the last-level cache
+    linears = [m.weight for m in real.modules() if isinstance(m, torch.nn.Linear)]
+    stream = sum(w.numel() for w in linears) * model.output.weight.element_size()
+    flush = CacheFlush(TORCH_DTYPES[dtype], caches[2], min(stream, 2 * max(caches.values())))
+    attach(model, real, flush)
+    return flush

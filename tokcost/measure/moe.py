@@ -66,7 +66,7 @@ class Experts(nn.Module):
         order = slots.argsort(stable=True)  # slots grouped by expert
         token = order // self.top_k  # [T*k] token of each sorted slot
         counts = torch.zeros(self.n_experts, dtype=torch.int32, device=x.device)
-        counts.scatter_add_(0, slots.int(), torch.ones_like(slots, dtype=torch.int32))  # no host sync (bincount syncs)
+        counts.scatter_add_(0, slots, torch.ones_like(slots, dtype=torch.int32))  # no host sync (bincount syncs)
         if self.count_reads:
             self.reads.append(int((counts > 0).sum()))
         xs = x[token]  # [T*k, hidden]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -18,6 +17,7 @@ from typing import Literal
 import torch
 
 from tokcost.errors import MeasureError
+from tokcost.measure import clock
 
 _DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _MIB = 2**20
@@ -83,9 +83,9 @@ def _median_seconds(dev: torch.device, fn: Callable[[], object], repeats: int, w
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)  # milliseconds to seconds
         else:
-            t0 = time.perf_counter()
+            t0 = clock.now()
             fn()
-            times.append(time.perf_counter() - t0)
+            times.append(clock.now() - t0)
     if not all(math.isfinite(t) and t > 0 for t in times):
         raise MeasureError(f"the timer returned a non-positive time: {times}")
     return times
@@ -183,24 +183,15 @@ def last_level_cache_bytes(device: torch.device | str) -> int | None:
     dev = torch.device(device)
     if dev.type == "cuda":
         return int(torch.cuda.get_device_properties(dev).L2_cache_size)
-    sizes = []
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        import os
+    from tokcost.measure.flush import cpu_cache_bytes
 
-        for entry in os.listdir(base):
-            with open(f"{base}/{entry}/size", encoding="ascii") as f:
-                text = f.read().strip()
-            unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1], 1)
-            sizes.append(int(text.rstrip("KMG")) * unit)
-    except (OSError, ValueError):
-        return None
-    return max(sizes) if sizes else None
+    sizes = cpu_cache_bytes()
+    return max(sizes.values()) if sizes else None
 
 
 def _linears_seconds(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> list[float]:
-    """Seconds per pass of F.linear(x [rows, in], W) over `weights`, as the decode step calls them."""
-    inputs = {w.shape[1]: torch.ones(rows, w.shape[1], dtype=w.dtype, device=dev) for w in weights}
+    """Seconds per pass of F.linear(x [rows, 1, in], W) over `weights`, shaped as the decode step calls them."""
+    inputs = {w.shape[1]: torch.ones(rows, 1, w.shape[1], dtype=w.dtype, device=dev) for w in weights}
 
     def one_pass() -> None:
         for w in weights:

@@ -1,6 +1,7 @@
 """Measured vs predicted: the engine priced on the loop's own steps, against what the loop measured.
 
-The only module of tokcost.measure that calls the engine (step_cost for a pass, estimate for memory),
+The only module of tokcost.measure that calls the engine (step_cost for a pass, estimate for memory,
+the expected distinct experts),
 so the engine can change behind it. No torch here: it takes plain results (LoopResult) and specs.
 - Predictions price the loop's own passes: prefill is Segment(B, 0, P); each decode step is
   Segment(B, c, 1) at the slots c that step really read (a bucketed step reads its bucket), averaged
@@ -20,6 +21,7 @@ from typing import Any
 
 from tokcost.engine.estimate import estimate
 from tokcost.engine.step import Segment, step_cost
+from tokcost.engine.traffic import expected_distinct_experts
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
@@ -90,9 +92,12 @@ def engine_bytes(spec: ModelSpec, loop: Any) -> dict[str, float]:
         weights += n * cost.part("weights").bytes
         kv += n * cost.part("attention").bytes
     steps = len(loop.decode_contexts)
-    # the attention part holds KV read + the B x kv_bytes_per_token written; the loop counts reads
-    kv_write = loop.batch * spec.kv_bytes_per_token(loop.dtype) / loop.tp
-    return {"weights": weights / steps, "kv_read": kv / steps - kv_write}
+    # the attention part holds KV read + written; with nothing cached it is the write alone (the loop counts reads)
+    kv_write = step_cost(spec, ref, wl, segments=[Segment(loop.batch, 0, 1)], scenario="ceiling").part("attention")
+    out = {"weights": weights / steps, "kv_read": kv / steps - kv_write.bytes}
+    if spec.moe:  # distinct experts a step touches under uniform routing: E x (1 - (1 - k/E)^B)
+        out["experts_per_layer"] = expected_distinct_experts(spec.moe.experts, spec.moe.experts_per_token, loop.batch)
+    return out
 
 
 def memory_fit(spec: ModelSpec, dtype: str, batch: int, prompt: int, output: int, tp: int,

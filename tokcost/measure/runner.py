@@ -13,13 +13,13 @@ many slots each step reads, so bytes and predictions follow what the loop did.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from tokcost.errors import MeasureError
+from tokcost.measure import clock
 from tokcost.measure.model import Decoder
 
 BUCKET_TOKENS = 64  # KV slots per captured bucket: a step reads at most 63 slots past the filled part
@@ -123,9 +123,9 @@ class DecodeRunner:
             ]  # milliseconds to seconds
         out = []
         for _ in range(self.steps):
-            t0 = time.perf_counter()
+            t0 = clock.now()
             self.step()
-            out.append(time.perf_counter() - t0)
+            out.append(clock.now() - t0)
         return out
 
     def capture(self, warm_steps: int = 3) -> None:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tokcost.errors import MeasureError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
-from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates
+from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates, step_overhead
 from tokcost.measure.report import RunReport, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
 
@@ -173,7 +173,9 @@ def measure_batch(spec: ModelSpec, job: Any, batch: int, *, shard: Any = None, t
     loop = measure_decode(spec, shard=shard, energy=energy, calibrate=True, **common)
     if progress:
         progress(f"batch {batch}: skeleton ({spec.layers} layers, near-zero width) for the step overhead")
-    overhead = measure_decode(skeleton(spec, shard.world), shard=Shard(shard.rank, shard.world, skip=True), **common)
+    overhead = measure_decode(
+        skeleton(spec, shard.world), shard=Shard(shard.rank, shard.world, skip=True), flush_like=spec, **common
+    )
     return loop, overhead
 
 
@@ -181,9 +183,9 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
                    datasheet: GpuSpec | None, notes: list[str]) -> tuple[GpuSpec | None, dict[str, Any]]:  # fmt: skip
     """The spec this loop's own measurements give, and the figures behind it."""
     stream, compute = loop.loop_rates["stream"], loop.loop_rates["compute"]
+    step_s, how = step_overhead(overhead)
     provenance = {
-        "step_overhead_us": f"median TPOT of a {overhead.tp}-rank skeleton ({loop.batch} sequences, same depth, "
-                            f"near-zero width, mode {overhead.mode}): {overhead.tpot_s * 1e6:,.1f} us",
+        "step_overhead_us": how,
         "bandwidth": f"the model's {stream['matrices']} linears at M = {stream['rows']}: "
         f"{stream['bytes'] / 1e6:,.1f} MB "
                      f"in {(stream['seconds'] - stream['call_seconds']) * 1e3:,.3f} ms net of per-call cost",
@@ -192,14 +194,15 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
     try:
         spec: GpuSpec | None = spec_from_rates(
             facts, loop.dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
-            step_overhead_s=overhead.tpot_s, provenance=provenance, base=datasheet,
+            step_overhead_s=step_s, provenance=provenance, base=datasheet,
             link=measured_link(link, datasheet) if link else None, name=f"{facts.kind}-loop-calibrated",
         )  # fmt: skip
     except ValidationError as exc:  # a rate below what any spec may hold (1 GB/s, 1 GFLOP/s): a starved machine
         spec, problem = None, exc.errors()[0]
         notes.append(f"batch {loop.batch}: no calibrated prediction: {problem['loc'][0]} {problem['msg']} "
                      f"(got {problem['input']!r:.40}); the machine was too busy to time its linears")  # fmt: skip
-    figures = {"step_overhead_s": overhead.tpot_s, "skeleton_tpot": overhead.tpot.as_dict(),
+    figures = {"step_overhead_s": step_s, "skeleton_tpot": overhead.tpot.as_dict(),
+               "skeleton_flush_s": overhead.flush_s_per_step,
                "stream_bytes_per_s": stream["bytes_per_s"], "compute_flops_per_s": compute["flops_per_s"],
                "stream": stream, "compute": compute,
                "link": {"gb_s": spec.link.gb_s, "latency_us": spec.link.latency_us} if spec and spec.link and link
