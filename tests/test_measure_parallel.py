@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +109,22 @@ def test_calibrate_tp2_writes_a_measured_link(cli, tmp_path):
     assert "all-reduce" in shown["provenance"]["link"] and shown["achievable"]["basis"] == "measured"
     est = cli("estimate", "-m", str(spec), "-g", str(out), "--gpus", "2", "--format", "json")
     assert est.exit_code == 0, est.stderr
+
+
+def test_torchrun_launch_reports_once_from_rank_0(tmp_path):
+    # `torchrun --nproc-per-node 2 -m tokcost measure --tp 2`: each rank runs the CLI, rank 0 alone prints
+    import subprocess
+    import sys
+
+    spec = tmp_path / "micro.yaml"
+    spec.write_text(MICRO)
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tokcost", "measure", "-m",
+         str(spec), "--device", "cpu", "--tp", "2", "--batch", "1", "--prompt", "8", "--output", "4", "--repeats", "1",
+         "--threads", "1", "--format", "json"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)  # exactly one JSON document: the other rank printed nothing
+    assert data["device"]["tp"] == 2 and data["runs"][0]["tp"] == 2 and data["allreduce"]["ranks"] == 2
