@@ -124,3 +124,26 @@ def test_ctrl_c_before_any_batch_finished_saves_nothing(micro, tmp_path):
     (line,) = err.strip().splitlines()
     assert line.startswith("interrupted") and ("no batch finished" in line or "nothing was saved" in line)
     assert not save.exists() and out == ""
+
+
+def test_a_failure_mid_run_is_one_line_and_keeps_what_finished(micro, tmp_path, cli, monkeypatch):
+    # a kernel or the compiler failing at batch 2 (simulated: the run itself is real up to there)
+    from tokcost.measure import session
+
+    real = session.measure_batch
+
+    def failing(spec, job, batch, **kw):
+        if batch == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore detail")
+        return real(spec, job, batch, **kw)
+
+    monkeypatch.setattr(session, "measure_batch", failing)
+    save = tmp_path / "run.json"
+    r = cli("measure", "-m", micro, "--device", "cpu", "--batch", "1,2,4", "--prompt", "8", "--output", "4",
+            "--repeats", "1", "--threads", "1", "--save", str(save))  # fmt: skip
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line == (f"error: batch 2: RuntimeError: CUDA error: an illegal memory access was encountered; "
+                    f"kept 1 finished batch (saved in {save})")  # fmt: skip
+    saved = json.loads(save.read_text())
+    assert [x["batch"] for x in saved["runs"]] == [1] and saved["stopped"]["kind"] == "error"

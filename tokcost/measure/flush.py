@@ -7,7 +7,8 @@ run slower than in a skeleton whose weights all stay in L1. On a 2-core EPYC the
 runs with a flush before each linear: a streaming read of as many bytes as the real linear reads (at most
 the L2's size, through a ring as large as the real weight stream, at most twice the last-level cache, so
 L3 is worn as the stream wears it), and the flushes' own time, taken where they run, is subtracted. What
-remains is the step overhead in the cache state the real loop leaves.
+remains is the step overhead in the cache state the real loop leaves. Eager CPU runs only; routed experts
+(grouped matmuls, not nn.Linear) get no flush.
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def _measure(
     model = build_model(spec, dtype=TORCH_DTYPES[dtype], device=dev, max_batch=batch, max_seq=max_seq, seed=seed,
                         shard=shard)  # fmt: skip
     mode = _moe_dispatch(model, dev, dtype, mode, notes)
-    flush = _flush_like(model, flush_like, dev, dtype, shard) if flush_like is not None else None
+    flush = _flush_like(model, flush_like, dev, dtype, shard) if flush_like is not None and mode == "eager" else None
     gen = DecodeRunner(model, random_prompt(spec.vocab_size, batch, prompt_tokens, dev, seed), output_tokens, mode)
     if dev.type == "cuda" and mode != "eager":
         progress(f"capturing the decode step per KV bucket ({mode})")
@@ -292,7 +292,7 @@ def _count_experts(model: Decoder, gen: DecodeRunner) -> float | None:
 
 
 def _flush_like(model: Decoder, real_spec: ModelSpec, dev: torch.device, dtype: str, shard: Shard) -> Any:
-    """On the CPU, flush caches before each linear as the real model's linears would (see flush.py)."""
+    """On the CPU (eager), flush caches before each linear as the real model's linears would (see flush.py)."""
     from tokcost.measure.flush import CacheFlush, attach, cpu_cache_bytes
 
     caches = cpu_cache_bytes()

@@ -267,6 +267,11 @@ def measure(
         if not outcome.runs and not isinstance(exc, OutOfMemory):
             raise
         take("oom" if isinstance(exc, OutOfMemory) else "error", str(exc))
+    except Exception as exc:  # torch failing mid-run (a kernel, the compiler): one line, the finished runs kept
+        from tokcost.measure.faults import first_line
+
+        where = f"batch {outcome.batch}" if outcome.batch else "before the first batch"
+        take("error", f"{where}: {type(exc).__name__}: {first_line(exc)}")
     return outcome
 
 
