@@ -1,8 +1,10 @@
-"""Measured-vs-predicted arithmetic on hand-made loop results (no torch): MBU, MFU, errors, calibrated specs."""
+"""Measured-vs-predicted arithmetic on hand-made loop results (no torch): MBU, errors, noise, specs, NVML."""
 
 from __future__ import annotations
 
 import datetime as dt
+import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -11,61 +13,205 @@ import yaml
 from tokcost.engine.estimate import estimate
 from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
-from tokcost.measure.calibrate import DeviceFacts, calibrated_spec, spec_yaml
-from tokcost.measure.report import run_dict, run_report, workload_of
+from tokcost.measure import nvml
+from tokcost.measure.calibrate import DeviceFacts, fit_allreduce, measured_link, skeleton, spec_from_rates, spec_yaml
+from tokcost.measure.report import memory_fit, run_dict, run_report, workload_of
+from tokcost.measure.stats import spread
 from tokcost.models.library import load_model
 
 
-def fake_loop(batch=1, prompt=512, output=128, ttft_s=0.05, tpot_s=0.01):
-    return SimpleNamespace(
-        dtype="bf16", batch=batch, prompt_tokens=prompt, output_tokens=output, context_tokens=prompt + output,
-        ttft_s=ttft_s, tpot_s=tpot_s, decode_tokens_per_s=batch / tpot_s, ttft_s_all=[ttft_s], tpot_s_all=[tpot_s],
-        joules_per_output_token=None,
-    )  # fmt: skip
+def fake_loop(batch=1, prompt=512, output=128, ttft_s=0.05, tpot_s=0.01, cv=0.01, contexts=None, tp=1, **kw):
+    spec = load_model("llama-3.1-8b")
+    steady = SimpleNamespace(median=tpot_s, cv=cv, noisy=cv > 0.1, as_dict=lambda: {})
+    contexts = contexts or list(range(prompt + 1, prompt + output))
+    kv = batch * sum(contexts) / len(contexts) * spec.kv_bytes_per_token("bf16")
+    values = dict(dtype="bf16", batch=batch, prompt_tokens=prompt, output_tokens=output, tp=tp, mode="eager",
+                  threads=None, context_tokens=prompt + output, decode_contexts=contexts, ttft_s=ttft_s, tpot_s=tpot_s,
+                  ttft=SimpleNamespace(median=ttft_s, noisy=False, as_dict=lambda: {}), tpot=steady, step=steady,
+                  decode_tokens_per_s=batch / tpot_s, weight_read_bytes=15.0e9, kv_read_bytes=kv,
+                  experts_per_layer=None, collective_s_per_step=None, joules_per_output_token=None,
+                  avg_power_w=None)  # fmt: skip
+    return SimpleNamespace(**(values | kw))
 
 
-def probe(value, size="x"):
-    return SimpleNamespace(value=value, size=size)
-
-
-def test_mbu_is_bytes_per_step_over_tpot_over_peak():
+def test_mbu_uses_the_bytes_the_loop_read():
     spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
-    r = run_report(spec, fake_loop(), datasheet=h100, calibrated=None, copy_bytes_per_s=3.0e12)
-    # weights (no embedding table) + LM head + 1 embedding row + KV of 640 tokens read + 1 written
-    weights = (spec.params_total - spec.params_embedding) * 2 + 4096 * 2
-    kv = (640 + 1) * 131_072
-    assert r.bytes_per_step == weights + kv
-    assert r.mbu == pytest.approx((weights + kv) / 0.01 / 3.35e12)
-    assert r.mbu_vs_copy == pytest.approx((weights + kv) / 0.01 / 3.0e12)
+    loop = fake_loop()
+    r = run_report(spec, loop, datasheet=h100, calibrated=None, copy_bytes_per_s=3.0e12)
+    assert r.bytes_per_step == 15.0e9 + loop.kv_read_bytes
+    assert r.mbu == pytest.approx(r.bytes_per_step / 0.01 / 3.35e12)
+    assert r.mbu_vs_copy == pytest.approx(r.bytes_per_step / 0.01 / 3.0e12)
     assert r.mfu_prefill == pytest.approx(r.prefill_flops / 0.05 / 989.4e12)
 
 
-def test_prediction_errors_are_relative_to_measured():
+def test_engine_bytes_at_the_loops_contexts():
+    # llama-3.1-8b bf16: weights read per step = everything but the embedding table, plus 1 row of it;
+    # KV: 131,072 B/token x the mean context read (513..639 -> 576)
+    spec = load_model("llama-3.1-8b")
+    r = run_report(spec, fake_loop(), datasheet=None, calibrated=None, copy_bytes_per_s=None)
+    assert r.engine_bytes["weights"] == (spec.params_total - spec.params_embedding) * 2 + 4096 * 2
+    assert r.engine_bytes["kv_read"] == pytest.approx(576 * 131_072)
+
+
+def test_predictions_price_the_loops_own_steps():
     spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     r = run_report(spec, fake_loop(tpot_s=0.01), datasheet=h100, calibrated=h100, copy_bytes_per_s=None)
     assert r.datasheet.tpot_error == pytest.approx(r.datasheet.tpot_s / 0.01 - 1)
-    # the datasheet prediction is the engine's ceiling TTFT for the same workload
+    # exact reads over contexts 513..639: the mean step is the engine's TPOT for prompt 512, output 128
     e = estimate(spec, h100, workload_of("bf16", 1, 512, 128))
-    assert r.datasheet.ttft_s == pytest.approx(e.ceiling.ttft_s)
+    assert r.datasheet.tpot_s == pytest.approx(e.ceiling.tpot_s, rel=1e-9)
+    assert r.datasheet.ttft_s == pytest.approx(e.ceiling.ttft_s, rel=1e-9)
     assert r.datasheet_expected.tpot_s >= r.datasheet.tpot_s
+    assert sum(r.datasheet.terms.values()) == pytest.approx(r.datasheet.tpot_s)
     d = run_dict(r)
     assert set(d["predicted"]) == {"datasheet", "datasheet_expected", "calibrated"}
-    assert d["measured"]["mbu_vs_copy"] is None
+    assert set(d["predicted"]["datasheet"]["terms_s"]) == {"weights", "attention", "communication", "overhead"}
 
 
-def test_calibrated_spec_round_trips_and_keeps_datasheet_extras():
-    facts = DeviceFacts("cuda", "NVIDIA H100 80GB HBM3", 85.0e9, 700.0, "550.54", "2.13.0")
-    probes = {"stream": probe(2.9e12, "GEMV"), "copy": probe(2.7e12, "copy"), "matmul": probe(7.1e14, "GEMM")}
-    spec = calibrated_spec(facts, probes, "bf16", load_gpu("h100-sxm"), today=dt.date(2026, 11, 29))
+def test_bucketed_reads_are_priced_as_read():
+    # A bucketed loop read 640 slots every step: the prediction is the engine's step at context 640.
+    spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    r = run_report(spec, fake_loop(contexts=[640] * 127), datasheet=h100, calibrated=None, copy_bytes_per_s=None)
+    e = estimate(spec, h100, workload_of("bf16", 1, 639, 2))  # its one decode step is at context 640
+    assert r.engine_bytes["kv_read"] == pytest.approx(640 * 131_072)
+    assert r.datasheet.tpot_s == pytest.approx(e.ceiling.tpot_s, rel=1e-12)
+
+
+def test_a_noisy_run_gets_no_error_figure():
+    spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    r = run_report(spec, fake_loop(cv=0.25), datasheet=h100, calibrated=h100, copy_bytes_per_s=None)
+    assert r.noisy and r.datasheet.tpot_error is None and r.calibrated.tpot_error is None
+    assert r.datasheet.tpot_s > 0  # the prediction itself is still shown
+
+
+def test_spread_by_hand():
+    s = spread([4.0, 1.0, 3.0, 2.0, 100.0])
+    assert (s.n, s.min, s.median, s.q1, s.q3, s.iqr) == (5, 1.0, 3.0, 2.0, 4.0, 2.0)
+    # mean 22, population sd sqrt(((18^2 + 21^2 + 19^2 + 20^2 + 78^2) / 5) = 39.01
+    assert s.cv == pytest.approx(39.0128 / 22, rel=1e-4) and s.noisy
+    steady = spread([1.0, 1.02, 0.98])
+    assert not steady.noisy and steady.as_dict()["iqr"] == pytest.approx(0.02)
+    assert spread([2.5]).cv == 0.0
+
+
+def test_allreduce_fit_recovers_latency_and_bus_bandwidth():
+    # t = 20 us + 2 (N-1)/N x bytes / 100 GB/s on 4 ranks: the fit must return both exactly
+    rows = [{"bytes": b, "seconds": 20e-6 + 1.5 * b / 100e9} for b in (1024, 65536, 2**20, 2**24)]
+    fit = fit_allreduce(rows, 4, "nccl")
+    assert fit["latency_us"] == pytest.approx(20.0) and fit["bus_gb_s"] == pytest.approx(100.0)
+    assert fit["sizes"][-1]["bus_gb_s"] == pytest.approx(1.5 * 2**24 / (20e-6 + 1.5 * 2**24 / 100e9) / 1e9)
+    link = measured_link(fit, load_gpu("h100-sxm"))
+    assert (link.kind, link.gb_s, link.latency_us) == (load_gpu("h100-sxm").link.kind, 100.0, 20.0)
+
+
+def test_calibrated_spec_is_measured_and_round_trips():
+    facts = DeviceFacts("cuda", "NVIDIA H100 80GB HBM3", 85.0e9, 700.0, "550.54", "2.13.0", uuid="GPU-1")
+    spec = spec_from_rates(facts, "bf16", bytes_per_s=2.9e12, flops_per_s=7.1e14, step_overhead_s=45e-6,
+                           provenance={"step_overhead_us": "skeleton"}, base=load_gpu("h100-sxm"),
+                           today=dt.date(2026, 11, 29))  # fmt: skip
     assert spec.memory_bandwidth_gb_s == 2900 and spec.peak_tflops == {"bf16": 710.0, "fp16": 710.0}
+    assert spec.memory_runtime_mib == pytest.approx(85.0e9 / 2**20, abs=0.1)
+    a = spec.achievable
+    assert (a.basis, a.bandwidth, a.compute, a.step_overhead_us) == ("measured", 1.0, 1.0, 45.0)
     assert spec.link is not None and spec.link.gb_s == 450 and spec.tdp_w == 700
-    assert spec.achievable.bandwidth == 1.0 and spec.provenance["date"] == "2026-11-29"
-    again = GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec)))
-    assert again == spec
+    assert spec.provenance["date"] == "2026-11-29" and spec.provenance["step_overhead_us"] == "skeleton"
+    assert spec.expected_provenance == "measured by tokcost calibrate on this machine"
+    assert GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec))) == spec
 
 
 def test_calibrated_cpu_spec_has_no_power():
     facts = DeviceFacts("cpu", "x86_64", 24e9, None, "n/a", "2.13.0")
-    probes = {"stream": probe(2.0e10), "copy": probe(2.2e10), "matmul": probe(5e10)}
-    spec = calibrated_spec(facts, probes, "fp32", None)
+    spec = spec_from_rates(facts, "fp32", bytes_per_s=2.0e10, flops_per_s=5e10, step_overhead_s=1e-3, provenance={})
     assert spec.tdp_w is None and spec.name == "cpu-x86-64-calibrated" and spec.peak_tflops == {"fp32": 0.05}
+
+
+def test_skeleton_keeps_depth_routing_and_windows_at_near_zero_width():
+    for name in ("llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gemma-2-9b"):
+        spec = load_model(name)
+        s = skeleton(spec, tp=2)
+        assert s.layers == spec.layers and s.sliding_window == spec.sliding_window
+        assert (
+            (s.moe.experts, s.moe.experts_per_token) == (spec.moe.experts, spec.moe.experts_per_token)
+            if spec.moe
+            else s.moe is None
+        )
+        assert (s.mla is None) == (spec.mla is None)
+        assert s.params_total < spec.params_total / 1000  # near-zero width
+
+
+def test_memory_fit_names_the_max_batch_and_layers():
+    # llama-3.1-8b bf16 in 20 GB: 16.06 GB of weights + 10% reserve leave room for a few sequences of 640
+    # tokens. In 4 GB: 4 - 0.4 reserve - 2.10 embedding and LM head - 0.05 workspace = 1.45 GB, and a layer
+    # takes 0.436 GB of weights + 2.6 MB of KV: 3 layers fit.
+    spec = load_model("llama-3.1-8b")
+    fit = memory_fit(spec, "bf16", 64, 512, 128, 1, 20e9)
+    assert not fit["fits"] and 0 < fit["max_batch"] < 64 and fit["max_layers"] == spec.layers
+    assert memory_fit(spec, "bf16", fit["max_batch"], 512, 128, 1, 20e9)["fits"]
+    small = memory_fit(spec, "bf16", 1, 512, 128, 1, 4e9)
+    assert not small["fits"] and small["max_batch"] == 0 and small["max_layers"] == 3
+
+
+def _fake_pynvml(uuids: list[str], energy_mj: list[int]) -> types.ModuleType:
+    """A stand-in pynvml: GPUs by index with the given UUIDs, an H100 SXM's clocks, 700 W limit."""
+    fake = types.ModuleType("pynvml")
+    fake.NVML_CLOCK_MEM = 2
+    fake.NVMLError = type("NVMLError", (Exception,), {})
+    fake.nvmlInit = fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetCount = lambda: len(uuids)
+    fake.nvmlDeviceGetHandleByIndex = lambda index: index
+    fake.nvmlDeviceGetUUID = lambda handle: uuids[handle]
+    fake.nvmlDeviceGetName = lambda handle: f"NVIDIA H100 80GB HBM3 #{handle}"
+    fake.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(total=80 * 2**30)
+    fake.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    fake.nvmlDeviceGetMaxClockInfo = lambda handle, kind: 2619
+    fake.nvmlDeviceGetMemoryBusWidth = lambda handle: 5120
+    fake.nvmlDeviceGetEnforcedPowerLimit = lambda handle: 700_000
+    fake.nvmlDeviceGetPowerUsage = lambda handle: 350_000
+    fake.nvmlDeviceGetTotalEnergyConsumption = lambda handle: energy_mj.pop(0) if energy_mj else 0
+    return fake
+
+
+def test_nvml_finds_the_gpu_torch_uses_by_uuid(monkeypatch):
+    # CUDA_VISIBLE_DEVICES=2 makes torch's cuda:0 NVML's index 2; torch prints the UUID without "GPU-".
+    uuids = ["GPU-aaaa-0000", "GPU-bbbb-1111", "GPU-cccc-2222"]
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(uuids, energy_mj=[]))
+    info = nvml.device_info(0, uuid="cccc-2222")
+    assert info is not None and info.index == 2 and info.name.endswith("#2")
+    # 2 x 2619e6 Hz x 5120 bits / 8 = 3.352e12 B/s: the H100 SXM datasheet's 3.35 TB/s.
+    assert info.theoretical_bandwidth_bytes_per_s == pytest.approx(3.352e12, rel=1e-3)
+    notes: list[str] = []
+    assert nvml.device_info(0, notes, uuid="dddd").index == 0 and "no GPU with UUID dddd" in notes[0]
+
+
+def test_energy_meter_reads_the_counter_around_the_phase(monkeypatch):
+    # 1,000,000 mJ at start, 1,250,000 mJ at stop: 250 J in the phase, whatever the power samples say.
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(["GPU-x"], energy_mj=[1_000_000, 1_250_000]))
+    meter = nvml.EnergyMeter(uuid="x", interval_s=0.001)
+    meter.start()
+    assert meter.stop() == 250.0 and meter.method == "energy"
+    stuck = nvml.EnergyMeter(uuid="x", interval_s=0.001)  # the counter returns 0 from now on: samples x time
+    stuck.start()
+    joules = stuck.stop()
+    assert stuck.method == "samples" and joules is not None and joules > 0
+
+
+def test_nvml_missing_returns_none_with_a_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml now raises ImportError
+    notes: list[str] = []
+    assert nvml.device_info(0, notes) is None and "pynvml is not installed" in notes[0]
+    meter = nvml.EnergyMeter()
+    meter.start()
+    assert meter.stop() is None
+
+
+def test_engine_expectation_for_moe_experts_and_replicated_kv():
+    # mixtral-8x7b, top-2 of 8: at batch 4 the engine expects 8 x (1 - (6/8)^4) = 5.47 distinct experts per layer
+    spec = load_model("mixtral-8x7b")
+    r = run_report(spec, fake_loop(batch=4, experts_per_layer=5.0), datasheet=None, calibrated=None,
+                   copy_bytes_per_s=None)  # fmt: skip
+    assert r.engine_bytes["experts_per_layer"] == pytest.approx(8 * (1 - 0.75**4))
+    # llama-3.1-8b over 16 ranks: 8 KV heads, so each rank holds (and reads) one head: 1/8 of the cache
+    llama = load_model("llama-3.1-8b")
+    wide = run_report(llama, fake_loop(tp=16), datasheet=None, calibrated=None, copy_bytes_per_s=None)
+    assert wide.engine_bytes["kv_read"] == pytest.approx(576 * 131_072 / 8)
+    assert "experts_per_layer" not in wide.engine_bytes

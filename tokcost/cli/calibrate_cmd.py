@@ -1,4 +1,4 @@
-"""`tokcost calibrate`: probe this device and write a GPU spec with its measured ceilings."""
+"""`tokcost calibrate`: measure what this device's decode loop achieves and write it as a GPU spec."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
-from tokcost.cli.measure_cmd import Device, DeviceOpt, RunDtype, RunDtypeOpt
+from tokcost.cli.measure_cmd import INTERRUPTED, Device, DeviceOpt, RunDtype, RunDtypeOpt, TpOpt, check_destination
 from tokcost.cli.options import ForceOpt
-from tokcost.errors import FileExistsRefusal
+from tokcost.errors import UsageError
 from tokcost.files import write_new
+from tokcost.models.library import load_model
+
+ModelShapesOpt = Annotated[str, typer.Option("--model", "-m", help="Model whose shapes and depth the probes use.")]
 
 
 def calibrate(
@@ -23,29 +26,106 @@ def calibrate(
         Optional[str],
         typer.Option("--gpu", "-g", help="Built-in spec to start from (default: the one matching the device)."),
     ] = None,  # fmt: skip
+    model: ModelShapesOpt = "llama-3.1-8b",
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, max=100_000, help="Decode batch of the probes.")] = 1,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads.")] = None,
+    tp: TpOpt = 1,
     force: ForceOpt = False,
-) -> None:
-    """Probe bandwidth and matmul rate; write a GPU spec. Example: tokcost calibrate --out my-gpu.yaml"""
-    from tokcost.measure.calibrate import calibrated_spec, spec_yaml
-    from tokcost.measure.session import datasheet_for, device_facts, resolve_device, run_probes
-
-    if out is not None and out.exists() and not force:
-        raise FileExistsRefusal(f"{out}: already exists; pass --force to replace it, or choose another name")
-    resolved = resolve_device(device.value)
-    notes: list[str] = []
-    facts = device_facts(resolved, notes)
-    base = datasheet_for(facts, gpu, notes)
-    probes = run_probes(resolved, dtype.value, lambda msg: sys.stderr.write(f"{msg}\n"))
-    spec = calibrated_spec(facts, probes, dtype.value, base)
-    text = spec_yaml(spec)
+) -> None:  # fmt: skip
+    """Measure the loop's step overhead, stream and GEMM rates as a GPU spec. Example: tokcost calibrate -o gpu.yaml"""
+    if out is not None:
+        check_destination(out, force, "--out")
+    spec = load_model(model)
+    try:
+        text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted: calibration not finished, nothing was written\n")
+        raise typer.Exit(INTERRUPTED) from None
     if out is None:
         sys.stdout.write(text)
         return
-    write_new(out, text, force=force)
-    sys.stdout.write(
-        f"wrote {out}: {spec.name}, {fmt.rate_gb_s(spec.bandwidth_bytes_per_s)} streaming read, "
-        f"{spec.peak_tflops[dtype.value]:,.3f} TFLOP/s {dtype.value}"
-        + (f" (datasheet {base.memory_bandwidth_gb_s:,g} GB/s)" if base else "")
-        + "\n"
-        f"use it anywhere a GPU is accepted: tokcost estimate -m MODEL -g {out}\n"
-    )
+    try:
+        write_new(out, text, force=force)
+    except OSError as exc:
+        raise UsageError(f"--out: {out}: cannot be written: {exc.strerror or exc}") from None
+    sys.stdout.write(f"wrote {out}: {summary}\nuse it anywhere a GPU is accepted: tokcost estimate -m MODEL -g {out}\n")
+
+
+def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threads: int | None, tp: int):
+    """Probe, time the skeleton, and build the spec's YAML and a one-line summary."""
+    from tokcost.measure.calibrate import measured_link, skeleton, spec_from_rates, spec_yaml, step_overhead
+    from tokcost.measure.loop import measure_decode
+    from tokcost.measure.session import datasheet_for, device_facts, import_torch, resolve_device, run_probes
+
+    def say(msg: str) -> None:
+        sys.stderr.write(f"{msg}\n")
+
+    resolved = resolve_device(device)
+    torch = import_torch()
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    notes: list[str] = []
+    facts = device_facts(resolved, notes)
+    base = datasheet_for(facts, gpu, notes)
+    link = _link_probe(spec, resolved, dtype, batch, threads, tp, say) if tp > 1 else None
+    try:
+        from tokcost.measure.probes import calibrate_rates
+
+        reference = run_probes(resolved, dtype, say)
+        say(f"probe: {spec.name}'s linears at M = {batch}, and its prefill GEMMs")
+        rates = calibrate_rates(spec, resolved, dtype, batch, 512)
+        say(f"skeleton: {spec.layers} layers at near-zero width, batch {batch}")
+        overhead = measure_decode(skeleton(spec), device=resolved, dtype=dtype, batch=batch, prompt_tokens=512,
+                                  output_tokens=32, repeats=3, mode="auto", threads=threads,
+                                  flush_like=spec)  # fmt: skip
+    finally:
+        torch.set_num_threads(previous)
+    stream, compute = rates["stream"], rates["compute"]
+    step_s, how = step_overhead(overhead)
+    cache = rates["cache_bytes"]
+    provenance = {
+        "step_overhead_us": f"{spec.name}: {how}",
+        "bandwidth": f"{stream['matrices']} linears with {spec.name}'s shapes at M = {batch} "
+                     f"({stream['bytes'] / 2**20:,.0f} MiB, >= {8} x the {_size(cache)} last-level cache), "
+                     f"net of the same number of near-zero linears",
+        "peak_tflops": f"{spec.name}'s per-layer linears at M = {compute['rows']} rows (the prefill's GEMMs)",
+        "copy_bandwidth": f"device copy of {reference['copy'].size}: {reference['copy'].value / 1e9:,.1f} GB/s",
+        "gemv_bandwidth": f"GEMV {reference['stream'].size}: {reference['stream'].value / 1e9:,.1f} GB/s",
+        "square_gemm": f"{reference['matmul'].size}: {reference['matmul'].value / 1e12:,.3f} TFLOP/s",
+        "threads": str(overhead.threads) if overhead.threads else "n/a (GPU)",
+        "memory_runtime_mib": "total memory the runtime reports (torch.cuda.mem_get_info; MemTotal on a CPU)",
+    }  # fmt: skip
+    if link:
+        provenance["link"] = link["summary"]
+    calibrated = spec_from_rates(facts, dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
+                                 step_overhead_s=step_s, provenance=provenance, base=base,
+                                 link=measured_link(link, base) if link else None)  # fmt: skip
+    summary = (f"{calibrated.name}, {fmt.rate_gb_s(calibrated.bandwidth_bytes_per_s)} loop stream, "
+               f"{calibrated.peak_tflops[dtype]:,.3f} TFLOP/s {dtype}, step overhead "
+               f"{calibrated.achievable.step_overhead_us:,.1f} us"
+               + (f", link {calibrated.link.gb_s:,.2f} GB/s + {calibrated.link.latency_us:,.1f} us"
+                  if link and calibrated.link else "")
+               + (f" (datasheet {base.memory_bandwidth_gb_s:,g} GB/s)" if base else ""))  # fmt: skip
+    return spec_yaml(calibrated), summary
+
+
+def _link_probe(spec, device: str, dtype: str, batch: int, threads: int | None, tp: int, say) -> dict:
+    """The all-reduce probe over `tp` spawned ranks."""
+    from tokcost.errors import MeasureError
+    from tokcost.measure.parallel import TpJob, run_ranks
+
+    say(f"probe: all-reduce over {tp} ranks")
+    got: dict = {}
+
+    def take(kind: str, payload) -> None:
+        if kind in ("oom", "error"):
+            raise MeasureError(payload)
+        got[kind] = payload
+
+    run_ranks(TpJob(spec, device, dtype, [batch], 1, 2, 1, "eager", threads, probe_only=True), tp, take)
+    return got["link"]
+
+
+def _size(nbytes: int | None) -> str:
+    return "unknown" if nbytes is None else f"{nbytes / 2**20:,.0f} MiB"

@@ -1,11 +1,20 @@
-"""`tokcost measure`: run a real decode loop and compare it with the predicted ceilings."""
+"""`tokcost measure`: run a real decode loop and compare it with the predictions.
+
+The --save destination is checked before any work; each finished batch is written to it at once
+(atomically), so an out-of-memory stop, Ctrl-C or a kill keeps what finished. Ctrl-C exits 130 with
+one line on stderr; a failed batch exits 2 with one line; neither ever exits 0.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -15,6 +24,8 @@ from tokcost.cli.options import ForceOpt, ModelOpt, TableFormat, TableFormatOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.errors import FileExistsRefusal, UsageError
 from tokcost.models.library import load_model
+
+INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
 class Device(str, Enum):
@@ -26,11 +37,12 @@ class Device(str, Enum):
 
 
 class Mode(str, Enum):
-    """How the decode step runs on CUDA."""
+    """How the decode step runs: auto = compile on CUDA, eager on the CPU."""
 
+    auto = "auto"
+    compile = "compile"
     graph = "graph"
     eager = "eager"
-    compile = "compile"
 
 
 class RunDtype(str, Enum):
@@ -43,6 +55,57 @@ class RunDtype(str, Enum):
 
 DeviceOpt = Annotated[Device, typer.Option("--device", help="auto picks CUDA when torch sees a GPU.")]
 RunDtypeOpt = Annotated[RunDtype, typer.Option("--dtype", help="Weights, KV cache and compute dtype.")]
+ModeOpt = Annotated[Mode, typer.Option("--mode", help="compile (fused, CUDA default), graph (CUDA graphs) or eager.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads (per rank).")]
+SaveOpt = Annotated[Optional[Path], typer.Option("--save", help="Also write the JSON report here (after each batch).")]
+TpOpt = Annotated[int, typer.Option("--tp", min=1, max=64, help="Tensor-parallel ranks (NCCL on CUDA, gloo on CPU).")]
+
+
+def check_destination(path: Path, force: bool, flag: str) -> None:
+    """Refuse, before any work, a destination that cannot be written: exists, folder missing, read-only."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"{flag}: {path}: is a directory; give a file name")
+        if path.exists() or path.is_symlink():
+            if not force:
+                raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name")
+            if not path.is_file():
+                raise UsageError(f"{flag}: {path}: is not a regular file (a device, pipe, socket or broken link)")
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise UsageError(f"{flag}: {path}: folder {folder} does not exist")
+        fd, probe = tempfile.mkstemp(prefix=".tokcost-", suffix=".check", dir=folder)  # can we create a file there?
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"{flag}: {path}: cannot be written: {exc.strerror or exc}") from None
+
+
+class Saver:
+    """Writes the report to --save after every finished batch; remembers a failure instead of raising."""
+
+    def __init__(self, path: Path | None, force: bool, header: dict[str, Any]) -> None:
+        self.path, self.force, self.header = path, force, header
+        self.written = 0  # runs in the file
+        self.error: str | None = None
+
+    def __call__(self, outcome) -> None:
+        if self.path is None or self.error or not outcome.runs:
+            return
+        from tokcost.cli.render import json_text
+        from tokcost.files import write_new
+
+        try:
+            write_new(self.path, json_text({**self.header, **outcome.as_dict()}), force=self.force or self.written > 0)
+            self.written = len(outcome.runs)
+        except (OSError, FileExistsRefusal) as exc:
+            self.error = f"{self.path}: not saved: {getattr(exc, 'strerror', None) or exc}"
+
+    def where(self) -> str:
+        """Where the finished runs are, for the closing line."""
+        if self.error:
+            return self.error
+        return f"saved in {self.path}" if self.written else "nothing was saved"
 
 
 def measure(
@@ -57,13 +120,14 @@ def measure(
     output: Annotated[int, typer.Option("--output", "-o", min=2, max=1_000_000, help="Output tokens (>= 2).")] = 128,
     dtype: RunDtypeOpt = RunDtype.bf16,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=1000, help="Timed repeats (median).")] = 5,
-    mode: Annotated[Mode, typer.Option("--mode", help="graph (CUDA graph), eager or compile.")] = Mode.graph,
+    mode: ModeOpt = Mode.auto,
     layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Keep only the first N layers.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, max=1024, help="CPU threads.")] = None,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Also write the JSON report here.")] = None,
+    threads: ThreadsOpt = None,
+    tp: TpOpt = 1,
+    save: SaveOpt = None,
     force: ForceOpt = False,
     format: TableFormatOpt = TableFormat.table,
-) -> None:
+) -> None:  # fmt: skip
     """Time a real decode loop vs predictions. Example: tokcost measure -m llama-3.2-1b --layers 2 --device cpu"""
     from tokcost.measure.session import measure as run_measure
 
@@ -72,71 +136,138 @@ def measure(
         if layers > spec.layers:
             raise UsageError(f"--layers: {spec.name} has {spec.layers} layers; give 1..{spec.layers}")
         spec = spec.truncated(layers)
-    if save is not None and save.exists() and not force:
-        raise FileExistsRefusal(f"{save}: already exists; pass --force to replace it, or choose another name")
     batches = int_list(batch, "--batch", 1, 100_000)
+    if save is not None:
+        check_destination(save, force, "--save")
+    saver = Saver(save, force, {"model": spec.name, "layers": spec.layers})
+    try:
+        with _progress() as progress:
+            outcome = run_measure(
+                spec, device=device.value, dtype=dtype.value, batches=batches, prompt_tokens=prompt,
+                output_tokens=output, repeats=repeats, mode=mode.value, threads=threads, gpu=gpu, tp=tp,
+                progress=progress, on_update=saver,
+            )  # fmt: skip
+    except KeyboardInterrupt:  # before the session could catch it (loading, the memory check)
+        sys.stderr.write("interrupted before the first batch finished: nothing was saved\n")
+        raise typer.Exit(INTERRUPTED) from None
+    from tokcost.measure.parallel import torchrun_rank
+
+    if (torchrun_rank() or (0, 1))[0] != 0:
+        return  # under torchrun, rank 0 reports
+    saver(outcome)  # the final state (stopped, notes) of a run that already saved its batches
+    if format == TableFormat.json:
+        print_json({"model": spec.name, "layers": spec.layers, **outcome.as_dict()})
+    elif outcome.runs or not outcome.stopped:
+        print_tables(measure_tables(spec.name, outcome), format.value)
+    _finish(outcome, saver)
+
+
+def _finish(outcome, saver: Saver) -> None:
+    """One closing line on stderr and the exit code: 0 complete, 130 interrupted, 2 stopped by an error."""
+    if outcome.stopped is None:
+        if saver.error:
+            sys.stderr.write(f"error: {saver.error}\n")
+            raise typer.Exit(2)
+        return
+    n = len(outcome.runs)
+    kept = f"kept {n} finished batch{'es' if n != 1 else ''} ({saver.where()})" if n else "no batch finished"
+    if outcome.stopped["kind"] == "interrupted":
+        sys.stderr.write(f"{outcome.stopped['message']}: {kept}\n")
+        raise typer.Exit(INTERRUPTED)
+    sys.stderr.write(f"error: {outcome.stopped['message']}; {kept}\n")
+    raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Callable[[str], None]]:
+    """A transient spinner on a terminal's stderr; nothing at all when stderr is a file or a pipe."""
+    if not sys.stderr.isatty():
+        yield lambda _msg: None
+        return
+    from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  transient=True, console=_stderr_console()) as bar:  # fmt: skip
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
+                  console=Console(file=sys.stderr)) as bar:  # fmt: skip
         task = bar.add_task("starting", total=None)
-        outcome = run_measure(
-            spec, device=device.value, dtype=dtype.value, batches=batches, prompt_tokens=prompt,
-            output_tokens=output, repeats=repeats, mode=mode.value, threads=threads, gpu=gpu,
-            progress=lambda msg: bar.update(task, description=msg),
-        )  # fmt: skip
-    data = {"model": spec.name, "layers": spec.layers, **outcome.as_dict()}
-    if save is not None:
-        from tokcost.cli.render import json_text
-        from tokcost.files import write_new
-
-        write_new(save, json_text(data), force=force)
-    if format == TableFormat.json:
-        print_json(data)
-    else:
-        print_tables(measure_tables(spec.name, outcome), format.value)
-    if outcome.stopped:
-        sys.stderr.write(f"stopped early: {outcome.stopped}\n")
-
-
-def _stderr_console():
-    from rich.console import Console
-
-    return Console(file=sys.stderr)
+        yield lambda msg: bar.update(task, description=msg)
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"
 
 
-def _err(x: float | None) -> str:
+def _err(x: float | None, noisy: bool) -> str:
+    if noisy:
+        return "noisy"
     return "n/a" if x is None else f"{x:+.0%}"
 
 
+def _pred(p, noisy: bool) -> str:
+    return f"{fmt.ms(p.tpot_s)} ({_err(p.tpot_error, noisy)})" if p else "n/a"
+
+
 def measure_tables(model: str, outcome) -> list[Table]:
-    """Measured vs predicted per batch, the probes, and notes."""
+    """Measured vs predicted per batch, bytes the loop read vs the engine's, TP terms, probes, notes."""
     d = outcome.device
     runs = Table(
         f"{model} measured on {d['name']} ({d['kind']}, {d['dtype']}, mode {d['mode']}"
-        + (f", {d['threads']} threads" if d.get("threads") else "") + ")",
-        ["batch", "TTFT", "TPOT", "tokens/s", "TPOT datasheet (err)", "TPOT calibrated (err)", "TTFT calibrated (err)",
-         "MBU", "MBU vs copy", "MFU prefill", "J/token"],
+        + (f", {d['threads']} threads" if d.get("threads") else "") + (f", TP {d['tp']}" if d.get("tp", 1) > 1 else "")
+        + ")",
+        ["batch", "TTFT", "TPOT median [IQR]", "step CV", "tokens/s", "TPOT datasheet (err)", "TPOT expected (err)",
+         "TPOT calibrated (err)", "MBU", "MFU prefill", "J/token"],
     )  # fmt: skip
+    reads = Table("Bytes per decode step: what the loop read vs what the engine expects (per device)",
+                  ["batch", "weights (loop)", "weights (engine)", "KV read (loop)", "KV read (engine)",
+                   "experts/layer (engine)", "step overhead", "loop stream rate"])  # fmt: skip
+    terms = Table("Tensor-parallel decode step by term (calibrated prediction vs measured)",
+                  ["batch", "weights", "attention", "communication", "overhead", "all-reduce measured",
+                   "all-reduce share", "rest predicted", "rest measured"])  # fmt: skip
     for r in outcome.runs:
-        ds, cal = r.datasheet, r.calibrated
+        lp, noisy = r.loop, r.noisy
         runs.rows.append([
-            f"{r.batch:,}", fmt.ms(r.ttft_s), fmt.ms(r.tpot_s), f"{r.decode_tokens_per_s:,.1f}",
-            f"{fmt.ms(ds.tpot_s)} ({_err(ds.tpot_error)})" if ds else "n/a",
-            f"{fmt.ms(cal.tpot_s)} ({_err(cal.tpot_error)})" if cal else "n/a",
-            f"{fmt.ms(cal.ttft_s)} ({_err(cal.ttft_error)})" if cal else "n/a",
-            _pct(r.mbu), _pct(r.mbu_vs_copy), _pct(r.mfu_prefill), fmt.joules(r.joules_per_output_token),
+            f"{lp.batch:,}", fmt.ms(lp.ttft_s), f"{fmt.ms(lp.tpot_s)} [{fmt.ms(lp.tpot.iqr)}]", f"{lp.step.cv:.1%}",
+            f"{lp.decode_tokens_per_s:,.1f}", _pred(r.datasheet, noisy), _pred(r.datasheet_expected, noisy),
+            _pred(r.calibrated, noisy), _pct(r.mbu), _pct(r.mfu_prefill), fmt.joules(lp.joules_per_output_token),
         ])  # fmt: skip
+        cal = r.calibration
+        reads.rows.append([
+            f"{lp.batch:,}", fmt.gb(lp.weight_read_bytes), fmt.gb(r.engine_bytes["weights"]), fmt.gb(lp.kv_read_bytes),
+            fmt.gb(r.engine_bytes["kv_read"]),
+            "n/a" if lp.experts_per_layer is None
+            else f"{lp.experts_per_layer:.2f} ({r.engine_bytes['experts_per_layer']:.2f})",
+            fmt.ms(cal["step_overhead_s"]) if cal else "n/a",
+            fmt.rate_gb_s(cal["stream_bytes_per_s"]) if cal else "n/a",
+        ])  # fmt: skip
+        if lp.tp > 1 and r.calibrated:
+            t, c = r.calibrated.terms, lp.collective_s_per_step
+            terms.rows.append([
+                f"{lp.batch:,}", fmt.ms(t["weights"]), fmt.ms(t["attention"]), fmt.ms(t["communication"]),
+                fmt.ms(t["overhead"]), fmt.ms(c["all_reduce"]) if c else "n/a",
+                _pct(c["all_reduce"] / lp.tpot_s) if c else "n/a",
+                fmt.ms(t["weights"] + t["attention"] + t["overhead"]),
+                fmt.ms(lp.tpot_s - sum(c.values())) if c else "n/a",
+            ])  # fmt: skip
+    runs.notes = [
+        "err = (predicted - measured) / measured; 'noisy' where the step times' CV exceeds 10% (no error printed). "
+        "MBU = bytes the loop read per step / TPOT / datasheet bandwidth."
+    ] + [f"note: {n}" for n in outcome.notes]
+    tables = [runs, reads]
+    if terms.rows:
+        terms.notes = [
+            "all-reduce measured: wall time inside the loop's all-reduce calls per step (eager CPU runs); "
+            "rest measured: TPOT less all collectives (the argmax all-gathers the engine does not price)."
+        ]
+        tables.append(terms)
     p = outcome.probes
-    probes = Table("Probes (ceilings measured on this device)", ["probe", "rate", "size"], [
-        ["copy (read + write)", fmt.rate_gb_s(p["copy"].value), p["copy"].size],
-        ["streaming read (GEMV)", fmt.rate_gb_s(p["stream"].value), p["stream"].size],
-        ["matmul", fmt.rate_tflops(p["matmul"].value), p["matmul"].size],
-    ])  # fmt: skip
-    runs.notes = ["MBU = bytes per decode step (weights + KV read and written) / TPOT / datasheet bandwidth; "
-                  "err = (predicted - measured) / measured."] + [f"note: {n}" for n in outcome.notes]  # fmt: skip
-    return [runs, probes]
+    if p:
+        tables.append(Table("Probes (ceilings measured on this device)", ["probe", "rate", "size"], [
+            ["copy (read + write)", fmt.rate_gb_s(p["copy"].value), p["copy"].size],
+            ["streaming read (GEMV)", fmt.rate_gb_s(p["stream"].value), p["stream"].size],
+            ["matmul", fmt.rate_tflops(p["matmul"].value), p["matmul"].size],
+        ]))  # fmt: skip
+    if outcome.link:
+        link = outcome.link
+        rows = [[f"{r['bytes']:,}", fmt.ms(r["seconds"]), f"{r['bus_gb_s']:,.3f}"] for r in link["sizes"]]
+        tables.append(Table(f"All-reduce probe: {link['summary']}", ["bytes", "time", "bus GB/s"], rows))
+    return tables

@@ -73,13 +73,35 @@ def theoretical_bandwidth_bytes_per_s(max_memory_clock_hz: float, bus_width_bits
     return 2 * max_memory_clock_hz * bus_width_bits / 8
 
 
-def device_info(index: int = 0, notes: list[str] | None = None) -> NvmlInfo | None:
-    """NVML's view of GPU `index`, or None (reason appended to notes) without NVML or that GPU."""
+def _uuid_key(uuid: str) -> str:
+    """A UUID as NVML ("GPU-1a2b...") or torch ("1a2b...") writes it, reduced to its hex digits."""
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        text = text.removeprefix(prefix)
+    return text.replace("-", "")
+
+
+def find_handle(nvml: ModuleType, uuid: str | None, index: int, notes: list[str] | None) -> tuple[Any, int]:
+    """The NVML handle of the GPU torch uses, found by UUID (CUDA_VISIBLE_DEVICES and CUDA's own ordering
+    make torch's index differ from NVML's); by index, with a note, when no UUID is known or none matches."""
+    if uuid:
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            if _uuid_key(_text(nvml.nvmlDeviceGetUUID(handle))) == _uuid_key(uuid):
+                return handle, i
+        _note(notes, f"NVML lists no GPU with UUID {uuid}; using NVML index {index}")
+    else:
+        _note(notes, f"no device UUID from torch; using NVML index {index}")
+    return nvml.nvmlDeviceGetHandleByIndex(index), index
+
+
+def device_info(index: int = 0, notes: list[str] | None = None, uuid: str | None = None) -> NvmlInfo | None:
+    """NVML's view of the GPU with `uuid` (else NVML index `index`), or None (reason in notes)."""
     nvml = _nvml(notes)
     if nvml is None:
         return None
     try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        handle, index = find_handle(nvml, uuid, index, notes)
         name = _text(nvml.nvmlDeviceGetName(handle))
         memory_total = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
         driver = _text(nvml.nvmlSystemGetDriverVersion())
@@ -107,16 +129,17 @@ def device_info(index: int = 0, notes: list[str] | None = None) -> NvmlInfo | No
     )
 
 
-class PowerSampler:
-    """Average board power between start() and stop(), sampled by a background thread.
+class EnergyMeter:
+    """Energy one GPU used between start() and stop(), for the decode phase only.
 
-    Prefers the total-energy counter (Volta and later: millijoules since driver load), whose
-    difference over the wall time is the exact mean; otherwise the mean of power readings
-    (NVML's own reading is itself averaged over about a second on recent GPUs).
+    The total-energy counter (Volta and later: millijoules since driver load) read at both ends gives
+    the exact energy; where it is missing, power readings sampled by a thread during the phase, times
+    its wall time (NVML's reading is itself averaged over about a second on recent GPUs). The GPU is
+    found by UUID, the one torch uses.
     """
 
-    def __init__(self, index: int = 0, interval_s: float = 0.05) -> None:
-        self.index, self.interval_s = index, interval_s
+    def __init__(self, uuid: str | None = None, index: int = 0, interval_s: float = 0.05) -> None:
+        self.uuid, self.index, self.interval_s = uuid, index, interval_s
         self.notes: list[str] = []
         self.method: str | None = None  # "energy" or "samples" once stop() returned a value
         self._nvml: ModuleType | None = None
@@ -128,14 +151,14 @@ class PowerSampler:
         self._t0 = 0.0
 
     def start(self) -> None:
-        """Begin sampling; does nothing (and stop() returns None) without NVML."""
+        """Begin a phase; does nothing (and stop() returns None) without NVML."""
         self._nvml, self._samples_w = _nvml(self.notes), []
         if self._nvml is None:
             return
         try:
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.index)
+            self._handle, _ = find_handle(self._nvml, self.uuid, self.index, self.notes)
         except self._nvml.NVMLError as exc:
-            self.notes.append(f"NVML has no GPU {self.index}: {exc}")
+            self.notes.append(f"NVML has no GPU {self.uuid or self.index}: {exc}")
             self._shutdown()
             return
         self._energy_mj = _optional(self._nvml, "nvmlDeviceGetTotalEnergyConsumption", self._handle)
@@ -153,21 +176,21 @@ class PowerSampler:
                 return
 
     def stop(self) -> float | None:
-        """Mean watts since start(), or None when nothing could be read."""
+        """Joules used since start(), or None when nothing could be read."""
         if self._nvml is None or self._thread is None:
             return None
+        energy_mj = _optional(self._nvml, "nvmlDeviceGetTotalEnergyConsumption", self._handle)
+        elapsed_s = time.perf_counter() - self._t0
         self._stop.set()
         self._thread.join()
         self._thread = None
-        elapsed_s = time.perf_counter() - self._t0
-        energy_mj = _optional(self._nvml, "nvmlDeviceGetTotalEnergyConsumption", self._handle)
         self._shutdown()
-        if self._energy_mj is not None and energy_mj is not None and elapsed_s > 0 and energy_mj > self._energy_mj:
+        if self._energy_mj is not None and energy_mj is not None and energy_mj > self._energy_mj:
             self.method = "energy"
-            return (energy_mj - self._energy_mj) / 1e3 / elapsed_s
+            return (energy_mj - self._energy_mj) / 1e3
         if self._samples_w:
             self.method = "samples"
-            return sum(self._samples_w) / len(self._samples_w)
+            return sum(self._samples_w) / len(self._samples_w) * elapsed_s
         self.notes.append("NVML returned no power reading")
         return None
 

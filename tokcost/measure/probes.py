@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -18,6 +17,7 @@ from typing import Literal
 import torch
 
 from tokcost.errors import MeasureError
+from tokcost.measure import clock
 
 _DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _MIB = 2**20
@@ -83,9 +83,9 @@ def _median_seconds(dev: torch.device, fn: Callable[[], object], repeats: int, w
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)  # milliseconds to seconds
         else:
-            t0 = time.perf_counter()
+            t0 = clock.now()
             fn()
-            times.append(time.perf_counter() - t0)
+            times.append(clock.now() - t0)
     if not all(math.isfinite(t) and t > 0 for t in times):
         raise MeasureError(f"the timer returned a non-positive time: {times}")
     return times
@@ -170,3 +170,107 @@ def probe_matmul(
     c = torch.empty(n, n, dtype=tdtype, device=dev)
     times = _median_seconds(dev, lambda: torch.mm(a, b, out=c), repeats or _REPEATS[dev.type])
     return _result("matmul", "flops_per_s", 2 * n**3, f"{n} x {n} x {n} GEMM", dev, dtype, times)
+
+
+# ---- the loop's own matmuls (calibration that predicts the loop) ------------------------------------
+
+_TINY = 16  # width of the near-zero linears whose time is the per-call cost, subtracted from the real ones
+_PREFILL_FLOPS_CAP = {"cuda": 1e15, "cpu": 2e10}  # FLOPs per timed prefill GEMM pass (rows capped on a CPU)
+
+
+def last_level_cache_bytes(device: torch.device | str) -> int | None:
+    """The L2 of a GPU, or the largest CPU cache sysfs lists (the L3 on servers); None when unknown."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.get_device_properties(dev).L2_cache_size)
+    from tokcost.measure.flush import cpu_cache_bytes
+
+    sizes = cpu_cache_bytes()
+    return max(sizes.values()) if sizes else None
+
+
+def _linears_seconds(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> list[float]:
+    """Seconds per pass of F.linear(x [rows, 1, in], W) over `weights`, shaped as the decode step calls them."""
+    inputs = {w.shape[1]: torch.ones(rows, 1, w.shape[1], dtype=w.dtype, device=dev) for w in weights}
+
+    def one_pass() -> None:
+        for w in weights:
+            torch.nn.functional.linear(inputs[w.shape[1]], w)
+
+    return _median_seconds(dev, one_pass, repeats, warmup=1)
+
+
+def linear_stream_rate(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> dict:
+    """Bytes/s of the weight stream at M = rows: (real pass - same number of near-zero linears) / bytes."""
+    nbytes = sum(w.numel() * w.element_size() for w in weights)
+    real = statistics.median(_linears_seconds(dev, weights, rows, repeats))
+    tiny_w = torch.zeros(_TINY, _TINY, dtype=weights[0].dtype, device=dev)
+    tiny = statistics.median(_linears_seconds(dev, [tiny_w] * len(weights), rows, repeats))
+    net = real - tiny if real - tiny > 0.1 * real else real  # the call cost is in the skeleton's step time
+    return {"bytes_per_s": nbytes / net, "bytes": nbytes, "seconds": real, "call_seconds": tiny,
+            "matrices": len(weights), "rows": rows}  # fmt: skip
+
+
+def linear_compute_rate(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> dict:
+    """FLOP/s of the prefill's GEMMs: 2 x rows x weight elements per pass / time."""
+    params = sum(w.numel() for w in weights)
+    rows = min(rows, max(256, int(_PREFILL_FLOPS_CAP[dev.type] / (2 * params))))  # >= 256: a GEMM, not a GEMV
+    seconds = statistics.median(_linears_seconds(dev, weights, rows, repeats))
+    return {"flops_per_s": 2 * rows * params / seconds, "rows": rows, "seconds": seconds, "matrices": len(weights)}
+
+
+def decode_matrices(model, experts_per_layer: float | None) -> list[torch.Tensor]:
+    """The weight matrices one decode step multiplies by, in order (routed experts: the distinct ones read)."""
+    from tokcost.measure.moe import Experts
+
+    out: list[torch.Tensor] = []
+    for block in model.layers:
+        out += [m.weight for m in block.attention.modules() if isinstance(m, torch.nn.Linear)]
+        mlp = block.mlp
+        out += [m.weight for m in mlp.modules() if isinstance(m, torch.nn.Linear)]
+        if isinstance(mlp, Experts):
+            touched = round(experts_per_layer) if experts_per_layer is not None else mlp.n_experts
+            out += [w[e] for e in range(touched) for w in (mlp.w_gate, mlp.w_up, mlp.w_down)]
+    return [*out, model.output.weight]
+
+
+def loop_rates(model, batch: int, prompt_tokens: int, experts_per_layer: float | None, repeats: int = 5) -> dict:
+    """The built model's own linears: weight-stream bytes/s at M = batch, GEMM FLOP/s at the prefill's rows."""
+    dev = model.output.weight.device
+    stream = linear_stream_rate(dev, decode_matrices(model, experts_per_layer), batch, repeats)
+    block = [m.weight for m in model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
+    compute = linear_compute_rate(dev, block, batch * prompt_tokens, max(3, repeats // 2))
+    return {"stream": stream, "compute": compute}
+
+
+_WORKING_SET_FLOOR = {"cuda": 2 * _GIB, "cpu": 256 * _MIB}  # a probe pass long enough to time well
+_CACHE_MULTIPLE = 8  # the working set is at least this many last-level caches
+
+
+def layer_matrices(spec, device: torch.device, dtype: torch.dtype, min_bytes: int | None) -> list[torch.Tensor]:
+    """The spec's per-layer weight matrices (the loop's linear shapes): one layer, or repeated to min_bytes."""
+    from tokcost.measure.model import Decoder
+
+    with torch.device("meta"):
+        layer = Decoder(spec.truncated(1)).layers[0]
+    shapes = [tuple(p.shape[-2:]) for p in layer.parameters() if p.dim() >= 2
+              for _ in range(p.shape[0] if p.dim() == 3 else 1)]  # fmt: skip
+    out, total = [], 0
+    while (total < min_bytes) if min_bytes is not None else len(out) < len(shapes):
+        rows, cols = shapes[len(out) % len(shapes)]
+        out.append(torch.empty(rows, cols, dtype=dtype, device=device).uniform_(-0.02, 0.02))
+        total += rows * cols * dtype.itemsize
+    return out
+
+
+def calibrate_rates(spec, device: str, dtype: str, batch: int, prompt_tokens: int, repeats: int | None = None) -> dict:
+    """The loop's stream rate over a working set of >= 8 last-level caches, and its prefill GEMM rate."""
+    dev, tdtype = _setup(device, dtype)
+    cache = last_level_cache_bytes(dev)
+    working = max(_CACHE_MULTIPLE * (cache or 0), _WORKING_SET_FLOOR[dev.type])
+    with torch.inference_mode():
+        stream = linear_stream_rate(
+            dev, layer_matrices(spec, dev, tdtype, working), batch, repeats or _REPEATS[dev.type]
+        )
+        compute = linear_compute_rate(dev, layer_matrices(spec, dev, tdtype, None), batch * prompt_tokens, 3)
+    return {"stream": stream, "compute": compute, "cache_bytes": cache, "working_set_bytes": working}

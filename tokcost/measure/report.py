@@ -1,143 +1,190 @@
-"""Measured vs predicted: the engine priced with datasheet and calibrated peaks against a real decode loop.
+"""Measured vs predicted: the engine priced on the loop's own steps, against what the loop measured.
 
-No torch here: this module takes plain results (LoopResult, ProbeResult) and specs. MBU follows the
-Databricks definition (achieved bytes/s over peak bandwidth), with bytes per step counted exactly as the
-engine's decode step (weights, plus the KV cache the loop attends over). MFU: prefill FLOPs / TTFT / peak.
+The only module of tokcost.measure that calls the engine (step_cost for a pass, estimate for memory,
+the expected distinct experts),
+so the engine can change behind it. No torch here: it takes plain results (LoopResult) and specs.
+- Predictions price the loop's own passes: prefill is Segment(B, 0, P); each decode step is
+  Segment(B, c, 1) at the slots c that step really read (a bucketed step reads its bucket), averaged
+  over the steps. "datasheet" is the ceiling, "datasheet expected" its achievable fractions, and
+  "calibrated" the spec measured for this loop (step overhead and the loop's own stream rate).
+- MBU (Databricks' definition: achieved bytes/s over peak bandwidth) uses the bytes the loop read,
+  counted from the built model; the engine's expectation is shown next to them.
+- An error is (predicted - measured) / measured, and None when the step times vary by more than
+  NOISY_CV: a noisy machine gets no error figure.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokcost.engine.estimate import decode_step
-from tokcost.engine.roofline import Rates, ceiling_rates, expected_rates, price_pass
-from tokcost.engine.traffic import decode_counts, prefill_counts
-from tokcost.engine.workload import Workload, resolve_precision
-from tokcost.hardware.spec import GpuSpec
+from tokcost.engine.estimate import estimate
+from tokcost.engine.step import Segment, step_cost
+from tokcost.engine.traffic import expected_distinct_experts
+from tokcost.engine.workload import Workload
+from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.units import MIB
+
+TERMS = ("weights", "attention", "communication", "overhead")
+
+
+def _counting_gpu(dtype: str, memory_bytes: float = 1e9) -> GpuSpec:
+    """A spec with unit rates, for the engine's counts (bytes, FLOPs, memory) rather than its times."""
+    return GpuSpec(name="counts", source="unit rates: counts only", memory_gb=max(memory_bytes / 1e9, 0.1),
+                   memory_runtime_mib=max(memory_bytes / MIB, 100), memory_bandwidth_gb_s=1, peak_tflops={dtype: 1},
+                   link=Link(kind="counts", gb_s=1, latency_us=0, source="unit rates: counts only"))  # fmt: skip
+
+
+def workload_of(dtype: str, batch: int, prompt: int, output: int, tp: int = 1) -> Workload:
+    """The engine workload that describes one measured run (every tensor in the run's dtype)."""
+    return Workload(batch=batch, prompt_tokens=prompt, output_tokens=output, gpus=tp, weights_dtype=dtype,
+                    kv_dtype=dtype, compute_dtype=dtype)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """TTFT and TPOT one set of rates predicts for the measured loop, and their error against it."""
+    """TTFT and TPOT one spec predicts for the loop's own passes, per term, and the errors."""
 
     ttft_s: float
     tpot_s: float
-    ttft_error: float  # (predicted - measured) / measured
-    tpot_error: float
+    terms: dict[str, float]  # mean decode step by term: weights, attention, communication, overhead
+    ttft_error: float | None  # (predicted - measured) / measured; None when too noisy
+    tpot_error: float | None
+
+
+def _mean_step(spec: ModelSpec, gpu: GpuSpec, wl: Workload, scenario: str, contexts: list[int]) -> dict[str, float]:
+    """The engine's decode step averaged over the loop's steps, by term."""
+    totals = dict.fromkeys(TERMS, 0.0)
+    for context, n in Counter(contexts).items():
+        cost = step_cost(spec, gpu, wl, segments=[Segment(wl.batch, context, 1)], scenario=scenario)  # type: ignore[arg-type]
+        for c in cost.components:
+            totals[c.name] = totals.get(c.name, 0.0) + n * c.seconds
+        totals["overhead"] += n * cost.overhead_s
+    return {k: v / len(contexts) for k, v in totals.items()}
+
+
+def predict(spec: ModelSpec, gpu: GpuSpec, scenario: str, loop: Any, noisy: bool) -> Prediction | None:
+    """What `gpu` under `scenario` predicts for the loop's prefill and decode steps."""
+    if gpu.peak_flops_per_s(loop.dtype) is None:
+        return None
+    wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens, loop.tp)
+    prefill = step_cost(spec, gpu, wl, segments=[Segment(loop.batch, 0, loop.prompt_tokens)], scenario=scenario)  # type: ignore[arg-type]
+    terms = _mean_step(spec, gpu, wl, scenario, loop.decode_contexts)
+    tpot = sum(terms.values())
+    return Prediction(
+        ttft_s=prefill.seconds,
+        tpot_s=tpot,
+        terms=terms,
+        ttft_error=None if loop.ttft.noisy else prefill.seconds / loop.ttft_s - 1,
+        tpot_error=None if noisy else tpot / loop.tpot_s - 1,
+    )
+
+
+def engine_bytes(spec: ModelSpec, loop: Any) -> dict[str, float]:
+    """Bytes per decode step (per GPU) the engine expects at the loop's contexts: weights and KV read."""
+    wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens, loop.tp)
+    ref = _counting_gpu(loop.dtype)
+    weights = kv = 0.0
+    for context, n in Counter(loop.decode_contexts).items():
+        cost = step_cost(spec, ref, wl, segments=[Segment(loop.batch, context, 1)], scenario="ceiling")
+        weights += n * cost.part("weights").bytes
+        kv += n * cost.part("attention").bytes
+    steps = len(loop.decode_contexts)
+    # the attention part holds KV read + written; with nothing cached it is the write alone (the loop counts reads)
+    kv_write = step_cost(spec, ref, wl, segments=[Segment(loop.batch, 0, 1)], scenario="ceiling").part("attention")
+    out = {"weights": weights / steps, "kv_read": kv / steps - kv_write.bytes}
+    if spec.moe:  # distinct experts a step touches under uniform routing: E x (1 - (1 - k/E)^B)
+        out["experts_per_layer"] = expected_distinct_experts(spec.moe.experts, spec.moe.experts_per_token, loop.batch)
+    return out
+
+
+def memory_fit(spec: ModelSpec, dtype: str, batch: int, prompt: int, output: int, tp: int,
+               free_bytes: float) -> dict[str, Any]:  # fmt: skip
+    """Whether the engine's memory report (weights, KV, workspace, 10% reserve) fits in `free_bytes` per device."""
+    gpu = _counting_gpu(dtype, free_bytes)
+    report = estimate(spec, gpu, workload_of(dtype, batch, prompt, output, tp)).memory
+
+    def fits_at_batch_1(layers: int) -> bool:
+        return estimate(spec.truncated(layers), gpu, workload_of(dtype, 1, prompt, output, tp)).memory.fits
+
+    layers = next((n for n in range(spec.layers, 0, -1) if fits_at_batch_1(n)), 0)
+    return {"fits": report.fits, "need_bytes": report.total_bytes / tp, "max_batch": report.max_batch,
+            "max_layers": layers}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RunReport:
-    """One batch size: what was measured and what each spec predicted."""
+    """One batch size: what was measured, what the loop read, and what each spec predicted."""
 
-    batch: int
-    prompt_tokens: int
-    output_tokens: int
-    context_tokens: int
-    ttft_s: float
-    tpot_s: float
-    decode_tokens_per_s: float
-    bytes_per_step: float
+    loop: Any  # LoopResult
+    bytes_per_step: float  # what the loop read per step (weights + KV, this rank)
+    engine_bytes: dict[str, float]
     prefill_flops: float
     mbu: float | None  # vs datasheet bandwidth
     mbu_vs_copy: float | None  # vs the measured copy bandwidth
     mfu_prefill: float | None  # vs datasheet peak FLOP/s
-    joules_per_output_token: float | None
+    noisy: bool
     datasheet: Prediction | None
     datasheet_expected: Prediction | None
     calibrated: Prediction | None
-    ttft_s_all: list[float] = field(default_factory=list)
-    tpot_s_all: list[float] = field(default_factory=list)
+    calibration: dict[str, Any] = field(default_factory=dict)
 
 
-def workload_of(dtype: str, batch: int, prompt: int, output: int) -> Workload:
-    """The engine workload that describes one measured run (every tensor in the run's dtype)."""
-    return Workload(batch=batch, prompt_tokens=prompt, output_tokens=output, weights_dtype=dtype, kv_dtype=dtype,
-                    compute_dtype=dtype)  # fmt: skip
-
-
-def _predict(spec: ModelSpec, wl: Workload, rates: Rates, context: int, ttft_s: float, tpot_s: float) -> Prediction:
-    p = resolve_precision(spec, wl)
-    prefill = price_pass(prefill_counts(spec, p, wl.batch, wl.prompt_tokens, 0, 1), 1, rates)
-    # the loop's static cache is attended in full (masked) every step, so its step reads `context` tokens of KV
-    step = decode_step(spec, wl, p, rates, context)
-    return Prediction(prefill.seconds, step.seconds, prefill.seconds / ttft_s - 1, step.seconds / tpot_s - 1)
-
-
-def run_report(
-    spec: ModelSpec,
-    loop: Any,
-    *,
-    datasheet: GpuSpec | None,
-    calibrated: GpuSpec | None,
-    copy_bytes_per_s: float | None,
-) -> RunReport:
+def run_report(spec: ModelSpec, loop: Any, *, datasheet: GpuSpec | None, calibrated: GpuSpec | None,
+               copy_bytes_per_s: float | None, calibration: dict[str, Any] | None = None) -> RunReport:  # fmt: skip
     """Compare one LoopResult with the engine's predictions under the datasheet and calibrated specs."""
-    wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens)
-    p = resolve_precision(spec, wl)
-    counts = decode_counts(spec, p, loop.batch, loop.context_tokens, 1)
-    step_bytes = counts.weight_bytes + counts.kv_read_bytes + counts.kv_write_bytes
+    noisy = loop.step.noisy
+    step_bytes = loop.weight_read_bytes + loop.kv_read_bytes
     achieved = step_bytes / loop.tpot_s
-    prefill = prefill_counts(spec, p, loop.batch, loop.prompt_tokens, 0, 1)
-    flops = prefill.matmul_flops + prefill.attention_flops
-    peak_flops = datasheet.peak_flops_per_s(p.compute) if datasheet else None
-
-    def predicted(gpu: GpuSpec | None, rates_of) -> Prediction | None:
-        if gpu is None or gpu.peak_flops_per_s(p.compute) is None:
-            return None
-        return _predict(spec, wl, rates_of(gpu), loop.context_tokens, loop.ttft_s, loop.tpot_s)
-
+    wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens, loop.tp)
+    ref = _counting_gpu(loop.dtype)
+    flops = step_cost(spec, ref, wl, segments=[Segment(loop.batch, 0, loop.prompt_tokens)], scenario="ceiling").flops
+    peak = datasheet.peak_flops_per_s(loop.dtype) if datasheet else None
     return RunReport(
-        batch=loop.batch,
-        prompt_tokens=loop.prompt_tokens,
-        output_tokens=loop.output_tokens,
-        context_tokens=loop.context_tokens,
-        ttft_s=loop.ttft_s,
-        tpot_s=loop.tpot_s,
-        decode_tokens_per_s=loop.decode_tokens_per_s,
+        loop=loop,
         bytes_per_step=step_bytes,
+        engine_bytes=engine_bytes(spec, loop),
         prefill_flops=flops,
         mbu=achieved / datasheet.bandwidth_bytes_per_s if datasheet else None,
         mbu_vs_copy=achieved / copy_bytes_per_s if copy_bytes_per_s else None,
-        mfu_prefill=flops / loop.ttft_s / peak_flops if peak_flops else None,
-        joules_per_output_token=loop.joules_per_output_token,
-        datasheet=predicted(datasheet, lambda g: ceiling_rates(g, p.compute)),
-        datasheet_expected=predicted(datasheet, lambda g: expected_rates(g, p.compute, weight_only_quant=False)),
-        calibrated=predicted(calibrated, lambda g: ceiling_rates(g, p.compute)),
-        ttft_s_all=list(loop.ttft_s_all),
-        tpot_s_all=list(loop.tpot_s_all),
+        mfu_prefill=flops / loop.ttft_s / peak if peak else None,
+        noisy=noisy,
+        datasheet=predict(spec, datasheet, "ceiling", loop, noisy) if datasheet else None,
+        datasheet_expected=predict(spec, datasheet, "expected", loop, noisy) if datasheet else None,
+        calibrated=predict(spec, calibrated, "expected", loop, noisy) if calibrated else None,
+        calibration=calibration or {},
     )
+
+
+def _pred(x: Prediction | None) -> dict[str, Any] | None:
+    return None if x is None else {"ttft_s": x.ttft_s, "tpot_s": x.tpot_s, "ttft_error": x.ttft_error,
+                                   "tpot_error": x.tpot_error, "terms_s": x.terms}  # fmt: skip
 
 
 def run_dict(r: RunReport) -> dict[str, Any]:
     """Stable JSON keys of one run."""
-
-    def pred(x: Prediction | None) -> dict[str, Any] | None:
-        return None if x is None else {"ttft_s": x.ttft_s, "tpot_s": x.tpot_s, "ttft_error": x.ttft_error,
-                                       "tpot_error": x.tpot_error}  # fmt: skip
-
+    lp = r.loop
+    collectives = lp.collective_s_per_step
     return {
-        "batch": r.batch,
-        "prompt_tokens": r.prompt_tokens,
-        "output_tokens": r.output_tokens,
-        "context_tokens": r.context_tokens,
+        "batch": lp.batch, "prompt_tokens": lp.prompt_tokens, "output_tokens": lp.output_tokens,
+        "context_tokens": lp.context_tokens, "tp": lp.tp, "mode": lp.mode, "threads": lp.threads,
+        "mean_context_read": sum(lp.decode_contexts) / len(lp.decode_contexts),
         "measured": {
-            "ttft_s": r.ttft_s,
-            "tpot_s": r.tpot_s,
-            "decode_tokens_per_s": r.decode_tokens_per_s,
-            "bytes_per_step": r.bytes_per_step,
-            "mbu": r.mbu,
-            "mbu_vs_copy": r.mbu_vs_copy,
-            "mfu_prefill": r.mfu_prefill,
-            "joules_per_output_token": r.joules_per_output_token,
-            "ttft_s_all": r.ttft_s_all,
-            "tpot_s_all": r.tpot_s_all,
+            "ttft_s": lp.ttft_s, "tpot_s": lp.tpot_s, "decode_tokens_per_s": lp.decode_tokens_per_s,
+            "ttft": lp.ttft.as_dict(), "tpot": lp.tpot.as_dict(), "step": lp.step.as_dict(), "noisy": r.noisy,
+            "bytes_per_step": r.bytes_per_step, "mbu": r.mbu, "mbu_vs_copy": r.mbu_vs_copy,
+            "mfu_prefill": r.mfu_prefill, "joules_per_output_token": lp.joules_per_output_token,
+            "avg_power_w": lp.avg_power_w, "collective_s_per_step": collectives,
+            "allreduce_share": collectives["all_reduce"] / lp.tpot_s if collectives else None,
         },
-        "predicted": {
-            "datasheet": pred(r.datasheet),
-            "datasheet_expected": pred(r.datasheet_expected),
-            "calibrated": pred(r.calibrated),
+        "bytes_per_step": {
+            "loop": {"weights": lp.weight_read_bytes, "kv_read": lp.kv_read_bytes},
+            "engine": r.engine_bytes,
+            "experts_per_layer": lp.experts_per_layer,
         },
-    }
+        "predicted": {"datasheet": _pred(r.datasheet), "datasheet_expected": _pred(r.datasheet_expected),
+                      "calibrated": _pred(r.calibrated)},
+        "calibration": r.calibration,
+    }  # fmt: skip

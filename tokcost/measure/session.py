@@ -1,17 +1,23 @@
-"""One `tokcost measure` session: device, probes, a decode loop per batch, and the report (torch imported lazily)."""
+"""One `tokcost measure` session: device, memory check, probes, a loop and its calibration per batch.
+
+torch is imported lazily. A session keeps every batch it finished: an out-of-memory error or Ctrl-C
+ends it with `stopped` set (and on_update has already seen each finished run), never with a traceback.
+"""
 
 from __future__ import annotations
 
-import platform
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from tokcost.errors import MeasureError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
-from tokcost.measure.calibrate import DeviceFacts, calibrated_spec
-from tokcost.measure.report import RunReport, run_dict, run_report
+from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates, step_overhead
+from tokcost.measure.report import RunReport, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
 
 INSTALL_HINT = "install the measure extra: pip install 'tokcost[measure]' (torch, nvidia-ml-py)"
@@ -44,31 +50,30 @@ def resolve_device(device: str) -> str:
 
 
 def device_facts(device: str, notes: list[str]) -> DeviceFacts:
-    """Name, memory and power limit of the device (NVML where present)."""
+    """Name, runtime memory, UUID and power limit of the device torch uses (NVML found by UUID)."""
     torch = import_torch()
+    from tokcost.measure.faults import host_total_bytes
+    from tokcost.measure.loop import device_name
+
     if device == "cuda":
         from tokcost.measure.nvml import device_info
 
-        props = torch.cuda.get_device_properties(0)
-        info = device_info(0, notes)
-        return DeviceFacts(
-            kind="cuda",
-            name=info.name if info else props.name,
-            memory_bytes=float(props.total_memory),
-            power_limit_w=info.power_limit_w if info else None,
-            driver=info.driver_version if info else "unknown",
-            torch_version=torch.__version__,
-        )
-    import os
-
-    memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if hasattr(os, "sysconf") else 0.0
-    notes.append("CPU run: NVML power and J/token are GPU-only")
-    return DeviceFacts("cpu", platform.processor() or platform.machine() or "cpu", memory or 1e9, None, "n/a",
-                       torch.__version__)  # fmt: skip
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        uuid = str(getattr(props, "uuid", "")) or None
+        info = device_info(index, notes, uuid=uuid)
+        return DeviceFacts(kind="cuda", name=info.name if info else props.name,
+                           memory_bytes=float(torch.cuda.mem_get_info(index)[1]),
+                           power_limit_w=info.power_limit_w if info else None,
+                           driver=info.driver_version if info else "unknown", torch_version=torch.__version__,
+                           uuid=uuid)  # fmt: skip
+    notes.append("CPU run: NVML energy and J/token are GPU-only")
+    name = device_name(torch.device("cpu"))
+    return DeviceFacts("cpu", name, host_total_bytes() or 1e9, None, "n/a", torch.__version__)
 
 
 def run_probes(device: str, dtype: str, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Copy, streaming-read and matmul probes on `device` in `dtype`."""
+    """Copy, streaming-read and matmul probes on `device` in `dtype` (the device's reference ceilings)."""
     from tokcost.measure.probes import probe_copy, probe_matmul, probe_stream
 
     results = {}
@@ -83,7 +88,7 @@ def datasheet_for(facts: DeviceFacts, gpu: str | None, notes: list[str]) -> GpuS
     if gpu:
         return load_gpu(gpu)
     if facts.kind != "cuda":
-        notes.append("no datasheet for a CPU: predictions use the calibrated (probed) ceilings only")
+        notes.append("no datasheet for a CPU: predictions use the calibrated (measured) rates only")
         return None
     name = match_device_name(facts.name)
     if name is None:
@@ -92,106 +97,236 @@ def datasheet_for(facts: DeviceFacts, gpu: str | None, notes: list[str]) -> GpuS
     return load_gpu(name)
 
 
+def check_memory(spec: ModelSpec, dtype: str, batches: list[int], prompt: int, output: int, tp: int,
+                 device: str) -> None:  # fmt: skip
+    """Refuse, before anything is allocated, a batch the engine says will not fit in free memory."""
+    torch = import_torch()
+    from tokcost.measure.faults import free_bytes
+
+    free = free_bytes(torch.device(device))
+    if free is None:
+        return
+    share = free / tp if device == "cpu" else free  # CPU ranks share the host's memory
+    for batch in sorted(batches, reverse=True):
+        fit = memory_fit(spec, dtype, batch, prompt, output, tp, share)
+        if not fit["fits"]:
+            where = "host RAM available" if device == "cpu" else "free on the GPU"
+            raise MeasureError(
+                f"--batch {batch}: {spec.name} ({spec.layers} layers, {dtype}) needs about "
+                f"{fit['need_bytes'] / 1e9:,.2f} GB per {'rank' if tp > 1 else 'device'} "
+                f"(weights, KV cache, workspace, 10% reserve) and {free / 1e9:,.2f} GB"
+                f" is {where}; the largest batch that fits is {fit['max_batch']}"
+                + _layers_hint(fit["max_layers"], spec.layers)
+            )
+
+
 @dataclass
 class MeasureOutcome:
     """Everything measured in one session, also when it stopped early."""
 
     device: dict[str, Any]
-    probes: dict[str, Any]
+    probes: dict[str, Any] = field(default_factory=dict)
     runs: list[RunReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    stopped: str | None = None  # why the session ended early (out of memory, interrupted)
+    stopped: dict[str, str] | None = None  # {"kind": interrupted | out_of_memory | error, "message": ...}
+    link: dict[str, Any] | None = None  # the all-reduce probe (TP)
     datasheet: GpuSpec | None = None
-    calibrated: GpuSpec | None = None
+    batch: int | None = None  # the batch running now
+
+    def stop(self, kind: str, message: str) -> None:
+        """Record why the session ended early (the first reason wins)."""
+        if self.stopped is None:
+            self.stopped = {"kind": kind, "message": message}
 
     def as_dict(self) -> dict[str, Any]:
         """Stable JSON keys."""
+        p = self.probes
         return {
             "device": self.device,
             "probes": {
-                "copy_bytes_per_s": self.probes["copy"].value,
-                "stream_bytes_per_s": self.probes["stream"].value,
-                "matmul_flops_per_s": self.probes["matmul"].value,
-                "sizes": {k: v.size for k, v in self.probes.items()},
-            },
+                "copy_bytes_per_s": p["copy"].value,
+                "stream_bytes_per_s": p["stream"].value,
+                "matmul_flops_per_s": p["matmul"].value,
+                "sizes": {k: v.size for k, v in p.items()},
+            }
+            if p
+            else None,  # fmt: skip
+            "allreduce": self.link,
             "datasheet_gpu": self.datasheet.name if self.datasheet else None,
             "runs": [run_dict(r) for r in self.runs],
             "notes": self.notes,
+            "complete": self.stopped is None,
             "stopped": self.stopped,
         }
 
 
-def measure(
-    spec: ModelSpec,
-    *,
-    device: str,
-    dtype: str,
-    batches: list[int],
-    prompt_tokens: int,
-    output_tokens: int,
-    repeats: int,
-    mode: str,
-    threads: int | None,
-    gpu: str | None,
-    progress: Callable[[str], None],
-) -> MeasureOutcome:
-    """Probe the device, run the decode loop at each batch, and compare with the engine."""
-    device = resolve_device(device)
+def measure_batch(spec: ModelSpec, job: Any, batch: int, *, shard: Any = None, threads: int | None = None,
+                  energy: Any = None, progress: Callable[[str], None] | None = None) -> tuple[Any, Any]:  # fmt: skip
+    """The loop at one batch (with its own linears probed), then its skeleton for the step overhead."""
     from tokcost.measure.loop import measure_decode
+    from tokcost.measure.shard import Shard
 
+    shard = shard or Shard()
+    common = {"device": job.device, "dtype": job.dtype, "batch": batch, "prompt_tokens": job.prompt_tokens,
+              "output_tokens": job.output_tokens, "repeats": job.repeats, "mode": job.mode,
+              "threads": threads if threads is not None else job.threads, "on_progress": progress}  # fmt: skip
+    loop = measure_decode(spec, shard=shard, energy=energy, calibrate=True, **common)
+    if progress:
+        progress(f"batch {batch}: skeleton ({spec.layers} layers, near-zero width) for the step overhead")
+    overhead = measure_decode(
+        skeleton(spec, shard.world), shard=Shard(shard.rank, shard.world, skip=True), flush_like=spec, **common
+    )
+    return loop, overhead
+
+
+def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str, Any] | None,
+                   datasheet: GpuSpec | None, notes: list[str]) -> tuple[GpuSpec | None, dict[str, Any]]:  # fmt: skip
+    """The spec this loop's own measurements give, and the figures behind it."""
+    stream, compute = loop.loop_rates["stream"], loop.loop_rates["compute"]
+    step_s, how = step_overhead(overhead)
+    provenance = {
+        "step_overhead_us": how,
+        "bandwidth": f"the model's {stream['matrices']} linears at M = {stream['rows']}: "
+        f"{stream['bytes'] / 1e6:,.1f} MB "
+                     f"in {(stream['seconds'] - stream['call_seconds']) * 1e3:,.3f} ms net of per-call cost",
+        "peak_tflops": f"one block's {compute['matrices']} linears at M = {compute['rows']} rows",
+    }  # fmt: skip
+    try:
+        spec: GpuSpec | None = spec_from_rates(
+            facts, loop.dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
+            step_overhead_s=step_s, provenance=provenance, base=datasheet,
+            link=measured_link(link, datasheet) if link else None, name=f"{facts.kind}-loop-calibrated",
+        )  # fmt: skip
+    except ValidationError as exc:  # a rate below what any spec may hold (1 GB/s, 1 GFLOP/s): a starved machine
+        spec, problem = None, exc.errors()[0]
+        notes.append(f"batch {loop.batch}: no calibrated prediction: {problem['loc'][0]} {problem['msg']} "
+                     f"(got {problem['input']!r:.40}); the machine was too busy to time its linears")  # fmt: skip
+    figures = {"step_overhead_s": step_s, "skeleton_tpot": overhead.tpot.as_dict(),
+               "skeleton_flush_s": overhead.flush_s_per_step,
+               "stream_bytes_per_s": stream["bytes_per_s"], "compute_flops_per_s": compute["flops_per_s"],
+               "stream": stream, "compute": compute,
+               "link": {"gb_s": spec.link.gb_s, "latency_us": spec.link.latency_us} if spec and spec.link and link
+               else None}  # fmt: skip
+    return spec, figures
+
+
+def measure(
+    spec: ModelSpec, *, device: str, dtype: str, batches: list[int], prompt_tokens: int, output_tokens: int,
+    repeats: int, mode: str, threads: int | None, gpu: str | None, progress: Callable[[str], None],
+    tp: int = 1, on_update: Callable[[MeasureOutcome], None] | None = None,
+) -> MeasureOutcome:  # fmt: skip
+    """Check memory, probe the device, run the loop and its calibration at each batch, compare with the engine."""
+    from tokcost.measure.parallel import TpJob
+
+    device = resolve_device(device)
+    if device == "cuda" and os.environ.get("LOCAL_RANK"):  # a torchrun rank probes and reports its own GPU
+        import_torch().cuda.set_device(int(os.environ["LOCAL_RANK"]))
     notes: list[str] = []
     facts = device_facts(device, notes)
     datasheet = datasheet_for(facts, gpu, notes)
-    probes = run_probes(device, dtype, progress)
-    calibrated = calibrated_spec(facts, probes, dtype, datasheet)
+    check_memory(spec, dtype, batches, prompt_tokens, output_tokens, tp, device)
     outcome = MeasureOutcome(
-        device={"kind": facts.kind, "name": facts.name, "driver": facts.driver, "torch": facts.torch_version,
-                "memory_bytes": facts.memory_bytes, "power_limit_w": facts.power_limit_w, "dtype": dtype,
-                "mode": mode, "threads": threads},  # fmt: skip
-        probes=probes, notes=notes, datasheet=datasheet, calibrated=calibrated,
+        device={"kind": facts.kind, "name": facts.name, "uuid": facts.uuid, "driver": facts.driver,
+                "torch": facts.torch_version, "memory_bytes": facts.memory_bytes, "power_limit_w": facts.power_limit_w,
+                "dtype": dtype, "mode": mode, "threads": threads, "tp": tp},
+        notes=notes, datasheet=datasheet,
     )  # fmt: skip
-    for batch in batches:
-        progress(f"batch {batch}")
-        sampler = _power_sampler(device)
-        try:
-            loop = measure_decode(
-                spec, device=device, dtype=dtype, batch=batch, prompt_tokens=prompt_tokens,
-                output_tokens=output_tokens, repeats=repeats, mode=mode, threads=threads,
-                on_progress=progress, power_sampler=sampler,
-            )  # fmt: skip
-        except MeasureError as exc:
-            outcome.stopped = (
-                f"batch {batch}: {exc}; {_max_batch_hint(spec, calibrated, dtype, prompt_tokens, output_tokens)}"
-            )
-            break
-        except KeyboardInterrupt:
-            outcome.stopped = f"interrupted during batch {batch}"
-            break
-        outcome.device["mode"] = loop.mode
-        outcome.device["threads"] = loop.threads
-        notes.extend(n for n in loop.notes if n not in notes)
-        outcome.runs.append(
-            run_report(
-                spec, loop, datasheet=datasheet, calibrated=calibrated, copy_bytes_per_s=probes["copy"].value
-            )  # fmt: skip
-        )
+    job = TpJob(spec, device, dtype, batches, prompt_tokens, output_tokens, repeats, mode, threads)
+
+    def take(kind: str, payload: Any) -> None:
+        if kind == "link":
+            outcome.link = payload
+        elif kind == "run":
+            loop, overhead = payload
+            calibrated, figures = calibration_of(facts, loop, overhead, outcome.link, datasheet, outcome.notes)
+            outcome.device.update(mode=loop.mode, threads=loop.threads)
+            outcome.notes.extend(n for n in loop.notes if n not in outcome.notes)
+            copy = outcome.probes["copy"].value if outcome.probes else None
+            outcome.runs.append(run_report(spec, loop, datasheet=datasheet, calibrated=calibrated,
+                                           copy_bytes_per_s=copy, calibration=figures))  # fmt: skip
+            if on_update:
+                on_update(outcome)
+        elif kind in ("oom", "error"):
+            outcome.stop("out_of_memory" if kind == "oom" else "error", _with_hint(payload, kind, outcome, spec, job))
+
+    try:
+        outcome.probes = run_probes(device, dtype, progress)
+        if tp > 1:
+            _run_parallel(job, tp, take, outcome, progress)
+        else:
+            for batch in batches:
+                outcome.batch = batch
+                progress(f"batch {batch}")
+                take("run", measure_batch(spec, job, batch, energy=_energy_meter(facts), progress=progress))
+    except KeyboardInterrupt:
+        where = f"during batch {outcome.batch}" if outcome.batch else "before the first batch"
+        outcome.stop("interrupted", f"interrupted {where}")
+    except MeasureError as exc:
+        from tokcost.measure.faults import OutOfMemory
+
+        if not outcome.runs and not isinstance(exc, OutOfMemory):
+            raise
+        take("oom" if isinstance(exc, OutOfMemory) else "error", str(exc))
+    except Exception as exc:  # torch failing mid-run (a kernel, the compiler): one line, the finished runs kept
+        from tokcost.measure.faults import first_line
+
+        where = f"batch {outcome.batch}" if outcome.batch else "before the first batch"
+        take("error", f"{where}: {type(exc).__name__}: {first_line(exc)}")
     return outcome
 
 
-def _max_batch_hint(spec: ModelSpec, gpu: GpuSpec, dtype: str, prompt: int, output: int) -> str:
-    """What the engine says fits on this device: the way out of an out-of-memory stop."""
-    from tokcost.engine.memory import memory_report
-    from tokcost.engine.workload import resolve_precision
-    from tokcost.measure.report import workload_of
+def _run_parallel(job: Any, tp: int, take: Callable[[str, Any], None], outcome: MeasureOutcome,
+                  progress: Callable[[str], None]) -> None:  # fmt: skip
+    from tokcost.measure.parallel import run_ranks, run_torchrun_rank, torchrun_rank
 
-    wl = workload_of(dtype, 1, prompt, output)
-    report = memory_report(spec, gpu, wl, resolve_precision(spec, wl))
-    return f"the engine's max batch for {report.capacity_bytes / 1e9:,.1f} GB at this context is {report.max_batch}"
+    def track(kind: str, payload: Any) -> None:
+        if kind == "run":
+            done = len(outcome.runs) + 1
+            outcome.batch = job.batches[done] if done < len(job.batches) else None
+        take(kind, payload)
+        progress(f"tp {tp}: {len(outcome.runs)} of {len(job.batches)} batches done")
+
+    outcome.batch = job.batches[0]
+    launched = torchrun_rank()
+    if launched:
+        if launched[1] != tp:
+            raise MeasureError(f"--tp {tp}: torchrun started {launched[1]} ranks; pass --tp {launched[1]}")
+        run_torchrun_rank(job, track)
+    else:
+        run_ranks(job, tp, track)
 
 
-def _power_sampler(device: str) -> Any:
-    if device != "cuda":
+def _with_hint(message: str, kind: str, outcome: MeasureOutcome, spec: ModelSpec, job: Any) -> str:
+    """An out-of-memory stop names what fits: the engine's max batch for the free memory, and --layers."""
+    if kind != "oom":
+        return message
+    torch = import_torch()
+    from tokcost.measure.faults import free_bytes, release
+
+    release()
+    free = free_bytes(torch.device(job.device))
+    if free is None:
+        return message
+    tp = outcome.device.get("tp", 1)
+    batch = outcome.batch or job.batches[0]
+    fit = memory_fit(
+        spec, job.dtype, batch, job.prompt_tokens, job.output_tokens, tp, free / tp if job.device == "cpu" else free
+    )
+    return f"{message}; for {free / 1e9:,.2f} GB free the engine's max batch is {fit['max_batch']}" + _layers_hint(
+        fit["max_layers"], spec.layers
+    )
+
+
+def _layers_hint(max_layers: int, layers: int) -> str:
+    """How many layers fit at batch 1, when that is fewer than the model has."""
+    if max_layers == 0:
+        return "; not even one layer fits at batch 1"
+    return f", or measure fewer layers (--layers {max_layers} fits at batch 1)" if max_layers < layers else ""
+
+
+def _energy_meter(facts: DeviceFacts) -> Any:
+    if facts.kind != "cuda":
         return None
-    from tokcost.measure.nvml import PowerSampler
+    from tokcost.measure.nvml import EnergyMeter
 
-    return PowerSampler(0)
+    return EnergyMeter(uuid=facts.uuid)

@@ -1,0 +1,149 @@
+"""Faults during `tokcost measure`, for real, in a child process: out of memory, Ctrl-C, partial saves."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tokcost.measure.faults import host_available_bytes, is_oom  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO = """name: micro
+source: tokcost test (shapes for a fast CPU run)
+layers: 2
+hidden_size: 128
+attention_heads: 4
+kv_heads: 2
+intermediate_size: 256
+vocab_size: 1000
+max_context: 100000
+"""
+# Run the CLI in a child whose address space is capped RLIMIT_MIB above what it has mapped after imports:
+# the memory check (host RAM) passes, and the allocator really fails.
+CAPPED = textwrap.dedent("""
+    import resource, sys
+    import torch
+    import tokcost.measure.loop, tokcost.measure.probes, tokcost.measure.session
+    from tokcost.cli.app import main
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    cap = mapped + int(sys.argv[1]) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+@pytest.fixture
+def micro(tmp_path) -> str:
+    path = tmp_path / "micro.yaml"
+    path.write_text(MICRO)
+    return str(path)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+
+
+def test_oom_is_recognised_in_every_form():
+    import torch
+
+    assert is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"))
+    assert is_oom(MemoryError()) and not is_oom(RuntimeError("shape mismatch"))
+
+
+def test_out_of_memory_mid_run_keeps_and_saves_the_finished_batch(micro, tmp_path):
+    # batch 2000 x (2000 + 4) tokens x 512 B of KV = 2.05 GB: over the 1,500 MiB cap, under the host's RAM
+    if (host_available_bytes() or 0) < 4e9:
+        pytest.skip("needs 4 GB of RAM available so that the memory check passes batch 2000")
+    save = tmp_path / "oom.json"
+    args = ["measure", "-m", micro, "--device", "cpu", "--batch", "1,2000", "--prompt", "2000", "--output", "4",
+            "--repeats", "1", "--threads", "1", "--save", str(save), "--format", "json"]  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", CAPPED, "1500", *args], capture_output=True, text=True, env=_env(),
+                         timeout=300)  # fmt: skip
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert lines[0].startswith("error: out of memory on ") and "at batch 2000" in lines[0]
+    assert "kept 1 finished batch" in lines[0] and str(save) in lines[0]
+    assert "max batch is" in lines[0]  # the way out: what the engine says fits in the memory now free
+    saved = json.loads(save.read_text())
+    assert [r["batch"] for r in saved["runs"]] == [1] and saved["complete"] is False
+    assert saved["stopped"]["kind"] == "out_of_memory"
+    assert json.loads(run.stdout)["runs"][0]["batch"] == 1  # the finished batch is reported too
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tokcost", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), cwd=ROOT)  # fmt: skip
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the first batch never finished"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_mid_batch_exits_130_and_keeps_the_finished_batches(micro, tmp_path):
+    save = tmp_path / "run.json"
+    proc = _start(["measure", "-m", micro, "--device", "cpu", "--batch", "1,2,3,4,5,6", "--prompt", "16",
+                   "--output", "400", "--repeats", "3", "--threads", "1", "--save", str(save)])  # fmt: skip
+    _wait_for(save, proc)  # batch 1 finished and was saved; batch 2 has 3 x 399 steps to go
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err  # an interrupted measure never exits 0
+    (line,) = err.strip().splitlines()
+    assert line.startswith("interrupted during batch ") and "kept " in line and str(save) in line
+    saved = json.loads(save.read_text())
+    kept = int(line.split("kept ")[1].split()[0])
+    assert len(saved["runs"]) == kept >= 1 and saved["complete"] is False
+    assert saved["stopped"] == {"kind": "interrupted", "message": line.split(":")[0]}
+    assert "micro measured on" in out  # the finished batches are shown as well
+
+
+def test_ctrl_c_before_any_batch_finished_saves_nothing(micro, tmp_path):
+    save = tmp_path / "run.json"
+    proc = _start(["measure", "-m", micro, "--device", "cpu", "--batch", "1", "--prompt", "16", "--output", "2000",
+                   "--repeats", "5", "--threads", "1", "--save", str(save)])  # fmt: skip
+    time.sleep(4)  # started, probing or in batch 1, which takes far longer than that
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("interrupted") and ("no batch finished" in line or "nothing was saved" in line)
+    assert not save.exists() and out == ""
+
+
+def test_a_failure_mid_run_is_one_line_and_keeps_what_finished(micro, tmp_path, cli, monkeypatch):
+    # a kernel or the compiler failing at batch 2 (simulated: the run itself is real up to there)
+    from tokcost.measure import session
+
+    real = session.measure_batch
+
+    def failing(spec, job, batch, **kw):
+        if batch == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore detail")
+        return real(spec, job, batch, **kw)
+
+    monkeypatch.setattr(session, "measure_batch", failing)
+    save = tmp_path / "run.json"
+    r = cli("measure", "-m", micro, "--device", "cpu", "--batch", "1,2,4", "--prompt", "8", "--output", "4",
+            "--repeats", "1", "--threads", "1", "--save", str(save))  # fmt: skip
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line == (f"error: batch 2: RuntimeError: CUDA error: an illegal memory access was encountered; "
+                    f"kept 1 finished batch (saved in {save})")  # fmt: skip
+    saved = json.loads(save.read_text())
+    assert [x["batch"] for x in saved["runs"]] == [1] and saved["stopped"]["kind"] == "error"
