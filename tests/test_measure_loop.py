@@ -8,12 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tokcost.engine.traffic import decode_counts  # noqa: E402
-from tokcost.engine.workload import Workload, resolve_precision  # noqa: E402
 from tokcost.errors import MeasureError  # noqa: E402
 from tokcost.measure import attention  # noqa: E402
 from tokcost.measure.loop import measure_decode  # noqa: E402
 from tokcost.measure.model import build_model, decode_read_bytes, weight_bytes  # noqa: E402
+from tokcost.measure.report import engine_bytes  # noqa: E402
 from tokcost.measure.runner import BUCKET_TOKENS, DecodeRunner, generate, random_prompt  # noqa: E402
 from tokcost.models.spec import ModelSpec  # noqa: E402
 
@@ -120,13 +119,14 @@ def test_moe_reads_only_routed_experts_and_matches_a_dense_sum():
 def test_decode_bytes_counted_from_the_model_equal_the_engine_for_a_dense_model():
     # Weights read per step: all but the embedding table, plus B embedding rows; KV: B x L slots x bytes.
     model = build_model(TINY, dtype=torch.bfloat16, device="cpu", max_batch=3, max_seq=24)
-    p = resolve_precision(TINY, Workload(weights_dtype="bf16", kv_dtype="bf16"))
-    counts = decode_counts(TINY, p, 3, 20, 1)
-    assert decode_read_bytes(model, 3, None) == counts.weight_bytes
     runner = DecodeRunner(model, random_prompt(TINY.vocab_size, 3, 16, torch.device("cpu"), 0), 8, "eager")
-    # step j reads prompt + j slots per sequence: 17..23; at 20 it is the engine's kv_read_bytes
+    # step j reads prompt + j slots per sequence: 17..23; at 20 the engine's step reads the same weights and KV
     assert runner.contexts() == list(range(17, 24))
-    assert runner.kv_read_bytes()[3] == counts.kv_read_bytes
+    loop = type("Loop", (), {"dtype": "bf16", "batch": 3, "prompt_tokens": 16, "output_tokens": 8, "tp": 1,
+                             "decode_contexts": [20]})()  # fmt: skip
+    expected = engine_bytes(TINY, loop)
+    assert decode_read_bytes(model, 3, None) == expected["weights"]
+    assert runner.kv_read_bytes()[3] == expected["kv_read"]
 
 
 def test_bucketed_steps_read_whole_buckets():

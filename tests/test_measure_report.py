@@ -57,22 +57,24 @@ def test_predictions_price_the_loops_own_steps():
     spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     r = run_report(spec, fake_loop(tpot_s=0.01), datasheet=h100, calibrated=h100, copy_bytes_per_s=None)
     assert r.datasheet.tpot_error == pytest.approx(r.datasheet.tpot_s / 0.01 - 1)
-    # exact reads over contexts 513..639: the mean step is the engine's TPOT for prompt 512, output 128
-    e = estimate(spec, h100, workload_of("bf16", 1, 512, 128))
+    # exact reads over 513..639 cached slots: the mean step is the engine's TPOT for prompt 513, output 128, whose
+    # steps hold P .. P + O - 2 = 513..639 cached tokens
+    e = estimate(spec, h100, workload_of("bf16", 1, 513, 128))
     assert r.datasheet.tpot_s == pytest.approx(e.ceiling.tpot_s, rel=1e-9)
-    assert r.datasheet.ttft_s == pytest.approx(e.ceiling.ttft_s, rel=1e-9)
+    prefill = estimate(spec, h100, workload_of("bf16", 1, 512, 128))
+    assert r.datasheet.ttft_s == pytest.approx(prefill.ceiling.ttft_s, rel=1e-9)
     assert r.datasheet_expected.tpot_s >= r.datasheet.tpot_s
     assert sum(r.datasheet.terms.values()) == pytest.approx(r.datasheet.tpot_s)
     d = run_dict(r)
     assert set(d["predicted"]) == {"datasheet", "datasheet_expected", "calibrated"}
-    assert set(d["predicted"]["datasheet"]["terms_s"]) == {"weights", "attention", "communication", "overhead"}
+    assert set(d["predicted"]["datasheet"]["terms_s"]) == {"weights", "attention", "communication", "other", "overhead"}
 
 
 def test_bucketed_reads_are_priced_as_read():
     # A bucketed loop read 640 slots every step: the prediction is the engine's step at context 640.
     spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     r = run_report(spec, fake_loop(contexts=[640] * 127), datasheet=h100, calibrated=None, copy_bytes_per_s=None)
-    e = estimate(spec, h100, workload_of("bf16", 1, 639, 2))  # its one decode step is at context 640
+    e = estimate(spec, h100, workload_of("bf16", 1, 640, 2))  # its one decode step holds 640 cached tokens
     assert r.engine_bytes["kv_read"] == pytest.approx(640 * 131_072)
     assert r.datasheet.tpot_s == pytest.approx(e.ceiling.tpot_s, rel=1e-12)
 

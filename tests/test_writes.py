@@ -182,10 +182,6 @@ def test_an_interrupted_command_says_so_in_one_line(tmp_path):
 def test_a_read_only_folder_is_refused_before_and_during_the_write(cli, tmp_path, monkeypatch):
     # (root ignores folder modes, so the OS's answer is simulated: first the early check, then the write itself)
     out = tmp_path / "m.yaml"
-    monkeypatch.setattr(os, "access", lambda path, mode: not mode & os.W_OK)  # readable, not writable
-    r = cli("specs", "import", str(CONFIG), "-o", str(out))
-    assert (r.exit_code, r.stderr) == (2, f"error: {out}: folder {tmp_path} is not writable\n")
-    monkeypatch.setattr(os, "access", lambda path, mode: True)
     real_open = os.open
 
     def read_only(path, flags, mode=0o777):
@@ -194,6 +190,18 @@ def test_a_read_only_folder_is_refused_before_and_during_the_write(cli, tmp_path
         return real_open(path, flags, mode)
 
     monkeypatch.setattr(os, "open", read_only)
+    r = cli("specs", "import", str(CONFIG), "-o", str(out))
+    assert (r.exit_code, r.stderr) == (2, f"error: {out}: cannot write in folder {tmp_path}: Permission denied\n")
+    probes = []
+
+    def read_only_after_the_check(path, flags, mode=0o777):
+        if flags & os.O_CREAT and probes:  # the early probe succeeds; the write itself is refused
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        if flags & os.O_CREAT:
+            probes.append(path)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", read_only_after_the_check)
     r = cli("specs", "import", str(CONFIG), "-o", str(out))
     assert (r.exit_code, r.stderr) == (2, f"error: {out}: cannot write: Permission denied\n")
     assert list(tmp_path.iterdir()) == []

@@ -26,3 +26,9 @@ class FileExistsRefusal(TokcostError):
 
 class MeasureError(TokcostError):
     """The measure loop cannot run here (no torch, no CUDA, out of memory)."""
+
+
+class Interrupted(TokcostError):
+    """Ctrl-C (or SIGTERM) that a command has answered for: its message is the one line, the exit code 130."""
+
+    exit_code = 130

@@ -184,6 +184,16 @@ def load_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
+def _probe_folder(path: Path, folder: Path) -> None:
+    """Create and remove a file in `folder`: the only test a read-only mount, /proc or a root user answers truly."""
+    probe = folder / f".tokcost-{secrets.token_hex(4)}.check"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise TokcostError(f"{path}: cannot write in folder {folder}: {exc.strerror or exc}") from None
+
+
 def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
     """Refuse, before any work, a destination tokcost must not write; the stat of a file --force replaces."""
     try:
@@ -191,10 +201,10 @@ def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
     except FileNotFoundError:
         folder = path.parent
         problem = ("is a symlink to a missing file; remove it or give another name" if path.is_symlink() else
-                   f"folder {folder} does not exist" if not folder.is_dir() else
-                   None if os.access(folder, os.W_OK | os.X_OK) else f"folder {folder} is not writable")  # fmt: skip
+                   f"folder {folder} does not exist" if not folder.is_dir() else None)  # fmt: skip
         if problem:
             raise FileExistsRefusal(f"{path}: {problem}") from None
+        _probe_folder(path, folder)
         return None
     except OSError as exc:  # a name too long, a file used as a folder, no permission
         raise TokcostError(f"{path}: cannot write: {exc.strerror or exc}") from None

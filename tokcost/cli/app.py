@@ -13,7 +13,7 @@ import typer
 import tokcost.cli.plan_cmd as plan_cmd
 from tokcost import __version__
 from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd, validate_cmd
-from tokcost.errors import TokcostError
+from tokcost.errors import Interrupted, TokcostError
 
 try:  # typer 0.2x vendors click as typer._click; older typer uses the click package
     from typer._click import exceptions as click_errors  # type: ignore[import-not-found]
@@ -157,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     command = cli_command()
     try:
         result = command.main(args=argv, prog_name="tokcost", standalone_mode=False)
+    except Interrupted as exc:  # the command already said what it kept: its line, and the interrupt's code
+        sys.stderr.write(f"{exc}\n")
+        return exc.exit_code
     except TokcostError as exc:
         return _fail(str(exc))
     except click_errors.NoArgsIsHelpError as exc:

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
-from tokcost.cli.measure_cmd import INTERRUPTED, Device, DeviceOpt, RunDtype, RunDtypeOpt, TpOpt, check_destination
+from tokcost.cli.measure_cmd import Device, DeviceOpt, RunDtype, RunDtypeOpt, TpOpt, check_destination
 from tokcost.cli.options import ForceOpt
-from tokcost.errors import UsageError
+from tokcost.errors import Interrupted, UsageError
 from tokcost.files import write_new
 from tokcost.models.library import load_model
 
@@ -39,8 +39,7 @@ def calibrate(
     try:
         text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted: calibration not finished, nothing was written\n")
-        raise typer.Exit(INTERRUPTED) from None
+        raise Interrupted("interrupted: calibration not finished, nothing was written") from None
     if out is None:
         sys.stdout.write(text)
         return

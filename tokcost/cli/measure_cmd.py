@@ -8,9 +8,7 @@ one line on stderr; a failed batch exits 2 with one line; neither ever exits 0.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
@@ -18,14 +16,12 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from tokcost import fmt
+from tokcost import files, fmt
 from tokcost.cli.common import int_list
 from tokcost.cli.options import ForceOpt, ModelOpt, TableFormat, TableFormatOpt
 from tokcost.cli.render import Table, print_json, print_tables
-from tokcost.errors import FileExistsRefusal, UsageError
+from tokcost.errors import FileExistsRefusal, Interrupted, TokcostError, UsageError
 from tokcost.models.library import load_model
-
-INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
 class Device(str, Enum):
@@ -62,23 +58,13 @@ TpOpt = Annotated[int, typer.Option("--tp", min=1, max=64, help="Tensor-parallel
 
 
 def check_destination(path: Path, force: bool, flag: str) -> None:
-    """Refuse, before any work, a destination that cannot be written: exists, folder missing, read-only."""
+    """Refuse, before any work, a destination that cannot be written (the rule every write follows), naming the flag."""
     try:
-        if path.is_dir():
-            raise UsageError(f"{flag}: {path}: is a directory; give a file name")
-        if path.exists() or path.is_symlink():
-            if not force:
-                raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name")
-            if not path.is_file():
-                raise UsageError(f"{flag}: {path}: is not a regular file (a device, pipe, socket or broken link)")
-        folder = path.parent if str(path.parent) else Path(".")
-        if not folder.is_dir():
-            raise UsageError(f"{flag}: {path}: folder {folder} does not exist")
-        fd, probe = tempfile.mkstemp(prefix=".tokcost-", suffix=".check", dir=folder)  # can we create a file there?
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise UsageError(f"{flag}: {path}: cannot be written: {exc.strerror or exc}") from None
+        files.check_destination(path, force)
+    except FileExistsRefusal:
+        raise
+    except TokcostError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 class Saver:
@@ -148,8 +134,7 @@ def measure(
                 progress=progress, on_update=saver,
             )  # fmt: skip
     except KeyboardInterrupt:  # before the session could catch it (loading, the memory check)
-        sys.stderr.write("interrupted before the first batch finished: nothing was saved\n")
-        raise typer.Exit(INTERRUPTED) from None
+        raise Interrupted("interrupted before the first batch finished: nothing was saved") from None
     from tokcost.measure.parallel import torchrun_rank
 
     if (torchrun_rank() or (0, 1))[0] != 0:
@@ -172,8 +157,7 @@ def _finish(outcome, saver: Saver) -> None:
     n = len(outcome.runs)
     kept = f"kept {n} finished batch{'es' if n != 1 else ''} ({saver.where()})" if n else "no batch finished"
     if outcome.stopped["kind"] == "interrupted":
-        sys.stderr.write(f"{outcome.stopped['message']}: {kept}\n")
-        raise typer.Exit(INTERRUPTED)
+        raise Interrupted(f"{outcome.stopped['message']}: {kept}")
     sys.stderr.write(f"error: {outcome.stopped['message']}; {kept}\n")
     raise typer.Exit(2)
 

@@ -57,6 +57,7 @@ class Stage:
     bytes_written: float = 0.0
     weight_bytes: float = 0.0  # the part of bytes_read that is weights (weight-only formats, the breakdown)
     weight_format: str = ""  # storage format of those weights
+    kv_bytes: float = 0.0  # the part of bytes_read that is the KV cache (attention)
     collective: Op | None = None
     payload_bytes: float = 0.0  # the collective's buffer (all-to-all: the busiest rank's volume)
     ranks: int = 1  # GPUs the collective spans
@@ -304,6 +305,7 @@ def block_stages(
             count,
             flops=pairs_flops,
             bytes_read=kv_read * kv_tok + t_dp * q_width * act,
+            kv_bytes=kv_read * kv_tok,
             bytes_written=t_dp * v_width * act,
             weight_format=p.kv,  # the cache's format: FP8 attention kernels need an FP8 cache
             note="reads every cached token it attends to once (FlashAttention / paged decode kernels)",

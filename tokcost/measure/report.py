@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokcost.engine.estimate import estimate
+from tokcost.engine.stages import expected_distinct_experts
 from tokcost.engine.step import Segment, step_cost
-from tokcost.engine.traffic import expected_distinct_experts
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.units import MIB
 
-TERMS = ("weights", "attention", "communication", "overhead")
+TERMS = ("weights", "attention", "communication", "other", "overhead")
 
 
 def _counting_gpu(dtype: str, memory_bytes: float = 1e9) -> GpuSpec:
@@ -39,8 +39,9 @@ def _counting_gpu(dtype: str, memory_bytes: float = 1e9) -> GpuSpec:
 
 def workload_of(dtype: str, batch: int, prompt: int, output: int, tp: int = 1) -> Workload:
     """The engine workload that describes one measured run (every tensor in the run's dtype)."""
-    return Workload(batch=batch, prompt_tokens=prompt, output_tokens=output, gpus=tp, weights_dtype=dtype,
-                    kv_dtype=dtype, compute_dtype=dtype)  # fmt: skip
+    # the ranks of one measured run share one machine: its group never spans nodes
+    return Workload(batch=batch, prompt_tokens=prompt, output_tokens=output, tp=tp, weights_dtype=dtype,
+                    kv_dtype=dtype, compute_dtype=dtype, gpus_per_node=max(tp, 8))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,13 @@ def engine_bytes(spec: ModelSpec, loop: Any) -> dict[str, float]:
     weights = kv = 0.0
     for context, n in Counter(loop.decode_contexts).items():
         cost = step_cost(spec, ref, wl, segments=[Segment(loop.batch, context, 1)], scenario="ceiling")
-        weights += n * cost.part("weights").bytes
-        kv += n * cost.part("attention").bytes
+        for p in cost.stages:  # every weight the step streams, the B embedding rows it looks up, the KV it reads
+            st = p.stage
+            lookup = st.bytes_read if st.name == "embedding lookup" else 0.0
+            weights += n * st.count * (st.weight_bytes + lookup)
+            kv += n * st.count * st.kv_bytes
     steps = len(loop.decode_contexts)
-    # the attention part holds KV read + written; with nothing cached it is the write alone (the loop counts reads)
-    kv_write = step_cost(spec, ref, wl, segments=[Segment(loop.batch, 0, 1)], scenario="ceiling").part("attention")
-    out = {"weights": weights / steps, "kv_read": kv / steps - kv_write.bytes}
+    out = {"weights": weights / steps, "kv_read": kv / steps}
     if spec.moe:  # distinct experts a step touches under uniform routing: E x (1 - (1 - k/E)^B)
         out["experts_per_layer"] = expected_distinct_experts(spec.moe.experts, spec.moe.experts_per_token, loop.batch)
     return out
@@ -110,7 +112,7 @@ def memory_fit(spec: ModelSpec, dtype: str, batch: int, prompt: int, output: int
         return estimate(spec.truncated(layers), gpu, workload_of(dtype, 1, prompt, output, tp)).memory.fits
 
     layers = next((n for n in range(spec.layers, 0, -1) if fits_at_batch_1(n)), 0)
-    return {"fits": report.fits, "need_bytes": report.total_bytes / tp, "max_batch": report.max_batch,
+    return {"fits": report.fits, "need_bytes": report.per_gpu.total, "max_batch": report.max_batch,
             "max_layers": layers}  # fmt: skip
 
 

@@ -20,7 +20,10 @@ from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec
 from tokcost.measure.report import RunReport, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
 
-INSTALL_HINT = "install the measure extra: pip install 'tokcost[measure]' (torch, nvidia-ml-py)"
+INSTALL_HINT = (
+    "install the measure extra from a tokcost checkout: pip install -e '.[measure]' (torch, nvidia-ml-py; on a "
+    "CPU-only machine install torch's CPU build first, as scripts/test.sh does)"
+)
 
 
 def import_torch() -> Any:
