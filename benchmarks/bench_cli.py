@@ -36,7 +36,7 @@ def sweep_seconds() -> float:
     model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     prompts = [128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 100_000]
     start = time.perf_counter()
-    points = sweep(model, gpu, Workload(), list(range(1, 1001)), prompts)
+    points = sweep(model, gpu, Workload(), batches=list(range(1, 1001)), prompts=prompts)
     elapsed = time.perf_counter() - start
     assert len(points) == 10_000
     return elapsed

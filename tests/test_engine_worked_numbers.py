@@ -130,7 +130,7 @@ def test_mixtral_batch_32_reads_3_65x_the_weights_of_batch_1():
     # uniform routing: distinct experts 8 x (1 - (6/8)^B); B=1 -> 2, B=32 -> ~8
     d = deployment(load_model("mixtral-8x7b"), load_gpu("h200"), Workload())
     rates = d.rates("ceiling")
-    one, many = weight_bytes(d.decode(rates, 1, 1)), weight_bytes(d.decode(rates, 32, 1))
+    one, many = weight_bytes(d.decode(rates, batch=1, cached=1)), weight_bytes(d.decode(rates, batch=32, cached=1))
     assert expected_distinct_experts(8, 2, 1) == 2
     assert many / one == pytest.approx(3.65, abs=0.02)
 
@@ -139,7 +139,7 @@ def test_decode_matmul_flops_are_2_x_params_per_token():
     # Kaplan et al. 2020: forward pass ~ 2N FLOPs per token (N without the embedding lookup and the norms)
     m = load_model("llama-3.1-8b")
     d = deployment(m, load_gpu("h100-sxm"), Workload())
-    step = d.decode(d.rates("ceiling"), 1, 1)
+    step = d.decode(d.rates("ceiling"), batch=1, cached=1)
     matmul = sum(p.stage.count * p.stage.flops for p in step.stages if p.stage.kind == "matmul")
     assert matmul == 2 * (m.params_total - m.params_embedding - m.params_norms)
 
@@ -149,7 +149,7 @@ def test_tensor_parallel_divides_weights_and_adds_two_one_shot_allreduces_per_la
     one = deployment(m, h100, Workload())
     four = deployment(m, h100, Workload(gpus=4))
     rates1, rates4 = one.rates("ceiling"), four.rates("ceiling")
-    s1, s4 = one.decode(rates1, 4, 1000), four.decode(rates4, 4, 1000)
+    s1, s4 = one.decode(rates1, batch=4, cached=1000), four.decode(rates4, batch=4, cached=1000)
 
     def matmul_weights(cost) -> float:  # norms are replicated on every rank; every matmul splits 4 ways
         return sum(p.stage.count * p.stage.weight_bytes for p in cost.stages if p.stage.kind == "matmul")
@@ -168,7 +168,7 @@ def test_tensor_parallel_divides_weights_and_adds_two_one_shot_allreduces_per_la
 
 def test_large_prefill_messages_switch_to_two_shot():
     d = deployment(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), Workload(gpus=8))
-    pre = d.prefill(d.rates("ceiling"), 1, 8192, 0)
+    pre = d.prefill(d.rates("ceiling"), batch=1, prompt=8192, cached=0)
     ar = [p for p in pre.stages if p.collective is not None][0]
     size = 8192 * 8192 * 2  # tokens x hidden x 2 B = 134 MB
     assert ar.collective.payload_bytes == size
@@ -201,7 +201,8 @@ def test_mla_kv_bytes_and_absorbed_decode_flops():
 
     def attention_flops(cached: int) -> float:  # every layer kind (3 dense layers, 58 MoE layers)
         return sum(
-            p.stage.count * p.stage.flops for p in stages_named(d.decode(rates, 1, cached), "attention (KV cache read)")
+            p.stage.count * p.stage.flops
+            for p in stages_named(d.decode(rates, batch=1, cached=cached), "attention (KV cache read)")
         )
 
     per_cached_token = (attention_flops(2000) - attention_flops(1000)) / 1000
@@ -209,7 +210,7 @@ def test_mla_kv_bytes_and_absorbed_decode_flops():
     assert per_cached_token / 1e6 == pytest.approx(17.0, abs=0.05)
     # 242 FLOP/B at TP 1: above the H200's bf16 ridge (989.4 / 4.8 = 206), so decode attention is compute-bound
     assert per_cached_token / (61 * 576 * 2) == pytest.approx(241.8, abs=0.1)
-    big = d.decode(rates, 64, 4000)
+    big = d.decode(rates, batch=64, cached=4000)
     assert stages_named(big, "attention (KV cache read)")[0].bound == "compute"
 
 
@@ -226,7 +227,7 @@ def test_cached_prefix_skips_its_compute_reads_its_kv_and_is_stored_once():
     m, h200 = load_model("llama-3.1-8b"), load_gpu("h200")
     d = deployment(m, h200, Workload())
     rates = d.rates("ceiling")
-    cold, warm = d.prefill(rates, 1, 2048, 0), d.prefill(rates, 1, 2048, 1024)
+    cold, warm = d.prefill(rates, batch=1, prompt=2048, cached=0), d.prefill(rates, batch=1, prompt=2048, cached=1024)
     flops = lambda cost: sum(p.stage.count * p.stage.flops for p in cost.stages if p.stage.kind == "matmul")  # noqa: E731
     assert flops(warm) < 0.51 * flops(cold)
     kv = stages_named(warm, "attention (KV cache read)")[0].stage
@@ -243,7 +244,7 @@ def test_tpot_is_the_mean_step_over_the_growing_context():
     wl = Workload(prompt_tokens=1000, output_tokens=9)
     e = estimate(m, g, wl)
     rates = e.deployment.rates("ceiling")
-    steps = [e.deployment.decode(rates, 1, c).seconds for c in range(1000, 1008)]  # cached P .. P + O - 2
+    steps = [e.deployment.decode(rates, batch=1, cached=c).seconds for c in range(1000, 1008)]  # cached P .. P + O - 2
     assert e.ceiling.tpot_s == pytest.approx(sum(steps) / len(steps), rel=1e-12)
     assert e.ceiling.e2e_s == pytest.approx(e.ceiling.ttft_s + 8 * e.ceiling.tpot_s)
 
@@ -372,7 +373,7 @@ def test_prefill_moves_the_mlp_intermediate_once_each_way():
     # hidden input read and output written, the MLP kernel's activations are T x (h + I) read and T x (I + h) written
     m = load_model("llama-3.1-8b")
     d = deployment(m, load_gpu("h100-sxm"), Workload())
-    mlp = stages_named(d.prefill(d.rates("ceiling"), 1, 2048, 0), "MLP (gate, up, down)")[0].stage
+    mlp = stages_named(d.prefill(d.rates("ceiling"), batch=1, prompt=2048, cached=0), "MLP (gate, up, down)")[0].stage
     h, inter, t = 4096, 14336, 2048
     assert mlp.bytes_read == 3 * h * inter * 2 + t * (h + inter) * 2
     assert mlp.bytes_written == t * (inter + h) * 2

@@ -132,7 +132,7 @@ def test_svg_is_the_same_file_each_time(e8b):
 
 def test_sweep_figure_marks_critical_batches_and_capacity(tmp_path):
     gpu = load_gpu("h100-sxm")
-    points = sweep(load_model("llama-3.1-8b"), gpu, Workload(), [1, 8, 64, 512], [1024, 8192])
+    points = sweep(load_model("llama-3.1-8b"), gpu, Workload(), batches=[1, 8, 64, 512], prompts=[1024, 8192])
     figure = plots.sweep_figure(points, capacity_bytes_per_gpu=gpu.memory_bytes)
     text = svg_text(plots.save(figure, tmp_path / "s.svg"))
     # the engine's critical batches for llama-3.1-8b on h100-sxm (the README's table: 317 and 100)

@@ -288,7 +288,7 @@ def test_kv_bytes_per_token_llama2_70b():
 
 def _decode(model_name: str, batch: int, cached: int, **wl):
     d = deployment(load_model(model_name), load_gpu("h100-sxm"), Workload(**wl))
-    return d.decode(d.rates("ceiling"), batch, cached)
+    return d.decode(d.rates("ceiling"), batch=batch, cached=cached)
 
 
 def test_decode_weight_bytes_skip_the_embedding_table():
@@ -307,7 +307,7 @@ def test_prefill_attention_flops_are_causal_halved():
     # Peers that charge the full P^2 square (LLM-Viewer's prefill) count ~2x the attention FLOPs.
     prompt = 2048
     d = deployment(load_model("llama-2-7b"), load_gpu("h100-sxm"), Workload())
-    pre = d.prefill(d.rates("ceiling"), 1, prompt, 0)
+    pre = d.prefill(d.rates("ceiling"), batch=1, prompt=prompt, cached=0)
     flops = sum(p.stage.count * p.stage.flops for p in pre.stages if p.stage.kind == "attention")
     assert flops == 4 * 32 * 32 * 128 * prompt * (prompt + 1) / 2
 

@@ -119,7 +119,7 @@ def test_an_efficiency_lifts_a_kernel_up_to_the_datasheet_and_no_further():
     fast = GENERIC.model_copy(update={"kernels": KernelEfficiency(dense_gemm={"bf16": 1.5})})
     e = estimate(model, gpu, Workload(batch=1, prompt_tokens=100, output_tokens=2), engine=fast)
     d = e.deployment
-    ceiling, expected = (d.decode(d.rates(s), 1, 100) for s in ("ceiling", "expected"))
+    ceiling, expected = (d.decode(d.rates(s), batch=1, cached=100) for s in ("ceiling", "expected"))
     for c, x in zip(ceiling.stages, expected.stages, strict=True):
         if c.stage.kind == "matmul":
             assert x.memory_s == pytest.approx(c.memory_s)  # at the datasheet, not above it

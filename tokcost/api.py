@@ -193,6 +193,8 @@ def sweep(
     model_spec, gpu_spec = _model(model), _gpu(gpu)
     net, profile = network_for(gpu_spec, network), engine_for(engine)
     contexts = list(prompts) if prompts is not None else [base.prompt_tokens]
-    points = _sweep.sweep(model_spec, gpu_spec, base, list(batches), contexts, net, profile)
-    warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, contexts, net, profile)
+    points = _sweep.sweep(
+        model_spec, gpu_spec, base, batches=list(batches), prompts=contexts, network=net, engine=profile
+    )
+    warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, prompts=contexts, network=net, engine=profile)
     return SweepResult(model_spec, gpu_spec, tuple(points), tuple(warnings))

@@ -75,8 +75,8 @@ def sweep(
     )  # fmt: skip
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    points = run_sweep(spec_model, spec, base, batches, contexts, net, profile)
-    warnings = sweep_warnings(spec_model, spec, base, contexts, net, profile)
+    points = run_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+    warnings = sweep_warnings(spec_model, spec, base, prompts=contexts, network=net, engine=profile)
     rows = [p.as_dict() for p in points]
     if format == Format.json:
         print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows, "warnings": warnings})

@@ -51,13 +51,13 @@ class Deployment:
             return ceiling_rates(self.gpu, self.precision.compute)
         return expected_rates(self.gpu, self.precision.compute, self.engine)
 
-    def decode(self, rates: Rates, batch: float, cached: float) -> PassCost:
+    def decode(self, rates: Rates, *, batch: float, cached: float) -> PassCost:
         """One decode step: `batch` sequences holding `cached` tokens each emit one token (steady pipeline)."""
         return pass_cost(
             self.model, self.precision, self.layout, self.links, rates, [Segment(batch, cached, 1)], schedule="steady"
         )
 
-    def prefill(self, rates: Rates, batch: float, prompt: int, cached: int) -> PassCost:
+    def prefill(self, rates: Rates, *, batch: float, prompt: int, cached: int) -> PassCost:
         """Prefill of `batch` prompts (a cached prefix read, not recomputed), from an empty pipeline."""
         return pass_cost(
             self.model,
@@ -89,7 +89,7 @@ def decode_contexts(wl: Workload) -> tuple[int, int] | None:
     return wl.prompt_tokens, wl.prompt_tokens + wl.output_tokens - 2
 
 
-def mean_decode_seconds(d: Deployment, rates: Rates, batch: float, first: int, last: int) -> float:
+def mean_decode_seconds(d: Deployment, rates: Rates, *, batch: float, first: int, last: int) -> float:
     """Mean step time over cached contexts first..last, summed exactly: piecewise linear in the context."""
     window = d.model.sliding_window.window_tokens if d.model.sliding_window else None
     spans = [(first, last)]
@@ -98,10 +98,10 @@ def mean_decode_seconds(d: Deployment, rates: Rates, batch: float, first: int, l
     total = 0.0
     while spans:
         a, b = spans.pop()
-        lo, hi = d.decode(rates, batch, a), d.decode(rates, batch, b)
+        lo, hi = d.decode(rates, batch=batch, cached=a), d.decode(rates, batch=batch, cached=b)
         if all(x.bound == y.bound for x, y in zip(lo.stages, hi.stages, strict=True)):
             # every stage is one linear function of the context on [a, b]: the sum is count x middle value
-            total += (b - a + 1) * d.decode(rates, batch, (a + b) / 2).seconds
+            total += (b - a + 1) * d.decode(rates, batch=batch, cached=(a + b) / 2).seconds
         elif b - a < 2:  # one or two steps on either side of a flip: add them as they are
             total += lo.seconds + (hi.seconds if b > a else 0.0)
         else:
@@ -125,7 +125,7 @@ def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
     """Smallest batch whose weight matmuls spend longer on FLOPs than on bytes (independent of context)."""
 
     def compute_bound(batch: int) -> bool:
-        step = d.decode(rates, batch, 1)
+        step = d.decode(rates, batch=batch, cached=1)
         matmuls = [s for s in step.stages if s.stage.kind in ("matmul", "experts")]
         return sum(s.compute_s for s in matmuls) > sum(s.memory_s for s in matmuls)
 
@@ -136,7 +136,7 @@ def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
     """Smallest batch whose KV reads at `cached` tokens outweigh the weights it reads (batching stops being free)."""
 
     def kv_heavier(batch: int) -> bool:
-        step = d.decode(rates, batch, cached)
+        step = d.decode(rates, batch=batch, cached=cached)
         kv = sum(s.stage.count * s.stage.bytes_read for s in step.stages if s.stage.kind == "attention")
         weights = sum(s.stage.count * s.stage.weight_bytes for s in step.stages)
         return kv >= weights
@@ -190,11 +190,11 @@ class Estimate:
 
 
 def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) -> Scenario:
-    prefill = d.prefill(rates, wl.batch, wl.prompt_tokens, wl.cached_prefix_tokens)
+    prefill = d.prefill(rates, batch=wl.batch, prompt=wl.prompt_tokens, cached=wl.cached_prefix_tokens)
     ttft, gpus = prefill.seconds, d.layout.gpus
     contexts = decode_contexts(wl)
-    tpot = mean_decode_seconds(d, rates, wl.batch, *contexts) if contexts else None
-    step = d.decode(rates, wl.batch, sum(contexts) / 2) if contexts else None
+    tpot = mean_decode_seconds(d, rates, batch=wl.batch, first=contexts[0], last=contexts[1]) if contexts else None
+    step = d.decode(rates, batch=wl.batch, cached=sum(contexts) / 2) if contexts else None
     return Scenario(
         ttft_s=ttft,
         tpot_s=tpot,

@@ -57,6 +57,7 @@ def sweep(
     model: ModelSpec,
     gpu: GpuSpec,
     base: Workload,
+    *,
     batches: list[int],
     prompts: list[int],
     network: Link | None = None,
@@ -76,8 +77,8 @@ def sweep(
         price = base.price_per_hour_usd if base.price_per_hour_usd is not None else gpu.price_per_hour_usd
         for batch in batches:
             wl = at_context.model_copy(update={"batch": batch})
-            tpot = mean_decode_seconds(d, expected, batch, first, last)
-            ceiling_tpot = mean_decode_seconds(d, ceiling, batch, first, last)
+            tpot = mean_decode_seconds(d, expected, batch=batch, first=first, last=last)
+            ceiling_tpot = mean_decode_seconds(d, ceiling, batch=batch, first=first, last=last)
             used = gpu_bytes(model, gpu, d.precision, d.layout, wl, batch, wl.computed_prompt_tokens, wl.total_tokens)
             points.append(
                 SweepPoint(
@@ -99,7 +100,7 @@ def sweep(
                     max_batch=limits.max_batch,
                     critical_batch_compute=compute,
                     critical_batch_kv=kv,
-                    decode_bound=d.decode(ceiling, batch, mean_context).bound,
+                    decode_bound=d.decode(ceiling, batch=batch, cached=mean_context).bound,
                 )
             )
     return points
@@ -109,6 +110,7 @@ def sweep_warnings(
     model: ModelSpec,
     gpu: GpuSpec,
     base: Workload,
+    *,
     prompts: list[int],
     network: Link | None = None,
     engine: EngineProfile = GENERIC,
