@@ -196,3 +196,27 @@ def test_plan_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().endswith("ok")
+
+
+def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    from tokcost.cli.plan_cmd import frontier_points
+    from tokcost.hardware.library import load_gpu
+    from tokcost.models.library import load_model
+    from tokcost.serving import search
+    from tokcost.serving.traffic import LengthDist, Slo, Traffic
+
+    out = tmp_path / "plan.svg"
+    r = cli("plan", "-m", "llama-3.1-8b", "--rate", "5", "--gpu", "h100-sxm,l40s", "--tp", "1,2",
+            "--slo", "tpot_p90=40ms", "--plot", str(out), "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    svg = out.read_text()
+    assert "p90 TPOT (ms)" in svg and "$/1M output tokens" in svg and "chosen:" in svg
+    plan = search.plan(load_model("llama-3.1-8b"), Traffic(LengthDist("fixed", 1024), LengthDist("fixed", 256),
+                       rate_rps=5), [Slo("tpot", "p90", 0.04)],
+                       search.Space(gpus=(load_gpu("h100-sxm"),), tps=(1, 2)))  # fmt: skip
+    points = frontier_points(plan)
+    assert sum(p.chosen for p in points) == 1 and points[0].chosen == plan.rows[0].expected.meets_slo
+    assert [p.usd_per_million_output_tokens for p in points] == [
+        row.expected.usd_per_million_output_tokens for row in plan.rows
+    ]

@@ -12,9 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokcost import fmt
+from tokcost import fmt, plots
 from tokcost.cli.common import int_list, split_list, workload_from_flags
-from tokcost.cli.options import EngineOpt, Format, FormatOpt, ModelOpt, NetworkOpt
+from tokcost.cli.options import EngineOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
 from tokcost.errors import UsageError
 from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
@@ -70,6 +70,7 @@ def plan(
     dp: Annotated[Optional[str], typer.Option("--dp", help="Data-parallel attention replicas (MoE).")] = None,
     engine: EngineOpt = None,
     network: NetworkOpt = None,
+    plot: PlotOpt = None,
     weights: Annotated[Optional[str], typer.Option("--weights", help="Weight formats, comma-separated.")] = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache formats, comma-separated.")] = None,
     compute_dtype: Annotated[
@@ -126,6 +127,21 @@ def plan(
         simulate_rows(result, SIMULATED_ROWS, requests, seed)
     elapsed = time.perf_counter() - started
     _render(result, format, explain_, top, elapsed)
+    if plot is not None:  # cost against p90 TPOT and TTFT, the frontier joined, the chosen configuration starred
+        plots.save(plots.plan_figure(frontier_points(result)), plot)
+
+
+def frontier_points(result: Plan) -> list[plots.FrontierPoint]:
+    """One point per configuration planned (expected), the cheapest that meets every SLO chosen."""
+    chosen = next((r for r in result.rows if r.expected.meets_slo), None)
+    out = []
+    for row in result.rows:
+        x = row.expected
+        out.append(plots.FrontierPoint(
+            row_label(row), x.usd_per_million_output_tokens, (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90"),
+            meets_slo=x.meets_slo, chosen=row is chosen,
+        ))  # fmt: skip
+    return out
 
 
 def _render(result: Plan, format: Format, explain: bool, top: int, elapsed: float) -> None:

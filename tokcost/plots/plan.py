@@ -1,6 +1,6 @@
 """A plan's configurations as cost against tail latency: the Pareto frontier, and the chosen one marked.
 
-Not wired to a command yet (`plan` is being built). The data shape is deliberately small, so that the plan's
+`tokcost plan --plot FILE` draws it (cli/plan_cmd.frontier_points). The data shape is small, so that the plan's
 rows map onto it in one line each: one FrontierPoint per configuration searched, with its $/1M output tokens
 and its p90 TPOT and TTFT in seconds (None where the configuration cannot serve the load), whether it meets
 the SLOs, and whether it is the one the plan chose. Two panels, $/1M against p90 TPOT and against p90 TTFT;
