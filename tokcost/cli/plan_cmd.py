@@ -155,7 +155,8 @@ def _render(result: Plan, format: Format, explain: bool, top: int, elapsed: floa
         if explain:
             sys.stderr.write("\n".join(explain_lines(result)) + "\n")
         return
-    print_tables(plan_tables(result, top, elapsed), format.value)
+    print_tables(plan_tables(result, top), format.value)
+    sys.stderr.write(f"planned in {elapsed:.1f} s\n")  # a timing, not a result: never in what a test compares
     if explain:
         _print_explanation(result, markdown=format == Format.markdown)
 
@@ -325,7 +326,7 @@ def _goodput(row: Row, tokens_per_request: float) -> str:
     return f"{g:,.2f} req/s, {g * tokens_per_request / 1e3:,.1f}k tok/s"
 
 
-def plan_tables(result: Plan, top: int, elapsed: float) -> list[Table]:
+def plan_tables(result: Plan, top: int) -> list[Table]:
     """Ranked fleets (expected), the same under ceiling, failures, the load table."""
     t, rows = result.traffic, result.rows
     passing = [r for r in rows if r.expected.meets_slo][:top]
@@ -344,7 +345,7 @@ def plan_tables(result: Plan, top: int, elapsed: float) -> list[Table]:
             _triple(x.ttft_s), _triple(x.tpot_s), _hourly(x.usd_per_hour), _usd(x.usd_per_million_input_tokens),
             _usd(x.usd_per_million_output_tokens), x.binding,
         ])  # fmt: skip
-    fleets.notes += _notes(result, passing, elapsed)
+    fleets.notes += _notes(result, passing)
     ceiling = Table(
         "The same under ceiling (datasheet peaks, no overhead): the fewest GPUs physics allows",
         ["#", "gpu", "layout", "replicas x GPUs", "goodput / replica", "$/hour", "binding"],
@@ -387,7 +388,7 @@ def _slo_text(slo: Slo) -> str:
     return f"{slo.percentile} {slo.metric.upper()} <= {fmt.ms(slo.seconds)}"
 
 
-def _notes(result: Plan, passing: list[Row], elapsed: float) -> list[str]:
+def _notes(result: Plan, passing: list[Row]) -> list[str]:
     notes = []
     if not passing:
         notes.append("No configuration meets every SLO under expected; see why below.")
@@ -395,7 +396,7 @@ def _notes(result: Plan, passing: list[Row], elapsed: float) -> list[str]:
         f"replicas = ceil(load x (1 + {result.space.headroom:g}) / goodput per replica); util = load per replica / "
         "its saturation rate; * = on the Pareto frontier of $/1M output tokens vs p90 TPOT or p90 TTFT."
     )
-    notes.append(f"Planned {len(result.rows)} configurations in {elapsed:.1f} s. --explain shows the arithmetic.")
+    notes.append(f"Planned {len(result.rows)} configurations. --explain shows the arithmetic.")
     return notes
 
 
