@@ -15,16 +15,7 @@ from tokcost.models.library import load_model  # noqa: E402
 
 TINY = str(Path(__file__).parent / "assets" / "tiny-model.yaml")
 # 2 layers, hidden 128, vocab 1000: 0.6M parameters, a run of a few hundred milliseconds per batch.
-MICRO = """name: micro
-source: tokcost test (shapes for a fast CPU run)
-layers: 2
-hidden_size: 128
-attention_heads: 4
-kv_heads: 2
-intermediate_size: 256
-vocab_size: 1000
-max_context: 100000
-"""
+MICRO = (Path(__file__).parent / "assets" / "micro-model.yaml").read_text()  # 0.6M parameters
 ARGS = ["--device", "cpu", "--batch", "1,2", "--prompt", "16", "--output", "8", "--repeats", "2", "--threads", "1"]
 
 

@@ -18,16 +18,7 @@ pytest.importorskip("torch")
 from tokcost.measure.faults import host_available_bytes, is_oom  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MICRO = """name: micro
-source: tokcost test (shapes for a fast CPU run)
-layers: 2
-hidden_size: 128
-attention_heads: 4
-kv_heads: 2
-intermediate_size: 256
-vocab_size: 1000
-max_context: 100000
-"""
+MICRO = (Path(__file__).parent / "assets" / "micro-model.yaml").read_text()  # 0.6M parameters
 # Run the CLI in a child whose address space is capped RLIMIT_MIB above what it has mapped after imports:
 # the memory check (host RAM) passes, and the allocator really fails.
 CAPPED = textwrap.dedent("""

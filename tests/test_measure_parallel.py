@@ -58,16 +58,7 @@ def test_two_gloo_ranks_decode_the_same_tokens_as_one_device():
         assert tokens == one.tolist(), spec.name
 
 
-MICRO = """name: micro
-source: tokcost test (shapes for a fast CPU run)
-layers: 2
-hidden_size: 128
-attention_heads: 4
-kv_heads: 2
-intermediate_size: 256
-vocab_size: 1000
-max_context: 100000
-"""
+MICRO = (Path(__file__).parent / "assets" / "micro-model.yaml").read_text()  # 0.6M parameters
 
 
 def test_measure_tp2_over_gloo_reports_the_allreduce_share(cli, tmp_path):

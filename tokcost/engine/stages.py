@@ -252,6 +252,11 @@ def _matmul(
     )
 
 
+def _collective(name: str, block: str, count: int, op: Op, payload_bytes: float, ranks: int, note: str = "") -> Stage:
+    """A collective stage: `op` over `ranks` GPUs moving `payload_bytes` (the busiest rank's, for an all-to-all)."""
+    return Stage(name, block, "collective", count, collective=op, payload_bytes=payload_bytes, ranks=ranks, note=note)
+
+
 def block_stages(
     model: ModelSpec, p: Precision, layout: Layout, shape: PassShape, kind: BlockKind, count: int
 ) -> list[Stage]:
@@ -313,17 +318,7 @@ def block_stages(
         _matmul("output projection", label, count, o_params, t_dp, p.weights, act, v_width, h),
     ]
     if tp > 1:
-        stages.append(
-            Stage(
-                "attention all-reduce",
-                label,
-                "collective",
-                count,
-                collective="all-reduce",
-                payload_bytes=t_dp * h * act,
-                ranks=tp,
-            )
-        )
+        stages.append(_collective("attention all-reduce", label, count, "all-reduce", t_dp * h * act, tp))
     stages.append(replace(attn_norm, name="MLP norm"))
     mlp = moe_stages if kind.moe else dense_mlp_stages
     return stages + mlp(model, p, layout, shape, label, count)
@@ -350,17 +345,7 @@ def dense_mlp_stages(
         ),
     ]
     if tp > 1:
-        stages.append(
-            Stage(
-                "MLP all-reduce",
-                label,
-                "collective",
-                count,
-                collective="all-reduce",
-                payload_bytes=t * h * act,
-                ranks=tp,
-            )
-        )
+        stages.append(_collective("MLP all-reduce", label, count, "all-reduce", t * h * act, tp))
     return stages
 
 
@@ -380,14 +365,13 @@ def moe_stages(model: ModelSpec, p: Precision, layout: Layout, shape: PassShape,
     a2a = pairs * h * act * (ep - 1) / ep  # pairs routed to this rank from the other ranks
     if ep > 1:
         stages.append(
-            Stage(
+            _collective(
                 "expert dispatch (all-to-all)",
                 label,
-                "collective",
                 count,
-                collective="all-to-all",
-                payload_bytes=a2a,
-                ranks=layout.stage_gpus,
+                "all-to-all",
+                a2a,
+                layout.stage_gpus,
                 note=f"busiest rank receives {pairs:,.1f} token-expert pairs x hidden",
             )
         )
@@ -407,27 +391,16 @@ def moe_stages(model: ModelSpec, p: Precision, layout: Layout, shape: PassShape,
         )
     )
     if ep > 1:
-        stages.append(
-            Stage(
-                "expert combine (all-to-all)",
-                label,
-                "collective",
-                count,
-                collective="all-to-all",
-                payload_bytes=a2a,
-                ranks=layout.stage_gpus,
-            )
-        )
+        stages.append(_collective("expert combine (all-to-all)", label, count, "all-to-all", a2a, layout.stage_gpus))
     elif layout.stage_gpus > 1:  # experts split tensor-parallel: their partial sums are all-reduced
         stages.append(
-            Stage(
+            _collective(
                 "MoE all-reduce",
                 label,
-                "collective",
                 count,
-                collective="all-reduce",
-                payload_bytes=(tokens if layout.dp > 1 else t_dp) * h * act,
-                ranks=layout.stage_gpus,
+                "all-reduce",
+                (tokens if layout.dp > 1 else t_dp) * h * act,
+                layout.stage_gpus,
             )
         )
     return stages
@@ -500,14 +473,13 @@ def pipeline_stages(model: ModelSpec, p: Precision, layout: Layout, segments: li
             stages += head_stages(model, p, layout, shape)
         else:
             stages.append(
-                Stage(
+                _collective(
                     "send to next stage",
                     "",
-                    "collective",
                     1,
-                    collective="send/recv",
-                    payload_bytes=shape.tokens_dp * model.hidden_size * p.activation_bytes,
-                    ranks=2,
+                    "send/recv",
+                    shape.tokens_dp * model.hidden_size * p.activation_bytes,
+                    2,
                 )
             )
         out.append(stages)

@@ -31,14 +31,12 @@ class Layout:
     @property
     def gpus(self) -> int:
         """GPUs one replica occupies: tp x pp x dp."""
-        return self.tp * self.pp * self.dp
+        return self.engine(1).gpus
 
     @property
     def label(self) -> str:
-        """'TP4', 'TP8xPP2', 'DP16xEP16'."""
-        parts = [f"TP{self.tp}"] if self.tp > 1 or self.gpus == 1 else []
-        parts += [f"PP{self.pp}"] * (self.pp > 1) + [f"DP{self.dp}"] * (self.dp > 1) + [f"EP{self.ep}"] * (self.ep > 1)
-        return "x".join(parts)
+        """'TP4', 'TP8xPP2', 'DP16xEP16': the engine's label, compact."""
+        return self.engine(1).label().replace(" ", "")
 
     def engine(self, gpus_per_node: int) -> EngineLayout:
         """The engine's layout on nodes of `gpus_per_node`."""

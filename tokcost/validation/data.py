@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -56,6 +56,9 @@ HELD_OUT_MIN_SOURCES = 3
 HELD_OUT_MIN_ENGINES = 3
 HELD_OUT_MIN_ROW_SHARE = 0.25
 HELD_OUT_SOURCES: frozenset[str] = frozenset({"llm-tracker-lhl", "trtllm-perf-v0.9", "dstack-mi300x-405b-bf16"})
+
+
+_Item = TypeVar("_Item", bound=BaseModel)
 
 
 class Row(BaseModel):
@@ -137,29 +140,35 @@ def held_out_by_rule(rows: list[Row]) -> frozenset[str]:
     return frozenset(held)
 
 
+def parse_items(data: dict[str, object], key: str, where: str, schema: type[_Item]) -> list[_Item]:
+    """Validated items of data[key], ids unique; an error names the file, the item (index and id) and the field."""
+    raw = data.get(key)
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(where, f"{key}: give a non-empty list", field=key)
+    items: list[_Item] = []
+    for i, item in enumerate(raw):
+        label = f"{where}: {key}[{i}]" + (f" ({item['id']})" if isinstance(item, dict) and "id" in item else "")
+        if not isinstance(item, dict):
+            raise SpecError(label, f"is a {type(item).__name__}; each item is a mapping of keys such as id: ...")
+        try:
+            items.append(schema.model_validate(item))
+        except ValidationError as exc:
+            raise validation_error(label, exc, schema) from None
+    seen: set[str] = set()
+    for i, found in enumerate(items):
+        ident = found.model_dump(include={"id"})["id"]
+        if ident in seen:
+            raise SpecError(f"{where}: {key}[{i}]", f"duplicate id {ident!r}; ids must be unique", field="id")
+        seen.add(ident)
+    return items
+
+
 def parse_rows(data: dict[str, object], where: str) -> list[Row]:
     """Validated rows from the file's mapping; an error names the row (index and id) and the field."""
     keys = set(data) - {"rows"}
     if keys:
         raise SpecError(where, f"unknown top-level key {sorted(keys)[0]!r}; the file holds one key, rows:")
-    raw = data.get("rows")
-    if not isinstance(raw, list) or not raw:
-        raise SpecError(where, "rows: give a non-empty list of measurements", field="rows")
-    rows: list[Row] = []
-    for i, item in enumerate(raw):
-        label = f"{where}: rows[{i}]" + (f" ({item['id']})" if isinstance(item, dict) and "id" in item else "")
-        if not isinstance(item, dict):
-            raise SpecError(label, f"is a {type(item).__name__}; each row is a mapping of keys such as id: ...")
-        try:
-            rows.append(Row.model_validate(item))
-        except ValidationError as exc:
-            raise validation_error(label, exc) from None
-    seen: set[str] = set()
-    for i, row in enumerate(rows):
-        if row.id in seen:
-            raise SpecError(f"{where}: rows[{i}]", f"duplicate id {row.id!r}; ids must be unique", field="id")
-        seen.add(row.id)
-    return rows
+    return parse_items(data, "rows", where, Row)
 
 
 def load_rows(path: Path) -> list[Row]:

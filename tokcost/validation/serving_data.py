@@ -9,14 +9,14 @@ Both files say in their header what every key and metric means; nothing in `valu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 from tokcost.formats import FormatName
-from tokcost.spec_errors import validation_error
+from tokcost.validation.data import parse_items
 
 Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
 PrefillDecode = Literal["aggregated", "disaggregated"]
@@ -44,7 +44,6 @@ PERCENTILE_ORDER: tuple[str, ...] = ("p1", "p10", "p25", "p50", "p75", "p90", "p
 GPUS_NOT_BUILT_IN: frozenset[str] = frozenset({"h800"})
 
 _ID = r"^[a-z0-9][a-z0-9.\-]*$"
-_Item = TypeVar("_Item", bound=BaseModel)
 
 
 class _Layout(BaseModel):
@@ -198,29 +197,6 @@ class MultinodeRow(_Layout):
         return self
 
 
-def _rows(data: dict[str, object], key: str, where: str, schema: type[_Item]) -> list[_Item]:
-    """Validated items of data[key]; an error names the file, the item (index and id) and the field."""
-    raw = data.get(key)
-    if not isinstance(raw, list) or not raw:
-        raise SpecError(where, f"{key}: give a non-empty list", field=key)
-    items: list[_Item] = []
-    for i, item in enumerate(raw):
-        label = f"{where}: {key}[{i}]" + (f" ({item['id']})" if isinstance(item, dict) and "id" in item else "")
-        if not isinstance(item, dict):
-            raise SpecError(label, f"is a {type(item).__name__}; each item is a mapping of keys such as id: ...")
-        try:
-            items.append(schema.model_validate(item))
-        except ValidationError as exc:
-            raise validation_error(label, exc, schema) from None
-    seen: set[str] = set()
-    for i, found in enumerate(items):
-        ident = found.model_dump(include={"id"})["id"]
-        if ident in seen:
-            raise SpecError(f"{where}: {key}[{i}]", f"duplicate id {ident!r}; ids must be unique", field="id")
-        seen.add(ident)
-    return items
-
-
 def _only_keys(data: dict[str, object], allowed: tuple[str, ...], where: str) -> None:
     extra = sorted(set(data) - set(allowed))
     if extra:
@@ -230,8 +206,8 @@ def _only_keys(data: dict[str, object], allowed: tuple[str, ...], where: str) ->
 def parse_serving(data: dict[str, object], where: str) -> tuple[dict[str, ServingSetup], list[ServingRow]]:
     """Setups by id and rows, validated; every row names an existing setup."""
     _only_keys(data, ("setups", "rows"), where)
-    setups = {s.id: s for s in _rows(data, "setups", where, ServingSetup)}
-    rows = _rows(data, "rows", where, ServingRow)
+    setups = {s.id: s for s in parse_items(data, "setups", where, ServingSetup)}
+    rows = parse_items(data, "rows", where, ServingRow)
     for i, row in enumerate(rows):
         if row.setup not in setups:
             raise SpecError(f"{where}: rows[{i}] ({row.id})", f"unknown setup {row.setup!r}", field="setup")
@@ -247,4 +223,4 @@ def load_multinode(path: Path) -> list[MultinodeRow]:
     """The rows of a multi-node measurements YAML file (not yet used by `tokcost validate`)."""
     data = load_mapping(path)
     _only_keys(data, ("rows",), str(path))
-    return _rows(data, "rows", str(path), MultinodeRow)
+    return parse_items(data, "rows", str(path), MultinodeRow)
