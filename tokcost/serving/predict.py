@@ -56,6 +56,8 @@ def predict(
         rate_rps=rate_rps, concurrency=concurrency, think_time_s=think_time_s,
         cached_prefix_tokens=cached_prefix_tokens,
     )  # fmt: skip
+    if scheduler_steps > 1 and engine.step_overhead_us:  # multi-step scheduling: the host's work once per k steps
+        engine = engine.model_copy(update={"step_overhead_us": engine.step_overhead_us / scheduler_steps})
     deployment = Deployment(gpu, Layout(tp, pp, ep, dp), weights, kv_dtype, compute_dtype, network, engine)
     replica = build_replica(model, deployment, traffic, chunk, scenario)
     limits = capacity(replica, slos or [])
@@ -82,7 +84,8 @@ def predict(
 
 
 def scheduler_steps_wait(steps: int, step_s: float | None) -> dict[str, float]:
-    """Extra wait of a new request under multi-step scheduling (vLLM's --num-scheduler-steps k): it arrives at a
+    """Extra wait of a new request under multi-step scheduling (vLLM's --num-scheduler-steps k, which also spreads
+    the engine's per-step host cost over k steps, as predict() prices it): it arrives at a
     uniform moment of a running window of k decode steps and joins when the window ends, so the wait's
     quantile q is q x k x step (added to TTFT's quantile: an approximation of the sum's quantile, said here)."""
     if steps <= 1 or step_s is None:
