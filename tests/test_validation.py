@@ -14,7 +14,7 @@ import pytest
 from tokcost.cli.app import app
 from tokcost.cli.validate_cmd import DEFAULT_DATA, load_engines, load_specs, run_validation, validate
 from tokcost.engine.estimate import deployment
-from tokcost.engine.stages import expected_distinct_experts
+from tokcost.engine.features import expected_distinct_experts
 from tokcost.engine.workload import Workload
 from tokcost.errors import SpecError
 from tokcost.hardware.library import load_gpu

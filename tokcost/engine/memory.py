@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tokcost.engine.features import attended
 from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
-from tokcost.engine.stages import attended, attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
+from tokcost.engine.stages import attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
 from tokcost.engine.workload import Precision, Workload
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
@@ -68,7 +69,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     qkv, out = attention_params_per_rank(model, tp)
     for kind, count in stage_kinds(model, layers).items():
         layer = (qkv + out) * p.weight_bytes + 2 * h * p.embedding_bytes  # attention + two norms
-        if kind.moe and model.moe:
+        if kind.mlp == "moe" and model.moe:
             experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
             layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
             layer += model.params_router_per_layer * p.weight_bytes
@@ -92,8 +93,8 @@ def stage_kv_bytes(
     prefix = min(wl.cached_prefix_tokens, tokens)
     total = 0.0
     for kind, count in stage_kinds(model, layers).items():
-        if kind.sliding:  # each sequence keeps its own window; a shared prefix past the window is gone
-            total += count * seqs * attended(model, True, tokens) * per_tok
+        if kind.attention == "sliding":  # each sequence keeps its own window; a shared prefix past it is gone
+            total += count * seqs * attended(model, "sliding", tokens) * per_tok
         else:  # the prefix once, then each sequence's own tokens (vLLM / SGLang prefix caching)
             total += count * (prefix + seqs * (tokens - prefix)) * per_tok
     return total

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from tokcost.engine.collectives import CollectiveCost, Links, allreduce, alltoall, sendrecv
+from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_cost, collective_lines
 from tokcost.engine.layout import Layout
-from tokcost.engine.stages import Stage
+from tokcost.engine.stages import Op, Stage
 from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
@@ -127,73 +127,137 @@ class Priced:
         return "compute" if self.compute_s > self.memory_s else "memory"
 
 
-def matmul_dtype(stage: Stage, rates: Rates) -> tuple[float, bool]:
+def matmul_dtype(kind: str, weight_format: str, rates: Rates) -> tuple[float, bool]:
     """(FLOP/s, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit peak
     (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype."""
-    if not stage.weight_format or stage.kind == "attention":
+    if not weight_format or kind == "attention":
         return rates.flops_per_s, False
-    native = get_format(stage.weight_format).native_compute
+    native = get_format(weight_format).native_compute
     if same_tensor_rate(native, rates.compute_dtype):
         return rates.flops_per_s, False
-    if stage.weight_format in ("bf16", "fp16"):
+    if weight_format in ("bf16", "fp16"):
         return rates.float16_flops_per_s or rates.flops_per_s, False
     return rates.flops_per_s, True
 
 
-def kernel_efficiency(stage: Stage, rates: Rates, dequantizing: bool) -> float:
-    """The engine's efficiency for one stage's kernel class (1 for norms, lookups, KV writes and sampling)."""
-    k = rates.kernels
-    if stage.kind == "attention":
-        return k.decode_attention
-    if stage.kind not in ("matmul", "experts"):
-        return 1.0
+def efficiency_key(kind: str, weight_format: str, compute_dtype: str, dequantizing: bool) -> tuple[str, str] | None:
+    """Which of the engine's efficiencies a kernel reads: ("dense", dtype), ("weight_only", format), ("attention",
+    ""), or None for norms, lookups, KV writes and sampling (routed experts add the MoE efficiency on top)."""
+    if kind == "attention":
+        return ("attention", "")
+    if kind not in ("matmul", "experts"):
+        return None
     if dequantizing:
-        eff = k.weight_only(stage.weight_format)
-    else:  # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
-        native = get_format(stage.weight_format).native_compute if stage.weight_format else None
-        eff = k.dense(
-            rates.compute_dtype if native is None or same_tensor_rate(native, rates.compute_dtype) else native
-        )
-    return eff * (k.moe_grouped_gemm if stage.kind == "experts" else 1.0)
+        return ("weight_only", weight_format)
+    # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
+    native = get_format(weight_format).native_compute if weight_format else None
+    return ("dense", compute_dtype if native is None or same_tensor_rate(native, compute_dtype) else native)
 
 
-def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
-    """(FLOP/s, weight-stream B/s, other B/s) one kernel runs at under `rates`, the engine's efficiency applied."""
-    flops_per_s, dequantizing = matmul_dtype(stage, rates)
-    if stage.kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
-        fp8 = rates.compute_dtype == "fp8" and get_format(stage.weight_format).native_compute == "fp8"
+def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing: bool) -> float:
+    """The engine's efficiency for one kernel class (1 for norms, lookups, KV writes and sampling)."""
+    k, key = rates.kernels, efficiency_key(kind, weight_format, rates.compute_dtype, dequantizing)
+    if key is None:
+        return 1.0
+    group, name = key
+    if group == "attention":
+        eff = k.decode_attention
+    else:
+        eff = k.weight_only(name) if group == "weight_only" else k.dense(name)
+    return eff * (k.moe_grouped_gemm if kind == "experts" else 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRate:
+    """The rates one kernel class runs at under one scenario, the engine's efficiency applied."""
+
+    flops_per_s: float
+    weight_bytes_per_s: float  # its weight stream (dequantizing kernels: the GPU's weight-only rate)
+    bytes_per_s: float  # every other byte
+
+
+def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
+    """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`."""
+    flops_per_s, dequantizing = matmul_dtype(kind, weight_format, rates)
+    if kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
+        fp8 = rates.compute_dtype == "fp8" and get_format(weight_format).native_compute == "fp8"
         flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s or rates.attention_flops_per_s
     # the engine's efficiency for this kernel class, capped so that fraction x efficiency never passes the datasheet
-    eff = kernel_efficiency(stage, rates, dequantizing)
+    eff = kernel_efficiency(kind, weight_format, rates, dequantizing)
     peak_bytes_per_s = rates.bytes_per_s / rates.bandwidth_fraction
     flops_per_s *= min(eff, 1 / rates.compute_fraction)
     bytes_per_s = min(rates.bytes_per_s * eff, peak_bytes_per_s)
     # dequantizing kernels stream their weights at the GPU's weight-only rate when its spec gives one
     weights_bw = min(rates.weight_only_bytes_per_s * eff, peak_bytes_per_s) if dequantizing else bytes_per_s
-    return flops_per_s, weights_bw, bytes_per_s
+    return KernelRate(flops_per_s, weights_bw, bytes_per_s)
 
 
-def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Priced:
-    """One kernel on its roofline, or one collective on its path."""
-    if stage.collective is not None:
-        path = links.path(
-            stage.ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s
+def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
+    """(FLOP/s, weight-stream B/s, other B/s) one stage's kernel runs at under `rates`."""
+    r = kernel_rate(stage.kind, stage.weight_format, rates)
+    return r.flops_per_s, r.weight_bytes_per_s, r.bytes_per_s
+
+
+def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
+    """(compute, memory) seconds of one occurrence: the two sides of its roofline; the larger is its time."""
+    return flops / rate.flops_per_s, weight_bytes / rate.weight_bytes_per_s + other_bytes / rate.bytes_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRate:
+    """A collective's path under one scenario, its algorithms as lines in the payload, and the engine's overhead."""
+
+    op: Op
+    ranks: int
+    path: Path
+    lines: tuple[Line, ...]
+    overhead_s: float
+
+    def seconds(self, payload_bytes: float) -> float:
+        """One occurrence: the cheapest algorithm plus the engine's launch and synchronization."""
+        return cheapest(self.lines, payload_bytes)[1] + self.overhead_s
+
+    def cost(self, payload_bytes: float) -> CollectiveCost:
+        """One occurrence with its algorithm, for the breakdown and --explain."""
+        c = collective_cost(self.op, payload_bytes, self.ranks, self.path)
+        return replace(c, seconds=c.seconds + self.overhead_s) if self.overhead_s else c
+
+
+def collective_rate(
+    op: Op, ranks: int, rates: Rates, links: Links, layout: Layout, *, crosses_nodes: bool = False
+) -> CollectiveRate:
+    """The path a collective rides under `rates`: the link its group spans, at the engine's share of its rate."""
+    path = links.path(ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s,
+                      crosses_nodes=crosses_nodes)  # fmt: skip
+    if rates.kernels.collective != 1.0:  # the engine's share of the link's rate, never above its datasheet
+        top = links.path(ranks, layout, expected=False, crosses_nodes=crosses_nodes)
+        path = replace(
+            path,
+            bytes_per_s=min(path.bytes_per_s * rates.kernels.collective, top.bytes_per_s),
+            intra_bytes_per_s=min(path.intra_bytes_per_s * rates.kernels.collective, top.intra_bytes_per_s),
         )
-        if rates.kernels.collective != 1.0:  # the engine's share of the link's rate, never above its datasheet
-            top = links.path(stage.ranks, layout, expected=False)
-            path = replace(
-                path,
-                bytes_per_s=min(path.bytes_per_s * rates.kernels.collective, top.bytes_per_s),
-                intra_bytes_per_s=min(path.intra_bytes_per_s * rates.kernels.collective, top.intra_bytes_per_s),
-            )
-        cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
-        coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
-        if rates.collective_overhead_s:
-            coll = replace(coll, seconds=coll.seconds + rates.collective_overhead_s)
-        return Priced(stage, 0.0, 0.0, coll)
-    flops_per_s, weights_bw, bytes_per_s = kernel_rates(stage, rates)
-    memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / bytes_per_s
-    return Priced(stage, stage.count * stage.flops / flops_per_s, stage.count * memory_s, None)
+    return CollectiveRate(op, ranks, path, collective_lines(op, ranks, path), rates.collective_overhead_s)
+
+
+def stage_rate(stage: Stage, rates: Rates, links: Links, layout: Layout) -> KernelRate | CollectiveRate:
+    """What one stage runs at: its kernel class's rates, or its collective's path."""
+    if stage.collective is not None:
+        return collective_rate(stage.collective, stage.ranks, rates, links, layout, crosses_nodes=stage.crosses_nodes)
+    return kernel_rate(stage.kind, stage.weight_format, rates)
+
+
+def priced(stage: Stage[float], rate: KernelRate | CollectiveRate) -> Priced:
+    """One stage at its rate: its kernel on its roofline, or its collective on its path."""
+    if isinstance(rate, CollectiveRate):
+        return Priced(stage, 0.0, 0.0, rate.cost(stage.payload_bytes))
+    n = stage.count
+    compute_s, memory_s = kernel_seconds(stage.flops, stage.weight_bytes, stage.bytes - stage.weight_bytes, rate)
+    return Priced(stage, n * compute_s, n * memory_s, None)
+
+
+def price_stage(stage: Stage[float], rates: Rates, links: Links, layout: Layout) -> Priced:
+    """One kernel on its roofline, or one collective on its path."""
+    return priced(stage, stage_rate(stage, rates, links, layout))
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +281,11 @@ def group_of(stage: Stage) -> str:
     return GROUPS.get(stage.kind, "other")
 
 
+def pipeline_factor(microbatches: int, pp: int, schedule: Schedule) -> int:
+    """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
+    return microbatches + pp - 1 if schedule == "fill" else max(microbatches, pp)
+
+
 @dataclass(frozen=True, slots=True)
 class PassCost:
     """A pass as its kernels on the slowest pipeline stage, the pipeline schedule, and a fixed overhead."""
@@ -234,10 +303,8 @@ class PassCost:
 
     @property
     def pipeline_factor(self) -> int:
-        """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
-        if self.schedule == "fill":
-            return self.microbatches + self.pp - 1
-        return max(self.microbatches, self.pp)
+        """Stage times per pass (pipeline_factor of its microbatches, stages and schedule)."""
+        return pipeline_factor(self.microbatches, self.pp, self.schedule)
 
     @property
     def seconds(self) -> float:

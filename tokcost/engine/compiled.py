@@ -1,0 +1,163 @@
+"""A configuration's kernels counted once, then priced for one point or a million.
+
+Compile: the stage builders of stages.py run once per (model, precision, layout) on the features as linear forms
+(forms.py), so every pipeline stage's kernels become rows of coefficients: FLOPs, weight bytes, other bytes and a
+collective's payload. Bind: under one scenario's rates and links each row gets its divisors once (roofline's
+kernel_rate and collective_rate, where the engine's efficiencies are applied and capped). A point is then its
+exact feature vector (features.py) and a few dot products, timed by roofline.kernel_seconds and
+CollectiveRate.seconds, the only places a time is computed. One point's PassCost (the breakdown, --explain,
+--journey) runs the builders on that point's features and prices each stage with the same rates.
+
+Pipeline schedule (GPipe-style microbatches, as vLLM and TensorRT-LLM run pipeline parallelism): the batch
+splits into m = min(pp, sequences) microbatches. In steady decode every stage stays busy and each sequence
+gets a token every max(m, pp) stage-times; a pass from an empty pipeline (a prefill) takes m + pp - 1
+stage-times, the (pp - 1) being the fill bubble. With pp = 1 both are one stage-time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokcost.engine.collectives import Links
+from tokcost.engine.features import FeatureSpace, Segment, decode_kinks
+from tokcost.engine.forms import Form
+from tokcost.engine.layout import Layout
+from tokcost.engine.roofline import (
+    Bound,
+    CollectiveRate,
+    KernelRate,
+    PassCost,
+    Rates,
+    Schedule,
+    kernel_seconds,
+    pipeline_factor,
+    priced,
+    stage_rate,
+)
+from tokcost.engine.stages import Stage, attention_kinds, pass_stages
+from tokcost.engine.workload import Precision
+from tokcost.models.spec import ModelSpec
+
+Rate = KernelRate | CollectiveRate
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One kernel of a compiled pass: its stage (names, kind, count) and its work as forms over the features."""
+
+    stage: Stage[Form]
+    flops: Form
+    weight_bytes: Form
+    other_bytes: Form  # bytes read and written that are not weights
+    payload: Form | None  # a collective's payload (None: a kernel on its roofline)
+
+    @staticmethod
+    def of(stage: Stage[Form]) -> Row:
+        """The row of a stage the builders returned on symbolic features."""
+        f = Form.of
+        if stage.collective is not None:
+            return Row(stage, Form(), Form(), Form(), f(stage.payload_bytes))
+        weights = f(stage.weight_bytes)
+        return Row(stage, f(stage.flops), weights, f(stage.bytes_read) + f(stage.bytes_written) - weights, None)
+
+
+def microbatches(layout: Layout, segments: Sequence[Segment]) -> int:
+    """Microbatches a pass splits into: one per pipeline stage, at most one per sequence."""
+    sequences = sum(s.sequences for s in segments)
+    return max(1, min(layout.pp, math.floor(sequences)))
+
+
+def share(segments: Sequence[Segment], m: int) -> list[Segment]:
+    """One microbatch's part of each segment."""
+    return [Segment(s.sequences / m, s.cached_tokens, s.new_tokens) for s in segments] if m > 1 else list(segments)
+
+
+class CompiledPass:
+    """Every pipeline stage's kernels of one (model, precision, layout), as rows of forms over the pass's features."""
+
+    def __init__(self, model: ModelSpec, precision: Precision, layout: Layout) -> None:
+        self.model, self.precision, self.layout = model, precision, layout
+        self.space = FeatureSpace(model, layout, attention_kinds(model))
+        symbols = self.space.symbols()
+        self.stages = tuple(tuple(Row.of(s) for s in st) for st in pass_stages(model, precision, layout, symbols))
+
+    def vector(self, segments: Sequence[Segment]) -> list[float]:
+        """The features of one microbatch of a pass over `segments` (the whole replica's)."""
+        return self.space.vector(share(segments, microbatches(self.layout, segments)))
+
+    def point_stages(self, x: Sequence[float]) -> list[list[Stage[float]]]:
+        """The stages at one point, built by the same builders on its numbers (names and notes included)."""
+        return pass_stages(self.model, self.precision, self.layout, self.space.named(x))
+
+    def decode_spans(self, first: int, last: int) -> list[tuple[int, int]]:
+        """Contexts first..last split where a decode step stops being linear in the context (a window fills)."""
+        spans, start = [], first
+        for kink in decode_kinks(self.model, self.space.kinds):
+            if start < kink <= last:
+                spans.append((start, kink - 1))
+                start = kink
+        return spans + [(start, last)]
+
+    def bind(self, rates: Rates, links: Links) -> BoundPass:
+        """The rows with their rates under one scenario."""
+        return BoundPass(self, rates, links)
+
+
+def row_seconds(row: Row, rate: Rate, x: Sequence[float]) -> float:
+    """All occurrences of one kernel at feature vector x: the larger side of its roofline, or its collective."""
+    if isinstance(rate, CollectiveRate):
+        assert row.payload is not None
+        return row.stage.count * rate.seconds(row.payload(x))
+    compute_s, memory_s = kernel_seconds(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
+    return row.stage.count * (compute_s if compute_s > memory_s else memory_s)
+
+
+def row_bound(row: Row, rate: Rate, x: Sequence[float]) -> tuple[float, Bound]:
+    """All occurrences of one kernel at x, and what bounds it."""
+    if isinstance(rate, CollectiveRate):
+        return row_seconds(row, rate, x), "interconnect"
+    compute_s, memory_s = kernel_seconds(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
+    return row.stage.count * max(compute_s, memory_s), "compute" if compute_s > memory_s else "memory"
+
+
+class BoundPass:
+    """A compiled pass under one scenario: prices any pass of its configuration, one point or many."""
+
+    def __init__(self, compiled: CompiledPass, rates: Rates, links: Links) -> None:
+        self.compiled, self.rates, self.links = compiled, rates, links
+        lay = compiled.layout
+        self.stages: tuple[tuple[tuple[Row, Rate], ...], ...] = tuple(
+            tuple((row, stage_rate(row.stage, rates, links, lay)) for row in stage) for stage in compiled.stages
+        )
+        self.overhead_s = rates.step_overhead_s
+
+    def stage_seconds(self, x: Sequence[float]) -> list[float]:
+        """One microbatch through each pipeline stage at feature vector x."""
+        return [sum(row_seconds(row, rate, x) for row, rate in stage) for stage in self.stages]
+
+    def seconds(
+        self, segments: Sequence[Segment], *, schedule: Schedule = "steady", extra_overhead_s: float = 0.0
+    ) -> float:
+        """The pass over `segments` (the whole replica's): its slowest stage times the schedule, plus overheads."""
+        m = microbatches(self.compiled.layout, segments)
+        slowest = max(self.stage_seconds(self.compiled.space.vector(share(segments, m))))
+        return pipeline_factor(m, self.compiled.layout.pp, schedule) * slowest + self.overhead_s + extra_overhead_s
+
+    def cost(self, segments: Sequence[Segment], *, schedule: Schedule, extra_overhead_s: float = 0.0) -> PassCost:
+        """The same pass with every stage priced, on its slowest pipeline stage (the breakdown and --explain)."""
+        m = microbatches(self.compiled.layout, segments)
+        x = self.compiled.space.vector(share(segments, m))
+        stages = self.compiled.point_stages(x)
+        priced_stages = [
+            tuple(priced(st, rate) for st, (_, rate) in zip(point, bound, strict=True))
+            for point, bound in zip(stages, self.stages, strict=True)
+        ]
+        slowest = max(priced_stages, key=lambda stage: sum(s.seconds for s in stage))
+        return PassCost(slowest, self.overhead_s + extra_overhead_s, self.compiled.layout.pp, m, schedule)
+
+    def slowest(self, x: Sequence[float]) -> int:
+        """Index of the slowest pipeline stage at feature vector x (the first of equals)."""
+        times = self.stage_seconds(x)
+        return times.index(max(times))
