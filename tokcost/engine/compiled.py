@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.collectives import Links
-from tokcost.engine.features import FeatureSpace, Segment, decode_kinks
+from tokcost.engine.features import FeatureSpace, Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.engine.roofline import (
@@ -90,15 +90,6 @@ class CompiledPass:
     def point_stages(self, x: Sequence[float]) -> list[list[Stage[float]]]:
         """The stages at one point, built by the same builders on its numbers (names and notes included)."""
         return pass_stages(self.model, self.precision, self.layout, self.space.named(x))
-
-    def decode_spans(self, first: int, last: int) -> list[tuple[int, int]]:
-        """Contexts first..last split where a decode step stops being linear in the context (a window fills)."""
-        spans, start = [], first
-        for kink in decode_kinks(self.model, self.space.kinds):
-            if start < kink <= last:
-                spans.append((start, kink - 1))
-                start = kink
-        return spans + [(start, last)]
 
     def bind(self, rates: Rates, links: Links) -> BoundPass:
         """The rows with their rates under one scenario."""

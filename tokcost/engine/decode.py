@@ -1,45 +1,48 @@
 """Decode steps of one batch as exact functions of the context, and their mean over contexts in closed form.
 
 With the batch fixed, only the attention features move with the context c (KV tokens read, query-key pairs:
-features.py), and on a span between windows' kinks they are linear in c. So every kernel that reads them is the
-larger of two lines in c, every other kernel a constant, and the mean step over first..last is a sum of
-arithmetic series split where lines cross (series.py): exact, equal to summing every step. Collectives carry
-activations and routed tokens, never the cache: they do not move with c.
+features.py), and between the contexts where a window fills ("regimes": from 0, then from each window) they are
+linear in c. So every kernel that reads them does work linear in c, and its two roofline sides are lines in c
+(kernel_seconds is linear in the work it prices: its intercept prices the work at c = 0 of the regime's line,
+its slope the work per token of context); every other kernel is a constant. The mean step over first..last is
+then a sum of arithmetic series, split where lines cross (series.py): exact, equal to summing every step.
+Collectives carry activations and routed tokens, never the cache: they do not move with c.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_bound
-from tokcost.engine.features import Segment
+from tokcost.engine.features import Segment, decode_kinks
 from tokcost.engine.forms import Form
-from tokcost.engine.roofline import Bound, CollectiveRate, KernelRate, kernel_seconds, pipeline_factor
-from tokcost.engine.series import Kernel, stages_max_sum
+from tokcost.engine.roofline import Bound, CollectiveRate, kernel_seconds, pipeline_factor
+from tokcost.engine.series import Kernel, max_sum, stages_max_sum
+
+Line = tuple[float, float]  # (value at context 0, per token of context)
 
 
 @dataclass(frozen=True, slots=True)
 class _Moving:
-    """A kernel that reads the cache: its forms with the batch's other features folded in."""
+    """A kernel that reads the cache, in one regime: its compute and memory time (all occurrences) as lines in c."""
 
-    count: int
-    flops: Form
-    weight_bytes: Form
-    other_bytes: Form
-    rate: KernelRate
+    compute: Line
+    memory: Line
 
 
 @dataclass(frozen=True, slots=True)
 class _Stage:
-    """One pipeline stage of a decode step of a fixed batch: its fixed time by bound, and its moving kernels."""
+    """One pipeline stage of a decode step of a fixed batch in one regime: fixed time by bound, moving kernels."""
 
     fixed: dict[Bound, float]
+    fixed_s: float
     moving: tuple[_Moving, ...]
 
-    @property
-    def fixed_s(self) -> float:
-        """Time of the kernels and collectives the context does not move."""
-        return sum(self.fixed.values())
+
+def _at(line: Line, c: float) -> float:
+    return line[0] + line[1] * c
 
 
 class DecodeLines:
@@ -47,46 +50,42 @@ class DecodeLines:
 
     def __init__(self, bound: BoundPass, batch: float) -> None:
         compiled = bound.compiled
-        self.compiled, self.batch = compiled, batch
+        space = compiled.space
         self.microbatches = microbatches(compiled.layout, [Segment(batch, 0, 1)])
-        self.share = batch / self.microbatches
+        self.share = share = batch / self.microbatches
         self.factor = pipeline_factor(self.microbatches, compiled.layout.pp, "steady")
         self.overhead_s = bound.overhead_s
-        context = compiled.space.context_indices
-        rest = frozenset(range(compiled.space.size)) - context
-        x = compiled.space.vector([Segment(self.share, 0, 1)])  # the features the context does not move
-        self.stages = tuple(_stage(stage, x, rest, context) for stage in bound.stages)
+        context = space.context_indices
+        x = space.vector([Segment(share, 0, 1)])  # the features the context does not move
+        self.starts = (0, *decode_kinks(compiled.model, space.kinds))  # each regime's first context
+        self.regimes: list[tuple[_Stage, ...]] = []
+        for start in self.starts:  # the context features on this regime: x(c) = const + slope x c, exactly
+            at_start, after = space.decode_context(share, start), space.decode_context(share, start + 1)
+            slope = [b - a for a, b in zip(at_start, after, strict=True)]
+            const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
+            self.regimes.append(tuple(_stage(stage, x, context, const, slope) for stage in bound.stages))
 
-    def _lines(self, a: float, b: float) -> list[tuple[float, list[Kernel]]]:
-        """Each stage at contexts a and b: its fixed time, and each moving kernel's two roofline sides as lines."""
-        space = self.compiled.space
-        xa, xb = space.decode_context(self.share, a), space.decode_context(self.share, b)
-        out = []
-        for stage in self.stages:
-            kernels: list[Kernel] = []
-            for k in stage.moving:
-                ca, ma = kernel_seconds(k.flops(xa), k.weight_bytes(xa), k.other_bytes(xa), k.rate)
-                cb, mb = kernel_seconds(k.flops(xb), k.weight_bytes(xb), k.other_bytes(xb), k.rate)
-                kernels.append(((k.count * ca, k.count * cb), (k.count * ma, k.count * mb)))
-            out.append((stage.fixed_s, kernels))
-        return out
+    def _regime(self, cached: float) -> tuple[_Stage, ...]:
+        return self.regimes[bisect.bisect_right(self.starts, cached) - 1]
 
     def mean(self, first: int, last: int) -> float:
         """Mean step over cached contexts first..last (integers), exactly the mean of every step."""
-        total = sum(stages_max_sum(self._lines(a, b), b - a + 1) for a, b in self.compiled.decode_spans(first, last))
+        total, a = 0.0, first
+        while a <= last:
+            j = bisect.bisect_right(self.starts, a) - 1
+            b = min(last, self.starts[j + 1] - 1) if j + 1 < len(self.starts) else last
+            total += _sum(self.regimes[j], a, b)
+            a = b + 1
         return self.factor * total / (last - first + 1) + self.overhead_s
 
     def at(self, cached: float) -> tuple[float, Bound]:
         """One step at `cached` tokens: its time, and what holds most of its slowest stage's time."""
-        space = self.compiled.space
-        x = space.decode_context(self.share, cached)
         best: tuple[float, dict[Bound, float]] | None = None
-        for stage in self.stages:
+        for stage in self._regime(cached):
             time = dict(stage.fixed)
             for k in stage.moving:
-                compute_s, memory_s = kernel_seconds(k.flops(x), k.weight_bytes(x), k.other_bytes(x), k.rate)
-                side: Bound = "compute" if compute_s > memory_s else "memory"
-                time[side] += k.count * max(compute_s, memory_s)
+                compute_s, memory_s = _at(k.compute, cached), _at(k.memory, cached)
+                time["compute" if compute_s > memory_s else "memory"] += max(compute_s, memory_s)
             total = sum(time.values())
             if best is None or total > best[0]:
                 best = (total, time)
@@ -95,10 +94,35 @@ class DecodeLines:
         return self.factor * seconds + self.overhead_s, max(time, key=lambda k: time[k])
 
 
+def _sum(stages: tuple[_Stage, ...], a: int, b: int) -> float:
+    """Sum over contexts a..b of the slowest stage (one regime)."""
+    n = b - a + 1
+    if len(stages) == 1:  # one pipeline stage: each moving kernel's sum on its own
+        stage = stages[0]
+        total = n * stage.fixed_s
+        for k in stage.moving:
+            total += _max_sum(k, a, b, n)
+        return total
+    lines: list[tuple[float, Sequence[Kernel]]] = [
+        (s.fixed_s, [((_at(k.compute, a), _at(k.compute, b)), (_at(k.memory, a), _at(k.memory, b))) for k in s.moving])
+        for s in stages
+    ]
+    return stages_max_sum(lines, n)
+
+
+def _max_sum(k: _Moving, a: int, b: int, n: int) -> float:
+    """Sum over contexts a..b of one moving kernel's time."""
+    return max_sum((_at(k.compute, a), _at(k.compute, b)), (_at(k.memory, a), _at(k.memory, b)), n)
+
+
 def _stage(
-    stage: tuple[tuple[Row, Rate], ...], x: list[float], rest: frozenset[int], context: frozenset[int]
+    stage: tuple[tuple[Row, Rate], ...],
+    x: list[float],
+    context: frozenset[int],
+    const: list[float],
+    slope: list[float],
 ) -> _Stage:
-    """A stage's kernels split into those the context moves (kept as folded forms) and the rest (timed once)."""
+    """A stage's kernels split into those the context moves (as lines in c) and the rest (timed once)."""
     fixed: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
     moving = []
     for row, rate in stage:
@@ -107,7 +131,17 @@ def _stage(
             assert row.payload is None or not any(i in context for i, _ in row.payload.terms)
             seconds, bound = row_bound(row, rate, x)
             fixed[bound] += seconds
-        else:
-            flops, weights, other = (f.fold(x, rest) for f in forms)
-            moving.append(_Moving(row.stage.count, flops, weights, other, rate))
-    return _Stage(fixed, tuple(moving))
+            continue
+        # work at c = 0 of the regime's line (every other feature at its value) and per token of context
+        base = [const[i] if i in context else v for i, v in enumerate(x)]
+        f0, w0, o0 = (f(base) for f in forms)
+        f1, w1, o1 = (_linear(f, slope) for f in forms)
+        n = row.stage.count
+        (c0, m0), (c1, m1) = kernel_seconds(f0, w0, o0, rate), kernel_seconds(f1, w1, o1, rate)
+        moving.append(_Moving((n * c0, n * c1), (n * m0, n * m1)))
+    return _Stage(fixed, sum(fixed.values()), tuple(moving))
+
+
+def _linear(form: Form, x: Sequence[float]) -> float:
+    """The form's linear part at x (its constant left out): the work per token of context."""
+    return sum(a * x[i] for i, a in form.terms)

@@ -143,7 +143,7 @@ def _slowest_rows(
     """A decode step's features and the rows of its slowest pipeline stage."""
     bound = d.bound(rates)
     x = d.compiled.vector([Segment(batch, cached, 1)])
-    return x, bound.stages[bound.slowest(x)]
+    return x, bound.stages[bound.slowest(x) if len(bound.stages) > 1 else 0]
 
 
 def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
