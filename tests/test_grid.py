@@ -137,8 +137,11 @@ def test_decode_mean_equals_the_sum_of_every_step(model, layout, batch, first, l
     d = _deployment(model, "h100-sxm", layout)
     for scenario in ("ceiling", "expected"):
         rates = d.rates(scenario)
-        exact = DecodeLines(d.bound(rates), batch).mean(first, last)
-        assert exact == pytest.approx(_brute_mean(d, rates, batch, first, last), rel=1e-12)
+        brute = _brute_mean(d, rates, batch, first, last)
+        # both exact paths: the work of each span priced at its ends (estimate, validate, the fit) and the decode
+        # lines of a batch (sweep, the simulator)
+        assert d.bound(rates).decode_mean(batch=batch, first=first, last=last) == pytest.approx(brute, rel=1e-12)
+        assert DecodeLines(d.bound(rates), batch).mean(first, last) == pytest.approx(brute, rel=1e-12)
 
 
 def _attention_flip(d: Deployment, rates: Rates, batch: int, first: int, last: int) -> bool:
@@ -156,8 +159,9 @@ def test_decode_mean_is_exact_where_a_kernel_turns_compute_bound():
     rates = d.rates("ceiling")
     first, last = 700, 900
     assert _attention_flip(d, rates, 64, first, last)
-    exact = DecodeLines(d.bound(rates), 64).mean(first, last)
-    assert exact == pytest.approx(_brute_mean(d, rates, 64, first, last), rel=1e-12)
+    brute = _brute_mean(d, rates, 64, first, last)
+    assert DecodeLines(d.bound(rates), 64).mean(first, last) == pytest.approx(brute, rel=1e-12)
+    assert d.bound(rates).decode_mean(batch=64, first=first, last=last) == pytest.approx(brute, rel=1e-12)
 
 
 def test_decode_mean_is_exact_where_the_slowest_pipeline_stage_changes():
@@ -172,8 +176,9 @@ def test_decode_mean_is_exact_where_the_slowest_pipeline_stage_changes():
     while hi - lo > 1:  # the switch, then a range around it
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if bound.slowest(d.compiled.vector([Segment(batch, mid, 1)])) == slowest[0] else (lo, mid)
-    exact = DecodeLines(bound, batch).mean(hi - 25, hi + 25)
-    assert exact == pytest.approx(_brute_mean(d, rates, batch, hi - 25, hi + 25), rel=1e-12)
+    brute = _brute_mean(d, rates, batch, hi - 25, hi + 25)
+    assert DecodeLines(bound, batch).mean(hi - 25, hi + 25) == pytest.approx(brute, rel=1e-12)
+    assert bound.decode_mean(batch=batch, first=hi - 25, last=hi + 25) == pytest.approx(brute, rel=1e-12)
 
 
 def test_decode_step_at_a_context_is_the_pass_and_its_bound():
@@ -295,5 +300,38 @@ def test_more_tokens_are_never_cheaper(model, gpu, segs, which, factor, tp):
 def test_decode_mean_is_the_mean_of_every_step_on_generated_specs(model, gpu, batch, first, steps, pp):
     d = _generated(model, gpu, 1, pp)
     rates = d.rates("expected")
-    exact = DecodeLines(d.bound(rates), batch).mean(first, first + steps)
-    assert exact == pytest.approx(_brute_mean(d, rates, batch, first, first + steps), rel=1e-11)
+    brute = _brute_mean(d, rates, batch, first, first + steps)
+    assert DecodeLines(d.bound(rates), batch).mean(first, first + steps) == pytest.approx(brute, rel=1e-11)
+    assert d.bound(rates).decode_mean(batch=batch, first=first, last=first + steps) == pytest.approx(brute, rel=1e-11)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "layout", "batch", "contexts"),
+    [
+        ("gemma-2-9b", "h100-sxm", {}, 9, [0.0, 100.25, 4000.0, 4094.5, 4095.0, 4095.5, 4096.0, 9000.75]),
+        ("llama-3.1-8b", "h100-sxm", {"pp": 3}, 64, [0.0, 3000.0, 7000.5, 15_000.0]),
+        (
+            "deepseek-v3",
+            "h200",
+            {"tp": 1, "dp": 8, "ep": 8, "weights_dtype": "fp8", "kv_dtype": "fp8", "compute_dtype": "fp8"},
+            64,
+            [700.0, 800.5, 816.0, 850.0],
+        ),
+    ],  # fmt: skip
+)
+def test_decode_line_holds_exactly_as_far_as_it_says(model, gpu, layout, batch, contexts):
+    d = _deployment(model, gpu, layout)
+    rates = d.rates("ceiling")
+    bound, lines = d.bound(rates), DecodeLines(d.bound(rates), batch)
+    ends = []
+    for c in contexts:
+        seconds, slope, until = lines.line(c)
+        assert until > c - 1e-9
+        ends.append(until)
+        for j in range(80):
+            if c + j >= until:
+                break
+            step = bound.seconds([Segment(batch, c + j, 1)])
+            assert seconds + slope * j == pytest.approx(step, rel=1e-12), (c, j)
+        assert lines.at(c)[0] == pytest.approx(bound.seconds([Segment(batch, c, 1)]), rel=1e-12)
+    assert min(ends) < max(contexts) + 80  # some line stops at a kink ahead, not at infinity

@@ -21,26 +21,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.collectives import Links
-from tokcost.engine.features import FeatureSpace, Segment
+from tokcost.engine.features import FeatureSpace, Segment, decode_kinks
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.engine.roofline import (
     Bound,
     CollectiveRate,
-    KernelRate,
     PassCost,
     Rates,
     Schedule,
     kernel_seconds,
     pipeline_factor,
     priced,
-    stage_rate,
 )
 from tokcost.engine.stages import Stage, attention_kinds, pass_stages
+from tokcost.engine.work import KernelWork, Key, Rate, Work, rate_key, rate_of, stage_sum, stage_times
 from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec
-
-Rate = KernelRate | CollectiveRate
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +79,9 @@ class CompiledPass:
         self.space = FeatureSpace(model, layout, attention_kinds(model))
         symbols = self.space.symbols()
         self.stages = tuple(tuple(Row.of(s) for s in st) for st in pass_stages(model, precision, layout, symbols))
+        keys = list(dict.fromkeys(rate_key(row.stage) for stage in self.stages for row in stage))
+        self.keys: tuple[Key, ...] = tuple(keys)  # the rate classes its kernels run at
+        self.slots = tuple(tuple(keys.index(rate_key(row.stage)) for row in stage) for stage in self.stages)
 
     def vector(self, segments: Sequence[Segment]) -> list[float]:
         """The features of one microbatch of a pass over `segments` (the whole replica's)."""
@@ -91,9 +91,64 @@ class CompiledPass:
         """The stages at one point, built by the same builders on its numbers (names and notes included)."""
         return pass_stages(self.model, self.precision, self.layout, self.space.named(x))
 
+    def work_between(self, xa: Sequence[float], xb: Sequence[float], points: int, m: int) -> Work:
+        """The kernels' work at feature vectors xa (first point) and xb (last of `points`), m microbatches."""
+        stages = []
+        for rows, slots in zip(self.stages, self.slots, strict=True):
+            out: list[KernelWork] = []
+            for row, slot in zip(rows, slots, strict=True):
+                n = row.stage.count
+                if row.payload is not None:
+                    out.append((slot, n, row.payload(xa), row.payload(xb), 0.0, 0.0, 0.0, 0.0))
+                elif xa is xb:
+                    f, w, o = row.flops(xa), row.weight_bytes(xa), row.other_bytes(xa)
+                    out.append((slot, n, f, f, w, w, o, o))
+                else:
+                    out.append((slot, n, row.flops(xa), row.flops(xb), row.weight_bytes(xa), row.weight_bytes(xb),
+                                row.other_bytes(xa), row.other_bytes(xb)))  # fmt: skip
+            stages.append(tuple(out))
+        return Work(tuple(stages), points, m, self.layout.pp)
+
+    def work(self, segments: Sequence[Segment]) -> Work:
+        """One pass over `segments` (the whole replica's): one microbatch's work on every stage."""
+        m = microbatches(self.layout, segments)
+        x = self.space.vector(share(segments, m))
+        return self.work_between(x, x, 1, m)
+
+    def decode_work(self, batch: float, first: int, last: int) -> tuple[Work, ...]:
+        """Decode steps of `batch` sequences at cached contexts first..last: one Work per span on which every
+        kernel's work is linear in the context (split where a window fills)."""
+        m = microbatches(self.layout, [Segment(batch, first, 1)])
+        spans, a = [], first
+        for kink in decode_kinks(self.model, self.space.kinds):
+            if a < kink <= last:
+                spans.append((a, kink - 1))
+                a = kink
+        spans.append((a, last))
+        vector = self.space.vector
+        return tuple(
+            self.work_between(vector([Segment(batch / m, a, 1)]), vector([Segment(batch / m, b, 1)]), b - a + 1, m)
+            for a, b in spans
+        )
+
+    def rate_table(self, rates: Rates, links: Links) -> tuple[Rate, ...]:
+        """The rate of each of its kernel classes under one scenario."""
+        return tuple(rate_of(key, rates, links, self.layout) for key in self.keys)
+
     def bind(self, rates: Rates, links: Links) -> BoundPass:
         """The rows with their rates under one scenario."""
         return BoundPass(self, rates, links)
+
+
+def pass_seconds(work: Work, table: Sequence[Rate], *, schedule: Schedule, overhead_s: float) -> float:
+    """A pass from its work: the slowest stage times the schedule's stage-times, plus its fixed overheads."""
+    return pipeline_factor(work.microbatches, work.pp, schedule) * stage_sum(work, table) + overhead_s
+
+
+def mean_step_seconds(spans: Sequence[Work], table: Sequence[Rate], *, overhead_s: float) -> float:
+    """The mean decode step over spans of contexts (a steady pipeline), summed exactly, plus its fixed overhead."""
+    factor = pipeline_factor(spans[0].microbatches, spans[0].pp, "steady")
+    return factor * sum(stage_sum(w, table) for w in spans) / sum(w.points for w in spans) + overhead_s
 
 
 def row_seconds(row: Row, rate: Rate, x: Sequence[float]) -> float:
@@ -118,23 +173,33 @@ class BoundPass:
 
     def __init__(self, compiled: CompiledPass, rates: Rates, links: Links) -> None:
         self.compiled, self.rates, self.links = compiled, rates, links
-        lay = compiled.layout
+        self.table = compiled.rate_table(rates, links)
         self.stages: tuple[tuple[tuple[Row, Rate], ...], ...] = tuple(
-            tuple((row, stage_rate(row.stage, rates, links, lay)) for row in stage) for stage in compiled.stages
+            tuple((row, self.table[slot]) for row, slot in zip(rows, slots, strict=True))
+            for rows, slots in zip(compiled.stages, compiled.slots, strict=True)
         )
         self.overhead_s = rates.step_overhead_s
 
     def stage_seconds(self, x: Sequence[float]) -> list[float]:
         """One microbatch through each pipeline stage at feature vector x."""
-        return [sum(row_seconds(row, rate, x) for row, rate in stage) for stage in self.stages]
+        return stage_times(self.compiled.work_between(x, x, 1, 1), self.table)
+
+    def slowest(self, x: Sequence[float]) -> int:
+        """Index of the slowest pipeline stage at feature vector x (the first of equals)."""
+        times = self.stage_seconds(x)
+        return times.index(max(times))
 
     def seconds(
         self, segments: Sequence[Segment], *, schedule: Schedule = "steady", extra_overhead_s: float = 0.0
     ) -> float:
         """The pass over `segments` (the whole replica's): its slowest stage times the schedule, plus overheads."""
-        m = microbatches(self.compiled.layout, segments)
-        slowest = max(self.stage_seconds(self.compiled.space.vector(share(segments, m))))
-        return pipeline_factor(m, self.compiled.layout.pp, schedule) * slowest + self.overhead_s + extra_overhead_s
+        work = self.compiled.work(segments)
+        return pass_seconds(work, self.table, schedule=schedule, overhead_s=self.overhead_s + extra_overhead_s)
+
+    def decode_mean(self, *, batch: float, first: int, last: int) -> float:
+        """The mean decode step of `batch` sequences over cached contexts first..last, exactly."""
+        spans = self.compiled.decode_work(batch, first, last)
+        return mean_step_seconds(spans, self.table, overhead_s=self.overhead_s)
 
     def cost(self, segments: Sequence[Segment], *, schedule: Schedule, extra_overhead_s: float = 0.0) -> PassCost:
         """The same pass with every stage priced, on its slowest pipeline stage (the breakdown and --explain)."""
@@ -147,8 +212,3 @@ class BoundPass:
         ]
         slowest = max(priced_stages, key=lambda stage: sum(s.seconds for s in stage))
         return PassCost(slowest, self.overhead_s + extra_overhead_s, self.compiled.layout.pp, m, schedule)
-
-    def slowest(self, x: Sequence[float]) -> int:
-        """Index of the slowest pipeline stage at feature vector x (the first of equals)."""
-        times = self.stage_seconds(x)
-        return times.index(max(times))

@@ -12,6 +12,7 @@ Collectives carry activations and routed tokens, never the cache: they do not mo
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,6 +78,29 @@ class DecodeLines:
             total += _sum(self.regimes[j], a, b)
             a = b + 1
         return self.factor * total / (last - first + 1) + self.overhead_s
+
+    def line(self, cached: float) -> tuple[float, float, float]:
+        """The step from `cached` on as a line: (seconds at `cached`, seconds per token of context, the context up
+        to which it holds: the regime's end, a kernel changing bound or another pipeline stage taking over)."""
+        j = bisect.bisect_right(self.starts, cached) - 1
+        until = float(self.starts[j + 1]) if j + 1 < len(self.starts) else math.inf
+        stages = []  # (time, slope) of each stage at `cached`, each moving kernel on its active side
+        for stage in self.regimes[j]:
+            time, slope = stage.fixed_s, 0.0
+            for k in stage.moving:
+                (active, a_slope), (other, o_slope) = sorted(
+                    ((_at(k.compute, cached), k.compute[1]), (_at(k.memory, cached), k.memory[1])), reverse=True
+                )
+                time, slope = time + active, slope + a_slope
+                if o_slope > a_slope:  # the other side overtakes ahead
+                    until = min(until, cached + (active - other) / (o_slope - a_slope))
+            stages.append((time, slope))
+        top = max(range(len(stages)), key=lambda s: stages[s])  # a tie goes to the steeper stage
+        for time, slope in stages:
+            if slope > stages[top][1]:
+                until = min(until, cached + (stages[top][0] - time) / (slope - stages[top][1]))
+        time, slope = stages[top]
+        return self.factor * time + self.overhead_s, self.factor * slope, until
 
     def at(self, cached: float) -> tuple[float, Bound]:
         """One step at `cached` tokens: its time, and what holds most of its slowest stage's time."""

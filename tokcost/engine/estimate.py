@@ -14,7 +14,6 @@ from functools import cached_property
 
 from tokcost.engine.collectives import Links, links_of
 from tokcost.engine.compiled import BoundPass, CompiledPass, Rate, Row
-from tokcost.engine.decode import DecodeLines
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
@@ -112,8 +111,8 @@ def decode_contexts(wl: Workload) -> tuple[int, int] | None:
 
 
 def mean_decode_seconds(d: Deployment, rates: Rates, *, batch: float, first: int, last: int) -> float:
-    """Mean step time over cached contexts first..last, summed exactly (decode.py)."""
-    return DecodeLines(d.bound(rates), batch).mean(first, last)
+    """Mean step time over cached contexts first..last, summed exactly (compiled.py, series.py)."""
+    return d.bound(rates).decode_mean(batch=batch, first=first, last=last)
 
 
 def times(d: Deployment, wl: Workload, rates: Rates) -> tuple[float, float | None]:
@@ -123,7 +122,7 @@ def times(d: Deployment, wl: Workload, rates: Rates) -> tuple[float, float | Non
     prefill = [Segment(wl.batch, wl.cached_prefix_tokens, wl.computed_prompt_tokens)]
     ttft = bound.seconds(prefill, schedule="fill", extra_overhead_s=rates.request_overhead_s)
     contexts = decode_contexts(wl)
-    return ttft, DecodeLines(bound, wl.batch).mean(*contexts) if contexts else None
+    return ttft, bound.decode_mean(batch=wl.batch, first=contexts[0], last=contexts[1]) if contexts else None
 
 
 def _first_batch(test: Callable[[int], bool], limit: int = CRITICAL_BATCH_SEARCH_LIMIT) -> int | None:

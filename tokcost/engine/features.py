@@ -77,8 +77,10 @@ def causal_pairs(model: ModelSpec, kind: AttentionKind, cached: float, new: floa
 
 
 def decode_kinks(model: ModelSpec, kinds: Sequence[AttentionKind]) -> tuple[int, ...]:
-    """Contexts c where a decode step's features start a new linear piece in c (a window's KV read stops growing)."""
-    return tuple(sorted({w for w in (window_of(model, k) for k in kinds) if w is not None}))
+    """Contexts c > 0 where a decode step's features start a new linear piece in c: a sliding layer's query-key
+    pairs min(c + 1, w) stop growing at c = w - 1, its KV read min(c, w) at c = w."""
+    windows = [w for w in (window_of(model, k) for k in kinds) if w is not None]
+    return tuple(sorted({c for w in windows for c in (w - 1, w) if c > 0}))
 
 
 # ---- routing ------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_cost, collective_lines
+from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
 from tokcost.engine.layout import Layout
 from tokcost.engine.stages import Op, Stage
 from tokcost.engine.workload import same_tensor_rate
@@ -219,8 +219,9 @@ class CollectiveRate:
 
     def cost(self, payload_bytes: float) -> CollectiveCost:
         """One occurrence with its algorithm, for the breakdown and --explain."""
-        c = collective_cost(self.op, payload_bytes, self.ranks, self.path)
-        return replace(c, seconds=c.seconds + self.overhead_s) if self.overhead_s else c
+        line, seconds = cheapest(self.lines, payload_bytes)
+        return CollectiveCost(self.op, payload_bytes, self.ranks, self.path, line.algorithm,
+                              seconds + self.overhead_s, payload_bytes * line.link_bytes_per_byte)  # fmt: skip
 
 
 def collective_rate(

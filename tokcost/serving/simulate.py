@@ -3,7 +3,7 @@
 Arrivals (Poisson at the rate, a trace's times, or N closed-loop users with exponential think times) join
 a FCFS prefill queue. At each step boundary the server runs every decoding sequence's next token plus up to
 `chunk` prompt tokens from the head of the queue (packing several prompts into one step when they fit),
-priced by the engine's step_cost with the real segments: Segment(b, mean decode context, 1) for the decode
+priced by the engine's compiled pass with the real segments: Segment(b, mean decode context, 1) for the decode
 batch (exact, the pass is linear in the contexts' sum) and Segment(1, tokens already done, chunk part) per
 prompt. A prompt's first token comes out at the end of the step that ran its last chunk; it then decodes
 one token per step. With no decode and an empty queue the server idles until the next arrival. The first
@@ -131,7 +131,7 @@ def simulate(
             if r.done == r.prompt:
                 completed.append(r)
         if len(segments) > (1 if b else 0):
-            seconds = steps.cost(segments).seconds
+            seconds = steps.seconds(segments)
         else:  # decode only: one line per stretch of constant batch (linear in the context while no term flips)
             if line is None or line[0] != b or step > line[4]:
                 line = _decode_line(steps, b, segments[0].cached_tokens, step, decoding[0][0])
@@ -173,19 +173,12 @@ def simulate(
 
 
 def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int) -> tuple[int, int, float, float, int]:
-    """Decode-only step time from `step` to `last` as a line in the step index (contexts grow by 1 a step).
-
-    Exact when no roofline term changes bound between the two ends; otherwise valid for this one step only.
-    """
-    start = steps.cost([Segment(batch, context, 1)])
-    if last <= step:
-        return (batch, step, start.seconds, 0.0, step)
-    end = steps.cost([Segment(batch, context + (last - step), 1)])
-    if len(start.stages) != len(end.stages) or any(
-        a.bound != e.bound for a, e in zip(start.stages, end.stages, strict=True)
-    ):
-        return (batch, step, start.seconds, 0.0, step)
-    return (batch, step, start.seconds, (end.seconds - start.seconds) / (last - step), last)
+    """Decode-only step time from `step` on as a line in the step index (contexts grow by 1 a step), up to `last`
+    or the last step before a kernel changes bound, a window fills or another pipeline stage becomes the slowest
+    (the engine's decode lines: exact in between)."""
+    seconds, slope, until = steps.decode_line(batch, context)
+    ahead = last - step if until - context > last - step else max(math.ceil(until - context) - 1, 0)
+    return (batch, step, seconds, slope, step + ahead)
 
 
 def _steps_until(gap: float, first: float, slope: float) -> int:
