@@ -35,7 +35,21 @@ from tokcost.engine.roofline import (
     priced,
 )
 from tokcost.engine.stages import Stage, attention_kinds, pass_stages
-from tokcost.engine.work import KernelWork, Key, Rate, Work, rate_key, rate_of, stage_sum, stage_times
+from tokcost.engine.work import (
+    Collective,
+    CollectiveKey,
+    Fixed,
+    KernelKey,
+    Moving,
+    Rate,
+    RateTable,
+    StageWork,
+    Work,
+    collective_key,
+    kernel_key,
+    stage_sum,
+    stage_times,
+)
 from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec
 
@@ -79,9 +93,18 @@ class CompiledPass:
         self.space = FeatureSpace(model, layout, attention_kinds(model))
         symbols = self.space.symbols()
         self.stages = tuple(tuple(Row.of(s) for s in st) for st in pass_stages(model, precision, layout, symbols))
-        keys = list(dict.fromkeys(rate_key(row.stage) for stage in self.stages for row in stage))
-        self.keys: tuple[Key, ...] = tuple(keys)  # the rate classes its kernels run at
-        self.slots = tuple(tuple(keys.index(rate_key(row.stage)) for row in stage) for stage in self.stages)
+        rows = [row for stage in self.stages for row in stage]
+        # the rate classes its kernels and collectives run at, and each row's slot among them
+        kernels = list(dict.fromkeys(kernel_key(r.stage) for r in rows if r.payload is None))
+        collectives = list(dict.fromkeys(collective_key(r.stage) for r in rows if r.payload is not None))
+        self.kernel_keys, self.collective_keys = tuple(kernels), tuple(collectives)
+        self.slots = tuple(tuple(self._slot(r, kernels, collectives) for r in stage) for stage in self.stages)
+
+    @staticmethod
+    def _slot(row: Row, kernels: list[KernelKey], collectives: list[CollectiveKey]) -> int:
+        if row.payload is None:
+            return kernels.index(kernel_key(row.stage))
+        return collectives.index(collective_key(row.stage))
 
     def vector(self, segments: Sequence[Segment]) -> list[float]:
         """The features of one microbatch of a pass over `segments` (the whole replica's)."""
@@ -95,18 +118,21 @@ class CompiledPass:
         """The kernels' work at feature vectors xa (first point) and xb (last of `points`), m microbatches."""
         stages = []
         for rows, slots in zip(self.stages, self.slots, strict=True):
-            out: list[KernelWork] = []
+            fixed: list[Fixed] = []
+            moving: list[Moving] = []
+            collectives: list[Collective] = []
             for row, slot in zip(rows, slots, strict=True):
                 n = row.stage.count
                 if row.payload is not None:
-                    out.append((slot, n, row.payload(xa), row.payload(xb), 0.0, 0.0, 0.0, 0.0))
-                elif xa is xb:
-                    f, w, o = row.flops(xa), row.weight_bytes(xa), row.other_bytes(xa)
-                    out.append((slot, n, f, f, w, w, o, o))
+                    collectives.append((slot, n, row.payload(xa)))
+                    continue
+                fa, wa, oa = row.flops(xa), row.weight_bytes(xa), row.other_bytes(xa)
+                fb, wb, ob = (fa, wa, oa) if xa is xb else (row.flops(xb), row.weight_bytes(xb), row.other_bytes(xb))
+                if (fa, wa, oa) == (fb, wb, ob):
+                    fixed.append((slot, n, fa, wa, oa))
                 else:
-                    out.append((slot, n, row.flops(xa), row.flops(xb), row.weight_bytes(xa), row.weight_bytes(xb),
-                                row.other_bytes(xa), row.other_bytes(xb)))  # fmt: skip
-            stages.append(tuple(out))
+                    moving.append((slot, n, fa, fb, wa, wb, oa, ob))
+            stages.append(StageWork(tuple(fixed), tuple(moving), tuple(collectives)))
         return Work(tuple(stages), points, m, self.layout.pp)
 
     def work(self, segments: Sequence[Segment]) -> Work:
@@ -131,21 +157,21 @@ class CompiledPass:
             for a, b in spans
         )
 
-    def rate_table(self, rates: Rates, links: Links) -> tuple[Rate, ...]:
-        """The rate of each of its kernel classes under one scenario."""
-        return tuple(rate_of(key, rates, links, self.layout) for key in self.keys)
+    def rate_table(self, rates: Rates, links: Links) -> RateTable:
+        """The rate of each of its kernel classes and collectives under one scenario."""
+        return RateTable.of(self.kernel_keys, self.collective_keys, rates, links, self.layout)
 
     def bind(self, rates: Rates, links: Links) -> BoundPass:
         """The rows with their rates under one scenario."""
         return BoundPass(self, rates, links)
 
 
-def pass_seconds(work: Work, table: Sequence[Rate], *, schedule: Schedule, overhead_s: float) -> float:
+def pass_seconds(work: Work, table: RateTable, *, schedule: Schedule, overhead_s: float) -> float:
     """A pass from its work: the slowest stage times the schedule's stage-times, plus its fixed overheads."""
     return pipeline_factor(work.microbatches, work.pp, schedule) * stage_sum(work, table) + overhead_s
 
 
-def mean_step_seconds(spans: Sequence[Work], table: Sequence[Rate], *, overhead_s: float) -> float:
+def mean_step_seconds(spans: Sequence[Work], table: RateTable, *, overhead_s: float) -> float:
     """The mean decode step over spans of contexts (a steady pipeline), summed exactly, plus its fixed overhead."""
     factor = pipeline_factor(spans[0].microbatches, spans[0].pp, "steady")
     return factor * sum(stage_sum(w, table) for w in spans) / sum(w.points for w in spans) + overhead_s
@@ -174,8 +200,12 @@ class BoundPass:
     def __init__(self, compiled: CompiledPass, rates: Rates, links: Links) -> None:
         self.compiled, self.rates, self.links = compiled, rates, links
         self.table = compiled.rate_table(rates, links)
+        table = self.table
         self.stages: tuple[tuple[tuple[Row, Rate], ...], ...] = tuple(
-            tuple((row, self.table[slot]) for row, slot in zip(rows, slots, strict=True))
+            tuple(
+                (row, table.kernels[slot] if row.payload is None else table.collectives[slot])
+                for row, slot in zip(rows, slots, strict=True)
+            )
             for rows, slots in zip(compiled.stages, compiled.slots, strict=True)
         )
         self.overhead_s = rates.step_overhead_s

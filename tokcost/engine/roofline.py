@@ -16,7 +16,7 @@ from tokcost.engine.stages import Op, Stage
 from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
-from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.spec import Achievable, GpuSpec
 from tokcost.profiles import GENERIC, EngineProfile, KernelEfficiency
 from tokcost.units import US
 
@@ -62,8 +62,22 @@ def _attention_peak(gpu: GpuSpec, compute: str) -> float:
     return _peak(gpu, compute)
 
 
+_CEILINGS: dict[tuple[int, str], tuple[GpuSpec, Rates]] = {}  # kept with their GPU: an id is not reused meanwhile
+
+
 def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
-    """Datasheet peaks, no overhead: nothing real runs faster."""
+    """Datasheet peaks, no overhead: nothing real runs faster (looked up once per GPU spec and compute dtype)."""
+    found = _CEILINGS.get((id(gpu), compute_dtype))
+    if found is not None and found[0] is gpu:
+        return found[1]
+    if len(_CEILINGS) >= 256:
+        _CEILINGS.clear()
+    rates = _ceiling_rates(gpu, compute_dtype)
+    _CEILINGS[(id(gpu), compute_dtype)] = (gpu, rates)
+    return rates
+
+
+def _ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     bw = gpu.bandwidth_bytes_per_s
     return Rates(
         _peak(gpu, compute_dtype),
@@ -76,11 +90,13 @@ def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     )
 
 
-def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC) -> Rates:
-    """Hardware x engine: the GPU family's achievable fractions of its peaks; the engine's efficiency per kernel
-    class (applied per stage by price_stage), and its fixed costs per step, per request and per collective (the
-    GPU spec's step and request costs when the profile states none)."""
-    peak, ach = ceiling_rates(gpu, compute_dtype), gpu.achievable
+def expected_rates(
+    gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC, achievable: Achievable | None = None
+) -> Rates:
+    """Hardware x engine: the GPU family's achievable fractions of its peaks (`achievable`, else the spec's); the
+    engine's efficiency per kernel class (applied per kernel by kernel_rate), and its fixed costs per step, per
+    request and per collective (the GPU's step and request costs when the profile states none)."""
+    peak, ach = ceiling_rates(gpu, compute_dtype), achievable or gpu.achievable
     weight_only = ach.weight_only_quant_bandwidth or ach.bandwidth
     step_us = engine.step_overhead_us if engine.step_overhead_us is not None else ach.step_overhead_us
     request_us = engine.request_overhead_us if engine.request_overhead_us is not None else ach.request_overhead_us
@@ -127,12 +143,22 @@ class Priced:
         return "compute" if self.compute_s > self.memory_s else "memory"
 
 
+_NATIVE: dict[str, str | None] = {}
+
+
+def native_compute(weight_format: str) -> str | None:
+    """The dtype a format's matmuls run at natively (None: dequantized into the compute dtype), looked up once."""
+    if weight_format not in _NATIVE:
+        _NATIVE[weight_format] = get_format(weight_format).native_compute
+    return _NATIVE[weight_format]
+
+
 def matmul_dtype(kind: str, weight_format: str, rates: Rates) -> tuple[float, bool]:
     """(FLOP/s, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit peak
     (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype."""
     if not weight_format or kind == "attention":
         return rates.flops_per_s, False
-    native = get_format(weight_format).native_compute
+    native = native_compute(weight_format)
     if same_tensor_rate(native, rates.compute_dtype):
         return rates.flops_per_s, False
     if weight_format in ("bf16", "fp16"):
@@ -150,7 +176,7 @@ def efficiency_key(kind: str, weight_format: str, compute_dtype: str, dequantizi
     if dequantizing:
         return ("weight_only", weight_format)
     # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
-    native = get_format(weight_format).native_compute if weight_format else None
+    native = native_compute(weight_format) if weight_format else None
     return ("dense", compute_dtype if native is None or same_tensor_rate(native, compute_dtype) else native)
 
 
@@ -180,7 +206,7 @@ def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
     """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`."""
     flops_per_s, dequantizing = matmul_dtype(kind, weight_format, rates)
     if kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
-        fp8 = rates.compute_dtype == "fp8" and get_format(weight_format).native_compute == "fp8"
+        fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s or rates.attention_flops_per_s
     # the engine's efficiency for this kernel class, capped so that fraction x efficiency never passes the datasheet
     eff = kernel_efficiency(kind, weight_format, rates, dequantizing)
