@@ -239,15 +239,16 @@ def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) ->
     )
 
 
-def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, ...]:
-    """What the reader should know before trusting the numbers: context, counts, fit, memory, replication."""
+def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None) -> tuple[str, ...]:
+    """What the reader should know before trusting the numbers: context, counts, fit (unless `memory` is None: each
+    point says it), memory, replication."""
     m, g, out = d.model, d.gpu, []
     if wl.total_tokens > m.max_context:
         out.append(f"prompt + output ({wl.total_tokens:,}) exceeds {m.name}'s max_context ({m.max_context:,})")
     mismatch = m.params_mismatch
     if mismatch is not None and abs(mismatch) > 0.02:
         out.append(f"{m.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")
-    if not memory.fits:
+    if memory is not None and not memory.fits:
         need = f"needs {memory.min_gpus} GPUs ({memory.min_layout})" if memory.min_gpus else "fits no layout searched"
         out.append(
             f"does not fit: {memory.per_gpu.total / 1e9:,.2f} GB on the fullest GPU of "

@@ -21,7 +21,7 @@ from tokcost.engine.estimate import (
     deployment_warnings,
     usd_per_million_tokens,
 )
-from tokcost.engine.memory import ReplicaMemory, memory_report
+from tokcost.engine.memory import ReplicaMemory
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
@@ -151,10 +151,8 @@ def sweep_warnings(
     engine: EngineProfile = GENERIC,
 ) -> list[str]:
     """The deployment's warnings at each swept context (a point that does not fit says so in its own row)."""
+    d = deployment(model, gpu, _workload(base, batch=1), network, engine)
     out: list[str] = []
     for prompt in prompts:
-        wl = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
-        d = deployment(model, gpu, wl, network, engine)
-        memory = memory_report(model, gpu, wl, d.precision, d.layout)
-        out += [w for w in deployment_warnings(d, wl, memory) if not w.startswith("does not fit")]
+        out += deployment_warnings(d, _workload(base, prompt_tokens=prompt, batch=1), None)
     return list(dict.fromkeys(out))
