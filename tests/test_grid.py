@@ -15,7 +15,8 @@ from tokcost.engine.estimate import Deployment, deployment
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout, layout_problem, tp_degrees
-from tokcost.engine.roofline import CollectiveRate, PassCost, Rates, Schedule, price_stage
+from tokcost.engine.passcost import PassCost, Schedule
+from tokcost.engine.roofline import CollectiveRate, Rates, price_stage
 from tokcost.engine.stages import pipeline_stages
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError

@@ -20,21 +20,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tokcost.engine.blocks import attention_kinds
 from tokcost.engine.collectives import Links
 from tokcost.engine.features import FeatureSpace, Segment, decode_kinks
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
-from tokcost.engine.roofline import (
-    Bound,
-    CollectiveRate,
-    PassCost,
-    Rates,
-    Schedule,
-    kernel_seconds,
-    pipeline_factor,
-    priced,
-)
-from tokcost.engine.stages import Stage, attention_kinds, pass_stages
+from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_factor
+from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds, priced
+from tokcost.engine.stages import Stage, pass_stages
 from tokcost.engine.work import (
     Collective,
     CollectiveKey,

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_bound
 from tokcost.engine.features import Segment, decode_kinks
 from tokcost.engine.forms import Form
-from tokcost.engine.roofline import Bound, CollectiveRate, kernel_seconds, pipeline_factor
+from tokcost.engine.passcost import Bound, pipeline_factor
+from tokcost.engine.roofline import CollectiveRate, kernel_seconds
 from tokcost.engine.series import Kernel, max_sum, stages_max_sum
 
 Line = tuple[float, float]  # (value at context 0, per token of context)

@@ -17,7 +17,8 @@ from tokcost.engine.compiled import BoundPass, CompiledPass, Rate, Row
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
-from tokcost.engine.roofline import Bound, KernelRate, PassCost, Rates, ceiling_rates, expected_rates, kernel_seconds
+from tokcost.engine.passcost import Bound, PassCost
+from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_seconds
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tokcost.engine.blocks import attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
 from tokcost.engine.features import AttentionKind, attended
 from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
-from tokcost.engine.stages import attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
 from tokcost.engine.workload import Precision, Workload
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec

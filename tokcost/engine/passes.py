@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from tokcost.engine.collectives import Links
 from tokcost.engine.compiled import CompiledPass, microbatches
 from tokcost.engine.layout import Layout
-from tokcost.engine.roofline import PassCost, Rates, Schedule
+from tokcost.engine.passcost import PassCost, Schedule
+from tokcost.engine.roofline import Rates
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec

@@ -12,8 +12,8 @@ from typing import Literal
 
 from tokcost.engine.estimate import deployment
 from tokcost.engine.memory import kv_capacity_tokens
+from tokcost.engine.passcost import PassCost
 from tokcost.engine.passes import pass_cost
-from tokcost.engine.roofline import PassCost
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tokcost.engine.compiled import BoundPass
 from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import deployment as engine_deployment
-from tokcost.engine.roofline import PassCost
+from tokcost.engine.passcost import PassCost
 from tokcost.engine.step import Scenario, Segment, kv_capacity
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.hardware.spec import GpuSpec, Link
