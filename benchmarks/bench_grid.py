@@ -4,8 +4,8 @@ Every figure is a ratio against a reference measured in the same run, so that a 
 1. Start-up: `python -c pass` (the reference) and `tokcost estimate -m llama-3.1-8b -g h100-sxm`.
 2. A 10,000-point sweep (100 batches x 100 prompts, llama-3.1-8b on h100-sxm): the engine alone (iter_sweep in
    one process), and `tokcost sweep ... --format csv` beyond start-up (minus a one-point sweep).
-3. 1,000,000 points (1,000 x 1,000) streamed from iter_sweep to CSV on /dev/null in a child process: seconds and
-   the child's peak RSS.
+3. 1,000,000 points (1,000 x 1,000) streamed from iter_sweep to CSV on /dev/null in a child process, a tuple per
+   point through csv.writer as the CLI streams them: seconds and the child's peak RSS.
 4. `tokcost plan --simulate` on the README example against the same plan without --simulate (the closed form).
 5. `tokcost validate` against `tokcost estimate`.
 Wall and CPU seconds are medians over --runs; CPU is the child's user + system time (what the machine's load does
@@ -34,7 +34,8 @@ BATCHES = ",".join(str(b) for b in range(1, 101))
 PROMPTS = ",".join(str(128 * p) for p in range(1, 101))
 SWEEP = ["sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--output", "256", "--format", "csv"]
 MILLION = """
-import csv, os, resource, sys, time
+import csv, math, os, resource, sys, time
+from operator import attrgetter
 from tokcost.engine.sweep import POINT_FIELDS, iter_sweep
 from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu
@@ -42,12 +43,15 @@ from tokcost.models.library import load_model
 start = time.perf_counter()
 points = iter_sweep(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload(output_tokens=256),
                     batches=list(range(1, 1001)), prompts=[64 * p for p in range(1, 1001)])
+row = attrgetter(*POINT_FIELDS)  # as the CLI streams them: a tuple per point, csv.writer, finite numbers only
 with open(os.devnull, "w", newline="") as sink:
-    out = csv.DictWriter(sink, fieldnames=POINT_FIELDS)
-    out.writeheader()
+    out = csv.writer(sink, lineterminator="\\n")
+    out.writerow(POINT_FIELDS)
     n = 0
     for point in points:
-        out.writerow(point.as_dict())
+        values = row(point)
+        assert all(math.isfinite(v) for v in values if isinstance(v, float))
+        out.writerow(["" if v is None else v for v in values])
         n += 1
 print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -87,42 +91,45 @@ def tokcost(*args: str) -> list[str]:
     return [sys.executable, "-m", "tokcost", *args]
 
 
+def line(name: str, wall: float, cpu: float, ratio: str) -> None:
+    """One figure: its wall and CPU seconds and its ratio."""
+    print(f"{name:30s} {wall:8.3f} s wall {cpu:8.3f} s CPU   {ratio}")
+
+
 def main() -> None:
     """Measure and print every figure as a ratio against its reference."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-million", action="store_true")
-    runs = parser.parse_args().runs
-    skip = parser.parse_args().skip_million
+    args = parser.parse_args()
+    runs = args.runs
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; medians of {runs} runs")
     bare = median_run([sys.executable, "-c", "pass"], runs)
     estimate = median_run(tokcost("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm"), runs)
-    print(f"python -c pass               {bare[0]:7.3f} s wall {bare[1]:7.3f} s CPU   (reference)")
-    print(f"tokcost estimate             {estimate[0]:7.3f} s wall {estimate[1]:7.3f} s CPU   "
-          f"{estimate[0] / bare[0]:5.1f}x / {estimate[1] / bare[1]:5.1f}x python -c pass")  # fmt: skip
+    line("python -c pass", *bare, "(the start-up reference)")
+    line("tokcost estimate", *estimate, f"{estimate[0] / bare[0]:.1f}x / {estimate[1] / bare[1]:.1f}x python -c pass")
 
     engine = statistics.median(float(run([sys.executable, "-c", TEN_THOUSAND])[2].split()[1]) for _ in range(runs))
     one = median_run(tokcost(*SWEEP, "-b", "1"), runs)
     grid = median_run(tokcost(*SWEEP, "-b", BATCHES, "--context", PROMPTS), runs)
-    print(f"10k-point sweep, engine      {engine:7.3f} s CPU in process                "
-          f"{engine / bare[1]:5.1f}x python -c pass")  # fmt: skip
-    print(f"10k-point sweep -f csv       {grid[0] - one[0]:7.3f} s wall {grid[1] - one[1]:7.3f} s CPU   beyond a "
-          f"one-point sweep: {(grid[0] - one[0]) / bare[0]:5.1f}x / {(grid[1] - one[1]) / bare[1]:5.1f}x python -c pass")  # fmt: skip
-
-    if not skip:
-        wall, cpu, out = run([sys.executable, "-c", MILLION])
+    beyond = (grid[0] - one[0], grid[1] - one[1])
+    line("10k-point sweep, engine", engine, engine, f"in process: {engine / bare[1]:.1f}x python -c pass (CPU)")
+    line("10k-point sweep -f csv", *beyond, f"beyond a one-point sweep: {beyond[0] / bare[0]:.1f}x python -c pass")
+    if not args.skip_million:
+        _, cpu, out = run([sys.executable, "-c", MILLION])
         points, seconds, rss_kb = out.split()
-        print(f"1M points streamed to csv    {float(seconds):7.3f} s wall {cpu:7.3f} s CPU   peak RSS "
-              f"{int(rss_kb) / 1024:5.0f} MB; {cpu / engine:5.0f}x the 10k engine sweep ({int(points):,} points)")  # fmt: skip
+        line(f"{int(points):,} points to csv", float(seconds), cpu,
+             f"peak RSS {int(rss_kb) / 1024:.0f} MB; {cpu / engine:.0f}x the 10k engine sweep")  # fmt: skip
 
     closed = median_run(tokcost(*PLAN), runs)
     simulate = median_run(tokcost(*PLAN, "--simulate"), runs)
-    print(f"plan (README example)        {closed[0]:7.3f} s wall {closed[1]:7.3f} s CPU   (reference)")
-    print(f"plan --simulate              {simulate[0]:7.3f} s wall {simulate[1]:7.3f} s CPU   "
-          f"{simulate[0] / closed[0]:5.2f}x / {simulate[1] / closed[1]:5.2f}x the closed form")  # fmt: skip
+    line("plan (README example)", *closed, "(the closed form)")
+    line(
+        "plan --simulate", *simulate, f"{simulate[0] / closed[0]:.2f}x / {simulate[1] / closed[1]:.2f}x the closed form"
+    )
     validate = median_run(tokcost("validate"), runs)
-    print(f"tokcost validate             {validate[0]:7.3f} s wall {validate[1]:7.3f} s CPU   "
-          f"{validate[0] / estimate[0]:5.2f}x / {validate[1] / estimate[1]:5.2f}x tokcost estimate")  # fmt: skip
+    ratio = f"{validate[0] / estimate[0]:.2f}x / {validate[1] / estimate[1]:.2f}x tokcost estimate"
+    line("tokcost validate", *validate, ratio)
 
 
 if __name__ == "__main__":

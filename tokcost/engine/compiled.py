@@ -41,7 +41,6 @@ from tokcost.engine.work import (
     collective_key,
     kernel_key,
     stage_sum,
-    stage_times,
 )
 from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec
@@ -204,8 +203,8 @@ class BoundPass:
         self.overhead_s = rates.step_overhead_s
 
     def stage_seconds(self, x: Sequence[float]) -> list[float]:
-        """One microbatch through each pipeline stage at feature vector x."""
-        return stage_times(self.compiled.work_between(x, x, 1, 1), self.table)
+        """One microbatch through each pipeline stage at feature vector x (each row's work priced as it is read)."""
+        return [sum(row_seconds(row, rate, x) for row, rate in stage) for stage in self.stages]
 
     def slowest(self, x: Sequence[float]) -> int:
         """Index of the slowest pipeline stage at feature vector x (the first of equals)."""
@@ -216,8 +215,10 @@ class BoundPass:
         self, segments: Sequence[Segment], *, schedule: Schedule = "steady", extra_overhead_s: float = 0.0
     ) -> float:
         """The pass over `segments` (the whole replica's): its slowest stage times the schedule, plus overheads."""
-        work = self.compiled.work(segments)
-        return pass_seconds(work, self.table, schedule=schedule, overhead_s=self.overhead_s + extra_overhead_s)
+        m = microbatches(self.compiled.layout, segments)
+        slowest = max(self.stage_seconds(self.compiled.space.vector(share(segments, m))))
+        factor = pipeline_factor(m, self.compiled.layout.pp, schedule)
+        return factor * slowest + (self.overhead_s + extra_overhead_s)
 
     def decode_mean(self, *, batch: float, first: int, last: int) -> float:
         """The mean decode step of `batch` sequences over cached contexts first..last, exactly."""
