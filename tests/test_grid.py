@@ -336,3 +336,22 @@ def test_decode_line_holds_exactly_as_far_as_it_says(model, gpu, layout, batch, 
             assert seconds + slope * j == pytest.approx(step, rel=1e-12), (c, j)
         assert lines.at(c)[0] == pytest.approx(bound.seconds([Segment(batch, c, 1)]), rel=1e-12)
     assert min(ends) < max(contexts) + 80  # some line stops at a kink ahead, not at infinity
+
+
+def test_validate_prices_a_row_without_the_rest_of_an_estimate(monkeypatch):
+    # validate prints each row's metric from its TTFT and mean TPOT: no memory report, critical batch or breakdown
+    from tokcost.cli.validate_cmd import DEFAULT_DATA, load_engines, load_specs
+    from tokcost.engine import compiled, estimate
+    from tokcost.validation.compare import compare_rows
+    from tokcost.validation.data import load_rows
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("validate computed what it does not print")
+
+    for name in ("memory_report", "critical_batch_compute", "critical_batch_kv"):
+        monkeypatch.setattr(estimate, name, refuse)
+    monkeypatch.setattr(compiled.BoundPass, "cost", refuse)
+    rows = load_rows(DEFAULT_DATA)[::10]
+    models, gpus = load_specs(rows, str(DEFAULT_DATA))
+    results = compare_rows(rows, models, gpus, load_engines(rows))
+    assert len(results) == len(rows) and all(r.expected > 0 and r.ceiling > 0 for r in results)
