@@ -115,8 +115,10 @@ class CompiledPass:
             collectives: list[Collective] = []
             for row, slot in zip(rows, slots, strict=True):
                 n = row.stage.count
-                if row.payload is not None:
-                    collectives.append((slot, n, row.payload(xa)))
+                if row.payload is not None:  # activations and routed tokens: never the cache, one value over a span
+                    payload = row.payload(xa)
+                    assert xa is xb or row.payload(xb) == payload, f"{row.stage.name} moves over the span"
+                    collectives.append((slot, n, payload))
                     continue
                 fa, wa, oa = row.flops(xa), row.weight_bytes(xa), row.other_bytes(xa)
                 fb, wb, ob = (fa, wa, oa) if xa is xb else (row.flops(xb), row.weight_bytes(xb), row.other_bytes(xb))
