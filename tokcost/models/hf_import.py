@@ -46,8 +46,10 @@ def _resolve_type(data: dict[str, Any], where: str, mapping: Any, auto: Any, ver
     model_type = data.get("model_type")
     note = ""
     if isinstance(model_type, str) and model_type not in mapping:  # remote code (Kimi-K2's kimi_k2)
-        by_class = {cls: t for t, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
-        known = [by_class[a] for a in data.get("architectures") or [] if isinstance(a, str) and a in by_class]
+        names = [a for a in data.get("architectures") or [] if isinstance(a, str)]
+        # the model types whose causal LM is the named class, the one whose name the class starts with first
+        known = sorted((t for a in names for t, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if cls == a),
+                       key=lambda t: not names[0].lower().startswith(t.replace("_", "")))  # fmt: skip
         if known:
             note = f"model_type {model_type!r} is remote code; read as {known[0]}, the architecture it names"
             model_type = known[0]
