@@ -190,7 +190,7 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     spec["tied_embeddings"] = tied if isinstance(tied, bool) else text.tie_word_embeddings
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
-    keys = _error_keys(prefix)
+    keys = _error_keys(prefix, raw_text or data)
     model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
     formats = shipped(data, where, model.hidden_size, moe=model.moe is not None)
     if "expert_dtype" in formats:
@@ -247,14 +247,15 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
     return spec | _mixer_fields(text, set(mixers))
 
 
-def _error_keys(prefix: str) -> dict[str, str]:
-    """ModelSpec key (dotted for a section) -> the config.json key its value came from."""
+def _error_keys(prefix: str, raw: dict[str, Any]) -> dict[str, str]:
+    """ModelSpec key (dotted for a section) -> the config.json key its value came from (one `raw` has first)."""
     keys = {"dtype": "torch_dtype", "layer_pattern": prefix + "layer_types", "mlp_pattern": prefix + "layer_types",
             "window_tokens": prefix + "sliding_window"}  # fmt: skip
     for key, (cls, field) in FROM_SPEC.items():
         section = _SECTIONS.get(cls.__name__)
         ours = f"{section}.{field}" if section else {"head_dim_stated": "head_dim"}.get(field, field)
-        keys.setdefault(ours, prefix + key)
+        if ours not in keys or key in raw:
+            keys[ours] = prefix + key
     keys |= dict.fromkeys(("weights_dtype", "compute_dtype", "moe.expert_dtype"), "quantization_config")
     return keys
 
