@@ -307,3 +307,42 @@ def test_a_folder_name_becomes_a_one_line_name_of_at_most_200_characters():
     cfg = json.loads((HF / "llama.json").read_text())
     assert from_hf_config(cfg, "c.json", name="my\nmodel\t v2").name == "my model v2"
     assert from_hf_config(cfg, "c.json", name="x" * 240).name == "x" * 200
+
+
+# ---- issue 22: one strict rule for a config value's type; contradictory quantization flags refused ----
+
+
+@pytest.mark.parametrize(
+    ("keys", "needle"),
+    [
+        ({"use_sliding_window": "false"}, "use_sliding_window: must be true or false (got 'false')"),
+        ({"use_sliding_window": 0}, "use_sliding_window: must be true or false (got 0)"),
+        ({"max_window_layers": "all"}, "max_window_layers: must be an integer (got 'all')"),
+        ({"sliding_window": "4096"}, "sliding_window: must be an integer"),
+        ({"tie_word_embeddings": "no"}, "tie_word_embeddings: must be true or false (got 'no')"),
+        ({"num_key_value_heads": 4.0}, "num_key_value_heads: must be an integer from 1 to 10,000 (got 4.0)"),
+    ],
+)  # fmt: skip
+def test_a_config_value_of_the_wrong_type_names_the_key(keys, needle):
+    with pytest.raises(SpecError) as err:
+        qwen2(**keys)
+    assert str(err.value) == f"c.json: {needle}" or str(err.value).startswith(f"c.json: {needle}")
+
+
+def test_a_text_false_never_applies_a_window():
+    assert qwen2(use_sliding_window=False, max_window_layers=0).sliding_window is None
+    with pytest.raises(SpecError, match="use_sliding_window"):
+        qwen2(use_sliding_window="false", max_window_layers=0)
+
+
+def test_a_text_config_key_is_named_with_its_section():
+    cfg = json.loads((HF / "new" / "gemma-3-27b.json").read_text())
+    cfg["text_config"]["sliding_window"] = "1024"
+    with pytest.raises(SpecError, match=r"c\.json: text_config\.sliding_window: must be an integer"):
+        from_hf_config(cfg, "c.json")
+
+
+def test_bitsandbytes_4bit_and_8bit_together_are_refused():
+    quant = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}
+    with pytest.raises(SpecError, match="quantization_config: load_in_4bit and load_in_8bit are both true"):
+        quant_of(quant)
