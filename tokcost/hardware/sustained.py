@@ -40,7 +40,7 @@ class SustainedFigure(BaseModel):
     @property
     def provenance(self) -> str:
         """'measured: <short source>' or 'anchor: <assumption>', for --explain."""
-        first = self.source.split("; ")[0].strip()
+        first = self.source.split("; ")[0].strip().removeprefix("assumption: ")  # 'anchor:' says it already
         if len(first) > SHORT_SOURCE_CHARS:
             first = first[: SHORT_SOURCE_CHARS - 3].rstrip() + "..."
         return f"{self.basis}: {first}"
