@@ -108,6 +108,16 @@ def test_fp16_falls_back_to_bf16_and_back():
     assert s.provenance == {"copy_bandwidth": "measured: a copy", "gemm.bf16": "measured: a GEMM"}
 
 
+def test_the_spec_says_where_each_share_comes_from():
+    where = load_gpu("mi300x").sustained_provenance
+    assert (
+        where["gemm.bf16"]
+        == "measured: hipBLASLt bf16 on MI300X: 708 TFLOPS = 0.542 of 1307.4 at a 1207 MHz median clock"
+    )
+    assert where["gemm.int8"].startswith("anchor: the 16-bit GEMM share (0.54)")
+    assert load_gpu("h100-sxm").model_copy(update={"sustained": None}).sustained_provenance == {}
+
+
 def test_anchor_provenance_reads_as_the_assumption():
     f = SustainedFigure(fraction=0.8, uncertainty=0.1, basis="anchor", source="assumption: as the A10; more words")
     assert f.provenance == "anchor: as the A10"

@@ -221,6 +221,12 @@ class GpuSpec(BaseModel):
             "measured": "measured by tokcost calibrate on this machine",
         }[a.basis]
 
+    @property
+    def sustained_provenance(self) -> dict[str, str]:
+        """Where each sustained share comes from ('copy_bandwidth', 'gemm.bf16', ...): 'measured: ...' or
+        'anchor: ...'; empty when the spec states none."""
+        return self.sustained.provenance if self.sustained is not None else {}
+
     def peak_flops_per_s(self, dtype: str) -> float | None:
         """Dense peak FLOP/s for matmuls in `dtype`; fp16 and bf16 stand in for each other."""
         for key in (dtype, {"bf16": "fp16", "fp16": "bf16"}.get(dtype, dtype)):
