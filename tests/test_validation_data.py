@@ -32,7 +32,7 @@ def _raw(**changes: object) -> dict[str, object]:
         "id": "r", "source_id": "s", "source": "somewhere", "quote": "| 1 |", "model": "llama-2-7b",
         "gpu": "h100-sxm", "gpus": 1, "weights": "bf16", "kv": "bf16", "compute": "bf16", "batch": 4,
         "prompt_tokens": 100, "output_tokens": 11, "framework": "vllm", "engine": "vllm",
-        "metric": "tpot_ms", "value": 1.0,
+        "metric": "tpot_ms", "value": 1.0, "engine_version": "0.8.5", "graphs": True, "measured_at": "server",
     }  # fmt: skip
     base.update(changes)
     return base
@@ -82,12 +82,27 @@ def test_layout_must_divide_the_gpus():
     assert "multiple of pp x dp" in str(err.value)
 
 
-@pytest.mark.parametrize("missing", ["source_id", "engine"])
+@pytest.mark.parametrize("missing", ["source_id", "engine", "engine_version", "graphs", "measured_at"])
 def test_source_id_and_engine_are_required(missing):
     raw = _raw()
     del raw[missing]
     with pytest.raises(SpecError, match=missing):
         parse_rows({"rows": [raw]}, "t.yaml")
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [("measured_at", "gpu"), ("graphs", "yes"), ("graphs", 1), ("scheduler_steps", 0), ("engine_version", "")],
+)
+def test_run_conditions_reject_bad_values(key, bad):
+    # a harness outside server/client, a graphs flag that is not a bool, no steps, an empty version
+    with pytest.raises(SpecError, match=key):
+        parse_rows({"rows": [_raw(**{key: bad})]}, "t.yaml")
+
+
+def test_unstated_run_conditions_are_null_not_guessed():
+    row = parse_rows({"rows": [_raw(engine_version=None, graphs=None, measured_at="client")]}, "t.yaml")[0]
+    assert (row.engine_version, row.graphs, row.scheduler_steps, row.chunked_prefill) == (None, None, None, None)
 
 
 def test_unknown_engine_lists_the_profiles():
@@ -151,3 +166,15 @@ def test_reserved_sources_stay_out(rows):
         assert not any(name.lower() in r.source.lower() for name in RESERVED), r.id
         if "TensorRT-LLM docs/source/performance.md" in r.source:
             assert "v0.9.0" in r.source, r.id  # TensorRT-LLM performance.md v0.5 / v0.6.x revisions are reserved
+
+
+def test_every_row_records_version_graphs_and_harness(rows):
+    # issue 19: the era of a row's engine is read from its version, graphs and harness; an unstated one says so
+    for r in rows:
+        if r.engine_version is None:
+            assert "engine_version:" in r.notes, r.id
+        if r.graphs is None:
+            assert "graphs:" in r.notes, r.id
+        if r.graphs is False:  # eager: the flag or the build that lacks graphs is named
+            assert "--enforce-eager" in r.notes or "graphs: False" in r.notes, r.id
+    assert {r.measured_at for r in rows} == {"server", "client"}

@@ -33,11 +33,15 @@ Metric = Literal[
 # The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM).
 Framework = Literal[
     "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
-    "exllama", "other",
+    "exllama", "exllamav2", "deepspeed-mii", "other",
 ]  # fmt: skip
 # Serving-engine profiles (issue 12): what the engine adds on top of the hardware.
 Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
 Split = Literal["train", "test"]
+# Where the clock ran: `server` = engine-level timing inside the process (benchmark_latency, bench_one_batch,
+# trtllm-bench, llama-bench, gpt-fast generate); `client` = an HTTP / OpenAI-API benchmark client, whose times
+# include tokenization, the network and scheduling (the same values as serving.yaml's setups).
+MeasuredAt = Literal["server", "client"]
 
 # Rates are better when higher; times when lower. A measurement better than the ceiling is a violation.
 HIGHER_IS_BETTER: frozenset[str] = frozenset(
@@ -87,6 +91,16 @@ class Row(BaseModel):
     output_tokens: int = Field(ge=1, le=100_000_000)
     framework: Framework
     engine: Engine
+    # The software's version as the source prints it ("0.6.3.post1", "0.8.5 (V1)", "1.0.0rc4", "b4600"); None when
+    # unstated (the notes then say what the source's date implies). Read with `framework`, `graphs` and the GPU's
+    # platform to pick the engine's era.
+    engine_version: str | None = Field(min_length=1, max_length=100)
+    # CUDA/HIP graphs: True when captured, False for eager runs (`--enforce-eager`, or a build without graph
+    # support), None when the source does not say (the notes give that version's default).
+    graphs: bool | None
+    measured_at: MeasuredAt
+    scheduler_steps: int | None = Field(default=None, ge=1, le=1024)  # vLLM multi-step: --num-scheduler-steps
+    chunked_prefill: bool | None = None  # where the source states it
     metric: Metric
     value: float = Field(gt=0, allow_inf_nan=False)
     notes: str = Field(default="", max_length=10_000)
