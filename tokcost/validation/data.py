@@ -94,11 +94,11 @@ class Row(BaseModel):
     # The software's version as the source prints it ("0.6.3.post1", "0.8.5 (V1)", "1.0.0rc4", "b4600"); None when
     # unstated (the notes then say what the source's date implies). Read with `framework`, `graphs` and the GPU's
     # platform to pick the engine's era.
-    engine_version: str | None = Field(min_length=1, max_length=100)
+    engine_version: str | None = Field(default=None, min_length=1, max_length=100)
     # CUDA/HIP graphs: True when captured, False for eager runs (`--enforce-eager`, or a build without graph
     # support), None when the source does not say (the notes give that version's default).
-    graphs: bool | None
-    measured_at: MeasuredAt
+    graphs: bool | None = None
+    measured_at: MeasuredAt | None = None  # every shipped row sets it (a test checks); a user's file may leave it out
     scheduler_steps: int | None = Field(default=None, ge=1, le=1024)  # vLLM multi-step: --num-scheduler-steps
     chunked_prefill: bool | None = None  # where the source states it
     metric: Metric
