@@ -192,3 +192,40 @@ def test_every_row_records_version_graphs_and_harness(rows):
         if r.graphs is False:  # eager: the flag or the build that lacks graphs is named
             assert "--enforce-eager" in r.notes or "graphs: False" in r.notes, r.id
     assert {r.measured_at for r in rows} == {"server", "client"}
+
+
+HOPPER = {"h100-sxm", "h100-pcie", "h100-nvl", "h200"}
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    """Major and minor of a printed version ("0.11.1" -> (0, 11)); None for commits, builds and the unstated."""
+    found = re.match(r"v?(\d+)\.(\d+)", text or "")
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def _sources(rows, framework: str, since: tuple[int, int], gpus: set[str]) -> set[str]:
+    """Sources with rows of `framework` at `since` or newer on `gpus`."""
+    return {
+        r.source_id
+        for r in rows
+        if r.framework == framework and r.gpu in gpus and (_version(r.engine_version) or (0, 0)) >= since
+    }
+
+
+def test_coverage_issue_19_asks_for(rows):
+    # issue 19 item 6: more and newer rows, so that an engine era's parameters rest on 2+ sources
+    assert len(rows) >= 336 and len({r.source_id for r in rows}) >= 26
+    assert len(_sources(rows, "vllm", (0, 8), HOPPER)) >= 2  # vLLM V1 on Hopper
+    assert len(_sources(rows, "sglang", (0, 4), HOPPER)) >= 2
+    assert len(_sources(rows, "tensorrt-llm", (0, 17), HOPPER)) >= 2
+    assert _sources(rows, "vllm", (0, 8), {"b200"}) and _sources(rows, "vllm", (0, 6), {"mi300x"})
+    v1 = [r for r in rows if r.source_id in _sources(rows, "vllm", (0, 8), HOPPER) and r.gpu in HOPPER]
+    assert max(r.batch for r in v1) >= 8 * min(r.batch for r in v1)  # bytes per step spread within the cell
+    ttft_only = {r.source_id for r in rows if r.metric in ("ttft_ms", "ttft_s", "prefill_tokens_per_s")}
+    assert len(ttft_only) >= 4
+    tps: dict[tuple[object, ...], set[int]] = {}
+    for r in rows:  # one workload (source, model, GPU, format, lengths) across tensor-parallel degrees
+        tps.setdefault((r.source_id, r.model, r.gpu, r.weights, r.prompt_tokens, r.output_tokens), set()).add(r.tp)
+    assert any({1, 2, 4, 8} <= found for found in tps.values())  # a TP 1-2-4-8 sweep
+    eager_and_graphs = {r.source_id for r in rows if r.graphs is False} & {r.source_id for r in rows if r.graphs}
+    assert eager_and_graphs  # one publication measures the same build with graphs off and on
