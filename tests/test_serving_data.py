@@ -204,6 +204,9 @@ def test_an_unknown_key_is_named(tmp_path):
 def test_multinode_keys_are_published_keys_plus_the_layout():
     layout = {"tp", "pp", "ep", "dp", "instances", "nodes", "gpus_per_node", "network", "prefill_decode"}
     published = set(PublishedRow.model_fields) - {"experts"}  # mixed-format checkpoints: none among these rows
+    # issue 19's run conditions (published.yaml's engine_version, graphs, measured_at, ...): multinode.yaml has not
+    # adopted them yet; its rows are priced on their own, never fitted
+    published -= {"engine_version", "graphs", "measured_at", "scheduler_steps", "chunked_prefill"}
     assert published <= set(MultinodeRow.model_fields)
     # published rows carry pp, ep and dp too; batch_scope and the prefill/decode split are tokcost's reading for pricing
     reading = {"batch_scope", "prefill_instances", "decode_instances"}

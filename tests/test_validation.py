@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "published.yaml"
 # The held-out result recorded in validation/README.md when the fit was run once (train digest in every profile);
 # a change here is a change of the model or the data, to be explained there, never a retune.
-RECORDED = {"train_median": 0.095, "held_out_median": 0.378, "held_out_p90": 0.780}
+RECORDED = {"train_median": 0.115, "held_out_median": 0.135, "held_out_p90": 0.600}
 
 if "validate" not in {c.name for c in app.registered_commands}:  # until cli/app.py registers it
     app.command("validate")(validate)
