@@ -32,7 +32,12 @@ MultinodeMetric = Literal[
     "input_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu",
     "output_tokens_per_s", "request_throughput_rps", "tokens_per_s_per_user", "ttft_ms", "itl_ms",
 ]  # fmt: skip
-Framework = Literal["gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "other"]
+# The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM,
+# LMDeploy, TGI and MLC run under the generic profile until they have their own).
+Framework = Literal[
+    "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
+    "other",
+]  # fmt: skip
 
 # Latencies carry a per-request statistic; throughputs are one aggregate over the run.
 THROUGHPUT_METRICS: frozenset[str] = frozenset(
@@ -91,8 +96,11 @@ class ServingSetup(_Layout):
     weights: FormatName
     kv: FormatName
     engine: Engine
+    framework: Framework
     engine_version: str = Field(min_length=1, max_length=200)
     engine_flags: str = Field(default="", max_length=2000)
+    # CUDA/HIP graphs: true (captured), false (eager, --enforce-eager), null (unstated: notes give the default)
+    graphs: bool | None = Field(strict=True)
     prompt_dist: LengthDist
     output_dist: LengthDist
     prompt_tokens_range: tuple[int, int] | None = None
@@ -132,6 +140,8 @@ class ServingRow(BaseModel):
     request_rate_rps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     concurrency: int | None = Field(default=None, ge=1, le=10_000_000)
     num_requests: int | None = Field(default=None, ge=1, le=100_000_000)
+    # closed loop: seconds a client waits between receiving an answer and sending its next request
+    think_time_s: float = Field(default=0.0, ge=0, le=86_400, allow_inf_nan=False)
     prompt_tokens_mean: float = Field(gt=0, le=10_000_000, allow_inf_nan=False)
     output_tokens_mean: float = Field(gt=0, le=10_000_000, allow_inf_nan=False)
     metric: ServingMetric
@@ -145,6 +155,8 @@ class ServingRow(BaseModel):
             raise ValueError("arrival poisson needs request_rate_rps")
         if self.arrival == "closed_loop" and (self.concurrency is None or self.request_rate_rps is not None):
             raise ValueError("arrival closed_loop needs concurrency and no request_rate_rps")
+        if self.think_time_s and self.arrival != "closed_loop":
+            raise ValueError("think_time_s applies to arrival closed_loop only")
         if self.arrival == "all_at_once" and self.request_rate_rps is not None:
             raise ValueError("arrival all_at_once has no request_rate_rps (every request is sent at t=0)")
         if (self.metric in THROUGHPUT_METRICS) != (self.statistic == "aggregate"):
