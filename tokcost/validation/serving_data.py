@@ -38,6 +38,12 @@ Framework = Literal[
     "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
     "other",
 ]  # fmt: skip
+# the engine profiles a framework may be priced with: itself where tokcost has its profile, NIM by its backend,
+# gpt-fast/torchao by torch.compile, the rest generic until profiled
+_PROFILES: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm",), "sglang": ("sglang",), "tensorrt-llm": ("tensorrt-llm",), "llama.cpp": ("llama.cpp",),
+    "nim": ("tensorrt-llm", "vllm"), "gpt-fast": ("torch-compile",), "torchao": ("torch-compile",),
+}  # fmt: skip
 
 # Latencies carry a per-request statistic; throughputs are one aggregate over the run.
 THROUGHPUT_METRICS: frozenset[str] = frozenset(
@@ -94,6 +100,9 @@ class ServingSetup(_Layout):
     prefill_instances: int | None = Field(default=None, ge=1, le=100_000)
     decode_instances: int | None = Field(default=None, ge=1, le=100_000)
     weights: FormatName
+    # a MoE checkpoint run as shipped with its routed experts in their own format (gpt-oss: MXFP4 experts, bf16
+    # attention -> weights bf16, experts fp4), as in published.yaml; null when every weight is in `weights`
+    experts: FormatName | None = None
     kv: FormatName
     engine: Engine
     framework: Framework
@@ -111,7 +120,14 @@ class ServingSetup(_Layout):
     notes: str = Field(default="", max_length=10_000)
 
     @model_validator(mode="after")
-    def _split_and_lengths(self) -> ServingSetup:
+    def _engine_split_and_lengths(self) -> ServingSetup:
+        profiles = _PROFILES.get(self.framework, ("generic",))
+        if self.engine not in profiles:
+            raise ValueError(
+                f"framework {self.framework} is priced with engine {' or '.join(profiles)}, not {self.engine}"
+            )
+        if self.experts is not None and self.experts == self.weights:
+            raise ValueError(f"experts {self.experts} equals weights: drop experts (it names a second format)")
         split = (self.prefill_instances, self.decode_instances)
         if self.prefill_decode == "aggregated" and split != (None, None):
             raise ValueError("prefill_instances/decode_instances apply only to prefill_decode: disaggregated")
