@@ -137,15 +137,16 @@ def test_nim_throughput_at_one_client_matches_its_own_latencies(serving):
 
 
 def test_offline_output_mean_is_the_ratio_of_the_two_printed_throughputs(serving):
-    """sglang-vllm060 offline: 4281.51 tok/s / 22.03 req/s = 194.35 tokens per request, as recorded (194.3)."""
-    _, rows = serving
+    """sglang-vllm060 offline: 4281.51 tok/s / 22.03 req/s = 194.35 tokens per request, as recorded (194.3);
+    vLLM PR 29217 on an L40S: 621.91 / 3.27 = 190.2, recorded 189963 / 1000 = 190.0."""
+    setups, rows = serving
     offline = defaultdict(dict)
     for row in rows:
         if row.arrival == "all_at_once":
             offline[row.setup][row.metric] = row
     printed_both = {"output_throughput_tokens_per_s", "request_throughput_rps"}
     both = {s: pair for s, pair in offline.items() if printed_both <= set(pair)}
-    assert len(both) == 4
+    assert {setups[s].source_id for s in both} == {"sglang-bench-vllm060", "vllm-pr-29217-l40s"} and len(both) == 5
     for setup, pair in both.items():
         ratio = pair["output_throughput_tokens_per_s"].value / pair["request_throughput_rps"].value
         assert ratio == pytest.approx(pair["request_throughput_rps"].output_tokens_mean, rel=0.005), setup
