@@ -1,0 +1,89 @@
+"""Start-up of the CLI, as ratios against a bare `python -c pass` measured in the same run (never asserted in tests).
+
+Each round runs every command once in a fresh interpreter, in turn, so that a change in the machine's load
+touches all of them alike; the figure is each command's median over the rounds divided by bare Python's.
+A warm-up round first compiles and caches the bytecode (the figures are with bytecode cached).
+Targets (issue 21): `tokcost estimate -m llama-3.1-8b -g h100-sxm` at most 8x bare, `tokcost --version` at most 4x.
+
+Run: python benchmarks/bench_startup.py [--rounds 15] [--importtime]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = {
+    "python -c pass": ["-c", "pass"],
+    "tokcost --version": ["-m", "tokcost", "--version"],
+    "tokcost --help": ["-m", "tokcost", "--help"],
+    "tokcost estimate (table)": ["-m", "tokcost", "estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm"],
+    "tokcost estimate (json)": ["-m", "tokcost", "estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"],
+    "tokcost specs list": ["-m", "tokcost", "specs", "list"],
+    "tokcost validate": ["-m", "tokcost", "validate", "-f", "json"],
+}
+TARGETS = {"tokcost --version": 4.0, "tokcost estimate (table)": 8.0}
+
+
+def _env() -> dict[str, str]:
+    """This checkout's tokcost first on the path; a terminal width fixed so every run renders alike."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+
+
+def once(args: list[str]) -> float:
+    """Wall seconds of one fresh interpreter running `args`."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *args], check=True, capture_output=True, env=_env())
+    return time.perf_counter() - start
+
+
+def medians(rounds: int) -> dict[str, float]:
+    """Median wall seconds of every command over `rounds` interleaved rounds, after one warm-up round."""
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for i in range(rounds + 1):
+        for name, args in COMMANDS.items():
+            seconds = once(args)
+            if i:  # round 0 warms the page cache and writes the bytecode
+                times[name].append(seconds)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def top_imports(args: list[str], count: int = 12) -> list[str]:
+    """The modules with the largest cumulative import time (python -X importtime) for one command."""
+    run = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=_env())
+    rows = []
+    for line in run.stderr.splitlines():
+        if line.startswith("import time:") and "cumulative" not in line:
+            _, self_us, total_us, name = (part.strip() for part in line.replace("import time:", "|").split("|"))
+            rows.append((int(total_us), int(self_us), name))
+    return [f"{total / 1e3:7.1f} ms (self {own / 1e3:5.1f})  {name}" for total, own, name in sorted(rows)[-count:]]
+
+
+def main() -> None:
+    """Print each command's median and its ratio to bare Python, with the targets and the machine's load."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--importtime", action="store_true", help="also list the slowest imports of estimate")
+    args = parser.parse_args()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    result = medians(args.rounds)
+    bare = result["python -c pass"]
+    print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
+          f"load {load:.2f} at start, {args.rounds} rounds")  # fmt: skip
+    for name, seconds in result.items():
+        target = f"   (target <= {TARGETS[name]:.0f}x)" if name in TARGETS else ""
+        print(f"{name:26} median {seconds * 1e3:7.1f} ms  {seconds / bare:5.1f}x bare python{target}")
+    if args.importtime:
+        print("slowest imports of `tokcost estimate` (cumulative):")
+        print("\n".join(top_imports(COMMANDS["tokcost estimate (table)"])))
+
+
+if __name__ == "__main__":
+    main()
