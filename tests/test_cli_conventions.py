@@ -21,7 +21,7 @@ NOT_RUN = ("measure", "calibrate", "--install-completion")  # need torch and tim
 
 def command_paths(command=None, path=()) -> list[tuple[str, ...]]:
     """Every command of the CLI as the words that call it, the root first."""
-    command = command or cli_command()
+    command = command or cli_command(loaded=True)
     out = [path]
     for name, sub in getattr(command, "commands", {}).items():
         out += command_paths(sub, (*path, name))
