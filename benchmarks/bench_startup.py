@@ -5,7 +5,7 @@ touches all of them alike; the figure is each command's median over the rounds d
 A warm-up round first compiles and caches the bytecode (the figures are with bytecode cached).
 Targets (issue 21): `tokcost estimate -m llama-3.1-8b -g h100-sxm` at most 8x bare, `tokcost --version` at most 4x.
 
-Run: python benchmarks/bench_startup.py [--rounds 15] [--importtime]
+Run: python benchmarks/bench_startup.py [--rounds 15] [--importtime] [WORD ...]  (e.g. `version estimate`)
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def once(args: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def medians(rounds: int) -> dict[str, float]:
-    """Median wall seconds of every command over `rounds` interleaved rounds, after one warm-up round."""
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+def medians(rounds: int, names: list[str]) -> dict[str, float]:
+    """Median wall seconds of each named command over `rounds` interleaved rounds, after one warm-up round."""
+    times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds + 1):
-        for name, args in COMMANDS.items():
-            seconds = once(args)
+        for name in names:
+            seconds = once(COMMANDS[name])
             if i:  # round 0 warms the page cache and writes the bytecode
                 times[name].append(seconds)
     return {name: statistics.median(values) for name, values in times.items()}
@@ -71,9 +71,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--importtime", action="store_true", help="also list the slowest imports of estimate")
+    parser.add_argument("only", nargs="*", help="run only the commands whose label holds one of these words")
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    result = medians(args.rounds)
+    names = [n for n in COMMANDS if n == "python -c pass" or not args.only or any(w in n for w in args.only)]
+    result = medians(args.rounds, names)
     bare = result["python -c pass"]
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load {load:.2f} at start, {args.rounds} rounds")  # fmt: skip

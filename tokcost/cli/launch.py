@@ -30,6 +30,9 @@ def run() -> None:
     """Console-script entry point: the version at once, everything else through the typer app."""
     if sys.argv[1:] == ["--version"]:
         sys.exit(print_version())
+    # pydantic scans every installed package's metadata for plugins when it builds the first model (~20 ms of each
+    # start with torch installed); the CLI runs none, as typer's own parsing runs none. A user's setting is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from tokcost.cli.app import run as run_app
 
     run_app()

@@ -1,4 +1,5 @@
-"""One result, several renderings: rich table, GitHub Markdown, CSV, JSON."""
+"""One result, several renderings: rich table, GitHub Markdown, CSV, JSON. rich is imported only to draw a rich
+table, so the machine-readable formats start without it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table as RichTable
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PIPED_WIDTH = 200
 PROSE_AT = 40  # a column with a cell wider than this holds prose: it wraps instead of setting the width
@@ -33,6 +33,8 @@ class Table:
 
 def console() -> Console:
     """A console on the current stdout (resolved at call time, so tests can capture it)."""
+    from rich.console import Console
+
     # piped output (files, docs) gets a wide canvas instead of rich's 80-column default; COLUMNS still wins
     wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
     return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=wide)
@@ -43,6 +45,9 @@ def print_tables(tables: list[Table], fmt: str) -> None:
     if fmt == "markdown":
         sys.stdout.write("\n\n".join(markdown(t) for t in tables) + "\n")
         return
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
     out = console()
     for t in tables:  # every string goes in as Text: a name like "h100 [sxm]" is shown, never read as markup
         if t.header:

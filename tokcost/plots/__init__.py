@@ -28,7 +28,19 @@ _EXPORTS = {
     "save": "tokcost.plots.canvas",
     "sweep_figure": "tokcost.plots.sweep",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "FrontierPoint",
+    "check_path",
+    "compare_figure",
+    "estimate_figure",
+    "journey_figure",
+    "kernel_points",
+    "plan_figure",
+    "render",
+    "roofline_figure",
+    "save",
+    "sweep_figure",
+]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports on demand
     from tokcost.plots.canvas import check_path, render, save
