@@ -1,7 +1,8 @@
 """Start-up of the CLI, as ratios against a bare `python -c pass` measured in the same run (never asserted in tests).
 
 Each round runs every command once in a fresh interpreter, in turn, so that a change in the machine's load
-touches all of them alike; the figure is each command's median over the rounds divided by bare Python's.
+touches all of them alike; the figure is each command's median over the rounds divided by bare Python's, for
+wall time and for CPU time (user + system, which a loaded machine disturbs less).
 A warm-up round first compiles and caches the bytecode (the figures are with bytecode cached).
 Targets (issue 21): `tokcost estimate -m llama-3.1-8b -g h100-sxm` at most 8x bare, `tokcost --version` at most 4x.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -20,8 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FRAMEWORK = "import typer, rich.console, rich.table\nfrom pydantic import BaseModel, TypeAdapter"
 COMMANDS = {
     "python -c pass": ["-c", "pass"],
+    "typer+rich+pydantic only": ["-c", FRAMEWORK],  # the floor under any typer command that draws a table
     "tokcost --version": ["-m", "tokcost", "--version"],
     "tokcost --help": ["-m", "tokcost", "--help"],
     "tokcost estimate (table)": ["-m", "tokcost", "estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm"],
@@ -29,35 +33,43 @@ COMMANDS = {
     "tokcost specs list": ["-m", "tokcost", "specs", "list"],
     "tokcost validate": ["-m", "tokcost", "validate", "-f", "json"],
 }
+REFERENCES = ("python -c pass", "typer+rich+pydantic only")
 TARGETS = {"tokcost --version": 4.0, "tokcost estimate (table)": 8.0}
 
 
 def _env() -> dict[str, str]:
-    """This checkout's tokcost first on the path; a terminal width fixed so every run renders alike."""
-    return {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    """This checkout's tokcost first on the path, bytecode written and reused, a fixed terminal width."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the figures are with bytecode cached, as an installed tokcost runs
+    return env
 
 
-def once(args: list[str]) -> float:
-    """Wall seconds of one fresh interpreter running `args`."""
+def once(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one fresh interpreter running `args`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, *args], check=True, capture_output=True, env=_env())
-    return time.perf_counter() - start
+    subprocess.run([sys.executable, *args], check=True, capture_output=True, env=_env(), cwd=ROOT)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def medians(rounds: int, names: list[str]) -> dict[str, float]:
-    """Median wall seconds of each named command over `rounds` interleaved rounds, after one warm-up round."""
-    times: dict[str, list[float]] = {name: [] for name in names}
+def medians(rounds: int, names: list[str]) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) seconds of each named command over `rounds` interleaved rounds, after a warm-up round."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for i in range(rounds + 1):
         for name in names:
             seconds = once(COMMANDS[name])
             if i:  # round 0 warms the page cache and writes the bytecode
                 times[name].append(seconds)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for name, v in times.items()}
 
 
 def top_imports(args: list[str], count: int = 12) -> list[str]:
     """The modules with the largest cumulative import time (python -X importtime) for one command."""
-    run = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=_env())
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=_env(), cwd=ROOT
+    )
     rows = []
     for line in run.stderr.splitlines():
         if line.startswith("import time:") and "cumulative" not in line:
@@ -74,14 +86,15 @@ def main() -> None:
     parser.add_argument("only", nargs="*", help="run only the commands whose label holds one of these words")
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    names = [n for n in COMMANDS if n == "python -c pass" or not args.only or any(w in n for w in args.only)]
+    names = [n for n in COMMANDS if n in REFERENCES or not args.only or any(w in n for w in args.only)]
     result = medians(args.rounds, names)
-    bare = result["python -c pass"]
+    bare_wall, bare_cpu = result["python -c pass"]
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"load {load:.2f} at start, {args.rounds} rounds")  # fmt: skip
-    for name, seconds in result.items():
+          f"load {load:.2f} at start, {args.rounds} rounds; medians, and ratios to bare Python's")  # fmt: skip
+    for name, (wall, cpu) in result.items():
         target = f"   (target <= {TARGETS[name]:.0f}x)" if name in TARGETS else ""
-        print(f"{name:26} median {seconds * 1e3:7.1f} ms  {seconds / bare:5.1f}x bare python{target}")
+        print(f"{name:26} wall {wall * 1e3:7.1f} ms {wall / bare_wall:5.1f}x   "
+              f"CPU {cpu * 1e3:7.1f} ms {cpu / bare_cpu:5.1f}x{target}")  # fmt: skip
     if args.importtime:
         print("slowest imports of `tokcost estimate` (cumulative):")
         print("\n".join(top_imports(COMMANDS["tokcost estimate (table)"])))
