@@ -166,7 +166,7 @@ def test_an_interrupted_command_says_so_in_one_line(tmp_path):
     code = (
         "import sys, time\n"
         "import tokcost.cli.sweep_cmd as sweep\n"
-        "sweep.run_sweep = lambda *a, **k: (print('sweeping', flush=True), time.sleep(60))\n"
+        "sweep.iter_sweep = lambda *a, **k: (print('sweeping', flush=True), time.sleep(60))\n"
         "from tokcost.cli.app import run\n"
         "sys.argv = ['tokcost', 'sweep', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-b', '1,2']\n"
         "run()\n"

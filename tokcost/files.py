@@ -10,9 +10,10 @@ tokcost's own files (package data) are parsed by libyaml with the same scalars a
 Types and ranges are pydantic's (strict); what is here is what neither library offers: PyYAML has
 resolver and composer hooks but no limits, json a parse_int hook but no length bound, and neither
 opens a path without blocking on a FIFO or bounds the bytes it reads.
-Writes: a temporary file in the same folder, then an atomic link (create-only) or rename (--force);
-new files honour the umask, a replaced file keeps its mode, and only regular files are ever replaced
-(the standard library has no atomic "create with this content": link() after writing is the idiom).
+Writes (whole, or streamed through open_new): a temporary file in the same folder, then an atomic link
+(create-only) or rename (--force); new files honour the umask, a replaced file keeps its mode, and only
+regular files are ever replaced (the standard library has no atomic "create with this content": link()
+after writing is the idiom).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import re
 import secrets
 import stat
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -258,18 +261,19 @@ def _create(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
-def write_new(path: Path, text: str | bytes, *, force: bool = False) -> None:
-    """Write text or bytes whole or not at all: create only if absent, replace a regular file only with `force`."""
+@contextmanager
+def open_new(path: Path, *, force: bool = False, binary: bool = False) -> Iterator[IO[Any]]:
+    """A file to write `path` through: what the block writes appears under `path` whole when it ends, or not at
+    all (an error, a signal); created only if absent, a regular file replaced only with `force`."""
     replaced = check_destination(path, force)
     final = path.resolve() if replaced else path  # --force on a symlink rewrites the file it points to
     tmp = final.with_name(f".{final.name[:100]}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # umask applies
-        binary = isinstance(text, bytes)  # a picture (--plot) is written like any text result
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
             if replaced:
                 os.fchmod(fd, stat.S_IMODE(replaced.st_mode))  # a replaced file keeps its mode
-            handle.write(text)
+            yield handle
             handle.flush()
             os.fsync(fd)
         if replaced:
@@ -282,3 +286,9 @@ def write_new(path: Path, text: str | bytes, *, force: bool = False) -> None:
         raise TokcostError(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:  # on success, on errors and on signals (the CLI turns SIGTERM/SIGHUP into an exception)
         tmp.unlink(missing_ok=True)
+
+
+def write_new(path: Path, text: str | bytes, *, force: bool = False) -> None:
+    """Write text or bytes whole or not at all: create only if absent, replace a regular file only with `force`."""
+    with open_new(path, force=force, binary=isinstance(text, bytes)) as handle:  # a picture (--plot) is bytes
+        handle.write(text)
