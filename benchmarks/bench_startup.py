@@ -7,11 +7,13 @@ A warm-up round first compiles and caches the bytecode (the figures are with byt
 Targets (issue 21): `tokcost estimate -m llama-3.1-8b -g h100-sxm` at most 8x bare, `tokcost --version` at most 4x.
 
 Run: python benchmarks/bench_startup.py [--rounds 15] [--importtime] [WORD ...]  (e.g. `version estimate`)
+--importtime also lists the slowest imports of estimate and the dataclasses and pydantic models it builds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -78,6 +80,39 @@ def top_imports(args: list[str], count: int = 12) -> list[str]:
     return [f"{total / 1e3:7.1f} ms (self {own / 1e3:5.1f})  {name}" for total, own, name in sorted(rows)[-count:]]
 
 
+COUNT = """
+import collections, contextlib, dataclasses, io, json, sys
+import pydantic._internal._model_construction as construction
+built = {"dataclasses": collections.Counter(), "pydantic models": collections.Counter()}
+process = dataclasses._process_class
+def counted(cls, *args, **kwargs):
+    built["dataclasses"][cls.__module__] += 1
+    return process(cls, *args, **kwargs)
+dataclasses._process_class = counted
+new = construction.ModelMetaclass.__new__
+def counted_model(mcs, *args, **kwargs):
+    cls = new(mcs, *args, **kwargs)
+    built["pydantic models"][cls.__module__] += 1
+    return cls
+construction.ModelMetaclass.__new__ = counted_model
+from tokcost.cli.app import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(sys.argv[1:])
+print(json.dumps({kind: dict(counter) for kind, counter in built.items()}))
+"""
+
+
+def built_at_start(args: list[str]) -> list[str]:
+    """Dataclasses and pydantic models that one command builds, tokcost's by module (the rest summed)."""
+    run = subprocess.run([sys.executable, "-c", COUNT, *args], capture_output=True, text=True, env=_env(), cwd=ROOT)
+    lines = []
+    for kind, by_module in json.loads(run.stdout).items():
+        ours = {m: n for m, n in sorted(by_module.items()) if m.startswith("tokcost")}
+        listed = ", ".join(f"{m.removeprefix('tokcost.')} {n}" for m, n in ours.items())
+        lines.append(f"{kind}: {sum(ours.values())} of tokcost's ({listed}), {sum(by_module.values())} in all")
+    return lines
+
+
 def main() -> None:
     """Print each command's median and its ratio to bare Python, with the targets and the machine's load."""
     parser = argparse.ArgumentParser()
@@ -98,6 +133,8 @@ def main() -> None:
     if args.importtime:
         print("slowest imports of `tokcost estimate` (cumulative):")
         print("\n".join(top_imports(COMMANDS["tokcost estimate (table)"])))
+        print("built by `tokcost estimate`:")
+        print("\n".join(built_at_start(COMMANDS["tokcost estimate (table)"][2:])))
 
 
 if __name__ == "__main__":

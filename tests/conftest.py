@@ -1,4 +1,4 @@
-"""Shared fixtures: run the CLI in-process with captured output, at a fixed terminal width."""
+"""Shared fixtures: run the CLI in-process with captured output, at a fixed terminal width; load-proof hypothesis."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import json
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tokcost.cli.app import main
+
+# Property tests never depend on the machine's load: no deadline per example, and no failure when a loaded
+# machine generates examples slowly (what a test sets itself, such as max_examples, still applies).
+settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tokcost")
 
 
 @dataclass

@@ -81,7 +81,10 @@ def test_measure_tp2_over_gloo_reports_the_allreduce_share(cli, tmp_path):
         assert any("no calibrated prediction" in n for n in data["notes"])
     else:
         assert calibrated["terms_s"]["communication"] > 0
-        assert run["calibration"]["link"]["gb_s"] == pytest.approx(probe["bus_gb_s"], rel=1e-3)
+        # the spec keeps the probe's fit as measure/calibrate.measured_link writes it: at least 0.1 GB/s, to 1 MB/s
+        # (compared exactly: a relative tolerance fails whenever a loaded machine measures under 0.5 GB/s)
+        assert run["calibration"]["link"]["gb_s"] == round(max(probe["bus_gb_s"], 0.1), 3)
+        assert run["calibration"]["link"]["latency_us"] == round(probe["latency_us"], 3)
     # per rank: half the block and head weights, plus what every rank keeps whole (norms, 1 embedding row)
     loop, engine = run["bytes_per_step"]["loop"], run["bytes_per_step"]["engine"]
     assert loop["weights"] == pytest.approx(engine["weights"], rel=0.02)
