@@ -6,7 +6,8 @@ wall time and for CPU time (user + system, which a loaded machine disturbs less)
 A warm-up round first compiles and caches the bytecode (the figures are with bytecode cached).
 Targets (issue 21): `tokcost estimate -m llama-3.1-8b -g h100-sxm` at most 8x bare, `tokcost --version` at most 4x.
 
-Run: python benchmarks/bench_startup.py [--rounds 15] [--importtime] [WORD ...]  (e.g. `version estimate`)
+Run: python benchmarks/bench_startup.py [--rounds 15] [--importtime] [--against CHECKOUT] [WORD ...]
+(WORD picks commands, e.g. `version estimate`; --against runs them in another checkout too, e.g. main's)
 --importtime also lists the slowest imports of estimate and the dataclasses and pydantic models it builds.
 """
 
@@ -39,29 +40,29 @@ REFERENCES = ("python -c pass", "typer+rich+pydantic only")
 TARGETS = {"tokcost --version": 4.0, "tokcost estimate (table)": 8.0}
 
 
-def _env() -> dict[str, str]:
-    """This checkout's tokcost first on the path, bytecode written and reused, a fixed terminal width."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+def _env(tree: Path = ROOT) -> dict[str, str]:
+    """`tree`'s tokcost first on the path, bytecode written and reused, a fixed terminal width."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "120"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the figures are with bytecode cached, as an installed tokcost runs
     return env
 
 
-def once(args: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds: user + system) of one fresh interpreter running `args`."""
+def once(args: list[str], tree: Path = ROOT) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one fresh interpreter running `args` in `tree`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, *args], check=True, capture_output=True, env=_env(), cwd=ROOT)
+    subprocess.run([sys.executable, *args], check=True, capture_output=True, env=_env(tree), cwd=tree)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def medians(rounds: int, names: list[str]) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds of each named command over `rounds` interleaved rounds, after a warm-up round."""
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+def medians(rounds: int, runs: dict[str, tuple[list[str], Path]]) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) seconds of each run over `rounds` interleaved rounds, after a warm-up round."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for i in range(rounds + 1):
-        for name in names:
-            seconds = once(COMMANDS[name])
+        for name, (args, tree) in runs.items():
+            seconds = once(args, tree)
             if i:  # round 0 warms the page cache and writes the bytecode
                 times[name].append(seconds)
     return {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for name, v in times.items()}
@@ -118,17 +119,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--importtime", action="store_true", help="also list the slowest imports of estimate")
+    parser.add_argument("--against", type=Path, help="also run each command in this checkout (e.g. main's)")
     parser.add_argument("only", nargs="*", help="run only the commands whose label holds one of these words")
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     names = [n for n in COMMANDS if n in REFERENCES or not args.only or any(w in n for w in args.only)]
-    result = medians(args.rounds, names)
+    runs = {name: (COMMANDS[name], ROOT) for name in names}
+    if args.against:
+        runs.update({f"{args.against.name}: {n}": (COMMANDS[n], args.against.resolve()) for n in names
+                     if n not in REFERENCES})  # fmt: skip
+    result = medians(args.rounds, runs)
     bare_wall, bare_cpu = result["python -c pass"]
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load {load:.2f} at start, {args.rounds} rounds; medians, and ratios to bare Python's")  # fmt: skip
     for name, (wall, cpu) in result.items():
         target = f"   (target <= {TARGETS[name]:.0f}x)" if name in TARGETS else ""
-        print(f"{name:26} wall {wall * 1e3:7.1f} ms {wall / bare_wall:5.1f}x   "
+        print(f"{name:32} wall {wall * 1e3:7.1f} ms {wall / bare_wall:5.1f}x   "
               f"CPU {cpu * 1e3:7.1f} ms {cpu / bare_cpu:5.1f}x{target}")  # fmt: skip
     if args.importtime:
         print("slowest imports of `tokcost estimate` (cumulative):")

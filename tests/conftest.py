@@ -31,6 +31,16 @@ class CliResult:
         return json.loads(self.stdout)
 
 
+SLOW_MODULE = "\npytestmark = pytest.mark.slow"  # a module whose every test is in the slow tier says so at its top
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The quick tier (-m "not slow") does not import a module that is slow as a whole: torch alone takes seconds."""
+    if config.getoption("markexpr") == "not slow" and collection_path.suffix == ".py":
+        return SLOW_MODULE in collection_path.read_text(encoding="utf-8") or None
+    return None
+
+
 @pytest.fixture(autouse=True)
 def _fixed_width(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: measure runs in subprocesses, with torch
 pytest.importorskip("torch")
 
 from tokcost.measure.faults import host_available_bytes, is_oom  # noqa: E402

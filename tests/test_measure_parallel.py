@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: gloo ranks and torchrun in subprocesses
 torch = pytest.importorskip("torch")
 
 from tokcost.measure.model import build_model  # noqa: E402

@@ -15,6 +15,7 @@ import pytest
 import typer
 import yaml
 
+from tokcost import files
 from tokcost.cli.commands import COMMANDS
 from tokcost.files import BUILTIN_FOLDERS, BuiltinLoader, SpecLoader, is_builtin, load_mapping
 
@@ -120,13 +121,27 @@ def test_every_package_data_file_is_a_builtin():
 
 @pytest.mark.parametrize("path", BUILTIN_FILES, ids=lambda p: p.relative_to(ROOT / "tokcost").as_posix())
 def test_libyaml_path_reads_each_builtin_exactly_as_the_strict_loader(path, tmp_path):
+    copy = tmp_path / path.name  # the same file outside the package is a user file: the strict loader reads it
+    copy.write_bytes(path.read_bytes())
+    assert is_builtin(path) and not is_builtin(copy)
     text = path.read_text(encoding="utf-8")
-    strict = yaml.load(text, Loader=SpecLoader)  # noqa: S506 - safe loaders
-    assert _typed(yaml.load(text, Loader=BuiltinLoader)) == _typed(strict)  # noqa: S506
-    copy = tmp_path / path.name  # the same file outside the package is a user file: the strict loader
-    copy.write_text(text, encoding="utf-8")
-    assert not is_builtin(copy)
-    assert _typed(load_mapping(copy)) == _typed(load_mapping(path)) == _typed(strict)
+    assert _typed(yaml.load(text, Loader=BuiltinLoader)) == _typed(load_mapping(copy))  # noqa: S506 - safe loaders
+
+
+def test_load_mapping_takes_the_libyaml_path_for_builtins_only(tmp_path, monkeypatch):
+    used = []
+    real = files._load_yaml
+
+    def spy(text, where, loader):
+        used.append(loader)
+        return real(text, where, loader)
+
+    monkeypatch.setattr(files, "_load_yaml", spy)
+    builtin = ROOT / "tokcost" / "specs" / "gpus" / "h100-sxm.yaml"
+    copy = tmp_path / "h100-sxm.yaml"
+    copy.write_bytes(builtin.read_bytes())
+    assert load_mapping(builtin) == load_mapping(copy)
+    assert used == [BuiltinLoader, SpecLoader]
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,7 @@ def umask():
     os.umask(old)
 
 
+@pytest.mark.slow  # twenty processes
 @posix_only
 def test_twenty_racing_writers_without_force_leave_exactly_one_winner(tmp_path):
     # issue 14: an exists() check before os.replace let up to 8 of 20 processes "win" and overwrite each other

@@ -75,7 +75,7 @@ class LazyGroup(TyperGroup):
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
         listed = {name: _Listed(name=name, help=entry.summary) for name, entry in COMMANDS.items()}
-        self.commands = {**listed, **self.commands}  # a command registered on `app` directly is kept as it is
+        self.commands = {**self.commands, **listed}  # COMMANDS wins over a command registered on `app` by name
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         if args and isinstance(self.commands.get(args[0]), _Listed):
