@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: measure and calibrate run torch loops
 pytest.importorskip("torch")
 
 from tokcost.models.library import load_model  # noqa: E402

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: plans every published serving point
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -6,6 +6,7 @@ batches) are computed once per context, not once per point.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from tokcost.engine.estimate import (
@@ -64,7 +65,20 @@ def sweep(
     engine: EngineProfile = GENERIC,
 ) -> list[SweepPoint]:
     """Every (prompt, batch) combination of `base`'s workload, prompts outermost (needs two or more output tokens)."""
-    points = []
+    return list(iter_sweep(model, gpu, base, batches=batches, prompts=prompts, network=network, engine=engine))
+
+
+def iter_sweep(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    base: Workload,
+    *,
+    batches: list[int],
+    prompts: list[int],
+    network: Link | None = None,
+    engine: EngineProfile = GENERIC,
+) -> Iterator[SweepPoint]:
+    """sweep()'s points one at a time, prompts outermost: memory bounded by one context's state, not the grid."""
     for prompt in prompts:
         at_context = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
         d = deployment(model, gpu, at_context, network, engine)
@@ -80,30 +94,27 @@ def sweep(
             tpot = mean_decode_seconds(d, expected, batch=batch, first=first, last=last)
             ceiling_tpot = mean_decode_seconds(d, ceiling, batch=batch, first=first, last=last)
             used = gpu_bytes(model, gpu, d.precision, d.layout, wl, batch, wl.computed_prompt_tokens, wl.total_tokens)
-            points.append(
-                SweepPoint(
-                    model=model.name,
-                    gpu=gpu.name,
-                    gpus=d.layout.gpus,
-                    batch=batch,
-                    prompt_tokens=prompt,
-                    output_tokens=wl.output_tokens,
-                    tpot_s=tpot,
-                    decode_tokens_per_s=batch / tpot,
-                    ceiling_tpot_s=ceiling_tpot,
-                    ceiling_decode_tokens_per_s=batch / ceiling_tpot,
-                    usd_per_million_output_tokens=usd_per_million_tokens(price, d.layout.gpus, tpot, batch),
-                    used_bytes_per_gpu=round(used.total),
-                    kv_cache_bytes_per_gpu=round(used.kv),
-                    capacity_bytes_per_gpu=round(gpu.memory_bytes),
-                    fits=used.total <= gpu.memory_bytes,
-                    max_batch=limits.max_batch,
-                    critical_batch_compute=compute,
-                    critical_batch_kv=kv,
-                    decode_bound=d.decode(ceiling, batch=batch, cached=mean_context).bound,
-                )
+            yield SweepPoint(
+                model=model.name,
+                gpu=gpu.name,
+                gpus=d.layout.gpus,
+                batch=batch,
+                prompt_tokens=prompt,
+                output_tokens=wl.output_tokens,
+                tpot_s=tpot,
+                decode_tokens_per_s=batch / tpot,
+                ceiling_tpot_s=ceiling_tpot,
+                ceiling_decode_tokens_per_s=batch / ceiling_tpot,
+                usd_per_million_output_tokens=usd_per_million_tokens(price, d.layout.gpus, tpot, batch),
+                used_bytes_per_gpu=round(used.total),
+                kv_cache_bytes_per_gpu=round(used.kv),
+                capacity_bytes_per_gpu=round(gpu.memory_bytes),
+                fits=used.total <= gpu.memory_bytes,
+                max_batch=limits.max_batch,
+                critical_batch_compute=compute,
+                critical_batch_kv=kv,
+                decode_bound=d.decode(ceiling, batch=batch, cached=mean_context).bound,
             )
-    return points
 
 
 def sweep_warnings(
