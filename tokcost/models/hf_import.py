@@ -53,7 +53,7 @@ def _resolve_type(data: dict[str, Any], where: str, mapping: Any, auto: Any, ver
         if known:
             note = f"model_type {model_type!r} is remote code; read as {known[0]}, the architecture it names"
             model_type = known[0]
-    if model_type not in decoders:
+    if not isinstance(model_type, str) or model_type not in decoders:  # a list or a number is no model type
         what = "missing" if model_type is None else f"unsupported ({model_type!r:.40})"
         shown = ", ".join(t for t in ("llama", "mistral", "qwen3", "gemma3", "deepseek_v3") if t in decoders)
         raise SpecError(where, f"{what}; supported: the {len(decoders)} decoder model types transformers "
