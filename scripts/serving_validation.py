@@ -10,29 +10,47 @@ from pathlib import Path
 
 from tokcost.hardware.library import load_gpu, load_network
 from tokcost.models.library import load_model
-from tokcost.profiles import GENERIC, load_engine
-from tokcost.serving.validate import summary, validate_serving
-from tokcost.validation.serving_data import load_serving
+from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile, load_engine
+from tokcost.serving.validate import ServingResult, summary, validate_serving
+from tokcost.validation.serving_data import ServingSetup, load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "serving.yaml"
 DOC = ROOT / "validation" / "serving.md"
 
 
-def _engine(name: str):
+def _engine(name: str) -> EngineProfile:
     try:
         return load_engine(name)
     except Exception:  # a profile not fitted yet: the generic one, said in the document
         return GENERIC
 
 
-def render() -> str:
+def _as_shipped(setup: ServingSetup, model: ModelSpec) -> ServingSetup:
+    """A MoE checkpoint run as shipped (`experts` set: gpt-oss's MXFP4 experts beside bf16 attention) is priced in
+    the model spec's own formats, which the predictor takes as weights=None; the recorded formats must be those."""
+    if setup.experts is None:
+        return setup
+    shipped = (model.weights_dtype or model.dtype, model.moe.expert_dtype if model.moe else None)
+    if (setup.weights, setup.experts) != shipped:
+        raise ValueError(f"{setup.id}: weights/experts {setup.weights}/{setup.experts}, not {model.name}'s {shipped}")
+    return setup.model_copy(update={"weights": None})
+
+
+def results() -> tuple[list[ServingResult], dict[str, EngineProfile]]:
+    """Every row of the data file against the closed form, and the engine profile each setup's engine got."""
     setups, rows = load_serving(DATA)
     models = {s.model: load_model(s.model) for s in setups.values()}
+    setups = {k: _as_shipped(s, models[s.model]) for k, s in setups.items()}
     gpus = {s.gpu: load_gpu(s.gpu) for s in setups.values()}
-    engines = {s.engine: _engine(s.engine) for s in setups.values()}
+    engines: dict[str, EngineProfile] = {s.engine: _engine(s.engine) for s in setups.values()}
     networks = {name: load_network(g.network) if g.network else None for name, g in gpus.items()}
-    results = validate_serving(setups, rows, models, gpus, engines, networks)
+    return validate_serving(setups, rows, models, gpus, engines, networks), engines
+
+
+def render() -> str:
+    graded, engines = results()
     lines = [
         "# `tokcost plan` against published serving measurements",
         "",
@@ -40,19 +58,20 @@ def render() -> str:
         "quotes and every reading in that file). Each row is one load point of a pinned setup; the prediction is",
         "one call of `tokcost.serving.predict` for one replica with the setup's model, GPU, layout, formats, engine",
         f"profile ({', '.join(f'{k}: {v.name}' for k, v in sorted(engines.items()))}), lengths and load. A mean or",
-        "unstated statistic is compared with the predicted p50; ITL with TPOT; a dataset's lengths are taken as",
-        "exponential with the stated mean. Error = predicted / measured - 1. Nothing was tuned to these rows.",
+        "unstated statistic is compared with the predicted p50; ITL with TPOT; a dataset's or a uniform law's",
+        "lengths are taken as exponential with the stated mean; a MoE checkpoint run as shipped (`experts` set) is",
+        "priced in the model's own formats. Error = predicted / measured - 1. Nothing was tuned to these rows.",
         "",
         "| group | rows | median abs error | max abs error |",
         "|:---|---:|---:|---:|",
-        *(f"| {g} | {n} | {m:.1%} | {x:.1%} |" for g, n, m, x in summary(results)),
+        *(f"| {g} | {n} | {m:.1%} | {x:.1%} |" for g, n, m, x in summary(graded)),
         "",
         "## Every row",
         "",
         "| row | metric | statistic | load | measured | predicted | error |",
         "|:---|:---|:---|---:|---:|---:|---:|",
     ]
-    for r in results:
+    for r in graded:
         load = (f"{r.row.request_rate_rps:g} req/s" if r.row.arrival == "poisson" else
                 f"{r.row.concurrency} users" if r.row.arrival == "closed_loop" else "all at once")  # fmt: skip
         predicted = f"{r.predicted:,.4g}" if r.predicted is not None else f"skipped: {r.skipped}"

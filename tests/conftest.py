@@ -1,4 +1,4 @@
-"""Shared fixtures: run the CLI in-process with captured output, at a fixed terminal width."""
+"""Shared fixtures: run the CLI in-process with captured output, at a fixed terminal width; load-proof hypothesis."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import json
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tokcost.cli.app import main
+
+# Property tests never depend on the machine's load: no deadline per example, and no failure when a loaded
+# machine generates examples slowly (what a test sets itself, such as max_examples, still applies).
+settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tokcost")
 
 
 @dataclass
@@ -23,6 +29,16 @@ class CliResult:
     def json(self):
         """stdout parsed as JSON."""
         return json.loads(self.stdout)
+
+
+SLOW_MODULE = "\npytestmark = pytest.mark.slow"  # a module whose every test is in the slow tier says so at its top
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The quick tier (-m "not slow") does not import a module that is slow as a whole: torch alone takes seconds."""
+    if config.getoption("markexpr") == "not slow" and collection_path.suffix == ".py":
+        return SLOW_MODULE in collection_path.read_text(encoding="utf-8") or None
+    return None
 
 
 @pytest.fixture(autouse=True)

@@ -123,6 +123,7 @@ def test_every_argument_is_keyword_only(function):
         function("llama-3.1-8b", "h100-sxm")  # a model and a GPU name are both strings: no silent swap
 
 
+@pytest.mark.slow  # matplotlib draws three pictures
 def test_results_plot_and_journey(tmp_path):
     pytest.importorskip("matplotlib")
     result = estimate(model="llama-3.1-8b", gpu="h100-sxm")

@@ -21,7 +21,7 @@ NOT_RUN = ("measure", "calibrate", "--install-completion")  # need torch and tim
 
 def command_paths(command=None, path=()) -> list[tuple[str, ...]]:
     """Every command of the CLI as the words that call it, the root first."""
-    command = command or cli_command()
+    command = command or cli_command(loaded=True)
     out = [path]
     for name, sub in getattr(command, "commands", {}).items():
         out += command_paths(sub, (*path, name))
@@ -54,6 +54,7 @@ def test_help_honours_columns(cli, monkeypatch):
     assert max(len(line.rstrip()) for line in result.stdout.splitlines()) <= 64
 
 
+@pytest.mark.slow  # every example of every --help, plots and plans included
 def test_examples_run_as_written(cli, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")  # the examples draw plots
     monkeypatch.chdir(tmp_path)  # the examples write my-gpu.yaml, roofline.png, ...

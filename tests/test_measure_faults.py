@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: measure runs in subprocesses, with torch
 pytest.importorskip("torch")
 
 from tokcost.measure.faults import host_available_bytes, is_oom  # noqa: E402
@@ -103,11 +104,31 @@ def test_ctrl_c_mid_batch_exits_130_and_keeps_the_finished_batches(micro, tmp_pa
     assert "micro measured on" in out  # the finished batches are shown as well
 
 
+# The CLI in a child that says on stderr when the measurement has begun (its probes), so that a signal is sent
+# then and not after a guessed delay, which a loaded machine can outlast while still importing torch.
+ANNOUNCED = textwrap.dedent("""
+    import sys
+    import tokcost.measure.session as session
+    probes = session.run_probes
+    def announced(*args, **kwargs):
+        sys.stderr.write("probing\\n")
+        sys.stderr.flush()
+        return probes(*args, **kwargs)
+    session.run_probes = announced
+    from tokcost.cli.app import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
 def test_ctrl_c_before_any_batch_finished_saves_nothing(micro, tmp_path):
     save = tmp_path / "run.json"
-    proc = _start(["measure", "-m", micro, "--device", "cpu", "--batch", "1", "--prompt", "16", "--output", "2000",
-                   "--repeats", "5", "--threads", "1", "--save", str(save)])  # fmt: skip
-    time.sleep(4)  # started, probing or in batch 1, which takes far longer than that
+    args = ["measure", "-m", micro, "--device", "cpu", "--batch", "1", "--prompt", "16", "--output", "2000",
+            "--repeats", "5", "--threads", "1", "--save", str(save)]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", ANNOUNCED, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), cwd=ROOT)  # fmt: skip
+    for said in proc.stderr:  # the probes have begun; then batch 1 (5 x 1,999 steps) is still to come
+        if said == "probing\n":
+            break
     assert proc.poll() is None
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)

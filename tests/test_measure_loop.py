@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: torch decode loops
 torch = pytest.importorskip("torch")
 
 from tokcost.errors import MeasureError  # noqa: E402

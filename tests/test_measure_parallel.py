@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the quick tier: gloo ranks and torchrun in subprocesses
 torch = pytest.importorskip("torch")
 
 from tokcost.measure.model import build_model  # noqa: E402
@@ -76,12 +77,13 @@ def test_measure_tp2_over_gloo_reports_the_allreduce_share(cli, tmp_path):
     m = run["measured"]
     # 2 all-reduces per layer per step, timed inside the loop: a share of the step, not more than all of it
     assert 0 < m["collective_s_per_step"]["all_reduce"] < m["tpot_s"] and 0 < m["allreduce_share"] < 1
-    calibrated = run["predicted"]["calibrated"]
-    if calibrated is None:  # a starved machine timed the linears below what a spec holds; the report says so
-        assert any("no calibrated prediction" in n for n in data["notes"])
-    else:
-        assert calibrated["terms_s"]["communication"] > 0
-        assert run["calibration"]["link"]["gb_s"] == pytest.approx(probe["bus_gb_s"], rel=1e-3)
+    calibrated = run["predicted"]["calibrated"]  # whatever the machine's load: a measured rate always makes a spec
+    assert calibrated is not None, data["notes"]
+    assert calibrated["terms_s"]["communication"] > 0
+    # the spec keeps the probe's fit as measure/calibrate.measured_link writes it: 4 significant digits (compared
+    # exactly: a relative tolerance on a rounded figure depends on how slow the machine was)
+    assert run["calibration"]["link"]["gb_s"] == float(f"{probe['bus_gb_s']:.4g}")
+    assert run["calibration"]["link"]["latency_us"] == round(probe["latency_us"], 3)
     # per rank: half the block and head weights, plus what every rank keeps whole (norms, 1 embedding row)
     loop, engine = run["bytes_per_step"]["loop"], run["bytes_per_step"]["engine"]
     assert loop["weights"] == pytest.approx(engine["weights"], rel=0.02)

@@ -24,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED = (".git", ".venv", ".ci-venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "docs")
 
+pytestmark = pytest.mark.slow  # not in the quick tier: builds and installs the wheel
 pytest.importorskip("setuptools", minversion="77")  # the dev extra's; builds the SPDX license string
 
 

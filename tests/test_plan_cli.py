@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from importlib import resources
 
 import pytest
 
@@ -58,10 +59,8 @@ def test_json_fleet_arithmetic(plan_json):
         assert x["replicas"] == -(-20 * 1.2 // x["max_rate_rps"])
         assert x["gpus"] == x["replicas"] * config["tp"]
         assert x["max_rate_rps"] <= x["saturation_rps"]
-        if config["gpu"] == "h100-sxm":
-            assert x["usd_per_hour"] == pytest.approx(3.78 * x["gpus"])
-        else:
-            assert x["usd_per_hour"] is None and x["usd_per_million_output_tokens"] is None
+        # every built-in GPU has a price (issue 20): h100-sxm $3.78 (Lambda), h200 $4.54 (Spheron), per GPU-hour
+        assert x["usd_per_hour"] == pytest.approx({"h100-sxm": 3.78, "h200": 4.54}[config["gpu"]] * x["gpus"])
         # the datasheet ceiling never needs more GPUs than expected
         assert config["ceiling"]["gpus"] <= x["gpus"]
 
@@ -75,11 +74,21 @@ def test_json_is_ranked_cheapest_first_and_marks_pareto(plan_json):
     assert data["configs"].index(meeting[-1]) == len(meeting) - 1  # failures after every success
 
 
-def test_json_explain_is_a_list_and_warnings_name_the_unpriced_gpu(plan_json):
+def test_json_explain_is_a_list_and_no_built_in_gpu_lacks_a_price(plan_json):
     data, _ = plan_json
     assert isinstance(data["explain"], list) and all(isinstance(line, str) for line in data["explain"])
     assert any("Little" in line for line in data["explain"])
-    assert any(w.startswith("h200: no price") for w in data["warnings"])
+    assert not any("no price" in w for w in data["warnings"])
+
+
+def test_an_unpriced_gpu_file_warns_on_stderr_only(cli, tmp_path):
+    spec = tmp_path / "h200-unpriced.yaml"
+    lines = (resources.files("tokcost") / "specs" / "gpus" / "h200.yaml").read_text().splitlines()
+    spec.write_text("\n".join(line for line in lines if not line.startswith("price_")) + "\n")
+    r = cli("plan", "-m", "llama-3.1-8b", "--prompt", "512", "--output", "128", "--gpu", f"h100-sxm,{spec}",
+            "--tp", "1", "--chunk", "2048", "--rate", "2")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "warning: h200: no price" in r.stderr and "warning" not in r.stdout
 
 
 def test_explain_reevaluates_littles_law_line(plan_json):
@@ -97,7 +106,7 @@ def test_table_markdown_and_csv(cli):
     assert table.exit_code == 0, table.stderr
     assert "Cheapest fleets that meet every SLO (expected)" in table.stdout
     assert "The same under ceiling" in table.stdout and "GPUs needed as the load changes" in table.stdout
-    assert "warning: h200: no price" in table.stderr and "warning" not in table.stdout
+    assert "no price" not in table.stderr and "warning" not in table.stdout
     md = cli(*BASE, "--rate", "20", *SLOS, "--format", "markdown", "--explain")
     assert md.exit_code == 0 and "| # |" in md.stdout and "## How this plan is derived" in md.stdout
     csv = cli(*BASE, "--rate", "20", *SLOS, "--format", "csv", "--explain")

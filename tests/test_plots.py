@@ -19,6 +19,7 @@ from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 
+pytestmark = pytest.mark.slow  # not in the quick tier: matplotlib draws PNG and SVG pictures
 pytest.importorskip("matplotlib")  # the plot extra; every other test runs without it
 
 from tokcost import plots  # noqa: E402

@@ -7,6 +7,8 @@ the source prints two figures of one run (hand arithmetic in the comments).
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from tokcost.validation.serving_data import (
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "tokcost" / "validation" / "serving.yaml"
 MULTINODE = ROOT / "tokcost" / "validation" / "multinode.yaml"
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 @pytest.fixture(scope="module")
@@ -136,15 +139,142 @@ def test_nim_throughput_at_one_client_matches_its_own_latencies(serving):
     assert predicted == pytest.approx(point["output_throughput_tokens_per_s"], rel=0.01)
 
 
-def test_offline_output_mean_is_the_ratio_of_the_two_printed_throughputs(serving):
-    """sglang-vllm060 offline: 4281.51 tok/s / 22.03 req/s = 194.35 tokens per request, as recorded (194.3)."""
+def test_every_value_is_a_number_of_its_quote(serving):
+    """The value is the number as printed: it appears in the row's own quote (thousands separators dropped)."""
     _, rows = serving
+    for row in rows:
+        printed = {float(m.replace(",", "")) for m in NUMBER.findall(row.quote)}
+        assert row.value in printed, (row.id, row.value)
+
+
+def test_sources_are_many_and_each_names_a_pinned_place(serving):
+    setups, rows = serving
+    by_source = defaultdict(int)
+    for row in rows:
+        by_source[setups[row.setup].source_id] += 1
+    assert len(by_source) >= 10, dict(by_source)
+    for setup in setups.values():  # a repository at a commit or stored version, a pull request or issue, or a URL
+        assert re.search(r"@ ?[0-9a-f]{7}|commit [0-9a-f]{7}|index id \d+|#\d+|https://", setup.source), setup.id
+
+
+def test_every_setup_states_framework_engine_and_graphs(serving):
+    """graphs is true, false or null; null means the source is silent and the notes give the version's default."""
+    setups, _ = serving
+    for setup in setups.values():
+        assert setup.graphs in (True, False, None), setup.id
+        assert "graph" in setup.notes.lower() or "eager" in setup.notes.lower(), setup.id
+    assert {s.framework for s in setups.values()} >= {"vllm", "sglang", "nim", "lmdeploy"}
+    assert {s.graphs for s in setups.values()} == {True, False, None}
+
+
+def test_mixed_moe_checkpoints_are_the_model_as_shipped(serving):
+    """experts set: the model's own formats (gpt-oss-120b: bf16 attention, MXFP4 experts), as compare.py asks."""
+    setups, _ = serving
+    mixed = [s for s in setups.values() if s.experts is not None]
+    assert mixed
+    for setup in mixed:
+        model = load_model(setup.model)
+        assert model.moe is not None, setup.id
+        assert (setup.weights, setup.experts) == (model.weights_dtype or model.dtype, model.moe.expert_dtype), setup.id
+
+
+def _printed(quote: str) -> dict[str, float]:
+    """'Key:   number' pairs of a benchmark printout quoted with ' / ' between its lines, keys in lower case (vLLM
+    prints 'Total Token throughput', SGLang 'Total token throughput')."""
+    pairs = (re.fullmatch(r"\s*([A-Za-z][^:]*?):\s+(-?[\d.]+)\s*s?", part) for part in quote.split(" / "))
+    return {m[1].lower(): float(m[2]) for m in pairs if m}
+
+
+def test_benchmark_printouts_agree_with_themselves(serving):
+    """vLLM/SGLang 'Serving Benchmark Result' blocks: output tok/s = generated tokens / duration (SkyPilot vLLM
+    5000/1000: 50000 / 62.93 = 794.5, printed 794.54), the row's means are the totals over successful requests
+    (250000 / 50 = 5000), and 'Concurrency' is Little's law: 50 x 60.28 s / 62.93 s = 47.9, printed 47.90."""
+    _, rows = serving
+    checked = 0
+    for row in rows:
+        got = _printed(row.quote)
+        if "benchmark duration (s)" not in got:
+            continue
+        duration, done = got["benchmark duration (s)"], got["successful requests"]
+        generated, prompts = got["total generated tokens"], got["total input tokens"]
+        rates = {"output token throughput (tok/s)": generated, "total token throughput (tok/s)": prompts + generated,
+                 "request throughput (req/s)": done}  # fmt: skip
+        printed = [(total, got[name]) for name, total in rates.items() if name in got]
+        assert printed, row.id
+        for total, rate in printed:  # printed to 0.01
+            assert total / duration == pytest.approx(rate, abs=0.005 + 1e-4 * rate), row.id
+        assert row.output_tokens_mean == pytest.approx(generated / done, abs=0.05), row.id
+        assert row.prompt_tokens_mean == pytest.approx(prompts / done, abs=0.05), row.id
+        if "concurrency" in got:
+            little = done * got["mean e2e latency (ms)"] / 1e3 / duration
+            assert little == pytest.approx(got["concurrency"], abs=0.01), row.id
+        checked += 1
+    assert checked >= 40
+
+
+def test_json_and_csv_result_lines_agree_with_themselves(serving):
+    """bench_serving's own fields: DataCrunch's 4xH200 1 req/s line has 160347 output tokens in 298.368 s = 537.41
+    tokens/s, its output_throughput; dstack's CSV rows likewise (365231 / 49.135 s = 7433.2 at concurrency 128)."""
+    _, rows = serving
+    checked = 0
+    for row in rows:
+        if row.quote.startswith("{"):
+            line = json.loads(row.quote)
+        elif row.quote.startswith("prefill,decode,"):
+            header, values = row.quote.split(" / ")
+            line = {k: float(v) if re.fullmatch(r"[\d.]+(e-?\d+)?", v) else v
+                    for k, v in zip(header.split(","), values.split(","), strict=True)}  # fmt: skip
+        else:
+            continue
+        assert line["total_output_tokens"] / line["duration"] == pytest.approx(line["output_throughput"]), row.id
+        assert row.output_tokens_mean == pytest.approx(line["total_output_tokens"] / line["completed"], abs=0.05)
+        assert row.prompt_tokens_mean == pytest.approx(line["total_input_tokens"] / line["completed"], abs=0.05)
+        checked += 1
+    assert checked >= 80
+
+
+def test_lmdeploy_throughputs_are_its_totals_over_its_elapsed_time(serving):
+    """fp16: 612685 completion tokens / 152.330 s = 4022.1 tokens/s (printed 4022.103); 3000 prompts / 152.330 s
+    = 19.694 req/s (printed 19.694); (676779 + 612685) / 152.330 = 8465.0 (printed 8464.964)."""
+    setups, rows = serving
+    lmdeploy = [r for r in rows if setups[r.setup].source_id == "lmdeploy-issue-2567"]
+    assert len(lmdeploy) == 6
+    for row in lmdeploy:
+        elapsed = float(re.search(r"elapsed_time: ([\d.]+)s", row.quote)[1])
+        prompt = float(re.search(r"number of prompt tokens: (\d+)", row.quote)[1])
+        completion = float(re.search(r"number of completion tokens: (\d+)", row.quote)[1])
+        total = {"output_throughput_tokens_per_s": completion, "total_throughput_tokens_per_s": prompt + completion,
+                 "request_throughput_rps": row.num_requests}[row.metric]  # fmt: skip
+        assert total / elapsed == pytest.approx(row.value, rel=1e-4), row.id
+        assert row.output_tokens_mean == pytest.approx(completion / row.num_requests, abs=0.05), row.id
+
+
+def test_inferencex_total_tps_is_twice_output_when_prompts_and_answers_are_alike(serving):
+    """InferenceX 1k/1k draws prompt and answer lengths from one law (mean 921.5 both), so Total TPS is twice Output
+    TPS: 4,016 / 2,008 = 2.000, 8,552 / 4,271 = 2.002."""
+    setups, rows = serving
+    points = defaultdict(dict)
+    for row in rows:
+        if setups[row.setup].source_id == "inferencex-pr1061-gptoss-mi300x" and row.statistic == "aggregate":
+            points[row.concurrency][row.metric] = row.value
+    assert sorted(points) == [64, 96, 128, 256]
+    for found in points.values():
+        ratio = found["total_throughput_tokens_per_s"] / found["output_throughput_tokens_per_s"]
+        assert ratio == pytest.approx(2.0, abs=0.01)
+
+
+def test_offline_output_mean_is_the_ratio_of_the_two_printed_throughputs(serving):
+    """sglang-vllm060 offline: 4281.51 tok/s / 22.03 req/s = 194.35 tokens per request, as recorded (194.3);
+    vLLM PR 29217 on an L40S: 621.91 / 3.27 = 190.2, recorded 189963 / 1000 = 190.0."""
+    setups, rows = serving
     offline = defaultdict(dict)
     for row in rows:
         if row.arrival == "all_at_once":
             offline[row.setup][row.metric] = row
-    assert len(offline) == 4
-    for setup, pair in offline.items():
+    printed_both = {"output_throughput_tokens_per_s", "request_throughput_rps"}
+    both = {s: pair for s, pair in offline.items() if printed_both <= set(pair)}
+    assert {setups[s].source_id for s in both} == {"sglang-bench-vllm060", "vllm-pr-29217-l40s"} and len(both) == 5
+    for setup, pair in both.items():
         ratio = pair["output_throughput_tokens_per_s"].value / pair["request_throughput_rps"].value
         assert ratio == pytest.approx(pair["request_throughput_rps"].output_tokens_mean, rel=0.005), setup
 
@@ -198,12 +328,43 @@ def test_an_unknown_key_is_named(tmp_path):
         load_serving(bad)
 
 
+def test_graphs_must_be_a_boolean_or_null(tmp_path):
+    bad = _with_replaced(tmp_path, SERVING, "  graphs: true\n", "  graphs: 'yes'\n")
+    with pytest.raises(SpecError, match=r"setups\[0\] \(sglang030-llama31-8b-1xa100\): .*graphs"):
+        load_serving(bad)
+
+
+def test_a_framework_priced_with_another_engine_is_refused(tmp_path):
+    bad = _with_replaced(
+        tmp_path, SERVING, "  engine: sglang\n  framework: sglang\n", "  engine: vllm\n  framework: sglang\n"
+    )
+    with pytest.raises(SpecError, match=r"setups\[0\] .*framework sglang is priced with engine sglang, not vllm"):
+        load_serving(bad)
+
+
+def test_experts_in_the_weights_format_is_refused(tmp_path):
+    bad = _with_replaced(tmp_path, SERVING, "  weights: bf16\n  experts: fp4\n", "  weights: fp4\n  experts: fp4\n")
+    with pytest.raises(SpecError, match=r"experts fp4 equals weights: drop experts"):
+        load_serving(bad)
+
+
+def test_think_time_outside_a_closed_loop_is_refused(tmp_path):
+    bad = _with_replaced(
+        tmp_path, SERVING, "  request_rate_rps: 4.0\n", "  request_rate_rps: 4.0\n  think_time_s: 1.0\n"
+    )
+    with pytest.raises(SpecError, match=r"rows\[0\] .*think_time_s applies to arrival closed_loop only"):
+        load_serving(bad)
+
+
 # ---- multinode.yaml ---------------------------------------------------------------------------------------
 
 
 def test_multinode_keys_are_published_keys_plus_the_layout():
     layout = {"tp", "pp", "ep", "dp", "instances", "nodes", "gpus_per_node", "network", "prefill_decode"}
     published = set(PublishedRow.model_fields) - {"experts"}  # mixed-format checkpoints: none among these rows
+    # issue 19's run conditions (published.yaml's engine_version, graphs, measured_at, ...): multinode.yaml has not
+    # adopted them yet; its rows are priced on their own, never fitted
+    published -= {"engine_version", "graphs", "measured_at", "scheduler_steps", "chunked_prefill"}
     assert published <= set(MultinodeRow.model_fields)
     # published rows carry pp, ep and dp too; batch_scope and the prefill/decode split are tokcost's reading for pricing
     reading = {"batch_scope", "prefill_instances", "decode_instances"}

@@ -19,6 +19,8 @@ from tokcost.serving.simulate import simulate
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import LengthDist, Traffic
 
+pytestmark = pytest.mark.slow  # not in the quick tier: discrete-event simulations of thousands of requests
+
 TOLERANCE = 0.15
 # A known miss, kept visible rather than dropped: with a 2,048-token cached prefix on an A100 (prefill chunks
 # long against decode steps, since the fitted Ampere compute fraction is 0.48), the closed form's TPOT p90 at 90%

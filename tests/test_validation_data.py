@@ -3,10 +3,12 @@ the coverage issue 12 asks for, checked on the shipped file."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tokcost.errors import SpecError
 from tokcost.formats import bits_of
@@ -32,7 +34,7 @@ def _raw(**changes: object) -> dict[str, object]:
         "id": "r", "source_id": "s", "source": "somewhere", "quote": "| 1 |", "model": "llama-2-7b",
         "gpu": "h100-sxm", "gpus": 1, "weights": "bf16", "kv": "bf16", "compute": "bf16", "batch": 4,
         "prompt_tokens": 100, "output_tokens": 11, "framework": "vllm", "engine": "vllm",
-        "metric": "tpot_ms", "value": 1.0,
+        "metric": "tpot_ms", "value": 1.0, "engine_version": "0.8.5", "graphs": True, "measured_at": "server",
     }  # fmt: skip
     base.update(changes)
     return base
@@ -90,6 +92,21 @@ def test_source_id_and_engine_are_required(missing):
         parse_rows({"rows": [raw]}, "t.yaml")
 
 
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [("measured_at", "gpu"), ("graphs", "yes"), ("graphs", 1), ("scheduler_steps", 0), ("engine_version", "")],
+)
+def test_run_conditions_reject_bad_values(key, bad):
+    # a harness outside server/client, a graphs flag that is not a bool, no steps, an empty version
+    with pytest.raises(SpecError, match=key):
+        parse_rows({"rows": [_raw(**{key: bad})]}, "t.yaml")
+
+
+def test_unstated_run_conditions_are_null_not_guessed():
+    row = parse_rows({"rows": [_raw(engine_version=None, graphs=None, measured_at="client")]}, "t.yaml")[0]
+    assert (row.engine_version, row.graphs, row.scheduler_steps, row.chunked_prefill) == (None, None, None, None)
+
+
 def test_unknown_engine_lists_the_profiles():
     with pytest.raises(SpecError, match="torch-compile"):
         parse_rows({"rows": [_raw(engine="deepspeed")]}, "t.yaml")
@@ -141,13 +158,74 @@ def test_one_source_id_per_publication(rows):
     assert not multi, multi
 
 
-RESERVED = ("AutoAWQ", "XiongjieDai", "llama.cpp/pull/4766", "a100_fp16", "speed_benchmark", "dev-docker",
-            "TensorRT-Model-Optimizer", "MLPerf", "mlcommons", "fp8-kvcache", "DeepSeek-R1")  # fmt: skip
+# Sources that issues 12 and 19 keep for independent checks, by a name their address or path carries
+RESERVED = ("AutoAWQ", "XiongjieDai", "llama.cpp/pull/4766", "llama.cpp/pull/16834", "a100_fp16", "speed_benchmark",
+            "speed-benchmark", "dev-docker", "TensorRT-Model-Optimizer", "MLPerf", "mlcommons", "fp8-kvcache",
+            "cookbook", "gpustack", "tt-inference-server", "ai-benchmarks")  # fmt: skip
 
 
 def test_reserved_sources_stay_out(rows):
-    # issue 12 keeps these for an independent check: no row may be read from them
+    # issues 12 and 19 keep these for an independent check: no row may be read from them
     for r in rows:
-        assert not any(name.lower() in r.source.lower() for name in RESERVED), r.id
-        if "TensorRT-LLM docs/source/performance.md" in r.source:
+        source = r.source.lower()
+        assert not any(name.lower() in source for name in RESERVED), r.id
+        trtllm = source.strip("'").startswith("nvidia/tensorrt-llm")
+        if trtllm and "docs/source/performance.md" in source:
             assert "v0.9.0" in r.source, r.id  # TensorRT-LLM performance.md v0.5 / v0.6.x revisions are reserved
+        if trtllm and "perf-overview" in source:  # revisions after 1.0 are reserved
+            revision = re.search(r"v(\d+)\.(\d+)[.\d]* revision", r.source)
+            assert revision and (int(revision[1]), int(revision[2])) <= (1, 0), r.id
+        if trtllm:  # its DeepSeek-R1-on-B200 tech blogs are reserved
+            assert "deepseek" not in source, r.id
+
+
+def test_every_row_records_version_graphs_and_harness(rows):
+    # issue 19: the era of a row's engine is read from its version, graphs and harness; an unstated one says so
+    raw = yaml.safe_load(DATA.read_text(encoding="utf-8"))["rows"]
+    for item in raw:  # the keys are written out on every shipped row, null included (a user's file may omit them)
+        assert {"engine_version", "graphs", "measured_at"} <= set(item), item["id"]
+    for r in rows:
+        if r.engine_version is None:
+            assert "engine_version:" in r.notes, r.id
+        if r.graphs is None:
+            assert "graphs:" in r.notes, r.id
+        if r.graphs is False:  # eager: the flag or the build that lacks graphs is named
+            assert "--enforce-eager" in r.notes or "graphs: False" in r.notes, r.id
+    assert {r.measured_at for r in rows} == {"server", "client"}
+
+
+HOPPER = {"h100-sxm", "h100-pcie", "h100-nvl", "h200"}
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    """Major and minor of a printed version ("0.11.1" -> (0, 11)); None for commits, builds and the unstated."""
+    found = re.match(r"v?(\d+)\.(\d+)", text or "")
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def _sources(rows, framework: str, since: tuple[int, int], gpus: set[str]) -> set[str]:
+    """Sources with rows of `framework` at `since` or newer on `gpus`."""
+    return {
+        r.source_id
+        for r in rows
+        if r.framework == framework and r.gpu in gpus and (_version(r.engine_version) or (0, 0)) >= since
+    }
+
+
+def test_coverage_issue_19_asks_for(rows):
+    # issue 19 item 6: more and newer rows, so that an engine era's parameters rest on 2+ sources
+    assert len(rows) >= 336 and len({r.source_id for r in rows}) >= 26
+    assert len(_sources(rows, "vllm", (0, 8), HOPPER)) >= 2  # vLLM V1 on Hopper
+    assert len(_sources(rows, "sglang", (0, 4), HOPPER)) >= 2
+    assert len(_sources(rows, "tensorrt-llm", (0, 17), HOPPER)) >= 2
+    assert _sources(rows, "vllm", (0, 8), {"b200"}) and _sources(rows, "vllm", (0, 6), {"mi300x"})
+    v1 = [r for r in rows if r.source_id in _sources(rows, "vllm", (0, 8), HOPPER) and r.gpu in HOPPER]
+    assert max(r.batch for r in v1) >= 8 * min(r.batch for r in v1)  # bytes per step spread within the cell
+    ttft_only = {r.source_id for r in rows if r.metric in ("ttft_ms", "ttft_s", "prefill_tokens_per_s")}
+    assert len(ttft_only) >= 4
+    tps: dict[tuple[object, ...], set[int]] = {}
+    for r in rows:  # one workload (source, model, GPU, format, lengths) across tensor-parallel degrees
+        tps.setdefault((r.source_id, r.model, r.gpu, r.weights, r.prompt_tokens, r.output_tokens), set()).add(r.tp)
+    assert any({1, 2, 4, 8} <= found for found in tps.values())  # a TP 1-2-4-8 sweep
+    eager_and_graphs = {r.source_id for r in rows if r.graphs is False} & {r.source_id for r in rows if r.graphs}
+    assert eager_and_graphs  # one publication measures the same build with graphs off and on

@@ -140,7 +140,7 @@ def test_engine_fixed_costs_add_per_step_request_and_collective():
     assert more.ceiling.tpot_s == base.ceiling.tpot_s  # the ceiling has no fixed cost
 
 
-def test_the_mi300x_tp8_decode_step_is_a_quarter_to_half_all_reduces():
+def test_the_mi300x_tp8_decode_step_is_a_sixth_to_half_all_reduces():
     # vLLM, Llama-3.1-405B bf16 on 8 x MI300X, batch 1: 126 layers x 2 all-reduces of one token's hidden state
     # (16,384 x 2 B). One-shot on xGMI: RCCL's 23.2 us step latency + 7 x 32,768 B / (448 GB/s x 0.75), plus the
     # engine's own launch and synchronization per collective (its fitted collective_overhead_us).
@@ -152,7 +152,9 @@ def test_the_mi300x_tp8_decode_step_is_a_quarter_to_half_all_reduces():
     one = 23.2e-6 + 7 * 16384 * 2 / (448e9 * 0.75) + vllm.collective_overhead_us * 1e-6
     assert all(p.collective.seconds == pytest.approx(one) for p in collectives)
     share = step.part("communication").seconds / step.seconds
-    assert 0.25 < share < 0.5
+    # the share follows vLLM's fitted per-collective cost: 60 us on issue 12's 206 rows gave 46%, 16 us on the
+    # 377 rows of issue 19 gives 17%; RCCL's own 23.2 us latency alone keeps it well above a tenth
+    assert 0.15 < share < 0.5
     # the weight stream alone at the datasheet: 405B x 2 B / 8 GPUs / 5.3 TB/s = 19 ms; the rest is physics above
     assert step.part("weights").seconds > 405e9 * 2 / 8 / 5.3e12 * 0.99
 

@@ -46,6 +46,7 @@ def umask():
     os.umask(old)
 
 
+@pytest.mark.slow  # twenty processes
 @posix_only
 def test_twenty_racing_writers_without_force_leave_exactly_one_winner(tmp_path):
     # issue 14: an exists() check before os.replace let up to 8 of 20 processes "win" and overwrite each other
@@ -166,7 +167,7 @@ def test_an_interrupted_command_says_so_in_one_line(tmp_path):
     code = (
         "import sys, time\n"
         "import tokcost.cli.sweep_cmd as sweep\n"
-        "sweep.run_sweep = lambda *a, **k: (print('sweeping', flush=True), time.sleep(60))\n"
+        "sweep.iter_sweep = lambda *a, **k: (print('sweeping', flush=True), time.sleep(60))\n"
         "from tokcost.cli.app import run\n"
         "sys.argv = ['tokcost', 'sweep', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-b', '1,2']\n"
         "run()\n"

@@ -1,5 +1,5 @@
 """`python -m tokcost` runs the CLI."""
 
-from tokcost.cli.app import run
+from tokcost.cli.launch import run
 
 run()

@@ -1,7 +1,9 @@
-"""The typer app: wiring only. Each command lives in its own module; errors become one line, exit code 2."""
+"""The typer app: wiring only. Each command lives in its own module, imported only when it runs (the root lists
+every command from tokcost.cli.commands); errors become one line, exit code 2."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import signal
@@ -9,10 +11,11 @@ import sys
 from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-import tokcost.cli.plan_cmd as plan_cmd
-from tokcost import __version__
-from tokcost.cli import calibrate_cmd, compare_cmd, estimate_cmd, measure_cmd, specs_cmd, sweep_cmd, validate_cmd
+from tokcost.cli.commands import COMMANDS
+from tokcost.cli.launch import fail as _fail
+from tokcost.cli.launch import print_version
 from tokcost.errors import Interrupted, TokcostError
 
 try:  # typer 0.2x vendors click as typer._click; older typer uses the click package
@@ -61,8 +64,28 @@ def examples(command: str) -> str:
     return "Examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[command])
 
 
+class _Listed(TyperCommand):
+    """A command as the root's help and shell completion list it: its name and help line, nothing imported."""
+
+
+class LazyGroup(TyperGroup):
+    """The root group: every command of COMMANDS is listed; its module is imported when the command is resolved
+    (to run it, show its --help or complete its flags), so each run pays for one command only."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        listed = {name: _Listed(name=name, help=entry.summary) for name, entry in COMMANDS.items()}
+        self.commands = {**self.commands, **listed}  # COMMANDS wins over a command registered on `app` by name
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and isinstance(self.commands.get(args[0]), _Listed):
+            self.commands[args[0]] = load_command(args[0])
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
     name="tokcost",
+    cls=LazyGroup,
     help="What will this model cost on that GPU, and why: roofline estimates and measured decode loops.",
     epilog=examples("tokcost"),
     add_completion=True,
@@ -75,8 +98,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"tokcost {__version__}\n")
-        raise typer.Exit()
+        raise typer.Exit(print_version())
 
 
 @app.callback()
@@ -92,17 +114,22 @@ def reflow(doc: str | None) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
-app.add_typer(specs_cmd.app, name="specs", epilog=examples("specs"))
-for _name, _function in (
-    ("estimate", estimate_cmd.estimate),
-    ("compare", compare_cmd.compare),
-    ("sweep", sweep_cmd.sweep),
-    ("measure", measure_cmd.measure),
-    ("calibrate", calibrate_cmd.calibrate),
-    ("validate", validate_cmd.validate),
-    ("plan", plan_cmd.plan),
-):
-    app.command(_name, help=reflow(_function.__doc__), epilog=examples(_name))(_function)
+def _no_options() -> None:
+    """The callback of the group a command is built in."""
+
+
+def load_command(name: str) -> Any:
+    """The click command of one entry of COMMANDS, built as the root would build it: help from the docstring,
+    its examples as the epilog, plain usage lines."""
+    entry = COMMANDS[name]
+    target = getattr(importlib.import_module(entry.module), entry.attribute)
+    holder = typer.Typer(rich_markup_mode="rich", pretty_exceptions_enable=False, add_completion=False)
+    holder.callback()(_no_options)  # a group, like the root, so that the command is built as a subcommand
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name, epilog=examples(name))
+    else:
+        holder.command(name, help=reflow(target.__doc__), epilog=examples(name))(target)
+    return _plain_usage(typer.main.get_command(holder).commands[name])
 
 
 def _plain_usage(command: Any) -> Any:
@@ -130,15 +157,12 @@ def _plain_usage(command: Any) -> Any:
     return command
 
 
-def cli_command() -> Any:
-    """The click command tree of the app, with plain usage lines."""
-    return _plain_usage(typer.main.get_command(app))
-
-
-def _fail(message: str, code: int = 2) -> int:
-    """One line on stderr: a newline or escape code in a user's name or path is shown escaped."""
-    sys.stderr.write("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message) + "\n")
-    return code
+def cli_command(*, loaded: bool = False) -> Any:
+    """The click command tree of the app, with plain usage lines; `loaded` imports every command (docs, tests)."""
+    root = _plain_usage(typer.main.get_command(app))
+    if loaded:
+        root.commands.update({name: load_command(name) for name in COMMANDS})
+    return root
 
 
 _signal_received = [signal.SIGINT]  # what interrupted the run; typer turns any KeyboardInterrupt into exit 130

@@ -98,15 +98,21 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     if link:
         provenance["link"] = link["summary"]
     calibrated = spec_from_rates(facts, dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
-                                 step_overhead_s=step_s, provenance=provenance, base=base,
+                                 step_overhead_s=step_s, provenance=provenance, base=base, probes=reference,
                                  link=measured_link(link, base) if link else None)  # fmt: skip
-    summary = (f"{calibrated.name}, {fmt.rate_gb_s(calibrated.bandwidth_bytes_per_s)} loop stream, "
-               f"{calibrated.peak_tflops[dtype]:,.3f} TFLOP/s {dtype}, step overhead "
-               f"{calibrated.achievable.step_overhead_us:,.1f} us"
-               + (f", link {calibrated.link.gb_s:,.2f} GB/s + {calibrated.link.latency_us:,.1f} us"
-                  if link and calibrated.link else "")
-               + (f" (datasheet {base.memory_bandwidth_gb_s:,g} GB/s)" if base else ""))  # fmt: skip
-    return spec_yaml(calibrated), summary
+    return spec_yaml(calibrated), _summary(calibrated, dtype, stream["bytes_per_s"], compute["flops_per_s"], base)
+
+
+def _summary(spec, dtype: str, stream_bytes_per_s: float, flops_per_s: float, base) -> str:
+    """One line: the loop's rates, the sustained shares the probes found, the step overhead, the link."""
+    copy = spec.sustained.copy_bandwidth.fraction if spec.sustained else None
+    gemm = spec.sustained.gemm_for(dtype) if spec.sustained else None
+    over = f"of {base.name}'s datasheet" if base else "of the largest rates measured (no datasheet)"
+    link = spec.link if spec.link and "measured" in spec.link.name else None
+    return (f"{spec.name}, {fmt.rate_gb_s(stream_bytes_per_s)} loop stream, {flops_per_s / 1e12:,.3f} TFLOP/s "
+            f"{dtype}, step overhead {spec.achievable.step_overhead_us:,.1f} us"
+            + (f"; sustained copy {copy:.2f}, GEMM {gemm.fraction:.2f} {over}" if copy and gemm else "")
+            + (f", link {link.gb_s:,.2f} GB/s + {link.latency_us:,.1f} us" if link else ""))  # fmt: skip
 
 
 def _link_probe(spec, device: str, dtype: str, batch: int, threads: int | None, tp: int, say) -> dict:

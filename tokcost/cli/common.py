@@ -12,7 +12,7 @@ from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.spec_errors import allowed
 
-MAX_GRID_POINTS = 10_000  # a sweep point costs ~0.25 ms, a compare pair a spec load: seconds, not hours
+MAX_GRID_POINTS = 10_000  # points held at once: a sweep's table or JSON, a compare's pairs (each a spec load)
 _DIGITS = re.compile(r"[0-9]+")
 
 FLAG_OF_FIELD = {
@@ -78,9 +78,10 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
     return list(dict.fromkeys(out))
 
 
-def check_grid(*axes: tuple[str, list[Any]], limit: int = MAX_GRID_POINTS) -> None:
-    """Refuse, before any work, a grid of more than `limit` points (the product of the lists' lengths)."""
+def check_grid(*axes: tuple[str, list[Any]], limit: int = MAX_GRID_POINTS, hint: str = "") -> None:
+    """Refuse, before any work, a grid of more than `limit` points (the product of the lists' lengths); `hint`
+    ends the line (e.g. what a larger grid needs)."""
     points = math.prod(len(values) for _, values in axes)
     if points > limit:
         sizes = " x ".join(f"{len(values):,} {flag} values" for flag, values in axes)
-        raise UsageError(f"{axes[0][0]}: {sizes} make {points:,} points; at most {limit:,} per run")
+        raise UsageError(f"{axes[0][0]}: {sizes} make {points:,} points; at most {limit:,} per run{hint}")

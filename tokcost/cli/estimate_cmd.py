@@ -35,7 +35,6 @@ from tokcost.cli.options import (
 from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as run_estimate
-from tokcost.engine.explain import explain
 from tokcost.engine.journey import Journey, JourneyRow, journey
 from tokcost.engine.report import bottleneck, estimate_dict, journey_dict, journey_row_dict
 from tokcost.hardware.library import load_gpu, network_for
@@ -117,6 +116,8 @@ def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bo
     tables = estimate_tables(e) + (journey_tables(journey(e)) if journey_ or explain_ else [])
     print_tables(tables, format.value)
     if explain_:
+        from tokcost.engine.explain import explain  # only --explain reads the derivation
+
         markdown = format == Format.markdown
         out = ["", "## How these numbers are derived" if markdown else "How these numbers are derived:"]
         for head, body in explain(e):
@@ -127,6 +128,8 @@ def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bo
 
 def explanation_lines(e: Estimate) -> list[str]:
     """The explanation as flat lines (headings end with a colon), for JSON and CSV."""
+    from tokcost.engine.explain import explain
+
     return [line for head, body in explain(e) for line in (f"{head}:", *body)]
 
 

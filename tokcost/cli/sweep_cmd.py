@@ -1,21 +1,31 @@
-"""`tokcost sweep`: one row per batch and/or context point; marks the critical batch and the memory limit."""
+"""`tokcost sweep`: one row per batch and/or context point; marks the critical batch and the memory limit.
+
+csv and jsonl rows are written as each point is priced (memory holds one point), so their bound is on work and
+output size; table, markdown, json and --plot hold every point, and their bound is on what is held.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from enum import Enum
+from operator import attrgetter
+from pathlib import Path
+from typing import Annotated, Optional, TextIO
 
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import check_grid, int_list, workload_from_flags
+from tokcost.cli.common import MAX_GRID_POINTS, check_grid, int_list, workload_from_flags
 from tokcost.cli.deploy import layout_flags, warn
 from tokcost.cli.options import (
     ComputeOpt,
     DpOpt,
     EngineOpt,
     EpOpt,
-    Format,
-    FormatOpt,
+    ForceOpt,
     GpuOpt,
     GpusOpt,
     GpusPerNodeOpt,
@@ -30,13 +40,47 @@ from tokcost.cli.options import (
     TpOpt,
     WeightsOpt,
 )  # fmt: skip
-from tokcost.cli.render import Table, print_csv, print_json, print_tables
-from tokcost.engine.sweep import SweepPoint, sweep_warnings
-from tokcost.engine.sweep import sweep as run_sweep
-from tokcost.errors import UsageError
+from tokcost.cli.render import RICH_ROWS, Table, json_text, markdown, print_tables, write_rows
+from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
+from tokcost.errors import Interrupted, UsageError
+from tokcost.files import check_destination, open_new
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
+
+MAX_HELD_POINTS = MAX_GRID_POINTS  # table, markdown, json and --plot hold every point (and rich lays out each row)
+# csv and jsonl stream: ~150 bytes a row, so 10M rows are ~1.5 GB of CSV, and 5 minutes at 1M points in 30 s
+MAX_STREAMED_POINTS = 10_000_000
+COLUMNS = [f.name for f in fields(SweepPoint)]  # as_dict()'s keys, in order: the CSV header and the JSON keys
+_row = attrgetter(*COLUMNS)
+
+
+class SweepFormat(str, Enum):
+    """Renderings of a sweep: three that hold the points, two that stream them."""
+
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
+STREAMED = (SweepFormat.csv, SweepFormat.jsonl)
+SweepFormatOpt = Annotated[
+    SweepFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        help=f"table (rich; plain text past {RICH_ROWS} rows), markdown or json: up to {MAX_HELD_POINTS:,} points; "
+        f"csv or jsonl (JSON Lines), written as computed: up to {MAX_STREAMED_POINTS:,}.",
+    ),
+]
+OutOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--out", metavar="FILE", help="Write the rows to FILE (not stdout): it appears whole when the sweep ends."
+    ),
+]
 
 
 def sweep(
@@ -60,34 +104,74 @@ def sweep(
     kv_dtype: KvOpt = None,
     compute_dtype: ComputeOpt = None,
     price: PriceOpt = None,
-    format: FormatOpt = Format.table,
+    format: SweepFormatOpt = SweepFormat.table,
+    out: OutOpt = None,
+    force: ForceOpt = False,
     plot: PlotOpt = None,
 ) -> None:
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
     batches = int_list(batch, "--batch", 1, 1_000_000)
     contexts = int_list(context, "--context") if context is not None else [prompt]
-    check_grid(("--batch", batches), ("--context", contexts))
+    streamed = format in STREAMED and plot is None
+    limit, hint = _bound(format, streamed)
+    check_grid(("--batch", batches), ("--context", contexts), limit=limit, hint=hint)
     if output < 2:
         raise UsageError("--output: sweep prices decode steps; give 2 or more output tokens")
+    if out is not None:
+        if format == SweepFormat.table:
+            raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
+        check_destination(out, force)  # before any work
     base = workload_from_flags(
         prompt_tokens=prompt, output_tokens=output, weights_dtype=weights, kv_dtype=kv_dtype,
         compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )  # fmt: skip
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    points = run_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+    points = iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+    held = None if streamed else list(points)  # table, markdown, json and --plot hold every point
     warnings = sweep_warnings(spec_model, spec, base, prompts=contexts, network=net, engine=profile)
-    rows = [p.as_dict() for p in points]
-    if format == Format.json:
-        print_json({"model": points[0].model, "gpu": points[0].gpu, "points": rows, "warnings": warnings})
-        return
-    warn(warnings)
-    if format == Format.csv:
-        print_csv(rows)
+    if format != SweepFormat.json:  # JSON carries its warnings inside
+        warn(warnings)
+    with _destination(out, force) as handle:
+        if format in STREAMED:
+            write_rows(map(_row, points if held is None else held), COLUMNS, format.value, handle)
+        else:
+            _render_held(held or [], format, handle, warnings)
+    if plot is not None and held is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
+        plots.save(plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes), plot)
+
+
+def _render_held(points: list[SweepPoint], format: SweepFormat, handle: TextIO, warnings: list[str]) -> None:
+    """The renderings that hold every point: JSON (with the warnings inside), Markdown or a table on stdout."""
+    if format == SweepFormat.json:
+        rows = [p.as_dict() for p in points]
+        handle.write(json_text({"model": points[0].model, "gpu": points[0].gpu, "points": rows, "warnings": warnings}))
+    elif format == SweepFormat.markdown:
+        handle.write(markdown(sweep_table(points)) + "\n")
     else:
         print_tables([sweep_table(points)], format.value)
-    if plot is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
-        plots.save(plots.sweep_figure(points, capacity_bytes_per_gpu=spec.memory_bytes), plot)
+
+
+def _bound(format: SweepFormat, streamed: bool) -> tuple[int, str]:
+    """The grid's bound for this rendering, and what a refusal suggests."""
+    if streamed:
+        return MAX_STREAMED_POINTS, ""
+    if format in STREAMED:  # with --plot every point is held
+        return MAX_HELD_POINTS, f" with --plot (without it, csv and jsonl stream up to {MAX_STREAMED_POINTS:,})"
+    return MAX_HELD_POINTS, f" with -f {format.value} (-f csv or -f jsonl streams up to {MAX_STREAMED_POINTS:,})"
+
+
+@contextmanager
+def _destination(out: Path | None, force: bool) -> Iterator[TextIO]:
+    """stdout, or a temporary file that takes `out`'s name only once the sweep is written whole."""
+    if out is None:
+        yield sys.stdout
+        return
+    try:
+        with open_new(out, force=force) as handle:
+            yield handle
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: nothing was written to {out}") from None
 
 
 def sweep_table(points: list[SweepPoint]) -> Table:
@@ -109,4 +193,7 @@ def sweep_table(points: list[SweepPoint]) -> Table:
             f"{p.ceiling_decode_tokens_per_s:,.1f}", fmt.usd(p.usd_per_million_output_tokens),
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
+    if len(points) > RICH_ROWS:
+        table.notes.append(f"({len(points):,} points; -f csv or -f jsonl writes each as it is computed, up to "
+                           f"{MAX_STREAMED_POINTS:,}, and --out FILE keeps them in a file)")  # fmt: skip
     return table

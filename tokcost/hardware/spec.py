@@ -1,16 +1,25 @@
-"""GpuSpec: datasheet ceilings of one accelerator (decimal units, dense peaks only), plus achievable fractions."""
+"""GpuSpec: datasheet ceilings of one accelerator (decimal units, dense peaks only), what it sustains, its price."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from tokcost.hardware.sustained import Sustained
 from tokcost.units import COMPUTE_DTYPES, GB, MIB, TFLOPS, US
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)  # strict: no bool as a number
-MIN_TFLOPS = 0.001  # 1 GFLOP/s: below any accelerator, and it keeps every time finite
+# Floors keep every time finite and admit any rate a real device measures, however loaded (a starved 2-core CPU
+# streams 0.5 GB/s): `tokcost calibrate` writes measurements into these fields. Typos are the upper bounds' job
+# (bytes written for GB: 3.35e12) and strict types'. Under the floors a measurement is refused, not clamped.
+MIN_BANDWIDTH_GB_S = 0.001  # 1 MB/s
+MIN_TFLOPS = 0.000001  # 1 MFLOP/s
+# memory_runtime_mib over memory_gb, in bytes: real parts report 1.006 (GDDR with ECC, "24 GB" -> 23,028 MiB) to
+# 1.074 (HBM marketed in GiB, "80 GB" -> 81,920 MiB; the H100's 81,559 MiB is 1.069); the CUDA-visible total is a
+# few hundred MiB lower. Outside this range the figure is another unit or another part.
+RUNTIME_MEMORY_RATIO = (0.90, 1.12)
 
 
 class Achievable(BaseModel):
@@ -39,7 +48,7 @@ class Link(BaseModel):
 
     name: str = Field(default="", max_length=200)
     kind: str = Field(min_length=1, max_length=100)  # nvlink4, nvlink5, xgmi, pcie4, pcie5, infiniband, roce
-    gb_s: float = Field(ge=0.1, le=1_000_000)  # per direction, per GPU, decimal GB/s
+    gb_s: float = Field(ge=MIN_BANDWIDTH_GB_S, le=1_000_000)  # per direction, per GPU, decimal GB/s
     # the fixed cost of one collective step on this link (the small-message floor of nccl-tests / rccl-tests)
     latency_us: float = Field(ge=0, le=1_000_000)
     # fraction of gb_s a large collective reaches (nccl-tests bus bandwidth / gb_s); "expected" only
@@ -67,20 +76,24 @@ class GpuSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     source: str = Field(min_length=1, max_length=4000)
-    # lower bounds keep every time finite: no accelerator has under 0.1 GB or 1 GB/s
     memory_gb: float = Field(ge=0.1, le=100_000)  # as marketed ("80 GB" HBM parts hold ~80 GiB)
     # total memory the driver reports (nvidia-smi "Total", torch.cuda.mem_get_info()[1], rocm-smi), in MiB;
     # every memory figure uses it. None: unknown, memory_gb x 1e9 is used and the output says so.
     memory_runtime_mib: float | None = Field(default=None, ge=100, le=100_000_000)
-    memory_bandwidth_gb_s: float = Field(ge=1, le=1_000_000)
+    memory_bandwidth_gb_s: float = Field(ge=MIN_BANDWIDTH_GB_S, le=1_000_000)
     peak_tflops: dict[str, float]
     tdp_w: float | None = Field(default=None, ge=1, le=100_000)  # None: unknown (e.g. a calibrated CPU)
     link: Link | None = None  # GPU-to-GPU inside one node; None: the GPU cannot talk to a peer
     host_link: Link | None = None  # PCIe to the host and to peers outside link.domain_gpus (bridged pairs)
     network: str | None = Field(default=None, min_length=1, max_length=200)  # built-in network between nodes
     gpus_per_node: int = Field(default=8, ge=1, le=1024)  # GPUs one node (one NVLink/xGMI domain) holds
-    price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
+    price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)  # on-demand, per GPU; --price overrides
+    # the lowest and highest on-demand list prices the sources give (provenance.price_per_hour_usd names them)
+    price_range_usd: list[Annotated[float, Field(ge=0, le=100_000)]] | None = Field(
+        default=None, min_length=2, max_length=2
+    )
     achievable: Achievable = Achievable()
+    sustained: Sustained | None = None  # what the hardware itself sustains; None: not stated (a user's spec)
     device_names: list[str] = Field(default_factory=list)
     provenance: dict[str, str] = Field(default_factory=dict)
     notes: str = Field(default="", max_length=10_000)
@@ -113,8 +126,68 @@ class GpuSpec(BaseModel):
             if key not in COMPUTE_DTYPES:
                 raise ValueError(f"unknown dtype {key!r}; allowed: {', '.join(COMPUTE_DTYPES)}")
             if not isinstance(tflops, (int, float)) or not math.isfinite(tflops) or not MIN_TFLOPS <= tflops <= 1e6:
-                raise ValueError(f"{key}: must be a number of TFLOP/s from {MIN_TFLOPS} to 1,000,000 (got {tflops!r})")
+                allowed = f"a number of TFLOP/s from {MIN_TFLOPS:f} to 1,000,000"
+                raise ValueError(f"{key}: must be {allowed} (got {tflops!r})")
         return value
+
+    @field_validator("memory_runtime_mib")
+    @classmethod
+    def _runtime_memory_near_marketed(cls, value: float | None, info: ValidationInfo) -> float | None:
+        marketed = info.data.get("memory_gb")
+        if value is None or marketed is None:
+            return value
+        low, high = RUNTIME_MEMORY_RATIO
+        ratio = value * MIB / (marketed * GB)  # bytes the runtime reports over bytes as marketed
+        if not low <= ratio <= high:
+            span = f"{low * marketed * GB / MIB:,.0f} to {high * marketed * GB / MIB:,.0f} MiB"
+            raise ValueError(
+                f"{value:,.0f} MiB is {ratio:.3g}x the marketed memory_gb ({marketed:g} GB); the runtime total must be "
+                f"{low} to {high} x memory_gb, i.e. {span} (real parts report 1.006 to 1.074: an '80 GB' H100 shows "
+                "81,559 MiB)"
+            )
+        return value
+
+    @field_validator("price_range_usd")
+    @classmethod
+    def _range_holds_the_price(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        if value is None:
+            return value
+        price = info.data.get("price_per_hour_usd")
+        if price is None and "price_per_hour_usd" not in info.data:
+            return value  # the price itself is wrong: its own error says so
+        if price is None:
+            raise ValueError("a range needs price_per_hour_usd, the price every command uses, inside it")
+        low, high = value
+        if not low <= price <= high:
+            raise ValueError(f"[low, high] must hold price_per_hour_usd ({price:g}) with low <= high (got {value})")
+        return value
+
+    @field_validator("network")
+    @classmethod
+    def _built_in_network(cls, value: str | None) -> str | None:
+        from tokcost.catalog import builtin_names, suggest  # lazy: spec modules import nothing of the loaders
+
+        if value is None:
+            return value
+        names = builtin_names("networks")
+        if value not in names:
+            hint, _ = suggest(names, value)
+            raise ValueError(f"unknown network {value!r}; {hint}known networks: {', '.join(names)}")
+        return value
+
+    @model_validator(mode="after")
+    def _gemm_share_per_peak(self) -> GpuSpec:
+        if self.sustained is None:
+            return self
+        unknown = [d for d in self.sustained.gemm if d not in self.peak_tflops]
+        missing = self.sustained.missing_gemm(list(self.peak_tflops))
+        if unknown or missing:
+            what = f"no peak_tflops entry for {', '.join(unknown)}" if unknown else f"no entry for {', '.join(missing)}"
+            raise ValueError(
+                f"sustained.gemm: {what}; give one entry per dtype peak_tflops lists ({', '.join(self.peak_tflops)}),"
+                " where bf16 and fp16 may share one"
+            )
+        return self
 
     @property
     def memory_bytes(self) -> float:
@@ -147,6 +220,12 @@ class GpuSpec(BaseModel):
             "guess": "unfitted guess: no published rows; treat expected as a rough range",
             "measured": "measured by tokcost calibrate on this machine",
         }[a.basis]
+
+    @property
+    def sustained_provenance(self) -> dict[str, str]:
+        """Where each sustained share comes from ('copy_bandwidth', 'gemm.bf16', ...): 'measured: ...' or
+        'anchor: ...'; empty when the spec states none."""
+        return self.sustained.provenance if self.sustained is not None else {}
 
     def peak_flops_per_s(self, dtype: str) -> float | None:
         """Dense peak FLOP/s for matmuls in `dtype`; fp16 and bf16 stand in for each other."""

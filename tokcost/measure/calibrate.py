@@ -6,8 +6,10 @@
   number of near-zero linears, over the model's own weights (or, for `calibrate`, a working set several
   times the last-level cache at the loop's thread count);
 - compute: the prefill's GEMMs (one block's linears at M = batch x prompt rows).
-They become `achievable.step_overhead_us` (basis: measured), `memory_bandwidth_gb_s` and `peak_tflops`,
-with provenance; an all-reduce probe adds a measured `link` for tensor parallelism.
+They become `achievable` (the loop's rates as shares of the ceilings, and step_overhead_us, basis: measured);
+the copy and GEMM probes become the `sustained` block (shares of the same ceilings). The ceilings are the
+datasheet's when the device matches a built-in spec (raised to any measurement above them), else the largest
+rates measured. An all-reduce probe adds a measured `link` for tensor parallelism.
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
-from tokcost.hardware.spec import Achievable, GpuSpec, Link
+from tokcost.errors import MeasureError
+from tokcost.hardware.spec import MIN_BANDWIDTH_GB_S, MIN_TFLOPS, Achievable, GpuSpec, Link
+from tokcost.hardware.sustained import SIXTEEN_BIT_PARTNER, Sustained, SustainedFigure
 from tokcost.models.spec import ModelSpec
-from tokcost.units import GB, MIB
+from tokcost.units import GB, MIB, TFLOPS
 
 SKELETON_HEAD_DIM = 8  # the narrowest head RoPE and SDPA take comfortably
 SKELETON_WIDTH = 16  # hidden, intermediate and latent widths of the skeleton (per rank)
+MIN_SHARE = 0.01  # a loop rate under 1% of what the same device reached elsewhere is a stalled measurement
 
 
 @dataclass(frozen=True)
@@ -91,54 +96,155 @@ def fit_allreduce(rows: list[dict], ranks: int, backend: str) -> dict:
 def measured_link(probe: dict[str, Any], base: GpuSpec | None) -> Link:
     """A link whose bandwidth and latency are the all-reduce probe's fit."""
     kind = base.link.kind if base and base.link else probe["backend"]
+    gb_s = _measured("the all-reduce's bus bandwidth", probe["bus_gb_s"], MIN_BANDWIDTH_GB_S, "GB/s")
     return Link(
         name=f"measured {probe['backend']} all-reduce over {probe['ranks']} ranks",
         kind=kind,
-        gb_s=round(max(probe["bus_gb_s"], 0.1), 3),
+        gb_s=gb_s,
         latency_us=round(probe["latency_us"], 3),
         source=f"measured by tokcost: {probe['summary']}"[:4000],
     )
 
 
+class Probe(Protocol):
+    """A microbenchmark's result (probes.ProbeResult): its rate, what ran, and every repeat's time."""
+
+    value: float
+    size: str
+    seconds_all: list[float]
+
+
 def spec_from_rates(
     facts: DeviceFacts, dtype: str, *, bytes_per_s: float, flops_per_s: float, step_overhead_s: float,
     provenance: dict[str, str], base: GpuSpec | None = None, link: Link | None = None,
-    name: str | None = None, today: dt.date | None = None,
+    name: str | None = None, today: dt.date | None = None, probes: dict[str, Probe] | None = None,
 ) -> GpuSpec:  # fmt: skip
-    """A GpuSpec of measured rates, with the datasheet's unmeasured fields (TDP, price, links) kept from `base`."""
+    """A GpuSpec of measured rates as shares of their ceilings, with unmeasured fields (TDP, price) from `base`.
+
+    Ceilings are the datasheet's (`base`), raised to any measurement above them, else the largest rate measured
+    (the loop's or a probe's); every measured rate is a share of its ceiling, so the spec is valid whatever the
+    machine measured. `probes` (copy, matmul) give the `sustained` block; the loop's own rates give `achievable`.
+    """
     today = today or dt.date.today()
-    peaks = {dtype: round(flops_per_s / 1e12, 6)}
-    if dtype in ("bf16", "fp16"):
-        peaks[{"bf16": "fp16", "fp16": "bf16"}[dtype]] = peaks[dtype]
-    provenance = {"device": facts.name, "driver": facts.driver, "torch": facts.torch_version,
-                  "date": today.isoformat(), **provenance}  # fmt: skip
+    bandwidth_gb_s, peak_tflops = _ceilings(dtype, base, bytes_per_s, flops_per_s, probes)
+    bandwidth, peak = bandwidth_gb_s * GB, peak_tflops * TFLOPS
+    provenance = {
+        "device": facts.name,
+        "driver": facts.driver,
+        "torch": facts.torch_version,
+        "date": today.isoformat(),
+        **provenance,
+        "ceilings": _ceilings_note(base, dtype, bandwidth, peak),
+    }
     if base:
         provenance["started_from"] = f"built-in {base.name} (tdp_w, price and unmeasured links kept)"
+    # the loop's own rates over the ceilings: expected = exactly what this loop streams and multiplies
+    how = provenance.get("step_overhead_us", "step overhead of the loop")
+    achievable = Achievable(bandwidth=_share("the loop's weight stream", bytes_per_s, bandwidth),
+                            compute=_share("the loop's prefill GEMMs", flops_per_s, peak),
+                            step_overhead_us=round(step_overhead_s * 1e6, 3), basis="measured",
+                            source=f"measured: {how}"[:2000])  # fmt: skip
     return GpuSpec(
         name=name or (f"{base.name}-calibrated" if base else f"{facts.kind}-{_slug(facts.name)}-calibrated"),
         source=f"measured by tokcost calibrate on {facts.name}, {today.isoformat()}"
         + (f"; unmeasured fields from {base.name}: {base.source[:200]}" if base else ""),
-        memory_gb=round(facts.memory_bytes / GB, 3),
-        memory_runtime_mib=round(facts.memory_bytes / MIB, 1),
-        memory_bandwidth_gb_s=round(bytes_per_s / GB, 4),
-        peak_tflops=peaks,
-        tdp_w=facts.power_limit_w or (base.tdp_w if base else None),
-        link=link or (base.link if base else None),
-        network=base.network if base else None,
-        gpus_per_node=base.gpus_per_node if base else 8,
+        memory_gb=round(facts.memory_bytes / GB, 3), memory_runtime_mib=round(facts.memory_bytes / MIB, 1),
+        memory_bandwidth_gb_s=bandwidth_gb_s, peak_tflops=_peaks(dtype, peak_tflops, base),
+        tdp_w=facts.power_limit_w or (base.tdp_w if base else None), link=link or (base.link if base else None),
+        network=base.network if base else None, gpus_per_node=base.gpus_per_node if base else 8,
         price_per_hour_usd=base.price_per_hour_usd if base else None,
-        # measured rates are what this loop achieves: expected = ceiling plus the measured step overhead
-        achievable=Achievable(
-            bandwidth=1.0,
-            compute=1.0,
-            step_overhead_us=round(step_overhead_s * 1e6, 3),
-            basis="measured",
-            source=f"measured: {provenance.get('step_overhead_us', 'step overhead of the loop')}"[:2000],
-        ),  # fmt: skip
-        device_names=[facts.name],
-        provenance=provenance,
+        price_range_usd=base.price_range_usd if base else None, achievable=achievable,
+        sustained=_sustained(facts, dtype, probes, bandwidth=bandwidth, peak=peak, base=base, today=today)
+        if probes else None,
+        device_names=[facts.name], provenance=provenance,
         notes="Written by tokcost calibrate. memory_runtime_mib is what the runtime reports.",
-    )
+    )  # fmt: skip
+
+
+def _ceilings(dtype: str, base: GpuSpec | None, bytes_per_s: float, flops_per_s: float,
+              probes: dict[str, Probe] | None) -> tuple[float, float]:  # fmt: skip
+    """(GB/s, TFLOP/s) every share is of: the datasheet's or above, the largest measured; 4 digits, floors checked."""
+    copy, gemm = (probes["copy"].value, probes["matmul"].value) if probes else (0.0, 0.0)
+    sheet_bw = base.bandwidth_bytes_per_s if base else 0.0
+    sheet_peak = (base.peak_flops_per_s(dtype) or 0.0) if base else 0.0
+    bandwidth = _measured("the bandwidth", max(sheet_bw, bytes_per_s, copy) / GB, MIN_BANDWIDTH_GB_S, "GB/s")
+    peak = _measured(f"the {dtype} GEMM rate", max(sheet_peak, flops_per_s, gemm) / TFLOPS, MIN_TFLOPS, "TFLOP/s")
+    return bandwidth, peak
+
+
+def _peaks(dtype: str, tflops: float, base: GpuSpec | None) -> dict[str, float]:
+    """The datasheet's dense peaks (when its sustained block can cover them), the measured dtype's at its ceiling."""
+    if base is not None and base.sustained is not None:
+        return {**base.peak_tflops, dtype: tflops}
+    peaks = {dtype: tflops}
+    if dtype in SIXTEEN_BIT_PARTNER:  # the same tensor cores at the same rate
+        peaks[SIXTEEN_BIT_PARTNER[dtype]] = tflops
+    return peaks
+
+
+def _ceilings_note(base: GpuSpec | None, dtype: str, bandwidth: float, peak: float) -> str:
+    """Where memory_bandwidth_gb_s and the measured dtype's peak come from."""
+    if base is None:
+        return (f"no datasheet for this device: memory_bandwidth_gb_s ({bandwidth / GB:,.4g} GB/s) and the {dtype} "
+                f"peak ({peak / 1e12:,.4g} TFLOP/s) are the largest rates measured here, so a measured figure that "
+                "sets its ceiling is a share of 1")  # fmt: skip
+    raised = [what for what, ceiling, sheet in (("memory_bandwidth_gb_s", bandwidth, base.bandwidth_bytes_per_s),
+              (f"peak_tflops.{dtype}", peak, base.peak_flops_per_s(dtype) or 0.0)) if ceiling > sheet]  # fmt: skip
+    note = f"{base.name}'s datasheet"
+    return note + (f", raised to what was measured for {' and '.join(raised)}" if raised else "")
+
+
+def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, bandwidth: float, peak: float,
+               base: GpuSpec | None, today: dt.date) -> Sustained:  # fmt: skip
+    """The copy and GEMM probes as shares of the ceilings; the datasheet's other GEMM shares kept from `base`."""
+    where = f"on {facts.name}, torch {facts.torch_version}, {today.isoformat()}"
+    copy, gemm = probes["copy"], probes["matmul"]
+    copy_share = _share("the copy probe", copy.value, bandwidth)
+    gemm_share = _share("the GEMM probe", gemm.value, peak)
+    over = f"{base.name}'s datasheet" if base else "the largest rate measured on this device (no datasheet)"
+    kept = dict(base.sustained.gemm) if base is not None and base.sustained is not None else {}
+    return Sustained(
+        copy_bandwidth=SustainedFigure(
+            fraction=copy_share, uncertainty=_spread(copy_share, copy.seconds_all), basis="measured",
+            source=f"tokcost calibrate copy probe ({copy.size}) {where}: {copy.value / GB:,.4g} GB/s over "
+                   f"{bandwidth / GB:,.4g} GB/s, {over}; uncertainty: half the spread of its repeats",
+        ),
+        gemm={**kept, dtype: SustainedFigure(
+            fraction=gemm_share, uncertainty=_spread(gemm_share, gemm.seconds_all), basis="measured",
+            source=f"tokcost calibrate GEMM probe ({gemm.size}, {dtype}) {where}: {gemm.value / 1e12:,.4g} TFLOP/s "
+                   f"over {peak / 1e12:,.4g} TFLOP/s, {over}; uncertainty: half the spread of its repeats",
+        )},
+    )  # fmt: skip
+
+
+def _spread(share: float, seconds: list[float]) -> float:
+    """Half the relative spread of the repeats, on the share: share x (max - min) / 2 / median, at most 0.5."""
+    median = statistics.median(seconds)
+    return round(min(share * (max(seconds) - min(seconds)) / 2 / median, 0.5), 4)
+
+
+def _share(what: str, rate: float, ceiling: float) -> float:
+    """rate / ceiling, or a one-line refusal when a rate is under 1% of the ceiling (a stalled measurement)."""
+    share = rate / ceiling
+    if not share >= MIN_SHARE:
+        raise MeasureError(
+            f"{what} ran at {share:.2%} of the {_rate(ceiling)} the device otherwise reached; the "
+            "measurement stalled (a loaded machine?): nothing was written, rerun on a quieter machine"
+        )
+    return min(float(f"{share:.4g}"), 1.0)
+
+
+def _measured(what: str, value: float, floor: float, unit: str) -> float:
+    """A measured figure rounded to 4 significant digits, or a one-line refusal under the spec's floor."""
+    rounded = float(f"{value:.4g}")
+    if not rounded >= floor:
+        raise MeasureError(f"{what} measured {value:.3g} {unit}, under the {floor:g} {unit} a spec can hold; "
+                           "nothing was written: rerun on a quieter machine")  # fmt: skip
+    return rounded
+
+
+def _rate(bytes_or_flops_per_s: float) -> str:
+    return f"{bytes_or_flops_per_s:.4g}/s"
 
 
 def spec_yaml(spec: GpuSpec) -> str:

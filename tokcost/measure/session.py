@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from tokcost.errors import MeasureError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
@@ -183,8 +181,9 @@ def measure_batch(spec: ModelSpec, job: Any, batch: int, *, shard: Any = None, t
 
 
 def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str, Any] | None,
-                   datasheet: GpuSpec | None, notes: list[str]) -> tuple[GpuSpec | None, dict[str, Any]]:  # fmt: skip
-    """The spec this loop's own measurements give, and the figures behind it."""
+                   datasheet: GpuSpec | None, notes: list[str],
+                   probes: dict[str, Any] | None = None) -> tuple[GpuSpec | None, dict[str, Any]]:  # fmt: skip
+    """The spec this loop's own measurements give (the device's probes as its sustained block), and the figures."""
     stream, compute = loop.loop_rates["stream"], loop.loop_rates["compute"]
     step_s, how = step_overhead(overhead)
     provenance = {
@@ -197,13 +196,12 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
     try:
         spec: GpuSpec | None = spec_from_rates(
             facts, loop.dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
-            step_overhead_s=step_s, provenance=provenance, base=datasheet,
+            step_overhead_s=step_s, provenance=provenance, base=datasheet, probes=probes,
             link=measured_link(link, datasheet) if link else None, name=f"{facts.kind}-loop-calibrated",
         )  # fmt: skip
-    except ValidationError as exc:  # a rate below what any spec may hold (1 GB/s, 1 GFLOP/s): a starved machine
-        spec, problem = None, exc.errors()[0]
-        notes.append(f"batch {loop.batch}: no calibrated prediction: {problem['loc'][0]} {problem['msg']} "
-                     f"(got {problem['input']!r:.40}); the machine was too busy to time its linears")  # fmt: skip
+    except MeasureError as exc:  # a stalled measurement (under 1 MB/s, or 1% of the device's own rate)
+        spec = None
+        notes.append(f"batch {loop.batch}: no calibrated prediction: {exc}")
     figures = {"step_overhead_s": step_s, "skeleton_tpot": overhead.tpot.as_dict(),
                "skeleton_flush_s": overhead.flush_s_per_step,
                "stream_bytes_per_s": stream["bytes_per_s"], "compute_flops_per_s": compute["flops_per_s"],
@@ -241,7 +239,8 @@ def measure(
             outcome.link = payload
         elif kind == "run":
             loop, overhead = payload
-            calibrated, figures = calibration_of(facts, loop, overhead, outcome.link, datasheet, outcome.notes)
+            calibrated, figures = calibration_of(facts, loop, overhead, outcome.link, datasheet, outcome.notes,
+                                                 outcome.probes or None)  # fmt: skip
             outcome.device.update(mode=loop.mode, threads=loop.threads)
             outcome.notes.extend(n for n in loop.notes if n not in outcome.notes)
             copy = outcome.probes["copy"].value if outcome.probes else None

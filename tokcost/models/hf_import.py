@@ -1,101 +1,263 @@
-"""HuggingFace `config.json` -> ModelSpec for the decoder families tokcost knows.
+"""HuggingFace `config.json` -> ModelSpec through transformers' own configuration classes (the `hf` extra).
 
-Key names, defaults and sliding-window rules follow transformers' configuration classes (LlamaConfig,
-MistralConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config,
-Gemma2Config, Phi3Config, GptOssConfig). The values are copied, not checked, here: ModelSpec's strict
-types and bounds check them, and an error names the config.json key the value came from.
+transformers' AutoConfig classes know every architecture's keys, defaults and `layer_types`; tokcost reads
+their normalized attributes on one path for every family, counts the parameters itself (models/counts.py),
+and adds only what a config does not say (models/hf_arch.py). A multimodal config's decoder is its
+`text_config`; its vision tower is counted apart (`encoder_params`) and never read by decode. Nothing is
+downloaded: the config is the file the user gave, and no model code runs (no trust_remote_code).
+Keys of the wrong type are refused before transformers sees them (models/hf_keys.py).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 from pydantic import ValidationError
 
 from tokcost.errors import SpecError
+from tokcost.models.hf_arch import FACTS, TOWERS, Facts, encoder_params
+from tokcost.models.hf_keys import FROM_SPEC, REQUIRED, check_types
 from tokcost.models.hf_quant import shipped
+from tokcost.models.layers import shortest_pattern
 from tokcost.models.spec import ModelSpec
 from tokcost.spec_errors import validation_error
 
-SUPPORTED = (
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v3", "gemma2", "phi3", "gpt_oss",
-)  # fmt: skip
-_QKV_BIAS = ("qwen2", "qwen2_moe")  # always carry q/k/v biases (no config flag); others state attention_bias
-_TIED_BY_DEFAULT = ("gemma2",)
-_QWEN = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # a window only with use_sliding_window: true
-LAYER_TYPES = ("full_attention", "sliding_attention")
-MAX_WINDOW_LAYERS_DEFAULT = 28  # Qwen2Config, Qwen2MoeConfig, Qwen3Config
-
-# ModelSpec key <- the config.json key it is copied from (also how an error names the key)
-_SHAPES = {
-    "layers": "num_hidden_layers", "hidden_size": "hidden_size", "attention_heads": "num_attention_heads",
-    "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "intermediate_size": "intermediate_size",
-    "vocab_size": "vocab_size", "max_context": "max_position_embeddings", "tied_embeddings": "tie_word_embeddings",
-    "attention_bias": "attention_bias", "sliding_window.window_tokens": "sliding_window",
-}  # fmt: skip
-_EXPERTS = {"experts_per_token": "num_experts_per_tok"}
-_MOE = {
-    "mixtral": {"experts": "num_local_experts", "expert_intermediate_size": "intermediate_size"},
-    "gpt_oss": {"experts": "num_local_experts", "expert_intermediate_size": "intermediate_size"},
-    "qwen2_moe": {"experts": "num_experts", "expert_intermediate_size": "moe_intermediate_size",
-                  "shared_expert_intermediate_size": "shared_expert_intermediate_size"},
-    "qwen3_moe": {"experts": "num_experts", "expert_intermediate_size": "moe_intermediate_size"},
-    "deepseek_v3": {"experts": "n_routed_experts", "expert_intermediate_size": "moe_intermediate_size",
-                    "shared_experts": "n_shared_experts", "dense_layers": "first_k_dense_replace",
-                    "dense_intermediate_size": "intermediate_size"},
-}  # fmt: skip
-_MLA = {"kv_lora_rank": "kv_lora_rank", "rope_head_dim": "qk_rope_head_dim", "q_lora_rank": "q_lora_rank",
-        "nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim"}  # fmt: skip
+EXTRA = "reading a HuggingFace config.json needs transformers: pip install 'tokcost[hf]'"
+TESTED = (*FACTS, *TOWERS)  # model types whose counts tests hold equal to transformers' own
+_LAYER_TYPES = {"full_attention": "global", "attention": "global", "sliding_attention": "sliding",
+                "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba"}  # fmt: skip
+_SECTIONS = {"MoeSpec": "moe", "MlaSpec": "mla", "GatedDeltaNetSpec": "linear_attention", "MambaSpec": "mamba"}
 
 
-def _copy(data: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
-    """{ModelSpec key: config value} for the keys the config has (absent or null: ModelSpec's default)."""
-    return {ours: data[theirs] for ours, theirs in keys.items() if data.get(theirs) is not None and "." not in ours}
+def _transformers(where: str) -> Any:
+    try:
+        import transformers
+        from transformers.models.auto import configuration_auto, modeling_auto
+    except ImportError:
+        raise SpecError(where, EXTRA) from None
+    return transformers, configuration_auto.CONFIG_MAPPING, modeling_auto
 
 
-def _sliding_layers(data: dict[str, Any], model_type: str, layers: int, where: str) -> str | list[int]:
-    """Which layers slide: `layer_types` when given, else the model type's default in transformers."""
-    types = data.get("layer_types")
-    if types is not None:
-        if not isinstance(types, list) or len(types) != layers or not all(t in LAYER_TYPES for t in types):
-            got = f"a list of {len(types)}" if isinstance(types, list) else f"{types!r:.40}"
-            raise SpecError(where, f"must be a list of {layers} entries (one per layer), each one of "
-                                   f"{', '.join(LAYER_TYPES)} (got {got})", field="layer_types")  # fmt: skip
-        return [i for i, kind in enumerate(types) if kind == "sliding_attention"]
-    if model_type in ("gemma2", "gpt_oss"):
-        return "even"  # layer_types default: sliding when (i + 1) % 2
-    first = data.get("max_window_layers", MAX_WINDOW_LAYERS_DEFAULT)
-    if model_type in ("qwen2", "qwen3", "qwen2_moe") and (isinstance(first, bool) or not isinstance(first, int)):
-        raise SpecError(where, f"must be a whole number of layers (got {first!r:.40})", field="max_window_layers")
-    if model_type in ("qwen2", "qwen3"):
-        return list(range(max(first, 0), layers))  # i >= max_window_layers (0: every layer)
-    if model_type == "qwen2_moe":
-        return list(range(0, min(first, layers), 2))  # even i below max_window_layers
-    return "all"  # mistral, mixtral, phi3, qwen3_moe: every layer
+def _resolve_type(data: dict[str, Any], where: str, mapping: Any, auto: Any, version: str) -> tuple[str, str]:
+    """(the model_type transformers reads, a note) for a decoder; a remote-code type by its `architectures`."""
+    decoders = {**auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, **auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES}
+    model_type = data.get("model_type")
+    note = ""
+    if isinstance(model_type, str) and model_type not in mapping:  # remote code (Kimi-K2's kimi_k2)
+        names = [a for a in data.get("architectures") or [] if isinstance(a, str)]
+        # the model types whose causal LM is the named class, the one whose name the class starts with first
+        known = sorted((t for a in names for t, cls in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if cls == a),
+                       key=lambda t: not names[0].lower().startswith(t.replace("_", "")))  # fmt: skip
+        if known:
+            note = f"model_type {model_type!r} is remote code; read as {known[0]}, the architecture it names"
+            model_type = known[0]
+    if not isinstance(model_type, str) or model_type not in decoders:  # a list or a number is no model type
+        what = "missing" if model_type is None else f"unsupported ({model_type!r:.40})"
+        shown = ", ".join(t for t in ("llama", "mistral", "qwen3", "gemma3", "deepseek_v3") if t in decoders)
+        raise SpecError(where, f"{what}; supported: the {len(decoders)} decoder model types transformers "
+                               f"{version} knows ({shown}, ...)", field="model_type")  # fmt: skip
+    return model_type, note
 
 
-def _sliding_window(data: dict[str, Any], model_type: str, layers: int, where: str) -> dict[str, Any] | None:
-    window = data.get("sliding_window")
-    if model_type in _QWEN and not data.get("use_sliding_window"):
+def _read_config(data: dict[str, Any], model_type: str, where: str, mapping: Any, version: str) -> Any:
+    """transformers' configuration object for `data`, its warnings silenced; errors as one line."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    # dtypes and quantization are read by hf_quant.py, never by transformers (which would need torch for them)
+    ours = ("torch_dtype", "dtype", "quantization_config")
+    keys = {k: v for k, v in data.items() if k not in ours}
+    if isinstance(keys.get("text_config"), dict):
+        keys["text_config"] = {k: v for k, v in keys["text_config"].items() if k not in ours}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return mapping[model_type].from_dict({**keys, "model_type": model_type})
+    except Exception as exc:  # a config class's own check (any exception type): one line, its words
+        said = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise SpecError(where, f"transformers {version} cannot read it: {said}") from None
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _layer_kinds(text: Any, where: str, prefix: str) -> tuple[list[str], list[str] | None]:
+    """(mixer per layer, MLP per layer or None when every layer has one) from transformers' `layer_types`."""
+    n, types = text.num_hidden_layers, getattr(text, "layer_types", None)
+    window = getattr(text, "sliding_window", None)
+    if types is None:  # Mistral, Phi-3: a window, when set, applies to every layer
+        sliding = bool(window) and getattr(text, "use_sliding_window", True) is not False
+        return ["sliding" if sliding else "global"] * n, None
+    names = (*_LAYER_TYPES, "mlp", "moe")
+    if not isinstance(types, list) or len(types) != n or not all(t in names for t in types):
+        got = f"a list of {len(types)}" if isinstance(types, list) else f"{types!r:.40}"
+        raise SpecError(where, f"must be a list of {n} entries (one per layer), each one of {', '.join(names)} "
+                               f"(got {got})", field=prefix + "layer_types")  # fmt: skip
+    ssm = "mamba" if getattr(text, "mamba_num_heads", None) else "linear"  # Nemotron-H calls Mamba-2 linear
+    mixers = [{"linear": ssm, "sliding": "sliding" if window else "global"}.get(k, k) for k in
+              (_LAYER_TYPES.get(t, "none") for t in types)]  # fmt: skip
+    if "mlp" not in types and "moe" not in types:
+        return mixers, None
+    # block types (Nemotron-H): each layer is one mixer or one MLP
+    return mixers, ["dense" if t == "mlp" else "moe" if t == "moe" else "none" for t in types]
+
+
+def _check_layer_types(raw: dict[str, Any], where: str, prefix: str) -> None:
+    """A stated `layer_types` names one known kind per layer (transformers' own check says less)."""
+    types, n = raw.get("layer_types"), raw.get("num_hidden_layers")
+    names = (*_LAYER_TYPES, "mlp", "moe")
+    if types is None or not isinstance(n, int) or isinstance(n, bool):
+        return
+    if not isinstance(types, list) or len(types) != n or not all(t in names for t in types):
+        got = f"a list of {len(types)}" if isinstance(types, list) else f"{types!r:.40}"
+        raise SpecError(where, f"must be a list of {n} entries (one per layer), each one of {', '.join(names)} "
+                               f"(got {got})", field=prefix + "layer_types")  # fmt: skip
+
+
+def _mlp_kinds(text: Any, n: int) -> list[str]:
+    """Dense or MoE per layer: Llama-4's moe_layers, DeepSeek's first_k_dense_replace, Qwen's sparse step."""
+    if not _experts(text):
+        return ["dense"] * n
+    listed = getattr(text, "moe_layers", None)
+    if isinstance(listed, list):
+        return ["moe" if i in set(listed) else "dense" for i in range(n)]
+    first = getattr(text, "first_k_dense_replace", 0) or 0
+    step = getattr(text, "decoder_sparse_step", 1) or 1
+    only = set(getattr(text, "mlp_only_layers", None) or [])
+    return ["moe" if i >= first and (i + 1) % step == 0 and i not in only else "dense" for i in range(n)]
+
+
+def _experts(text: Any) -> int | None:
+    return next((getattr(text, k) for k in ("num_local_experts", "num_experts", "n_routed_experts")
+                 if getattr(text, k, None)), None)  # fmt: skip
+
+
+def _as_pattern(kinds: list[str], default: str) -> str | list[str] | None:
+    """None when every layer is `default`; a repeating pattern when one repeats; else the per-layer list."""
+    if all(k == default for k in kinds):
         return None
-    if not window or model_type in ("llama", "deepseek_v3"):
-        return None
-    sliding = _sliding_layers(data, model_type, layers, where)
-    if isinstance(sliding, list) and len(sliding) == layers:
-        sliding = "all"
-    return {"window_tokens": window, "layers": sliding} if sliding else None
+    pattern = shortest_pattern(kinds)
+    period = sum(int(term.split()[0]) for term in pattern.split(":"))
+    return pattern if 2 * period <= len(kinds) else kinds
 
 
-def _moe(data: dict[str, Any], model_type: str, where: str) -> dict[str, Any] | None:
-    if model_type not in _MOE:
-        return None
-    every_layer = data.get("decoder_sparse_step", 1) == 1 and not data.get("mlp_only_layers")
-    if model_type in ("qwen2_moe", "qwen3_moe") and not every_layer:
-        raise SpecError(where, "only every-layer MoE is supported (decoder_sparse_step 1, no mlp_only_layers)",
-                        field="decoder_sparse_step")  # fmt: skip
-    return {**_copy(data, _EXPERTS | _MOE[model_type]), **({"shared_experts": 1} if model_type == "qwen2_moe" else {})}
+def _moe(text: Any, facts: Facts) -> dict[str, Any]:
+    shared_width = getattr(text, "shared_expert_intermediate_size", None)
+    shared = facts.shared_experts or getattr(text, "n_shared_experts", None) or (1 if shared_width else 0)
+    moe = {
+        "experts": _experts(text), "experts_per_token": getattr(text, "num_experts_per_tok", None),
+        "expert_intermediate_size": getattr(text, "moe_intermediate_size", None) or text.intermediate_size,
+        "shared_experts": shared, "shared_expert_intermediate_size": shared_width if shared else None,
+        "router_bias": facts.router_bias, "expert_bias": facts.expert_bias,
+        "shared_expert_gate": facts.shared_expert_gate and bool(shared),
+    }  # fmt: skip
+    return moe
+
+
+def _mixer_fields(text: Any, mixers: set[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "sliding" in mixers:
+        out["window_tokens"] = text.sliding_window
+    if "chunked" in mixers:
+        out["chunk_tokens"] = text.attention_chunk_size
+    for section in ("linear_attention", "mamba"):
+        if section in mixers or section == "linear_attention" and "linear" in mixers:
+            keys = [k for k, (cls, _) in FROM_SPEC.items() if _SECTIONS.get(cls.__name__) == section]
+            out[section] = {FROM_SPEC[k][1]: getattr(text, k, None) for k in keys}
+    return out
+
+
+def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a parsed config.json; unsupported types and bad values raise SpecError naming the key."""
+    transformers, mapping, auto = _transformers(where)
+    model_type, note = _resolve_type(data, where, mapping, auto, transformers.__version__)
+    raw_text = data.get("text_config") if isinstance(data.get("text_config"), dict) else None
+    prefix = "text_config." if raw_text is not None else ""
+    _check_layer_types(raw_text or data, where, prefix)
+    check_types(data, where)
+    if raw_text is not None:
+        check_types(raw_text, where, prefix)
+    config = _read_config(data, model_type, where, mapping, transformers.__version__)
+    text = config.get_text_config(decoder=True)
+    aliases = getattr(type(text), "attribute_map", {})
+    for key in REQUIRED:
+        if not {key, aliases.get(key)} & (raw_text or data).keys():
+            raise SpecError(where, "required key is missing", field=prefix + key)
+    spec = _spec(text, where, prefix, name or data.get("_name_or_path"), model_type)
+    tied = data.get("tie_word_embeddings") if raw_text is not None else None  # the top level's word wins
+    spec["tied_embeddings"] = tied if isinstance(tied, bool) else text.tie_word_embeddings
+    spec["encoder_params"], tower_note = encoder_params(config)
+    notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
+    keys = _error_keys(prefix, raw_text or data)
+    model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
+    formats = shipped(data, where, model.hidden_size, moe=model.moe is not None)
+    if "expert_dtype" in formats:
+        spec["moe"] = {**spec["moe"], "expert_dtype": formats.pop("expert_dtype")}
+    notes += [formats.pop("notes")] if "notes" in formats else []
+    return _validated({**spec, **formats, "notes": "; ".join(notes)}, where, keys)
+
+
+def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dict[str, Any]:
+    """ModelSpec fields from the decoder's normalized config attributes and its architecture's facts."""
+    facts = FACTS.get(text.model_type, Facts())
+    n = text.num_hidden_layers
+    mixers, blocks = _layer_kinds(text, where, prefix)
+    mlps = blocks or _mlp_kinds(text, n)
+    bias = bool(getattr(text, "attention_bias", False))
+    mla = getattr(text, "kv_lora_rank", None)
+    spec: dict[str, Any] = {
+        "name": _clean_name(name) or model_type,
+        "source": where.encode("utf-8", "backslashreplace").decode()[:2000],  # a path's undecodable bytes as \udcxx
+        "layers": n, "hidden_size": text.hidden_size, "attention_heads": text.num_attention_heads,
+        "kv_heads": getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
+        "head_dim": None if mla else getattr(text, "head_dim", None),
+        "intermediate_size": getattr(text, "intermediate_size_mlp", None) or text.intermediate_size,
+        "vocab_size": text.vocab_size, "max_context": text.max_position_embeddings,
+        "attention_bias": bias if facts.qkv_bias is None else facts.qkv_bias,
+        "output_bias": bias if facts.output_bias is None else facts.output_bias,
+        "qk_norm": facts.qk_norm, "post_norms": facts.post_norms, "attention_sinks": facts.attention_sinks,
+        "attention_gate": facts.attention_gate, "mlp_gated": facts.mlp_gated,
+        "facts_note": "" if text.model_type in FACTS else
+        f"{text.model_type}: counted with Llama's layout (tokcost knows no extra weights of this architecture)",
+    }  # fmt: skip
+    if mla:
+        spec["kv_heads"] = text.num_attention_heads  # MLA caches one latent per token; kv heads play no part
+        spec["mla"] = {"kv_lora_rank": mla, "rope_head_dim": text.qk_rope_head_dim, "q_lora_rank": text.q_lora_rank,
+                       "nope_head_dim": text.qk_nope_head_dim, "v_head_dim": text.v_head_dim}  # fmt: skip
+    first = getattr(text, "first_k_dense_replace", None)
+    if _experts(text) and isinstance(first, int) and first > n:
+        raise SpecError(where, f"{prefix}first_k_dense_replace ({first}) exceeds {prefix}num_hidden_layers ({n})")
+    if "moe" in mlps:
+        spec["moe"] = _moe(text, facts)
+        if "dense" in mlps:
+            spec["moe"]["dense_intermediate_size"] = spec["intermediate_size"]
+        dense = mlps.index("moe")
+        if all(m == "moe" for m in mlps[dense:]) and "none" not in mlps:
+            spec["moe"]["dense_layers"] = dense  # dense layers first (DeepSeek-V3): the engine prices these
+        else:
+            spec["mlp_pattern"] = _as_pattern(mlps, "dense")
+    elif blocks:
+        spec["mlp_pattern"] = _as_pattern(mlps, "dense")
+    if "mamba" in mixers and not getattr(text, "mamba_head_dim", None):
+        raise SpecError(where, "Mamba-1 layers (Jamba, Falcon-Mamba) are not modelled yet; Mamba-2 is",
+                        field=prefix + "layer_types")  # fmt: skip
+    spec["layer_pattern"] = _as_pattern(mixers, "global")
+    return spec | _mixer_fields(text, set(mixers))
+
+
+def _error_keys(prefix: str, raw: dict[str, Any]) -> dict[str, str]:
+    """ModelSpec key (dotted for a section) -> the config.json key its value came from (one `raw` has first)."""
+    keys = {"dtype": "torch_dtype", "layer_pattern": prefix + "layer_types", "mlp_pattern": prefix + "layer_types",
+            "window_tokens": prefix + "sliding_window"}  # fmt: skip
+    for key, (cls, field) in FROM_SPEC.items():
+        section = _SECTIONS.get(cls.__name__)
+        ours = f"{section}.{field}" if section else {"head_dim_stated": "head_dim"}.get(field, field)
+        if ours not in keys or key in raw:
+            keys[ours] = prefix + key
+    keys |= dict.fromkeys(("weights_dtype", "compute_dtype", "moe.expert_dtype"), "quantization_config")
+    return keys
 
 
 def _clean_name(value: Any) -> str | None:
@@ -106,36 +268,6 @@ def _clean_name(value: Any) -> str | None:
     return "".join(c for c in flat if c.isprintable())[:200] or None
 
 
-def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) -> ModelSpec:
-    """A ModelSpec from a parsed config.json; unsupported types and bad values raise SpecError naming the key."""
-    model_type = data.get("model_type")
-    if model_type not in SUPPORTED:
-        what = "missing" if model_type is None else f"unsupported ({model_type!r:.40})"
-        raise SpecError(where, f"{what}; supported: {', '.join(SUPPORTED)}", field="model_type")
-    spec: dict[str, Any] = {
-        "name": _clean_name(name) or _clean_name(data.get("_name_or_path")) or model_type,
-        "source": where.encode("utf-8", "backslashreplace").decode()[:2000],  # a path's undecodable bytes as \udcxx
-        "kv_heads": data.get("num_attention_heads"),  # default: one KV head per query head
-        "tied_embeddings": model_type in _TIED_BY_DEFAULT,
-        **_copy(data, _SHAPES),
-        "moe": _moe(data, model_type, where),
-    }
-    if model_type in _QKV_BIAS:
-        spec["attention_bias"] = True
-    if model_type == "deepseek_v3":
-        spec["kv_heads"] = spec.get("attention_heads")  # MLA caches one latent per token; kv heads play no part
-        spec["mla"] = _copy(data, _MLA)
-    keys = _SHAPES | {f"moe.{k}": v for k, v in (_EXPERTS | _MOE.get(model_type, {})).items()}
-    keys |= {f"mla.{k}": v for k, v in _MLA.items()} | {"sliding_window.layers": "layer_types", "dtype": "torch_dtype"}
-    keys |= dict.fromkeys(("weights_dtype", "compute_dtype", "moe.expert_dtype"), "quantization_config")
-    model = _validated(spec, where, keys)  # shapes first: the window and formats below need valid counts
-    spec["sliding_window"] = _sliding_window(data, model_type, model.layers, where)
-    formats = shipped(data, where, model.hidden_size, moe=model.moe is not None)
-    if "expert_dtype" in formats:
-        spec["moe"] = {**spec["moe"], "expert_dtype": formats.pop("expert_dtype")}
-    return _validated({**spec, **formats}, where, keys)
-
-
 def _validated(spec: dict[str, Any], where: str, keys: dict[str, str]) -> ModelSpec:
     """ModelSpec.model_validate, with the error's key and message in config.json's names."""
     try:
@@ -144,7 +276,7 @@ def _validated(spec: dict[str, Any], where: str, keys: dict[str, str]) -> ModelS
         error = validation_error(where, exc, ModelSpec)
         # a message names keys without their prefix (moe.experts -> experts); top-level keys take precedence
         ordered = sorted(keys.items(), key=lambda k: "." not in k[0])
-        names = {ours.rpartition(".")[2]: theirs for ours, theirs in ordered}
+        names = {ours.rpartition(".")[2]: theirs.rpartition(".")[2] for ours, theirs in ordered}
         # "kv_heads (5) must divide attention_heads (32)" -> "num_key_value_heads (5) ... num_attention_heads (32)"
         message = re.sub(r"\b(?:moe\.|mla\.)?([a-z_]+)(?= \(\d)", lambda m: names.get(m[1], m[0]), error.message)
         raise SpecError(where, message, field=keys.get(error.field or "")) from None  # no such key: none named

@@ -63,6 +63,8 @@ class _Bnb(BaseModel):
     bnb_4bit_use_double_quant: bool = False
 
     def formats(self, hidden_size: int) -> tuple[str, str | None]:
+        if self.load_in_4bit and self.load_in_8bit:  # transformers refuses this pair too: never guess which
+            raise ValueError("load_in_4bit and load_in_8bit are both true; a checkpoint is one or the other")
         if self.load_in_4bit:  # blocks of 64 with an absmax; dequantized to bnb_4bit_compute_dtype
             name = "nf4" if self.bnb_4bit_quant_type == "nf4" else "bnb-fp4"
             return name + ("-dq" if self.bnb_4bit_use_double_quant else ""), None

@@ -1,11 +1,13 @@
-"""ModelSpec: the shapes of a decoder-only transformer, and the exact parameter and KV counts they imply.
+"""ModelSpec: the shapes of a decoder-only transformer, per-layer mixer and MLP kinds, and what they imply.
 
-Counting conventions (written down, unlike most peers):
-- Every MLP is gated (SwiGLU / GeGLU: gate, up, down = 3 matrices), as in every built-in model.
-- Biases: only q/k/v biases are counted (`attention_bias`); other bias and extra norm vectors
-  (qk-norm, post-norms, attention sinks) are below 0.01% of any built-in model and omitted.
-- Norms: two RMSNorm vectors per layer plus the final one.
+Counting conventions (written down, unlike most peers), each an exact integer (models/counts.py):
+- An MLP is gated (SwiGLU / GeGLU: gate, up, down) unless `mlp_gated: false` (Nemotron-H's squared ReLU).
+- Biases, q/k norms, Gemma's post-norms, attention sinks and output gates are counted when their field says
+  so; the HuggingFace import sets them from the architecture, so that an imported count equals transformers'.
+- Norms: one RMSNorm vector before each mixer and each MLP a layer has, two more with `post_norms`, plus the
+  final one.
 - The embedding table is a parameter; a tied LM head shares it and is not counted twice.
+- A vision or audio tower is `encoder_params`: counted and reported, never read by decode.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokcost.formats import FormatName, bits_of
+from tokcost.errors import SpecError
+from tokcost.formats import FormatName
+from tokcost.models.counts import Counts
+from tokcost.models.layers import MIXERS, MLPS, LayerPlan, Mixer, Mlp, expand
+from tokcost.models.mixers import GatedDeltaNetSpec, MambaSpec
 
 # The unquantized dtype of a model: activations, norms, embedding and LM head (quantized formats go in
 # weights_dtype / moe.expert_dtype).
@@ -34,9 +40,12 @@ class MoeSpec(BaseModel):
     shared_experts: int = Field(default=0, ge=0, le=64)
     expert_intermediate_size: int = Field(ge=1, le=1_000_000)
     shared_expert_intermediate_size: int | None = Field(default=None, ge=1, le=1_000_000)
-    dense_layers: int = Field(default=0, ge=0, le=1000)
+    dense_layers: int = Field(default=0, ge=0, le=1000)  # the first layers have a dense MLP (DeepSeek-V3)
     dense_intermediate_size: int | None = Field(default=None, ge=1, le=1_000_000)
     expert_dtype: FormatName | None = None  # routed experts as shipped (gpt-oss: MXFP4), else weights_dtype
+    router_bias: bool = False  # gpt-oss: the router has a bias per expert
+    expert_bias: bool = False  # gpt-oss: every expert's projections have biases
+    shared_expert_gate: bool = False  # Qwen2-MoE, Qwen3-Next: a sigmoid gate (hidden -> 1) on the shared expert
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoeSpec:
@@ -58,7 +67,7 @@ class MlaSpec(BaseModel):
 
 
 class SlidingWindowSpec(BaseModel):
-    """Local attention: the listed layers keep only the last `window_tokens` tokens of KV."""
+    """Local attention, the first way to write it: the listed layers keep only the last `window_tokens`."""
 
     model_config = _FROZEN
 
@@ -66,7 +75,12 @@ class SlidingWindowSpec(BaseModel):
     layers: Literal["all", "even", "odd"] | list[int] = "all"
 
 
-class ModelSpec(BaseModel):
+_LEGACY_LAYERS = {"all": "1 sliding", "even": "1 sliding : 1 global", "odd": "1 global : 1 sliding"}
+# what each mixer or MLP kind needs stated, and the key that states it
+_NEEDS = {"sliding": "window_tokens", "chunked": "chunk_tokens", "linear": "linear_attention", "mamba": "mamba"}
+
+
+class ModelSpec(Counts, BaseModel):
     """A decoder-only transformer's shapes; derived counts are exact integers."""
 
     model_config = _FROZEN | ConfigDict(populate_by_name=True, str_strip_whitespace=True)
@@ -81,7 +95,13 @@ class ModelSpec(BaseModel):
     intermediate_size: int = Field(ge=1, le=10_000_000)
     vocab_size: int = Field(ge=1, le=100_000_000)
     tied_embeddings: bool = False
-    attention_bias: bool = False
+    attention_bias: bool = False  # q, k and v projections have biases
+    output_bias: bool = False  # the attention output projection has a bias (gpt-oss; Llama's attention_bias)
+    qk_norm: bool = False  # an RMSNorm over each query and key head (Qwen3, Gemma-3)
+    post_norms: bool = False  # Gemma-2/3: a norm after the mixer and after the MLP too
+    attention_sinks: bool = False  # gpt-oss: a learned sink logit per head
+    attention_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
+    mlp_gated: bool = True
     dtype: BaseDtype = "bf16"
     # block linears as shipped when quantized (AWQ int4-g128, FP8 checkpoints, GGUF q4_k_m); None: at `dtype`
     weights_dtype: FormatName | None = None
@@ -89,9 +109,17 @@ class ModelSpec(BaseModel):
     compute_dtype: Literal["fp8", "int8", "int4", "fp4"] | None = None
     max_context: int = Field(ge=1, le=1_000_000_000)
     params_total_stated: int | None = Field(default=None, alias="params_total", ge=1, le=10**15)
+    encoder_params: int = Field(default=0, ge=0, le=10**14)  # vision / audio tower and projector: not decoded
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
-    sliding_window: SlidingWindowSpec | None = None
+    # each layer's mixer and MLP: "5 sliding : 1 global" repeats from layer 0, or one entry per layer
+    layer_pattern: str | list[Mixer] | None = Field(default=None, max_length=10_000)
+    mlp_pattern: str | list[Mlp] | None = Field(default=None, max_length=10_000)
+    window_tokens: int | None = Field(default=None, ge=1, le=100_000_000)  # what a sliding layer keeps
+    chunk_tokens: int | None = Field(default=None, ge=1, le=100_000_000)  # a chunked layer's chunk
+    linear_attention: GatedDeltaNetSpec | None = None
+    mamba: MambaSpec | None = None
+    sliding_window_given: SlidingWindowSpec | None = Field(default=None, alias="sliding_window")
     notes: str = Field(default="", max_length=10_000)
 
     @model_validator(mode="after")
@@ -109,13 +137,57 @@ class ModelSpec(BaseModel):
             )
         if self.moe and self.moe.dense_layers > self.layers:
             raise ValueError(f"moe.dense_layers ({self.moe.dense_layers}) exceeds layers ({self.layers})")
-        if self.sliding_window and isinstance(self.sliding_window.layers, list):
-            bad = [i for i in self.sliding_window.layers if not 0 <= i < self.layers]
+        sw = self.sliding_window_given
+        if sw and isinstance(sw.layers, list):
+            bad = [i for i in sw.layers if not 0 <= i < self.layers]
             if bad:
                 raise ValueError(f"sliding_window.layers: {bad[0]} is outside 0..{self.layers - 1}")
+        if sw and (self.layer_pattern is not None or self.window_tokens is not None):
+            raise ValueError("sliding_window is the older form of layer_pattern + window_tokens: give one of them")
+        self._check_kinds()
         return self
 
-    # ---- shapes ----------------------------------------------------------------------------
+    def _check_kinds(self) -> None:
+        """Each kind the patterns use has its parameters, and no parameters are given for a kind never used."""
+        for key in ("layer_pattern", "mlp_pattern"):
+            try:
+                expand(getattr(self, key), self.layers, "", MIXERS if key == "layer_pattern" else MLPS)
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
+        mixers, mlps = {k.mixer for k in self.plan.kinds}, {k.mlp for k in self.plan.kinds}
+        for kind, key in _NEEDS.items():
+            stated = self.window if key == "window_tokens" else getattr(self, key)
+            if kind in mixers and stated is None:
+                raise ValueError(f"layer_pattern has {kind} layers: state {key}")
+            if kind not in mixers and getattr(self, key) is not None:
+                raise ValueError(f"{key} is given but layer_pattern has no {kind} layer")
+        if "moe" in mlps and self.moe is None:
+            raise ValueError("mlp_pattern has moe layers: state moe (experts, experts_per_token, ...)")
+        if self.mlp_pattern is not None and self.moe and "moe" not in mlps:
+            raise ValueError("moe is given but mlp_pattern has no moe layer")
+        if self.mlp_pattern is not None and self.moe and self.moe.dense_layers:
+            raise ValueError("moe.dense_layers is the older form of mlp_pattern: give one of them")
+
+    # ---- layers ------------------------------------------------------------------------------
+
+    @cached_property
+    def plan(self) -> LayerPlan:
+        """Every layer's (mixer, MLP) kind, counted over any range without walking it."""
+        sw = self.sliding_window_given
+        if sw is not None:  # the older form: sliding layers by parity or index, the rest global
+            if isinstance(sw.layers, list):
+                listed = set(sw.layers)
+                mixers = tuple("sliding" if i in listed else "global" for i in range(self.layers))
+            else:
+                mixers = expand(_LEGACY_LAYERS[sw.layers], self.layers, "global", MIXERS)
+        else:
+            mixers = expand(self.layer_pattern, self.layers, "global", MIXERS)
+        if self.mlp_pattern is not None:
+            mlps = expand(self.mlp_pattern, self.layers, "dense", MLPS)
+        else:  # dense before MoE: DeepSeek-V3's first_k_dense_replace
+            dense = self.moe.dense_layers if self.moe else self.layers
+            mlps = ("dense",) * dense + ("moe",) * (self.layers - dense)
+        return LayerPlan(mixers, mlps)
 
     @cached_property
     def head_dim(self) -> int:
@@ -123,174 +195,51 @@ class ModelSpec(BaseModel):
         return self.head_dim_stated or self.hidden_size // self.attention_heads
 
     @cached_property
-    def moe_layers(self) -> int:
-        """Layers whose MLP is routed experts."""
-        return self.layers - self.moe.dense_layers if self.moe else 0
+    def window(self) -> int | None:
+        """Tokens a sliding layer keeps, in either way of writing it."""
+        return self.sliding_window_given.window_tokens if self.sliding_window_given else self.window_tokens
 
     @cached_property
-    def dense_mlp_layers(self) -> int:
-        """Layers with a plain gated MLP."""
-        return self.layers - self.moe_layers
+    def engine_gap(self) -> str | None:
+        """What today's engine cannot price in this model (None: everything); the engine refuses such a model."""
+        kinds = set(self.plan.kinds)
+        mixers, mlps = {k.mixer for k in kinds}, [k.mlp for k in self.plan.kinds]
+        other = sorted(mixers - {"global", "sliding"}, key=MIXERS.index)
+        names = {"chunked": "chunked-attention", "linear": "linear-attention (Gated DeltaNet)",
+                 "mamba": "Mamba-2 state-space", "none": "MLP-only"}  # fmt: skip
+        if other:
+            return ", ".join(names[m] for m in other) + " layers"
+        if "none" in mlps:
+            return "layers without an MLP"
+        moe_from = mlps.index("moe") if "moe" in mlps else len(mlps)
+        if any(m != "moe" for m in mlps[moe_from:]):
+            return "dense and MoE layers interleaved"
+        if not self.mlp_gated:
+            return "an ungated MLP"
+        return "an attention output gate" if self.attention_gate else None
 
     @cached_property
-    def dense_intermediate(self) -> int:
-        """Intermediate width of the dense MLP layers."""
-        if self.moe and self.moe.dense_intermediate_size:
-            return self.moe.dense_intermediate_size
-        return self.intermediate_size
-
-    # ---- parameter counts (exact integers) -------------------------------------------------
-
-    @cached_property
-    def params_attention_per_layer(self) -> int:
-        """Q, K, V, O projections of one layer (MLA: its down/up projections and latent norms)."""
-        h, n = self.hidden_size, self.attention_heads
-        if self.mla:
-            m = self.mla
-            qk = m.nope_head_dim + m.rope_head_dim
-            if m.q_lora_rank:
-                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * n * qk  # down, norm, up
-            else:
-                q = h * n * qk
-            kv = h * (m.kv_lora_rank + m.rope_head_dim) + m.kv_lora_rank  # joint KV down-proj + latent norm
-            kv += m.kv_lora_rank * n * (m.nope_head_dim + m.v_head_dim)  # KV up-proj
-            return q + kv + n * m.v_head_dim * h  # + output projection
-        q_dim, kv_dim = n * self.head_dim, self.kv_heads * self.head_dim
-        bias = q_dim + 2 * kv_dim if self.attention_bias else 0
-        return h * q_dim + 2 * h * kv_dim + q_dim * h + bias
-
-    @cached_property
-    def params_dense_mlp_per_layer(self) -> int:
-        """Gated MLP of a dense layer: gate, up and down projections."""
-        return 3 * self.hidden_size * self.dense_intermediate
-
-    @cached_property
-    def params_per_expert(self) -> int:
-        """One routed expert: a gated MLP of expert_intermediate_size."""
-        return 3 * self.hidden_size * self.moe.expert_intermediate_size if self.moe else 0
-
-    @cached_property
-    def params_shared_experts_per_layer(self) -> int:
-        """Always-on shared experts of one MoE layer."""
-        if not self.moe:
-            return 0
-        width = self.moe.shared_expert_intermediate_size or self.moe.expert_intermediate_size
-        return self.moe.shared_experts * 3 * self.hidden_size * width
-
-    @cached_property
-    def params_router_per_layer(self) -> int:
-        """Router (gate) matrix of one MoE layer: hidden x experts."""
-        return self.hidden_size * self.moe.experts if self.moe else 0
-
-    @cached_property
-    def params_attention(self) -> int:
-        """Attention weights of all layers."""
-        return self.layers * self.params_attention_per_layer
-
-    @cached_property
-    def params_mlp(self) -> int:
-        """Every MLP weight: dense layers, all routed experts, shared experts and routers."""
-        routed = self.moe.experts * self.params_per_expert if self.moe else 0
-        moe = self.moe_layers * (routed + self.params_shared_experts_per_layer + self.params_router_per_layer)
-        return self.dense_mlp_layers * self.params_dense_mlp_per_layer + moe
-
-    @cached_property
-    def params_norms(self) -> int:
-        """RMSNorm vectors: two per layer plus the final norm."""
-        return (2 * self.layers + 1) * self.hidden_size
-
-    @cached_property
-    def params_embedding(self) -> int:
-        """Input embedding table: vocab x hidden."""
-        return self.vocab_size * self.hidden_size
-
-    @cached_property
-    def params_lm_head(self) -> int:
-        """Output projection; zero extra when tied to the embedding."""
-        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
-
-    @cached_property
-    def params_blocks(self) -> int:
-        """Everything inside the transformer blocks (attention, MLP, norms)."""
-        return self.params_attention + self.params_mlp + self.params_norms
-
-    @cached_property
-    def params_total(self) -> int:
-        """All parameters, derived from the shapes."""
-        return self.params_blocks + self.params_embedding + self.params_lm_head
-
-    @cached_property
-    def params_inactive_experts(self) -> int:
-        """Routed-expert parameters a single token does not touch."""
-        if not self.moe:
-            return 0
-        return self.moe_layers * (self.moe.experts - self.moe.experts_per_token) * self.params_per_expert
-
-    @cached_property
-    def params_active(self) -> int:
-        """Parameters one token touches: all but the unrouted experts (embedding and LM head included)."""
-        return self.params_total - self.params_inactive_experts
-
-    @property
-    def params_mismatch(self) -> float | None:
-        """Relative gap between the stated params_total and the shapes; None when none was stated."""
-        if self.params_total_stated is None:
+    def sliding_window(self) -> SlidingWindowSpec | None:
+        """Sliding layers as the engine reads them; refuses a model whose layers the engine cannot price."""
+        if self.engine_gap:
+            raise SpecError(self.name, f"tokcost cannot price {self.engine_gap} yet; `tokcost specs show` "
+                                       "describes the model")  # fmt: skip
+        sliding = [i for i, k in enumerate(self.plan.kinds) if k.mixer == "sliding"]
+        if not sliding or self.window is None:
             return None
-        return self.params_total / self.params_total_stated - 1
-
-    # ---- attention and KV ------------------------------------------------------------------
+        n = self.layers
+        canonical = {"all": list(range(n)), "even": list(range(0, n, 2)), "odd": list(range(1, n, 2))}
+        form = next((name for name, layers in canonical.items() if layers == sliding), None)
+        return SlidingWindowSpec(window_tokens=self.window, layers=form or sliding)
 
     def is_sliding_layer(self, layer: int) -> bool:
         """Whether `layer` (0-based) uses the sliding window."""
-        sw = self.sliding_window
-        if sw is None:
-            return False
-        if sw.layers == "all":
-            return True
-        if sw.layers == "even":
-            return layer % 2 == 0
-        if sw.layers == "odd":
-            return layer % 2 == 1
-        return layer in sw.layers
+        return 0 <= layer < self.layers and self.plan.kinds[layer].mixer == "sliding"
 
     @cached_property
     def sliding_layers(self) -> int:
         """How many layers use the sliding window."""
-        return sum(self.is_sliding_layer(i) for i in range(self.layers))
-
-    @cached_property
-    def kv_elements_per_token_per_layer(self) -> int:
-        """Cached values per token per layer: K and V heads, or MLA's latent plus its RoPE key."""
-        if self.mla:
-            return self.mla.kv_lora_rank + self.mla.rope_head_dim
-        return 2 * self.kv_heads * self.head_dim
-
-    def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
-        """KV bytes one token adds across all layers: 2 x layers x kv_heads x head_dim x bytes."""
-        bits = bits_of(kv_dtype or self.dtype)
-        return self.layers * self.kv_elements_per_token_per_layer * bits / 8
-
-    def attended_tokens(self, context_tokens: float) -> float:
-        """Sum over layers of the tokens each layer keeps (sliding layers cap at the window), / layers."""
-        sw = self.sliding_window
-        if sw is None:
-            return context_tokens
-        local = self.sliding_layers
-        capped = min(context_tokens, sw.window_tokens)
-        return (local * capped + (self.layers - local) * context_tokens) / self.layers
-
-    def kv_cache_bytes(self, tokens_per_sequence: float, sequences: int = 1, kv_dtype: str | None = None) -> float:
-        """KV cache held for `sequences` sequences of `tokens_per_sequence` tokens (windows applied)."""
-        return sequences * self.attended_tokens(tokens_per_sequence) * self.kv_bytes_per_token(kv_dtype)
-
-    @cached_property
-    def attention_flops_per_token_per_context(self) -> int:
-        """FLOPs of QK^T and AV for one query against one cached token, all layers: 2 x layers x heads x (dk + dv)."""
-        if self.mla:
-            qk, v = self.mla.nope_head_dim + self.mla.rope_head_dim, self.mla.v_head_dim
-        else:
-            qk = v = self.head_dim
-        return 2 * self.layers * self.attention_heads * (qk + v)
+        return self.plan.count(mixer="sliding")
 
     def truncated(self, layers: int) -> ModelSpec:
         """The same model with only its first `layers` layers (for measuring shapes that don't fit)."""
@@ -299,6 +248,15 @@ class ModelSpec(BaseModel):
         data.update(layers=layers, params_total=None)
         if self.moe and self.moe.dense_layers > layers:
             data["moe"]["dense_layers"] = layers
-        if self.sliding_window and isinstance(self.sliding_window.layers, list):
-            data["sliding_window"]["layers"] = [i for i in self.sliding_window.layers if i < layers]
+        if self.sliding_window_given and isinstance(self.sliding_window_given.layers, list):
+            data["sliding_window"]["layers"] = [i for i in self.sliding_window_given.layers if i < layers]
+        for key in ("layer_pattern", "mlp_pattern"):
+            if isinstance(data[key], list):
+                data[key] = data[key][:layers]
+        kept = self.plan.kinds[:layers]
+        for kind, key in _NEEDS.items():  # a kind cut away takes its parameters with it
+            if kind not in {k.mixer for k in kept}:
+                data[key] = None
+        if self.mlp_pattern is not None and "moe" not in {k.mlp for k in kept}:
+            data["moe"] = None
         return ModelSpec.model_validate(data)

@@ -3,6 +3,8 @@
 Views, not models: every number drawn is one the engine computed (its priced stages, journey rows, sweep
 points, estimates). matplotlib is imported only when a picture is drawn, so `import tokcost.plots` and every
 command without --plot run without it; asking for a picture without it is one line naming the install.
+The names below load on first use (PEP 562), so `tokcost.plots.canvas.check_path`, which every command with
+--plot calls while parsing its flags, imports no chart module and nothing of the engine.
 
     from tokcost import plots
     plots.save(plots.estimate_figure(result, journey=True), "roofline.png")
@@ -10,20 +12,22 @@ command without --plot run without it; asking for a picture without it is one li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from tokcost.engine.estimate import Estimate
-from tokcost.plots.canvas import check_path, new_figure, render, save
-from tokcost.plots.compare import compare_figure
-from tokcost.plots.journey import draw_journeys, journey_figure, legend
-from tokcost.plots.labels import stage_palette, title
-from tokcost.plots.plan import FrontierPoint, plan_figure
-from tokcost.plots.roofline import draw_roofline, kernel_points, roofline_figure
-from tokcost.plots.sweep import sweep_figure
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
+_EXPORTS = {
+    "FrontierPoint": "tokcost.plots.plan",
+    "check_path": "tokcost.plots.canvas",
+    "compare_figure": "tokcost.plots.compare",
+    "estimate_figure": "tokcost.plots.estimate",
+    "journey_figure": "tokcost.plots.journey",
+    "kernel_points": "tokcost.plots.roofline",
+    "plan_figure": "tokcost.plots.plan",
+    "render": "tokcost.plots.canvas",
+    "roofline_figure": "tokcost.plots.roofline",
+    "save": "tokcost.plots.canvas",
+    "sweep_figure": "tokcost.plots.sweep",
+}
 __all__ = [
     "FrontierPoint",
     "check_path",
@@ -38,19 +42,24 @@ __all__ = [
     "sweep_figure",
 ]
 
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports on demand
+    from tokcost.plots.canvas import check_path, render, save
+    from tokcost.plots.compare import compare_figure
+    from tokcost.plots.estimate import estimate_figure
+    from tokcost.plots.journey import journey_figure
+    from tokcost.plots.plan import FrontierPoint, plan_figure
+    from tokcost.plots.roofline import kernel_points, roofline_figure
+    from tokcost.plots.sweep import sweep_figure
 
-def estimate_figure(e: Estimate, *, journey: bool = False) -> Figure:
-    """What `estimate --plot` draws: the roofline chart, and with `journey` the journey's bars beside it."""
-    if not journey:
-        return roofline_figure(e)
-    decoding = e.ceiling.decode_step is not None
-    fig = new_figure(18, 7)
-    grid = fig.add_gridspec(1, 4 if decoding else 3, width_ratios=[3.2, 0.01, 1, 1][: 4 if decoding else 3])
-    roof, palette = fig.add_subplot(grid[0, 0]), stage_palette(e)
-    draw_roofline(roof, e, palette)
-    roof.set_title(f"Roofline of {e.gpu.name}: the stages of prefill and of one decode step", loc="left", fontsize=10)
-    prefill = fig.add_subplot(grid[0, 2])
-    decode = fig.add_subplot(grid[0, 3]) if decoding else None
-    legend(fig, palette, draw_journeys(prefill, decode, e, palette))
-    fig.suptitle(title(e), fontsize=9, x=0.01, ha="left")
-    return fig
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name from its module the first time it is asked for."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tokcost.plots' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

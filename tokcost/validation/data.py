@@ -33,11 +33,15 @@ Metric = Literal[
 # The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM).
 Framework = Literal[
     "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
-    "exllama", "other",
+    "exllama", "exllamav2", "deepspeed-mii", "other",
 ]  # fmt: skip
 # Serving-engine profiles (issue 12): what the engine adds on top of the hardware.
 Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
 Split = Literal["train", "test"]
+# Where the clock ran: `server` = engine-level timing inside the process (benchmark_latency, bench_one_batch,
+# trtllm-bench, llama-bench, gpt-fast generate); `client` = an HTTP / OpenAI-API benchmark client, whose times
+# include tokenization, the network and scheduling (the same values as serving.yaml's setups).
+MeasuredAt = Literal["server", "client"]
 
 # Rates are better when higher; times when lower. A measurement better than the ceiling is a violation.
 HIGHER_IS_BETTER: frozenset[str] = frozenset(
@@ -49,13 +53,16 @@ HIGHER_IS_BETTER: frozenset[str] = frozenset(
 # The rule, written down before any fit and before any held-out error was looked at (`held_out_by_rule`): order
 # the source_ids by the SHA-256 of the id (hex, ascending); take them in that order until the held-out set holds
 # at least HELD_OUT_MIN_SOURCES sources, rows of at least HELD_OUT_MIN_ENGINES engines, and at least
-# HELD_OUT_MIN_ROW_SHARE of the file's rows. Applied to published.yaml as of issue 12 it picks HELD_OUT_SOURCES
-# (a test checks that the rule still picks them: a new source that sorts before them changes the split, and
-# that is a decision to make, not a side effect).
+# HELD_OUT_MIN_ROW_SHARE of the file's rows. Applied to published.yaml as of issue 19's new static rows it picks
+# HELD_OUT_SOURCES (issue 12's three sources, plus llamacpp-pr-6766 and trtllm-perf-overview-v0.17, which sort
+# among them; a test checks that the rule still picks them: a new source that sorts before them changes the split,
+# and that is a decision to make, not a side effect).
 HELD_OUT_MIN_SOURCES = 3
 HELD_OUT_MIN_ENGINES = 3
 HELD_OUT_MIN_ROW_SHARE = 0.25
-HELD_OUT_SOURCES: frozenset[str] = frozenset({"llm-tracker-lhl", "trtllm-perf-v0.9", "dstack-mi300x-405b-bf16"})
+HELD_OUT_SOURCES: frozenset[str] = frozenset(
+    {"llm-tracker-lhl", "llamacpp-pr-6766", "trtllm-perf-v0.9", "trtllm-perf-overview-v0.17", "dstack-mi300x-405b-bf16"}
+)
 
 
 _Item = TypeVar("_Item", bound=BaseModel)
@@ -87,6 +94,16 @@ class Row(BaseModel):
     output_tokens: int = Field(ge=1, le=100_000_000)
     framework: Framework
     engine: Engine
+    # The software's version as the source prints it ("0.6.3.post1", "0.8.5 (V1)", "1.0.0rc4", "b4600"); None when
+    # unstated (the notes then say what the source's date implies). Read with `framework`, `graphs` and the GPU's
+    # platform to pick the engine's era.
+    engine_version: str | None = Field(default=None, min_length=1, max_length=100)
+    # CUDA/HIP graphs: True when captured, False for eager runs (`--enforce-eager`, or a build without graph
+    # support), None when the source does not say (the notes give that version's default).
+    graphs: bool | None = None
+    measured_at: MeasuredAt | None = None  # every shipped row sets it (a test checks); a user's file may leave it out
+    scheduler_steps: int | None = Field(default=None, ge=1, le=1024)  # vLLM multi-step: --num-scheduler-steps
+    chunked_prefill: bool | None = None  # where the source states it
     metric: Metric
     value: float = Field(gt=0, allow_inf_nan=False)
     notes: str = Field(default="", max_length=10_000)

@@ -32,7 +32,18 @@ MultinodeMetric = Literal[
     "input_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu",
     "output_tokens_per_s", "request_throughput_rps", "tokens_per_s_per_user", "ttft_ms", "itl_ms",
 ]  # fmt: skip
-Framework = Literal["gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "other"]
+# The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM,
+# LMDeploy, TGI and MLC run under the generic profile until they have their own).
+Framework = Literal[
+    "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
+    "other",
+]  # fmt: skip
+# the engine profiles a framework may be priced with: itself where tokcost has its profile, NIM by its backend,
+# gpt-fast/torchao by torch.compile, the rest generic until profiled
+_PROFILES: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm",), "sglang": ("sglang",), "tensorrt-llm": ("tensorrt-llm",), "llama.cpp": ("llama.cpp",),
+    "nim": ("tensorrt-llm", "vllm"), "gpt-fast": ("torch-compile",), "torchao": ("torch-compile",),
+}  # fmt: skip
 
 # Latencies carry a per-request statistic; throughputs are one aggregate over the run.
 THROUGHPUT_METRICS: frozenset[str] = frozenset(
@@ -89,10 +100,16 @@ class ServingSetup(_Layout):
     prefill_instances: int | None = Field(default=None, ge=1, le=100_000)
     decode_instances: int | None = Field(default=None, ge=1, le=100_000)
     weights: FormatName
+    # a MoE checkpoint run as shipped with its routed experts in their own format (gpt-oss: MXFP4 experts, bf16
+    # attention -> weights bf16, experts fp4), as in published.yaml; null when every weight is in `weights`
+    experts: FormatName | None = None
     kv: FormatName
     engine: Engine
+    framework: Framework
     engine_version: str = Field(min_length=1, max_length=200)
     engine_flags: str = Field(default="", max_length=2000)
+    # CUDA/HIP graphs: true (captured), false (eager, --enforce-eager), null (unstated: notes give the default)
+    graphs: bool | None = Field(strict=True)
     prompt_dist: LengthDist
     output_dist: LengthDist
     prompt_tokens_range: tuple[int, int] | None = None
@@ -103,7 +120,14 @@ class ServingSetup(_Layout):
     notes: str = Field(default="", max_length=10_000)
 
     @model_validator(mode="after")
-    def _split_and_lengths(self) -> ServingSetup:
+    def _engine_split_and_lengths(self) -> ServingSetup:
+        profiles = _PROFILES.get(self.framework, ("generic",))
+        if self.engine not in profiles:
+            raise ValueError(
+                f"framework {self.framework} is priced with engine {' or '.join(profiles)}, not {self.engine}"
+            )
+        if self.experts is not None and self.experts == self.weights:
+            raise ValueError(f"experts {self.experts} equals weights: drop experts (it names a second format)")
         split = (self.prefill_instances, self.decode_instances)
         if self.prefill_decode == "aggregated" and split != (None, None):
             raise ValueError("prefill_instances/decode_instances apply only to prefill_decode: disaggregated")
@@ -132,6 +156,8 @@ class ServingRow(BaseModel):
     request_rate_rps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     concurrency: int | None = Field(default=None, ge=1, le=10_000_000)
     num_requests: int | None = Field(default=None, ge=1, le=100_000_000)
+    # closed loop: seconds a client waits between receiving an answer and sending its next request
+    think_time_s: float = Field(default=0.0, ge=0, le=86_400, allow_inf_nan=False)
     prompt_tokens_mean: float = Field(gt=0, le=10_000_000, allow_inf_nan=False)
     output_tokens_mean: float = Field(gt=0, le=10_000_000, allow_inf_nan=False)
     metric: ServingMetric
@@ -145,6 +171,8 @@ class ServingRow(BaseModel):
             raise ValueError("arrival poisson needs request_rate_rps")
         if self.arrival == "closed_loop" and (self.concurrency is None or self.request_rate_rps is not None):
             raise ValueError("arrival closed_loop needs concurrency and no request_rate_rps")
+        if self.think_time_s and self.arrival != "closed_loop":
+            raise ValueError("think_time_s applies to arrival closed_loop only")
         if self.arrival == "all_at_once" and self.request_rate_rps is not None:
             raise ValueError("arrival all_at_once has no request_rate_rps (every request is sent at t=0)")
         if (self.metric in THROUGHPUT_METRICS) != (self.statistic == "aggregate"):

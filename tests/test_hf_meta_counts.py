@@ -1,0 +1,84 @@
+"""tokcost's analytic parameter count equals transformers' own: each family built on the meta device (no weights).
+
+Small configs written from each family's published config.json (tests/assets/hf and hf/new), with the layer
+count shrunk so the build is quick; the shapes of a layer, and which layer is which kind, stay as published.
+Needs torch and transformers (the dev and measure extras); skipped cleanly without them.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tokcost.models.hf_import import from_hf_config
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+HF = Path(__file__).parent / "assets" / "hf"
+
+
+def _shrunk(path: Path, layers: int, **text_keys) -> dict:
+    """The published config with `layers` layers (and any key overridden) in its decoder's section."""
+    data = json.loads(path.read_text())
+    section = data.get("text_config", data)
+    section.update(num_hidden_layers=layers, **text_keys)
+    section.pop("layer_types", None)  # transformers derives it again for the shrunk depth
+    return data
+
+
+# (fixture, layers, overrides): each decoder family, with enough layers to hold one of each of its layer kinds
+FAMILIES = [
+    ("llama.json", 2, {}), ("mistral.json", 2, {}), ("mixtral.json", 2, {}), ("qwen2.json", 2, {}),
+    ("qwen2_moe.json", 2, {}), ("qwen3.json", 2, {}), ("qwen3_moe.json", 2, {}), ("phi3.json", 2, {}),
+    ("deepseek_v3.json", 3, {"first_k_dense_replace": 1}), ("gemma2.json", 3, {}), ("gpt_oss.json", 2, {}),
+    ("new/gemma-3-27b.json", 7, {}), ("new/llama-4-scout.json", 5, {}),
+    ("new/llama-4-maverick.json", 5, {"num_local_experts": 4}), ("new/qwen3-next-80b-a3b.json", 5, {"num_experts": 16}),
+    ("new/kimi-k2.json", 3, {"n_routed_experts": 8}),
+]  # fmt: skip
+
+
+def _meta_count(data: dict) -> int:
+    """sum(p.numel()) of the model transformers builds for `data`, allocated on the meta device."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto import modeling_auto
+
+    config = {k: v for k, v in data.items() if k not in ("_source", "quantization_config")}
+    if config["model_type"] == "kimi_k2":  # remote code: the architecture it names, as tokcost reads it
+        config["model_type"] = "deepseek_v3"
+    cfg = transformers.AutoConfig.for_model(**config)
+    multimodal = config["model_type"] in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    auto = AutoModelForImageTextToText if multimodal and "vision_config" in config else AutoModelForCausalLM
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = auto.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(("fixture", "layers", "keys"), FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_count_equals_transformers_on_the_meta_device(fixture, layers, keys):
+    data = _shrunk(HF / fixture, layers, **keys)
+    spec = from_hf_config(data, fixture)
+    assert spec.params_with_encoder == _meta_count(data)
+
+
+def test_nemotron_h_hybrid_count_equals_transformers():
+    # Mamba-2, attention and MLP-only blocks: the first 8 of the published pattern "M-M-M-M*-..."
+    data = json.loads((HF / "new" / "nemotron-h-8b.json").read_text())
+    data.update(num_hidden_layers=8, hybrid_override_pattern="M-M-M-M*")
+    spec = from_hf_config(data, "nemotron")
+    assert [k.mixer for k in spec.plan.kinds] == ["mamba", "none"] * 3 + ["mamba", "global"]
+    assert spec.params_total == _meta_count(data)
+
+
+def test_mistral3_vision_tower_equals_transformers():
+    # transformers 5.x ties a Mistral-3 LM head by the top-level default (True); the published checkpoint
+    # ships its own LM head, and tokcost reads text_config's tie_word_embeddings (false). Stated both ways here.
+    data = _shrunk(HF / "new" / "mistral-small-24b.json", 2)
+    untied = from_hf_config({**data, "tie_word_embeddings": False}, "m")
+    assert untied.params_with_encoder == _meta_count({**data, "tie_word_embeddings": False})
+    tied = from_hf_config({**data, "tie_word_embeddings": True}, "m")
+    assert tied.params_with_encoder == _meta_count({**data, "tie_word_embeddings": True})

@@ -1,0 +1,163 @@
+"""Start-up: each run imports only its command, --version imports nothing heavy, built-in YAML takes libyaml's path
+with the same result as the strict loader. (Timings live in benchmarks/bench_startup.py, never here.)"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from tokcost import files
+from tokcost.cli.commands import COMMANDS
+from tokcost.files import BUILTIN_FOLDERS, BuiltinLoader, SpecLoader, is_builtin, load_mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "matplotlib", "numpy")
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` (which prints nothing else on stdout)."""
+    tail = "\nimport json, sys\nsys.__stdout__.write(json.dumps(sorted(sys.modules)))\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    run = subprocess.run([sys.executable, "-c", code + tail], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(run.stdout.splitlines()[-1]))
+
+
+def _main(*args: str) -> str:
+    return (
+        "import contextlib, io\nfrom tokcost.cli.app import main\n"
+        f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main({list(args)!r}) == 0\n"
+    )
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_listed_summary_is_the_first_line_of_the_commands_help(name):
+    entry = COMMANDS[name]
+    target = getattr(importlib.import_module(entry.module), entry.attribute)
+    doc = target.info.help if isinstance(target, typer.Typer) else inspect.getdoc(target)
+    assert entry.summary == doc.splitlines()[0]
+
+
+def test_root_help_lists_every_command_without_importing_one(cli):
+    result = cli("--help")
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.replace("│", " ").split())
+    for name, entry in COMMANDS.items():
+        assert f"{name} {entry.summary.split(' Example:')[0]}" in text, name
+    loaded = _modules_after(_main("--help"))
+    assert not {entry.module for entry in COMMANDS.values()} & loaded
+
+
+def test_estimate_imports_its_command_only_and_nothing_heavy():
+    loaded = _modules_after(_main("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm"))
+    assert "tokcost.cli.estimate_cmd" in loaded
+    assert not {m.split(".")[0] for m in loaded} & set(HEAVY)
+    assert not {m for m in loaded if m.startswith(("tokcost.serving", "tokcost.measure", "tokcost.validation"))}
+    others = {entry.module for name, entry in COMMANDS.items() if name != "estimate"}
+    assert not others & loaded
+    assert "tokcost.plots.roofline" not in loaded  # no chart module without --plot
+
+
+def test_machine_readable_output_starts_without_rich():
+    loaded = _modules_after(_main("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"))
+    assert not {m for m in loaded if m.split(".")[0] == "rich"}
+
+
+def test_version_imports_neither_typer_rich_pydantic_nor_yaml():
+    code = (
+        "import sys\nsys.argv = ['tokcost', '--version']\nfrom tokcost.cli.launch import run\n"
+        "import atexit, json\natexit.register(lambda: sys.stderr.write(json.dumps(sorted(sys.modules))))\nrun()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert (out.returncode, out.stdout) == (0, "tokcost 0.1.0\n")
+    loaded = {m.split(".")[0] for m in json.loads(out.stderr)}
+    assert not loaded & {"typer", "rich", "pydantic", "yaml", *HEAVY}
+
+
+def test_version_through_the_app_prints_the_same_line(cli):
+    assert (cli("--version").exit_code, cli("--version").stdout) == (0, "tokcost 0.1.0\n")
+
+
+def test_a_command_is_loaded_when_resolved_and_kept(cli):
+    from tokcost.cli.app import cli_command
+
+    root = cli_command()
+    ctx = root.make_context("tokcost", ["sweep", "--help"], resilient_parsing=True)
+    listed = root.commands["sweep"]
+    name, command, rest = root.resolve_command(ctx, ["sweep", "-b", "1"])
+    assert (name, rest) == ("sweep", ["-b", "1"])
+    assert command is not listed and command is root.commands["sweep"]
+    assert {p.name for p in command.params} >= {"model", "gpu", "batch", "context"}
+
+
+def _typed(value):
+    """A value with its types spelled out, so that 1 and 1.0 (and True) never compare equal."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+BUILTIN_FILES = sorted(p for folder in BUILTIN_FOLDERS for p in folder.rglob("*.yaml"))
+
+
+def test_every_package_data_file_is_a_builtin():
+    names = {p.relative_to(ROOT / "tokcost").as_posix() for p in BUILTIN_FILES}
+    assert {"specs/gpus/h100-sxm.yaml", "specs/models/llama-3.1-8b.yaml", "specs/engines/generic.yaml",
+            "specs/networks/ib-ndr-400.yaml", "validation/published.yaml"} <= names  # fmt: skip
+    assert all(is_builtin(p) for p in BUILTIN_FILES)
+
+
+@pytest.mark.parametrize("path", BUILTIN_FILES, ids=lambda p: p.relative_to(ROOT / "tokcost").as_posix())
+def test_libyaml_path_reads_each_builtin_exactly_as_the_strict_loader(path, tmp_path):
+    copy = tmp_path / path.name  # the same file outside the package is a user file: the strict loader reads it
+    copy.write_bytes(path.read_bytes())
+    assert is_builtin(path) and not is_builtin(copy)
+    text = path.read_text(encoding="utf-8")
+    assert _typed(yaml.load(text, Loader=BuiltinLoader)) == _typed(load_mapping(copy))  # noqa: S506 - safe loaders
+
+
+def test_load_mapping_takes_the_libyaml_path_for_builtins_only(tmp_path, monkeypatch):
+    used = []
+    real = files._load_yaml
+
+    def spy(text, where, loader):
+        used.append(loader)
+        return real(text, where, loader)
+
+    monkeypatch.setattr(files, "_load_yaml", spy)
+    builtin = ROOT / "tokcost" / "specs" / "gpus" / "h100-sxm.yaml"
+    copy = tmp_path / "h100-sxm.yaml"
+    copy.write_bytes(builtin.read_bytes())
+    assert load_mapping(builtin) == load_mapping(copy)
+    assert used == [BuiltinLoader, SpecLoader]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 010\nb: 4:00\nc: yes\nd: on\ne: 1_000\n",  # YAML 1.1's octal, base 60, booleans, underscores: text
+        "a: 3.35e12\nb: .inf\nc: -.5\nd: 0x1F\ne: ~\nf: True\ng: 1e3\nh: '12'\n",
+        "a: [1, 2.0, null]\nb: {c: false}\n",
+    ],
+)
+def test_both_loaders_read_scalars_alike(text):
+    assert _typed(yaml.load(text, Loader=BuiltinLoader)) == _typed(yaml.load(text, Loader=SpecLoader))  # noqa: S506
+
+
+@pytest.mark.parametrize("text", ["a: 1\na: 2\n", "? [a]\n: 1\n", "1: x\n", f"a: {'9' * 101}\n"])
+def test_both_loaders_refuse_duplicate_keys_keys_that_are_not_text_and_long_numbers(text):
+    for loader in (SpecLoader, BuiltinLoader):
+        with pytest.raises(yaml.MarkedYAMLError):
+            yaml.load(text, Loader=loader)  # noqa: S506
