@@ -118,7 +118,6 @@ class EngineProfile(BaseModel):
     fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the train rows)
     notes: str = Field(default="", max_length=10_000)
 
-
     def scheduler(self, *, gpu_name: str, memory_bytes: float) -> Scheduler:
         """The scheduler defaults on one GPU: the base values, overridden by the largest memory tier it reaches."""
         cap, chunk = self.max_running_sequences, self.chunk_tokens

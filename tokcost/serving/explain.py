@@ -11,9 +11,9 @@ import math
 from tokcost import fmt
 from tokcost.engine.roofline import PassCost
 from tokcost.serving.fleet import cost_shares
-from tokcost.serving.latency import final_step_extra
 from tokcost.serving.replica import Replica
 from tokcost.serving.search import Plan, Row, row_label
+from tokcost.serving.ttft import final_step_extra
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "

@@ -9,6 +9,9 @@
 - A sum with a known mean, variance and third central moment (a request's TPOT over its decode steps, its
   E2E) is read as a shifted gamma with those three moments: skewed like the sums of rare, long prefill
   steps it comes from, and normal when the skew vanishes.
+- Erlang C (M/M/c): the chance an arrival finds all c servers busy, from Erlang B written with the Poisson
+  distribution, B = P(Poisson(a) = c) / P(Poisson(a) <= c), so it costs one incomplete gamma, not c steps;
+  C = B / (1 - (a / c) (1 - B)). The engine's cap on running sequences is c slots, each held for a request's life.
 - Quantiles of mixtures by bisection on the tail probability.
 """
 
@@ -90,6 +93,21 @@ def wait_given_waiting(rate: float, service: Moments) -> tuple[float, float]:
     mean = wait / rho
     var = second / rho - mean**2
     return mean, (mean**2 / var if var > 0 else NORMAL_SHAPE)
+
+
+def erlang_c(servers: float, offered: float) -> float:
+    """P(wait) in M/M/c with c = `servers` and offered load a = `offered` (lambda x mean holding time); 1 at a >= c."""
+    c, a = servers, offered
+    if a <= 0:
+        return 0.0
+    if a >= c:
+        return 1.0
+    log_pmf = c * math.log(a) - a - math.lgamma(c + 1)  # P(Poisson(a) = c)
+    cdf = gamma_tail(c + 1, a)  # P(Poisson(a) <= c) = Q(c + 1, a)
+    if log_pmf < -700 or cdf <= 0:
+        return 0.0
+    b = min(math.exp(log_pmf) / cdf, 1.0)
+    return b / (1 - (a / c) * (1 - b))
 
 
 def gamma_plus_uniform_tail(s: float, mean: float, shape: float, width: float) -> float:

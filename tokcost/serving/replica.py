@@ -35,7 +35,8 @@ from typing import Literal
 from tokcost.engine.step import Scenario, Segment
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.curve import Curve
-from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
+from tokcost.serving.loop import Loop
+from tokcost.serving.queueing import Moments, erlang_c, pollaczek_khinchine_wait, wait_given_waiting
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
 
@@ -45,6 +46,7 @@ ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by
 TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for the share of last chunks run alone
 TAIL_TOLERANCE = 1e-4
 SATURATION_MARGIN = 1 - 1e-6
+CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
 POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
 
 
@@ -81,6 +83,11 @@ class LoadPoint:
     alone_s: tuple[float, ...]  # lone prefill cost A(P') per prompt grid point
     lone: tuple[float, ...]  # pi: chance a grid point's last chunk runs in a step no later prompt fills
     kv_tokens_p99: float
+    queue_rate_rps: float = 0.0  # the arrival rate the prefill queue sees while busy (loop.py; open loop: the rate)
+    queue_rho: float = 0.0  # its utilization, P(a prompt waits): the time share rho, or (closed) the share of steps
+    admission_wait_s: float = 0.0  # closed loop past the load limit: each request's wait for a running slot
+    admission_p: float = 0.0  # open loop: chance a request finds every running slot taken (Erlang C)
+    admission_mean_s: float = 0.0  # ... and its mean wait for one then (exponential)
 
     @property
     def decode_share(self) -> float:
@@ -89,8 +96,8 @@ class LoadPoint:
 
     @property
     def wait_if_waiting_s(self) -> float:
-        """theta = E[W] / rho: mean wait of a prompt that finds the prefill queue busy."""
-        return self.wait_mean_s / self.rho if self.rho > 0 else 0.0
+        """theta = E[W] / P(wait): mean wait of a prompt that finds the prefill queue busy."""
+        return self.wait_mean_s / self.queue_rho if self.queue_rho > 0 else 0.0
 
 
 class Replica:
@@ -98,12 +105,14 @@ class Replica:
 
     def __init__(
         self, steps: Steps, traffic: Traffic, chunk: int, kv_capacity_tokens: float, role: Role = "both",
-        transfer_s: float = 0.0,
+        transfer_s: float = 0.0, max_running: int | None = None,
     ):  # fmt: skip
         self.steps, self.traffic, self.chunk, self.role = steps, traffic, chunk, role
         self.kv_capacity_tokens = kv_capacity_tokens
+        self.max_running = max_running  # the engine's cap on running sequences (None: the KV cache alone)
         self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
         self.overhead_s = steps.request_overhead_s
+        self.loop = Loop.of(traffic, self.overhead_s)
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
         self.prompt_moments = (p.moment(1), p.moment(2), p.moment(3)) if prefills else (0.0, 0.0, 0.0)
@@ -113,7 +122,14 @@ class Replica:
         self.outputs = [(max(round(v) - 1, 0), w) for v, w in o.grid(OUTPUT_GRID_POINTS)] if decodes else []
         # lone prefill costs come from step-time curves at every ANCHOR_STRIDE-th grid point and the last;
         # the points between take the excess over the packed cost, A - alpha P', linearly in P'
-        self.anchors = sorted({*range(ANCHOR_STRIDE // 2, len(grid), ANCHOR_STRIDE), len(grid) - 1} - {-1})
+        # and at both ends of every run of equal chunk counts: a prompt one token past a chunk costs a whole step
+        counts = [pt.chunks for pt in self.prompts]
+        edges = {
+            i
+            for i in range(len(counts))
+            if counts[i] != counts[max(i - 1, 0)] or counts[i] != counts[min(i + 1, len(counts) - 1)]
+        }
+        self.anchors = sorted({*range(ANCHOR_STRIDE // 2, len(grid), ANCHOR_STRIDE), len(grid) - 1, *edges} - {-1})
         anchor_tokens = [self.prompts[i].tokens for i in self.anchors]
         self._brackets = [_bracket(anchor_tokens, pt.tokens) for pt in self.prompts]
         e1, e2 = self.prompt_moments[0], self.prompt_moments[1]
@@ -162,6 +178,31 @@ class Replica:
         y = (-Z_P99 + math.sqrt(Z_P99**2 + 4 * free / self.kv_private)) / 2
         return y * y
 
+    def kv_slots(self) -> float:
+        """Sequences the KV cache holds whole (the shared prefix once, each one's own prompt and answer)."""
+        free = self.kv_capacity_tokens - self.kv_shared
+        whole = self.steps.model.attended_tokens(self.traffic.prompt_mean_tokens + self.traffic.output.mean)
+        per_sequence = whole - self.kv_shared
+        return math.inf if per_sequence <= 0 else max(math.floor(free / per_sequence), 0)
+
+    def running_cap(self) -> float:
+        """Sequences that may run at once (decoding or part-prefilled): the engine's cap, and in a closed loop
+        the KV slots (an open loop's KV limit is its p99 batch instead)."""
+        cap = float(self.max_running) if self.max_running is not None else math.inf
+        return min(cap, self.kv_slots()) if self.loop.closed else cap
+
+    def _limits(self) -> dict[str, float]:
+        """Each bound on the mean decode batch, by what imposes it."""
+        cap = self.running_cap()
+        running = (cap - 1) * SATURATION_MARGIN if math.isfinite(cap) else math.inf  # one slot for the prompt
+        margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
+        out = {"saturation": self.saturation_batch * margin, "cap": max(running, 0.0)}
+        if not self.loop.closed:
+            out["KV memory"] = self.kv_batch_limit()
+        elif self.max_running is None or self.kv_slots() < self.max_running:
+            out["KV memory"], out["cap"] = out["cap"], math.inf
+        return out
+
     def load_limit(self) -> float:
         """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
         if self.rate_driven:
@@ -169,11 +210,18 @@ class Replica:
                 return 0.0
             _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
             return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
-        return min(self.kv_batch_limit(), self.saturation_batch * SATURATION_MARGIN)
+        return min(self._limits().values())
+
+    def limit_kind(self) -> str:
+        """What caps the load when no SLO does: 'saturation', 'KV memory' or 'cap' (the engine's running cap)."""
+        if self.rate_driven:
+            return "saturation"
+        limits = self._limits()
+        return min(limits, key=lambda k: limits[k])
 
     def kv_bound(self) -> bool:
-        """Whether KV capacity, not saturation, caps the load."""
-        return not self.rate_driven and self.kv_batch_limit() < self.saturation_batch * SATURATION_MARGIN
+        """Whether KV capacity, not saturation or the engine's cap, caps the load."""
+        return self.limit_kind() == "KV memory"
 
     # ---- steady state ----------------------------------------------------------------------------------
 
@@ -197,11 +245,16 @@ class Replica:
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
+            busy = e_s / (1 - min(rho, 0.99))  # M/G/1 mean busy period
+            q_rate = self.loop.queue_rate(rate, step_s=tpot, prefill_step_s=e_s / m, busy_s=busy)
+            q_rho = min(q_rate * e_s, 1.0)
+            # a step-locked arrival lands in a step already running: whoever else arrives in it shares its next
+            lead = self.loop.step_share(tpot) * self.loop.residual(tpot)
+            lone, done = _damped(lone, self._lone_probability(q_rate, q_rho, alpha, service, lead), i)
             if done:
                 break
-        tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
-        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone)
+        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, (q_rate, q_rho))
 
     def _prefill_state(self, rate: float) -> LoadPoint:
         m1, m2, m3 = self.prompt_moments
@@ -228,23 +281,49 @@ class Replica:
             m_tail += pt.weight * p * (pt.chunks - pt.tokens / c)
         return t0, tc, alpha, alone, d, self.prompt_moments[0] / c + m_tail
 
-    def _lone_probability(self, rate: float, rho: float, alpha: float, service: Moments) -> tuple[float, ...]:
+    def _lone_probability(
+        self, rate: float, rho: float, alpha: float, service: Moments, lead: float = 0.0
+    ) -> tuple[float, ...]:
         """pi per grid point: no prompt arrives between its arrival and the start of its last step.
 
-        E[exp(-lambda (W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else gamma
-        with mean theta and shape k): ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda alpha (chunks - 1) C).
+        E[exp(-lambda (lead + W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else
+        gamma with mean theta and shape k) and `lead` the rest of the step it lands in (closed loop):
+        ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda (lead + alpha (chunks - 1) C)).
         """
         if rho >= 1 or not math.isfinite(rate):
             return tuple(0.0 for _ in self.prompts)
         theta, shape = wait_given_waiting(rate, service)
         no_wait = (1 - rho) + rho * (1 + rate * theta / shape) ** -shape
-        return tuple(no_wait * math.exp(-rate * alpha * (pt.chunks - 1) * self.chunk) for pt in self.prompts)
+        return tuple(no_wait * math.exp(-rate * (lead + alpha * (pt.chunks - 1) * self.chunk)) for pt in self.prompts)
 
-    def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone) -> LoadPoint:  # noqa: ANN001
+    def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone, queue=None) -> LoadPoint:  # noqa: ANN001
         kv = self.kv_shared + (b + Z_P99 * math.sqrt(b)) * self.kv_private + rho * self.prompt_moments[0]
-        wait = pollaczek_khinchine_wait(rate, service) if rho > 0 else 0.0
-        shape = wait_given_waiting(rate, service)[1] if rho > 0 else 1.0
-        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv)
+        q_rate, q_rho = queue if queue is not None else (rate, rho)
+        wait = pollaczek_khinchine_wait(q_rate, service) if q_rho > 0 else 0.0
+        shape = wait_given_waiting(q_rate, service)[1] if q_rho > 0 else 1.0
+        p_admit, admit_s = self._admission(b + q_rho, rate)
+        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, q_rate, q_rho,
+                         admission_p=p_admit, admission_mean_s=admit_s)  # fmt: skip
+
+    def _admission(self, held: float, rate: float) -> tuple[float, float]:
+        """(P(wait), mean wait given one) for a running slot in an open loop: M/M/c with c the engine's cap and
+        `held` slots busy on average (decoding, or prefilling), each for held / rate seconds (Erlang C)."""
+        if self.loop.closed or self.max_running is None or rate <= 0 or not math.isfinite(rate):
+            return 0.0, 0.0
+        c = float(self.max_running)
+        p = erlang_c(c, held)
+        if p <= 1e-9 or held >= c:
+            return (0.0, 0.0) if held < c else (1.0, math.inf)
+        return p, (held / rate) / (c - held)
+
+    def users_estimate(self, pt: LoadPoint) -> float:
+        """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their
+        lone prefill, on their way back or thinking); an open loop has no such bound (infinity)."""
+        if not self.loop.closed:
+            return math.inf
+        alone = sum(p.weight * a for p, a in zip(self.prompts, pt.alone_s, strict=True))
+        away = pt.wait_mean_s + alone + self.loop.offset_s + self.loop.think_time_s
+        return max(pt.batch + pt.rate_rps * away, 1.0)
 
     def feedback(self, pt: LoadPoint) -> float:
         """Loop gain of the decode batch, lambda E[n] dTPOT/db at a fixed rate (it reaches 1 at saturation).
@@ -279,6 +358,9 @@ class Replica:
         slower than the mean step).
         """
         curve = self._main_curves()[0]
+        if self.loop.closed:  # the others are the users' decoding share, not a Poisson count: no Jensen term
+            seen = max(b, 1.0)
+            return curve(seen), curve.slope(seen) ** 2 * max(b, 0.0)
         if self.steps.model.moe is None or b <= 0:
             return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
         points: list[tuple[float, float]] = []
@@ -362,15 +444,16 @@ def decode_context(traffic: Traffic) -> float:
 
 def build_replica(
     model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
-    role: Role = "both", transfer_s: float = 0.0,
+    role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None,
 ) -> Replica:  # fmt: skip
-    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` under one scenario."""
+    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap) under
+    one scenario."""
     prompt, output = max(round(traffic.prompt_mean_tokens), 1), max(round(traffic.output.mean), 1)
     kv = replica_kv_tokens(model, deployment, 1, prompt, output)
     per_sequence = max(model.attended_tokens(prompt + output), 1.0)
     kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
-    replica = Replica(steps, traffic, chunk, kv, role, transfer_s)
-    limit = replica.kv_batch_limit() if role != "prefill" else 0.0
+    replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running)
+    limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     return replica

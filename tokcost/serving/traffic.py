@@ -22,6 +22,9 @@ PROMPT_GRID_POINTS = 32  # mid-quantile points of a prompt distribution (a quart
 OUTPUT_GRID_POINTS = 32  # of an output distribution (arithmetic only; E2E follows its quantiles closely)
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 METRICS = ("ttft", "tpot", "e2e")
+# A closed-loop client sends its next request this long after its last token reaches it: a round trip on the
+# same network plus the client's own turnaround (its HTTP and tokenization are the engine's per-request cost)
+CLIENT_RTT_S = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ class Traffic:
     think_time_s: float = 0.0
     cached_prefix_tokens: int = 0
     arrivals_s: tuple[float, ...] = ()
+    client_rtt_s: float = CLIENT_RTT_S  # closed loop: last token to the next request's send
 
     @property
     def prompt_mean_tokens(self) -> float:
