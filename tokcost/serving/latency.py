@@ -19,11 +19,13 @@
 
 from __future__ import annotations
 
+import math
+
 from tokcost.serving.loop import decoding_spread
 from tokcost.serving.queueing import Moments, ShiftedGamma, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
-from tokcost.serving.ttft import ttft_moments, ttft_tail
+from tokcost.serving.ttft import locked_step, ttft_moments, ttft_tail
 
 
 def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
@@ -53,10 +55,11 @@ def tpot_tail(r: Replica, pt: LoadPoint, t: float) -> float:
     gain = r.feedback(pt)
     lock = r.loop.locked_share(pt.tpot_mean_s)
     tail = 0.0
+    floor = r.fastest_step_s()
     for n, w in parts:
         m = tpot_moments(r, pt, n, gain)
         fixed = 1.0 if t < m.mean else 0.0
-        spread = ShiftedGamma.from_moments(m).tail(t) if lock < 1 else fixed
+        spread = ShiftedGamma.from_moments(m, floor).tail(t) if lock < 1 else fixed
         tail += w * (lock * fixed + (1 - lock) * spread)
     return tail / total
 
@@ -67,30 +70,64 @@ def e2e_tail(r: Replica, pt: LoadPoint, t: float, ttft: Moments | None = None) -
     ttft = ttft_moments(r, pt) if ttft is None else ttft
     gain = r.feedback(pt) if r.decodes else 0.0
     keep = 1 - r.loop.locked_share(pt.tpot_mean_s)  # lock-step groups decode at the mean
+    fastest = r.fastest_step_s() if r.decodes else 0.0
     total = 0.0
     for n, w in r.outputs or [(0, 1.0)]:
         if n == 0:  # a one-token answer ends with its first token
-            total += w * (ttft_tail(r, pt, t) if own_ttft else ShiftedGamma.from_moments(ttft).tail(t))
+            total += w * (ttft_tail(r, pt, t) if own_ttft else ShiftedGamma.from_moments(ttft, 0.0).tail(t))
         else:
             m = tpot_moments(r, pt, n, gain).scaled(n)
-            total += w * ShiftedGamma.from_moments(ttft + Moments(m.mean, m.var * keep, m.mu3 * keep)).tail(t)
+            both = ttft + Moments(m.mean, m.var * keep, m.mu3 * keep)
+            total += w * ShiftedGamma.from_moments(both, n * fastest).tail(t)
     return total
 
 
+def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
+    """(share of steps, seconds) of the steps a decoding sequence waits between two tokens.
+
+    A share f = lambda m T of them (by count) carries prefill: full chunks (Tc) and the part-filled last chunks
+    of prompts that run alone (chance pi each), at T0 + (Tc - T0) x the chunk's share of C; lock-step groups
+    run their own step. The rest are decode-only steps, T0 with the batch's swing (a 3-point normal).
+    """
+    t0, tc = pt.decode_step_s, pt.chunk_step_s
+    f = min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0) if r.prompts else 0.0
+    lock = r.loop.locked_share(pt.tpot_mean_s)
+    parts: list[tuple[float, float]] = []
+    for prompt, pi in zip(r.prompts, pt.lone, strict=True):
+        last = t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
+        parts.append((prompt.weight * (1 - lock) * pi, last))
+        grouped = locked_step(r, pt, prompt) if lock > 0 else tc
+        parts.append((prompt.weight * lock, grouped))
+    lone = sum(w for w, _ in parts)
+    total_steps = max(pt.steps_per_request, 1e-12)
+    out = [(f * w / total_steps, x) for w, x in parts if w > 0]
+    full = f * max(1 - lone / total_steps, 0.0)
+    sd = math.sqrt(decoding_spread(pt.batch, r.users_estimate(pt)) * r.decode_step_moments(pt.batch)[1])
+    spread = math.sqrt(3) * sd
+    return out + [(full, tc), ((1 - f) / 6, t0 - spread), ((1 - f) * 4 / 6, t0), ((1 - f) / 6, t0 + spread)]
+
+
+def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:
+    """P(a gap between two tokens > t), pooled over every decoding sequence's gaps (vLLM's ITL)."""
+    return sum(w for w, x in itl_steps(r, pt) if x > t)
+
+
 def tail(r: Replica, pt: LoadPoint, metric: str, t: float) -> float:
-    """P(metric > t) for metric in ttft, tpot, e2e."""
+    """P(metric > t) for metric in ttft, tpot, e2e, itl."""
     if metric == "ttft":
         return ttft_tail(r, pt, t)
     if metric == "tpot":
         return tpot_tail(r, pt, t)
+    if metric == "itl":
+        return itl_tail(r, pt, t)
     return e2e_tail(r, pt, t)
 
 
 def applies(r: Replica, metric: str) -> bool:
-    """Whether a metric exists here: TTFT needs prefill, TPOT a decode step, E2E both."""
+    """Whether a metric exists here: TTFT needs prefill, TPOT and ITL a decode step, E2E both."""
     if metric == "ttft":
         return bool(r.prompts)
-    if metric == "tpot":
+    if metric in ("tpot", "itl"):
         return r.decodes
     return bool(r.prompts) and bool(r.outputs)
 
@@ -101,7 +138,7 @@ def percentile(r: Replica, pt: LoadPoint, metric: str, q: float) -> float | None
         return None
     if metric == "ttft":
         guess = pt.chunk_step_s + pt.wait_mean_s + r.overhead_s + pt.admission_wait_s
-    elif metric == "tpot":
+    elif metric in ("tpot", "itl"):
         guess = pt.tpot_mean_s
     else:
         guess = ttft_moments(r, pt).mean + r.decode_steps_mean * pt.tpot_mean_s

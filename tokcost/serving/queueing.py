@@ -197,17 +197,27 @@ class ShiftedGamma:
     shift: float
 
     @staticmethod
-    def from_moments(m: Moments) -> ShiftedGamma:
-        """Match three moments: shape 4 / skew^2, scale sd x skew / 2, shift mean - shape x scale."""
+    def from_moments(m: Moments, floor: float = -math.inf) -> ShiftedGamma:
+        """Match three moments: shape 4 / skew^2, scale sd x skew / 2, shift mean - shape x scale.
+
+        A time has a physical least value (`floor`: a step with nothing else in it). When the three-moment fit
+        (or a normal) would put mass below it, the gamma is refitted on two moments above the floor: shift =
+        floor, shape (mean - floor)^2 / var, so a percentile never falls under what physics allows.
+        """
         sd = math.sqrt(max(m.var, 0.0))
-        if sd <= 1e-9 * max(abs(m.mean), EPS):
-            return ShiftedGamma(m.mean, 0.0, None, 0.0, m.mean)
+        if sd <= 1e-9 * max(abs(m.mean), EPS) or m.mean <= floor:
+            return ShiftedGamma(max(m.mean, floor), 0.0, None, 0.0, max(m.mean, floor))
         skew = m.mu3 / sd**3
         shape = 4 / skew**2 if skew > 0 else math.inf
         if shape > NORMAL_SHAPE:
-            return ShiftedGamma(m.mean, sd, None, 0.0, m.mean)
-        scale = sd * skew / 2
-        return ShiftedGamma(m.mean, sd, shape, scale, m.mean - shape * scale)
+            shape, scale, shift = math.inf, 0.0, m.mean
+        else:
+            scale = sd * skew / 2
+            shift = m.mean - shape * scale
+        if shift - (3 * sd if shape == math.inf else 0.0) < floor:  # mass below the floor: above it instead
+            excess = m.mean - floor
+            return ShiftedGamma(m.mean, sd, excess**2 / m.var, m.var / excess, floor)
+        return ShiftedGamma(m.mean, sd, None if shape == math.inf else shape, scale, shift)
 
     def tail(self, t: float) -> float:
         """P(X > t)."""

@@ -29,7 +29,7 @@ decode instance one with no prefill whose requests wait for their KV to arrive o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tokcost.engine.step import Scenario, Segment
@@ -105,13 +105,15 @@ class Replica:
 
     def __init__(
         self, steps: Steps, traffic: Traffic, chunk: int, kv_capacity_tokens: float, role: Role = "both",
-        transfer_s: float = 0.0, max_running: int | None = None,
+        transfer_s: float = 0.0, max_running: int | None = None, client_side: bool = True,
     ):  # fmt: skip
         self.steps, self.traffic, self.chunk, self.role = steps, traffic, chunk, role
         self.kv_capacity_tokens = kv_capacity_tokens
         self.max_running = max_running  # the engine's cap on running sequences (None: the KV cache alone)
+        self.scheduler_steps = 1  # multi-step scheduling: a new prompt joins at the end of a window of k steps
         self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
-        self.overhead_s = steps.request_overhead_s
+        # the engine's per-request cost (HTTP, tokenization, scheduling) is on the TTFT a client times
+        self.overhead_s = steps.request_overhead_s if client_side else 0.0
         self.loop = Loop.of(traffic, self.overhead_s)
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
@@ -316,6 +318,10 @@ class Replica:
             return (0.0, 0.0) if held < c else (1.0, math.inf)
         return p, (held / rate) / (c - held)
 
+    def fastest_step_s(self) -> float:
+        """The quickest a decode step can be: one sequence alone (TPOT's physical floor)."""
+        return self._main_curves()[0](1.0)
+
     def users_estimate(self, pt: LoadPoint) -> float:
         """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their
         lone prefill, on their way back or thinking); an open loop has no such bound (infinity)."""
@@ -444,16 +450,22 @@ def decode_context(traffic: Traffic) -> float:
 
 def build_replica(
     model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
-    role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None,
+    role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None, scheduler_steps: int = 1,
+    client_side: bool = True,
 ) -> Replica:  # fmt: skip
-    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap) under
-    one scenario."""
+    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap and
+    multi-step scheduling) under one scenario."""
+    engine = deployment.engine
+    if scheduler_steps > 1 and engine.step_overhead_us:  # multi-step scheduling: the host's work once per k steps
+        engine = engine.model_copy(update={"step_overhead_us": engine.step_overhead_us / scheduler_steps})
+        deployment = replace(deployment, engine=engine)
     prompt, output = max(round(traffic.prompt_mean_tokens), 1), max(round(traffic.output.mean), 1)
     kv = replica_kv_tokens(model, deployment, 1, prompt, output)
     per_sequence = max(model.attended_tokens(prompt + output), 1.0)
     kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
-    replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running)
+    replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side)
+    replica.scheduler_steps = scheduler_steps
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     return replica

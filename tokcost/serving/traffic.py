@@ -21,7 +21,7 @@ DistKind = Literal["fixed", "exponential", "lognormal", "empirical"]
 PROMPT_GRID_POINTS = 32  # mid-quantile points of a prompt distribution (a quarter of them priced by curves)
 OUTPUT_GRID_POINTS = 32  # of an output distribution (arithmetic only; E2E follows its quantiles closely)
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
-METRICS = ("ttft", "tpot", "e2e")
+METRICS = ("ttft", "tpot", "e2e", "itl")  # itl: the gap between two tokens, pooled over every gap
 # A closed-loop client sends its next request this long after its last token reaches it: a round trip on the
 # same network plus the client's own turnaround (its HTTP and tokenization are the engine's per-request cost)
 CLIENT_RTT_S = 1e-3
@@ -118,7 +118,7 @@ class Traffic:
 class Slo:
     """A latency objective: the `quantile` of `metric` at most `seconds` (e.g. p90 TTFT <= 0.5 s)."""
 
-    metric: Literal["ttft", "tpot", "e2e"]
+    metric: Literal["ttft", "tpot", "e2e", "itl"]
     percentile: str  # p50, p90, p95, p99
     seconds: float
 
@@ -155,7 +155,7 @@ def parse_slo(text: str) -> Slo:
     if not sep or metric not in METRICS or pct not in QUANTILES:
         raise UsageError(
             f"--slo: {text!r} is not METRIC_PCT=VALUE with METRIC in {', '.join(METRICS)} and PCT in "
-            f"{', '.join(QUANTILES)} (e.g. ttft_p90=500ms, tpot_p99=50ms, e2e_p50=10s)"
+            f"{', '.join(QUANTILES)} (e.g. ttft_p90=500ms, tpot_p99=50ms, itl_p99=200ms, e2e_p50=10s)"
         )
     return Slo(metric, pct, parse_duration(value, "--slo"))  # type: ignore[arg-type]
 

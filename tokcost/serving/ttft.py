@@ -74,7 +74,21 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
         if lock > 0:
             out += [(prompt.weight * lock * share, constant, 0.0, 1.0, 0.0) for share, constant in
                     _lock_step(r, pt, prompt, alone, p_dec)]  # fmt: skip
-    return _with_admission(out, pt)
+    return _with_admission(_with_window(out, r, pt), pt)
+
+
+def _with_window(out: list[Branch], r: Replica, pt: LoadPoint) -> list[Branch]:
+    """Multi-step scheduling (k > 1): a new prompt waits for the window of k decode steps in progress to end,
+    uniform over k T; each branch's uniform and this one as one of equal mean and variance."""
+    k = r.scheduler_steps
+    if k <= 1 or pt.batch <= 0:
+        return out
+    window = k * pt.tpot_mean_s
+    merged = []
+    for w, c, mean, shape, width in out:
+        both = math.hypot(width, window)
+        merged.append((w, c + (width + window - both) / 2, mean, shape, both))
+    return merged
 
 
 def _with_admission(out: list[Branch], pt: LoadPoint) -> list[Branch]:
@@ -90,17 +104,26 @@ def _with_admission(out: list[Branch], pt: LoadPoint) -> list[Branch]:
     return split
 
 
+def locked_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float | None = None) -> float:
+    """The last step of a lock-step group: its g prompts in one step (between the lone prompt's step, g = 1, and
+    a full chunk's, linear in tokens), or, past a chunk, the part-filled last chunk of its one prompt."""
+    t0, tc = pt.decode_step_s, pt.chunk_step_s
+    if prompt.tokens > r.chunk:
+        return t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
+    if alone is None:
+        alone = pt.alone_s[r.prompts.index(prompt)]
+    g = group_size(prompt.tokens, r.chunk, pt.batch)
+    span = r.chunk - prompt.tokens
+    return alone + (tc - alone) * (g - 1) * prompt.tokens / span if span > 0 else alone
+
+
 def _lock_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_dec: float) -> list[tuple[float, float]]:
     """(share, TTFT) of lock-step groups: the first of a burst, and the rest, each after the group before it."""
-    t0, tc = pt.decode_step_s, pt.chunk_step_s
-    g = group_size(prompt.tokens, r.chunk, pt.batch)
-    if prompt.tokens > r.chunk:  # one prompt a group, its own chunks, the last one part-filled
-        own, last = alone, t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
-    else:  # g prompts in one step: between the lone prompt's step (g = 1) and a full chunk's, linear in tokens
-        span = r.chunk - prompt.tokens
-        own = last = alone + (tc - alone) * (g - 1) * prompt.tokens / span if span > 0 else alone
+    t0 = pt.decode_step_s
+    last = locked_step(r, pt, prompt, alone)
+    own = alone if prompt.tokens > r.chunk else last  # one prompt a group and its own chunks, or g in one step
     users = pt.batch + pt.rate_rps * (own + r.loop.offset_s)  # decoding, or on their way to a first token
-    first = min(1.0, g / max(users, 1.0))
+    first = min(1.0, group_size(prompt.tokens, r.chunk, pt.batch) / max(users, 1.0))
     return [(first * (1 - p_dec), own), (first * p_dec, own + r.loop.residual(t0)),
             (1 - first, own + r.loop.residual(last))]  # fmt: skip
 

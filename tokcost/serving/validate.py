@@ -26,8 +26,9 @@ from tokcost.validation.serving_data import ServingRow, ServingSetup
 
 PERCENTILES = ("p50", "p90", "p99")
 LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "tpot_s", "e2e_ms": "e2e_s"}
-CHUNK_FLAG = re.compile(r"--max[-_]num[-_]batched[-_]tokens?\s+(\d+)")
+CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
+SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +76,15 @@ def predict_row(
     else:  # all at once: the server runs at saturation; ask for more than it can serve
         load["rate_rps"] = 1e6
     found, steps = CHUNK_FLAG.search(setup.engine_flags), STEPS_FLAG.search(setup.engine_flags)
+    seqs = SEQS_FLAG.search(setup.engine_flags)
     p: Prediction = predict(
         model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
         prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
         prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean),
         output_dist=_length(setup.output_dist, row.output_tokens_mean),
         weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
-        scheduler_steps=int(steps[1]) if steps else 1, **load,  # type: ignore[arg-type]
+        scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
+        client_side=setup.measured_at == "client", **load,  # type: ignore[arg-type]
     )  # fmt: skip
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])
