@@ -145,7 +145,27 @@ def test_disaggregated_rows(cli):
     [
         (["--rate", "5", "--slo", "ttft_p97=1s"], "--slo: 'ttft_p97=1s'"),
         (["--rate", "5", "--slo", "ttft_p90=500"], "--slo: '500' is not a duration"),
-        (["--rate", "-1"], "--rate: must be above 0"),
+        (["--rate", "-1"], "--rate: must be from 1e-06 to 1,000,000 requests/s (got -1)"),
+        (["--rate", "5e-324"], "--rate: must be from 1e-06"),
+        (["--rate", "5", "--think-time", "2s"], "--think-time: a think time paces closed-loop users"),
+        (["--rate", "5", "--requests", "500"], "--requests: sets the simulation's length; give it with --simulate"),
+        (["--rate", "5", "--slo", "ttft_p90=1s", "--slo", "ttft_p90=2s"], "--slo: ttft_p90 given twice"),
+        (["--rate", "5", "--prompt", "200000"], "exceed llama-3.1-8b's context of 131,072 tokens"),
+        (["--rate", "5", "--simulate", "--requests", "1000000"], "--requests: must be in 100..20,000"),
+        (["--rate", "5", "--max-running", "0"], "--max-running"),
+        (
+            [
+                "--rate",
+                "5",
+                "--chunk",
+                "16,32,64,128,256,512,1024,2048,4096,8192",
+                "--weights",
+                "bf16,fp8",
+                "--gpu",
+                "all",
+            ],
+            "search points",
+        ),
         (["--rate", "5", "--concurrency", "10"], "--rate / --concurrency: give exactly one"),
         ([], "--rate / --concurrency: give exactly one"),
         (["--rate", "5", "--price", "b200=3"], "--price: 'b200' is not among --gpu"),
@@ -200,9 +220,9 @@ def test_plan_does_not_import_torch():
 
 def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
     pytest.importorskip("matplotlib")
-    from tokcost.cli.plan_cmd import frontier_points
     from tokcost.hardware.library import load_gpu
     from tokcost.models.library import load_model
+    from tokcost.plots.plan import frontier, frontier_points
     from tokcost.serving import search
     from tokcost.serving.traffic import LengthDist, Slo, Traffic
 
@@ -211,12 +231,16 @@ def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
             "--slo", "tpot_p90=40ms", "--plot", str(out), "--format", "json")  # fmt: skip
     assert r.exit_code == 0, r.stderr
     svg = out.read_text()
-    assert "p90 TPOT (ms)" in svg and "$/1M output tokens" in svg and "chosen:" in svg
+    # labelled points, the SLO as a line on its own axis, the cost plans rank by, the chosen one named
+    assert "p90 TPOT (ms)" in svg and "fleet $/hour" in svg and "chosen: h100-sxm TP1 bf16" in svg
+    assert "p90 TPOT SLO 40 ms" in svg and "l40s TP1 bf16" in svg
     plan = search.plan(load_model("llama-3.1-8b"), Traffic(LengthDist("fixed", 1024), LengthDist("fixed", 256),
                        rate_rps=5), [Slo("tpot", "p90", 0.04)],
-                       search.Space(gpus=(load_gpu("h100-sxm"),), tps=(1, 2)))  # fmt: skip
+                       search.Space(gpus=(load_gpu("h100-sxm"), load_gpu("l40s")), tps=(1, 2), prices={"l40s": 1.0}))  # fmt: skip
     points = frontier_points(plan)
     assert sum(p.chosen for p in points) == 1 and points[0].chosen == plan.rows[0].expected.meets_slo
-    assert [p.usd_per_million_output_tokens for p in points] == [
-        row.expected.usd_per_million_output_tokens for row in plan.rows
-    ]
+    assert [p.usd_per_hour for p in points] == [row.expected.usd_per_hour for row in plan.rows]
+    chosen = next(p for p in points if p.chosen)
+    for axis in ("tpot_p90_s", "ttft_p90_s"):  # the cheapest that meets every SLO is on both frontiers
+        edge = frontier([(getattr(p, axis), p.usd_per_hour) for p in points if p.meets_slo])
+        assert (getattr(chosen, axis), chosen.usd_per_hour) in edge

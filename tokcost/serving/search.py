@@ -2,13 +2,16 @@
 
 For each GPU type and precision, every layout (TP degree) is tried: those that cannot run the model (heads,
 links, node size) or cannot hold one request's KV beside the weights fail with the reason. For each that can,
-every prefill budget (chunk) gets its goodput under "expected"; the chunk with the highest goodput is kept
-and the fleet is sized under "expected" and, with the same choices, under "ceiling" (datasheet peaks: the
-fewest GPUs physics allows). Disaggregated mode pairs the prefill layout and chunk with the most goodput
-per GPU for the TTFT SLOs with the decode layout with the most for the TPOT SLOs. Ranking: configurations
-that meet every SLO under "expected" first, cheapest $/hour first (no price: after those with one, fewest
-GPUs first). A configuration is on the Pareto frontier when no other that meets the SLOs is at least as
-cheap per output token and at least as fast at p90 TPOT (or at p90 TTFT), and better in one.
+the engine's scheduler on that GPU (its prefill chunk budget, its cap on running sequences, multi-step; the
+profile's defaults, or --chunk and --max-running) sets the replica; with a list of chunks (or an engine that
+states none) each chunk gets its goodput under "expected" and the one with the most is kept. The fleet is
+sized under "expected" and, with the same choices, under "ceiling" (datasheet peaks: the fewest GPUs physics
+allows). Disaggregated mode pairs the prefill layout and chunk with the most goodput per GPU for the TTFT
+SLOs with the decode layout with the most for the TPOT SLOs. Ranking: configurations that meet every SLO
+under "expected" first, cheapest $/hour first (no price: after those with one, fewest GPUs first), ties by
+p90 TPOT then p90 TTFT. A configuration is on the Pareto frontier when no other that meets the SLOs costs at
+most as much per hour and is at least as fast at p90 TPOT (or at p90 TTFT), better in one: the cheapest is
+always on it.
 
 Precision: weights, KV and compute formats come from the lists given; an unset compute dtype follows the
 weights where the GPU runs that float format natively (fp8 weights -> fp8 matmuls on Hopper, Ada, MI300X;
@@ -57,12 +60,42 @@ class Space:
     weights: tuple[str | None, ...] = (None,)
     kv_dtypes: tuple[str | None, ...] = (None,)
     compute_dtypes: tuple[str | None, ...] = (None,)
-    chunks: tuple[int, ...] = DEFAULT_CHUNKS
+    chunks: tuple[int, ...] | None = None  # None: the engine's budget on each GPU (searched if it states none)
+    max_running: int | None = None  # None: the engine's cap on each GPU (the KV cache alone if it states none)
     mode: Mode = "aggregated"
     max_gpus: int | None = None
     headroom: float = 0.2
     prices: Mapping[str, float] = field(default_factory=dict)
     networks: Mapping[str, Link] = field(default_factory=dict)  # GPU name -> its network between nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The scheduler a row runs with, and where each setting comes from."""
+
+    chunks: tuple[int, ...]  # the budgets tried (one: the engine's, or the one given)
+    chunk_source: str  # "engine default", "--chunk", "searched"
+    max_running: int | None
+    max_running_source: str  # "engine default", "--max-running", "none (KV cache)"
+    scheduler_steps: int = 1
+
+
+def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
+    """The engine's scheduler on `gpu`, overridden by --chunk and --max-running."""
+    sched = space.engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)
+    if space.chunks is not None:
+        chunks, source = space.chunks, "--chunk" if len(space.chunks) == 1 else "searched"
+    elif sched.chunk_tokens is not None:
+        chunks, source = (sched.chunk_tokens,), f"{space.engine.name} default"
+    else:
+        chunks, source = DEFAULT_CHUNKS, "searched"
+    if space.max_running is not None:
+        cap, cap_source = space.max_running, "--max-running"
+    elif sched.max_running_sequences is not None:
+        cap, cap_source = sched.max_running_sequences, f"{space.engine.name} default"
+    else:
+        cap, cap_source = None, "none (KV cache)"
+    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps)
 
 
 @dataclass
@@ -79,6 +112,7 @@ class Row:
     prefill_replica: Replica | None = None
     pareto: bool = False
     simulated: dict[str, dict[str, float | None] | None] | None = None
+    choice: Choice | None = None
 
     @property
     def price(self) -> float | None:
@@ -167,13 +201,26 @@ def _refused(deployment: Deployment, reason: str) -> Row:
     return Row("aggregated", deployment, None, None, failed(reason), failed(reason))
 
 
+def _replica(
+    model: ModelSpec,
+    deployment: Deployment,
+    traffic: Traffic,
+    chunk: int,
+    scenario: Scenario,
+    choice: Choice,
+    **kw,  # noqa: ANN003
+) -> Replica:
+    return build_replica(model, deployment, traffic, chunk, scenario, max_running=choice.max_running,
+                         scheduler_steps=choice.scheduler_steps, **kw)  # fmt: skip
+
+
 def _best_chunk(
-    model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], chunks: tuple[int, ...]
+    model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], choice: Choice
 ) -> tuple[int, Replica]:
     """The chunk with the most goodput under "expected" (ties: the smaller chunk), and its replica."""
     best: tuple[float, int, Replica] | None = None
-    for chunk in chunks:
-        replica = build_replica(model, deployment, traffic, chunk, "expected")
+    for chunk in choice.chunks:
+        replica = _replica(model, deployment, traffic, chunk, "expected", choice)
         goodput = capacity(replica, slos).max_rate_rps
         if best is None or goodput > best[0] * (1 + 1e-9):
             best = (goodput, chunk, replica)
@@ -182,15 +229,16 @@ def _best_chunk(
 
 
 def _aggregated(model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], space: Space) -> Row:
-    chunk, replica = _best_chunk(model, deployment, traffic, slos, space.chunks)
+    choice = scheduler_choice(space, deployment.gpu)
+    chunk, replica = _best_chunk(model, deployment, traffic, slos, choice)
     price = space.prices.get(deployment.gpu.name, deployment.gpu.price_per_hour_usd)
 
     def size(r: Replica) -> Fleet:
         return size_aggregated(r, traffic, slos, headroom=space.headroom, gpus_per_replica=deployment.layout.gpus,
                                price=price, max_gpus=space.max_gpus)  # fmt: skip
 
-    ceiling = build_replica(model, deployment, traffic, chunk, "ceiling")
-    return Row("aggregated", deployment, None, chunk, size(replica), size(ceiling), replica)
+    ceiling = _replica(model, deployment, traffic, chunk, "ceiling", choice)
+    return Row("aggregated", deployment, None, chunk, size(replica), size(ceiling), replica, choice=choice)
 
 
 def _link_for(gpu: GpuSpec, space: Space, gpus: int) -> Link | None:
@@ -210,9 +258,10 @@ def _disaggregated(
 ) -> Row:
     """The cheapest pair of pools for this GPU and precision."""
     ttft_slos = [s for s in slos if s.metric == "ttft"]
+    choice = scheduler_choice(space, deploy(layouts[0]).gpu)
     best_p: tuple[float, Layout, int, Replica] | None = None
-    for layout, chunk in product(layouts, space.chunks):
-        r = build_replica(model, deploy(layout), traffic, chunk, "expected", role="prefill")
+    for layout, chunk in product(layouts, choice.chunks):
+        r = _replica(model, deploy(layout), traffic, chunk, "expected", choice, role="prefill")
         goodput = capacity(r, ttft_slos).max_rate_rps
         per_gpu = goodput / layout.gpus
         if best_p is None or per_gpu > best_p[0] * (1 + 1e-9):
@@ -221,22 +270,23 @@ def _disaggregated(
     _, p_layout, chunk, _ = best_p
     best: tuple[int, Fleet, Layout, Replica, Replica] | None = None
     for layout in layouts:
-        fleet, decode, prefill = _size_pair(model, deploy, p_layout, layout, chunk, traffic, slos, space, "expected")
+        fleet, decode, prefill = _size_pair(model, deploy, p_layout, layout, chunk, traffic, slos, space, "expected",
+                                            choice)  # fmt: skip
         key = fleet.gpus if fleet.gpus is not None and fleet.max_rate_rps > 0 else math.inf
         if best is None or key < best[0]:
             best = (key, fleet, layout, decode, prefill)  # type: ignore[assignment]
     assert best is not None
     _, fleet, d_layout, decode, prefill = best
-    ceiling, _, _ = _size_pair(model, deploy, p_layout, d_layout, chunk, traffic, slos, space, "ceiling")
-    return Row("disaggregated", deploy(d_layout), p_layout, chunk, fleet, ceiling, decode, prefill)
+    ceiling, _, _ = _size_pair(model, deploy, p_layout, d_layout, chunk, traffic, slos, space, "ceiling", choice)
+    return Row("disaggregated", deploy(d_layout), p_layout, chunk, fleet, ceiling, decode, prefill, choice=choice)
 
 
 def _size_pair(
     model: ModelSpec, deploy, p_layout: Layout, d_layout: Layout, chunk: int, traffic: Traffic,  # noqa: ANN001
-    slos: list[Slo], space: Space, scenario: Scenario,
+    slos: list[Slo], space: Space, scenario: Scenario, choice: Choice,
 ) -> tuple[Fleet, Replica, Replica]:  # fmt: skip
     gpu = deploy(d_layout).gpu
-    prefill = build_replica(model, deploy(p_layout), traffic, chunk, scenario, role="prefill")
+    prefill = _replica(model, deploy(p_layout), traffic, chunk, scenario, choice, role="prefill")
     price = space.prices.get(gpu.name, gpu.price_per_hour_usd)
     fleet: Fleet | None = None
     decode: Replica | None = None
@@ -244,10 +294,10 @@ def _size_pair(
         link = _link_for(gpu, space, gpus)  # type: ignore[arg-type]
         if link is None:
             fleet = failed(f"no link or network to move KV between pools on {gpu.name}")
-            decode = build_replica(model, deploy(d_layout), traffic, chunk, scenario, role="decode")
+            decode = _replica(model, deploy(d_layout), traffic, chunk, scenario, choice, role="decode")
             break
         transfer = transfer_seconds(model, prefill, link, p_layout.tp, d_layout.tp)
-        decode = build_replica(model, deploy(d_layout), traffic, chunk, scenario, role="decode", transfer_s=transfer)
+        decode = _replica(model, deploy(d_layout), traffic, chunk, scenario, choice, role="decode", transfer_s=transfer)
         fleet = size_disaggregated(prefill, decode, traffic, slos, headroom=space.headroom,
                                    prefill_gpus=p_layout.gpus, decode_gpus=d_layout.gpus, price=price,
                                    max_gpus=space.max_gpus)  # fmt: skip
@@ -290,6 +340,10 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
     return rows, warnings
 
 
+def _p90(values: dict[str, float | None] | None) -> float:
+    return (values or {}).get("p90") or math.inf
+
+
 def _rank(row: Row) -> tuple:
     x = row.expected
     return (
@@ -297,19 +351,24 @@ def _rank(row: Row) -> tuple:
         x.usd_per_hour is None,
         x.usd_per_hour if x.usd_per_hour is not None else 0.0,
         x.gpus if x.gpus is not None else math.inf,
-        (x.ttft_s or {}).get("p90") or math.inf,
+        _p90(x.tpot_s),
+        _p90(x.ttft_s),
     )
 
 
+def primary_cost(fleet: Fleet) -> float | None:
+    """What plans rank and the frontier weighs: the fleet's $/hour (the same load is served by every row)."""
+    return fleet.usd_per_hour
+
+
 def _mark_pareto(rows: list[Row]) -> None:
-    """Pareto frontier of $/1M output tokens against p90 TPOT and against p90 TTFT (rows meeting the SLOs)."""
+    """Pareto frontier of $/hour against p90 TPOT and against p90 TTFT (rows meeting the SLOs)."""
     points = []
     for row in rows:
         x = row.expected
-        if x.meets_slo and x.usd_per_million_output_tokens is not None:
-            tpot = (x.tpot_s or {}).get("p90")
-            ttft = (x.ttft_s or {}).get("p90")
-            points.append((row, x.usd_per_million_output_tokens, tpot, ttft))
+        cost = primary_cost(x)
+        if x.meets_slo and cost is not None:
+            points.append((row, cost, (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90")))
     for row, usd, tpot, ttft in points:
         row.pareto = any(
             latency is not None
@@ -349,6 +408,13 @@ def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str
     return table
 
 
+def short_label(row: Row) -> str:
+    """'h100-sxm TP4 fp8': GPU, layout and weights (the plot's and the narrow table's name for a row)."""
+    d = row.deployment
+    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
+    return f"{d.gpu.name} {layout} {precision_parts(row)[0] or 'default'}"
+
+
 def row_label(row: Row) -> str:
     """'h100-sxm TP4 fp8/bf16' (disaggregated: 'h100-sxm P:TP2+D:TP4 ...')."""
     d = row.deployment
@@ -382,13 +448,14 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
         traffic = plan.traffic
         if traffic.concurrency and row.expected.replicas:
             traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
-        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps)
+        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps,
+                          max_running=replica.running_cap(), scheduler_steps=replica.scheduler_steps)  # fmt: skip
         row.simulated = {
             f"{metric}_s": (
                 None
                 if result.percentile(metric, 0.5) is None
                 else {name: result.percentile(metric, QUANTILES[name]) for name in REPORTED}
             )
-            for metric in ("ttft", "tpot", "e2e")
+            for metric in ("ttft", "tpot", "e2e", "itl")
         }
         done += 1

@@ -36,6 +36,10 @@ class LengthDist:
     cv: float = 0.0
     values: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        if any(a > b for a, b in zip(self.values, self.values[1:], strict=False)):  # quantiles read a sorted trace
+            object.__setattr__(self, "values", tuple(sorted(self.values)))
+
     def moment(self, k: int) -> float:
         """Raw moment E[X^k]."""
         if self.kind == "fixed":
@@ -56,14 +60,19 @@ class LengthDist:
         if self.kind == "lognormal":
             s = math.sqrt(math.log1p(self.cv**2))
             return math.exp(math.log(self.mean) - s * s / 2 + s * NormalDist().inv_cdf(u))
-        ordered = sorted(self.values)
+        ordered = self.values  # kept sorted (__post_init__)
         return float(ordered[min(int(u * len(ordered)), len(ordered) - 1)])
 
     def grid(self, n: int) -> list[tuple[float, float]]:
-        """(value, weight) points whose weights sum to 1: one point when fixed, else n mid-quantiles."""
+        """(value, weight) points whose weights sum to 1: one point when fixed, else n mid-quantiles, equal
+        values merged (a trace of one length is one point, not n copies of it)."""
         if self.kind == "fixed":
             return [(self.mean, 1.0)]
-        return [(self.quantile((i + 0.5) / n), 1 / n) for i in range(n)]
+        merged: dict[float, float] = {}
+        for i in range(n):
+            value = self.quantile((i + 0.5) / n)
+            merged[value] = merged.get(value, 0.0) + 1 / n
+        return list(merged.items())
 
     def sample(self, rng: random.Random) -> int:
         """One integer token count, at least 1."""
