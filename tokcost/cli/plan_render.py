@@ -117,11 +117,17 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
         cap = f"{c.max_running:,} ({c.max_running_source})" if c.max_running else "none: the KV cache caps it"
         out.append(f"Scheduler of #1: chunk {top.chunk:,} tokens per step ({c.chunk_source}), running cap {cap}. "
                    "p99 ITL: the gap between two tokens, steps that carry a prefill chunk included.")  # fmt: skip
+        if c.chunk_source.endswith("default") and any(s.metric in ("tpot", "itl") for s in result.slos):
+            out.append("A smaller chunk trades TTFT for TPOT and ITL: --chunk search tries 256 to 8,192 tokens.")
     if top is not None and top.replica is not None:
         cost = top.replica.overhead_s
         out.append(f"TTFT as a client times it: the engine's per-request cost ({fmt.ms(cost)}: HTTP, tokenization, "
                    "scheduling) included." if cost else "TTFT as the engine times it: its per-request cost is 0 "
                    "in this profile (HTTP and tokenization not priced).")  # fmt: skip
+    t = result.traffic
+    if t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
+        out.append("Fixed lengths and no think time: users fall into lock-step, each group waiting out the one "
+                   "before it (modelled); --think-time or a length distribution describes users who do not.")  # fmt: skip
     out.append(f"Planned {len(result.rows)} configurations. --explain shows the arithmetic.")
     return out
 

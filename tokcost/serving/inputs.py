@@ -100,24 +100,25 @@ def plan_traffic(
     *, rate: float | None = None, concurrency: int | None = None, think_time_s: float | None = None,
     prompt_tokens: int | None = None, output_tokens: int | None = None, prompt_dist: str | LengthDist | None = None,
     output_dist: str | LengthDist | None = None, trace: tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]
-    | None = None, cached_prefix_tokens: int = 0, api: bool = False,
+    | None = None, cached_prefix_tokens: int = 0, trace_name: str = "", api: bool = False,
 ) -> Traffic:  # fmt: skip
-    """The traffic a plan serves, every input checked (a trace: (prompts, outputs, arrival times))."""
+    """The traffic a plan serves, every input checked (a trace: (prompts, outputs, arrival times), named
+    `trace_name` in messages)."""
     if trace is not None:
         lengths = (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens), ("prompt_dist", prompt_dist),
                    ("output_dist", output_dist))  # fmt: skip
         given = [k for k, v in lengths if v is not None]
         if given:
-            raise UsageError(f"{name(given[0], api)}: the trace gives every request's lengths; drop it")
+            raise UsageError(f"{name(given[0], api)}: the trace {trace_name} gives every request's lengths; drop it")
         prompts, outputs, arrivals = trace
         if rate is None and concurrency is None:
             if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
-                raise UsageError(f"{name('trace', api)}: no arrival_s times to take a rate from; give "
+                raise UsageError(f"{name('trace', api)} {trace_name}: no arrival_s times to take a rate from; give "
                                  f"{name('rate', api)} or {name('concurrency', api)}")  # fmt: skip
             rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
         if min(prompts) <= cached_prefix_tokens:
-            raise UsageError(f"{name('cached_prefix_tokens', api)}: must be below the trace's shortest prompt "
-                             f"({min(prompts)} tokens)")  # fmt: skip
+            raise UsageError(f"{name('cached_prefix_tokens', api)}: must be below the shortest prompt of "
+                             f"{trace_name or 'the trace'} ({min(prompts)} tokens)")  # fmt: skip
         prompt_len = LengthDist("empirical", sum(prompts) / len(prompts), values=prompts)
         output_len = LengthDist("empirical", sum(outputs) / len(outputs), values=outputs)
     else:
