@@ -244,3 +244,64 @@ def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
     for axis in ("tpot_p90_s", "ttft_p90_s"):  # the cheapest that meets every SLO is on both frontiers
         edge = frontier([(getattr(p, axis), p.usd_per_hour) for p in points if p.meets_slo])
         assert (getattr(chosen, axis), chosen.usd_per_hour) in edge
+
+
+DONE_WHEN = ["plan", "-m", "llama-3.1-70b", "--concurrency", "200", "--prompt", "2000", "--output", "300",
+             "--slo", "ttft_p90=1s", "--slo", "tpot_p90=50ms", "--gpu", "h100-sxm,h200,mi300x,l40s",
+             "--price", "h100-sxm=3.78,h200=4.3,mi300x=4.0,l40s=1.95"]  # fmt: skip
+
+
+def test_the_issues_buyer_question_gets_a_priced_answer_for_every_gpu(cli):
+    r = cli(*DONE_WHEN, "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    configs = r.json()["configs"]
+    best = {}
+    for c in configs:
+        if c["expected"]["meets_slo"]:
+            best.setdefault(c["gpu"], c)
+    assert set(best) == {"h100-sxm", "h200", "mi300x", "l40s"}  # every GPU type has a priced fleet
+    assert all(c["expected"]["usd_per_hour"] is not None for c in best.values())
+    cheapest = configs[0]
+    assert cheapest["pareto"] and cheapest["expected"]["usd_per_hour"] == min(
+        c["expected"]["usd_per_hour"] for c in configs if c["expected"]["meets_slo"])  # fmt: skip
+    table = cli(*DONE_WHEN)
+    assert "Cheapest per GPU type" in table.stdout
+    assert "\n│ 1* │" in table.stdout  # the cheapest row is starred
+
+
+def test_eighty_columns_keep_the_answer_and_never_cut_a_value(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*DONE_WHEN)
+    assert r.exit_code == 0, r.stderr
+    table = r.stdout.split("Cheapest fleets that meet every SLO (expected)")[1].split("(left out")[0]
+    header = next(line for line in table.splitlines() if "fleet" in line)
+    for column in ("fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding"):
+        assert column in header, column
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "…" not in r.stdout  # left out, never ellipsized
+    wide = cli(*DONE_WHEN, "-f", "markdown")
+    assert "out tok/s" in wide.stdout  # goodput names its tokens
+
+
+def test_explain_states_the_client_side_request_cost_and_the_scheduler(cli, tmp_path):
+    profile = tmp_path / "served.yaml"
+    profile.write_text("name: served\nsource: a test profile\nrequest_overhead_us: 40000\nmax_running_sequences: 32\n"
+                       "chunk_tokens: 1024\n")  # fmt: skip
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "2", "--engine", str(profile),
+            "--explain", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    config = data["configs"][0]
+    assert config["request_overhead_s"] == pytest.approx(0.04)
+    assert (config["chunk_tokens"], config["chunk_source"]) == (1024, "served default")
+    assert (config["max_running"], config["max_running_source"]) == (32, "served default")
+    assert config["expected"]["ttft_s"]["p50"] > 0.04  # the 40 ms a client sees is in TTFT
+    assert any("per-request cost on TTFT (client-side) 40.0 ms" in line for line in data["explain"])
+
+
+def test_simulate_renders_as_csv_too(cli):
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "2", "--simulate", "--requests",
+            "300", "-f", "csv")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    header = r.stdout.splitlines()[0].split(",")
+    assert "simulated.itl_s.p99" in header and "expected.itl_s.p99" in header

@@ -285,7 +285,8 @@ def plan(
         rate=rate_rps, concurrency=concurrency, think_time_s=think_time_s, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, prompt_dist=prompt_dist, output_dist=output_dist,
         cached_prefix_tokens=cached_prefix_tokens,
-        trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None, trace_name=str(rows.path) if rows else "", api=True,
+        trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None,
+        trace_name=str(rows.path) if rows else "", api=True,
     )  # fmt: skip
     gpu_specs = tuple(_gpu(g) for g in gpus)
     space = plan_space(

@@ -134,7 +134,8 @@ def plan(
     traffic = plan_traffic(
         rate=rate, concurrency=concurrency, think_time_s=_think(think_time), prompt_tokens=prompt,
         output_tokens=output, prompt_dist=prompt_dist, output_dist=output_dist, cached_prefix_tokens=cached_prefix,
-        trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None, trace_name=str(rows.path) if rows else "",
+        trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None,
+        trace_name=str(rows.path) if rows else "",
     )  # fmt: skip
     slos = [parse_slo(s) for s in slo or []]
     names = builtin_gpus() if gpu.strip().lower() == "all" else split_list(gpu, "--gpu")

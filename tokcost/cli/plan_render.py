@@ -126,8 +126,10 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
                    "in this profile (HTTP and tokenization not priced).")  # fmt: skip
     t = result.traffic
     if t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
-        out.append("Fixed lengths and no think time: users fall into lock-step, each group waiting out the one "
-                   "before it (modelled); --think-time or a length distribution describes users who do not.")  # fmt: skip
+        out.append(
+            "Fixed lengths and no think time: users fall into lock-step, each group waiting out the one "
+            "before it (modelled); --think-time or a length distribution describes users who do not."
+        )
     out.append(f"Planned {len(result.rows)} configurations. --explain shows the arithmetic.")
     return out
 

@@ -60,11 +60,28 @@ class Fleet:
     # (load one instance carries at the goodput, GPUs per instance) per pool; load = rate, or users
     pools: tuple[tuple[float, int], ...] = ()
 
+    def __post_init__(self) -> None:
+        """One finiteness rule for every number plan prints: a value that is not a finite number is unknown (None)."""
+        for name in PRINTED:
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, {k: _finite(v) for k, v in value.items()})
+            elif isinstance(value, float):
+                object.__setattr__(self, name, _finite(value))
+
     def gpus_at(self, load: float, headroom: float) -> int | None:
         """GPUs this configuration needs for `load` (rate or users), from the same goodput."""
         if not self.pools or any(cap <= 0 for cap, _ in self.pools):
             return None
         return sum(max(math.ceil(load * (1 + headroom) / cap - 1e-9), 1) * gpus for cap, gpus in self.pools)
+
+
+PRINTED = ("max_rate_rps", "saturation_rps", "utilization", "ttft_s", "tpot_s", "e2e_s", "itl_s", "usd_per_hour",
+           "usd_per_million_input_tokens", "usd_per_million_output_tokens", "usd_per_million_tokens")  # fmt: skip
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
 
 
 def failed(binding: str, cap: Capacity | None = None) -> Fleet:
