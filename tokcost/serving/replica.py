@@ -35,19 +35,17 @@ from typing import Literal
 from tokcost.engine.step import Scenario, Segment
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.curve import Curve
+from tokcost.serving.limits import Z_P99, ReplicaLimits
 from tokcost.serving.loop import Loop
-from tokcost.serving.queueing import Moments, erlang_c, pollaczek_khinchine_wait, wait_given_waiting
+from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
+from tokcost.serving.replica_steps import ReplicaCurves, bracket
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
 
 Role = Literal["both", "prefill", "decode"]
-Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
 TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for the share of last chunks run alone
 TAIL_TOLERANCE = 1e-4
-SATURATION_MARGIN = 1 - 1e-6
-CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
-POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +98,7 @@ class LoadPoint:
         return self.wait_mean_s / self.queue_rho if self.queue_rho > 0 else 0.0
 
 
-class Replica:
+class Replica(ReplicaLimits, ReplicaCurves):
     """Closed form of one replica's steady state, for any load up to saturation."""
 
     def __init__(
@@ -133,7 +131,7 @@ class Replica:
         }
         self.anchors = sorted({*range(ANCHOR_STRIDE // 2, len(grid), ANCHOR_STRIDE), len(grid) - 1, *edges} - {-1})
         anchor_tokens = [self.prompts[i].tokens for i in self.anchors]
-        self._brackets = [_bracket(anchor_tokens, pt.tokens) for pt in self.prompts]
+        self._brackets = [bracket(anchor_tokens, pt.tokens) for pt in self.prompts]
         e1, e2 = self.prompt_moments[0], self.prompt_moments[1]
         token_weighted = e2 / e1 if e1 else 1.0  # the prompt an average prompt token sits in (length-biased)
         if chunk <= token_weighted:  # a full chunk at the offset whose attention matches the average token's
@@ -167,63 +165,6 @@ class Replica:
     def decodes(self) -> bool:
         """Whether some request decodes here (output above one token, and not a prefill-only instance)."""
         return any(n >= 1 for n, _ in self.outputs)
-
-    # ---- load range ---------------------------------------------------------------------------------
-
-    def kv_batch_limit(self) -> float:
-        """The mean decode batch whose p99 swing fills the KV cache: (b + z sqrt b) x private = free."""
-        free = self.kv_capacity_tokens - self.kv_shared - self.prompt_moments[0]
-        if free <= 0:
-            return 0.0
-        if self.kv_private <= 0:
-            return math.inf
-        y = (-Z_P99 + math.sqrt(Z_P99**2 + 4 * free / self.kv_private)) / 2
-        return y * y
-
-    def kv_slots(self) -> float:
-        """Sequences the KV cache holds whole (the shared prefix once, each one's own prompt and answer)."""
-        free = self.kv_capacity_tokens - self.kv_shared
-        whole = self.steps.model.attended_tokens(self.traffic.prompt_mean_tokens + self.traffic.output.mean)
-        per_sequence = whole - self.kv_shared
-        return math.inf if per_sequence <= 0 else max(math.floor(free / per_sequence), 0)
-
-    def running_cap(self) -> float:
-        """Sequences that may run at once (decoding or part-prefilled): the engine's cap, and in a closed loop
-        the KV slots (an open loop's KV limit is its p99 batch instead)."""
-        cap = float(self.max_running) if self.max_running is not None else math.inf
-        return min(cap, self.kv_slots()) if self.loop.closed else cap
-
-    def _limits(self) -> dict[str, float]:
-        """Each bound on the mean decode batch, by what imposes it."""
-        cap = self.running_cap()
-        running = (cap - 1) * SATURATION_MARGIN if math.isfinite(cap) else math.inf  # one slot for the prompt
-        margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
-        out = {"saturation": self.saturation_batch * margin, "cap": max(running, 0.0)}
-        if not self.loop.closed:
-            out["KV memory"] = self.kv_batch_limit()
-        elif self.max_running is None or self.kv_slots() < self.max_running:
-            out["KV memory"], out["cap"] = out["cap"], math.inf
-        return out
-
-    def load_limit(self) -> float:
-        """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
-        if self.rate_driven:
-            if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
-                return 0.0
-            _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
-            return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
-        return min(self._limits().values())
-
-    def limit_kind(self) -> str:
-        """What caps the load when no SLO does: 'saturation', 'KV memory' or 'cap' (the engine's running cap)."""
-        if self.rate_driven:
-            return "saturation"
-        limits = self._limits()
-        return min(limits, key=lambda k: limits[k])
-
-    def kv_bound(self) -> bool:
-        """Whether KV capacity, not saturation or the engine's cap, caps the load."""
-        return self.limit_kind() == "KV memory"
 
     # ---- steady state ----------------------------------------------------------------------------------
 
@@ -307,21 +248,6 @@ class Replica:
         return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, q_rate, q_rho,
                          admission_p=p_admit, admission_mean_s=admit_s)  # fmt: skip
 
-    def _admission(self, held: float, rate: float) -> tuple[float, float]:
-        """(P(wait), mean wait given one) for a running slot in an open loop: M/M/c with c the engine's cap and
-        `held` slots busy on average (decoding, or prefilling), each for held / rate seconds (Erlang C)."""
-        if self.loop.closed or self.max_running is None or rate <= 0 or not math.isfinite(rate):
-            return 0.0, 0.0
-        c = float(self.max_running)
-        p = erlang_c(c, held)
-        if p <= 1e-9 or held >= c:
-            return (0.0, 0.0) if held < c else (1.0, math.inf)
-        return p, (held / rate) / (c - held)
-
-    def fastest_step_s(self) -> float:
-        """The quickest a decode step can be: one sequence alone (TPOT's physical floor)."""
-        return self._main_curves()[0](1.0)
-
     def users_estimate(self, pt: LoadPoint) -> float:
         """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their
         lone prefill, on their way back or thinking); an open loop has no such bound (infinity)."""
@@ -352,61 +278,6 @@ class Replica:
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
         return 1 / (pt.rate_rps * m + (1 - rho) / t0)
 
-    def _decode_step(self, b: float) -> float:
-        """T0: a decode-only step as a decoding sequence sees it, itself plus Poisson(b) others."""
-        return self.decode_step_moments(b)[0]
-
-    def decode_step_moments(self, b: float) -> tuple[float, float]:
-        """(mean, variance) of the decode-only step over the Poisson(b) others a decoding sequence shares it with.
-
-        Linear in the batch for dense models: the step at b + 1, variance slope^2 b. An MoE's distinct experts
-        are concave in the batch, so both come from the Poisson weights (Jensen: the step at the mean batch is
-        slower than the mean step).
-        """
-        curve = self._main_curves()[0]
-        if self.loop.closed:  # the others are the users' decoding share, not a Poisson count: no Jensen term
-            seen = max(b, 1.0)
-            return curve(seen), curve.slope(seen) ** 2 * max(b, 0.0)
-        if self.steps.model.moe is None or b <= 0:
-            return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
-        points: list[tuple[float, float]] = []
-        if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b
-            spread = math.sqrt(3 * b)
-            points = [(1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread))]
-        else:
-            pmf, k = math.exp(-b), 0
-            while k <= b + 8 * math.sqrt(b) + 8:
-                points.append((pmf, curve(k + 1)))
-                k += 1
-                pmf *= b / k
-        mean = sum(w * y for w, y in points)
-        return mean, max(sum(w * y * y for w, y in points) - mean**2, 0.0)
-
-    # ---- step-time curves ------------------------------------------------------------------------------
-
-    def _main_curves(self) -> tuple[Curve, Curve]:
-        """(decode-only, full packed chunk) step-time curves, built on first use (the second only with prefill)."""
-        if self._curves is None:
-            decode = self.steps.curve(())
-            self._curves = (decode, self.steps.curve(self.packed) if self.prompts else decode)
-        return self._curves
-
-    def _alone(self, b: float, alpha: float) -> tuple[float, ...]:
-        """Lone prefill cost A(P') of every prompt grid point at decode batch b."""
-        if self._anchor_curves is None:
-            self._anchor_curves = [
-                (pt.chunks - 1, self.steps.curve(pt.full) if pt.full else None, self.steps.curve(pt.tail), pt.tokens)
-                for pt in (self.prompts[i] for i in self.anchors)
-            ]  # fmt: skip
-        excess = [
-            full_chunks * (full(b) if full else 0.0) + tail(b) - alpha * tokens
-            for full_chunks, full, tail, tokens in self._anchor_curves
-        ]
-        return tuple(
-            alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f
-            for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True)
-        )
-
 
 def _damped(old: tuple[float, ...], new: tuple[float, ...], i: int) -> tuple[tuple[float, ...], bool]:
     """The next iterate of pi (averaged with the last from the third pass on) and whether it has settled."""
@@ -422,17 +293,6 @@ def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> 
     raw2 = alpha**2 * m2 + 2 * alpha * d * m1 + d**2
     raw3 = alpha**3 * m3 + 3 * alpha**2 * d * m2 + 3 * alpha * d**2 * m1 + d**3
     return Moments(mean, max(raw2 - mean**2, 0.0), raw3 - 3 * mean * raw2 + 2 * mean**3)
-
-
-def _bracket(xs: list[int], x: float) -> tuple[int, int, float]:
-    """(i, j, f): x = xs[i] + f (xs[j] - xs[i]) between neighbours, f = 0 beyond the ends (xs increasing)."""
-    if not xs or x <= xs[0]:
-        return 0, 0, 0.0
-    for j in range(1, len(xs)):
-        if x <= xs[j]:
-            span = xs[j] - xs[j - 1]
-            return j - 1, j, (x - xs[j - 1]) / span if span else 0.0
-    return len(xs) - 1, len(xs) - 1, 0.0
 
 
 def decode_context(traffic: Traffic) -> float:

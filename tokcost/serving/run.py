@@ -6,11 +6,15 @@ other's `to_dict()` are the same object.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tokcost.models.spec import ModelSpec
 from tokcost.serving import search
+from tokcost.serving.fleet import REPORTED
 from tokcost.serving.inputs import SIMULATED_ROWS, check_context, check_search, check_simulation, check_slos
-from tokcost.serving.search import Plan, Space, simulate_rows
-from tokcost.serving.traffic import Slo, Traffic
+from tokcost.serving.search import Plan, Space
+from tokcost.serving.simulate import simulate
+from tokcost.serving.traffic import QUANTILES, Slo, Traffic
 
 
 def run_plan(
@@ -48,3 +52,28 @@ def scheduler_warnings(result: Plan) -> list[str]:
         return []
     return [f"{search.row_label(top)}: the engine's cap of {top.choice.max_running:,} running sequences binds "
             "(more users only queue for admission); --max-running raises it where memory allows"]  # fmt: skip
+
+
+def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
+    """Fill `simulated` for the first `top` aggregated rows that meet the SLOs: one replica at its offered load."""
+    done = 0
+    for row in plan.rows:
+        if done >= top or not row.expected.meets_slo:
+            break
+        point, replica = row.expected.point, row.replica
+        if row.mode != "aggregated" or point is None or replica is None:
+            continue
+        traffic = plan.traffic
+        if traffic.concurrency and row.expected.replicas:
+            traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
+        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps,
+                          max_running=replica.running_cap(), scheduler_steps=replica.scheduler_steps)  # fmt: skip
+        row.simulated = {
+            f"{metric}_s": (
+                None
+                if result.percentile(metric, 0.5) is None
+                else {name: result.percentile(metric, QUANTILES[name]) for name in REPORTED}
+            )
+            for metric in ("ttft", "tpot", "e2e", "itl")
+        }
+        done += 1

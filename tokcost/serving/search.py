@@ -22,116 +22,40 @@ formats stay weight-only unless --compute-dtype says otherwise).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from itertools import product
-from typing import Literal
 
 from tokcost import formats
 from tokcost.engine.step import Scenario
 from tokcost.errors import TokcostError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity
-from tokcost.serving.fleet import REPORTED, Fleet, failed, size_aggregated, size_disaggregated, transfer_seconds
+from tokcost.serving.fleet import Fleet, failed, size_aggregated, size_disaggregated, transfer_seconds
 from tokcost.serving.layout import DEFAULT_MAX_TP, Layout, valid_tp_degrees
+from tokcost.serving.ranking import load_table, mark_pareto, primary_cost, rank
 from tokcost.serving.replica import Replica, build_replica
-from tokcost.serving.simulate import simulate
+from tokcost.serving.rows import (
+    DEFAULT_CHUNKS,
+    Choice,
+    Mode,
+    Plan,
+    Row,
+    Space,
+    precision_label,
+    precision_parts,
+    row_label,
+    scheduler_choice,
+    short_label,
+)  # fmt: skip
 from tokcost.serving.steps import Deployment, replica_kv_tokens
-from tokcost.serving.traffic import QUANTILES, Slo, Traffic
+from tokcost.serving.traffic import Slo, Traffic
 
-DEFAULT_CHUNKS = (256, 512, 1024, 2048, 4096, 8192)  # prefill token budgets per step (vLLM: 512-8192)
-LOAD_MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)
+__all__ = [  # what callers import from here: the search, and the rows' types and labels it returns
+    "DEFAULT_CHUNKS", "Choice", "Mode", "Plan", "Row", "Space", "plan", "precision_label", "precision_parts",
+    "primary_cost", "row_label", "scheduler_choice", "short_label",
+]  # fmt: skip
+
 NATIVE_FLOAT_COMPUTE = ("fp8", "fp4")
-Mode = Literal["aggregated", "disaggregated", "both"]
-
-
-@dataclass(frozen=True)
-class Space:
-    """What the plan may choose from, and the fleet-level knobs."""
-
-    gpus: tuple[GpuSpec, ...]
-    tps: tuple[int, ...] | None = None  # None: every valid degree from the smallest that fits up to 8
-    pps: tuple[int, ...] | None = None  # None: 1, and 2..4 stages of a full node when no single node holds it
-    eps: tuple[int, ...] | None = None  # None: 1, and for MoE models every expert-parallel degree = the stage's GPUs
-    dps: tuple[int, ...] = (1,)  # data-parallel attention replicas (MoE)
-    engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
-    weights: tuple[str | None, ...] = (None,)
-    kv_dtypes: tuple[str | None, ...] = (None,)
-    compute_dtypes: tuple[str | None, ...] = (None,)
-    chunks: tuple[int, ...] | None = None  # None: the engine's budget on each GPU (searched if it states none)
-    max_running: int | None = None  # None: the engine's cap on each GPU (the KV cache alone if it states none)
-    mode: Mode = "aggregated"
-    max_gpus: int | None = None
-    headroom: float = 0.2
-    prices: Mapping[str, float] = field(default_factory=dict)
-    networks: Mapping[str, Link] = field(default_factory=dict)  # GPU name -> its network between nodes
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """The scheduler a row runs with, and where each setting comes from."""
-
-    chunks: tuple[int, ...]  # the budgets tried (one: the engine's, or the one given)
-    chunk_source: str  # "engine default", "--chunk", "searched"
-    max_running: int | None
-    max_running_source: str  # "engine default", "--max-running", "none (KV cache)"
-    scheduler_steps: int = 1
-
-
-def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
-    """The engine's scheduler on `gpu`, overridden by --chunk and --max-running."""
-    sched = space.engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)
-    if space.chunks is not None:
-        chunks, source = space.chunks, "--chunk" if len(space.chunks) == 1 else "searched"
-    elif sched.chunk_tokens is not None:
-        chunks, source = (sched.chunk_tokens,), f"{space.engine.name} default"
-    else:
-        chunks, source = DEFAULT_CHUNKS, "searched"
-    if space.max_running is not None:
-        cap, cap_source = space.max_running, "--max-running"
-    elif sched.max_running_sequences is not None:
-        cap, cap_source = sched.max_running_sequences, f"{space.engine.name} default"
-    else:
-        cap, cap_source = None, "none (KV cache)"
-    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps)
-
-
-@dataclass
-class Row:
-    """One configuration: what it is, and its fleet under expected and ceiling."""
-
-    mode: str
-    deployment: Deployment
-    prefill_layout: Layout | None
-    chunk: int | None
-    expected: Fleet
-    ceiling: Fleet
-    replica: Replica | None = None  # expected, at the chosen chunk (aggregated; the decode pool)
-    prefill_replica: Replica | None = None
-    pareto: bool = False
-    simulated: dict[str, dict[str, float | None] | None] | None = None
-    choice: Choice | None = None
-
-    @property
-    def price(self) -> float | None:
-        """$/GPU-hour used (None without a price)."""
-        x = self.expected
-        return x.usd_per_hour / x.gpus if x.usd_per_hour is not None and x.gpus else None
-
-
-@dataclass
-class Plan:
-    """The ranked configurations, the load table and what the reader should know."""
-
-    model: ModelSpec
-    traffic: Traffic
-    slos: list[Slo]
-    space: Space
-    rows: list[Row]
-    load: list[dict[str, object]]
-    warnings: list[str]
 
 
 def default_compute(weights: str | None, gpu: GpuSpec) -> str | None:
@@ -310,8 +234,8 @@ def _size_pair(
 def plan(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> Plan:
     """Every configuration of `space` sized for `traffic` under `slos`, ranked, with the load table."""
     rows, warnings = _rows(model, traffic, slos, space)
-    rows.sort(key=_rank)
-    _mark_pareto(rows)
+    rows.sort(key=rank)
+    mark_pareto(rows)
     return Plan(model, traffic, slos, space, rows, load_table(rows, traffic, space), warnings)
 
 
@@ -338,124 +262,3 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
             except TokcostError as exc:  # e.g. a compute dtype this GPU lists no peak for
                 rows.append(_refused(deploy(Layout(1)), str(exc)))
     return rows, warnings
-
-
-def _p90(values: dict[str, float | None] | None) -> float:
-    return (values or {}).get("p90") or math.inf
-
-
-def _rank(row: Row) -> tuple:
-    x = row.expected
-    return (
-        not x.meets_slo,
-        x.usd_per_hour is None,
-        x.usd_per_hour if x.usd_per_hour is not None else 0.0,
-        x.gpus if x.gpus is not None else math.inf,
-        _p90(x.tpot_s),
-        _p90(x.ttft_s),
-    )
-
-
-def primary_cost(fleet: Fleet) -> float | None:
-    """What plans rank and the frontier weighs: the fleet's $/hour (the same load is served by every row)."""
-    return fleet.usd_per_hour
-
-
-def _mark_pareto(rows: list[Row]) -> None:
-    """Pareto frontier of $/hour against p90 TPOT and against p90 TTFT (rows meeting the SLOs)."""
-    points = []
-    for row in rows:
-        x = row.expected
-        cost = primary_cost(x)
-        if x.meets_slo and cost is not None:
-            points.append((row, cost, (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90")))
-    for row, usd, tpot, ttft in points:
-        row.pareto = any(
-            latency is not None
-            and not any(
-                o_usd <= usd and o_lat is not None and o_lat <= latency and (o_usd < usd or o_lat < latency)
-                for other, o_usd, *o_lats in points
-                for o_lat in [o_lats[i]]
-                if other is not row
-            )
-            for i, latency in enumerate((tpot, ttft))
-        )
-
-
-def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str, object]]:
-    """For each multiple of the offered load, the cheapest configuration's GPUs (by the same goodputs)."""
-    base = traffic.rate_rps if traffic.rate_rps is not None else float(traffic.concurrency or 0)
-    table = []
-    for multiple in LOAD_MULTIPLES:
-        load = base * multiple
-        best: tuple[tuple, Row, int] | None = None
-        for row in rows:
-            if not row.expected.meets_slo:
-                continue
-            gpus = row.expected.gpus_at(load, space.headroom)
-            if gpus is None or (space.max_gpus is not None and gpus > space.max_gpus):
-                continue
-            usd = row.price * gpus if row.price is not None else None
-            key = (usd is None, usd or 0.0, gpus)
-            if best is None or key < best[0]:
-                best = (key, row, gpus)
-        entry: dict[str, object] = {"multiple": multiple, "load": load, "config": None, "gpus": None,
-                                    "usd_per_hour": None}  # fmt: skip
-        if best is not None:
-            _, row, gpus = best
-            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=row.price * gpus if row.price else None)
-        table.append(entry)
-    return table
-
-
-def short_label(row: Row) -> str:
-    """'h100-sxm TP4 fp8': GPU, layout and weights (the plot's and the narrow table's name for a row)."""
-    d = row.deployment
-    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
-    return f"{d.gpu.name} {layout} {precision_parts(row)[0] or 'default'}"
-
-
-def row_label(row: Row) -> str:
-    """'h100-sxm TP4 fp8/bf16' (disaggregated: 'h100-sxm P:TP2+D:TP4 ...')."""
-    d = row.deployment
-    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
-    return f"{d.gpu.name} {layout} {precision_label(row)}"
-
-
-def precision_parts(row: Row) -> tuple[str | None, str | None, str | None]:
-    """(weights, kv, compute) formats as resolved by the engine; as requested (None: default) if never sized."""
-    if row.replica is None:
-        d = row.deployment
-        return d.weights, d.kv_dtype, d.compute_dtype
-    p = row.replica.steps.deployment.precision(row.replica.steps.model)
-    return p.weights, p.kv, p.compute
-
-
-def precision_label(row: Row) -> str:
-    """weights/kv/compute, e.g. 'fp8/bf16/fp8' ('default' where unresolved)."""
-    return "/".join(x or "default" for x in precision_parts(row))
-
-
-def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
-    """Fill `simulated` for the first `top` aggregated rows that meet the SLOs: one replica at its offered load."""
-    done = 0
-    for row in plan.rows:
-        if done >= top or not row.expected.meets_slo:
-            break
-        point, replica = row.expected.point, row.replica
-        if row.mode != "aggregated" or point is None or replica is None:
-            continue
-        traffic = plan.traffic
-        if traffic.concurrency and row.expected.replicas:
-            traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
-        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps,
-                          max_running=replica.running_cap(), scheduler_steps=replica.scheduler_steps)  # fmt: skip
-        row.simulated = {
-            f"{metric}_s": (
-                None
-                if result.percentile(metric, 0.5) is None
-                else {name: result.percentile(metric, QUANTILES[name]) for name in REPORTED}
-            )
-            for metric in ("ttft", "tpot", "e2e", "itl")
-        }
-        done += 1
