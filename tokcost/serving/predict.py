@@ -38,6 +38,8 @@ class Prediction:
     saturation_rps: float
     max_rate_rps: float | None  # at the SLOs given, else None
     saturated: bool  # the load is at or past saturation: no percentiles
+    itl_s: dict[str, float | None] | None = None  # the gap between two tokens, pooled over every gap
+    itl_mean_s: float | None = None  # its mean: the mean step a decoding sequence waits
 
 
 def predict(
@@ -78,6 +80,8 @@ def predict(
         ttft_s=percentiles(replica, point, "ttft"),
         tpot_s=percentiles(replica, point, "tpot"),
         e2e_s=percentiles(replica, point, "e2e"),
+        itl_s=percentiles(replica, point, "itl"),
+        itl_mean_s=point.tpot_mean_s if replica.decodes else None,
         rate_rps=point.rate_rps,
         output_tokens_per_s=point.rate_rps * traffic.output.mean,
         saturation_rps=limits.saturation_rps,
