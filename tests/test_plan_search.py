@@ -211,3 +211,18 @@ def test_ceiling_never_needs_more_gpus_than_expected_for_a_crowd_of_users():
     for row in p.rows:
         assert row.ceiling.gpus <= row.expected.gpus
         assert row.expected.ttft_s["p99"] < 60  # users queue for a slot only past the knee the fleet is sized at
+
+
+def test_every_engine_profile_states_where_its_scheduler_defaults_come_from():
+    from tokcost.profiles import ENGINES, load_engine
+
+    for name in ENGINES:
+        profile = load_engine(name)
+        assert profile.scheduler_source.strip(), name
+        assert profile.scheduler_steps == 1, name  # multi-step only where an era has it (none of today's profiles)
+        for tier in profile.scheduler_tiers:  # each tier changes something, on GPUs with more memory
+            assert tier.max_running_sequences or tier.chunk_tokens, name
+    vllm = load_engine("vllm")
+    # the engine's own device-name rule: an A100 80GB stays on the base defaults although it has >= 70 GiB
+    assert vllm.scheduler(gpu_name="a100-80gb-sxm", memory_bytes=80e9).max_running_sequences == 256
+    assert vllm.scheduler(gpu_name="h200", memory_bytes=141e9).chunk_tokens == 8192

@@ -52,7 +52,9 @@ def read_trace(path: Path) -> Trace:
         text = read_text(path, max_bytes=MAX_TRACE_BYTES, kind="trace", expect=".jsonl trace")
     except SpecError as exc:
         raise UsageError(f"--trace {exc}") from None
-    prompts, outputs, arrivals = [], [], []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    arrivals: list[float] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
