@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tokcost.cli.app import main
+from tokcost.hardware.library import load_gpu
 from tokcost.serving.report import CONFIG_KEYS, SCENARIO_KEYS
 
 BASE = ["plan", "-m", "llama-3.1-70b", "--prompt", "2048", "--output", "300", "--gpu", "h100-sxm,h200",
@@ -58,8 +59,9 @@ def test_json_fleet_arithmetic(plan_json):
         assert x["replicas"] == -(-20 * 1.2 // x["max_rate_rps"])
         assert x["gpus"] == x["replicas"] * config["tp"]
         assert x["max_rate_rps"] <= x["saturation_rps"]
-        if config["gpu"] == "h100-sxm":
-            assert x["usd_per_hour"] == pytest.approx(3.78 * x["gpus"])
+        price = load_gpu(config["gpu"]).price_per_hour_usd  # the spec's $/GPU-hour (None: no price)
+        if price is not None:
+            assert x["usd_per_hour"] == pytest.approx(price * x["gpus"])
         else:
             assert x["usd_per_hour"] is None and x["usd_per_million_output_tokens"] is None
         # the datasheet ceiling never needs more GPUs than expected
