@@ -85,7 +85,8 @@ def test_more_users_than_the_cap_raise_ttft_not_tpot():
     assert twice.tpot_mean_s == four.tpot_mean_s and twice.batch == four.batch <= cap
     assert percentile(r, twice, "tpot", 0.9) == pytest.approx(percentile(r, four, "tpot", 0.9))
     gap = percentile(r, four, "ttft", 0.5) - percentile(r, twice, "ttft", 0.5)
-    assert gap == pytest.approx(2 * cap / twice.rate_rps, rel=1e-6)
+    # (within 1e-3: the chance an arrival finds others decoding, 1 - (1 - b/N)^(N - 1), still moves with N)
+    assert gap == pytest.approx(2 * cap / twice.rate_rps, rel=1e-3)
     assert percentile(r, twice, "ttft", 0.5) > percentile(r, at_cap, "ttft", 0.5)
     # the simulated engine admits at most `cap` running sequences: the same TTFT and TPOT within 15%
     traffic = _traffic("fixed", 1000, 200, 2 * cap, 0.0)
