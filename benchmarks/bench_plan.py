@@ -4,8 +4,10 @@
    llama-3.1-70b at 20 req/s, 2k in / 300 out, p90 TTFT 500 ms and p90 TPOT 40 ms, chunks searched.
 2. The README's command (4 GPUs x 4 TP x 2 formats) in a fresh interpreter, end to end.
 3. Engine calls: how many passes (Steps.cost) the curves needed, against one call per use.
+4. The largest inputs plan accepts (issue 22: each must finish in under 30 s on two cores): a 600-point dense
+   search, an MoE search at the weighted bound, a 100,000-request trace, and a simulation at 60,000 prefill steps.
 
-Run: python benchmarks/bench_plan.py [--runs 3]
+Run: python benchmarks/bench_plan.py [--runs 3] [--largest-only]
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def full_search_seconds(runs: int) -> tuple[float, int, int, int]:
     traffic = Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), rate_rps=20)
     slos = [Slo("ttft", "p90", 0.5), Slo("tpot", "p90", 0.04)]
     space = search.Space(
-        gpus=gpus, tps=(1, 2, 4, 8), weights=("bf16", "fp8", "int4"),
+        gpus=gpus, tps=(1, 2, 4, 8), weights=("bf16", "fp8", "int4"), chunks=search.DEFAULT_CHUNKS,
         networks={g.name: load_network(g.network) for g in gpus if g.network},
     )  # fmt: skip
     calls = [0]
@@ -73,11 +75,52 @@ def cli_seconds(runs: int) -> float:
     return statistics.median(times)
 
 
+LARGEST = {
+    "600 search points (15 GPUs x TP x 10 chunks, llama-3.1-8b)": [
+        "plan", "-m", "llama-3.1-8b", "--rate", "20", "--gpu", "all", "--weights", "bf16",
+        "--chunk", "64,128,256,512,1024,2048,4096,8192,16384,32768"],
+    "MoE near the weighted bound (deepseek-v3: 128 points x 4 chunks = 512)": [
+        "plan", "-m", "deepseek-v3", "--rate", "5", "--gpu", "h100-sxm,h200,b200,mi300x", "--weights", "fp8",
+        "--slo", "tpot_p90=80ms", "--chunk", "1024,2048,4096,8192"],
+    "MoE on every GPU (mixtral-8x7b: 480 weighted points)": [
+        "plan", "-m", "mixtral-8x7b", "--rate", "5", "--gpu", "all"],
+    "100,000-request trace with arrival times": ["plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace"],
+    "simulation at 60,000 prefill steps (3 rows x 10,000 requests)": [
+        "plan", "-m", "llama-3.1-8b", "--rate", "10", "--gpu", "h100-sxm", "--prompt", "1024", "--simulate",
+        "--requests", "10000"],
+}  # fmt: skip
+
+
+def largest_seconds(tmp: str) -> dict[str, float]:
+    """Wall seconds of each largest accepted input, in a fresh interpreter."""
+    import json
+    from pathlib import Path
+
+    trace = Path(tmp) / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"prompt_tokens": 100 + i % 5000, "output_tokens": 1 + i % 700,
+                                         "arrival_s": i * 0.01}) + "\n" for i in range(100_000)))  # fmt: skip
+    out = {}
+    for name, args in LARGEST.items():
+        argv = [*args, str(trace)] if args[-1] == "--trace" else args
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tokcost", *argv, "--format", "json"], check=True, capture_output=True)
+        out[name] = time.perf_counter() - start
+    return out
+
+
 def main() -> None:
     """Print the timings and the engine-call ratio."""
+    import tempfile
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--largest-only", action="store_true")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, seconds in largest_seconds(tmp).items():
+            print(f"largest accepted: {name}: {seconds:6.2f} s")
+    if args.largest_only:
+        return
     seconds, configs, calls, evaluations = full_search_seconds(args.runs + 1)
     print(f"14 GPUs x 4 TP x 3 formats ({configs} configurations, chunks searched): {seconds:6.2f} s")
     print(f"  engine pass calls {calls:,} for {evaluations:,} step times read off curves "

@@ -2,7 +2,7 @@
 
 Writes, and nothing else: the `achievable:` block of every GPU spec in a fitted family (every other byte of the
 file is kept), the fitted keys of every engine profile (tokcost/specs/engines/*.yaml: kernels, fixed costs, source
-and fit digest; name, notes and max_running_sequences are kept), and the block between `<!-- fit:start -->` and
+and fit digest; name, notes and the scheduler defaults are kept), and the block between `<!-- fit:start -->` and
 `<!-- fit:end -->` in validation/README.md (split, fitted values, errors before and after, per engine, family,
 class and source, and the multinode rows). `--check` writes nothing and exits 1 if any file would change.
 
@@ -37,7 +37,8 @@ VALIDATION_README = ROOT / "validation" / "README.md"
 FIT_BLOCK = re.compile(r"(<!-- fit:start -->\n)(.*?)(<!-- fit:end -->)", re.S)
 ACHIEVABLE_BLOCK = re.compile(r"^achievable:\n(?:[ \t].*\n)*", re.M)  # the key and its indented lines
 ENGINE_KEY_ORDER = ("name", "source", "kernels", "step_overhead_us", "request_overhead_us", "collective_overhead_us",
-                    "max_running_sequences", "fit", "notes")  # fmt: skip
+                    "max_running_sequences", "chunk_tokens", "scheduler_steps", "scheduler_tiers", "scheduler_source",
+                    "fit", "notes")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def run_fit() -> Fitted:
 
 
 def load_engine_base(name: str) -> EngineProfile:
-    """The profile as shipped (its name, notes and cap on running sequences are kept; the rest is refitted)."""
+    """The profile as shipped (its name, notes and scheduler defaults are kept; the rest is refitted)."""
     path = ENGINE_SPECS / f"{name}.yaml"
     if not path.is_file():
         return GENERIC.model_copy(update={"name": name, "source": "to be fitted", "fit": ""})
@@ -141,9 +142,9 @@ def replace_achievable(text: str, ach: Achievable) -> str:
 
 def engine_yaml(profile: EngineProfile) -> str:
     """A profile as YAML: its keys in a fixed order, empty ones left out."""
-    data = profile.model_dump(exclude_none=True)
+    data = profile.model_dump(mode="json", exclude_none=True)
     data["kernels"] = {k: v for k, v in data["kernels"].items() if v not in ({}, 1.0)}
-    ordered = {k: data[k] for k in ENGINE_KEY_ORDER if k in data and data[k] not in ("", {})}
+    ordered = {k: data[k] for k in ENGINE_KEY_ORDER if k in data and data[k] not in ("", {}, [])}
     return yaml.safe_dump(ordered, sort_keys=False, width=120, allow_unicode=True)
 
 

@@ -115,7 +115,7 @@ def test_sweep_needs_a_decode_step():
         sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(output_tokens=1))
 
 
-@pytest.mark.parametrize("function", [estimate, compare, sweep])
+@pytest.mark.parametrize("function", [estimate, compare, sweep, tokcost.plan])
 def test_every_argument_is_keyword_only(function):
     parameters = inspect.signature(function).parameters.values()
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
@@ -158,3 +158,32 @@ def test_the_readme_python_api_section_runs(tmp_path, monkeypatch, capsys):
     exec(compile(code, "README.md (Python API)", "exec"), {})
     assert "LM head" in capsys.readouterr().out  # the journey loop printed the stages
     assert (tmp_path / "roofline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_to_dict_is_the_cli_json(cli):
+    from tokcost import PlanResult, plan
+
+    args = ["-m", "llama-3.1-8b", "-g", "h100-sxm,l40s", "--concurrency", "64", "--prompt", "2000", "--output",
+            "300", "--slo", "ttft_p90=1s", "--slo", "tpot_p90=50ms", "--price", "l40s=1.2", "--tp", "1,2"]  # fmt: skip
+    printed = cli("plan", *args, "-f", "json")
+    assert printed.exit_code == 0, printed.stderr
+    slos = ["ttft_p90=1s", "tpot_p90=50ms"]
+    result = plan(model="llama-3.1-8b", gpus=["h100-sxm", "l40s"], concurrency=64, prompt_tokens=2000,
+                  output_tokens=300, slos=slos, prices={"l40s": 1.2}, tp=[1, 2])  # fmt: skip
+    assert isinstance(result, PlanResult)
+    assert as_json(result.to_dict()) == printed.json()
+    top = result.rows[0].expected
+    assert top.meets_slo and top.tpot_s["p90"] <= 0.05 and top.usd_per_hour is not None
+
+
+def test_plan_refuses_in_keywords_not_flags():
+    from tokcost import plan
+
+    with pytest.raises(TokcostError, match=r"^think_time_s: a think time paces closed-loop users; give it with "):
+        plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, think_time_s=1.0)
+    with pytest.raises(TokcostError, match=r"^slos: ttft_p90 given twice"):
+        plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, slos=["ttft_p90=1s", "ttft_p90=2s"])
+    with pytest.raises(TokcostError, match=r"^gpus and slos: give lists"):
+        plan(model="llama-3.1-8b", gpus="h100-sxm", rate_rps=2.0)
+    with pytest.raises(TokcostError, match=r"^tp: 0 is out of range"):
+        plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, tp=[0])

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from importlib import resources
 
 import pytest
 
 from tokcost.cli.app import main
+from tokcost.hardware.library import load_gpu
 from tokcost.serving.report import CONFIG_KEYS, SCENARIO_KEYS
 
 BASE = ["plan", "-m", "llama-3.1-70b", "--prompt", "2048", "--output", "300", "--gpu", "h100-sxm,h200",
@@ -59,8 +61,11 @@ def test_json_fleet_arithmetic(plan_json):
         assert x["replicas"] == -(-20 * 1.2 // x["max_rate_rps"])
         assert x["gpus"] == x["replicas"] * config["tp"]
         assert x["max_rate_rps"] <= x["saturation_rps"]
-        # every built-in GPU has a price (issue 20): h100-sxm $3.78 (Lambda), h200 $4.54 (Spheron), per GPU-hour
-        assert x["usd_per_hour"] == pytest.approx({"h100-sxm": 3.78, "h200": 4.54}[config["gpu"]] * x["gpus"])
+        price = load_gpu(config["gpu"]).price_per_hour_usd  # the spec's $/GPU-hour (None: no price)
+        if price is not None:
+            assert x["usd_per_hour"] == pytest.approx(price * x["gpus"])
+        else:
+            assert x["usd_per_hour"] is None and x["usd_per_million_output_tokens"] is None
         # the datasheet ceiling never needs more GPUs than expected
         assert config["ceiling"]["gpus"] <= x["gpus"]
 
@@ -154,7 +159,27 @@ def test_disaggregated_rows(cli):
     [
         (["--rate", "5", "--slo", "ttft_p97=1s"], "--slo: 'ttft_p97=1s'"),
         (["--rate", "5", "--slo", "ttft_p90=500"], "--slo: '500' is not a duration"),
-        (["--rate", "-1"], "--rate: must be above 0"),
+        (["--rate", "-1"], "--rate: must be from 1e-06 to 1,000,000 requests/s (got -1)"),
+        (["--rate", "5e-324"], "--rate: must be from 1e-06"),
+        (["--rate", "5", "--think-time", "2s"], "--think-time: a think time paces closed-loop users"),
+        (["--rate", "5", "--requests", "500"], "--requests: sets the simulation's length; give it with --simulate"),
+        (["--rate", "5", "--slo", "ttft_p90=1s", "--slo", "ttft_p90=2s"], "--slo: ttft_p90 given twice"),
+        (["--rate", "5", "--prompt", "200000"], "exceed llama-3.1-8b's context of 131,072 tokens"),
+        (["--rate", "5", "--simulate", "--requests", "1000000"], "--requests: must be in 100..20,000"),
+        (["--rate", "5", "--max-running", "0"], "--max-running"),
+        (
+            [
+                "--rate",
+                "5",
+                "--chunk",
+                "16,32,64,128,256,512,1024,2048,4096,8192",
+                "--weights",
+                "bf16,fp8",
+                "--gpu",
+                "all",
+            ],
+            "search points",
+        ),
         (["--rate", "5", "--concurrency", "10"], "--rate / --concurrency: give exactly one"),
         ([], "--rate / --concurrency: give exactly one"),
         (["--rate", "5", "--price", "b200=3"], "--price: 'b200' is not among --gpu"),
@@ -209,9 +234,9 @@ def test_plan_does_not_import_torch():
 
 def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
     pytest.importorskip("matplotlib")
-    from tokcost.cli.plan_cmd import frontier_points
     from tokcost.hardware.library import load_gpu
     from tokcost.models.library import load_model
+    from tokcost.plots.plan import frontier, frontier_points
     from tokcost.serving import search
     from tokcost.serving.traffic import LengthDist, Slo, Traffic
 
@@ -220,12 +245,77 @@ def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
             "--slo", "tpot_p90=40ms", "--plot", str(out), "--format", "json")  # fmt: skip
     assert r.exit_code == 0, r.stderr
     svg = out.read_text()
-    assert "p90 TPOT (ms)" in svg and "$/1M output tokens" in svg and "chosen:" in svg
-    plan = search.plan(load_model("llama-3.1-8b"), Traffic(LengthDist("fixed", 1024), LengthDist("fixed", 256),
-                       rate_rps=5), [Slo("tpot", "p90", 0.04)],
-                       search.Space(gpus=(load_gpu("h100-sxm"),), tps=(1, 2)))  # fmt: skip
+    # labelled points, the SLO as a line on its own axis, the cost plans rank by, the chosen one named
+    assert "p90 TPOT (ms)" in svg and "fleet $/hour" in svg and "chosen: h100-sxm TP1 bf16" in svg
+    assert "p90 TPOT SLO 40 ms" in svg and "l40s TP1 bf16" in svg
+    traffic = Traffic(LengthDist("fixed", 1024), LengthDist("fixed", 256), rate_rps=5)
+    space = search.Space(gpus=(load_gpu("h100-sxm"), load_gpu("l40s")), tps=(1, 2), prices={"l40s": 1.0})
+    plan = search.plan(load_model("llama-3.1-8b"), traffic, [Slo("tpot", "p90", 0.04)], space)
     points = frontier_points(plan)
     assert sum(p.chosen for p in points) == 1 and points[0].chosen == plan.rows[0].expected.meets_slo
-    assert [p.usd_per_million_output_tokens for p in points] == [
-        row.expected.usd_per_million_output_tokens for row in plan.rows
-    ]
+    assert [p.usd_per_hour for p in points] == [row.expected.usd_per_hour for row in plan.rows]
+    chosen = next(p for p in points if p.chosen)
+    for axis in ("tpot_p90_s", "ttft_p90_s"):  # the cheapest that meets every SLO is on both frontiers
+        edge = frontier([(getattr(p, axis), p.usd_per_hour) for p in points if p.meets_slo])
+        assert (getattr(chosen, axis), chosen.usd_per_hour) in edge
+
+
+DONE_WHEN = ["plan", "-m", "llama-3.1-70b", "--concurrency", "200", "--prompt", "2000", "--output", "300",
+             "--slo", "ttft_p90=1s", "--slo", "tpot_p90=50ms", "--gpu", "h100-sxm,h200,mi300x,l40s",
+             "--price", "h100-sxm=3.78,h200=4.3,mi300x=4.0,l40s=1.95"]  # fmt: skip
+
+
+def test_the_issues_buyer_question_gets_a_priced_answer_for_every_gpu(cli):
+    r = cli(*DONE_WHEN, "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    configs = r.json()["configs"]
+    best = {}
+    for c in configs:
+        if c["expected"]["meets_slo"]:
+            best.setdefault(c["gpu"], c)
+    assert set(best) == {"h100-sxm", "h200", "mi300x", "l40s"}  # every GPU type has a priced fleet
+    assert all(c["expected"]["usd_per_hour"] is not None for c in best.values())
+    cheapest = configs[0]
+    assert cheapest["pareto"] and cheapest["expected"]["usd_per_hour"] == min(
+        c["expected"]["usd_per_hour"] for c in configs if c["expected"]["meets_slo"])  # fmt: skip
+    table = cli(*DONE_WHEN)
+    assert "Cheapest per GPU type" in table.stdout
+    assert re.search(r"\n│ 1\* +│", table.stdout)  # the cheapest row is starred (the column widens past 9 rows)
+
+
+def test_eighty_columns_keep_the_answer_and_never_cut_a_value(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli(*DONE_WHEN)
+    assert r.exit_code == 0, r.stderr
+    table = r.stdout.split("Cheapest fleets that meet every SLO (expected)")[1].split("(left out")[0]
+    header = next(line for line in table.splitlines() if "fleet" in line)
+    for column in ("fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding"):
+        assert column in header, column
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "…" not in r.stdout  # left out, never ellipsized
+    wide = cli(*DONE_WHEN, "-f", "markdown")
+    assert "out tok/s" in wide.stdout  # goodput names its tokens
+
+
+def test_explain_states_the_client_side_request_cost_and_the_scheduler(cli, tmp_path):
+    profile = tmp_path / "served.yaml"
+    profile.write_text("name: served\nsource: a test profile\nrequest_overhead_us: 40000\nmax_running_sequences: 32\n"
+                       "chunk_tokens: 1024\n")  # fmt: skip
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "2", "--engine", str(profile),
+            "--explain", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    config = data["configs"][0]
+    assert config["request_overhead_s"] == pytest.approx(0.04)
+    assert (config["chunk_tokens"], config["chunk_source"]) == (1024, "served default")
+    assert (config["max_running"], config["max_running_source"]) == (32, "served default")
+    assert config["expected"]["ttft_s"]["p50"] > 0.04  # the 40 ms a client sees is in TTFT
+    assert any("per-request cost on TTFT (client-side) 40.0 ms" in line for line in data["explain"])
+
+
+def test_simulate_renders_as_csv_too(cli):
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "2", "--simulate", "--requests",
+            "300", "-f", "csv")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    header = r.stdout.splitlines()[0].split(",")
+    assert "simulated.itl_s.p99" in header and "expected.itl_s.p99" in header

@@ -171,3 +171,62 @@ def test_a_model_no_node_holds_is_planned_on_pipeline_stages_of_full_nodes():
     assert labels and all(label.startswith("TP8xPP") for label in labels)
     top = p.rows[0]
     assert top.expected.meets_slo and top.deployment.layout.gpus == 16
+
+
+def test_each_gpu_runs_its_engines_scheduler_unless_told_otherwise():
+    from tokcost.profiles import load_engine
+    from tokcost.serving.search import scheduler_choice
+
+    vllm = load_engine("vllm")
+    # vLLM V1's get_batch_defaults: >= 70 GiB and not an A100 -> 8192 tokens and 1,024 sequences; else 2048 / 256
+    h100 = scheduler_choice(Space(gpus=(H100,), engine=vllm), H100)
+    assert (h100.chunks, h100.max_running, h100.chunk_source) == ((8192,), 1024, "vllm default")
+    a100 = scheduler_choice(Space(gpus=(A100,), engine=vllm), A100)
+    assert (a100.chunks, a100.max_running) == ((2048,), 256)
+    told = scheduler_choice(Space(gpus=(H100,), engine=vllm, chunks=(512,), max_running=64), H100)
+    assert (told.chunks, told.chunk_source, told.max_running, told.max_running_source) == (
+        (512,), "--chunk", 64, "--max-running")  # fmt: skip
+    searched = scheduler_choice(Space(gpus=(H100,), chunks=(256, 512, 1024)), H100)
+    assert searched.chunk_source == "searched" and searched.max_running is None  # generic: the KV cache caps it
+    # SGLang's chunked_prefill_size by GPU memory: 4096 under 60 GiB (L40S), 8192 under 160, 16384 above
+    sglang = load_engine("sglang")
+    budgets = {g: scheduler_choice(Space(gpus=(load_gpu(g),), engine=sglang), load_gpu(g)).chunks for g in
+               ("l40s", "h100-sxm", "h200", "mi300x")}  # fmt: skip
+    assert budgets == {"l40s": (4096,), "h100-sxm": (8192,), "h200": (8192,), "mi300x": (16384,)}
+
+
+def test_the_cheapest_fleet_is_ranked_first_and_starred_and_costs_add_up():
+    prices = {"h100-sxm": 3.0, "h200": 4.0}
+    p = plan(MODEL, _traffic(20), SLOS, _space(gpus=(H100, H200), prices=prices, chunks=None))
+    meeting = [r for r in p.rows if r.expected.meets_slo]
+    assert meeting[0].pareto and meeting[0].expected.usd_per_hour == min(r.expected.usd_per_hour for r in meeting)
+    for row in meeting:
+        x = row.expected
+        # $/1M tokens blends the hour's cost over the hour's tokens: 20 req/s x (2,048 + 300) tokens
+        assert x.usd_per_million_tokens == pytest.approx(x.usd_per_hour / 3600 / (20 * 2348) * 1e6, rel=1e-9)
+        assert row.ceiling.gpus <= x.gpus  # the datasheet never needs more GPUs than expected
+        assert x.itl_s["p99"] >= x.tpot_s["p50"] * 0.5  # the worst gap is at least a typical step
+
+
+def test_ceiling_never_needs_more_gpus_than_expected_for_a_crowd_of_users():
+    # 100,000 users with no think time (issue 22): no fleet rests on an endless admission queue
+    traffic = Traffic(LengthDist("fixed", 1024), LengthDist("fixed", 256), concurrency=100_000)
+    p = plan(load_model("llama-3.1-8b"), traffic, [], Space(gpus=(H100,), tps=(1, 2), chunks=(2048,)))
+    for row in p.rows:
+        assert row.ceiling.gpus <= row.expected.gpus
+        assert row.expected.ttft_s["p99"] < 60  # users queue for a slot only past the knee the fleet is sized at
+
+
+def test_every_engine_profile_states_where_its_scheduler_defaults_come_from():
+    from tokcost.profiles import ENGINES, load_engine
+
+    for name in ENGINES:
+        profile = load_engine(name)
+        assert profile.scheduler_source.strip(), name
+        assert profile.scheduler_steps == 1, name  # multi-step only where an era has it (none of today's profiles)
+        for tier in profile.scheduler_tiers:  # each tier changes something, on GPUs with more memory
+            assert tier.max_running_sequences or tier.chunk_tokens, name
+    vllm = load_engine("vllm")
+    # the engine's own device-name rule: an A100 80GB stays on the base defaults although it has >= 70 GiB
+    assert vllm.scheduler(gpu_name="a100-80gb-sxm", memory_bytes=80e9).max_running_sequences == 256
+    assert vllm.scheduler(gpu_name="h200", memory_bytes=141e9).chunk_tokens == 8192

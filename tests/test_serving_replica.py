@@ -131,7 +131,11 @@ def test_closed_loop_users_are_rate_times_e2e_plus_think():
     pt = state_at_users(r, 40, 2.0)
     assert pt is not None
     assert users_in_system(r, pt, 2.0) == pytest.approx(40, rel=1e-6)
-    assert state_at_users(r, 1e7, 0.0) is None  # past the load limit
+    # past the load limit the extra users wait for admission: the limit's state, TTFT longer by excess / rate
+    edge = r.state(r.load_limit())
+    far = state_at_users(r, 1e7, 0.0)
+    assert far.batch == edge.batch and far.tpot_mean_s == edge.tpot_mean_s
+    assert far.admission_wait_s == pytest.approx((1e7 - users_in_system(r, edge, 0.0)) / edge.rate_rps)
 
 
 def test_past_saturation_there_is_no_steady_state():

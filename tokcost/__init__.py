@@ -25,7 +25,9 @@ _EXPORTS = {
     "estimate": "tokcost.api",
     "compare": "tokcost.api",
     "sweep": "tokcost.api",
+    "plan": "tokcost.api",
     "EstimateResult": "tokcost.api",
+    "PlanResult": "tokcost.api",
     "ComparisonResult": "tokcost.api",
     "SweepResult": "tokcost.api",
     "TokcostError": "tokcost.errors",
@@ -35,6 +37,7 @@ __all__ = [
     "EstimateResult",
     "GpuSpec",
     "ModelSpec",
+    "PlanResult",
     "SweepResult",
     "TokcostError",
     "Workload",
@@ -45,11 +48,12 @@ __all__ = [
     "load_gpu",
     "load_model",
     "load_network",
+    "plan",
     "sweep",
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports on demand
-    from tokcost.api import ComparisonResult, EstimateResult, SweepResult, compare, estimate, sweep
+    from tokcost.api import ComparisonResult, EstimateResult, PlanResult, SweepResult, compare, estimate, plan, sweep
     from tokcost.engine.workload import Workload
     from tokcost.errors import TokcostError
     from tokcost.hardware.library import load_gpu, load_network

@@ -1,4 +1,4 @@
-"""The Python API: `estimate`, `compare` and `sweep` as functions, for notebooks and scripts.
+"""The Python API: `estimate`, `compare`, `sweep` and `plan` as functions, for notebooks and scripts.
 
 Thin wrappers over the engine that load specs by name, apply the same defaults as the CLI (the GPU spec's
 network between nodes, the generic serving-engine profile), and return typed results whose `.to_dict()` is
@@ -30,6 +30,8 @@ from tokcost.profiles import EngineProfile, engine_for
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from tokcost.serving.search import Plan
 
 ModelLike = ModelSpec | str  # a spec, or a built-in name / YAML path / HF config.json
 GpuLike = GpuSpec | str
@@ -198,3 +200,100 @@ def sweep(
     )
     warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, prompts=contexts, network=net, engine=profile)
     return SweepResult(model_spec, gpu_spec, tuple(points), tuple(warnings))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """A plan: `.rows` ranked (each with `.expected` and `.ceiling` fleets), `.load`, `.warnings`; `.plan` whole."""
+
+    plan: Plan
+
+    @property
+    def rows(self) -> list[Any]:
+        """The configurations, those meeting every SLO first, cheapest $/hour first."""
+        return self.plan.rows
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the reader should know (no price, an unfitted GPU family, a binding running cap, ...)."""
+        return self.plan.warnings
+
+    @property
+    def load(self) -> list[dict[str, object]]:
+        """GPUs the cheapest configuration needs at multiples of the load."""
+        return self.plan.load
+
+    def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
+        """What `tokcost plan --format json` prints (with `explain`, what `--explain` adds)."""
+        from tokcost.serving.explain import explain_lines
+        from tokcost.serving.report import plan_dict
+
+        return plan_dict(self.plan, explain_lines(self.plan) if explain else None)
+
+    def figure(self) -> Figure:
+        """$/hour against p90 TPOT and TTFT, every configuration labelled, the SLOs dashed, the chosen one starred."""
+        from tokcost import plots
+        from tokcost.plots.plan import frontier_points, plan_slos
+
+        return plots.plan_figure(frontier_points(self.plan), slos=plan_slos(self.plan))
+
+    def plot(self, path: Path | str) -> Path:
+        """Write the chart to a .png or .svg file, as `tokcost plan --plot` does."""
+        from tokcost import plots
+
+        return plots.save(self.figure(), path)
+
+
+def plan(
+    *,
+    model: ModelLike,
+    gpus: Sequence[GpuLike],
+    rate_rps: float | None = None,
+    concurrency: int | None = None,
+    think_time_s: float | None = None,
+    prompt_tokens: int | None = None,
+    output_tokens: int | None = None,
+    prompt_dist: str | None = None,
+    output_dist: str | None = None,
+    trace: Path | str | None = None,
+    cached_prefix_tokens: int = 0,
+    slos: Sequence[str] = (),
+    tp: Sequence[int] | None = None,
+    weights: Sequence[str] | None = None,
+    kv_dtypes: Sequence[str] | None = None,
+    chunks: Sequence[int] | None = None,
+    max_running: int | None = None,
+    headroom: float = 0.2,
+    max_gpus: int | None = None,
+    prices: Mapping[str, float] | None = None,
+    network: Link | str | None = None,
+    engine: EngineProfile | str | None = None,
+    simulate: bool = False,
+    requests: int | None = None,
+    seed: int = 0,
+) -> PlanResult:
+    """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...])."""
+    from tokcost.serving.inputs import plan_space, plan_traffic
+    from tokcost.serving.run import run_plan
+    from tokcost.serving.traffic import parse_slo
+    from tokcost.traces import read_trace
+
+    if isinstance(gpus, (str, GpuSpec)) or isinstance(slos, str):
+        raise UsageError("gpus and slos: give lists, e.g. gpus=['h100-sxm'], slos=['ttft_p90=500ms']")
+    rows = read_trace(Path(trace)) if trace is not None else None
+    traffic = plan_traffic(
+        rate=rate_rps, concurrency=concurrency, think_time_s=think_time_s, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, prompt_dist=prompt_dist, output_dist=output_dist,
+        cached_prefix_tokens=cached_prefix_tokens,
+        trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None,
+        trace_name=str(rows.path) if rows else "", api=True,
+    )  # fmt: skip
+    gpu_specs = tuple(_gpu(g) for g in gpus)
+    space = plan_space(
+        gpus=gpu_specs, engine=engine_for(engine), tp=tp, weights=weights, kv_dtypes=kv_dtypes, chunks=chunks,
+        max_running=max_running, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
+        networks={g.name: net for g in gpu_specs if (net := network_for(g, network)) is not None},
+    )  # fmt: skip
+    result = run_plan(_model(model), traffic, [parse_slo(s) for s in slos], space, simulate=simulate,
+                      requests=requests, seed=seed, api=True)  # fmt: skip
+    return PlanResult(result)

@@ -131,8 +131,10 @@ def is_builtin(path: Path) -> bool:
     return any(real.is_relative_to(folder) for folder in BUILTIN_FOLDERS)
 
 
-def read_text(path: Path) -> str:
-    """The text of a small UTF-8 regular file, or a SpecError naming what is wrong with it."""
+def read_text(
+    path: Path, *, max_bytes: int = MAX_SPEC_BYTES, kind: str = "spec", expect: str = ".yaml or config.json file"
+) -> str:
+    """The text of a bounded UTF-8 regular file (a spec, or `kind`), or a SpecError naming what is wrong with it."""
     where = str(path)
     try:  # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the descriptor
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -140,15 +142,15 @@ def read_text(path: Path) -> str:
         if not stat.S_ISREG(mode):
             os.close(fd)
             what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, pipe or socket)"
-            raise SpecError(where, f"is {what}; give a .yaml or config.json file")
+            raise SpecError(where, f"is {what}; give a {expect}")
         with os.fdopen(fd, "rb") as handle:
-            raw = handle.read(MAX_SPEC_BYTES + 1)  # never more: the file may grow while we read
+            raw = handle.read(max_bytes + 1)  # never more: the file may grow while we read
     except FileNotFoundError:
         raise SpecError(where, "no such file") from None
     except OSError as exc:
         raise SpecError(where, f"cannot be read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError(where, f"file is over {MAX_SPEC_BYTES:,} bytes; a spec must be at most {MAX_SPEC_BYTES:,}")
+    if len(raw) > max_bytes:
+        raise SpecError(where, f"file is over {max_bytes:,} bytes; a {kind} must be at most {max_bytes:,}")
     if b"\x00" in raw:
         raise SpecError(where, "is a binary file (or UTF-16); save it as UTF-8 text")
     try:

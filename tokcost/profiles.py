@@ -10,6 +10,9 @@ scheduler reach relative to that, per kernel class:
   of the experts' format), and collectives (of the link's own efficiency);
 and its fixed costs: per forward pass (launches, scheduling, sampling on the host), per request (tokenization,
 set-up; on TTFT) and per collective (launch and synchronization, added to the link's own latency).
+It also keeps the scheduler defaults `plan` serves with: the most sequences running at once, the token budget
+of one step (chunked prefill), multi-step scheduling, and the defaults that change with the GPU's memory, each
+with `scheduler_source`.
 An efficiency scales both rooflines of its kernel (FLOP/s and bytes/s); the product with the GPU's fraction is
 capped at the datasheet, so "expected" is never faster than "ceiling".
 
@@ -71,6 +74,27 @@ def kernel_family(fmt: str) -> str:
     return name
 
 
+class SchedulerTier(BaseModel):
+    """Scheduler defaults an engine switches to on GPUs with at least `min_memory_gib` (vLLM V1, SGLang)."""
+
+    model_config = _FROZEN
+
+    min_memory_gib: float = Field(ge=0, le=100_000)
+    max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
+    chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
+    except_gpus: tuple[str, ...] = ()  # GPU names (substrings, as the engine matches device names) kept off the tier
+
+
+class Scheduler(BaseModel):
+    """What the scheduler allows per step on one GPU: the running cap, the chunk budget, steps per decision."""
+
+    model_config = _FROZEN
+
+    max_running_sequences: int | None  # None: only the KV cache caps them
+    chunk_tokens: int | None  # None: the engine states none (plan searches the chunk)
+    scheduler_steps: int = 1  # multi-step scheduling: decode steps per scheduling decision
+
+
 class EngineProfile(BaseModel):
     """One serving engine's profile: kernel efficiencies and fixed costs, with where they come from."""
 
@@ -84,8 +108,25 @@ class EngineProfile(BaseModel):
     collective_overhead_us: float = Field(default=0.0, ge=0, le=1_000_000)  # per collective, on the link's latency
     # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
+    # the prefill token budget of one step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
+    # TensorRT-LLM max_num_tokens); None: the engine states none, and plan searches it
+    chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
+    # decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps); 1 for engines and eras without it
+    scheduler_steps: int = Field(default=1, ge=1, le=64)
+    scheduler_tiers: tuple[SchedulerTier, ...] = ()  # defaults by GPU memory, the largest tier that applies wins
+    scheduler_source: str = Field(default="", max_length=4000)  # where the scheduler defaults come from
     fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the train rows)
     notes: str = Field(default="", max_length=10_000)
+
+    def scheduler(self, *, gpu_name: str, memory_bytes: float) -> Scheduler:
+        """The scheduler defaults on one GPU: the base values, overridden by the largest memory tier it reaches."""
+        cap, chunk = self.max_running_sequences, self.chunk_tokens
+        gib = memory_bytes / 2**30
+        for tier in sorted(self.scheduler_tiers, key=lambda t: t.min_memory_gib):
+            if gib >= tier.min_memory_gib and not any(name in gpu_name for name in tier.except_gpus):
+                cap = tier.max_running_sequences or cap
+                chunk = tier.chunk_tokens or chunk
+        return Scheduler(max_running_sequences=cap, chunk_tokens=chunk, scheduler_steps=self.scheduler_steps)
 
 
 GENERIC = EngineProfile(

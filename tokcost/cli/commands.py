@@ -52,7 +52,8 @@ COMMANDS = {
     "plan": Entry(
         "tokcost.cli.plan_cmd",
         "plan",
-        "Plan the cheapest fleet for a traffic and SLOs. Example: tokcost plan -m llama-3.1-70b --rate 20 "
+        "Plan the cheapest fleet for a traffic and SLOs; at most 600 search points (GPU x format x layout x chunk). "
+        "Example: tokcost plan -m llama-3.1-70b --rate 20 "
         "--prompt 2048 --output 300 --slo ttft_p90=500ms --slo tpot_p90=40ms --gpu h100-sxm,h200,mi300x,l40s",
     ),
     "specs": Entry("tokcost.cli.specs_cmd", "app", "List, show, validate and import model and GPU specs."),

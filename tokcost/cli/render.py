@@ -140,9 +140,10 @@ def markdown(t: Table) -> str:
 
 
 def print_csv(rows: list[dict[str, Any]]) -> None:
-    """Rows of flat dicts as CSV with a header (keys of the first row)."""
+    """Rows of flat dicts as CSV with a header: every key any row has, in first-seen order ('' where absent)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    writer = csv.DictWriter(buffer, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
     sys.stdout.write(buffer.getvalue())

@@ -1,15 +1,17 @@
-"""A plan's configurations as cost against tail latency: the Pareto frontier, and the chosen one marked.
+"""A plan's configurations as cost against tail latency: the Pareto frontier, the SLOs, and the chosen one marked.
 
-`tokcost plan --plot FILE` draws it (cli/plan_cmd.frontier_points). The data shape is small, so that the plan's
-rows map onto it in one line each: one FrontierPoint per configuration searched, with its $/1M output tokens
-and its p90 TPOT and TTFT in seconds (None where the configuration cannot serve the load), whether it meets
-the SLOs, and whether it is the one the plan chose. Two panels, $/1M against p90 TPOT and against p90 TTFT;
-in each, the configurations no other one beats on both axes (cheaper and faster) are joined as the frontier.
+`tokcost plan --plot FILE` (and `tokcost.plan(...).plot(FILE)`) draws it from frontier_points(plan): one
+FrontierPoint per configuration searched, with the cost plans rank by ($/hour of the fleet that serves the
+load), its p90 TPOT and TTFT in seconds (None where it cannot serve the load), whether it meets the SLOs, and
+whether it is the one the plan chose (the cheapest that meets them, so always on the frontier). Two panels,
+$/hour against p90 TPOT and against p90 TTFT, each point labelled with its GPU, layout and weights; in each, the
+configurations no other one beats on both axes (cheaper and faster) are joined as the frontier, and a p90 SLO
+on that axis is a dashed line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,19 +21,34 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from tokcost.serving.search import Plan
+
 MS = 1e3
+LABELLED = 12  # points labelled by name at most (the cheapest first), so a big search stays readable
 
 
 @dataclass(frozen=True, slots=True)
 class FrontierPoint:
-    """One configuration a plan searched: its label, cost and p90 latencies (None: cannot serve the load)."""
+    """One configuration a plan searched: its label, $/hour and p90 latencies (None: cannot serve the load)."""
 
-    label: str  # e.g. "4x h100-sxm TP4 fp8 chunk 2048"
-    usd_per_million_output_tokens: float | None
+    label: str  # e.g. "h100-sxm TP4 fp8"
+    usd_per_hour: float | None
     tpot_p90_s: float | None
     ttft_p90_s: float | None
     meets_slo: bool = True
     chosen: bool = False
+
+
+def frontier_points(plan: Plan) -> list[FrontierPoint]:
+    """One point per configuration planned (expected), the cheapest that meets every SLO chosen."""
+    from tokcost.serving.search import primary_cost, short_label  # noqa: PLC0415  (views import the model lazily)
+
+    chosen = next((r for r in plan.rows if r.expected.meets_slo), None)
+    return [
+        FrontierPoint(short_label(row), primary_cost(row.expected), (row.expected.tpot_s or {}).get("p90"),
+                      (row.expected.ttft_s or {}).get("p90"), meets_slo=row.expected.meets_slo, chosen=row is chosen)
+        for row in plan.rows
+    ]  # fmt: skip
 
 
 def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -44,17 +61,20 @@ def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def _usable(points: Sequence[FrontierPoint], attr: str) -> list[tuple[FrontierPoint, float, float]]:
-    """(point, p90 latency in ms, $/1M) of each configuration that has both."""
+    """(point, p90 latency in ms, $/hour) of each configuration that has both."""
     out = []
     for p in points:
-        latency, cost = getattr(p, attr), p.usd_per_million_output_tokens
+        latency, cost = getattr(p, attr), p.usd_per_hour
         if latency is not None and cost is not None:
             out.append((p, latency * MS, cost))
     return out
 
 
-def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str) -> None:
-    """Every configuration as a dot (grey: misses an SLO), the frontier as a line, the chosen one as a star."""
+def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, slo_s: float | None = None) -> None:
+    """Every configuration as a labelled dot (grey: misses an SLO), the frontier as a line, the chosen one as a
+    star, the SLO as a dashed line."""
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415  matplotlib only when drawing
+
     usable = _usable(points, attr)
     for meets, color in ((False, "0.7"), (True, "tab:blue")):
         group = [(x, y) for p, x, y in usable if p.meets_slo == meets]
@@ -63,21 +83,34 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str) 
     edge = frontier([(x, y) for p, x, y in usable if p.meets_slo])
     if edge:
         ax.plot([x for x, _ in edge], [y for _, y in edge], color="tab:blue", lw=1.2, label="Pareto frontier")
+    for p, x, y in sorted(usable, key=lambda item: item[2])[:LABELLED]:
+        ax.annotate(p.label, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=6.5, color="0.25")
     for p, x, y in usable:
         if p.chosen:
             ax.plot([x], [y], marker="*", ms=16, color="tab:orange", mec="black", ls="none", label=f"chosen: {p.label}")
+    if slo_s is not None:
+        ax.axvline(slo_s * MS, color="tab:red", ls="--", lw=1, label=f"p90 {what} SLO {slo_s * MS:,.0f} ms")
     ax.set_xlabel(f"p90 {what} (ms)")
-    ax.set_ylabel(f"{USD}/1M output tokens")
+    ax.set_ylabel(f"fleet {USD}/hour")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{USD}{v:,.0f}" if v >= 1 else f"{USD}{v:.2f}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.grid(True, alpha=0.25)
 
 
-def plan_figure(points: Sequence[FrontierPoint], heading: str = "") -> Figure:
-    """$/1M output tokens against p90 TPOT and against p90 TTFT, frontier joined, the chosen plan starred."""
+def plan_figure(points: Sequence[FrontierPoint], heading: str = "", slos: Mapping[str, float] | None = None) -> Figure:
+    """$/hour against p90 TPOT and against p90 TTFT, frontier joined, SLOs dashed, the chosen plan starred."""
     fig = new_figure(12, 5.5)
     tpot, ttft = fig.subplots(1, 2)
-    draw_panel(tpot, points, "tpot_p90_s", "TPOT")
-    draw_panel(ttft, points, "ttft_p90_s", "TTFT")
+    draw_panel(tpot, points, "tpot_p90_s", "TPOT", (slos or {}).get("tpot"))
+    draw_panel(ttft, points, "ttft_p90_s", "TTFT", (slos or {}).get("ttft"))
     tpot.legend(fontsize=8, frameon=False)
-    fig.suptitle(heading or "Configurations searched: cost against tail latency", fontsize=9, x=0.01, ha="left")
+    ttft.legend(fontsize=8, frameon=False)
+    fig.suptitle(heading or "Configurations searched: the fleet's cost against tail latency", fontsize=9, x=0.01,
+                 ha="left")  # fmt: skip
     return fig
+
+
+def plan_slos(plan: Plan) -> dict[str, float]:
+    """The p90 TPOT and TTFT SLOs of a plan, drawn on the panels whose axis they share."""
+    return {slo.metric: slo.seconds for slo in plan.slos if slo.percentile == "p90" and slo.metric in ("tpot", "ttft")}

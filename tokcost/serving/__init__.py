@@ -3,8 +3,9 @@
 The server (vLLM, SGLang, TensorRT-LLM with chunked prefill): every step runs one token for each of the b
 sequences in decode plus up to C prompt tokens (the chunk, vLLM's max_num_batched_tokens) taken first come
 first served from the prefill queue, several prompts per step when they fit, in one pass that reads the
-weights once. Each pass is priced by engine.step.step_cost (weights, KV reads of every sequence, prefill
-FLOPs and attention, all-reduces; "ceiling" and "expected"); no formula of the roofline is repeated here.
+weights once. Each pass is priced by the engine's compiled kernels (engine/compiled.py: weights, KV reads of
+every sequence, prefill FLOPs and attention, all-reduces; "ceiling" and "expected"); no formula of the roofline
+is repeated here.
 
 Notation: lambda arrivals/s (Poisson), P' prompt tokens computed (beyond a cached prefix p0 shared by all),
 n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc / C.
@@ -15,27 +16,34 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    and S = alpha P' (packed behind others) or the prompt's own chunks when nobody arrives behind it. Solved
    for lambda given b (linear), so no iteration over the batch; T0 at batch b + 1 (itself plus Poisson(b)
    others; for an MoE the mean over that Poisson batch, the expert count being concave).
-2. Limits. Saturation: every step full of prefill, rho -> 1, b -> E[n] C / E[P']. KV memory: the shared
-   prefix once plus each sequence's own tokens at the p99 batch, b + 2.33 sqrt(b), within the replica's KV
-   capacity (engine.step.kv_capacity). Either ends the admissible range of b.
-3. TTFT (latency.py) = request overhead + the residual of the decode step in progress + either the lone
-   prefill cost (probability 1 - rho) or the M/G/1 wait on prefill work (Pollaczek-Khinchine mean
-   lambda E[S^2] / (2 (1 - rho)), M/D/1 when lengths are fixed; given a wait, a gamma matched to Takacs'
-   second moment, exponential for M/M/1 and Kingman's heavy-traffic limit) + own chunks + the tokens packed
-   after it in its last step.
+2. Limits (limits.py). Saturation: every step full of prefill, rho -> 1, b -> E[n] C / E[P']. KV memory: the
+   shared prefix once plus each sequence's own tokens at the p99 batch, b + 2.33 sqrt(b), within the replica's
+   KV capacity (engine.step.kv_capacity); a closed loop's sequences held whole. The engine's cap on running
+   sequences (its profile's max_num_seqs, or --max-running): an open loop's request that finds every slot taken
+   waits by Erlang C; a closed loop past its limit queues its extra users for admission, on TTFT only.
+3. TTFT (ttft.py) = the engine's per-request cost (client-side) + the admission wait + the step in progress
+   (open loop: a uniform residual; closed loop with no think time: the whole step less the client's round
+   trip) + either the lone prefill cost (probability 1 - rho) or the M/G/1 wait on prefill work
+   (Pollaczek-Khinchine mean lambda E[S^2] / (2 (1 - rho)), M/D/1 when lengths are fixed; given a wait, a gamma
+   matched to Takacs' second moment) + own chunks + the tokens packed after it in its last step. A closed
+   loop's queue sees arrivals per step (loop.py); with fixed lengths its users come back in lock-step groups.
 4. TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum over its
-   lifetime (variance lambda L E[S^2], skew from E[S^3]) plus the batch's Poisson swing (variance 2b/3, the
-   time average of an M/G/infinity count over one service time), both amplified by the decode batch's
-   feedback 1 / (1 - gain); a shifted gamma with that mean, variance and skew gives the percentiles. E2E =
-   TTFT + n TPOT, moments added.
+   lifetime (variance lambda L E[S^2], skew from E[S^3]) plus the batch's swing (variance 2b/3 for an
+   M/G/infinity count; binomial, 1 - b/N of it, for N closed-loop users), both amplified by the decode batch's
+   feedback 1 / (1 - gain); a shifted gamma with that mean, variance and skew, never below a step with one
+   sequence, gives the percentiles. ITL (latency.py) pools every gap between tokens: the share of steps that
+   carry prefill at their length, the rest at T0. E2E = TTFT + n TPOT, moments added.
 5. Goodput (capacity.py): the largest rate meeting every SLO, by bisection on b; never above saturation,
-   never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput); $/hour =
-   GPUs x price; $/1M input and output split it by busy time (prefill's marginal share rho (1 - T0/Tp)).
+   never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput) (closed
+   loop: in users, at a limit the users held without queueing); $/hour = GPUs x price, what plans rank by;
+   $/1M tokens spreads it over every token; $/1M input and output split it by busy time.
    Disaggregated: prefill and decode pools sized apart, each request's KV crossing the link (+ transfer / n
    on its TPOT).
-6. Search (search.py): GPU x layout (layout.py; TP today) x precision x chunk, ranked by $/hour, with the
-   same choices under "ceiling" for the GPU-count range, the Pareto frontier and a load table.
-7. Check (simulate.py): a seeded discrete-event simulation of the same scheduler on the same step_cost.
+6. Search (search.py, rows.py, ranking.py): GPU x layout (layout.py) x precision, with the engine's scheduler
+   on each GPU (or a chunk search), ranked by $/hour, with the same choices under "ceiling" for the GPU-count
+   range, the Pareto frontier and a load table; inputs.py bounds the work before it starts.
+7. Check (simulate.py): a seeded discrete-event simulation of the same scheduler on the same engine pricing, with
+   clients that re-send one round trip after their last token.
 
 Approximations, and why: Poisson arrivals (open loop; closed loop by Little on users); fluid prefill work
 with a correction for part-filled last chunks, since packing makes most steps full under load; a gamma tail

@@ -16,7 +16,7 @@ saturation, named by the bound of the steps that saturate: compute, memory bandw
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokcost.serving.latency import broken_slos, ttft_moments
 from tokcost.serving.replica import LoadPoint, Replica
@@ -50,7 +50,10 @@ def saturation_bound(replica: Replica) -> str:
 
 def limit_label(replica: Replica) -> str:
     """What caps the load when no SLO does."""
-    return "KV memory" if replica.kv_bound() else saturation_bound(replica)
+    kind = replica.limit_kind()
+    if kind == "cap":
+        return f"running cap ({replica.max_running:,})"
+    return kind if kind == "KV memory" else saturation_bound(replica)
 
 
 def capacity(replica: Replica, slos: list[Slo]) -> Capacity:
@@ -106,11 +109,29 @@ def state_at_rate(replica: Replica, rate: float) -> LoadPoint | None:
 
 
 def users_in_system(replica: Replica, pt: LoadPoint, think_time_s: float) -> float:
-    """Closed-loop users this state holds: rate x (mean E2E + think time) (Little)."""
+    """Closed-loop users this state holds: rate x (mean E2E + the client's round trip + think time) (Little on
+    a user's cycle; the mean-value analysis of the loop)."""
     e2e = ttft_moments(replica, pt).mean + replica.decode_steps_mean * pt.tpot_mean_s
-    return pt.rate_rps * (e2e + think_time_s)
+    return pt.rate_rps * (e2e + replica.traffic.client_rtt_s + think_time_s)
 
 
 def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadPoint | None:
-    """Closed loop: the steady state holding `users` users, or None past the load limit."""
-    return _bisect_load(replica, lambda pt: users_in_system(replica, pt, think_time_s), users)
+    """Closed loop: the steady state holding `users` users. Past the load limit (the running cap, the KV slots
+    or prefill saturation) the extra users wait for admission, (users - users at the limit) / rate each, on TTFT
+    alone; None only when not one request fits."""
+    found = _bisect_load(replica, lambda pt: users_in_system(replica, pt, think_time_s), users)
+    limit = replica.load_limit()
+    if found is not None or limit <= 0:
+        return found
+    edge = replica.state(limit)
+    extra = users - users_in_system(replica, edge, think_time_s)
+    return replace(edge, admission_wait_s=max(extra, 0.0) / edge.rate_rps) if edge.rate_rps > 0 else None
+
+
+def users_capacity(replica: Replica, cap: Capacity, think_time_s: float) -> float:
+    """Closed-loop users one replica takes at its goodput: those the goodput state holds when an SLO binds; at a
+    load limit, those it holds without waiting for prefill (the knee: more users only queue)."""
+    pt = replica.state(cap.load)
+    if cap.binding.endswith(" SLO"):
+        return users_in_system(replica, pt, think_time_s)
+    return users_in_system(replica, replace(pt, wait_mean_s=0.0, queue_rho=0.0), think_time_s)

@@ -11,29 +11,34 @@ import math
 from tokcost import fmt
 from tokcost.engine.roofline import PassCost
 from tokcost.serving.fleet import cost_shares
-from tokcost.serving.latency import final_step_extra
-from tokcost.serving.replica import Replica
+from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
+from tokcost.serving.ttft import final_step_extra, ttft_moments
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
-    "token for each of the b sequences in decode plus up to C prompt tokens (the chunk) from a FCFS prefill "
-    "queue, in one pass priced by the engine's step_cost (weights read once, KV of every sequence, all-reduces).",
+    "token for each of the b sequences in decode plus up to C prompt tokens (the chunk, the engine's default "
+    "budget unless --chunk) from a FCFS prefill queue, in one pass priced by the engine's kernels (weights read "
+    "once, KV of every sequence, all-reduces); at most the engine's cap of sequences run at once.",
     "Decode, Little's law: b = lambda x E[n] x TPOT, n = O - 1 decode steps. A decoding sequence sees lambda m "
     "prefill steps and (1 - rho) / T0 decode-only steps per second: TPOT = 1 / (lambda m + (1 - rho) / T0).",
     "Prefill load lambda x P' tokens/s: rho = lambda E[S] with S = P' Tc / C (packed behind others) or the "
     "prompt's own chunks alone (nobody behind it); saturation when every step is full of prefill (rho -> 1, "
-    "b -> E[n] C / E[P']) or when the p99 batch's KV no longer fits (KV memory).",
-    "TTFT = overhead + residual decode step + M/G/1 wait on prefill work (Pollaczek-Khinchine mean "
-    "lambda E[S^2] / (2 (1 - rho)), M/D/1 for fixed lengths; exponential tail, Kingman's heavy-traffic limit) "
-    "+ own chunks + the tokens packed after it in its last step.",
+    "b -> E[n] C / E[P']), when the p99 batch's KV no longer fits (KV memory) or at the running cap.",
+    "TTFT = the engine's per-request cost (as a client times it) + the wait for a running slot (Erlang C at the "
+    "cap; a closed loop past its limit: extra users / rate) + the step in progress at arrival (open loop: half a "
+    "decode step on average; closed loop: the whole step less the client's round trip) + the M/G/1 wait on prefill "
+    "work (Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks "
+    "+ the tokens packed after it in its last step. Fixed lengths in a closed loop: users come back in lock-step "
+    "groups, each waiting out the group before it.",
     "TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum (variance "
-    "lambda L E[S^2]) plus the batch's Poisson swing, both amplified by the batch's feedback 1 / (1 - gain); "
-    "read as a shifted gamma with the same mean, variance and skew. E2E = TTFT + n x TPOT.",
-    "Goodput = the largest rate meeting every SLO (bisection on the batch); replicas = ceil(rate x (1 + "
-    "headroom) / goodput); $/1M input and output split the fleet's $/hour by the prefill and decode shares of "
-    "busy time. Disaggregated: prefill and decode pools sized apart, KV moved over the link (+ transfer / n "
-    "on TPOT).",
+    "lambda L E[S^2]) plus the batch's swing (Poisson; binomial for N users), amplified by the batch's feedback "
+    "1 / (1 - gain); a shifted gamma with the same mean, variance and skew, never below a step alone. ITL pools "
+    "every gap between tokens: the share of steps carrying prefill at their length, the rest at T0.",
+    "Goodput = the largest rate meeting every SLO (bisection on the batch); replicas = ceil(load x (1 + headroom) "
+    "/ goodput), in users for a closed loop; plans rank by the fleet's $/hour; $/1M tokens spreads it over every "
+    "token, and $/1M input and output split it by the prefill and decode shares of busy time. Disaggregated: "
+    "prefill and decode pools sized apart, KV moved over the link (+ transfer / n on TPOT).",
 ]
 
 
@@ -92,6 +97,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     n = r.decode_steps_mean
     fixed = [
         f"per replica: lambda = {pt.rate_rps:.3f} req/s, E[n] = {n:,.0f}, E[P'] = {r.prompt_moments[0]:,.0f}",
+        *_loop_lines(plan, row, r),
         f"rho = lambda E[S] = {pt.rate_rps:.3f} x {fmt.ms(pt.service.mean)} = {pt.rho:.3f}",
         f"TPOT = 1 / (lambda m + (1 - rho) / T0) = 1 / ({pt.rate_rps:.3f} x {pt.steps_per_request:.3f} + "
         f"{1 - pt.rho:.3f} / {fmt.ms(pt.decode_step_s)}) = {fmt.ms(pt.tpot_mean_s)}",
@@ -100,16 +106,18 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     ]
     cv = math.sqrt(pt.service.var) / pt.service.mean if pt.service.mean else 0.0
     queue = [
-        f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; "
-        f"E[W] = lambda E[S^2] / (2 (1 - rho)) = {fmt.ms(pt.wait_mean_s)}; P(wait) = rho = {pt.rho:.3f}",
-        f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; request overhead "
-        f"{fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
+        f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them {pt.queue_rate_rps:.3f}/s; "
+        f"E[W] = lambda E[S^2] / (2 (1 - rho)) = {fmt.ms(pt.wait_mean_s)}; P(wait) = {pt.queue_rho:.3f}",
+        f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
+        f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
+        *_admission_lines(pt),
         "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s)
-        + f"; feedback gain {r.feedback(pt):.2f}",
+        + "; ITL p50/p90/p99 = " + _triple(x.itl_s) + f"; feedback gain {r.feedback(pt):.2f}",
     ]  # fmt: skip
+    running = f"{r.max_running:,} ({row.choice.max_running_source})" if r.max_running and row.choice else "none"
     limit = [
         f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}; KV limit (p99 batch fits "
-        f"{r.kv_capacity_tokens:,.0f} tokens) = {r.kv_batch_limit():,.1f}",
+        f"{r.kv_capacity_tokens:,.0f} tokens) = {r.kv_batch_limit():,.1f}; running cap {running}",
         f"saturation = {cap.saturation_rps:.3f} req/s per replica; goodput = {cap.max_rate_rps:.3f} req/s "
         f"(at b = {cap.load:,.1f}); binding: {cap.binding}",
     ]
@@ -120,6 +128,35 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         ("Saturation and goodput", limit),
         ("Fleet and cost", _fleet_lines(plan, row, r)),
     ]
+
+
+def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
+    """The closed loop's population (Little on a user's cycle) and how its arrivals meet the steps."""
+    t, x = plan.traffic, row.expected
+    if not t.concurrency or x.point is None or x.replicas is None:
+        return []
+    pt = x.point
+    users = t.concurrency / x.replicas
+    e2e = ttft_moments(r, pt).mean + r.decode_steps_mean * pt.tpot_mean_s
+    lines = [f"users N = lambda (E[TTFT] + E[n] TPOT + RTT + Z) = {pt.rate_rps:.3f} x ({fmt.ms(e2e)} + "
+             f"{fmt.ms(t.client_rtt_s)} + {t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip
+    step = pt.tpot_mean_s
+    if r.loop.locked_share(step) > 0.5:
+        lines.append("fixed lengths, no think time: users come back in lock-step groups (modelled), each waiting "
+                     "out the group before it; TTFT and TPOT are nearly the same for every request")  # fmt: skip
+    elif r.loop.step_share(step) > 0.5:
+        lines.append(f"no think time: each request lands {fmt.ms(r.loop.offset_s)} after a step boundary and waits "
+                     "out that step; the prefill queue sees arrivals per step, not per second")  # fmt: skip
+    return lines
+
+
+def _admission_lines(pt: LoadPoint) -> list[str]:
+    if pt.admission_wait_s > 0:
+        return [f"past the load limit: each request waits {fmt.ms(pt.admission_wait_s)} for a running slot"]
+    if pt.admission_p > 1e-3:
+        return [f"every running slot taken (Erlang C): P = {pt.admission_p:.3f}, then a mean wait of "
+                f"{fmt.ms(pt.admission_mean_s)}"]  # fmt: skip
+    return []
 
 
 def _triple(values: dict[str, float | None] | None) -> str:
@@ -145,7 +182,9 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
     share_in, share_out = cost_shares(r, x.point)
     rate = x.point.rate_rps * x.replicas
     lines += [
-        f"$/hour = {x.gpus} GPUs x ${x.usd_per_hour / x.gpus:g} = ${x.usd_per_hour:,.2f}",
+        f"$/hour = {x.gpus} GPUs x ${x.usd_per_hour / x.gpus:g} = ${x.usd_per_hour:,.2f} (what plans rank by)",
+        f"$/1M tokens = ${x.usd_per_hour:,.2f} / 3600 / ({rate:g} x {t.prompt_mean_tokens + t.output.mean:,.0f} "
+        f"tokens/s) x 1e6 = {fmt.usd(x.usd_per_million_tokens)}",
         f"busy-time split: prefill kappa rho = {x.point.decode_share:.3f} x {x.point.rho:.3f}, input share "
         f"{share_in:.1%}, output share {share_out:.1%}",
         f"$/1M input = ${x.usd_per_hour:,.2f} / 3600 x {share_in:.3f} / ({rate:g} x {t.prompt_mean_tokens:,.0f} "

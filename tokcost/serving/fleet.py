@@ -1,9 +1,11 @@
 """A fleet for the offered load: replicas from goodput, latencies at the load each replica gets, and its cost.
 
 - replicas = ceil(rate x (1 + headroom) / goodput per replica) (closed loop: users x (1 + headroom) / users
-  per replica at the goodput); GPUs = replicas x GPUs per replica; each replica then serves rate / replicas,
-  and the percentiles are read at that load. Utilization = that per-replica rate / its saturation rate.
-- $/hour = GPUs x $/GPU-hour. $/1M input and output tokens split the fleet's cost by busy time: the prefill
+  per replica at the goodput, or at a load limit the users it holds without queueing); GPUs = replicas x GPUs
+  per replica; each replica then serves rate / replicas (or users / replicas), and the percentiles are read at
+  that load. Utilization = that per-replica rate / its saturation rate.
+- $/hour = GPUs x $/GPU-hour, the cost plans rank by; $/1M tokens blends it over every token served (input and
+  output at the traffic's mix). $/1M input and output tokens split the fleet's cost by busy time: the prefill
   share of a replica's time is what its chunks add to the steps, kappa rho = rho (1 - T0 / Tp); decode gets
   the rest of the busy time; idle time is shared in the same proportion. Input tokens count the whole prompt
   (cached prefix included), output tokens every generated token.
@@ -23,7 +25,7 @@ from tokcost.engine.layout import kv_heads_per_rank
 from tokcost.engine.workload import resolve_precision
 from tokcost.hardware.spec import Link
 from tokcost.models.spec import ModelSpec
-from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_in_system
+from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_capacity
 from tokcost.serving.latency import e2e_tail, percentile, ttft_moments
 from tokcost.serving.queueing import quantile
 from tokcost.serving.replica import LoadPoint, Replica
@@ -51,10 +53,21 @@ class Fleet:
     usd_per_million_input_tokens: float | None
     usd_per_million_output_tokens: float | None
     binding: str
+    itl_s: dict[str, float | None] | None = None  # the gap between two tokens, pooled (steps with prefill too)
+    usd_per_million_tokens: float | None = None  # $/hour over every token served, input and output at the mix
     point: LoadPoint | None = None  # the per-replica state at the offered load (aggregated; decode pool)
     capacity: Capacity | None = None
     # (load one instance carries at the goodput, GPUs per instance) per pool; load = rate, or users
     pools: tuple[tuple[float, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        """One finiteness rule for every number plan prints: a value that is not a finite number is unknown (None)."""
+        for name in PRINTED:
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, {k: _finite(v) for k, v in value.items()})
+            elif isinstance(value, float):
+                object.__setattr__(self, name, _finite(value))
 
     def gpus_at(self, load: float, headroom: float) -> int | None:
         """GPUs this configuration needs for `load` (rate or users), from the same goodput."""
@@ -63,10 +76,18 @@ class Fleet:
         return sum(max(math.ceil(load * (1 + headroom) / cap - 1e-9), 1) * gpus for cap, gpus in self.pools)
 
 
+PRINTED = ("max_rate_rps", "saturation_rps", "utilization", "ttft_s", "tpot_s", "e2e_s", "itl_s", "usd_per_hour",
+           "usd_per_million_input_tokens", "usd_per_million_output_tokens", "usd_per_million_tokens")  # fmt: skip
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
 def failed(binding: str, cap: Capacity | None = None) -> Fleet:
     """A configuration that cannot serve the load, and why."""
     sat = cap.saturation_rps if cap else 0.0
-    return Fleet(False, 0.0, sat, None, None, None, None, None, None, None, None, None, None, binding, None, cap)
+    return Fleet(False, 0.0, sat, None, None, None, None, None, None, None, None, None, None, binding, capacity=cap)
 
 
 def percentiles(replica: Replica, pt: LoadPoint, metric: str) -> dict[str, float | None] | None:
@@ -96,6 +117,11 @@ def _per_million(usd_per_hour: float | None, share: float, tokens_per_s: float) 
     return usd_per_hour / SECONDS_PER_HOUR * share / tokens_per_s * PER_MILLION
 
 
+def _blended(usd_per_hour: float | None, rate: float, traffic: Traffic) -> float | None:
+    """$ per 1M tokens of either kind at the traffic's mix: the hour's cost over the hour's tokens."""
+    return _per_million(usd_per_hour, 1.0, rate * (traffic.prompt_mean_tokens + traffic.output.mean))
+
+
 def size_aggregated(
     replica: Replica, traffic: Traffic, slos: list[Slo], *, headroom: float, gpus_per_replica: int,
     price: float | None, max_gpus: int | None,
@@ -106,7 +132,7 @@ def size_aggregated(
         return failed(_zero_load_reason(cap), cap)
     per_replica = 0.0
     if traffic.concurrency:
-        per_replica = users_in_system(replica, replica.state(cap.load), traffic.think_time_s)
+        per_replica = users_capacity(replica, cap, traffic.think_time_s)
         replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
         pt = state_at_users(replica, traffic.concurrency / replicas, traffic.think_time_s)
         rate = pt.rate_rps * replicas if pt else 0.0
@@ -134,6 +160,8 @@ def size_aggregated(
         usd_per_million_input_tokens=_per_million(usd, shares[0], rate * traffic.prompt_mean_tokens),
         usd_per_million_output_tokens=_per_million(usd, shares[1], rate * traffic.output.mean),
         binding=cap.binding if max_gpus is None or gpus <= max_gpus else f"needs {gpus} GPUs > --max-gpus {max_gpus}",
+        itl_s=percentiles(replica, pt, "itl"),
+        usd_per_million_tokens=_blended(usd, rate, traffic),
         point=pt,
         capacity=cap,
         pools=((per_replica if traffic.concurrency else cap.max_rate_rps, gpus_per_replica),),
@@ -171,10 +199,10 @@ def size_disaggregated(
     prefill: Replica, decode: Replica, traffic: Traffic, slos: list[Slo], *, headroom: float,
     prefill_gpus: int, decode_gpus: int, price: float | None, max_gpus: int | None,
 ) -> Fleet:  # fmt: skip
-    """Two pools: prefill sized for the TTFT SLOs, decode for the TPOT SLOs (transfer included)."""
+    """Two pools: prefill sized for the TTFT SLOs, decode for the TPOT and ITL SLOs (transfer included)."""
     rate = traffic.rate_rps or 0.0
     cap_p = capacity(prefill, [s for s in slos if s.metric == "ttft"])
-    cap_d = capacity(decode, [s for s in slos if s.metric == "tpot"])
+    cap_d = capacity(decode, [s for s in slos if s.metric in ("tpot", "itl")])
     for cap, pool in ((cap_p, "prefill"), (cap_d, "decode")):
         if cap.max_rate_rps <= 0:
             return failed(f"{pool} pool: {_zero_load_reason(cap)}", cap)
@@ -210,6 +238,8 @@ def size_disaggregated(
         usd_per_million_input_tokens=_per_million(usd_p, 1.0, rate * traffic.prompt_mean_tokens),
         usd_per_million_output_tokens=_per_million(usd_d, 1.0, rate * traffic.output.mean),
         binding=binding,
+        itl_s=percentiles(decode, pt_d, "itl"),
+        usd_per_million_tokens=_blended(_usd(price, gpus), rate, traffic),
         point=pt_d,
         capacity=heavier,
         pools=((cap_p.max_rate_rps, prefill_gpus), (cap_d.max_rate_rps, decode_gpus)),

@@ -21,83 +21,47 @@ from __future__ import annotations
 
 import math
 
-from tokcost.serving.queueing import Moments, ShiftedGamma, gamma_plus_uniform_tail, quantile
-from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
+from tokcost.serving.loop import decoding_spread
+from tokcost.serving.queueing import Moments, ShiftedGamma, quantile
+from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
-
-
-def _residual(pt: LoadPoint) -> tuple[float, float]:
-    """(chance decodes are running at an arrival, the decode step it then waits out)."""
-    return 1 - math.exp(-pt.batch), pt.decode_step_s
-
-
-def final_step_extra(r: Replica, pt: LoadPoint, prompt: PromptPoint) -> float:
-    """Width of the uniform extra a waiting prompt pays in its last step for tokens packed after its own.
-
-    Those are the tokens that arrive before that step starts, at most `align` of a chunk on average. The last
-    step starts once the work ahead that does not fit beside the prompt's last chunk is done, and no sooner
-    than the prefill step in progress ends: max(Tp / 2, theta - alpha (C - last chunk)) + alpha (full chunks).
-    """
-    alpha = pt.chunk_step_s / r.chunk
-    own_last = prompt.last_chunk(r.chunk)
-    starts = max(pt.prefill_step_s / 2, pt.wait_if_waiting_s - alpha * (r.chunk - own_last))
-    behind = pt.rate_rps * r.prompt_moments[0] * (starts + alpha * (prompt.tokens - own_last))
-    return 2 * alpha * min(r.align * r.chunk, behind)
-
-
-def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
-    """P(TTFT > t)."""
-    if not r.prompts:
-        return 0.0
-    p_dec, step = _residual(pt)
-    s = t - r.overhead_s
-    theta, shape = pt.wait_if_waiting_s, pt.wait_shape
-    alpha = pt.chunk_step_s / r.chunk
-    total = 0.0
-    for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
-        idle = (1 - p_dec) * (alone > s) + (p_dec * min(max((alone + step - s) / step, 0.0), 1.0) if p_dec else 0.0)
-        own, width = alpha * prompt.tokens, final_step_extra(r, pt, prompt)
-        busy = (1 - p_dec) * gamma_plus_uniform_tail(s - own, theta, shape, width)
-        if p_dec > 0:  # the two uniforms (last-step extra, residual decode step) as one of equal mean and variance
-            both = math.hypot(width, step)
-            busy += p_dec * gamma_plus_uniform_tail(s - own - (width + step - both) / 2, theta, shape, both)
-        total += prompt.weight * ((1 - pt.rho) * idle + pt.rho * busy)
-    return total
-
-
-def ttft_moments(r: Replica, pt: LoadPoint) -> Moments:
-    """Mean, variance and third central moment of TTFT."""
-    if not r.prompts:
-        return Moments(0.0)
-    p_dec, step = _residual(pt)
-    residual = Moments.mixture([(1 - p_dec, Moments(0.0)), (p_dec, Moments.uniform(step))])
-    alpha = pt.chunk_step_s / r.chunk
-    parts = []
-    for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
-        wait = Moments.uniform(final_step_extra(r, pt, prompt)) + Moments.gamma(pt.wait_if_waiting_s, pt.wait_shape)
-        parts.append((prompt.weight * (1 - pt.rho), Moments(alone)))
-        parts.append((prompt.weight * pt.rho, Moments(alpha * prompt.tokens) + wait))
-    return Moments.mixture(parts) + residual + Moments(r.overhead_s)
+from tokcost.serving.ttft import locked_step, ttft_moments, ttft_tail
 
 
 def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
-    """TPOT of a request with n decode steps: mean, variance and skew (see the module docstring)."""
+    """TPOT of a request with n decode steps: mean, variance and skew (see the module docstring).
+
+    A closed loop's step-locked share w (loop.py) counts its prefill per step, not per second, so a slow life
+    gathers no more of it (no stretch); and a closed loop's batch is a binomial share of its users, whose swing
+    and feedback shrink by 1 - b / N.
+    """
     life = n * pt.tpot_mean_s
     kappa, s = pt.decode_share, pt.service
+    w = r.loop.step_share(pt.tpot_mean_s)
     raw2 = s.var + s.mean**2
     raw3 = s.mu3 + 3 * s.mean * s.var + s.mean**3
-    stretch = 1 / max(1 - kappa * pt.rho, 1e-6)
+    stretch = w + (1 - w) / max(1 - kappa * pt.rho, 1e-6)
     prefill = Moments(0.0, pt.rate_rps * life * raw2, pt.rate_rps * life * raw3).scaled(kappa * stretch / n)
-    swing = Moments(0.0, 2 / 3 * r.decode_step_moments(pt.batch)[1])
-    return Moments(pt.tpot_mean_s + r.transfer_s / n) + (prefill + swing).scaled(1 / (1 - gain))
+    q = decoding_spread(pt.batch, r.users_estimate(pt))  # a closed loop's batch swings binomially, and less
+    swing = Moments(0.0, q * 2 / 3 * r.decode_step_moments(pt.batch)[1])
+    spread = (prefill + swing).scaled(1 / (1 - gain * q))
+    return Moments(pt.tpot_mean_s + r.transfer_s / n) + spread
 
 
 def tpot_tail(r: Replica, pt: LoadPoint, t: float) -> float:
-    """P(TPOT > t) over requests with at least one decode step."""
+    """P(TPOT > t) over requests with at least one decode step (lock-step groups: every request at the mean)."""
     parts = [(n, w) for n, w in r.outputs if n >= 1]
     total = sum(w for _, w in parts)
     gain = r.feedback(pt)
-    return sum(w * ShiftedGamma.from_moments(tpot_moments(r, pt, n, gain)).tail(t) for n, w in parts) / total
+    lock = r.loop.locked_share(pt.tpot_mean_s)
+    tail = 0.0
+    floor = r.fastest_step_s()
+    for n, w in parts:
+        m = tpot_moments(r, pt, n, gain)
+        fixed = 1.0 if t < m.mean else 0.0
+        spread = ShiftedGamma.from_moments(m, floor).tail(t) if lock < 1 else fixed
+        tail += w * (lock * fixed + (1 - lock) * spread)
+    return tail / total
 
 
 def e2e_tail(r: Replica, pt: LoadPoint, t: float, ttft: Moments | None = None) -> float:
@@ -105,29 +69,65 @@ def e2e_tail(r: Replica, pt: LoadPoint, t: float, ttft: Moments | None = None) -
     own_ttft = ttft is None
     ttft = ttft_moments(r, pt) if ttft is None else ttft
     gain = r.feedback(pt) if r.decodes else 0.0
+    keep = 1 - r.loop.locked_share(pt.tpot_mean_s)  # lock-step groups decode at the mean
+    fastest = r.fastest_step_s() if r.decodes else 0.0
     total = 0.0
     for n, w in r.outputs or [(0, 1.0)]:
         if n == 0:  # a one-token answer ends with its first token
-            total += w * (ttft_tail(r, pt, t) if own_ttft else ShiftedGamma.from_moments(ttft).tail(t))
+            total += w * (ttft_tail(r, pt, t) if own_ttft else ShiftedGamma.from_moments(ttft, 0.0).tail(t))
         else:
-            total += w * ShiftedGamma.from_moments(ttft + tpot_moments(r, pt, n, gain).scaled(n)).tail(t)
+            m = tpot_moments(r, pt, n, gain).scaled(n)
+            both = ttft + Moments(m.mean, m.var * keep, m.mu3 * keep)
+            total += w * ShiftedGamma.from_moments(both, n * fastest).tail(t)
     return total
 
 
+def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
+    """(share of steps, seconds) of the steps a decoding sequence waits between two tokens.
+
+    A share f = lambda m T of them (by count) carries prefill: full chunks (Tc) and the part-filled last chunks
+    of prompts that run alone (chance pi each), at T0 + (Tc - T0) x the chunk's share of C; lock-step groups
+    run their own step. The rest are decode-only steps, T0 with the batch's swing (a 3-point normal).
+    """
+    t0, tc = pt.decode_step_s, pt.chunk_step_s
+    f = min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0) if r.prompts else 0.0
+    lock = r.loop.locked_share(pt.tpot_mean_s)
+    parts: list[tuple[float, float]] = []
+    for prompt, pi in zip(r.prompts, pt.lone, strict=True):
+        last = t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
+        parts.append((prompt.weight * (1 - lock) * pi, last))
+        grouped = locked_step(r, pt, prompt) if lock > 0 else tc
+        parts.append((prompt.weight * lock, grouped))
+    lone = sum(w for w, _ in parts)
+    total_steps = max(pt.steps_per_request, 1e-12)
+    out = [(f * w / total_steps, x) for w, x in parts if w > 0]
+    full = f * max(1 - lone / total_steps, 0.0)
+    sd = math.sqrt(decoding_spread(pt.batch, r.users_estimate(pt)) * r.decode_step_moments(pt.batch)[1])
+    spread = math.sqrt(3) * sd
+    return out + [(full, tc), ((1 - f) / 6, t0 - spread), ((1 - f) * 4 / 6, t0), ((1 - f) / 6, t0 + spread)]
+
+
+def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:
+    """P(a gap between two tokens > t), pooled over every decoding sequence's gaps (vLLM's ITL)."""
+    return sum(w for w, x in itl_steps(r, pt) if x > t)
+
+
 def tail(r: Replica, pt: LoadPoint, metric: str, t: float) -> float:
-    """P(metric > t) for metric in ttft, tpot, e2e."""
+    """P(metric > t) for metric in ttft, tpot, e2e, itl."""
     if metric == "ttft":
         return ttft_tail(r, pt, t)
     if metric == "tpot":
         return tpot_tail(r, pt, t)
+    if metric == "itl":
+        return itl_tail(r, pt, t)
     return e2e_tail(r, pt, t)
 
 
 def applies(r: Replica, metric: str) -> bool:
-    """Whether a metric exists here: TTFT needs prefill, TPOT a decode step, E2E both."""
+    """Whether a metric exists here: TTFT needs prefill, TPOT and ITL a decode step, E2E both."""
     if metric == "ttft":
         return bool(r.prompts)
-    if metric == "tpot":
+    if metric in ("tpot", "itl"):
         return r.decodes
     return bool(r.prompts) and bool(r.outputs)
 
@@ -137,8 +137,8 @@ def percentile(r: Replica, pt: LoadPoint, metric: str, q: float) -> float | None
     if not applies(r, metric):
         return None
     if metric == "ttft":
-        guess = pt.chunk_step_s + pt.wait_mean_s + r.overhead_s
-    elif metric == "tpot":
+        guess = pt.chunk_step_s + pt.wait_mean_s + r.overhead_s + pt.admission_wait_s
+    elif metric in ("tpot", "itl"):
         guess = pt.tpot_mean_s
     else:
         guess = ttft_moments(r, pt).mean + r.decode_steps_mean * pt.tpot_mean_s

@@ -2,8 +2,10 @@
 request rate or concurrency -> latency percentiles and throughput) is compared with.
 
 A row gives either `rate_rps` (open loop, Poisson) or `concurrency` (closed loop, no think time unless
-given, as in vLLM's benchmark_serving --max-concurrency). `chunk` is the serving engine's prefill token
-budget per step (vLLM's max_num_batched_tokens); engine profiles (`--engine`) will supply it once they land.
+given, as in vLLM's benchmark_serving --max-concurrency). The scheduler (the prefill token budget per step,
+vLLM's max_num_batched_tokens; the cap on running sequences, max_num_seqs; multi-step scheduling) comes from
+the engine profile for the GPU unless the row states it. `client_side`: the row was timed by a client (HTTP,
+tokenization and scheduling on its TTFT: the engine's per-request cost), else inside the engine.
 """
 
 from __future__ import annotations
@@ -36,16 +38,18 @@ class Prediction:
     saturation_rps: float
     max_rate_rps: float | None  # at the SLOs given, else None
     saturated: bool  # the load is at or past saturation: no percentiles
+    itl_s: dict[str, float | None] | None = None  # the gap between two tokens, pooled over every gap
+    itl_mean_s: float | None = None  # its mean: the mean step a decoding sequence waits
 
 
 def predict(
     model: ModelSpec, gpu: GpuSpec, *, tp: int, prompt_tokens: float, output_tokens: float,
     rate_rps: float | None = None, concurrency: int | None = None, think_time_s: float = 0.0,
     weights: str | None = None, kv_dtype: str | None = None, compute_dtype: str | None = None,
-    chunk: int = DEFAULT_CHUNK, cached_prefix_tokens: int = 0, prompt_dist: LengthDist | None = None,
+    chunk: int | None = None, cached_prefix_tokens: int = 0, prompt_dist: LengthDist | None = None,
     output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
     pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
-    scheduler_steps: int = 1,
+    scheduler_steps: int | None = None, max_running: int | None = None, client_side: bool = True,
 ) -> Prediction:  # fmt: skip
     """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency)."""
     if (rate_rps is None) == (concurrency is None):
@@ -56,10 +60,13 @@ def predict(
         rate_rps=rate_rps, concurrency=concurrency, think_time_s=think_time_s,
         cached_prefix_tokens=cached_prefix_tokens,
     )  # fmt: skip
-    if scheduler_steps > 1 and engine.step_overhead_us:  # multi-step scheduling: the host's work once per k steps
-        engine = engine.model_copy(update={"step_overhead_us": engine.step_overhead_us / scheduler_steps})
     deployment = Deployment(gpu, Layout(tp, pp, ep, dp), weights, kv_dtype, compute_dtype, network, engine)
-    replica = build_replica(model, deployment, traffic, chunk, scenario)
+    sched = engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)
+    replica = build_replica(
+        model, deployment, traffic, chunk or sched.chunk_tokens or DEFAULT_CHUNK, scenario,
+        max_running=max_running or sched.max_running_sequences, client_side=client_side,
+        scheduler_steps=scheduler_steps or sched.scheduler_steps,
+    )  # fmt: skip
     limits = capacity(replica, slos or [])
     if concurrency is not None:
         point = state_at_users(replica, concurrency, think_time_s)
@@ -69,31 +76,15 @@ def predict(
     if point is None:
         rate = limits.saturation_rps
         return Prediction(None, None, None, rate, rate * traffic.output.mean, limits.saturation_rps, max_rate, True)
-    tpot = percentiles(replica, point, "tpot")
-    window = scheduler_steps_wait(scheduler_steps, (tpot or {}).get("p50"))
     return Prediction(
-        ttft_s=_plus(percentiles(replica, point, "ttft"), window),
-        tpot_s=tpot,
-        e2e_s=_plus(percentiles(replica, point, "e2e"), window),
+        ttft_s=percentiles(replica, point, "ttft"),
+        tpot_s=percentiles(replica, point, "tpot"),
+        e2e_s=percentiles(replica, point, "e2e"),
+        itl_s=percentiles(replica, point, "itl"),
+        itl_mean_s=point.tpot_mean_s if replica.decodes else None,
         rate_rps=point.rate_rps,
         output_tokens_per_s=point.rate_rps * traffic.output.mean,
         saturation_rps=limits.saturation_rps,
         max_rate_rps=max_rate,
         saturated=False,
     )
-
-
-def scheduler_steps_wait(steps: int, step_s: float | None) -> dict[str, float]:
-    """Extra wait of a new request under multi-step scheduling (vLLM's --num-scheduler-steps k, which also spreads
-    the engine's per-step host cost over k steps, as predict() prices it): it arrives at a
-    uniform moment of a running window of k decode steps and joins when the window ends, so the wait's
-    quantile q is q x k x step (added to TTFT's quantile: an approximation of the sum's quantile, said here)."""
-    if steps <= 1 or step_s is None:
-        return {}
-    return {q: float(q[1:]) / 100 * steps * step_s for q in ("p50", "p90", "p99")}
-
-
-def _plus(values: dict[str, float | None] | None, extra: dict[str, float]) -> dict[str, float | None] | None:
-    if values is None or not extra:
-        return values
-    return {k: (v + extra.get(k, 0.0) if v is not None else None) for k, v in values.items()}

@@ -9,6 +9,9 @@
 - A sum with a known mean, variance and third central moment (a request's TPOT over its decode steps, its
   E2E) is read as a shifted gamma with those three moments: skewed like the sums of rare, long prefill
   steps it comes from, and normal when the skew vanishes.
+- Erlang C (M/M/c): the chance an arrival finds all c servers busy, from Erlang B written with the Poisson
+  distribution, B = P(Poisson(a) = c) / P(Poisson(a) <= c), so it costs one incomplete gamma, not c steps;
+  C = B / (1 - (a / c) (1 - B)). The engine's cap on running sequences is c slots, each held for a request's life.
 - Quantiles of mixtures by bisection on the tail probability.
 """
 
@@ -90,6 +93,21 @@ def wait_given_waiting(rate: float, service: Moments) -> tuple[float, float]:
     mean = wait / rho
     var = second / rho - mean**2
     return mean, (mean**2 / var if var > 0 else NORMAL_SHAPE)
+
+
+def erlang_c(servers: float, offered: float) -> float:
+    """P(wait) in M/M/c with c = `servers` and offered load a = `offered` (lambda x mean holding time); 1 at a >= c."""
+    c, a = servers, offered
+    if a <= 0:
+        return 0.0
+    if a >= c:
+        return 1.0
+    log_pmf = c * math.log(a) - a - math.lgamma(c + 1)  # P(Poisson(a) = c)
+    cdf = gamma_tail(c + 1, a)  # P(Poisson(a) <= c) = Q(c + 1, a)
+    if log_pmf < -700 or cdf <= 0:
+        return 0.0
+    b = min(math.exp(log_pmf) / cdf, 1.0)
+    return b / (1 - (a / c) * (1 - b))
 
 
 def gamma_plus_uniform_tail(s: float, mean: float, shape: float, width: float) -> float:
@@ -179,17 +197,27 @@ class ShiftedGamma:
     shift: float
 
     @staticmethod
-    def from_moments(m: Moments) -> ShiftedGamma:
-        """Match three moments: shape 4 / skew^2, scale sd x skew / 2, shift mean - shape x scale."""
+    def from_moments(m: Moments, floor: float = -math.inf) -> ShiftedGamma:
+        """Match three moments: shape 4 / skew^2, scale sd x skew / 2, shift mean - shape x scale.
+
+        A time has a physical least value (`floor`: a step with nothing else in it). When the three-moment fit
+        (or a normal) would put mass below it, the gamma is refitted on two moments above the floor: shift =
+        floor, shape (mean - floor)^2 / var, so a percentile never falls under what physics allows.
+        """
         sd = math.sqrt(max(m.var, 0.0))
-        if sd <= 1e-9 * max(abs(m.mean), EPS):
-            return ShiftedGamma(m.mean, 0.0, None, 0.0, m.mean)
+        if sd <= 1e-9 * max(abs(m.mean), EPS) or m.mean <= floor:
+            return ShiftedGamma(max(m.mean, floor), 0.0, None, 0.0, max(m.mean, floor))
         skew = m.mu3 / sd**3
         shape = 4 / skew**2 if skew > 0 else math.inf
         if shape > NORMAL_SHAPE:
-            return ShiftedGamma(m.mean, sd, None, 0.0, m.mean)
-        scale = sd * skew / 2
-        return ShiftedGamma(m.mean, sd, shape, scale, m.mean - shape * scale)
+            shape, scale, shift = math.inf, 0.0, m.mean
+        else:
+            scale = sd * skew / 2
+            shift = m.mean - shape * scale
+        if shift - (3 * sd if shape == math.inf else 0.0) < floor:  # mass below the floor: above it instead
+            excess = m.mean - floor
+            return ShiftedGamma(m.mean, sd, excess**2 / m.var, m.var / excess, floor)
+        return ShiftedGamma(m.mean, sd, None if shape == math.inf else shape, scale, shift)
 
     def tail(self, t: float) -> float:
         """P(X > t)."""

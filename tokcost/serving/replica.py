@@ -29,23 +29,23 @@ decode instance one with no prefill whose requests wait for their KV to arrive o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tokcost.engine.step import Scenario, Segment
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.curve import Curve
+from tokcost.serving.limits import Z_P99, ReplicaLimits
+from tokcost.serving.loop import Loop
 from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
+from tokcost.serving.replica_steps import ReplicaCurves, bracket
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
 
 Role = Literal["both", "prefill", "decode"]
-Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
 TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for the share of last chunks run alone
 TAIL_TOLERANCE = 1e-4
-SATURATION_MARGIN = 1 - 1e-6
-POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,11 @@ class LoadPoint:
     alone_s: tuple[float, ...]  # lone prefill cost A(P') per prompt grid point
     lone: tuple[float, ...]  # pi: chance a grid point's last chunk runs in a step no later prompt fills
     kv_tokens_p99: float
+    queue_rate_rps: float = 0.0  # the arrival rate the prefill queue sees while busy (loop.py; open loop: the rate)
+    queue_rho: float = 0.0  # its utilization, P(a prompt waits): the time share rho, or (closed) the share of steps
+    admission_wait_s: float = 0.0  # closed loop past the load limit: each request's wait for a running slot
+    admission_p: float = 0.0  # open loop: chance a request finds every running slot taken (Erlang C)
+    admission_mean_s: float = 0.0  # ... and its mean wait for one then (exponential)
 
     @property
     def decode_share(self) -> float:
@@ -89,21 +94,25 @@ class LoadPoint:
 
     @property
     def wait_if_waiting_s(self) -> float:
-        """theta = E[W] / rho: mean wait of a prompt that finds the prefill queue busy."""
-        return self.wait_mean_s / self.rho if self.rho > 0 else 0.0
+        """theta = E[W] / P(wait): mean wait of a prompt that finds the prefill queue busy."""
+        return self.wait_mean_s / self.queue_rho if self.queue_rho > 0 else 0.0
 
 
-class Replica:
+class Replica(ReplicaLimits, ReplicaCurves):
     """Closed form of one replica's steady state, for any load up to saturation."""
 
     def __init__(
         self, steps: Steps, traffic: Traffic, chunk: int, kv_capacity_tokens: float, role: Role = "both",
-        transfer_s: float = 0.0,
+        transfer_s: float = 0.0, max_running: int | None = None, client_side: bool = True,
     ):  # fmt: skip
         self.steps, self.traffic, self.chunk, self.role = steps, traffic, chunk, role
         self.kv_capacity_tokens = kv_capacity_tokens
+        self.max_running = max_running  # the engine's cap on running sequences (None: the KV cache alone)
+        self.scheduler_steps = 1  # multi-step scheduling: a new prompt joins at the end of a window of k steps
         self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
-        self.overhead_s = steps.request_overhead_s
+        # the engine's per-request cost (HTTP, tokenization, scheduling) is on the TTFT a client times
+        self.overhead_s = steps.request_overhead_s if client_side else 0.0
+        self.loop = Loop.of(traffic, self.overhead_s)
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
         self.prompt_moments = (p.moment(1), p.moment(2), p.moment(3)) if prefills else (0.0, 0.0, 0.0)
@@ -113,9 +122,16 @@ class Replica:
         self.outputs = [(max(round(v) - 1, 0), w) for v, w in o.grid(OUTPUT_GRID_POINTS)] if decodes else []
         # lone prefill costs come from step-time curves at every ANCHOR_STRIDE-th grid point and the last;
         # the points between take the excess over the packed cost, A - alpha P', linearly in P'
-        self.anchors = sorted({*range(ANCHOR_STRIDE // 2, len(grid), ANCHOR_STRIDE), len(grid) - 1} - {-1})
+        # and at both ends of every run of equal chunk counts: a prompt one token past a chunk costs a whole step
+        counts = [pt.chunks for pt in self.prompts]
+        edges = {
+            i
+            for i in range(len(counts))
+            if counts[i] != counts[max(i - 1, 0)] or counts[i] != counts[min(i + 1, len(counts) - 1)]
+        }
+        self.anchors = sorted({*range(ANCHOR_STRIDE // 2, len(grid), ANCHOR_STRIDE), len(grid) - 1, *edges} - {-1})
         anchor_tokens = [self.prompts[i].tokens for i in self.anchors]
-        self._brackets = [_bracket(anchor_tokens, pt.tokens) for pt in self.prompts]
+        self._brackets = [bracket(anchor_tokens, pt.tokens) for pt in self.prompts]
         e1, e2 = self.prompt_moments[0], self.prompt_moments[1]
         token_weighted = e2 / e1 if e1 else 1.0  # the prompt an average prompt token sits in (length-biased)
         if chunk <= token_weighted:  # a full chunk at the offset whose attention matches the average token's
@@ -150,31 +166,6 @@ class Replica:
         """Whether some request decodes here (output above one token, and not a prefill-only instance)."""
         return any(n >= 1 for n, _ in self.outputs)
 
-    # ---- load range ---------------------------------------------------------------------------------
-
-    def kv_batch_limit(self) -> float:
-        """The mean decode batch whose p99 swing fills the KV cache: (b + z sqrt b) x private = free."""
-        free = self.kv_capacity_tokens - self.kv_shared - self.prompt_moments[0]
-        if free <= 0:
-            return 0.0
-        if self.kv_private <= 0:
-            return math.inf
-        y = (-Z_P99 + math.sqrt(Z_P99**2 + 4 * free / self.kv_private)) / 2
-        return y * y
-
-    def load_limit(self) -> float:
-        """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
-        if self.rate_driven:
-            if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
-                return 0.0
-            _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
-            return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
-        return min(self.kv_batch_limit(), self.saturation_batch * SATURATION_MARGIN)
-
-    def kv_bound(self) -> bool:
-        """Whether KV capacity, not saturation, caps the load."""
-        return not self.rate_driven and self.kv_batch_limit() < self.saturation_batch * SATURATION_MARGIN
-
     # ---- steady state ----------------------------------------------------------------------------------
 
     def state(self, load: float) -> LoadPoint:
@@ -197,11 +188,16 @@ class Replica:
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
+            busy = e_s / (1 - min(rho, 0.99))  # M/G/1 mean busy period
+            q_rate = self.loop.queue_rate(rate, step_s=tpot, prefill_step_s=e_s / m, busy_s=busy)
+            q_rho = min(q_rate * e_s, 1.0)
+            # a step-locked arrival lands in a step already running: whoever else arrives in it shares its next
+            lead = self.loop.step_share(tpot) * self.loop.residual(tpot)
+            lone, done = _damped(lone, self._lone_probability(q_rate, q_rho, alpha, service, lead), i)
             if done:
                 break
-        tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
-        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone)
+        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, (q_rate, q_rho))
 
     def _prefill_state(self, rate: float) -> LoadPoint:
         m1, m2, m3 = self.prompt_moments
@@ -228,23 +224,38 @@ class Replica:
             m_tail += pt.weight * p * (pt.chunks - pt.tokens / c)
         return t0, tc, alpha, alone, d, self.prompt_moments[0] / c + m_tail
 
-    def _lone_probability(self, rate: float, rho: float, alpha: float, service: Moments) -> tuple[float, ...]:
+    def _lone_probability(
+        self, rate: float, rho: float, alpha: float, service: Moments, lead: float = 0.0
+    ) -> tuple[float, ...]:
         """pi per grid point: no prompt arrives between its arrival and the start of its last step.
 
-        E[exp(-lambda (W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else gamma
-        with mean theta and shape k): ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda alpha (chunks - 1) C).
+        E[exp(-lambda (lead + W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else
+        gamma with mean theta and shape k) and `lead` the rest of the step it lands in (closed loop):
+        ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda (lead + alpha (chunks - 1) C)).
         """
         if rho >= 1 or not math.isfinite(rate):
             return tuple(0.0 for _ in self.prompts)
         theta, shape = wait_given_waiting(rate, service)
         no_wait = (1 - rho) + rho * (1 + rate * theta / shape) ** -shape
-        return tuple(no_wait * math.exp(-rate * alpha * (pt.chunks - 1) * self.chunk) for pt in self.prompts)
+        return tuple(no_wait * math.exp(-rate * (lead + alpha * (pt.chunks - 1) * self.chunk)) for pt in self.prompts)
 
-    def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone) -> LoadPoint:  # noqa: ANN001
+    def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone, queue=None) -> LoadPoint:  # noqa: ANN001
         kv = self.kv_shared + (b + Z_P99 * math.sqrt(b)) * self.kv_private + rho * self.prompt_moments[0]
-        wait = pollaczek_khinchine_wait(rate, service) if rho > 0 else 0.0
-        shape = wait_given_waiting(rate, service)[1] if rho > 0 else 1.0
-        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv)
+        q_rate, q_rho = queue if queue is not None else (rate, rho)
+        wait = pollaczek_khinchine_wait(q_rate, service) if q_rho > 0 else 0.0
+        shape = wait_given_waiting(q_rate, service)[1] if q_rho > 0 else 1.0
+        p_admit, admit_s = self._admission(b + q_rho, rate)
+        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, q_rate, q_rho,
+                         admission_p=p_admit, admission_mean_s=admit_s)  # fmt: skip
+
+    def users_estimate(self, pt: LoadPoint) -> float:
+        """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their
+        lone prefill, on their way back or thinking); an open loop has no such bound (infinity)."""
+        if not self.loop.closed:
+            return math.inf
+        alone = sum(p.weight * a for p, a in zip(self.prompts, pt.alone_s, strict=True))
+        away = pt.wait_mean_s + alone + self.loop.offset_s + self.loop.think_time_s
+        return max(pt.batch + pt.rate_rps * away, 1.0)
 
     def feedback(self, pt: LoadPoint) -> float:
         """Loop gain of the decode batch, lambda E[n] dTPOT/db at a fixed rate (it reaches 1 at saturation).
@@ -267,58 +278,6 @@ class Replica:
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
         return 1 / (pt.rate_rps * m + (1 - rho) / t0)
 
-    def _decode_step(self, b: float) -> float:
-        """T0: a decode-only step as a decoding sequence sees it, itself plus Poisson(b) others."""
-        return self.decode_step_moments(b)[0]
-
-    def decode_step_moments(self, b: float) -> tuple[float, float]:
-        """(mean, variance) of the decode-only step over the Poisson(b) others a decoding sequence shares it with.
-
-        Linear in the batch for dense models: the step at b + 1, variance slope^2 b. An MoE's distinct experts
-        are concave in the batch, so both come from the Poisson weights (Jensen: the step at the mean batch is
-        slower than the mean step).
-        """
-        curve = self._main_curves()[0]
-        if self.steps.model.moe is None or b <= 0:
-            return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
-        points: list[tuple[float, float]] = []
-        if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b
-            spread = math.sqrt(3 * b)
-            points = [(1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread))]
-        else:
-            pmf, k = math.exp(-b), 0
-            while k <= b + 8 * math.sqrt(b) + 8:
-                points.append((pmf, curve(k + 1)))
-                k += 1
-                pmf *= b / k
-        mean = sum(w * y for w, y in points)
-        return mean, max(sum(w * y * y for w, y in points) - mean**2, 0.0)
-
-    # ---- step-time curves ------------------------------------------------------------------------------
-
-    def _main_curves(self) -> tuple[Curve, Curve]:
-        """(decode-only, full packed chunk) step-time curves, built on first use (the second only with prefill)."""
-        if self._curves is None:
-            decode = self.steps.curve(())
-            self._curves = (decode, self.steps.curve(self.packed) if self.prompts else decode)
-        return self._curves
-
-    def _alone(self, b: float, alpha: float) -> tuple[float, ...]:
-        """Lone prefill cost A(P') of every prompt grid point at decode batch b."""
-        if self._anchor_curves is None:
-            self._anchor_curves = [
-                (pt.chunks - 1, self.steps.curve(pt.full) if pt.full else None, self.steps.curve(pt.tail), pt.tokens)
-                for pt in (self.prompts[i] for i in self.anchors)
-            ]  # fmt: skip
-        excess = [
-            full_chunks * (full(b) if full else 0.0) + tail(b) - alpha * tokens
-            for full_chunks, full, tail, tokens in self._anchor_curves
-        ]
-        return tuple(
-            alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f
-            for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True)
-        )
-
 
 def _damped(old: tuple[float, ...], new: tuple[float, ...], i: int) -> tuple[tuple[float, ...], bool]:
     """The next iterate of pi (averaged with the last from the third pass on) and whether it has settled."""
@@ -336,17 +295,6 @@ def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> 
     return Moments(mean, max(raw2 - mean**2, 0.0), raw3 - 3 * mean * raw2 + 2 * mean**3)
 
 
-def _bracket(xs: list[int], x: float) -> tuple[int, int, float]:
-    """(i, j, f): x = xs[i] + f (xs[j] - xs[i]) between neighbours, f = 0 beyond the ends (xs increasing)."""
-    if not xs or x <= xs[0]:
-        return 0, 0, 0.0
-    for j in range(1, len(xs)):
-        if x <= xs[j]:
-            span = xs[j] - xs[j - 1]
-            return j - 1, j, (x - xs[j - 1]) / span if span else 0.0
-    return len(xs) - 1, len(xs) - 1, 0.0
-
-
 def decode_context(traffic: Traffic) -> float:
     """Mean cached context of a decoding sequence: p0 + E[P'] + (E[n^2] + E[n]) / (2 E[n]).
 
@@ -362,15 +310,22 @@ def decode_context(traffic: Traffic) -> float:
 
 def build_replica(
     model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
-    role: Role = "both", transfer_s: float = 0.0,
+    role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None, scheduler_steps: int = 1,
+    client_side: bool = True,
 ) -> Replica:  # fmt: skip
-    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` under one scenario."""
+    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap and
+    multi-step scheduling) under one scenario."""
+    engine = deployment.engine
+    if scheduler_steps > 1 and engine.step_overhead_us:  # multi-step scheduling: the host's work once per k steps
+        engine = engine.model_copy(update={"step_overhead_us": engine.step_overhead_us / scheduler_steps})
+        deployment = replace(deployment, engine=engine)
     prompt, output = max(round(traffic.prompt_mean_tokens), 1), max(round(traffic.output.mean), 1)
     kv = replica_kv_tokens(model, deployment, 1, prompt, output)
     per_sequence = max(model.attended_tokens(prompt + output), 1.0)
     kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
-    replica = Replica(steps, traffic, chunk, kv, role, transfer_s)
-    limit = replica.kv_batch_limit() if role != "prefill" else 0.0
+    replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side)
+    replica.scheduler_steps = scheduler_steps
+    limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     return replica

@@ -1,11 +1,15 @@
 """A Plan as plain data with stable keys (what `tokcost plan --format json` prints; scripts depend on them).
 
 Top level: `workload`, `slo`, `configs` (ranked: those meeting every SLO under "expected" first, cheapest
-first), `load` (GPUs at multiples of the load) and `warnings` (a list of strings; never prose elsewhere).
-Each config: `mode`, `gpu`, `tp`, `prefill_tp` (disaggregated only), `weights`, `kv_dtype`, `compute_dtype`,
-`chunk_tokens`, `pareto`, and `expected` and `ceiling` with the keys of SCENARIO_KEYS; `simulated` with
-`ttft_s`, `tpot_s`, `e2e_s` when --simulate ran for it (else null). Latencies are `{p50, p90, p99}` in
-seconds (null where they do not apply, e.g. TPOT with one output token); money in USD, null without a price.
+$/hour first), `load` (GPUs at multiples of the load) and `warnings` (a list of strings; never prose elsewhere).
+Each config: `mode`, `gpu`, `layout`, `tp`, `prefill_tp` (disaggregated only), `weights`, `kv_dtype`,
+`compute_dtype`, `chunk_tokens` and `chunk_source` (the engine's default, --chunk, or searched),
+`max_running` and `max_running_source` (the engine's cap on running sequences), `request_overhead_s` (the
+engine's per-request cost, on TTFT as a client times it), `pareto`, and `expected` and `ceiling` with the keys
+of SCENARIO_KEYS; `simulated` with `ttft_s`, `tpot_s`, `e2e_s`, `itl_s` when --simulate ran for it (else
+null). Latencies are `{p50, p90, p99}` in seconds (null where they do not apply, e.g. TPOT with one output
+token); money in USD, null without a price: `usd_per_hour` is what plans rank by, `usd_per_million_tokens`
+spreads it over every token served, and the input/output split is by busy time.
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ from tokcost.serving.fleet import Fleet
 from tokcost.serving.search import Plan, Row, precision_parts
 from tokcost.serving.traffic import Traffic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCENARIO_KEYS = (
     "meets_slo", "max_rate_rps", "saturation_rps", "replicas", "prefill_replicas", "gpus", "utilization",
-    "ttft_s", "tpot_s", "e2e_s", "usd_per_hour", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
-    "binding",
+    "ttft_s", "tpot_s", "itl_s", "e2e_s", "usd_per_hour", "usd_per_million_tokens", "usd_per_million_input_tokens",
+    "usd_per_million_output_tokens", "binding",
 )  # fmt: skip
 CONFIG_KEYS = (
-    "mode", "gpu", "tp", "prefill_tp", "weights", "kv_dtype", "compute_dtype", "chunk_tokens", "pareto",
-    "expected", "ceiling", "simulated",
+    "mode", "gpu", "layout", "tp", "prefill_tp", "weights", "kv_dtype", "compute_dtype", "chunk_tokens",
+    "chunk_source", "max_running", "max_running_source", "request_overhead_s", "pareto", "expected", "ceiling",
+    "simulated",
 )  # fmt: skip
 
 
@@ -36,15 +41,21 @@ def fleet_dict(f: Fleet) -> dict[str, Any]:
 def config_dict(row: Row) -> dict[str, Any]:
     """One configuration, both scenarios."""
     weights, kv, compute = precision_parts(row)
+    choice = row.choice
     return {
         "mode": row.mode,
         "gpu": row.deployment.gpu.name,
+        "layout": row.deployment.layout.label,
         "tp": row.deployment.layout.tp,
         "prefill_tp": row.prefill_layout.tp if row.prefill_layout else None,
         "weights": weights,
         "kv_dtype": kv,
         "compute_dtype": compute,
         "chunk_tokens": row.chunk,
+        "chunk_source": choice.chunk_source if choice else None,
+        "max_running": choice.max_running if choice else None,
+        "max_running_source": choice.max_running_source if choice else None,
+        "request_overhead_s": row.replica.overhead_s if row.replica else None,
         "pareto": row.pareto,
         "expected": fleet_dict(row.expected),
         "ceiling": fleet_dict(row.ceiling),
@@ -63,6 +74,7 @@ def workload_dict(traffic: Traffic, headroom: float) -> dict[str, Any]:
         "prompt_dist": traffic.prompt.label,
         "output_dist": traffic.output.label,
         "cached_prefix_tokens": traffic.cached_prefix_tokens,
+        "client_rtt_s": traffic.client_rtt_s if traffic.concurrency else None,
         "headroom": headroom,
     }
 

@@ -2,13 +2,16 @@
 
 For each GPU type and precision, every layout (TP degree) is tried: those that cannot run the model (heads,
 links, node size) or cannot hold one request's KV beside the weights fail with the reason. For each that can,
-every prefill budget (chunk) gets its goodput under "expected"; the chunk with the highest goodput is kept
-and the fleet is sized under "expected" and, with the same choices, under "ceiling" (datasheet peaks: the
-fewest GPUs physics allows). Disaggregated mode pairs the prefill layout and chunk with the most goodput
-per GPU for the TTFT SLOs with the decode layout with the most for the TPOT SLOs. Ranking: configurations
-that meet every SLO under "expected" first, cheapest $/hour first (no price: after those with one, fewest
-GPUs first). A configuration is on the Pareto frontier when no other that meets the SLOs is at least as
-cheap per output token and at least as fast at p90 TPOT (or at p90 TTFT), and better in one.
+the engine's scheduler on that GPU (its prefill chunk budget, its cap on running sequences, multi-step; the
+profile's defaults, or --chunk and --max-running) sets the replica; with a list of chunks (or an engine that
+states none) each chunk gets its goodput under "expected" and the one with the most is kept. The fleet is
+sized under "expected" and, with the same choices, under "ceiling" (datasheet peaks: the fewest GPUs physics
+allows). Disaggregated mode pairs the prefill layout and chunk with the most goodput per GPU for the TTFT
+SLOs with the decode layout with the most for the TPOT SLOs. Ranking: configurations that meet every SLO
+under "expected" first, cheapest $/hour first (no price: after those with one, fewest GPUs first), ties by
+p90 TPOT then p90 TTFT. A configuration is on the Pareto frontier when no other that meets the SLOs costs at
+most as much per hour and is at least as fast at p90 TPOT (or at p90 TTFT), better in one: the cheapest is
+always on it.
 
 Precision: weights, KV and compute formats come from the lists given; an unset compute dtype follows the
 weights where the GPU runs that float format natively (fp8 weights -> fp8 matmuls on Hopper, Ada, MI300X;
@@ -19,85 +22,40 @@ formats stay weight-only unless --compute-dtype says otherwise).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from itertools import product
-from typing import Literal
 
 from tokcost import formats
 from tokcost.engine.step import Scenario
 from tokcost.errors import TokcostError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity
-from tokcost.serving.fleet import REPORTED, Fleet, failed, size_aggregated, size_disaggregated, transfer_seconds
+from tokcost.serving.fleet import Fleet, failed, size_aggregated, size_disaggregated, transfer_seconds
 from tokcost.serving.layout import DEFAULT_MAX_TP, Layout, valid_tp_degrees
+from tokcost.serving.ranking import load_table, mark_pareto, primary_cost, rank
 from tokcost.serving.replica import Replica, build_replica
-from tokcost.serving.simulate import simulate
+from tokcost.serving.rows import (
+    DEFAULT_CHUNKS,
+    Choice,
+    Mode,
+    Plan,
+    Row,
+    Space,
+    precision_label,
+    precision_parts,
+    row_label,
+    scheduler_choice,
+    short_label,
+)  # fmt: skip
 from tokcost.serving.steps import Deployment, replica_kv_tokens
-from tokcost.serving.traffic import QUANTILES, Slo, Traffic
+from tokcost.serving.traffic import Slo, Traffic
 
-DEFAULT_CHUNKS = (256, 512, 1024, 2048, 4096, 8192)  # prefill token budgets per step (vLLM: 512-8192)
-LOAD_MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)
+__all__ = [  # what callers import from here: the search, and the rows' types and labels it returns
+    "DEFAULT_CHUNKS", "Choice", "Mode", "Plan", "Row", "Space", "plan", "precision_label", "precision_parts",
+    "primary_cost", "row_label", "scheduler_choice", "short_label",
+]  # fmt: skip
+
 NATIVE_FLOAT_COMPUTE = ("fp8", "fp4")
-Mode = Literal["aggregated", "disaggregated", "both"]
-
-
-@dataclass(frozen=True)
-class Space:
-    """What the plan may choose from, and the fleet-level knobs."""
-
-    gpus: tuple[GpuSpec, ...]
-    tps: tuple[int, ...] | None = None  # None: every valid degree from the smallest that fits up to 8
-    pps: tuple[int, ...] | None = None  # None: 1, and 2..4 stages of a full node when no single node holds it
-    eps: tuple[int, ...] | None = None  # None: 1, and for MoE models every expert-parallel degree = the stage's GPUs
-    dps: tuple[int, ...] = (1,)  # data-parallel attention replicas (MoE)
-    engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
-    weights: tuple[str | None, ...] = (None,)
-    kv_dtypes: tuple[str | None, ...] = (None,)
-    compute_dtypes: tuple[str | None, ...] = (None,)
-    chunks: tuple[int, ...] = DEFAULT_CHUNKS
-    mode: Mode = "aggregated"
-    max_gpus: int | None = None
-    headroom: float = 0.2
-    prices: Mapping[str, float] = field(default_factory=dict)
-    networks: Mapping[str, Link] = field(default_factory=dict)  # GPU name -> its network between nodes
-
-
-@dataclass
-class Row:
-    """One configuration: what it is, and its fleet under expected and ceiling."""
-
-    mode: str
-    deployment: Deployment
-    prefill_layout: Layout | None
-    chunk: int | None
-    expected: Fleet
-    ceiling: Fleet
-    replica: Replica | None = None  # expected, at the chosen chunk (aggregated; the decode pool)
-    prefill_replica: Replica | None = None
-    pareto: bool = False
-    simulated: dict[str, dict[str, float | None] | None] | None = None
-
-    @property
-    def price(self) -> float | None:
-        """$/GPU-hour used (None without a price)."""
-        x = self.expected
-        return x.usd_per_hour / x.gpus if x.usd_per_hour is not None and x.gpus else None
-
-
-@dataclass
-class Plan:
-    """The ranked configurations, the load table and what the reader should know."""
-
-    model: ModelSpec
-    traffic: Traffic
-    slos: list[Slo]
-    space: Space
-    rows: list[Row]
-    load: list[dict[str, object]]
-    warnings: list[str]
 
 
 def default_compute(weights: str | None, gpu: GpuSpec) -> str | None:
@@ -167,13 +125,26 @@ def _refused(deployment: Deployment, reason: str) -> Row:
     return Row("aggregated", deployment, None, None, failed(reason), failed(reason))
 
 
+def _replica(
+    model: ModelSpec,
+    deployment: Deployment,
+    traffic: Traffic,
+    chunk: int,
+    scenario: Scenario,
+    choice: Choice,
+    **kw,  # noqa: ANN003
+) -> Replica:
+    return build_replica(model, deployment, traffic, chunk, scenario, max_running=choice.max_running,
+                         scheduler_steps=choice.scheduler_steps, **kw)  # fmt: skip
+
+
 def _best_chunk(
-    model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], chunks: tuple[int, ...]
+    model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], choice: Choice
 ) -> tuple[int, Replica]:
     """The chunk with the most goodput under "expected" (ties: the smaller chunk), and its replica."""
     best: tuple[float, int, Replica] | None = None
-    for chunk in chunks:
-        replica = build_replica(model, deployment, traffic, chunk, "expected")
+    for chunk in choice.chunks:
+        replica = _replica(model, deployment, traffic, chunk, "expected", choice)
         goodput = capacity(replica, slos).max_rate_rps
         if best is None or goodput > best[0] * (1 + 1e-9):
             best = (goodput, chunk, replica)
@@ -182,15 +153,16 @@ def _best_chunk(
 
 
 def _aggregated(model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], space: Space) -> Row:
-    chunk, replica = _best_chunk(model, deployment, traffic, slos, space.chunks)
+    choice = scheduler_choice(space, deployment.gpu)
+    chunk, replica = _best_chunk(model, deployment, traffic, slos, choice)
     price = space.prices.get(deployment.gpu.name, deployment.gpu.price_per_hour_usd)
 
     def size(r: Replica) -> Fleet:
         return size_aggregated(r, traffic, slos, headroom=space.headroom, gpus_per_replica=deployment.layout.gpus,
                                price=price, max_gpus=space.max_gpus)  # fmt: skip
 
-    ceiling = build_replica(model, deployment, traffic, chunk, "ceiling")
-    return Row("aggregated", deployment, None, chunk, size(replica), size(ceiling), replica)
+    ceiling = _replica(model, deployment, traffic, chunk, "ceiling", choice)
+    return Row("aggregated", deployment, None, chunk, size(replica), size(ceiling), replica, choice=choice)
 
 
 def _link_for(gpu: GpuSpec, space: Space, gpus: int) -> Link | None:
@@ -210,9 +182,10 @@ def _disaggregated(
 ) -> Row:
     """The cheapest pair of pools for this GPU and precision."""
     ttft_slos = [s for s in slos if s.metric == "ttft"]
+    choice = scheduler_choice(space, deploy(layouts[0]).gpu)
     best_p: tuple[float, Layout, int, Replica] | None = None
-    for layout, chunk in product(layouts, space.chunks):
-        r = build_replica(model, deploy(layout), traffic, chunk, "expected", role="prefill")
+    for layout, chunk in product(layouts, choice.chunks):
+        r = _replica(model, deploy(layout), traffic, chunk, "expected", choice, role="prefill")
         goodput = capacity(r, ttft_slos).max_rate_rps
         per_gpu = goodput / layout.gpus
         if best_p is None or per_gpu > best_p[0] * (1 + 1e-9):
@@ -221,22 +194,23 @@ def _disaggregated(
     _, p_layout, chunk, _ = best_p
     best: tuple[int, Fleet, Layout, Replica, Replica] | None = None
     for layout in layouts:
-        fleet, decode, prefill = _size_pair(model, deploy, p_layout, layout, chunk, traffic, slos, space, "expected")
+        fleet, decode, prefill = _size_pair(model, deploy, p_layout, layout, chunk, traffic, slos, space, "expected",
+                                            choice)  # fmt: skip
         key = fleet.gpus if fleet.gpus is not None and fleet.max_rate_rps > 0 else math.inf
         if best is None or key < best[0]:
             best = (key, fleet, layout, decode, prefill)  # type: ignore[assignment]
     assert best is not None
     _, fleet, d_layout, decode, prefill = best
-    ceiling, _, _ = _size_pair(model, deploy, p_layout, d_layout, chunk, traffic, slos, space, "ceiling")
-    return Row("disaggregated", deploy(d_layout), p_layout, chunk, fleet, ceiling, decode, prefill)
+    ceiling, _, _ = _size_pair(model, deploy, p_layout, d_layout, chunk, traffic, slos, space, "ceiling", choice)
+    return Row("disaggregated", deploy(d_layout), p_layout, chunk, fleet, ceiling, decode, prefill, choice=choice)
 
 
 def _size_pair(
     model: ModelSpec, deploy, p_layout: Layout, d_layout: Layout, chunk: int, traffic: Traffic,  # noqa: ANN001
-    slos: list[Slo], space: Space, scenario: Scenario,
+    slos: list[Slo], space: Space, scenario: Scenario, choice: Choice,
 ) -> tuple[Fleet, Replica, Replica]:  # fmt: skip
     gpu = deploy(d_layout).gpu
-    prefill = build_replica(model, deploy(p_layout), traffic, chunk, scenario, role="prefill")
+    prefill = _replica(model, deploy(p_layout), traffic, chunk, scenario, choice, role="prefill")
     price = space.prices.get(gpu.name, gpu.price_per_hour_usd)
     fleet: Fleet | None = None
     decode: Replica | None = None
@@ -244,10 +218,10 @@ def _size_pair(
         link = _link_for(gpu, space, gpus)  # type: ignore[arg-type]
         if link is None:
             fleet = failed(f"no link or network to move KV between pools on {gpu.name}")
-            decode = build_replica(model, deploy(d_layout), traffic, chunk, scenario, role="decode")
+            decode = _replica(model, deploy(d_layout), traffic, chunk, scenario, choice, role="decode")
             break
         transfer = transfer_seconds(model, prefill, link, p_layout.tp, d_layout.tp)
-        decode = build_replica(model, deploy(d_layout), traffic, chunk, scenario, role="decode", transfer_s=transfer)
+        decode = _replica(model, deploy(d_layout), traffic, chunk, scenario, choice, role="decode", transfer_s=transfer)
         fleet = size_disaggregated(prefill, decode, traffic, slos, headroom=space.headroom,
                                    prefill_gpus=p_layout.gpus, decode_gpus=d_layout.gpus, price=price,
                                    max_gpus=space.max_gpus)  # fmt: skip
@@ -260,8 +234,8 @@ def _size_pair(
 def plan(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> Plan:
     """Every configuration of `space` sized for `traffic` under `slos`, ranked, with the load table."""
     rows, warnings = _rows(model, traffic, slos, space)
-    rows.sort(key=_rank)
-    _mark_pareto(rows)
+    rows.sort(key=rank)
+    mark_pareto(rows)
     return Plan(model, traffic, slos, space, rows, load_table(rows, traffic, space), warnings)
 
 
@@ -288,107 +262,3 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
             except TokcostError as exc:  # e.g. a compute dtype this GPU lists no peak for
                 rows.append(_refused(deploy(Layout(1)), str(exc)))
     return rows, warnings
-
-
-def _rank(row: Row) -> tuple:
-    x = row.expected
-    return (
-        not x.meets_slo,
-        x.usd_per_hour is None,
-        x.usd_per_hour if x.usd_per_hour is not None else 0.0,
-        x.gpus if x.gpus is not None else math.inf,
-        (x.ttft_s or {}).get("p90") or math.inf,
-    )
-
-
-def _mark_pareto(rows: list[Row]) -> None:
-    """Pareto frontier of $/1M output tokens against p90 TPOT and against p90 TTFT (rows meeting the SLOs)."""
-    points = []
-    for row in rows:
-        x = row.expected
-        if x.meets_slo and x.usd_per_million_output_tokens is not None:
-            tpot = (x.tpot_s or {}).get("p90")
-            ttft = (x.ttft_s or {}).get("p90")
-            points.append((row, x.usd_per_million_output_tokens, tpot, ttft))
-    for row, usd, tpot, ttft in points:
-        row.pareto = any(
-            latency is not None
-            and not any(
-                o_usd <= usd and o_lat is not None and o_lat <= latency and (o_usd < usd or o_lat < latency)
-                for other, o_usd, *o_lats in points
-                for o_lat in [o_lats[i]]
-                if other is not row
-            )
-            for i, latency in enumerate((tpot, ttft))
-        )
-
-
-def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str, object]]:
-    """For each multiple of the offered load, the cheapest configuration's GPUs (by the same goodputs)."""
-    base = traffic.rate_rps if traffic.rate_rps is not None else float(traffic.concurrency or 0)
-    table = []
-    for multiple in LOAD_MULTIPLES:
-        load = base * multiple
-        best: tuple[tuple, Row, int] | None = None
-        for row in rows:
-            if not row.expected.meets_slo:
-                continue
-            gpus = row.expected.gpus_at(load, space.headroom)
-            if gpus is None or (space.max_gpus is not None and gpus > space.max_gpus):
-                continue
-            usd = row.price * gpus if row.price is not None else None
-            key = (usd is None, usd or 0.0, gpus)
-            if best is None or key < best[0]:
-                best = (key, row, gpus)
-        entry: dict[str, object] = {"multiple": multiple, "load": load, "config": None, "gpus": None,
-                                    "usd_per_hour": None}  # fmt: skip
-        if best is not None:
-            _, row, gpus = best
-            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=row.price * gpus if row.price else None)
-        table.append(entry)
-    return table
-
-
-def row_label(row: Row) -> str:
-    """'h100-sxm TP4 fp8/bf16' (disaggregated: 'h100-sxm P:TP2+D:TP4 ...')."""
-    d = row.deployment
-    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
-    return f"{d.gpu.name} {layout} {precision_label(row)}"
-
-
-def precision_parts(row: Row) -> tuple[str | None, str | None, str | None]:
-    """(weights, kv, compute) formats as resolved by the engine; as requested (None: default) if never sized."""
-    if row.replica is None:
-        d = row.deployment
-        return d.weights, d.kv_dtype, d.compute_dtype
-    p = row.replica.steps.deployment.precision(row.replica.steps.model)
-    return p.weights, p.kv, p.compute
-
-
-def precision_label(row: Row) -> str:
-    """weights/kv/compute, e.g. 'fp8/bf16/fp8' ('default' where unresolved)."""
-    return "/".join(x or "default" for x in precision_parts(row))
-
-
-def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
-    """Fill `simulated` for the first `top` aggregated rows that meet the SLOs: one replica at its offered load."""
-    done = 0
-    for row in plan.rows:
-        if done >= top or not row.expected.meets_slo:
-            break
-        point, replica = row.expected.point, row.replica
-        if row.mode != "aggregated" or point is None or replica is None:
-            continue
-        traffic = plan.traffic
-        if traffic.concurrency and row.expected.replicas:
-            traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
-        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps)
-        row.simulated = {
-            f"{metric}_s": (
-                None
-                if result.percentile(metric, 0.5) is None
-                else {name: result.percentile(metric, QUANTILES[name]) for name in REPORTED}
-            )
-            for metric in ("ttft", "tpot", "e2e")
-        }
-        done += 1

@@ -1,14 +1,24 @@
 """A discrete-event simulation of the same scheduler the closed form describes, step by step.
 
-Arrivals (Poisson at the rate, a trace's times, or N closed-loop users with exponential think times) join
-a FCFS prefill queue. At each step boundary the server runs every decoding sequence's next token plus up to
-`chunk` prompt tokens from the head of the queue (packing several prompts into one step when they fit),
-priced by the engine's compiled pass with the real segments: Segment(b, mean decode context, 1) for the decode
-batch (exact, the pass is linear in the contexts' sum) and Segment(1, tokens already done, chunk part) per
-prompt. A prompt's first token comes out at the end of the step that ran its last chunk; it then decodes
-one token per step. With no decode and an empty queue the server idles until the next arrival. The first
-and last WARMUP_FRACTION of requests (by arrival) are left out of the statistics: they see an emptier
-server. Seeded, so a run is reproducible.
+Arrivals (Poisson at the rate, a trace's times, or N closed-loop users) wait for a running slot (the engine's
+cap on running sequences, vLLM's max_num_seqs) and then join a FCFS prefill queue. At each step boundary the
+server runs every decoding sequence's next token plus up to `chunk` prompt tokens from the head of the queue
+(packing several prompts into one step when they fit; a request starts its prefill only while a slot is
+free), priced by the engine's compiled pass with the real segments: Segment(b, mean decode context, 1) for the
+decode batch (exact, the pass is linear in the contexts' sum) and Segment(1, tokens already done, chunk part)
+per prompt. A prompt's first token comes out at the end of the step that ran its last chunk; it then decodes
+one token per step and frees its slot with its last token. With no decode and an empty queue the server idles
+until the next arrival. Under multi-step scheduling (k > 1) new prompts start only at the first step of a
+window of k steps while sequences decode.
+
+Closed-loop users behave as benchmark clients do: with no think time all N send at t = 0, and each sends its
+next request one client round trip (traffic.client_rtt_s, plus the engine's per-request cost) after its last
+token arrives, so it lands inside the step then running and waits for that step to end; with a think time Z,
+each first request comes after an exponential pause of mean Z and each next one after another. TTFT counts
+from the request's send (admission wait, prefill queue, own chunks) plus the per-request cost. The first and
+last WARMUP_FRACTION of requests (by arrival; in a closed loop at least each user's first two) are left out of
+the statistics: they see an emptier server, or the start's burst.
+Seeded, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -17,13 +27,14 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokcost.engine.step import Segment
 from tokcost.serving.steps import Steps
 from tokcost.serving.traffic import Traffic
 
 WARMUP_FRACTION = 0.1
+SIMULATED_STEP_BOUND = 20_000_000  # steps per run at most: a run that would take longer stops with what it has
 
 
 @dataclass
@@ -44,13 +55,17 @@ class SimResult:
     ttft_s: tuple[float, ...]
     tpot_s: tuple[float, ...]
     e2e_s: tuple[float, ...]
+    itl_steps: tuple[tuple[float, int], ...]  # (step seconds, sequences decoding in it) over the measured stretch
     duration_s: float
     mean_batch: float  # time-average decode batch while stepping or idle
     prefill_time_share: float  # share of time in steps that carried prefill
     requests: int
 
     def percentile(self, metric: str, q: float) -> float | None:
-        """The q-quantile of ttft, tpot or e2e (linear between order statistics); None if empty."""
+        """The q-quantile of ttft, tpot, e2e (linear between order statistics) or itl (gaps between tokens,
+        pooled over every decoding sequence: a step of b decodes is b gaps); None if empty."""
+        if metric == "itl":
+            return _weighted_quantile(self.itl_steps, q)
         values = sorted(getattr(self, f"{metric}_s"))
         if not values:
             return None
@@ -65,111 +80,188 @@ class SimResult:
         return self.requests / self.duration_s if self.duration_s else 0.0
 
 
+@dataclass
+class _Server:
+    """The scheduler's state between steps."""
+
+    queue: deque[_Request] = field(default_factory=deque)  # admitted or waiting, FCFS; started ones first
+    decoding: list[tuple[int, int]] = field(default_factory=list)  # (last step index, request index)
+    context_base: float = 0.0  # sum over decoders of (prompt + 1 - first step index)
+    started: int = 0  # requests in the queue whose prefill has begun (they hold a slot)
+    step: int = 0
+
+
 def simulate(
-    steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None
-) -> SimResult:
+    steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None,
+    max_running: float | None = None, scheduler_steps: int = 1,
+) -> SimResult:  # fmt: skip
     """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica."""
-    rng = random.Random(seed)
-    p0 = traffic.cached_prefix_tokens
-    overhead = steps.request_overhead_s
-    rate = rate_rps if rate_rps is not None else traffic.rate_rps
-    arrivals: list[tuple[float, int]] = []  # (time, request index) heap
-    made = 0
+    return _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps).run()
 
-    def new_request(time: float) -> None:
-        nonlocal made
-        if made < requests:
-            heapq.heappush(arrivals, (time, made))
-            made += 1
 
-    if traffic.concurrency:
-        for _ in range(traffic.concurrency):
-            new_request(rng.random() * (traffic.think_time_s or 0.01))
-    elif traffic.arrivals_s:
-        for time in traffic.arrivals_s[:requests]:
-            new_request(time)
-    else:
-        if not rate or rate <= 0:
-            raise ValueError("simulate needs a positive rate for open-loop traffic")
-        new_request(rng.expovariate(rate))
-    reqs: dict[int, _Request] = {}
-    queue: deque[_Request] = deque()
-    decoding: list[tuple[int, int]] = []  # (last step index, request index)
-    context_base = 0.0  # sum over decoders of (prompt + 1 - first step index)
-    t, step, batch_time, prefill_time = 0.0, 0, 0.0, 0.0
-    line: tuple[int, int, float, float, int] | None = None  # (batch, first step, seconds, per step, last step)
-    finished: list[_Request] = []
+class _Run:
+    """One simulation: arrivals, the step loop, and the finished requests."""
 
-    def finish(r: _Request, time: float) -> None:
+    def __init__(self, steps: Steps, traffic: Traffic, chunk: int, requests: int, rng: random.Random,
+                 rate_rps: float | None, max_running: float | None, scheduler_steps: int) -> None:  # fmt: skip
+        self.steps, self.traffic, self.chunk, self.requests, self.rng = steps, traffic, chunk, requests, rng
+        self.cap = max_running if max_running is not None and math.isfinite(max_running) else math.inf
+        self.window = max(scheduler_steps, 1)
+        self.overhead = steps.request_overhead_s
+        self.rate = rate_rps if rate_rps is not None else traffic.rate_rps
+        self.arrivals: list[tuple[float, int]] = []  # (time, request index) heap
+        self.made = 0
+        self.reqs: dict[int, _Request] = {}
+        self.finished: list[_Request] = []
+        self.itl: list[tuple[float, float, int]] = []  # (end time, step seconds, sequences decoding in it)
+        self.line: tuple[int, int, float, float, int] | None = None  # (batch, first step, seconds, per step, last)
+
+    def new_request(self, time: float) -> None:
+        if self.made < self.requests:
+            heapq.heappush(self.arrivals, (time, self.made))
+            self.made += 1
+
+    def start(self) -> None:
+        t = self.traffic
+        if t.concurrency:  # benchmark clients: all at once with no think time, else after a first pause
+            for _ in range(t.concurrency):
+                self.new_request(self.rng.expovariate(1 / t.think_time_s) if t.think_time_s > 0 else 0.0)
+        elif t.arrivals_s:
+            for time in t.arrivals_s[: self.requests]:
+                self.new_request(time)
+        else:
+            if not self.rate or self.rate <= 0:
+                raise ValueError("simulate needs a positive rate for open-loop traffic")
+            self.new_request(self.rng.expovariate(self.rate))
+
+    def finish(self, r: _Request, time: float) -> None:
         r.end = time
-        finished.append(r)
-        if traffic.concurrency:
-            think = rng.expovariate(1 / traffic.think_time_s) if traffic.think_time_s > 0 else 0.0
-            new_request(time + think)
+        self.finished.append(r)
+        t = self.traffic
+        if t.concurrency:  # the client reads its last token, then sends the next request one round trip later
+            think = self.rng.expovariate(1 / t.think_time_s) if t.think_time_s > 0 else 0.0
+            self.new_request(time + t.client_rtt_s + self.overhead + think)
 
-    while arrivals or queue or decoding:
-        while arrivals and arrivals[0][0] <= t:
-            time, i = heapq.heappop(arrivals)
-            r = _Request(i, time, traffic.prompt.sample(rng), traffic.output.sample(rng))
-            reqs[i] = r
-            queue.append(r)
-            if not traffic.concurrency and not traffic.arrivals_s:
-                new_request(time + rng.expovariate(rate))  # type: ignore[arg-type]
-        if not queue and not decoding:
-            t = arrivals[0][0]
-            continue
-        b = len(decoding)
-        segments = [Segment(b, (context_base + b * step) / b, 1)] if b else []
-        budget, completed = chunk, []
-        for r in queue:
+    def run(self) -> SimResult:
+        self.start()
+        s = _Server()
+        t, batch_time, prefill_time = 0.0, 0.0, 0.0
+        while (self.arrivals or s.queue or s.decoding) and s.step < SIMULATED_STEP_BOUND:
+            self.admit(s, t)
+            if not s.queue and not s.decoding:
+                t = self.arrivals[0][0]
+                continue
+            seconds, prefilled, completed = self.one_step(s, t)
+            t += seconds
+            batch_time += len(s.decoding) * seconds
+            prefill_time += seconds if prefilled else 0.0
+            self.end_step(s, t, completed)
+        return self.result(t, batch_time, prefill_time)
+
+    def admit(self, s: _Server, t: float) -> None:
+        """Requests that have arrived by the step boundary `t` join the queue."""
+        while self.arrivals and self.arrivals[0][0] <= t:
+            time, i = heapq.heappop(self.arrivals)
+            r = _Request(i, time, self.traffic.prompt.sample(self.rng), self.traffic.output.sample(self.rng))
+            self.reqs[i] = r
+            s.queue.append(r)
+            if not self.traffic.concurrency and not self.traffic.arrivals_s:
+                self.new_request(time + self.rng.expovariate(self.rate))  # type: ignore[arg-type]
+
+    def one_step(self, s: _Server, t: float) -> tuple[float, bool, list[_Request]]:
+        """The next step, or a stretch of decode-only steps: (seconds, whether it carried prefill, prompts done)."""
+        b = len(s.decoding)
+        p0 = self.traffic.cached_prefix_tokens
+        segments = [Segment(b, (s.context_base + b * s.step) / b, 1)] if b else []
+        budget, completed = self.chunk, []
+        may_start = not b or s.step % self.window == 0  # multi-step: new prompts only at a window's first step
+        for r in s.queue:
             if budget == 0:
                 break
+            if r.done == 0:
+                if not may_start or b + s.started >= self.cap:
+                    break  # FCFS: nobody behind a request that cannot start overtakes it
+                s.started += 1
             take = min(r.prompt - r.done, budget)
             segments.append(Segment(1, p0 + r.done, take))
             r.done += take
             budget -= take
             if r.done == r.prompt:
                 completed.append(r)
-        if len(segments) > (1 if b else 0):
-            seconds = steps.seconds(segments)
-        else:  # decode only: one line per stretch of constant batch (linear in the context while no term flips)
-            if line is None or line[0] != b or step > line[4]:
-                line = _decode_line(steps, b, segments[0].cached_tokens, step, decoding[0][0])
-            # run every decode-only step up to the next event at once: a finish, an arrival, the line's end
-            first = line[2] + line[3] * (step - line[1])
-            jump = min(decoding[0][0], line[4]) - step + 1
-            if arrivals:
-                jump = min(jump, _steps_until(arrivals[0][0] - t, first, line[3]))
-            seconds = jump * first + line[3] * jump * (jump - 1) / 2
-            step += jump - 1
-        t += seconds
-        batch_time += b * seconds
-        prefill_time += seconds if budget < chunk else 0.0
-        while decoding and decoding[0][0] == step:
-            _, i = heapq.heappop(decoding)
-            r = reqs[i]
-            context_base -= p0 + r.prompt + 1 - (step - r.output + 2)
-            finish(r, t)
+        if budget < self.chunk:
+            seconds = self.steps.seconds(segments)
+            if b:
+                self.itl.append((t + seconds, seconds, b))
+            return seconds, True, completed
+        return self.decode_stretch(s, t, b, segments[0].cached_tokens), False, completed
+
+    def decode_stretch(self, s: _Server, t: float, b: int, context: float) -> float:
+        """Every decode-only step up to the next event (a finish, an arrival, the line's end), priced at once."""
+        if self.line is None or self.line[0] != b or s.step > self.line[4]:
+            self.line = _decode_line(self.steps, b, context, s.step, s.decoding[0][0])
+        line = self.line
+        first = line[2] + line[3] * (s.step - line[1])
+        jump = min(s.decoding[0][0], line[4]) - s.step + 1
+        if self.arrivals:
+            jump = min(jump, _steps_until(self.arrivals[0][0] - t, first, line[3]))
+        if self.window > 1:  # a waiting prompt may start at the next window's first step
+            jump = min(jump, self.window - s.step % self.window) if s.queue else jump
+        elapsed = 0.0
+        for j in range(jump):  # every decoding sequence sees each of these steps as a gap between its tokens
+            elapsed += first + line[3] * j
+            self.itl.append((t + elapsed, first + line[3] * j, b))
+        s.step += jump - 1
+        return jump * first + line[3] * jump * (jump - 1) / 2
+
+    def end_step(self, s: _Server, t: float, completed: list[_Request]) -> None:
+        """Tokens out at time t: decoders that finish leave, prompts done emit their first token."""
+        p0 = self.traffic.cached_prefix_tokens
+        while s.decoding and s.decoding[0][0] == s.step:
+            _, i = heapq.heappop(s.decoding)
+            r = self.reqs[i]
+            s.context_base -= p0 + r.prompt + 1 - (s.step - r.output + 2)
+            self.finish(r, t)
         for r in completed:
-            queue.popleft()
+            s.queue.popleft()
+            s.started -= 1
             r.first_token = t
             if r.output > 1:  # decodes on steps step+1 .. step+output-1
-                heapq.heappush(decoding, (step + r.output - 1, r.index))
-                context_base += p0 + r.prompt + 1 - (step + 1)
+                heapq.heappush(s.decoding, (s.step + r.output - 1, r.index))
+                s.context_base += p0 + r.prompt + 1 - (s.step + 1)
             else:
-                finish(r, t)
-        step += 1
-    cut = int(WARMUP_FRACTION * len(finished))
-    kept = sorted(finished, key=lambda r: r.index)[cut : len(finished) - cut]
-    return SimResult(
-        ttft_s=tuple(r.first_token - r.arrival + overhead for r in kept),
-        tpot_s=tuple((r.end - r.first_token) / (r.output - 1) for r in kept if r.output > 1),
-        e2e_s=tuple(r.end - r.arrival + overhead for r in kept),
-        duration_s=t,
-        mean_batch=batch_time / t if t else 0.0,
-        prefill_time_share=prefill_time / t if t else 0.0,
-        requests=len(finished),
-    )
+                self.finish(r, t)
+        s.step += 1
+
+    def result(self, t: float, batch_time: float, prefill_time: float) -> SimResult:
+        n = len(self.finished)
+        rounds = 2 * (self.traffic.concurrency or 0)  # closed loop: the start's burst settles within two rounds
+        cut = min(max(int(WARMUP_FRACTION * n), rounds), n // 3)
+        kept = sorted(self.finished, key=lambda r: r.index)[cut : len(self.finished) - cut]
+        overhead = self.overhead
+        start, end = (min(r.arrival for r in kept), max(r.end for r in kept)) if kept else (0.0, 0.0)
+        return SimResult(
+            ttft_s=tuple(r.first_token - r.arrival + overhead for r in kept),
+            tpot_s=tuple((r.end - r.first_token) / (r.output - 1) for r in kept if r.output > 1),
+            e2e_s=tuple(r.end - r.arrival + overhead for r in kept),
+            itl_steps=tuple((seconds, b) for time, seconds, b in self.itl if start < time <= end),
+            duration_s=t,
+            mean_batch=batch_time / t if t else 0.0,
+            prefill_time_share=prefill_time / t if t else 0.0,
+            requests=len(self.finished),
+        )
+
+
+def _weighted_quantile(pairs: tuple[tuple[float, int], ...], q: float) -> float | None:
+    """The q-quantile of values given as (value, count) pairs; None if empty."""
+    total = sum(n for _, n in pairs)
+    if not total:
+        return None
+    seen = 0
+    for value, n in sorted(pairs):
+        seen += n
+        if seen >= q * total:
+            return value
+    return max(v for v, _ in pairs)
 
 
 def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int) -> tuple[int, int, float, float, int]:

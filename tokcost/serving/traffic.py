@@ -21,7 +21,10 @@ DistKind = Literal["fixed", "exponential", "lognormal", "empirical"]
 PROMPT_GRID_POINTS = 32  # mid-quantile points of a prompt distribution (a quarter of them priced by curves)
 OUTPUT_GRID_POINTS = 32  # of an output distribution (arithmetic only; E2E follows its quantiles closely)
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
-METRICS = ("ttft", "tpot", "e2e")
+METRICS = ("ttft", "tpot", "e2e", "itl")  # itl: the gap between two tokens, pooled over every gap
+# A closed-loop client sends its next request this long after its last token reaches it: a round trip on the
+# same network plus the client's own turnaround (its HTTP and tokenization are the engine's per-request cost)
+CLIENT_RTT_S = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,10 @@ class LengthDist:
     mean: float
     cv: float = 0.0
     values: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(a > b for a, b in zip(self.values, self.values[1:], strict=False)):  # quantiles read a sorted trace
+            object.__setattr__(self, "values", tuple(sorted(self.values)))
 
     def moment(self, k: int) -> float:
         """Raw moment E[X^k]."""
@@ -53,14 +60,19 @@ class LengthDist:
         if self.kind == "lognormal":
             s = math.sqrt(math.log1p(self.cv**2))
             return math.exp(math.log(self.mean) - s * s / 2 + s * NormalDist().inv_cdf(u))
-        ordered = sorted(self.values)
+        ordered = self.values  # kept sorted (__post_init__)
         return float(ordered[min(int(u * len(ordered)), len(ordered) - 1)])
 
     def grid(self, n: int) -> list[tuple[float, float]]:
-        """(value, weight) points whose weights sum to 1: one point when fixed, else n mid-quantiles."""
+        """(value, weight) points whose weights sum to 1: one point when fixed, else n mid-quantiles, equal
+        values merged (a trace of one length is one point, not n copies of it)."""
         if self.kind == "fixed":
             return [(self.mean, 1.0)]
-        return [(self.quantile((i + 0.5) / n), 1 / n) for i in range(n)]
+        merged: dict[float, float] = {}
+        for i in range(n):
+            value = self.quantile((i + 0.5) / n)
+            merged[value] = merged.get(value, 0.0) + 1 / n
+        return list(merged.items())
 
     def sample(self, rng: random.Random) -> int:
         """One integer token count, at least 1."""
@@ -97,6 +109,7 @@ class Traffic:
     think_time_s: float = 0.0
     cached_prefix_tokens: int = 0
     arrivals_s: tuple[float, ...] = ()
+    client_rtt_s: float = CLIENT_RTT_S  # closed loop: last token to the next request's send
 
     @property
     def prompt_mean_tokens(self) -> float:
@@ -114,7 +127,7 @@ class Traffic:
 class Slo:
     """A latency objective: the `quantile` of `metric` at most `seconds` (e.g. p90 TTFT <= 0.5 s)."""
 
-    metric: Literal["ttft", "tpot", "e2e"]
+    metric: Literal["ttft", "tpot", "e2e", "itl"]
     percentile: str  # p50, p90, p95, p99
     seconds: float
 
@@ -151,7 +164,7 @@ def parse_slo(text: str) -> Slo:
     if not sep or metric not in METRICS or pct not in QUANTILES:
         raise UsageError(
             f"--slo: {text!r} is not METRIC_PCT=VALUE with METRIC in {', '.join(METRICS)} and PCT in "
-            f"{', '.join(QUANTILES)} (e.g. ttft_p90=500ms, tpot_p99=50ms, e2e_p50=10s)"
+            f"{', '.join(QUANTILES)} (e.g. ttft_p90=500ms, tpot_p99=50ms, itl_p99=200ms, e2e_p50=10s)"
         )
     return Slo(metric, pct, parse_duration(value, "--slo"))  # type: ignore[arg-type]
 

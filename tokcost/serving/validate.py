@@ -4,7 +4,8 @@ Each row is one load point of a pinned setup (model, GPU, layout, formats, engin
 and one metric; the prediction is one call of serving.predict with the same inputs, for one replica, the load
 split evenly over the setup's instances. What a row's statistic maps to: p50/p90/p99 are the closed form's
 percentiles; a mean or an unstated statistic is compared with the p50 (the closed form has no mean, and a
-latency's mean sits near its median at moderate load; said in the table); ITL is compared with TPOT. Rows the
+latency's mean sits near its median at moderate load; said in the table); ITL, the gap between tokens pooled over
+every gap, is compared with the closed form's pooled gaps (its percentiles; a mean with the mean step). Rows the
 closed form cannot speak to are skipped with the reason: disaggregated setups, p10/p25/p75/p95 statistics,
 and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-scheduler-steps`); a setup that
 runs multi-step scheduling makes a new request wait for the running window (serving.predict).
@@ -25,9 +26,10 @@ from tokcost.serving.traffic import LengthDist
 from tokcost.validation.serving_data import ServingRow, ServingSetup
 
 PERCENTILES = ("p50", "p90", "p99")
-LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "tpot_s", "e2e_ms": "e2e_s"}
-CHUNK_FLAG = re.compile(r"--max[-_]num[-_]batched[-_]tokens?\s+(\d+)")
+LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms": "e2e_s"}
+CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
+SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +77,22 @@ def predict_row(
     else:  # all at once: the server runs at saturation; ask for more than it can serve
         load["rate_rps"] = 1e6
     found, steps = CHUNK_FLAG.search(setup.engine_flags), STEPS_FLAG.search(setup.engine_flags)
+    seqs = SEQS_FLAG.search(setup.engine_flags)
     p: Prediction = predict(
         model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
         prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
         prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean),
         output_dist=_length(setup.output_dist, row.output_tokens_mean),
         weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
-        scheduler_steps=int(steps[1]) if steps else 1, **load,  # type: ignore[arg-type]
+        scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
+        client_side=setup.measured_at == "client", **load,  # type: ignore[arg-type]
     )  # fmt: skip
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])
         stat = row.statistic if row.statistic in PERCENTILES else "p50"
         value = values.get(stat) if values else None
+        if row.metric == "itl_ms" and row.statistic not in PERCENTILES and values:
+            value = p.itl_mean_s  # the mean gap is the mean step a decoding sequence waits
         if value is None:
             return ServingResult(row, setup, None, "the load is past the predicted saturation: no percentiles")
         return ServingResult(row, setup, value * 1e3)

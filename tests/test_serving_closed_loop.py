@@ -1,0 +1,136 @@
+"""Closed loops (N users, think time Z) in the closed form agree with a simulation of real clients (issue 20).
+
+The simulated clients start together (as benchmark clients do) and send each next request one round trip after
+their last token. Checked: p50 and p90 of TTFT and TPOT within 15% from one user to near the load limit (the users a
+replica holds without queueing), with fixed and variable lengths, on a dense model under TP, a packed small model
+and an MoE; the engine's running cap (more users raise TTFT, not TPOT); the token gaps; lock-step groups.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from tokcost.engine.step import Segment
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+from tokcost.serving.capacity import state_at_users, users_in_system
+from tokcost.serving.latency import percentile
+from tokcost.serving.layout import Layout
+from tokcost.serving.replica import build_replica
+from tokcost.serving.simulate import _Run, simulate
+from tokcost.serving.steps import Deployment
+from tokcost.serving.traffic import LengthDist, Traffic
+
+TOLERANCE = 0.15
+CASES = {
+    # name: (model, gpu, tp, prompt, output, chunk, lengths, think time s, shares of the knee)
+    "70b-tp4-fixed": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "fixed", 0.0, (0.1, 0.3, 0.8)),
+    "8b-packed-fixed": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 4096, "fixed", 0.0, (0.1, 0.3, 0.8)),
+    "mixtral-tp2-fixed": ("mixtral-8x7b", "h100-sxm", 2, 1024, 256, 1024, "fixed", 0.0, (0.1, 0.8)),
+    "8b-exponential": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 1024, "exponential", 0.0, (0.1, 0.3, 0.6)),
+    "mixtral-tp2-exponential": ("mixtral-8x7b", "h100-sxm", 2, 1024, 256, 2048, "exponential", 0.0, (0.3, 0.6)),
+    "70b-tp4-lognormal": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "lognormal", 0.0, (0.3, 0.6)),
+    "8b-l40s-think-fixed": ("llama-3.1-8b", "l40s", 1, 1000, 200, 512, "fixed", 2.0, (0.3, 0.7)),
+    "8b-think-exponential": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 1024, "exponential", 1.0, (0.3,)),
+}  # fmt: skip
+
+
+def _traffic(kind: str, prompt: int, output: int, users: int, think: float) -> Traffic:
+    def dist(mean: int) -> LengthDist:
+        return LengthDist(kind, mean, 0.8 if kind == "lognormal" else 0.0)
+
+    return Traffic(dist(prompt), dist(output), concurrency=users, think_time_s=think)
+
+
+def _replica(model, gpu, tp, traffic, chunk, **kw):
+    return build_replica(load_model(model), Deployment(load_gpu(gpu), Layout(tp)), traffic, chunk, "expected", **kw)
+
+
+def _knee(model, gpu, tp, prompt, output, chunk, kind, think) -> float:
+    """Users one replica holds at its load limit without queueing for prefill (what plan sizes closed loops by)."""
+    r = _replica(model, gpu, tp, _traffic(kind, prompt, output, 1, think), chunk)
+    edge = r.state(r.load_limit())
+    return users_in_system(r, replace(edge, wait_mean_s=0.0, queue_rho=0.0), think)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_closed_form_matches_simulated_clients_from_one_user_to_the_limit(name):
+    model, gpu, tp, prompt, output, chunk, kind, think, shares = CASES[name]
+    knee = _knee(model, gpu, tp, prompt, output, chunk, kind, think)
+    misses = []
+    for users in sorted({1, *(max(2, round(knee * s)) for s in shares)}):
+        traffic = _traffic(kind, prompt, output, users, think)
+        r = _replica(model, gpu, tp, traffic, chunk)
+        point = state_at_users(r, users, think)
+        requests = max(4000 if kind == "fixed" else 8000, 25 * users)  # a few dozen rounds of every user
+        sim = simulate(r.steps, traffic, chunk, requests=requests, seed=1, max_running=r.running_cap())
+        for metric in ("ttft", "tpot"):
+            for q in (0.5, 0.9):
+                error = percentile(r, point, metric, q) / sim.percentile(metric, q) - 1
+                if abs(error) > TOLERANCE:
+                    misses.append(f"{users} users, {metric} p{q * 100:.0f}: {error:+.1%}")
+    assert not misses, misses
+
+
+def test_more_users_than_the_cap_raise_ttft_not_tpot():
+    cap = 48
+    base = _traffic("fixed", 1000, 200, cap, 0.0)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, base, 2048, max_running=cap)
+    assert r.running_cap() == cap and r.limit_kind() == "cap"
+    at_cap, twice, four = (state_at_users(r, n, 0.0) for n in (cap, 2 * cap, 4 * cap))
+    # past the cap the running batch stays put: TPOT does not move, each extra user adds (extra / rate) to TTFT
+    assert twice.tpot_mean_s == four.tpot_mean_s and twice.batch == four.batch <= cap
+    assert percentile(r, twice, "tpot", 0.9) == pytest.approx(percentile(r, four, "tpot", 0.9))
+    gap = percentile(r, four, "ttft", 0.5) - percentile(r, twice, "ttft", 0.5)
+    # (within 1e-3: the chance an arrival finds others decoding, 1 - (1 - b/N)^(N - 1), still moves with N)
+    assert gap == pytest.approx(2 * cap / twice.rate_rps, rel=1e-3)
+    assert percentile(r, twice, "ttft", 0.5) > percentile(r, at_cap, "ttft", 0.5)
+    # the simulated engine admits at most `cap` running sequences: the same TTFT and TPOT within 15%
+    traffic = _traffic("fixed", 1000, 200, 2 * cap, 0.0)
+    r2 = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048, max_running=cap)
+    sim = simulate(r2.steps, traffic, 2048, requests=6000, seed=2, max_running=cap)
+    assert sim.mean_batch <= cap
+    for metric in ("ttft", "tpot"):
+        closed = percentile(r2, state_at_users(r2, 2 * cap, 0.0), metric, 0.5)
+        assert closed == pytest.approx(sim.percentile(metric, 0.5), rel=TOLERANCE)
+
+
+def test_a_client_resends_one_round_trip_after_its_last_token():
+    traffic = _traffic("fixed", 500, 20, 1, 0.0)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048)
+    run = _Run(r.steps, traffic, 2048, 50, random.Random(0), None, None, 1)
+    run.run()
+    done = sorted(run.finished, key=lambda q: q.index)
+    for before, after in zip(done, done[1:], strict=False):
+        # one user: its next request is sent one client round trip after its last token, not on a step boundary
+        assert after.arrival == pytest.approx(before.end + traffic.client_rtt_s + r.overhead_s)
+
+
+def test_lock_step_groups_wait_out_the_group_before_them():
+    # 8 users, 2,000-token prompts, a 2,048-token chunk: one prompt a step; each group arrives during the step of
+    # the group before it (its round trip after that group's start) and waits it out: TTFT = (Tp - RTT) + Tp
+    traffic = _traffic("fixed", 2000, 300, 8, 0.0)
+    r = _replica("llama-3.1-70b", "h100-sxm", 4, traffic, 2048)
+    point = state_at_users(r, 8, 0.0)
+    decode = [Segment(point.batch, r.steps.decode_context, 1)]
+    step = r.steps.cost([*decode, Segment(1, 0, 2000)]).seconds  # one group's prompt beside the decodes
+    expected = (step - traffic.client_rtt_s) + step
+    assert percentile(r, point, "ttft", 0.9) == pytest.approx(expected, rel=0.02)
+    assert percentile(r, point, "tpot", 0.5) == percentile(r, point, "tpot", 0.9)  # every request alike
+
+
+@pytest.mark.parametrize("loop", ["closed", "open"])
+def test_token_gaps_match_the_simulation(loop):
+    kind, users = "exponential", 60
+    traffic = _traffic(kind, 1000, 250, users, 0.0)
+    if loop == "open":
+        traffic = replace(traffic, concurrency=None, think_time_s=0.0, rate_rps=12.0)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 1024)
+    point = state_at_users(r, users, 0.0) if loop == "closed" else r.state(r.load_limit() * 0.3)
+    rate = None if loop == "closed" else point.rate_rps
+    sim = simulate(r.steps, traffic, 1024, requests=5000, seed=3, rate_rps=rate, max_running=r.running_cap())
+    for q in (0.5, 0.99):
+        assert percentile(r, point, "itl", q) == pytest.approx(sim.percentile("itl", q), rel=TOLERANCE)

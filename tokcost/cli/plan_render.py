@@ -1,0 +1,205 @@
+"""`tokcost plan` as tables: what answers the buyer first (fleet, GPUs, $/hour, p90 TTFT and TPOT, what binds), the
+rest after it, so a narrow terminal leaves out the detail and never the answer; every value printed whole."""
+
+from __future__ import annotations
+
+from tokcost import fmt
+from tokcost.cli.render import Table
+from tokcost.serving.fleet import Fleet
+from tokcost.serving.search import Plan, Row, precision_parts, row_label, short_label
+from tokcost.serving.traffic import Slo
+
+
+def _hourly(value: float | None) -> str:
+    return "no price" if value is None else f"${value:,.2f}"
+
+
+def _usd(value: float | None) -> str:
+    return "no price" if value is None else fmt.usd(value)
+
+
+def _ms(values: dict[str, float | None] | None, key: str = "p90") -> str:
+    value = (values or {}).get(key)
+    if value is None:
+        return "n/a"
+    return f"{value * 1e3:,.0f} ms" if value < 10 else f"{value:,.1f} s"
+
+
+def _pair(values: dict[str, float | None] | None, keys: tuple[str, str] = ("p50", "p99")) -> str:
+    if not values or any(values.get(k) is None for k in keys):
+        return "n/a"
+    return "/".join(f"{(values[k] or 0.0) * 1e3:,.0f}" for k in keys) + " ms"
+
+
+def binding_cell(binding: str) -> str:
+    """The binding constraint, short: 'tpot_p90' for 'tpot_p90 SLO', 'cap 256' for 'running cap (256)'."""
+    if binding.endswith(" SLO"):
+        return binding.removesuffix(" SLO")
+    if binding.startswith("running cap ("):
+        return "cap " + binding.removeprefix("running cap (").removesuffix(")")
+    if binding.startswith("needs "):
+        return "> --max-gpus"
+    return {"memory bandwidth": "bandwidth"}.get(binding, binding)
+
+
+def _replicas(row: Row, f: Fleet) -> str:
+    if f.gpus is None:
+        return "-"
+    if f.prefill_replicas is not None:
+        return f"{f.prefill_replicas}P + {f.replicas}D"
+    return f"{f.replicas} x {row.deployment.layout.gpus}"
+
+
+def _goodput(row: Row, output_tokens: float) -> str:
+    g = row.expected.max_rate_rps
+    return f"{g:,.2f} req/s, {g * output_tokens / 1e3:,.1f}k out tok/s"
+
+
+def _scheduler(row: Row) -> str:
+    c = row.choice
+    if c is None:
+        return f"{row.chunk or '-'}"
+    cap = f"{c.max_running:,}" if c.max_running is not None else "KV"
+    return f"{row.chunk:,} / {cap}"
+
+
+def fleets_table(result: Plan, passing: list[Row]) -> Table:
+    """The ranked fleets under expected, the answer first."""
+    t = result.traffic
+    table = Table(
+        "Cheapest fleets that meet every SLO (expected)",
+        ["#", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding", "$/1M tok", "p99 ITL", "TTFT p50/p99",
+         "TPOT p50/p99", "replicas", "goodput / replica", "util", "kv/compute", "chunk / cap", "$/1M in", "$/1M out"],
+        header=header(result),
+    )  # fmt: skip
+    for i, row in enumerate(passing, 1):
+        x = row.expected
+        _, kv, compute = precision_parts(row)
+        table.rows.append([
+            f"{i}{'*' if row.pareto else ''}", short_label(row), str(x.gpus), _hourly(x.usd_per_hour),
+            _ms(x.ttft_s), _ms(x.tpot_s), binding_cell(x.binding), _usd(x.usd_per_million_tokens),
+            _ms(x.itl_s, "p99"), _pair(x.ttft_s), _pair(x.tpot_s), _replicas(row, x), _goodput(row, t.output.mean),
+            f"{x.utilization or 0:.0%}", f"{kv or 'default'}/{compute or 'default'}", _scheduler(row),
+            _usd(x.usd_per_million_input_tokens), _usd(x.usd_per_million_output_tokens),
+        ])  # fmt: skip
+    table.notes += notes(result, passing)
+    return table
+
+
+def header(result: Plan) -> str:
+    """The traffic, the SLOs and how TTFT is timed, on one line."""
+    t = result.traffic
+    load = f"{t.rate_rps:,.4g} req/s (Poisson)" if t.rate_rps is not None else (
+        f"{t.concurrency:,} users (closed loop, think {t.think_time_s:g} s)")  # fmt: skip
+    slos = ", ".join(_slo_text(s) for s in result.slos) or "none (latencies at the offered load, and saturation)"
+    prefix = f" · cached prefix {t.cached_prefix_tokens:,}" if t.cached_prefix_tokens else ""
+    lengths = f"prompt {t.prompt_mean_tokens:,.0f} ({t.prompt.label}) · output {t.output.mean:,.0f} ({t.output.label})"
+    return f"{result.model.name} · {load} · {lengths}{prefix} · SLO {slos} · headroom {result.space.headroom:.0%}"
+
+
+def _slo_text(slo: Slo) -> str:
+    return f"{slo.percentile} {slo.metric.upper()} <= {fmt.ms(slo.seconds)}"
+
+
+def notes(result: Plan, passing: list[Row]) -> list[str]:
+    """How to read the fleets table: the ranking, the star, the costs, the scheduler and TTFT's basis."""
+    out = []
+    if not passing:
+        out.append("No configuration meets every SLO under expected; see why below.")
+    out.append(
+        f"Ranked by $/hour (GPUs = replicas x GPUs each, replicas = ceil(load x (1 + {result.space.headroom:g}) / "
+        "goodput per replica)); * = on the Pareto frontier of $/hour vs p90 TPOT or p90 TTFT. $/1M tok spreads "
+        "$/hour over every token served; $/1M in and out split it by busy time (prefill vs decode)."
+    )
+    top = passing[0] if passing else None
+    if top is not None and top.choice is not None:
+        c = top.choice
+        cap = f"{c.max_running:,} ({c.max_running_source})" if c.max_running else "none: the KV cache caps it"
+        out.append(f"Scheduler of #1: chunk {top.chunk:,} tokens per step ({c.chunk_source}), running cap {cap}. "
+                   "p99 ITL: the gap between two tokens, steps that carry a prefill chunk included.")  # fmt: skip
+        if c.chunk_source.endswith("default") and any(s.metric in ("tpot", "itl") for s in result.slos):
+            out.append("A smaller chunk trades TTFT for TPOT and ITL: --chunk search tries 256 to 8,192 tokens.")
+    if top is not None and top.replica is not None:
+        cost = top.replica.overhead_s
+        out.append(f"TTFT as a client times it: the engine's per-request cost ({fmt.ms(cost)}: HTTP, tokenization, "
+                   "scheduling) included." if cost else "TTFT as the engine times it: its per-request cost is 0 "
+                   "in this profile (HTTP and tokenization not priced).")  # fmt: skip
+    t = result.traffic
+    if t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
+        out.append(
+            "Fixed lengths and no think time: users fall into lock-step, each group waiting out the one "
+            "before it (modelled); --think-time or a length distribution describes users who do not."
+        )
+    out.append(f"Planned {len(result.rows)} configurations. --explain shows the arithmetic.")
+    return out
+
+
+def best_per_gpu(result: Plan) -> Table:
+    """Each GPU type's cheapest fleet that meets every SLO, or why it has none: the buyer's comparison."""
+    table = Table("Cheapest per GPU type (expected)", ["gpu", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT",
+                                                        "binding"])  # fmt: skip
+    for gpu in result.space.gpus:
+        rows = [r for r in result.rows if r.deployment.gpu.name == gpu.name]
+        best = next((r for r in rows if r.expected.meets_slo), None)
+        if best is None:
+            why = rows[0].expected.binding if rows else "no configuration"
+            table.rows.append([gpu.name, "none", "-", "-", "-", "-", why])
+            continue
+        x = best.expected
+        table.rows.append([gpu.name, short_label(best).removeprefix(gpu.name + " "), str(x.gpus),
+                           _hourly(x.usd_per_hour), _ms(x.ttft_s), _ms(x.tpot_s), binding_cell(x.binding)])  # fmt: skip
+    return table
+
+
+def plan_tables(result: Plan, top: int) -> list[Table]:
+    """Ranked fleets (expected), the best per GPU, the same under ceiling, failures, the load table."""
+    rows = result.rows
+    passing = [r for r in rows if r.expected.meets_slo][:top]
+    tables = [fleets_table(result, passing)]
+    if len(result.space.gpus) > 1:
+        tables.append(best_per_gpu(result))
+    if passing:
+        ceiling = Table("The same under ceiling (datasheet peaks, no overhead): the fewest GPUs physics allows",
+                        ["#", "fleet", "GPUs", "$/hour", "binding", "replicas", "goodput / replica"])  # fmt: skip
+        for i, row in enumerate(passing, 1):
+            c = row.ceiling
+            cells = [str(i), short_label(row), str(c.gpus or "-"), _hourly(c.usd_per_hour), binding_cell(c.binding)]
+            ceiling.rows.append([*cells, _replicas(row, c), f"{c.max_rate_rps:,.2f} req/s"])
+        tables.append(ceiling)
+    if any(r.simulated for r in passing):
+        tables.append(simulated_table(passing))
+    failing = [r for r in rows if not r.expected.meets_slo]
+    if failing:
+        fails = Table("Configurations that fail (expected)", ["fleet", "why"], prose=True)
+        for row in failing[:top]:
+            fails.rows.append([row_label(row), row.expected.binding])
+        if len(failing) > top:
+            fails.notes.append(f"... and {len(failing) - top} more (--top, or --format json for all)")
+        tables.append(fails)
+    return tables + [load_table(result)]
+
+
+def load_table(result: Plan) -> Table:
+    """GPUs the cheapest configuration needs as the load changes."""
+    unit = "req/s" if result.traffic.rate_rps is not None else "users"
+    table = Table("GPUs needed as the load changes (cheapest configuration at each load)",
+                  ["load", unit, "configuration", "GPUs", "$/hour"])  # fmt: skip
+    for entry in result.load:
+        table.rows.append([f"{entry['multiple']:g}x", f"{entry['load']:,.4g}", str(entry["config"] or "none"),
+                           str(entry["gpus"] or "-"), _hourly(entry["usd_per_hour"])])  # type: ignore[arg-type]  # fmt: skip
+    return table
+
+
+def simulated_table(rows: list[Row]) -> Table:
+    """Closed form beside the simulation, for the rows simulated."""
+    columns = ["#", "fleet", "TTFT p50/p90", "simulated", "TPOT p50/p90", "simulated", "ITL p99", "simulated"]
+    table = Table("Closed form vs simulation (one replica at its offered load)", columns)
+    p50_p90 = ("p50", "p90")
+    for i, row in enumerate(rows, 1):
+        if not row.simulated:
+            continue
+        x, s = row.expected, row.simulated
+        table.rows.append([str(i), short_label(row), _pair(x.ttft_s, p50_p90), _pair(s["ttft_s"], p50_p90),
+                           _pair(x.tpot_s, p50_p90), _pair(s["tpot_s"], p50_p90), _ms(x.itl_s, "p99"),
+                           _ms(s.get("itl_s"), "p99")])  # fmt: skip
+    return table

@@ -1,0 +1,289 @@
+"""What a plan is asked, checked once for the CLI and the Python API: the traffic, the SLOs, and the work it asks for.
+
+One path for both callers, so they refuse the same inputs with the same one line (named as a flag, `--rate`, on the
+command line and as a keyword, `rate`, in Python):
+- the traffic: exactly one of a rate and users (a trace with arrival times gives its own rate), each in range; a
+  flag that would be ignored is refused, not dropped (a think time with a rate, lengths or their distributions
+  with a trace, simulated requests without a simulation);
+- the SLOs: one value per metric and percentile;
+- the model's context: a prompt and answer longer than it are refused;
+- the work, bounded before it starts: search points (GPU x precision x layout x chunk; an MoE's points price
+  about MOE_POINT_WEIGHT times slower, their step times bend) at most MAX_SEARCH_POINTS, and simulated prefill
+  steps (rows x requests x chunks per prompt) at most MAX_SIMULATED_STEPS, so the largest accepted plan finishes
+  in well under 30 s on two cores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from itertools import product
+
+from pydantic import ValidationError
+
+from tokcost.engine.workload import Workload
+from tokcost.errors import UsageError
+from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile
+from tokcost.serving.layout import valid_tp_degrees
+from tokcost.serving.search import Space, pipeline_fallback, scheduler_choice
+from tokcost.serving.traffic import LengthDist, Slo, Traffic, parse_dist
+from tokcost.spec_errors import allowed
+from tokcost.units import COMPUTE_DTYPES
+
+MIN_RATE_RPS = 1e-6  # a request every 11.6 days: below it no fleet size means anything
+MAX_RATE_RPS = 1e6
+MAX_USERS = 10_000_000
+MAX_THINK_S = 86_400.0
+DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 256
+MAX_SEARCH_POINTS = 600
+MOE_POINT_WEIGHT = 4
+MIN_REQUESTS, MAX_REQUESTS = 100, 20_000
+MAX_SIMULATED_STEPS = 60_000  # prefill steps over the simulated rows: ~0.2-0.3 ms each
+SIMULATED_ROWS = 3
+
+
+FLAGS = {"chunks": "--chunk", "kv_dtypes": "--kv-dtype", "compute_dtypes": "--compute-dtype", "prices": "--price",
+         "gpus": "--gpu", "slos": "--slo", "rate_rps": "--rate"}  # fmt: skip
+
+
+def name(key: str, api: bool) -> str:
+    """How an input is named in a message: `--think-time` on the command line, `think_time_s` in Python."""
+    if api:
+        return {"rate": "rate_rps", "gpu": "gpus", "slo": "slos"}.get(key, key)
+    return FLAGS.get(key) or "--" + key.removesuffix("_s").removesuffix("_tokens").replace("_", "-")
+
+
+def _lengths(prompt: int, output: int, cached: int, api: bool) -> Workload:
+    """The lengths checked as estimate checks them (the Workload's ranges and its prefix rule)."""
+    try:
+        return Workload(prompt_tokens=prompt, output_tokens=output, cached_prefix_tokens=cached)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "cached_prefix_tokens"
+        if first["loc"] and first["type"] != "value_error":
+            message = f"must be {allowed(Workload.model_fields[field])} (got {first['input']!r:.40})"
+        else:
+            message = first["msg"].removeprefix("Value error, ")
+        raise UsageError(f"{name(field, api)}: {message}") from None
+
+
+def _dist(value: str | LengthDist | None, mean: float, key: str, api: bool) -> LengthDist:
+    if isinstance(value, LengthDist):
+        return LengthDist(value.kind, mean, value.cv, value.values)
+    return parse_dist(value or "fixed", mean, name(key, api))
+
+
+def _load(
+    rate: float | None, concurrency: int | None, think_time_s: float | None, api: bool
+) -> tuple[float | None, int | None, float]:
+    """The load, each value in range; a think time only for users."""
+    if rate is not None and concurrency is not None:
+        raise UsageError(f"{name('rate', api)} / {name('concurrency', api)}: give exactly one (requests/s, or users)")
+    if rate is not None and not (math.isfinite(rate) and MIN_RATE_RPS <= rate <= MAX_RATE_RPS):
+        raise UsageError(
+            f"{name('rate', api)}: must be from {MIN_RATE_RPS:g} to {MAX_RATE_RPS:,.0f} requests/s (got {rate:g})"
+        )
+    if concurrency is not None and (isinstance(concurrency, bool) or not 1 <= concurrency <= MAX_USERS):
+        raise UsageError(f"{name('concurrency', api)}: must be in 1..{MAX_USERS:,} users (got {concurrency})")
+    if think_time_s is not None and concurrency is None:
+        raise UsageError(f"{name('think_time_s', api)}: a think time paces closed-loop users; give it with "
+                         f"{name('concurrency', api)}, or drop it")  # fmt: skip
+    think = think_time_s or 0.0
+    if not (math.isfinite(think) and 0 <= think <= MAX_THINK_S):
+        raise UsageError(f"{name('think_time_s', api)}: must be from 0 to 1 day (got {think:g} s)")
+    return rate, concurrency, think
+
+
+def plan_traffic(
+    *, rate: float | None = None, concurrency: int | None = None, think_time_s: float | None = None,
+    prompt_tokens: int | None = None, output_tokens: int | None = None, prompt_dist: str | LengthDist | None = None,
+    output_dist: str | LengthDist | None = None, trace: tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]
+    | None = None, cached_prefix_tokens: int = 0, trace_name: str = "", api: bool = False,
+) -> Traffic:  # fmt: skip
+    """The traffic a plan serves, every input checked (a trace: (prompts, outputs, arrival times), named
+    `trace_name` in messages)."""
+    if trace is not None:
+        lengths = (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens), ("prompt_dist", prompt_dist),
+                   ("output_dist", output_dist))  # fmt: skip
+        given = [k for k, v in lengths if v is not None]
+        if given:
+            raise UsageError(f"{name(given[0], api)}: the trace {trace_name} gives every request's lengths; drop it")
+        prompts, outputs, arrivals = trace
+        if rate is None and concurrency is None:
+            if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
+                raise UsageError(f"{name('trace', api)} {trace_name}: no arrival_s times to take a rate from; give "
+                                 f"{name('rate', api)} or {name('concurrency', api)}")  # fmt: skip
+            rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+        if min(prompts) <= cached_prefix_tokens:
+            raise UsageError(f"{name('cached_prefix_tokens', api)}: must be below the shortest prompt of "
+                             f"{trace_name or 'the trace'} ({min(prompts)} tokens)")  # fmt: skip
+        prompt_len = LengthDist("empirical", sum(prompts) / len(prompts), values=prompts)
+        output_len = LengthDist("empirical", sum(outputs) / len(outputs), values=outputs)
+    else:
+        wl = _lengths(prompt_tokens or DEFAULT_PROMPT, output_tokens or DEFAULT_OUTPUT, cached_prefix_tokens, api)
+        prompt_len = _dist(prompt_dist, wl.prompt_tokens, "prompt_dist", api)
+        output_len = _dist(output_dist, wl.output_tokens, "output_dist", api)
+        arrivals = ()
+    if rate is None and concurrency is None:
+        raise UsageError(f"{name('rate', api)} / {name('concurrency', api)}: give exactly one (requests/s, or users)")
+    rate, concurrency, think = _load(rate, concurrency, think_time_s, api)
+    return Traffic(
+        prompt=prompt_len.shifted(cached_prefix_tokens), output=output_len, rate_rps=rate, concurrency=concurrency,
+        think_time_s=think, cached_prefix_tokens=cached_prefix_tokens, arrivals_s=arrivals,
+    )  # fmt: skip
+
+
+def check_slos(slos: list[Slo], api: bool = False) -> list[Slo]:
+    """The SLOs, each metric and percentile once: two values for one would enforce one and report the other."""
+    seen: dict[str, Slo] = {}
+    for slo in slos:
+        if slo.label in seen:
+            raise UsageError(f"{name('slo', api)}: {slo.label} given twice ({seen[slo.label].seconds:g} s and "
+                             f"{slo.seconds:g} s); give it once")  # fmt: skip
+        seen[slo.label] = slo
+    return list(slos)
+
+
+def check_context(model: ModelSpec, traffic: Traffic, api: bool = False) -> list[str]:
+    """Refuse a mean prompt and answer past the model's context; warn when a distribution's long tail passes it."""
+    total = traffic.prompt_mean_tokens + traffic.output.mean
+    if total > model.max_context:
+        raise UsageError(f"{name('prompt_tokens', api)}: a {traffic.prompt_mean_tokens:,.0f}-token prompt and "
+                         f"{traffic.output.mean:,.0f}-token answer exceed {model.name}'s context of "
+                         f"{model.max_context:,} tokens")  # fmt: skip
+    p99 = traffic.cached_prefix_tokens + traffic.prompt.quantile(0.99) + traffic.output.quantile(0.99)
+    if p99 > model.max_context:
+        return [f"{model.name}: the longest requests (p99 prompt and answer, {p99:,.0f} tokens) pass its context of "
+                f"{model.max_context:,}; an engine would refuse or cut them, plan prices them whole"]  # fmt: skip
+    return []
+
+
+def search_points(model: ModelSpec, space: Space) -> int:
+    """Points the search prices: GPU x precision x layout x chunk (an MoE's weighted), both modes counted."""
+    points = 0
+    for gpu in space.gpus:
+        layouts = _layout_count(model, gpu, space)
+        chunks = len(scheduler_choice(space, gpu).chunks)
+        points += layouts * chunks * len(space.weights) * len(space.kv_dtypes) * len(space.compute_dtypes)
+    modes = 2 if space.mode == "both" else 1
+    return points * modes * (MOE_POINT_WEIGHT if model.moe else 1)
+
+
+def _layout_count(model: ModelSpec, gpu: GpuSpec, space: Space) -> int:
+    tps = space.tps or tuple(valid_tp_degrees(model, gpu.gpus_per_node)) or (1,)
+    pps = space.pps or (1,)
+    eps = space.eps or ((1, 2) if model.moe else (1,))
+    combos = len(list(product(tps, pps, eps, space.dps)))
+    return max(combos, len(pipeline_fallback(model, gpu)) if space.pps is None else 0)
+
+
+def check_search(model: ModelSpec, space: Space, api: bool = False) -> None:
+    """Refuse, before any work, a search of more than MAX_SEARCH_POINTS points."""
+    points = search_points(model, space)
+    if points > MAX_SEARCH_POINTS:
+        what = f" (an MoE's count {MOE_POINT_WEIGHT}x)" if model.moe else ""
+        raise UsageError(f"{name('gpu', api)}: {points:,} search points{what} (GPU x precision x layout x chunk); at "
+                         f"most {MAX_SEARCH_POINTS:,}: give fewer GPUs, --tp/--chunk values or formats")  # fmt: skip
+
+
+def check_simulation(
+    traffic: Traffic, space: Space, *, simulate: bool, requests: int | None, api: bool = False
+) -> int | None:
+    """The simulated requests per row (None: no simulation), bounded with the prefill steps they take."""
+    if not simulate:
+        if requests is not None:
+            raise UsageError(f"{name('requests', api)}: sets the simulation's length; give it with "
+                             f"{name('simulate', api)}, or drop it")  # fmt: skip
+        return None
+    n = 4000 if requests is None else requests
+    if isinstance(n, bool) or not MIN_REQUESTS <= n <= MAX_REQUESTS:
+        raise UsageError(f"{name('requests', api)}: must be in {MIN_REQUESTS}..{MAX_REQUESTS:,} (got {n})")
+    smallest = min(min(scheduler_choice(space, gpu).chunks) for gpu in space.gpus)
+    per_request = math.ceil(traffic.prompt.mean / smallest) + 1
+    steps = SIMULATED_ROWS * n * per_request
+    if steps > MAX_SIMULATED_STEPS:
+        most = max(MAX_SIMULATED_STEPS // (SIMULATED_ROWS * per_request), 1)
+        raise UsageError(f"{name('requests', api)}: {n:,} requests of ~{per_request} prefill steps each, on "
+                         f"{SIMULATED_ROWS} rows, simulate {steps:,} steps; at most {MAX_SIMULATED_STEPS:,}: "
+                         f"give at most {most:,}")  # fmt: skip
+    return n
+
+
+def _ints(values: Sequence[int] | None, key: str, low: int, high: int, api: bool) -> tuple[int, ...] | None:
+    """A list of whole numbers, each in [low, high] (a bool is not one), duplicates merged."""
+    if values is None:
+        return None
+    if not values:
+        raise UsageError(f"{name(key, api)}: an empty list; give at least one value")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise UsageError(f"{name(key, api)}: {v!r:.20} is out of range; each value must be in {low}..{high:,}")
+    return tuple(dict.fromkeys(values))
+
+
+def _formats(values: Sequence[str] | None, key: str, field: str, api: bool) -> tuple[str | None, ...]:
+    """Storage formats, each resolved as the Workload resolves it (aliases become their canonical names)."""
+    if values is None:
+        return (None,)
+    out = []
+    for v in values:
+        try:
+            out.append(getattr(Workload.model_validate({field: v}), field))
+        except ValidationError as exc:
+            raise UsageError(f"{name(key, api)}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    return tuple(dict.fromkeys(out))
+
+
+def _compute(values: Sequence[str] | None, api: bool) -> tuple[str | None, ...]:
+    if values is None:
+        return (None,)
+    for v in values:
+        if v not in COMPUTE_DTYPES:
+            raise UsageError(f"{name('compute_dtypes', api)}: {v!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+    return tuple(dict.fromkeys(values))
+
+
+def _prices(prices: Mapping[str, float] | None, gpus: tuple[GpuSpec, ...], api: bool) -> dict[str, float]:
+    names = [g.name for g in gpus]
+    out = {}
+    for gpu, usd in (prices or {}).items():
+        key = gpu.strip().lower()
+        if key not in names:
+            raise UsageError(f"{name('prices', api)}: {gpu!r} is not among {name('gpus', api)} ({', '.join(names)})")
+        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and 0 <= usd <= 1e5):
+            raise UsageError(f"{name('prices', api)}: {gpu}: USD per GPU-hour must be a number from 0 to 100,000")
+        out[key] = float(usd)
+    return out
+
+
+def plan_space(
+    *, gpus: tuple[GpuSpec, ...], engine: EngineProfile, tp: Sequence[int] | None = None,
+    pp: Sequence[int] | None = None, ep: Sequence[int] | None = None, dp: Sequence[int] | None = None,
+    weights: Sequence[str] | None = None, kv_dtypes: Sequence[str] | None = None,
+    compute_dtypes: Sequence[str] | None = None, chunks: Sequence[int] | None = None, max_running: int | None = None,
+    mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
+    prices: Mapping[str, float] | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
+) -> Space:  # fmt: skip
+    """The search space, every list and knob in range (as the flags are on the command line)."""
+    if not gpus:
+        raise UsageError(f"{name('gpu', api)}: no GPU given")
+    if mode not in ("aggregated", "disaggregated", "both"):
+        raise UsageError(f"{name('mode', api)}: {mode!r} is not one of aggregated, disaggregated, both")
+    if not (isinstance(headroom, (int, float)) and not isinstance(headroom, bool) and math.isfinite(headroom)
+            and 0 <= headroom <= 10):  # fmt: skip
+        raise UsageError(
+            f"{name('headroom', api)}: must be a fraction from 0 to 10 (got {headroom!r:.20}); 0.2 keeps 20% free"
+        )
+    cap = _ints([max_running] if max_running is not None else None, "max_running", 1, 10_000_000, api)
+    most = _ints([max_gpus] if max_gpus is not None else None, "max_gpus", 1, 1_000_000, api)
+    return Space(
+        gpus=gpus, tps=_ints(tp, "tp", 1, 64, api), pps=_ints(pp, "pp", 1, 64, api), eps=_ints(ep, "ep", 1, 4096, api),
+        dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
+        weights=_formats(weights, "weights", "weights_dtype", api),
+        kv_dtypes=_formats(kv_dtypes, "kv_dtypes", "kv_dtype", api), compute_dtypes=_compute(compute_dtypes, api),
+        chunks=_ints(chunks, "chunks", 16, 1_000_000, api), max_running=cap[0] if cap else None, mode=mode,  # type: ignore[arg-type]
+        max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
+        networks=dict(networks or {}),
+    )  # fmt: skip

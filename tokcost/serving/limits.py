@@ -1,0 +1,88 @@
+"""Where one replica's load must stop, and what stops it: the KV cache, the engine's running cap, saturation.
+
+The load is the mean decode batch b. Its bounds: prefill saturation (every step full of prefill, b -> E[n] C /
+E[P']); the KV cache, whose p99 batch b + 2.33 sqrt(b) of private contexts must fit beside the shared prefix (an
+open loop's batch swings as a Poisson count), or, in a closed loop, the sequences it holds whole; the engine's cap
+on running sequences (decoding or part-prefilled; one slot kept for the prompt in service). An open loop's request
+that finds every slot taken waits for one: M/M/c with c the cap (Erlang C), each slot held for a request's life.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tokcost.serving.queueing import erlang_c
+
+Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
+SATURATION_MARGIN = 1 - 1e-6
+CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
+
+
+class ReplicaLimits:
+    """The load range of a Replica (mixed into it: reads its KV capacity, lengths, loop and cap)."""
+
+    def kv_batch_limit(self) -> float:
+        """The mean decode batch whose p99 swing fills the KV cache: (b + z sqrt b) x private = free."""
+        free = self.kv_capacity_tokens - self.kv_shared - self.prompt_moments[0]
+        if free <= 0:
+            return 0.0
+        if self.kv_private <= 0:
+            return math.inf
+        y = (-Z_P99 + math.sqrt(Z_P99**2 + 4 * free / self.kv_private)) / 2
+        return y * y
+
+    def kv_slots(self) -> float:
+        """Sequences the KV cache holds whole (the shared prefix once, each one's own prompt and answer)."""
+        free = self.kv_capacity_tokens - self.kv_shared
+        whole = self.steps.model.attended_tokens(self.traffic.prompt_mean_tokens + self.traffic.output.mean)
+        per_sequence = whole - self.kv_shared
+        return math.inf if per_sequence <= 0 else max(math.floor(free / per_sequence), 0)
+
+    def running_cap(self) -> float:
+        """Sequences that may run at once (decoding or part-prefilled): the engine's cap, and in a closed loop
+        the KV slots (an open loop's KV limit is its p99 batch instead)."""
+        cap = float(self.max_running) if self.max_running is not None else math.inf
+        return min(cap, self.kv_slots()) if self.loop.closed else cap
+
+    def _limits(self) -> dict[str, float]:
+        """Each bound on the mean decode batch, by what imposes it."""
+        cap = self.running_cap()
+        running = (cap - 1) * SATURATION_MARGIN if math.isfinite(cap) else math.inf  # one slot for the prompt
+        margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
+        out = {"saturation": self.saturation_batch * margin, "cap": max(running, 0.0)}
+        if not self.loop.closed:
+            out["KV memory"] = self.kv_batch_limit()
+        elif self.max_running is None or self.kv_slots() < self.max_running:
+            out["KV memory"], out["cap"] = out["cap"], math.inf
+        return out
+
+    def load_limit(self) -> float:
+        """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
+        if self.rate_driven:
+            if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
+                return 0.0
+            _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
+            return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
+        return min(self._limits().values())
+
+    def limit_kind(self) -> str:
+        """What caps the load when no SLO does: 'saturation', 'KV memory' or 'cap' (the engine's running cap)."""
+        if self.rate_driven:
+            return "saturation"
+        limits = self._limits()
+        return min(limits, key=lambda k: limits[k])
+
+    def kv_bound(self) -> bool:
+        """Whether KV capacity, not saturation or the engine's cap, caps the load."""
+        return self.limit_kind() == "KV memory"
+
+    def _admission(self, held: float, rate: float) -> tuple[float, float]:
+        """(P(wait), mean wait given one) for a running slot in an open loop: M/M/c with c the engine's cap and
+        `held` slots busy on average (decoding, or prefilling), each for held / rate seconds (Erlang C)."""
+        if self.loop.closed or self.max_running is None or rate <= 0 or not math.isfinite(rate):
+            return 0.0, 0.0
+        c = float(self.max_running)
+        p = erlang_c(c, held)
+        if p <= 1e-9 or held >= c:
+            return (0.0, 0.0) if held < c else (1.0, math.inf)
+        return p, (held / rate) / (c - held)

@@ -1,0 +1,86 @@
+"""How a plan's rows rank, which are on the Pareto frontier, and what the load table says (search.plan uses them).
+
+Ranking: configurations that meet every SLO under "expected" first, cheapest $/hour first (no price: after those
+with one, fewest GPUs first), ties by p90 TPOT then p90 TTFT. A configuration is on the Pareto frontier when no
+other that meets the SLOs costs at most as much per hour and is at least as fast at p90 TPOT (or at p90 TTFT),
+better in one: the cheapest is always on it. The load table sizes the cheapest configuration at multiples of the
+load from the same goodputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tokcost.serving.fleet import Fleet
+from tokcost.serving.rows import Row, Space, row_label
+from tokcost.serving.traffic import Traffic
+
+LOAD_MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def _p90(values: dict[str, float | None] | None) -> float:
+    return (values or {}).get("p90") or math.inf
+
+
+def rank(row: Row) -> tuple:
+    x = row.expected
+    return (
+        not x.meets_slo,
+        x.usd_per_hour is None,
+        x.usd_per_hour if x.usd_per_hour is not None else 0.0,
+        x.gpus if x.gpus is not None else math.inf,
+        _p90(x.tpot_s),
+        _p90(x.ttft_s),
+    )
+
+
+def primary_cost(fleet: Fleet) -> float | None:
+    """What plans rank and the frontier weighs: the fleet's $/hour (the same load is served by every row)."""
+    return fleet.usd_per_hour
+
+
+def mark_pareto(rows: list[Row]) -> None:
+    """Pareto frontier of $/hour against p90 TPOT and against p90 TTFT (rows meeting the SLOs)."""
+    points = []
+    for row in rows:
+        x = row.expected
+        cost = primary_cost(x)
+        if x.meets_slo and cost is not None:
+            points.append((row, cost, (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90")))
+    for row, usd, tpot, ttft in points:
+        row.pareto = any(
+            latency is not None
+            and not any(
+                o_usd <= usd and o_lat is not None and o_lat <= latency and (o_usd < usd or o_lat < latency)
+                for other, o_usd, *o_lats in points
+                for o_lat in [o_lats[i]]
+                if other is not row
+            )
+            for i, latency in enumerate((tpot, ttft))
+        )
+
+
+def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str, object]]:
+    """For each multiple of the offered load, the cheapest configuration's GPUs (by the same goodputs)."""
+    base = traffic.rate_rps if traffic.rate_rps is not None else float(traffic.concurrency or 0)
+    table = []
+    for multiple in LOAD_MULTIPLES:
+        load = base * multiple
+        best: tuple[tuple, Row, int] | None = None
+        for row in rows:
+            if not row.expected.meets_slo:
+                continue
+            gpus = row.expected.gpus_at(load, space.headroom)
+            if gpus is None or (space.max_gpus is not None and gpus > space.max_gpus):
+                continue
+            usd = row.price * gpus if row.price is not None else None
+            key = (usd is None, usd or 0.0, gpus)
+            if best is None or key < best[0]:
+                best = (key, row, gpus)
+        entry: dict[str, object] = {"multiple": multiple, "load": load, "config": None, "gpus": None,
+                                    "usd_per_hour": None}  # fmt: skip
+        if best is not None:
+            _, row, gpus = best
+            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=row.price * gpus if row.price else None)
+        table.append(entry)
+    return table

@@ -1,0 +1,87 @@
+"""The step times one replica's closed form asks for, from the engine's step-time curves (steps.py, curve.py).
+
+A decode-only step as a decoding sequence sees it (itself plus the others: a Poisson count in an open loop, its
+users' decoding share in a closed one), a full packed chunk step, and each prompt's lone prefill cost: its full
+chunks plus its part-filled last chunk, priced at anchor prompts and interpolated between them only within one
+chunk count (a prompt one token past a chunk costs a whole step).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tokcost.serving.curve import Curve
+
+POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
+
+
+class ReplicaCurves:
+    """Step times of a Replica (mixed into it: reads its Steps, loop, prompt grid and anchors)."""
+
+    def fastest_step_s(self) -> float:
+        """The quickest a decode step can be: one sequence alone (TPOT's physical floor)."""
+        return self._main_curves()[0](1.0)
+
+    def _decode_step(self, b: float) -> float:
+        """T0: a decode-only step as a decoding sequence sees it, itself plus Poisson(b) others."""
+        return self.decode_step_moments(b)[0]
+
+    def decode_step_moments(self, b: float) -> tuple[float, float]:
+        """(mean, variance) of the decode-only step over the Poisson(b) others a decoding sequence shares it with.
+
+        Linear in the batch for dense models: the step at b + 1, variance slope^2 b. An MoE's distinct experts
+        are concave in the batch, so both come from the Poisson weights (Jensen: the step at the mean batch is
+        slower than the mean step).
+        """
+        curve = self._main_curves()[0]
+        if self.loop.closed:  # the others are the users' decoding share, not a Poisson count: no Jensen term
+            seen = max(b, 1.0)
+            return curve(seen), curve.slope(seen) ** 2 * max(b, 0.0)
+        if self.steps.model.moe is None or b <= 0:
+            return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
+        points: list[tuple[float, float]] = []
+        if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b
+            spread = math.sqrt(3 * b)
+            points = [(1 / 6, curve(b + 1 - spread)), (4 / 6, curve(b + 1)), (1 / 6, curve(b + 1 + spread))]
+        else:
+            pmf, k = math.exp(-b), 0
+            while k <= b + 8 * math.sqrt(b) + 8:
+                points.append((pmf, curve(k + 1)))
+                k += 1
+                pmf *= b / k
+        mean = sum(w * y for w, y in points)
+        return mean, max(sum(w * y * y for w, y in points) - mean**2, 0.0)
+
+    def _main_curves(self) -> tuple[Curve, Curve]:
+        """(decode-only, full packed chunk) step-time curves, built on first use (the second only with prefill)."""
+        if self._curves is None:
+            decode = self.steps.curve(())
+            self._curves = (decode, self.steps.curve(self.packed) if self.prompts else decode)
+        return self._curves
+
+    def _alone(self, b: float, alpha: float) -> tuple[float, ...]:
+        """Lone prefill cost A(P') of every prompt grid point at decode batch b."""
+        if self._anchor_curves is None:
+            self._anchor_curves = [
+                (pt.chunks - 1, self.steps.curve(pt.full) if pt.full else None, self.steps.curve(pt.tail), pt.tokens)
+                for pt in (self.prompts[i] for i in self.anchors)
+            ]  # fmt: skip
+        excess = [
+            full_chunks * (full(b) if full else 0.0) + tail(b) - alpha * tokens
+            for full_chunks, full, tail, tokens in self._anchor_curves
+        ]
+        return tuple(
+            alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f
+            for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True)
+        )
+
+
+def bracket(xs: list[int], x: float) -> tuple[int, int, float]:
+    """(i, j, f): x = xs[i] + f (xs[j] - xs[i]) between neighbours, f = 0 beyond the ends (xs increasing)."""
+    if not xs or x <= xs[0]:
+        return 0, 0, 0.0
+    for j in range(1, len(xs)):
+        if x <= xs[j]:
+            span = xs[j] - xs[j - 1]
+            return j - 1, j, (x - xs[j - 1]) / span if span else 0.0
+    return len(xs) - 1, len(xs) - 1, 0.0

@@ -1,0 +1,140 @@
+"""What a plan is made of: the space it searches, the scheduler each row runs with, its rows and how they read.
+
+A Row is one configuration (GPU, layout, formats, chunk) with its fleet under "expected" and "ceiling"; a Plan holds
+the ranked rows, the load table and the warnings. The scheduler of a row is the engine profile's on its GPU (the
+prefill chunk budget, the cap on running sequences, multi-step scheduling), overridden by --chunk and --max-running;
+a list of chunks (or an engine that states none) is searched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.models.spec import ModelSpec
+from tokcost.profiles import GENERIC, EngineProfile
+from tokcost.serving.fleet import Fleet
+from tokcost.serving.layout import Layout
+from tokcost.serving.replica import Replica
+from tokcost.serving.steps import Deployment
+from tokcost.serving.traffic import Slo, Traffic
+
+DEFAULT_CHUNKS = (256, 512, 1024, 2048, 4096, 8192)  # prefill token budgets `--chunk search` tries (vLLM: 512-8192)
+Mode = Literal["aggregated", "disaggregated", "both"]
+
+
+@dataclass(frozen=True)
+class Space:
+    """What the plan may choose from, and the fleet-level knobs."""
+
+    gpus: tuple[GpuSpec, ...]
+    tps: tuple[int, ...] | None = None  # None: every valid degree from the smallest that fits up to 8
+    pps: tuple[int, ...] | None = None  # None: 1, and 2..4 stages of a full node when no single node holds it
+    eps: tuple[int, ...] | None = None  # None: 1, and for MoE models every expert-parallel degree = the stage's GPUs
+    dps: tuple[int, ...] = (1,)  # data-parallel attention replicas (MoE)
+    engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
+    weights: tuple[str | None, ...] = (None,)
+    kv_dtypes: tuple[str | None, ...] = (None,)
+    compute_dtypes: tuple[str | None, ...] = (None,)
+    chunks: tuple[int, ...] | None = None  # None: the engine's budget on each GPU (searched if it states none)
+    max_running: int | None = None  # None: the engine's cap on each GPU (the KV cache alone if it states none)
+    mode: Mode = "aggregated"
+    max_gpus: int | None = None
+    headroom: float = 0.2
+    prices: Mapping[str, float] = field(default_factory=dict)
+    networks: Mapping[str, Link] = field(default_factory=dict)  # GPU name -> its network between nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The scheduler a row runs with, and where each setting comes from."""
+
+    chunks: tuple[int, ...]  # the budgets tried (one: the engine's, or the one given)
+    chunk_source: str  # "engine default", "--chunk", "searched"
+    max_running: int | None
+    max_running_source: str  # "engine default", "--max-running", "none (KV cache)"
+    scheduler_steps: int = 1
+
+
+def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
+    """The engine's scheduler on `gpu`, overridden by --chunk and --max-running."""
+    sched = space.engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)
+    if space.chunks is not None:
+        chunks, source = space.chunks, "--chunk" if len(space.chunks) == 1 else "searched"
+    elif sched.chunk_tokens is not None:
+        chunks, source = (sched.chunk_tokens,), f"{space.engine.name} default"
+    else:
+        chunks, source = DEFAULT_CHUNKS, "searched"
+    if space.max_running is not None:
+        cap, cap_source = space.max_running, "--max-running"
+    elif sched.max_running_sequences is not None:
+        cap, cap_source = sched.max_running_sequences, f"{space.engine.name} default"
+    else:
+        cap, cap_source = None, "none (KV cache)"
+    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps)
+
+
+@dataclass
+class Row:
+    """One configuration: what it is, and its fleet under expected and ceiling."""
+
+    mode: str
+    deployment: Deployment
+    prefill_layout: Layout | None
+    chunk: int | None
+    expected: Fleet
+    ceiling: Fleet
+    replica: Replica | None = None  # expected, at the chosen chunk (aggregated; the decode pool)
+    prefill_replica: Replica | None = None
+    pareto: bool = False
+    simulated: dict[str, dict[str, float | None] | None] | None = None
+    choice: Choice | None = None
+
+    @property
+    def price(self) -> float | None:
+        """$/GPU-hour used (None without a price)."""
+        x = self.expected
+        return x.usd_per_hour / x.gpus if x.usd_per_hour is not None and x.gpus else None
+
+
+@dataclass
+class Plan:
+    """The ranked configurations, the load table and what the reader should know."""
+
+    model: ModelSpec
+    traffic: Traffic
+    slos: list[Slo]
+    space: Space
+    rows: list[Row]
+    load: list[dict[str, object]]
+    warnings: list[str]
+
+
+def short_label(row: Row) -> str:
+    """'h100-sxm TP4 fp8': GPU, layout and weights (the plot's and the narrow table's name for a row)."""
+    d = row.deployment
+    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
+    return f"{d.gpu.name} {layout} {precision_parts(row)[0] or 'default'}"
+
+
+def row_label(row: Row) -> str:
+    """'h100-sxm TP4 fp8/bf16' (disaggregated: 'h100-sxm P:TP2+D:TP4 ...')."""
+    d = row.deployment
+    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
+    return f"{d.gpu.name} {layout} {precision_label(row)}"
+
+
+def precision_parts(row: Row) -> tuple[str | None, str | None, str | None]:
+    """(weights, kv, compute) formats as resolved by the engine; as requested (None: default) if never sized."""
+    if row.replica is None:
+        d = row.deployment
+        return d.weights, d.kv_dtype, d.compute_dtype
+    p = row.replica.steps.deployment.precision(row.replica.steps.model)
+    return p.weights, p.kv, p.compute
+
+
+def precision_label(row: Row) -> str:
+    """weights/kv/compute, e.g. 'fp8/bf16/fp8' ('default' where unresolved)."""
+    return "/".join(x or "default" for x in precision_parts(row))

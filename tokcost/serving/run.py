@@ -1,0 +1,79 @@
+"""A whole plan as the CLI and the Python API run it: the inputs checked, the search, its warnings, the simulation.
+
+`tokcost plan` and `tokcost.plan(...)` both call run_plan with loaded specs, so the JSON one prints and the
+other's `to_dict()` are the same object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tokcost.models.spec import ModelSpec
+from tokcost.serving import search
+from tokcost.serving.fleet import REPORTED
+from tokcost.serving.inputs import SIMULATED_ROWS, check_context, check_search, check_simulation, check_slos
+from tokcost.serving.search import Plan, Space
+from tokcost.serving.simulate import simulate
+from tokcost.serving.traffic import QUANTILES, Slo, Traffic
+
+
+def run_plan(
+    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, *, simulate: bool = False,
+    requests: int | None = None, seed: int = 0, api: bool = False,
+) -> Plan:  # fmt: skip
+    """Check the inputs and the work they ask for, search, warn, and simulate the top rows when asked."""
+    slos = check_slos(slos, api)
+    context_warnings = check_context(model, traffic, api)
+    check_search(model, space, api)
+    simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
+    result = search.plan(model, traffic, slos, space)
+    result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
+    if simulated is not None:
+        simulate_rows(result, SIMULATED_ROWS, simulated, seed)
+    return result
+
+
+def provenance_warnings(space: Space) -> list[str]:
+    """GPUs whose "expected" rests on no fitted rows of their family."""
+    out = []
+    for gpu in space.gpus:
+        basis = gpu.expected_provenance
+        if basis.startswith("unfitted"):
+            out.append(f"{gpu.name}: expected is an {basis}")
+        elif basis.startswith("none"):
+            out.append(f"{gpu.name}: {basis}")
+    return out
+
+
+def scheduler_warnings(result: Plan) -> list[str]:
+    """Where the engine's running cap, not its KV cache or compute, limits the top fleet."""
+    top = next((row for row in result.rows if row.expected.meets_slo), None)
+    if top is None or top.choice is None or not top.expected.binding.startswith("running cap"):
+        return []
+    return [f"{search.row_label(top)}: the engine's cap of {top.choice.max_running:,} running sequences binds "
+            "(more users only queue for admission); --max-running raises it where memory allows"]  # fmt: skip
+
+
+def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
+    """Fill `simulated` for the first `top` aggregated rows that meet the SLOs: one replica at its offered load."""
+    done = 0
+    for row in plan.rows:
+        if done >= top or not row.expected.meets_slo:
+            break
+        point, replica = row.expected.point, row.replica
+        if row.mode != "aggregated" or point is None or replica is None:
+            continue
+        traffic = plan.traffic
+        if traffic.concurrency and row.expected.replicas:
+            traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
+        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps,
+                          max_running=replica.running_cap(), scheduler_steps=replica.scheduler_steps)  # fmt: skip
+        row.simulated = {
+            f"{metric}_s": (
+                None
+                if result.percentile(metric, 0.5) is None
+                else {name: result.percentile(metric, QUANTILES[name]) for name in REPORTED}
+            )
+            for metric in ("ttft", "tpot", "e2e", "itl")
+        }
+        done += 1

@@ -1,0 +1,146 @@
+"""Time to first token at a steady state: its tail and moments, for open and closed loops (loop.py).
+
+TTFT = the engine's per-request cost c (client-side: HTTP, tokenization, scheduling) + the admission wait (a
+closed loop past its load limit) + one of three kinds of arrival, by their shares:
+- time-random (an open loop; the share 1 - w of a closed loop with think time): the residual of the decode
+  step in progress (uniform over T0 when decodes run, probability 1 - exp(-b)) + either the lone cost A(P')
+  when no prefill is queued (probability 1 - rho), or the M/G/1 wait (Pollaczek-Khinchine mean, Takacs second
+  moment, a gamma; queueing.py) + alpha P' for its own tokens + the rest of its last step: the tokens packed
+  after its own, uniform up to what arrives before that step starts (at most `align` of a chunk on average
+  when a backlog fills every step). M/G/1 on prefill work uses the variance of the prompt lengths (M/D/1
+  when they are fixed);
+- step-locked (a closed loop whose lengths vary: the share w = T / (T + Z)): the same, but the request lands
+  r + c after a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when others
+  decode), and the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
+- lock-step groups (a closed loop with fixed lengths: the share w): (the previous group's last step - r - c)
+  + its own step(s), or (T0 - r - c) + its own for the first group of a burst.
+Each branch is a constant + a gamma + a uniform, so the tail is a weighted sum of gamma_plus_uniform_tail and
+the moments a mixture.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tokcost.serving.loop import group_size, others_decoding
+from tokcost.serving.queueing import Moments, gamma_plus_uniform_tail
+from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
+
+Branch = tuple[float, float, float, float, float]  # (weight, constant, gamma mean, gamma shape, uniform width)
+
+
+def final_step_extra(r: Replica, pt: LoadPoint, prompt: PromptPoint) -> float:
+    """Width of the uniform extra a waiting prompt pays in its last step for tokens packed after its own.
+
+    Those are the tokens that arrive before that step starts, at most `align` of a chunk on average. The last
+    step starts once the work ahead that does not fit beside the prompt's last chunk is done, and no sooner
+    than the prefill step in progress ends: max(Tp / 2, theta - alpha (C - last chunk)) + alpha (full chunks).
+    """
+    alpha = pt.chunk_step_s / r.chunk
+    own_last = prompt.last_chunk(r.chunk)
+    starts = max(pt.prefill_step_s / 2, pt.wait_if_waiting_s - alpha * (r.chunk - own_last))
+    behind = pt.queue_rate_rps * r.prompt_moments[0] * (starts + alpha * (prompt.tokens - own_last))
+    return 2 * alpha * min(r.align * r.chunk, behind)
+
+
+def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
+    """Every branch of the TTFT mixture (weights summing to 1), before the request cost and admission wait."""
+    if not r.prompts:
+        return []
+    step = pt.tpot_mean_s
+    lock = r.loop.locked_share(step)
+    locked_steps = r.loop.step_share(step) - lock  # step-locked arrivals that do not come back in groups
+    timed = 1 - lock - locked_steps
+    out: list[Branch] = []
+    alpha = pt.chunk_step_s / r.chunk
+    p_dec = others_decoding(pt.batch, r.users_estimate(pt))
+    for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
+        own = alpha * prompt.tokens
+        width = final_step_extra(r, pt, prompt)
+        theta, shape = pt.wait_if_waiting_s, pt.wait_shape
+        idle, busy = prompt.weight * (1 - pt.queue_rho), prompt.weight * pt.queue_rho
+        if timed > 0:
+            t0 = pt.decode_step_s
+            both = math.hypot(width, t0)  # the two uniforms (last-step extra, residual step) as one alike
+            out += [(timed * idle * (1 - p_dec), alone, 0.0, 1.0, 0.0), (timed * idle * p_dec, alone, 0.0, 1.0, t0),
+                    (timed * busy * (1 - p_dec), own, theta, shape, width),
+                    (timed * busy * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
+        if locked_steps > 0:  # idle: it waits out the decode step it lands in, with whoever lands there too
+            wait_out = r.loop.residual(pt.decode_step_s)
+            joined = 2 * alpha * min(r.align * r.chunk, pt.queue_rate_rps * r.prompt_moments[0] * wait_out)
+            out += [(locked_steps * idle * (1 - p_dec), alone, 0.0, 1.0, 0.0),
+                    (locked_steps * idle * p_dec, alone + wait_out, 0.0, 1.0, joined),
+                    (locked_steps * busy, own, theta, shape, width)]  # fmt: skip
+        if lock > 0:
+            out += [(prompt.weight * lock * share, constant, 0.0, 1.0, 0.0) for share, constant in
+                    _lock_step(r, pt, prompt, alone, p_dec)]  # fmt: skip
+    return _with_admission(_with_window(out, r, pt), pt)
+
+
+def _with_window(out: list[Branch], r: Replica, pt: LoadPoint) -> list[Branch]:
+    """Multi-step scheduling (k > 1): a new prompt waits for the window of k decode steps in progress to end,
+    uniform over k T; each branch's uniform and this one as one of equal mean and variance."""
+    k = r.scheduler_steps
+    if k <= 1 or pt.batch <= 0:
+        return out
+    window = k * pt.tpot_mean_s
+    merged = []
+    for w, c, mean, shape, width in out:
+        both = math.hypot(width, window)
+        merged.append((w, c + (width + window - both) / 2, mean, shape, both))
+    return merged
+
+
+def _with_admission(out: list[Branch], pt: LoadPoint) -> list[Branch]:
+    """Each branch twice: with no wait for a running slot, and (Erlang C's chance) with its exponential wait
+    added to the branch's gamma (a gamma of the same mean and variance)."""
+    p, theta = pt.admission_p, pt.admission_mean_s
+    if p <= 0:
+        return out
+    split: list[Branch] = []
+    for w, c, mean, shape, width in out:
+        total, var = mean + theta, mean**2 / shape + theta**2
+        split += [(w * (1 - p), c, mean, shape, width), (w * p, c, total, total**2 / var, width)]
+    return split
+
+
+def locked_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float | None = None) -> float:
+    """The last step of a lock-step group: its g prompts in one step (between the lone prompt's step, g = 1, and
+    a full chunk's, linear in tokens), or, past a chunk, the part-filled last chunk of its one prompt."""
+    t0, tc = pt.decode_step_s, pt.chunk_step_s
+    if prompt.tokens > r.chunk:
+        return t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
+    if alone is None:
+        alone = pt.alone_s[r.prompts.index(prompt)]
+    g = group_size(prompt.tokens, r.chunk, pt.batch)
+    span = r.chunk - prompt.tokens
+    return alone + (tc - alone) * (g - 1) * prompt.tokens / span if span > 0 else alone
+
+
+def _lock_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_dec: float) -> list[tuple[float, float]]:
+    """(share, TTFT) of lock-step groups: the first of a burst, and the rest, each after the group before it."""
+    t0 = pt.decode_step_s
+    last = locked_step(r, pt, prompt, alone)
+    own = alone if prompt.tokens > r.chunk else last  # one prompt a group and its own chunks, or g in one step
+    users = pt.batch + pt.rate_rps * (own + r.loop.offset_s)  # decoding, or on their way to a first token
+    first = min(1.0, group_size(prompt.tokens, r.chunk, pt.batch) / max(users, 1.0))
+    return [(first * (1 - p_dec), own), (first * p_dec, own + r.loop.residual(t0)),
+            (1 - first, own + r.loop.residual(last))]  # fmt: skip
+
+
+def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
+    """P(TTFT > t)."""
+    s = t - r.overhead_s - pt.admission_wait_s
+    return sum(w * gamma_plus_uniform_tail(s - c, mean, shape, width) for w, c, mean, shape, width in branches(r, pt))
+
+
+def ttft_moments(r: Replica, pt: LoadPoint) -> Moments:
+    """Mean, variance and third central moment of TTFT."""
+    parts = [
+        (w, Moments(c) + Moments.gamma(mean, shape) + Moments.uniform(width))
+        for w, c, mean, shape, width in branches(r, pt)
+        if w > 0
+    ]
+    if not parts:
+        return Moments(0.0)
+    return Moments.mixture(parts) + Moments(r.overhead_s + pt.admission_wait_s)

@@ -1,0 +1,82 @@
+"""Request traces for `tokcost plan --trace`: JSONL, one request a line, read through files.py's bounded reader.
+
+A line is an object with integer `prompt_tokens` and `output_tokens` (1 to 100,000,000) and, on every line or
+none, `arrival_s` (seconds from 0). The file is opened without blocking (a FIFO is refused unread) and read up
+to MAX_TRACE_BYTES, so a trace too large for the search (over MAX_TRACE_ROWS requests) is refused before any
+work, with its name; each bad line is named by its number and key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokcost.errors import SpecError, UsageError
+from tokcost.files import read_text
+
+MAX_TRACE_ROWS = 100_000  # requests in one trace; its lengths become the plan's distributions
+MAX_TRACE_BYTES = 16_000_000  # ~100,000 lines of three keys, with room for extra keys
+MAX_TOKENS = 100_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A trace's requests: their lengths and (when every line has one) their arrival times, sorted."""
+
+    path: Path
+    prompts: tuple[int, ...]
+    outputs: tuple[int, ...]
+    arrivals_s: tuple[float, ...] = ()
+
+
+def _count(item: dict, key: str, where: str) -> int:
+    value = item.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        raise UsageError(f"{where}: {key}: must be an integer from 1 to {MAX_TOKENS:,} (got {value!r:.40})")
+    return value
+
+
+def _arrival(item: dict, where: str) -> float | None:
+    value = item.get("arrival_s")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+        raise UsageError(f"{where}: arrival_s: must be a number of seconds from 0 (got {value!r:.40})")
+    return float(value)
+
+
+def read_trace(path: Path) -> Trace:
+    """A trace's requests, or a one-line error naming the file, the line and the key."""
+    try:
+        text = read_text(path, max_bytes=MAX_TRACE_BYTES, kind="trace", expect=".jsonl trace")
+    except SpecError as exc:
+        raise UsageError(f"--trace {exc}") from None
+    prompts: list[int] = []
+    outputs: list[int] = []
+    arrivals: list[float] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"--trace {path}: line {number}"
+        if len(prompts) == MAX_TRACE_ROWS:
+            raise UsageError(f"--trace {path}: more than {MAX_TRACE_ROWS:,} requests; give at most {MAX_TRACE_ROWS:,}")
+        try:
+            item = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+            raise UsageError(f"{where}: not JSON ({reason})") from None
+        if not isinstance(item, dict):
+            raise UsageError(f"{where}: expected an object with prompt_tokens and output_tokens")
+        prompts.append(_count(item, "prompt_tokens", where))
+        outputs.append(_count(item, "output_tokens", where))
+        arrival = _arrival(item, where)
+        if arrival is not None:
+            arrivals.append(arrival)
+    if not prompts:
+        raise UsageError(f"--trace {path}: no requests in the trace")
+    if arrivals and len(arrivals) != len(prompts):
+        raise UsageError(
+            f"--trace {path}: arrival_s on {len(arrivals):,} of {len(prompts):,} lines; give it on all or none"
+        )
+    return Trace(path, tuple(prompts), tuple(outputs), tuple(sorted(arrivals)))
