@@ -2,7 +2,7 @@
 
 p50 and p90 of TTFT and TPOT, from 10% to 90% of the replica's saturation rate, on configurations that cover
 the regimes: a chunk equal to the prompt, prompts spanning two chunks on a PCIe card, several prompts packed
-per step, an MoE, a shared cached prefix, and variable lengths. Seeded runs, so each is deterministic.
+per step, an MoE, a shared cached prefix, variable lengths, and prompts of one to a few dozen tokens. Seeded runs, so each is deterministic.
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ CASES = {
     # long-range correlated near saturation: a longer run keeps the simulation's own noise under a few %
     "8b-exponential-lengths": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 1024, 0, "exponential", 12000,
                                (0.1, 0.5, 0.9)),
+    # issue 22: one-token prompts (a step takes every waiting prompt: no queue forms at 2% of saturation) and small
+    # prompts at hundreds of requests a second, many packed into each step beside the decodes
+    "8b-one-token-prompts": ("llama-3.1-8b", "h100-sxm", 1, 1, 3, 2048, 0, "fixed", 3000, (0.02, 0.5, 0.9)),
+    "8b-small-prompts-high-rate": ("llama-3.1-8b", "h100-sxm", 1, 16, 64, 512, 0, "exponential", 8000,
+                                   (0.1, 0.5, 0.9)),
+    "mixtral-tiny-prompts": ("mixtral-8x7b", "h100-sxm", 2, 8, 32, 1024, 0, "fixed", 3000, (0.1, 0.5, 0.9)),
 }  # fmt: skip
 
 

@@ -13,9 +13,10 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
 1. Fixed point (replica.py). Little's law on decode: b = lambda E[n] TPOT. A decoding sequence sees lambda m
    prefill steps (m = E[P'] / C, plus part-filled last chunks) and (1 - rho) / T0 decode-only steps per
    second, so TPOT = 1 / (lambda m + (1 - rho) / T0), with rho = lambda E[S] the time share of prefill steps
-   and S = alpha P' (packed behind others) or the prompt's own chunks when nobody arrives behind it. Solved
-   for lambda given b (linear), so no iteration over the batch; T0 at batch b + 1 (itself plus Poisson(b)
-   others; for an MoE the mean over that Poisson batch, the expert count being concave).
+   and S a prompt's full chunks plus its part of the step that runs its last chunk, shared with the prompts
+   that joined the queue before that step (sharing.py). Solved for lambda given b (linear), so no iteration
+   over the batch; T0 at batch b + 1 (itself plus Poisson(b) others; for an MoE the mean over that Poisson
+   batch, the expert count being concave).
 2. Limits (limits.py). Saturation: every step full of prefill, rho -> 1, b -> E[n] C / E[P']. KV memory: the
    shared prefix once plus each sequence's own tokens at the p99 batch, b + 2.33 sqrt(b), within the replica's
    KV capacity (engine.step.kv_capacity); a closed loop's sequences held whole. The engine's cap on running
@@ -23,10 +24,13 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    waits by Erlang C; a closed loop past its limit queues its extra users for admission, on TTFT only.
 3. TTFT (ttft.py) = the engine's per-request cost (client-side) + the admission wait + the step in progress
    (open loop: a uniform residual; closed loop with no think time: the whole step less the client's round
-   trip) + either the lone prefill cost (probability 1 - rho) or the M/G/1 wait on prefill work
-   (Pollaczek-Khinchine mean lambda E[S^2] / (2 (1 - rho)), M/D/1 when lengths are fixed; given a wait, a gamma
-   matched to Takacs' second moment) + own chunks + the tokens packed after it in its last step. A closed
-   loop's queue sees arrivals per step (loop.py); with fixed lengths its users come back in lock-step groups.
+   trip) + either its own chunks from the next step on (no backlog) or the M/G/1 wait on packed prefill work
+   alpha P' behind a backlog (chance lambda alpha E[P'], the share of the steps' prompt budget used: a step
+   takes every waiting prompt up to C tokens, so a lone tiny prompt adds a sliver to a step the decodes run
+   anyway, never a step of queue service; Pollaczek-Khinchine mean, M/D/1 when lengths are fixed; given a
+   wait, a gamma matched to Takacs' second moment) + own chunks + the tokens packed beside it in its last step.
+   A closed loop's queue sees arrivals per step (loop.py); with fixed lengths its users come back in lock-step
+   groups.
 4. TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum over its
    lifetime (variance lambda L E[S^2], skew from E[S^3]) plus the batch's swing (variance 2b/3 for an
    M/G/infinity count; binomial, 1 - b/N of it, for N closed-loop users), both amplified by the decode batch's

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from tokcost.serving.loop import decoding_spread
+from tokcost.serving.loop import decoding_spread, group_size
 from tokcost.serving.queueing import Moments, ShiftedGamma, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
@@ -85,26 +85,24 @@ def e2e_tail(r: Replica, pt: LoadPoint, t: float, ttft: Moments | None = None) -
 def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     """(share of steps, seconds) of the steps a decoding sequence waits between two tokens.
 
-    A share f = lambda m T of them (by count) carries prefill: full chunks (Tc) and the part-filled last chunks
-    of prompts that run alone (chance pi each), at T0 + (Tc - T0) x the chunk's share of C; lock-step groups
-    run their own step. The rest are decode-only steps, T0 with the batch's swing (a 3-point normal).
+    A share f = lambda m T of them (by count) carries prefill: each request's full chunks (Tc) and the step of its
+    last chunk, shared with whoever joined it: e of a step per request, lasting s / e (sharing.py); lock-step
+    groups run their own step. The rest are decode-only steps, T0 with the batch's swing (a 3-point normal).
     """
     t0, tc = pt.decode_step_s, pt.chunk_step_s
     f = min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0) if r.prompts else 0.0
     lock = r.loop.locked_share(pt.tpot_mean_s)
     parts: list[tuple[float, float]] = []
-    for prompt, pi in zip(r.prompts, pt.lone, strict=True):
-        last = t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
-        parts.append((prompt.weight * (1 - lock) * pi, last))
-        grouped = locked_step(r, pt, prompt) if lock > 0 else tc
-        parts.append((prompt.weight * lock, grouped))
-    lone = sum(w for w, _ in parts)
-    total_steps = max(pt.steps_per_request, 1e-12)
-    out = [(f * w / total_steps, x) for w, x in parts if w > 0]
-    full = f * max(1 - lone / total_steps, 0.0)
+    for prompt, (share, seconds) in zip(r.prompts, pt.last_steps, strict=True):
+        parts += [(prompt.weight * (prompt.chunks - 1), tc), (prompt.weight * (1 - lock) * share, seconds / share)]
+        if lock > 0:
+            group = group_size(prompt.tokens, r.chunk, pt.batch)
+            parts.append((prompt.weight * lock / group, locked_step(r, pt, prompt)))
+    total = sum(w for w, _ in parts) or 1.0
+    out = [(f * w / total, x) for w, x in parts if w > 0]
     sd = math.sqrt(decoding_spread(pt.batch, r.users_estimate(pt)) * r.decode_step_moments(pt.batch)[1])
     spread = math.sqrt(3) * sd
-    return out + [(full, tc), ((1 - f) / 6, t0 - spread), ((1 - f) * 4 / 6, t0), ((1 - f) / 6, t0 + spread)]
+    return out + [((1 - f) / 6, t0 - spread), ((1 - f) * 4 / 6, t0), ((1 - f) / 6, t0 + spread)]
 
 
 def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:

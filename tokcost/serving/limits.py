@@ -61,7 +61,7 @@ class ReplicaLimits:
         if self.rate_driven:
             if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
                 return 0.0
-            _, _, alpha, _, d, _ = self._terms(0.0, tuple(0.0 for _ in self.prompts))
+            _, _, alpha, _, d, _ = self._terms(0.0, None)  # saturated: every step full
             return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
         return min(self._limits().values())
 

@@ -69,27 +69,33 @@ class Moments:
         return Moments(mean, max(raw[1] - mean**2, 0.0), raw[2] - 3 * mean * raw[1] + 2 * mean**3)
 
 
-def pollaczek_khinchine_wait(rate: float, service: Moments) -> float:
-    """Mean wait in M/G/1: lambda E[S^2] / (2 (1 - rho)); infinite at or past saturation."""
-    rho = rate * service.mean
-    if rho >= 1:
+def pollaczek_khinchine_wait(rate: float, service: Moments, utilization: float | None = None) -> float:
+    """Mean wait in M/G/1: lambda E[S^2] / (2 (1 - u)); infinite at or past saturation (u >= 1).
+
+    u is the server's utilization, lambda E[S] unless given: a batching server whose queued requests cost less than
+    the one in service (prompts packed into a step the decodes run anyway) drains its queue at its own rate.
+    """
+    u = rate * service.mean if utilization is None else utilization
+    if u >= 1:
         return math.inf
-    return rate * (service.var + service.mean**2) / (2 * (1 - rho))
+    return rate * (service.var + service.mean**2) / (2 * (1 - u))
 
 
-def wait_given_waiting(rate: float, service: Moments) -> tuple[float, float]:
+def wait_given_waiting(rate: float, service: Moments, utilization: float | None = None) -> tuple[float, float]:
     """(mean, gamma shape) of the M/G/1 wait of a request that waits, from its first two moments.
 
-    E[W] is Pollaczek-Khinchine's; E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho)) (Takacs). Given W > 0
-    (probability rho) the mean is E[W] / rho and the second moment E[W^2] / rho; a gamma with those two
-    moments is exponential (shape 1) for M/M/1 and lighter-tailed for steadier service (M/D/1: shape > 1).
+    E[W] is Pollaczek-Khinchine's; E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - u)) (Takacs). Given W > 0
+    (probability rho = lambda E[S], at most 1) the mean is E[W] / rho and the second moment E[W^2] / rho; a gamma
+    with those two moments is exponential (shape 1) for M/M/1 and lighter-tailed for steadier service (M/D/1:
+    shape > 1).
     """
-    rho = rate * service.mean
-    wait = pollaczek_khinchine_wait(rate, service)
+    rho = min(rate * service.mean, 1.0)
+    u = rho if utilization is None else utilization
+    wait = pollaczek_khinchine_wait(rate, service, u)
     if rho <= 0 or not math.isfinite(wait):
         return (0.0 if rho <= 0 else math.inf), 1.0
     raw3 = service.mu3 + 3 * service.mean * service.var + service.mean**3
-    second = 2 * wait**2 + rate * raw3 / (3 * (1 - rho))
+    second = 2 * wait**2 + rate * raw3 / (3 * (1 - u))
     mean = wait / rho
     var = second / rho - mean**2
     return mean, (mean**2 / var if var > 0 else NORMAL_SHAPE)

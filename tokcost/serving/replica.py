@@ -10,11 +10,16 @@ lambda arrivals/s (Poisson), b the time-average decode batch.
 - Step times (steps.py): T0 = a decode-only step as a decoding sequence sees it (batch b + 1: itself plus
   the others, Poisson(b) by M/G/infinity); Tc = a full packed chunk step (C prompt tokens beside b decodes),
   alpha = Tc / C the prefill seconds per prompt token when steps are full.
-- Prefill work per request S (seconds of prefill steps): alpha P' when packed with others, or its lone cost
-  A(P') (its own chunks, the last one partial) when no later prompt arrives before its last chunk starts;
-  E[S] = alpha E[P'] + E[pi (A - alpha P')] with pi = E[exp(-lambda (wait + own full chunks))], solved by a
-  few fixed-point passes. rho = lambda E[S] is the share of time in steps that carry prefill; prefill steps
-  per request m = E[P'] / C + E[pi (chunks - P' / C)].
+- Prefill work per request S (seconds of prefill steps): its full chunks, plus s, the part of the step that
+  runs its last chunk it accounts for: that step carries whoever joined the queue before it began, up to C
+  prompt tokens (sharing.py), so s runs from the lone last step (nobody joined) to alpha l (a full step);
+  e, its share of that step, runs from 1 to l / C. rho = lambda E[S] is the share of time in steps that carry
+  prefill; prefill steps per request m = E[chunks - 1 + e]. Solved by a few fixed-point passes.
+- The prefill queue: every step takes every waiting prompt up to C tokens, so a backlog (prompts left over
+  for a later step) forms only as prompt tokens outrun the steps' budget: its chance is lambda alpha E[P'],
+  the share of the budget used, and a prompt behind one waits the M/G/1 wait on packed work alpha P'. With
+  no backlog a prompt waits out the step in progress (a decode step, a prefill step, or none when idle) and
+  runs in the next, beside the decodes: a one-token prompt adds a sliver to a step, not a step.
 - Decode (Little's law): a decoding sequence sees lambda m prefill steps and (1 - rho) / T0 decode-only
   steps per second, so TPOT = 1 / (lambda m + (1 - rho) / T0) and b = lambda E[n] TPOT. Given b this is
   linear in lambda, so the state is solved for the rate that produces a batch, with no iteration on b;
@@ -38,13 +43,14 @@ from tokcost.serving.curve import Curve
 from tokcost.serving.limits import Z_P99, ReplicaLimits
 from tokcost.serving.loop import Loop
 from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
-from tokcost.serving.replica_steps import ReplicaCurves, bracket
+from tokcost.serving.replica_steps import ReplicaCurves, bracket, interpolate
+from tokcost.serving.sharing import Joiners, step_share
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
 
 Role = Literal["both", "prefill", "decode"]
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
-TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for the share of last chunks run alone
+TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for how full each prompt's last step is
 TAIL_TOLERANCE = 1e-4
 
 
@@ -79,13 +85,15 @@ class LoadPoint:
     wait_mean_s: float  # Pollaczek-Khinchine mean wait
     wait_shape: float  # gamma shape of the wait of a prompt that waits (1: exponential)
     alone_s: tuple[float, ...]  # lone prefill cost A(P') per prompt grid point
-    lone: tuple[float, ...]  # pi: chance a grid point's last chunk runs in a step no later prompt fills
+    last_steps: tuple[tuple[float, float], ...]  # per grid point (e, s): its share of the step of its last chunk,
+    # and the seconds of that step it accounts for (sharing.py)
     kv_tokens_p99: float
     queue_rate_rps: float = 0.0  # the arrival rate the prefill queue sees while busy (loop.py; open loop: the rate)
-    queue_rho: float = 0.0  # its utilization, P(a prompt waits): the time share rho, or (closed) the share of steps
+    queue_rho: float = 0.0  # P(a prompt waits behind a backlog): lambda alpha E[P'], the share of the budget used
     admission_wait_s: float = 0.0  # closed loop past the load limit: each request's wait for a running slot
     admission_p: float = 0.0  # open loop: chance a request finds every running slot taken (Erlang C)
     admission_mean_s: float = 0.0  # ... and its mean wait for one then (exponential)
+    prefill_share: float = 0.0  # the share of steps an arrival finds carrying prefill (open loop: of time)
 
     @property
     def decode_share(self) -> float:
@@ -96,6 +104,25 @@ class LoadPoint:
     def wait_if_waiting_s(self) -> float:
         """theta = E[W] / P(wait): mean wait of a prompt that finds the prefill queue busy."""
         return self.wait_mean_s / self.queue_rho if self.queue_rho > 0 else 0.0
+
+
+Lasts = tuple[tuple[float, float], ...]  # (e, s) per prompt grid point: share of its last step, seconds of it
+Alone = tuple[tuple[float, ...], tuple[float, ...]]  # lone prefill cost A per grid point, and its last step's part
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """The prefill queue as arrivals meet it: their rate, the share of steps carrying prefill, the backlog's
+    chance (lambda alpha E[P'], the share of the prefill budget used: 1 at saturation), and P(others decode)."""
+
+    rate: float
+    steps: float
+    backlog: float
+    decoding: float
+
+    def landing(self) -> tuple[float, float]:
+        """(P(a prefill step with no backlog behind it is in progress), P(a decode-only step is))."""
+        return max(self.steps - self.backlog, 0.0), (1 - self.steps) * self.decoding
 
 
 class Replica(ReplicaLimits, ReplicaCurves):
@@ -147,7 +174,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
         self.kv_shared = model.attended_tokens(p0)
         self.kv_private = model.attended_tokens(steps.decode_context) - self.kv_shared if decodes else 0.0
         self._curves: tuple[Curve, Curve] | None = None
-        self._anchor_curves: list[tuple[int, Curve | None, Curve, int]] | None = None
+        self._anchor_curves: list[tuple[int, Curve | None, Curve, int, int]] | None = None
+        self._fill_curves: tuple[tuple[int, ...], tuple[Curve, ...]] | None = None
 
     def _prompt_point(self, tokens: int, weight: float) -> PromptPoint:
         c, p0 = self.chunk, self.traffic.cached_prefix_tokens
@@ -179,9 +207,9 @@ class Replica(ReplicaLimits, ReplicaCurves):
             t0 = self._decode_step(b)
             rate = b / (self.decode_steps_mean * t0) if self.decode_steps_mean else 0.0
             return self._point(b, rate, 0.0, t0, t0, t0, t0, 0.0, Moments(0.0), (), ())
-        n, lone = self.decode_steps_mean, tuple(0.0 for _ in self.prompts)
+        n, lone = self.decode_steps_mean, None
         for i in range(TAIL_ITERATIONS):
-            t0, tc, alpha, alone, d, m = self._terms(b, lone)
+            t0, tc, alpha, (alone, lasts), d, m = self._terms(b, lone)
             e_s = alpha * m1 + d
             # Little for decodes: b (lambda m + (1 - lambda E[S]) / T0) = lambda n, linear in lambda
             denominator = n - b * m + b / t0 * e_s
@@ -191,62 +219,100 @@ class Replica(ReplicaLimits, ReplicaCurves):
             tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
             busy = e_s / (1 - min(rho, 0.99))  # M/G/1 mean busy period
             q_rate = self.loop.queue_rate(rate, step_s=tpot, prefill_step_s=e_s / m, busy_s=busy)
-            q_rho = min(q_rate * e_s, 1.0)
-            # a step-locked arrival lands in a step already running: whoever else arrives in it shares its next
-            lead = self.loop.step_share(tpot) * self.loop.residual(tpot)
-            lone, done = _damped(lone, self._lone_probability(q_rate, q_rho, alpha, service, lead), i)
+            queue = Queue(q_rate, min(q_rate * e_s, 1.0), min(q_rate * alpha * m1, 1.0), -math.expm1(-b))
+            new = self._last_steps(queue, alpha, b, lasts, steps=(t0, e_s / m, tpot))
+            lone, done = _damped(lone, new, i)
             if done:
                 break
-        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, (q_rate, q_rho))
+        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, queue)
 
     def _prefill_state(self, rate: float) -> LoadPoint:
         m1, m2, m3 = self.prompt_moments
-        lone = tuple(0.0 for _ in self.prompts)
+        lone = None
         for i in range(TAIL_ITERATIONS):
-            t0, tc, alpha, alone, d, m = self._terms(0.0, lone)
+            t0, tc, alpha, (alone, lasts), d, m = self._terms(0.0, lone)
             rho = min(rate * (alpha * m1 + d), 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            lone, done = _damped(lone, self._lone_probability(rate, rho, alpha, service), i)
+            queue = Queue(rate, rho, min(rate * alpha * m1, 1.0), 0.0)
+            new = self._last_steps(queue, alpha, 0.0, lasts, steps=(t0, service.mean / m, t0))
+            lone, done = _damped(lone, new, i)
             if done:
                 break
-        return self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone)
+        return self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone, queue)
 
-    def _terms(self, b: float, lone: tuple[float, ...]) -> tuple[float, float, float, tuple[float, ...], float, float]:
-        """(T0, Tc, alpha, A per grid point, d = E[pi (A - alpha P')], prefill steps per request m) at batch b."""
+    def _terms(self, b: float, lasts: Lasts | None) -> tuple[float, float, float, Alone, float, float]:
+        """(T0, Tc, alpha, (A, A's last step) per grid point, d = E[S - alpha P'], prefill steps per request m) at
+        batch b, each request's prefill time S being its full chunks alone plus s of its last step (`lasts`: (e, s)
+        per grid point; None: every step full, e = l / C, s = alpha l)."""
         c = self.chunk
         decode, packed = self._main_curves()
         t0, tc = self._decode_step(b), packed(b)
         alpha = tc / c
         alone = self._alone(b, alpha)
-        d = m_tail = 0.0
-        for pt, p, a in zip(self.prompts, lone, alone, strict=True):
-            d += pt.weight * p * (a - alpha * pt.tokens)
-            m_tail += pt.weight * p * (pt.chunks - pt.tokens / c)
-        return t0, tc, alpha, alone, d, self.prompt_moments[0] / c + m_tail
+        d = m = 0.0
+        for k, (pt, a, a_last) in enumerate(zip(self.prompts, *alone, strict=True)):
+            last = pt.last_chunk(c)
+            e, s = (last / c, alpha * last) if lasts is None else lasts[k]
+            d += pt.weight * (a - a_last + s - alpha * pt.tokens)
+            m += pt.weight * (pt.chunks - 1 + e)
+        return t0, tc, alpha, alone, d, m
 
-    def _lone_probability(
-        self, rate: float, rho: float, alpha: float, service: Moments, lead: float = 0.0
-    ) -> tuple[float, ...]:
-        """pi per grid point: no prompt arrives between its arrival and the start of its last step.
+    def _last_steps(
+        self, queue: Queue, alpha: float, b: float, lasts: tuple[float, ...], *, steps: tuple[float, float, float]
+    ) -> Lasts:
+        """(e, s) per grid point (sharing.py): its share of the step of its last chunk and the seconds it accounts for.
 
-        E[exp(-lambda (lead + W + own full chunks))] with W the M/G/1 wait (0 with probability 1 - rho, else
-        gamma with mean theta and shape k) and `lead` the rest of the step it lands in (closed loop):
-        ((1 - rho) + rho (1 + lambda theta / k)^-k) exp(-lambda (lead + alpha (chunks - 1) C)).
+        Who joins its last step arrives in the window before that step: its own full chunks, plus what it waited
+        for: a backlog (M/G/1 on packed prompt work, gamma wait; a step-locked arrival's rest of the step too),
+        or, with none, the step in progress (a prefill step, a decode step or none; a one-chunk prompt's step
+        serves everyone who came during that step, a longer prompt's last chunk those after it).
         """
-        if rho >= 1 or not math.isfinite(rate):
-            return tuple(0.0 for _ in self.prompts)
-        theta, shape = wait_given_waiting(rate, service)
-        no_wait = (1 - rho) + rho * (1 + rate * theta / shape) ** -shape
-        return tuple(no_wait * math.exp(-rate * (lead + alpha * (pt.chunks - 1) * self.chunk)) for pt in self.prompts)
+        t0, tp, step = steps
+        c = self.chunk
+        if not math.isfinite(queue.rate) or queue.backlog >= 1:
+            return tuple((p.last_chunk(c) / c, alpha * p.last_chunk(c)) for p in self.prompts)
+        theta, shape = wait_given_waiting(queue.rate, self._packed(alpha), queue.backlog)
+        w = self.loop.step_share(step)  # step-locked arrivals (closed loop): the whole step they land in
+        lone, decoding = queue.landing()
+        idle = max(1 - queue.backlog - lone - decoding, 0.0)
+        joiner = self.prompt_moments[0]
+        fills = self.fill_steps(b)
+        out = []
+        for pt, a_last in zip(self.prompts, lasts, strict=True):
+            own = alpha * (pt.chunks - 1) * c
+            part = 1.0 if pt.chunks == 1 else 0.5  # of the step in progress, the arrivals it shares its last step with
+            last = pt.last_chunk(c)
+            base = interpolate(*fills, last)
 
-    def _point(self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone, queue=None) -> LoadPoint:  # noqa: ANN001
+            def step_s(x: float, a_last: float = a_last, base: float = base) -> float:  # its last step with x tokens
+                return a_last + interpolate(*fills, x) - base
+
+            rest = own + w * self.loop.residual(step) + (1 - w) * part * tp  # a backlog's step is a prefill step
+            branches = [(queue.backlog, Joiners(queue.rate * rest, queue.rate * theta, shape)), (idle, Joiners(
+                queue.rate * own))] + [(p, Joiners(queue.rate * (own + (w + (1 - w) * part) * x))) for p, x in
+                                       ((lone, tp), (decoding, t0))]  # fmt: skip
+            shares = [(p, step_share(last, c, joiner, j, step_s)) for p, j in branches if p > 0]
+            total = sum(p for p, _ in shares) or 1.0
+            out.append((sum(p * e for p, (e, _) in shares) / total, sum(p * x for p, (_, x) in shares) / total))
+        return tuple(out)
+
+    def _packed(self, alpha: float) -> Moments:
+        """Moments of a queued prompt's packed prefill work, alpha P' (what a backlog drains at)."""
+        m1, m2, m3 = self.prompt_moments
+        return _affine_moments(alpha, 0.0, m1, m2, m3)
+
+    def _point(  # noqa: ANN001
+        self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone, queue=None
+    ) -> LoadPoint:
         kv = self.kv_shared + (b + Z_P99 * math.sqrt(b)) * self.kv_private + rho * self.prompt_moments[0]
-        q_rate, q_rho = queue if queue is not None else (rate, rho)
-        wait = pollaczek_khinchine_wait(q_rate, service) if q_rho > 0 else 0.0
-        shape = wait_given_waiting(q_rate, service)[1] if q_rho > 0 else 1.0
-        p_admit, admit_s = self._admission(b + q_rho, rate)
-        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, q_rate, q_rho,
-                         admission_p=p_admit, admission_mean_s=admit_s)  # fmt: skip
+        queue = queue if queue is not None else Queue(rate, rho, rho, 0.0)
+        packed = self._packed(tc / self.chunk)
+        wait = pollaczek_khinchine_wait(queue.rate, packed, queue.backlog) if queue.backlog > 0 else 0.0
+        shape = wait_given_waiting(queue.rate, packed, queue.backlog)[1] if queue.backlog > 0 else 1.0
+        p_admit, admit_s = self._admission(b + queue.steps, rate)
+        return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, queue.rate,
+                         queue.backlog, admission_p=p_admit, admission_mean_s=admit_s,
+                         prefill_share=queue.steps)  # fmt: skip
 
     def users_estimate(self, pt: LoadPoint) -> float:
         """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their
@@ -274,17 +340,22 @@ class Replica(ReplicaLimits, ReplicaCurves):
         return min(max(pt.rate_rps * self.decode_steps_mean * slope, 0.0), 0.95)
 
     def _tpot_at(self, b: float, pt: LoadPoint) -> float:
-        t0, _, alpha, _, d, m = self._terms(b, pt.lone)
+        t0, _, alpha, _, d, m = self._terms(b, pt.last_steps)
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
         return 1 / (pt.rate_rps * m + (1 - rho) / t0)
 
 
-def _damped(old: tuple[float, ...], new: tuple[float, ...], i: int) -> tuple[tuple[float, ...], bool]:
-    """The next iterate of pi (averaged with the last from the third pass on) and whether it has settled."""
-    done = all(abs(a - b) <= TAIL_TOLERANCE for a, b in zip(old, new, strict=True))
+def _damped(old: Lasts | None, new: Lasts, i: int) -> tuple[Lasts, bool]:
+    """The next iterate of (e, s) (averaged with the last from the third pass on) and whether it has settled."""
+    if old is None:
+        return new, False
+    done = all(
+        abs(a[0] - b[0]) <= TAIL_TOLERANCE and abs(a[1] - b[1]) <= TAIL_TOLERANCE * max(a[1], b[1], 1e-12)
+        for a, b in zip(old, new, strict=True)
+    )
     if i < 2 or done:
         return new, done
-    return tuple((a + b) / 2 for a, b in zip(old, new, strict=True)), False
+    return tuple(((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in zip(old, new, strict=True)), False
 
 
 def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> Moments:

@@ -9,10 +9,13 @@ chunk count (a prompt one token past a chunk costs a whole step).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
+from tokcost.engine.step import Segment
 from tokcost.serving.curve import Curve
 
 POISSON_EXACT_BELOW = 30.0  # decode batches whose Poisson spread is summed term by term (MoE only)
+FILL_LEVELS = 10  # prompt-token fills of one step priced from one token to the chunk (geometric)
 
 
 class ReplicaCurves:
@@ -59,21 +62,46 @@ class ReplicaCurves:
             self._curves = (decode, self.steps.curve(self.packed) if self.prompts else decode)
         return self._curves
 
-    def _alone(self, b: float, alpha: float) -> tuple[float, ...]:
-        """Lone prefill cost A(P') of every prompt grid point at decode batch b."""
+    def _alone(self, b: float, alpha: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Lone prefill cost A(P') of every prompt grid point at decode batch b, and its last step's part."""
         if self._anchor_curves is None:
             self._anchor_curves = [
-                (pt.chunks - 1, self.steps.curve(pt.full) if pt.full else None, self.steps.curve(pt.tail), pt.tokens)
+                (pt.chunks - 1, self.steps.curve(pt.full) if pt.full else None, self.steps.curve(pt.tail), pt.tokens,
+                 pt.last_chunk(self.chunk))
                 for pt in (self.prompts[i] for i in self.anchors)
             ]  # fmt: skip
-        excess = [
-            full_chunks * (full(b) if full else 0.0) + tail(b) - alpha * tokens
-            for full_chunks, full, tail, tokens in self._anchor_curves
-        ]
-        return tuple(
-            alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f
-            for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True)
-        )
+        excess, tails = [], []
+        for full_chunks, full, tail, tokens, last in self._anchor_curves:
+            t = tail(b)
+            excess.append(full_chunks * (full(b) if full else 0.0) + t - alpha * tokens)
+            tails.append(t - alpha * last)
+        alone, lasts = [], []
+        for pt, (i, j, f) in zip(self.prompts, self._brackets, strict=True):
+            alone.append(alpha * pt.tokens + excess[i] + (excess[j] - excess[i]) * f)
+            lasts.append(alpha * pt.last_chunk(self.chunk) + tails[i] + (tails[j] - tails[i]) * f)
+        return tuple(alone), tuple(lasts)
+
+    def fill_steps(self, b: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(tokens, seconds): a step of b decodes and one chunk of x prompt tokens, at FILL_LEVELS fills from one
+        token to the chunk (geometric): how a step's time grows with the prompt tokens it carries, flat while the
+        step stays bound by reading the weights, then linear in the FLOPs (interpolated between levels)."""
+        if self._fill_curves is None:
+            top = self.chunk
+            xs = sorted({max(1, round(top ** (j / (FILL_LEVELS - 1)))) for j in range(FILL_LEVELS)})
+            p0 = self.traffic.cached_prefix_tokens
+            self._fill_curves = (tuple(xs), tuple(self.steps.curve((Segment(1, p0, x),)) for x in xs))
+        xs, curves = self._fill_curves
+        return xs, tuple(c(b) for c in curves)
+
+
+def interpolate(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+    """ys at x, linear between the neighbouring xs (increasing), held at the ends."""
+    if x <= xs[0]:
+        return ys[0]
+    j = min(bisect_right(xs, x), len(xs) - 1)
+    if x >= xs[j]:
+        return ys[j]
+    return ys[j - 1] + (ys[j] - ys[j - 1]) * (x - xs[j - 1]) / (xs[j] - xs[j - 1])
 
 
 def bracket(xs: list[int], x: float) -> tuple[int, int, float]:

@@ -25,6 +25,7 @@ import math
 from tokcost.serving.loop import group_size, others_decoding
 from tokcost.serving.queueing import Moments, gamma_plus_uniform_tail
 from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
+from tokcost.serving.replica_steps import interpolate
 
 Branch = tuple[float, float, float, float, float]  # (weight, constant, gamma mean, gamma shape, uniform width)
 
@@ -54,27 +55,48 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     out: list[Branch] = []
     alpha = pt.chunk_step_s / r.chunk
     p_dec = others_decoding(pt.batch, r.users_estimate(pt))
+    fills = r.fill_steps(pt.batch)  # a step's seconds as its prompt tokens grow
+    backlog, landing = pt.queue_rho, _landing(pt, p_dec)
+    theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
-        own = alpha * prompt.tokens
         width = final_step_extra(r, pt, prompt)
-        theta, shape = pt.wait_if_waiting_s, pt.wait_shape
-        idle, busy = prompt.weight * (1 - pt.queue_rho), prompt.weight * pt.queue_rho
-        if timed > 0:
-            t0 = pt.decode_step_s
-            both = math.hypot(width, t0)  # the two uniforms (last-step extra, residual step) as one alike
-            out += [(timed * idle * (1 - p_dec), alone, 0.0, 1.0, 0.0), (timed * idle * p_dec, alone, 0.0, 1.0, t0),
-                    (timed * busy * (1 - p_dec), own, theta, shape, width),
-                    (timed * busy * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
-        if locked_steps > 0:  # idle: it waits out the decode step it lands in, with whoever lands there too
-            wait_out = r.loop.residual(pt.decode_step_s)
-            joined = 2 * alpha * min(r.align * r.chunk, pt.queue_rate_rps * r.prompt_moments[0] * wait_out)
-            out += [(locked_steps * idle * (1 - p_dec), alone, 0.0, 1.0, 0.0),
-                    (locked_steps * idle * p_dec, alone + wait_out, 0.0, 1.0, joined),
-                    (locked_steps * busy, own, theta, shape, width)]  # fmt: skip
+        # its last step lasts at least a step with its own chunk in it
+        own = max(alpha * prompt.tokens, alone - width / 2)
+        last = prompt.last_chunk(r.chunk)
+        chunks_s = alpha * (prompt.chunks - 1) * r.chunk
+        part = 1.0 if prompt.chunks == 1 else 0.5  # of a step in progress, who shares its last step
+
+        def joined(window: float, last: float = last, chunks_s: float = chunks_s) -> float:
+            """Uniform width: twice what the prompt tokens that join its last step (in `window`) add to it."""
+            tokens = last + pt.queue_rate_rps * r.prompt_moments[0] * (window + chunks_s)
+            return 2 * (interpolate(*fills, min(tokens, r.chunk)) - interpolate(*fills, last))
+
+        w = prompt.weight
+        if timed > 0:  # arrives at a uniform moment of the step in progress (if any): waits the rest of it
+            for p, step in landing:
+                extra = joined(part * step)
+                late = math.hypot(extra, step)  # two uniforms as one alike
+                out.append((timed * w * p, alone + (extra + step - late) / 2, 0.0, 1.0, late))
+            both = math.hypot(width, pt.decode_step_s)
+            out += [(timed * w * backlog * (1 - p_dec), own, theta, shape, width),
+                    (timed * w * backlog * p_dec, own + (width + pt.decode_step_s - both) / 2, theta, shape, both)]  # fmt: skip
+        if locked_steps > 0:  # lands r + c into the step in progress: waits out the rest, with all who land in it
+            for p, step in landing:
+                out.append((locked_steps * w * p, alone + r.loop.residual(step), 0.0, 1.0, joined(step)))
+            out.append((locked_steps * w * backlog, own, theta, shape, width))
         if lock > 0:
             out += [(prompt.weight * lock * share, constant, 0.0, 1.0, 0.0) for share, constant in
                     _lock_step(r, pt, prompt, alone, p_dec)]  # fmt: skip
     return _with_admission(_with_window(out, r, pt), pt)
+
+
+def _landing(pt: LoadPoint, p_dec: float) -> list[tuple[float, float]]:
+    """(chance, step seconds) of what an arrival with no backlog ahead finds in progress: a prefill step (its
+    prompts' chunks), a decode-only step, or nothing (an idle server: a step of 0)."""
+    prefill = max(pt.prefill_share - pt.queue_rho, 0.0)
+    decode = (1 - pt.prefill_share) * p_dec
+    idle = max(1 - pt.queue_rho - prefill - decode, 0.0)
+    return [(prefill, pt.prefill_step_s), (decode, pt.decode_step_s), (idle, 0.0)]
 
 
 def _with_window(out: list[Branch], r: Replica, pt: LoadPoint) -> list[Branch]:

@@ -1,0 +1,92 @@
+"""How full the step that runs a prompt's last chunk is: the prompt's share of that step and the time it accounts for.
+
+Continuous batching puts every prompt token waiting at a step's start into that step, up to the chunk budget C
+(chunked prefill cuts the next prompt to fill what is left). A prompt whose last chunk has l tokens shares its
+step with the k prompts that joined the queue before that step began, so the step carries fill = min(C, l + k
+E[P']) prompt tokens and the prompt's share of it is e = E[l / fill]: 1 when it runs alone, l / C when the step
+is full. The step's time T(fill) is the engine's (flat while reading the weights bounds it, then growing with the
+FLOPs), and the part of it the prompt accounts for is s = E[T(fill) l / fill]: its lone last step when alone, alpha
+l (alpha = Tc / C) when full. Per request: prefill steps (full chunks) + e, prefill time (full chunks) + s.
+
+The joiners arrive in a window: the step in progress (or what is left of it), the prompt's wait W and its own full
+chunks. With W = 0 they are Poisson(lambda c); with W a gamma of shape s and mean theta, Poisson(lambda c) plus a
+negative binomial (a Poisson whose mean is gamma), counted here by one negative binomial with the same mean and
+variance, exact at k = 0 (so a prompt that nothing can join, l + E[P'] > C, keeps the exact chance of running
+alone). Counts with a mean above GAUSS_HERMITE_ABOVE use the normal (3-point Gauss-Hermite) instead of a sum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+GAUSS_HERMITE_ABOVE = 60.0  # joiner counts with a larger mean: the normal, not a term-by-term sum
+TAIL_SDS = 12.0  # a term-by-term sum stops this many standard deviations past the mean
+
+
+@dataclass(frozen=True, slots=True)
+class Joiners:
+    """Prompts that join a prompt's last step: Poisson(poisson_mean) plus, after a gamma wait, its Poisson mixture."""
+
+    poisson_mean: float  # lambda x the window with no wait (step in progress, own full chunks)
+    wait_mean: float = 0.0  # lambda x theta: joiners during the wait, on average
+    wait_shape: float = 1.0  # the wait's gamma shape
+
+    @property
+    def mean(self) -> float:
+        """Expected joiners."""
+        return self.poisson_mean + self.wait_mean
+
+    @property
+    def variance(self) -> float:
+        """Their variance: Poisson's plus the gamma mean's, (lambda theta)^2 / s."""
+        return self.mean + self.wait_mean**2 / self.wait_shape
+
+    def none(self) -> float:
+        """P(k = 0), exact: exp(-lambda c) (1 + lambda theta / s)^-s."""
+        return math.exp(-self.poisson_mean) * (1 + self.wait_mean / self.wait_shape) ** -self.wait_shape
+
+    def pmf(self, terms: int) -> list[float]:
+        """P(k) for k < terms: a negative binomial with this mean and variance (Poisson when they agree)."""
+        mean, var = self.mean, self.variance
+        if var <= mean * (1 + 1e-9):  # Poisson: P(k + 1) = P(k) mean / (k + 1)
+            out = [math.exp(-mean)]
+            for k in range(terms - 1):
+                out.append(out[-1] * mean / (k + 1))
+            return out
+        r, q = mean * mean / (var - mean), 1 - mean / var  # NB(r, q): P(k + 1) = P(k) q (r + k) / (k + 1)
+        out = [(1 - q) ** r]
+        for k in range(terms - 1):
+            out.append(out[-1] * q * (r + k) / (k + 1))
+        p0 = self.none()  # P(0) exact, the rest rescaled to keep the total
+        rest = (1 - p0) / (1 - out[0]) if out[0] < 1 else 0.0
+        return [p0] + [p * rest for p in out[1:]]
+
+
+def step_share(
+    last_tokens: float, chunk: int, joiner_tokens: float, joiners: Joiners, step_s: Callable[[float], float]
+) -> tuple[float, float]:
+    """(e, s): a prompt's expected share l / fill of the step that runs its last chunk, and the step time it
+    accounts for, E[step_s(fill) l / fill], with fill = min(C, l + k x joiner_tokens) prompt tokens in it."""
+    room = chunk - last_tokens
+    if room <= 0 or joiner_tokens <= 0:
+        return 1.0, step_s(min(float(chunk), last_tokens))
+
+    def at(k: float) -> float:  # tokens in the step with k joiners
+        return min(float(chunk), last_tokens + max(k, 0.0) * joiner_tokens)
+
+    full = math.ceil(room / joiner_tokens)  # joiners that fill the step
+    if full == 1:  # nobody fits beside it but the next prompt's first chunk: alone, or full
+        p0, packed = joiners.none(), last_tokens / chunk
+        return p0 + (1 - p0) * packed, p0 * step_s(last_tokens) + (1 - p0) * packed * step_s(chunk)
+    mean, sd = joiners.mean, math.sqrt(joiners.variance)
+    if mean > GAUSS_HERMITE_ABOVE:
+        spread = math.sqrt(3) * sd
+        nodes = [(1 / 6, at(mean - spread)), (4 / 6, at(mean)), (1 / 6, at(mean + spread))]
+    else:
+        terms = min(full, math.ceil(mean + TAIL_SDS * sd + 20))
+        nodes = [(p, at(k)) for k, p in enumerate(joiners.pmf(terms))]
+        nodes.append((max(1 - sum(p for p, _ in nodes), 0.0), at(terms)))  # steps the joiners fill, or nearly
+    share = sum(p * last_tokens / x for p, x in nodes)
+    return share, sum(p * step_s(x) * last_tokens / x for p, x in nodes)
