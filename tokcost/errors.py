@@ -12,8 +12,9 @@ class SpecError(TokcostError):
         self.where = where
         self.field = field
         self.message = message
-        prefix = f"{where}: {field}: " if field else f"{where}: "
-        super().__init__(prefix + message)
+        # a message that already opens with its key (`rows: give a non-empty list`) does not say it twice
+        said = field is None or message.startswith(f"{field}: ")
+        super().__init__(f"{where}: " + ("" if said else f"{field}: ") + message)
 
 
 class UsageError(TokcostError):

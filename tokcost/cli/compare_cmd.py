@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import check_grid, split_list, workload_from_flags
+from tokcost.cli.common import split_list, workload_from_flags
 from tokcost.cli.deploy import layout_flags, warn
 from tokcost.cli.options import (
     BatchOpt,
@@ -33,6 +33,7 @@ from tokcost.engine.estimate import Estimate, estimate
 from tokcost.engine.report import compare_row
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
+from tokcost.inputs import check_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 

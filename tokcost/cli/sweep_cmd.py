@@ -18,7 +18,7 @@ from typing import Annotated, Optional, TextIO
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import MAX_GRID_POINTS, check_grid, int_list, workload_from_flags
+from tokcost.cli.common import int_list, workload_from_flags
 from tokcost.cli.deploy import layout_flags, warn
 from tokcost.cli.options import (
     ComputeOpt,
@@ -36,7 +36,6 @@ from tokcost.cli.options import (
     PlotOpt,
     PpOpt,
     PriceOpt,
-    PromptOpt,
     TpOpt,
     WeightsOpt,
 )  # fmt: skip
@@ -45,9 +44,11 @@ from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import check_destination, open_new
 from tokcost.hardware.library import load_gpu, network_for
+from tokcost.inputs import FLAG_OF_FIELD, MAX_GRID_POINTS, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 
+DEFAULT_PROMPT = 1024
 MAX_HELD_POINTS = MAX_GRID_POINTS  # table, markdown, json and --plot hold every point (and rich lays out each row)
 # csv and jsonl stream: ~150 bytes a row, so 10M rows are ~1.5 GB of CSV, and 5 minutes at 1M points in 30 s
 MAX_STREAMED_POINTS = 10_000_000
@@ -98,7 +99,9 @@ def sweep(
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
     engine: EngineOpt = None,
-    prompt: PromptOpt = 1024,
+    prompt: Annotated[
+        Optional[int], typer.Option("--prompt", "-p", help="Prompt tokens per sequence, when --context is not given.")
+    ] = None,
     output: OutputOpt = 256,
     weights: WeightsOpt = None,
     kv_dtype: KvOpt = None,
@@ -110,21 +113,24 @@ def sweep(
     plot: PlotOpt = None,
 ) -> None:
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
+    if prompt is not None and context is not None:
+        raise UsageError("--prompt: --context gives the prompt lengths; drop --prompt (or give it as --context)")
     batches = int_list(batch, "--batch", 1, 1_000_000)
-    contexts = int_list(context, "--context") if context is not None else [prompt]
+    contexts = int_list(context, "--context") if context is not None else [DEFAULT_PROMPT if prompt is None else prompt]
     streamed = format in STREAMED and plot is None
     limit, hint = _bound(format, streamed)
-    check_grid(("--batch", batches), ("--context", contexts), limit=limit, hint=hint)
-    if output < 2:
-        raise UsageError("--output: sweep prices decode steps; give 2 or more output tokens")
+    base = workload_from_flags(
+        prompt_tokens=contexts[0], output_tokens=output, weights_dtype=weights, kv_dtype=kv_dtype,
+        compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
+    )  # fmt: skip
+    names = {**FLAG_OF_FIELD, "prompt_tokens": "--context"}  # --prompt alone is checked as the base's
+    batches, contexts = sweep_grid(base, batches=batches, prompts=contexts, names=names, limit=limit, hint=hint)
     if out is not None:
         if format == SweepFormat.table:
             raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
         check_destination(out, force)  # before any work
-    base = workload_from_flags(
-        prompt_tokens=prompt, output_tokens=output, weights_dtype=weights, kv_dtype=kv_dtype,
-        compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
-    )  # fmt: skip
+    elif force:
+        raise UsageError("--force: replaces an existing --out FILE; give it with --out, or drop it")
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
     points = iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)

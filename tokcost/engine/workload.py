@@ -1,14 +1,22 @@
-"""Workload: what is asked of the hardware (batch, tokens, precisions, GPUs), validated with allowed ranges."""
+"""Workload: what is asked of the hardware (batch, tokens, precisions, GPUs), validated with allowed ranges.
+
+Strict, as spec files are: a bool is never a count and a string never a number (`Workload(batch=True)` is
+refused, not batch 1). A value out of range is a UsageError naming the keyword (`batch: must be an integer
+from 1 to 1,000,000 (got 0)`); `Workload.checked` names it as its caller does (the CLI: `--batch`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from tokcost import formats
+from tokcost.errors import UsageError
 from tokcost.formats import FormatName
 from tokcost.models.spec import ModelSpec
+from tokcost.spec_errors import field_message
 
 ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when estimating
 
@@ -16,7 +24,7 @@ ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when
 class Workload(BaseModel):
     """A serving scenario: B sequences of P prompt and O output tokens on one replica's parallel layout."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     batch: int = Field(default=1, ge=1, le=1_000_000)
     prompt_tokens: int = Field(default=1024, ge=1, le=100_000_000)
@@ -31,6 +39,22 @@ class Workload(BaseModel):
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
+
+    def __init__(self, **values: Any) -> None:
+        """Validated; the first wrong value is a UsageError naming its keyword and what it allows."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise workload_error(exc) from None
+
+    @classmethod
+    def checked(cls, values: Mapping[str, Any], names: Mapping[str, str]) -> Workload:
+        """A Workload from `values`; an error names the key as `names` says (the CLI's flags), else as the key."""
+        try:
+            return cls(**values)
+        except UsageError as exc:  # `key: message`, as __init__ words it: the key named as the caller names it
+            key, _, message = str(exc).partition(": ")
+            raise UsageError(f"{names.get(key, key)}: {message}") from None
 
     @model_validator(mode="before")
     @classmethod
@@ -72,6 +96,15 @@ class Workload(BaseModel):
     def total_tokens(self) -> int:
         """Tokens each sequence holds at the end: prompt plus output."""
         return self.prompt_tokens + self.output_tokens
+
+
+def workload_error(exc: ValidationError) -> UsageError:
+    """The first error as `key: what the key allows (got X)`."""
+    first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+    key, message = field_message(first, Workload)
+    if key is None:  # the checks across keys: the prefix rule names the prefix, the other one the GPU count
+        key = "cached_prefix_tokens" if "cached prefix" in message else "gpus"
+    return UsageError(f"{key}: {message}")
 
 
 class Precision(BaseModel):
