@@ -154,6 +154,9 @@ def compare_table(results: list[Estimate]) -> Table:
             "$/1M out",
             "J/token",
         ],
+        # on a narrow terminal the answer stays (model, GPU, fit, TPOT, tokens/s, $/1M out); these go first
+        drop=("ceiling tok/s", "J/token", "$/1M in", "max batch", "GPUs", "TTFT"),
+        wrap=("fits",),
     )
     for e in results:
         x, mem = e.expected, e.memory
