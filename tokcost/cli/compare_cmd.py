@@ -8,7 +8,7 @@ import typer
 
 from tokcost import fmt, plots
 from tokcost.cli.common import split_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -122,6 +122,7 @@ def compare(
     results = [estimate(m, spec, workloads[name], network_for(spec, network), profile) for m in models
                for name, spec in gpu_specs.items()]  # fmt: skip
     rows = [compare_row(e) for e in results]
+    warn(unused_network(network, [e.layout for e in results]))
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
     if plot is not None:  # grouped bars of TTFT, TPOT, tokens/s and $/1M per (model, GPU)
         plots.save(plots.compare_figure(results), plot)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tokcost.cli.widths import fit, is_prose, left_out
+from tokcost.cli.widths import cell_text, fit, is_prose, left_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -109,12 +109,6 @@ def plain(t: Table, width: int) -> str:
 def _wrap(text: str, width: int) -> list[str]:
     """Text wrapped at spaces into lines of `width`; a word is never split (widths.fit makes room for it)."""
     return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
-
-
-def cell_text(text: str) -> str:
-    """User text as one printable line: a newline, tab or escape code in a name is shown escaped, never obeyed
-    (a name with a newline would split its row)."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def markdown(t: Table) -> str:

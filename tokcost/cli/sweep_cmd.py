@@ -19,7 +19,7 @@ import typer
 
 from tokcost import fmt, plots
 from tokcost.cli.common import int_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.options import (
     ComputeOpt,
     DpOpt,
@@ -40,6 +40,7 @@ from tokcost.cli.options import (
     WeightsOpt,
 )  # fmt: skip
 from tokcost.cli.render import RICH_ROWS, Table, json_text, markdown, print_tables, write_rows
+from tokcost.engine.estimate import deployment
 from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import check_destination, open_new
@@ -130,9 +131,10 @@ def sweep(
             raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
         check_destination(out, force)  # before any work
     elif force:
-        raise UsageError("--force: replaces an existing --out FILE; give it with --out, or drop it")
+        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
+    warn(unused_network(network, [deployment(spec_model, spec, base, net, profile).layout]))
     points = iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
     held = None if streamed else list(points)  # table, markdown, json and --plot hold every point
     warnings = sweep_warnings(spec_model, spec, base, prompts=contexts, network=net, engine=profile)

@@ -34,13 +34,24 @@ class Fit:
     total: int  # characters a line takes, borders and padding included (over the width only below MIN_FOLD)
 
 
+def cell_text(text: str) -> str:
+    """User text as one printable line: a newline, tab or escape code in a name is shown escaped, never obeyed
+    (a name with a newline would split its row)."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _cells(t: Table, i: int) -> list[str]:
+    """Column `i` as printed: its header and cells."""
+    return [cell_text(cell) for cell in (t.columns[i], *(row[i] for row in t.rows))]
+
+
 def widest(t: Table, i: int) -> int:
     """The widest cell of column `i`, its header included."""
-    return max(len(cell) for cell in (t.columns[i], *(row[i] for row in t.rows)))
+    return max(len(cell) for cell in _cells(t, i))
 
 
 def _longest_word(t: Table, i: int) -> int:
-    return max((len(word) for cell in (t.columns[i], *(row[i] for row in t.rows)) for word in cell.split()), default=1)
+    return max((len(word) for cell in _cells(t, i) for word in cell.split()), default=1)
 
 
 def is_prose(t: Table, i: int) -> bool:
@@ -57,7 +68,7 @@ def _order(t: Table) -> list[int]:
 def fit(t: Table, width: int, per_column: int, border: int) -> Fit:
     """The widest layout of `t` within `width` (`per_column`: padding and rule per column; `border`: once)."""
     natural = {i: widest(t, i) for i in range(len(t.columns))}
-    wraps = {i for i in natural if i == 0 or is_prose(t, i)}
+    wraps = {i for i in natural if i == 0 or t.prose or t.columns[i] in t.wrap or natural[i] > PROSE_AT}
     # a word never breaks, but in a prose table (specs, reasons) a word longer than PROSE_AT (a URL) folds
     least = {i: min(_longest_word(t, i), PROSE_AT if t.prose else natural[i]) if i in wraps else natural[i]
              for i in natural}  # fmt: skip
