@@ -50,10 +50,11 @@ def check_grid(*axes: tuple[str, Sequence[Any]], limit: int = MAX_GRID_POINTS, h
 
 def sweep_grid(
     base: Workload, *, batches: Sequence[int], prompts: Sequence[int], names: Mapping[str, str],
-    limit: int = MAX_GRID_POINTS, hint: str = "",
+    limit: int = MAX_GRID_POINTS, hint: str = "", more: tuple[tuple[str, Sequence[Any]], ...] = (),
 ) -> tuple[list[int], list[int]]:  # fmt: skip
-    """A sweep's batches and prompts, duplicates merged (first kept), the grid bounded, and each value checked
-    as the workload it makes with `base` (its range, the prefix rule); a sweep prices decode steps: 2+ outputs."""
+    """A sweep's batches and prompts, duplicates merged (first kept), the grid bounded (with `more` axes, such as
+    formats), and each value checked as the workload it makes with `base` (its range, the prefix rule); a sweep
+    prices decode steps: 2+ outputs."""
     if base.output_tokens < 2:
         raise UsageError(f"{names.get('output_tokens', 'output_tokens')}: sweep prices decode steps; give 2 or "
                          "more output tokens")  # fmt: skip
@@ -61,7 +62,7 @@ def sweep_grid(
     for key, values in (("batch", batches), ("prompt_tokens", prompts)):
         if not values:
             raise UsageError(f"{names.get(key, key)}: an empty list; give at least one value")
-    check_grid((names.get("batch", "batch"), batches), (names.get("prompt_tokens", "prompt_tokens"), prompts),
+    check_grid((names.get("batch", "batch"), batches), (names.get("prompt_tokens", "prompt_tokens"), prompts), *more,
                limit=limit, hint=hint)  # fmt: skip
     fields = base.model_dump(exclude={"gpus"})
     for key, values in (("batch", batches), ("prompt_tokens", prompts)):

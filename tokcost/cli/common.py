@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from itertools import product
 from typing import Any
 
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.inputs import FLAG_OF_FIELD
+from tokcost.units import COMPUTE_DTYPES
 
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -41,3 +43,15 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
             raise UsageError(f"{flag}: {item[:20]} is out of range; each value must be in {low}..{high:,}")
         out.append(n)
     return list(dict.fromkeys(out))
+
+
+def format_grid(weights: str | None, kv_dtype: str | None, compute_dtype: str | None) -> list[dict[str, str | None]]:
+    """The precisions asked for, as plan takes them: each flag a comma-separated list (or absent: the model's and
+    the GPU's default), every combination, weights outermost: [{"weights_dtype": ..., "kv_dtype": ...}, ...]."""
+    lists = {key: split_list(value, flag) if value is not None else [None]
+             for key, value, flag in (("weights_dtype", weights, "--weights"), ("kv_dtype", kv_dtype, "--kv-dtype"),
+                                      ("compute_dtype", compute_dtype, "--compute-dtype"))}  # fmt: skip
+    for dtype in lists["compute_dtype"]:
+        if dtype is not None and dtype not in COMPUTE_DTYPES:
+            raise UsageError(f"--compute-dtype: {dtype!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+    return [dict(zip(lists, combo, strict=True)) for combo in product(*lists.values())]

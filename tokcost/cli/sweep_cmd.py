@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from enum import Enum
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Optional, TextIO
@@ -18,10 +19,10 @@ from typing import Annotated, Optional, TextIO
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import int_list, workload_from_flags
+from tokcost.cli.common import format_grid, int_list, workload_from_flags
 from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.options import (
-    ComputeOpt,
+    ComputeListOpt,
     DpOpt,
     EngineOpt,
     EpOpt,
@@ -29,7 +30,7 @@ from tokcost.cli.options import (
     GpuOpt,
     GpusOpt,
     GpusPerNodeOpt,
-    KvOpt,
+    KvListOpt,
     ModelOpt,
     NetworkOpt,
     OutputOpt,
@@ -37,7 +38,7 @@ from tokcost.cli.options import (
     PpOpt,
     PriceOpt,
     TpOpt,
-    WeightsOpt,
+    WeightsListOpt,
 )  # fmt: skip
 from tokcost.cli.render import RICH_ROWS, Table, json_text, markdown, print_tables, write_rows
 from tokcost.engine.estimate import deployment
@@ -104,9 +105,9 @@ def sweep(
         Optional[int], typer.Option("--prompt", "-p", help="Prompt tokens per sequence, when --context is not given.")
     ] = None,
     output: OutputOpt = 256,
-    weights: WeightsOpt = None,
-    kv_dtype: KvOpt = None,
-    compute_dtype: ComputeOpt = None,
+    weights: WeightsListOpt = None,
+    kv_dtype: KvListOpt = None,
+    compute_dtype: ComputeListOpt = None,
     price: PriceOpt = None,
     format: SweepFormatOpt = SweepFormat.table,
     out: OutOpt = None,
@@ -120,12 +121,17 @@ def sweep(
     contexts = int_list(context, "--context") if context is not None else [DEFAULT_PROMPT if prompt is None else prompt]
     streamed = format in STREAMED and plot is None
     limit, hint = _bound(format, streamed)
-    base = workload_from_flags(
-        prompt_tokens=contexts[0], output_tokens=output, weights_dtype=weights, kv_dtype=kv_dtype,
-        compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
-    )  # fmt: skip
+    formats = format_grid(weights, kv_dtype, compute_dtype)  # each priced in turn, as compare and plan take them
+    bases = [workload_from_flags(
+        prompt_tokens=contexts[0], output_tokens=output, price_per_hour_usd=price, **precision,
+        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
+    ) for precision in formats]  # fmt: skip
     names = {**FLAG_OF_FIELD, "prompt_tokens": "--context"}  # --prompt alone is checked as the base's
-    batches, contexts = sweep_grid(base, batches=batches, prompts=contexts, names=names, limit=limit, hint=hint)
+    more = (("formats", formats),) if len(formats) > 1 else ()
+    batches, contexts = sweep_grid(bases[0], batches=batches, prompts=contexts, names=names, limit=limit, hint=hint,
+                                   more=more)  # fmt: skip
+    if plot is not None and len(formats) > 1:
+        raise UsageError("--plot: draws one format's sweep; give one --weights/--kv-dtype/--compute-dtype value")
     if out is not None:
         if format == SweepFormat.table:
             raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
@@ -134,10 +140,14 @@ def sweep(
         raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    warn(unused_network(network, [deployment(spec_model, spec, base, net, profile).layout]))
-    points = iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+    warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
+    points = chain.from_iterable(
+        iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+        for base in bases
+    )
     held = None if streamed else list(points)  # table, markdown, json and --plot hold every point
-    warnings = sweep_warnings(spec_model, spec, base, prompts=contexts, network=net, engine=profile)
+    warnings = list(dict.fromkeys(w for base in bases for w in sweep_warnings(
+        spec_model, spec, base, prompts=contexts, network=net, engine=profile)))  # fmt: skip
     if format != SweepFormat.json:  # JSON carries its warnings inside
         warn(warnings)
     with _destination(out, force) as handle:
@@ -190,6 +200,9 @@ def sweep_table(points: list[SweepPoint]) -> Table:
         drop=("ceiling tok/s", "bound"),  # on a narrow terminal: the reference figures go first, the notes stay
         wrap=("note",),
     )
+    several = len({(p.weights, p.kv_dtype, p.compute_dtype) for p in points}) > 1  # a precision column if it varies
+    if several:
+        table.columns.insert(0, "weights/KV/compute")
     for p in points:
         notes = []
         if p.critical_batch_compute is not None and p.batch >= p.critical_batch_compute:
@@ -198,8 +211,9 @@ def sweep_table(points: list[SweepPoint]) -> Table:
             notes.append(f"KV reads > weights from batch {p.critical_batch_kv}")
         if not p.fits:
             notes.append(f"exceeds memory (max batch {p.max_batch})")
+        precision = [f"{p.weights}/{p.kv_dtype}/{p.compute_dtype}"] if several else []
         table.rows.append([
-            f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), f"{p.decode_tokens_per_s:,.1f}",
+            *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), f"{p.decode_tokens_per_s:,.1f}",
             f"{p.ceiling_decode_tokens_per_s:,.1f}", fmt.usd(p.usd_per_million_output_tokens),
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
