@@ -33,3 +33,8 @@ class Interrupted(TokcostError):
     """Ctrl-C (or SIGTERM) that a command has answered for: its message is the one line, the exit code 130."""
 
     exit_code = 130
+
+
+class Unprintable(TokcostError, ValueError):
+    """A number that cannot be right (inf, NaN, a negative time, rate, cost or size) reached the output: it is
+    never printed. Inputs that would make one are refused before the work; reaching this is a tokcost bug."""

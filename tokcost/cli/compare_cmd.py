@@ -181,8 +181,7 @@ def compare_table(results: list[Estimate]) -> Table:
             need = f"needs {mem.min_gpus}" if mem.min_gpus else "no layout searched"
             fits, cost = f"does not fit ({need})", ["", "", ""]
         tpot = fmt.ms(x.tpot_s) if x.tpot_s else "n/a"
-        rate = f"{x.decode_tokens_per_s:,.1f}" if x.decode_tokens_per_s else "n/a"
-        ceiling = f"{e.ceiling.decode_tokens_per_s:,.1f}" if e.ceiling.decode_tokens_per_s else "n/a"
+        rate, ceiling = fmt.rate(x.decode_tokens_per_s), fmt.rate(e.ceiling.decode_tokens_per_s)
         table.rows.append(
             [
                 e.model.name,

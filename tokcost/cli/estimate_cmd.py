@@ -142,10 +142,6 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else fmt.ms(seconds)
 
 
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.1f}"
-
-
 def _past_context(e: Estimate) -> list[str]:
     """A note in the table itself (stderr's warning is lost when a table is pasted) when the request is longer
     than the model's context: a server refuses it, and the figures only extend the roofline past it."""
@@ -168,7 +164,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
     )
-    per_seq = [_rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
+    per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
     perf = Table(
         "Performance",
         ["metric", "ceiling", "expected"],
@@ -177,7 +173,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
             ["TTFT", *_times(e, "ttft_s")],
             ["TPOT", *_times(e, "tpot_s")],
             ["E2E", *_times(e, "e2e_s")],
-            ["decode tokens/s", _rate(c.decode_tokens_per_s), _rate(x.decode_tokens_per_s)],
+            ["decode tokens/s", fmt.rate(c.decode_tokens_per_s), fmt.rate(x.decode_tokens_per_s)],
             ["tokens/s per sequence", *per_seq],
             ["prefill bound", c.prefill_bound, x.prefill_bound],
             ["decode bound", c.decode_bound or "n/a", x.decode_bound or "n/a"],

@@ -206,6 +206,11 @@ def _err(x: float | None, noisy: bool) -> str:
     return "n/a" if x is None else f"{x:+.0%}"
 
 
+def _rest(seconds: float) -> str:
+    """TPOT less the measured collectives: below zero only when timing noise exceeds the rest (never printed)."""
+    return fmt.ms(seconds) if seconds >= 0 else "noisy (< 0)"
+
+
 def _pred(p, noisy: bool) -> str:
     return f"{fmt.ms(p.tpot_s)} ({_err(p.tpot_error, noisy)})" if p else "n/a"
 
@@ -249,7 +254,7 @@ def measure_tables(model: str, outcome) -> list[Table]:
                 fmt.ms(t["overhead"]), fmt.ms(c["all_reduce"]) if c else "n/a",
                 _pct(c["all_reduce"] / lp.tpot_s) if c else "n/a",
                 fmt.ms(t["weights"] + t["attention"] + t["overhead"]),
-                fmt.ms(lp.tpot_s - sum(c.values())) if c else "n/a",
+                _rest(lp.tpot_s - sum(c.values())) if c else "n/a",
             ])  # fmt: skip
     runs.notes = [
         "err = (predicted - measured) / measured; 'noisy' where the step times' CV exceeds 10% (no error printed). "

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tokcost.cli.widths import cell_text, fit, is_prose, left_out
+from tokcost.errors import Unprintable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -136,39 +138,48 @@ def print_csv(rows: list[dict[str, Any]]) -> None:
     fields = list(dict.fromkeys(key for row in rows for key in row))
     writer = csv.DictWriter(buffer, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    writer.writerows({k: "" if v is None else checked(v, k) for k, v in row.items()} for row in rows)
     sys.stdout.write(buffer.getvalue())
 
 
 def write_rows(rows: Iterable[Sequence[Any]], columns: Sequence[str], fmt: str, out: TextIO) -> int:
     """Rows written as they come, as CSV (a header line, then a line per row) or JSON Lines (an object per row):
-    memory holds one row, whatever the count. Returns the count; a non-finite number is refused, never written."""
+    memory holds one row, whatever the count. Returns the count; a number that cannot be right is refused."""
     writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
     if writer is not None:
         writer.writerow(columns)
     count = 0
     for row in rows:
         if writer is not None:
-            writer.writerow(["" if v is None else _finite(v) for v in row])
+            writer.writerow(["" if v is None else checked(v, key) for key, v in zip(columns, row, strict=True)])
         else:
-            out.write(json.dumps(dict(zip(columns, map(_finite, row), strict=True)), allow_nan=False) + "\n")
+            out.write(json.dumps(checked(dict(zip(columns, row, strict=True))), allow_nan=False) + "\n")
         count += 1
     return count
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"refusing to print a non-finite number ({value}); this is a tokcost bug")
+# Keys naming a time, rate, cost, energy, size or count (units in names): their values are never negative
+_UNSIGNED = re.compile(r"(?:^|_)(?:s|seconds|times|per_s|usd|bytes|flops|tokens?|joules|gpus?|batch)(?:_|$)")
+
+
+def checked(value: Any, key: str = "") -> Any:
+    """`value` (a number, or dicts and lists of them) as it may be printed: every number finite, and none negative
+    under a key that names a time, rate, cost, energy, size or count (the rule fmt applies to tables); otherwise
+    errors.Unprintable, never a wrong number on the page."""
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: checked(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [checked(v, key) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Unprintable(f"refusing to print {key or 'a number'} = {value}: a non-finite number (a tokcost bug)")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 and _UNSIGNED.search(key):
+        raise Unprintable(f"refusing to print {key} = {value}: a negative {key} cannot be right (a tokcost bug)")
     return value
 
 
 def json_text(data: Any) -> str:
     """Pretty JSON with stable key order; NaN and infinity are refused, never written."""
-    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+    return json.dumps(checked(data), indent=2, allow_nan=False) + "\n"
 
 
 def print_json(data: Any) -> None:

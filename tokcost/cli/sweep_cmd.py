@@ -213,8 +213,8 @@ def sweep_table(points: list[SweepPoint]) -> Table:
             notes.append(f"exceeds memory (max batch {p.max_batch})")
         precision = [f"{p.weights}/{p.kv_dtype}/{p.compute_dtype}"] if several else []
         table.rows.append([
-            *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), f"{p.decode_tokens_per_s:,.1f}",
-            f"{p.ceiling_decode_tokens_per_s:,.1f}", fmt.usd(p.usd_per_million_output_tokens),
+            *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), fmt.rate(p.decode_tokens_per_s),
+            fmt.rate(p.ceiling_decode_tokens_per_s), fmt.usd(p.usd_per_million_output_tokens),
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
     if len(points) > RICH_ROWS:
