@@ -120,12 +120,12 @@ class ListFormat(str, Enum):
 @app.command("list", epilog="Examples:\n  tokcost specs list --kind gpus\n  tokcost specs list -f json")
 def list_specs(
     kind: Annotated[
-        Optional[Kind], typer.Option("--kind", help="models, gpus, networks or engines (default: models and gpus).")
+        Optional[Kind], typer.Option("--kind", help="models, gpus, networks or engines (default: every kind).")
     ] = None,
     format: Annotated[ListFormat, typer.Option("--format", "-f", help="table or json.")] = ListFormat.table,
 ) -> None:
     """List built-in specs. Example: tokcost specs list --kind gpus"""
-    kinds = [kind.value] if kind else ["models", "gpus"]
+    kinds = [kind.value] if kind else list(KINDS)
     if format == ListFormat.json:
         print_json({k: builtin_names(k) for k in kinds})  # type: ignore[arg-type]
         return
@@ -167,7 +167,7 @@ def list_specs(
         links = [load_network(name) for name in builtin_names("networks")]
         rows = [[n.name, n.kind, f"{n.gb_s:,g} GB/s", f"{n.latency_us:,g} us", f"{n.efficiency:g}"] for n in links]
         tables.append(Table("Networks (per GPU, per direction)", ["name", "kind", "bandwidth", "latency",
-                                                                  "efficiency"], rows))  # fmt: skip
+                                                                  "efficiency"], rows, wrap=("kind",)))  # fmt: skip
     if "engines" in kinds:
         rows = [[name] for name in builtin_names("engines")]
         tables.append(Table("Serving engines", ["name"], rows, notes=["tokcost specs show NAME shows a profile"]))

@@ -130,14 +130,7 @@ def sweep(
     more = (("formats", formats),) if len(formats) > 1 else ()
     batches, contexts = sweep_grid(bases[0], batches=batches, prompts=contexts, names=names, limit=limit, hint=hint,
                                    more=more)  # fmt: skip
-    if plot is not None and len(formats) > 1:
-        raise UsageError("--plot: draws one format's sweep; give one --weights/--kv-dtype/--compute-dtype value")
-    if out is not None:
-        if format == SweepFormat.table:
-            raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
-        check_destination(out, force)  # before any work
-    elif force:
-        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
+    _check_outputs(format, out, force, plot, len(formats))
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
     warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
@@ -157,6 +150,18 @@ def sweep(
             _render_held(held or [], format, handle, warnings)
     if plot is not None and held is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
         plots.save(plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes), plot)
+
+
+def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Path | None, formats: int) -> None:
+    """Before any work: --out where it can write, --force only with it, one picture per format."""
+    if plot is not None and formats > 1:
+        raise UsageError("--plot: draws one format's sweep; give one --weights/--kv-dtype/--compute-dtype value")
+    if out is not None:
+        if format == SweepFormat.table:
+            raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
+        check_destination(out, force)
+    elif force:
+        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
 
 
 def _render_held(points: list[SweepPoint], format: SweepFormat, handle: TextIO, warnings: list[str]) -> None:
