@@ -3,7 +3,7 @@
 1. The issue's size: 14 GPUs x 4 TP degrees x 3 weight formats (all built-in GPUs, TP 1,2,4,8, bf16/fp8/int4),
    llama-3.1-70b at 20 req/s, 2k in / 300 out, p90 TTFT 500 ms and p90 TPOT 40 ms, chunks searched.
 2. The README's command (4 GPUs x 4 TP x 2 formats) in a fresh interpreter, end to end.
-3. Engine calls: how many step_cost evaluations the curves needed, against one call per use.
+3. Engine calls: how many passes (Steps.cost) the curves needed, against one call per use.
 4. The largest inputs plan accepts (issue 22: each must finish in under 30 s on two cores): a 600-point dense
    search, an MoE search at the weighted bound, a 100,000-request trace, and a simulation at 60,000 prefill steps.
 
@@ -42,11 +42,11 @@ def full_search_seconds(runs: int) -> tuple[float, int, int, int]:
     )  # fmt: skip
     calls = [0]
     evaluations = [0]
-    original_cost, original_call = steps.step_cost, curve.Curve.__call__
+    original_cost, original_call = steps.Steps.cost, curve.Curve.__call__
 
-    def counted_cost(*args, **kwargs):
+    def counted_cost(self, segments):
         calls[0] += 1
-        return original_cost(*args, **kwargs)
+        return original_cost(self, segments)
 
     def counted_call(self, b):
         evaluations[0] += 1
@@ -55,12 +55,12 @@ def full_search_seconds(runs: int) -> tuple[float, int, int, int]:
     times = []
     for i in range(runs):
         if i == 0:  # count once, time the others without the counters' overhead
-            steps.step_cost = counted_cost  # type: ignore[assignment]
+            steps.Steps.cost = counted_cost  # type: ignore[method-assign]
             curve.Curve.__call__ = counted_call  # type: ignore[method-assign]
         start = time.perf_counter()
         result = search.plan(model, traffic, slos, space)
         times.append(time.perf_counter() - start)
-        steps.step_cost = original_cost  # type: ignore[assignment]
+        steps.Steps.cost = original_cost  # type: ignore[method-assign]
         curve.Curve.__call__ = original_call  # type: ignore[method-assign]
     return statistics.median(times[1:] or times), len(result.rows), calls[0], evaluations[0]
 
@@ -123,7 +123,7 @@ def main() -> None:
         return
     seconds, configs, calls, evaluations = full_search_seconds(args.runs + 1)
     print(f"14 GPUs x 4 TP x 3 formats ({configs} configurations, chunks searched): {seconds:6.2f} s")
-    print(f"  engine step_cost calls {calls:,} for {evaluations:,} step times read off curves "
+    print(f"  engine pass calls {calls:,} for {evaluations:,} step times read off curves "
           f"({evaluations / max(calls, 1):,.0f}x fewer engine calls)")  # fmt: skip
     print(f"README command (4 GPUs x 4 TP x 2 formats), fresh interpreter: {cli_seconds(args.runs):6.2f} s")
 

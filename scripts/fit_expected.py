@@ -21,12 +21,12 @@ import yaml
 from tokcost.cli.validate_cmd import load_specs
 from tokcost.hardware.spec import Achievable, GpuSpec
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import ENGINES, GENERIC, EngineProfile, KernelEfficiency
+from tokcost.profiles import ENGINES, GENERIC, EngineProfile
+from tokcost.validation.cases import candidate_profile, engine_values, prepare
 from tokcost.validation.compare import RowResult, compare_rows
 from tokcost.validation.data import HELD_OUT_SOURCES, Row, load_rows
 from tokcost.validation.families import FAMILIES, family_of
-from tokcost.validation.fit import FitResult, fit, is_cost
-from tokcost.validation.predictor import prepare
+from tokcost.validation.fit import FitResult, fit
 from tokcost.validation.report import fit_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,18 +81,7 @@ def achievable_of(result: FitResult, family: str) -> Achievable:
 
 def profile_of(result: FitResult, engine: str, base: EngineProfile) -> EngineProfile:
     """An engine's profile from the fit: fitted efficiencies (those left at 1 are omitted) and fixed costs."""
-    values = {n[len(engine) + 1 :]: v for n, v in result.values.items() if n.startswith(f"{engine}.")}
-    kernels: dict = {"dense_gemm": {}, "weight_only_gemm": {}}
-    for key, value in sorted(values.items()):
-        if is_cost(f"{engine}.{key}") or value == 1.0:
-            continue
-        kind, _, dtype = key.partition(".")
-        if kind == "dense":
-            kernels["dense_gemm"][dtype] = value
-        elif kind == "wo":
-            kernels["weight_only_gemm"][dtype] = value
-        else:
-            kernels[{"attention": "decode_attention", "moe": "moe_grouped_gemm"}.get(kind, kind)] = value
+    values = engine_values(result.values, engine)
     names = sorted(values)
     free = [n for n in names if f"{engine}.{n}" in result.free]
     fixed = [n for n in names if f"{engine}.{n}" not in result.free]
@@ -110,16 +99,7 @@ def profile_of(result: FitResult, engine: str, base: EngineProfile) -> EnginePro
         f"Fitted on published {engine} measurements of the train sources ({', '.join(sources) or 'none'}); "
         "each row's source and quote are in tokcost/validation/published.yaml."
     )
-    return base.model_copy(
-        update={
-            "source": source,
-            "kernels": KernelEfficiency.model_validate(kernels),
-            "step_overhead_us": values.get("step_us", 0.0),
-            "request_overhead_us": values.get("request_us", 0.0),
-            "collective_overhead_us": values.get("collective_us", 0.0),
-            "fit": fit_text,
-        }
-    )
+    return candidate_profile(base, values).model_copy(update={"source": source, "fit": fit_text})
 
 
 def run_fit() -> Fitted:

@@ -7,8 +7,9 @@ import math
 import pytest
 
 from tokcost.engine.estimate import deployment, estimate
+from tokcost.engine.features import expected_distinct_experts
 from tokcost.engine.memory import gpu_bytes
-from tokcost.engine.stages import Segment, expected_distinct_experts, pipeline_stages
+from tokcost.engine.stages import Segment, pipeline_stages
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, load_network

@@ -164,7 +164,9 @@ def test_plan_enumerates_expert_parallel_layouts_for_moe():
 
 def test_a_model_no_node_holds_is_planned_on_pipeline_stages_of_full_nodes():
     big = load_model("llama-3.1-405b")  # 811 GB at bf16: more than 8 H100s hold
-    p = plan(big, _traffic(1), [Slo("tpot", "p90", 0.2)], Space(gpus=(H100,), weights=("bf16",), chunks=(2048,)))
+    # its stages sit on different nodes: each hands its activations to the next over the network
+    space = Space(gpus=(H100,), weights=("bf16",), chunks=(2048,), networks={H100.name: load_network("ib-ndr-400")})
+    p = plan(big, _traffic(1), [Slo("tpot", "p90", 0.2)], space)
     labels = [r.deployment.layout.label for r in p.rows]
     assert labels and all(label.startswith("TP8xPP") for label in labels)
     top = p.rows[0]

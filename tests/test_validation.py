@@ -14,12 +14,13 @@ import pytest
 from tokcost.cli.app import app
 from tokcost.cli.validate_cmd import DEFAULT_DATA, load_engines, load_specs, run_validation, validate
 from tokcost.engine.estimate import deployment
-from tokcost.engine.stages import expected_distinct_experts
+from tokcost.engine.features import expected_distinct_experts
 from tokcost.engine.workload import Workload
 from tokcost.errors import SpecError
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 from tokcost.profiles import EFFICIENCY_RANGE, ENGINES, load_engine
+from tokcost.validation.cases import Pricer, prepare
 from tokcost.validation.compare import predict_metric
 from tokcost.validation.data import (
     HELD_OUT_MIN_ROW_SHARE,
@@ -31,7 +32,6 @@ from tokcost.validation.data import (
 )
 from tokcost.validation.families import FAMILIES
 from tokcost.validation.fit import COST_GRIDS_US, MIN_INFORMATIVE_ROWS, fit, is_cost, is_fraction, train_cases
-from tokcost.validation.predictor import Values, predict, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "published.yaml"
@@ -216,14 +216,16 @@ def test_cli_json_reproduces_the_summary(cli, validation):
 # ---- the fit ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # the fit (about 20 s on 2 cores)
-def test_fast_predictor_matches_estimate(rows, validation, cases, fitted):
-    # the fit's predictor, under the shipped values, gives what compare_rows() gives through estimate()
+@pytest.mark.slow  # the fit (about 40 s on 2 cores)
+def test_the_fit_prices_each_row_as_validate_does(rows, validation, cases, fitted):
+    # the fit runs on the engine: its prediction of a row under the fitted values is what validate prints with the
+    # specs and profiles the fit wrote (the values -> profile mapping, the waves, the exact decode mean)
     results, _ = validation
     expected = {r.row.id: r.expected for r in results}
-    values = Values(fitted.result.values)
+    pricer = Pricer()
     for case in cases:
-        assert predict(case, values) == pytest.approx(expected[case.row.id], rel=1e-9), case.row.id
+        predicted = pricer.predict(case, fitted.result.values)
+        assert predicted == pytest.approx(expected[case.row.id], rel=1e-12), case.row.id
 
 
 @pytest.mark.slow

@@ -138,6 +138,9 @@ def sweep(
         iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
         for base in bases
     )
+    # the first point priced now: what the engine refuses (a layer kind, a layout) is refused before any row
+    first = next(points)
+    points = chain([first], points)
     held = None if streamed else list(points)  # table, markdown, json and --plot hold every point
     warnings = list(dict.fromkeys(w for base in bases for w in sweep_warnings(
         spec_model, spec, base, prompts=contexts, network=net, engine=profile)))  # fmt: skip

@@ -52,46 +52,92 @@ class CollectiveCost:
     link_bytes: float  # bytes one rank puts on the link
 
 
-def allreduce_options(payload_bytes: float, ranks: int, path: Path) -> dict[str, tuple[float, float]]:
-    """{algorithm: (seconds, bytes one rank puts on the link)} for every algorithm this group may use."""
-    n, s, bw, a = ranks, payload_bytes, path.bytes_per_s, path.latency_s
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One algorithm's cost, a line in the payload S: latency_s + S x seconds_per_byte; S x link_bytes_per_byte on
+    the link (each rank's)."""
+
+    algorithm: str
+    latency_s: float
+    seconds_per_byte: float
+    link_bytes_per_byte: float
+
+    def seconds(self, payload_bytes: float) -> float:
+        """Time of one collective moving `payload_bytes`."""
+        return self.latency_s + payload_bytes * self.seconds_per_byte
+
+
+def allreduce_lines(ranks: int, path: Path) -> tuple[Line, ...]:
+    """Every algorithm this group may use for an all-reduce (see the module docstring)."""
+    n, bw, a = ranks, path.bytes_per_s, path.latency_s
     if path.nodes > 1:  # hierarchical: inside each node over NVLink, the share S/g across nodes over each NIC
         nodes, g = path.nodes, -(-n // path.nodes)
-        inside = 2 * (g - 1) / g * s / path.intra_bytes_per_s + 2 * path.intra_latency_s
-        across = 2 * (nodes - 1) / nodes * s / g / bw + 2 * (nodes - 1) * a
-        return {"hierarchical": (inside + across, 2 * (nodes - 1) / nodes * s / g)}
-    return {
-        "one-shot": (a + (n - 1) * s / bw, (n - 1) * s),
-        "two-shot": (2 * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
-        "ring": (2 * (n - 1) * a + 2 * (n - 1) / n * s / bw, 2 * (n - 1) / n * s),
-    }
+        inside = 2 * (g - 1) / g / path.intra_bytes_per_s
+        across = 2 * (nodes - 1) / nodes / g
+        return (Line("hierarchical", 2 * path.intra_latency_s + 2 * (nodes - 1) * a, inside + across / bw, across),)
+    return (
+        Line("one-shot", a, (n - 1) / bw, n - 1),
+        Line("two-shot", 2 * a, 2 * (n - 1) / n / bw, 2 * (n - 1) / n),
+        Line("ring", 2 * (n - 1) * a, 2 * (n - 1) / n / bw, 2 * (n - 1) / n),
+    )
+
+
+def alltoall_line(path: Path) -> Line:
+    """Dispatch or combine of routed tokens: the busiest rank's volume, split across nodes when the group spans them."""
+    if path.nodes > 1:  # the off-node share rides the network, the rest NVLink, at the same time
+        off = (path.nodes - 1) / path.nodes
+        return Line("pairwise", path.latency_s, max(off / path.bytes_per_s, (1 - off) / path.intra_bytes_per_s), 1.0)
+    return Line("pairwise", path.latency_s, 1 / path.bytes_per_s, 1.0)
+
+
+def sendrecv_line(path: Path) -> Line:
+    """Activations handed from one pipeline stage to the next: a + S / B."""
+    return Line("p2p", path.latency_s, 1 / path.bytes_per_s, 1.0)
+
+
+def collective_lines(op: Op, ranks: int, path: Path) -> tuple[Line, ...]:
+    """The algorithms a collective may use; the cheapest for its payload runs."""
+    if op == "all-reduce":
+        return allreduce_lines(ranks, path)
+    return (alltoall_line(path),) if op == "all-to-all" else (sendrecv_line(path),)
+
+
+def cheapest(lines: tuple[Line, ...], payload_bytes: float) -> tuple[Line, float]:
+    """The algorithm that moves `payload_bytes` soonest (the first of equals), and its time."""
+    best, best_s = lines[0], lines[0].seconds(payload_bytes)
+    for line in lines[1:]:
+        seconds = line.seconds(payload_bytes)
+        if seconds < best_s:
+            best, best_s = line, seconds
+    return best, best_s
+
+
+def collective_cost(op: Op, payload_bytes: float, ranks: int, path: Path) -> CollectiveCost:
+    """One collective on its cheapest algorithm."""
+    line, seconds = cheapest(collective_lines(op, ranks, path), payload_bytes)
+    return CollectiveCost(op, payload_bytes, ranks, path, line.algorithm, seconds,
+                          payload_bytes * line.link_bytes_per_byte)  # fmt: skip
+
+
+def allreduce_options(payload_bytes: float, ranks: int, path: Path) -> dict[str, tuple[float, float]]:
+    """{algorithm: (seconds, bytes one rank puts on the link)} for every algorithm this group may use."""
+    return {x.algorithm: (x.seconds(payload_bytes), payload_bytes * x.link_bytes_per_byte)
+            for x in allreduce_lines(ranks, path)}  # fmt: skip
 
 
 def allreduce(payload_bytes: float, ranks: int, path: Path) -> CollectiveCost:
     """The cheapest algorithm for this message size and group."""
-    options = allreduce_options(payload_bytes, ranks, path)
-    name = min(options, key=lambda k: options[k][0])
-    seconds, moved = options[name]
-    return CollectiveCost("all-reduce", payload_bytes, ranks, path, name, seconds, moved)
+    return collective_cost("all-reduce", payload_bytes, ranks, path)
 
 
 def alltoall(volume_bytes: float, ranks: int, path: Path) -> CollectiveCost:
-    """Dispatch or combine of routed tokens: the busiest rank's volume, split across nodes when the group spans them."""
-    if path.nodes > 1:  # the off-node share rides the network, the rest NVLink, at the same time
-        off = (path.nodes - 1) / path.nodes
-        seconds = path.latency_s + max(
-            off * volume_bytes / path.bytes_per_s, (1 - off) * volume_bytes / path.intra_bytes_per_s
-        )
-    else:
-        seconds = path.latency_s + volume_bytes / path.bytes_per_s
-    return CollectiveCost("all-to-all", volume_bytes, ranks, path, "pairwise", seconds, volume_bytes)
+    """Dispatch or combine of the busiest rank's `volume_bytes`."""
+    return collective_cost("all-to-all", volume_bytes, ranks, path)
 
 
 def sendrecv(payload_bytes: float, path: Path) -> CollectiveCost:
     """Activations handed from one pipeline stage to the next."""
-    return CollectiveCost(
-        "send/recv", payload_bytes, 2, path, "p2p", path.latency_s + payload_bytes / path.bytes_per_s, payload_bytes
-    )
+    return collective_cost("send/recv", payload_bytes, 2, path)
 
 
 def _path(link: Link, efficiency: bool, latency_override_s: float | None, nodes: int = 1,
@@ -112,13 +158,23 @@ class Links:
     host: Link | None
     network: Link | None
 
-    def path(self, ranks: int, layout: Layout, *, expected: bool, latency_override_s: float | None = None) -> Path:
-        """The path a group of `ranks` consecutive GPUs spans (rates of the scenario: expected applies efficiencies)."""
-        nodes = -(-ranks // layout.gpus_per_node)
+    def path(
+        self,
+        ranks: int,
+        layout: Layout,
+        *,
+        expected: bool,
+        latency_override_s: float | None = None,
+        crosses_nodes: bool = False,
+    ) -> Path:
+        """The path a group of `ranks` consecutive GPUs spans (rates of the scenario: expected applies efficiencies);
+        `crosses_nodes`: a pair of pipeline stages on two nodes."""
+        nodes = max(-(-ranks // layout.gpus_per_node), 2 if crosses_nodes else 1)
         if nodes > 1:
             if self.network is None:
+                group = "a pipeline stage's send to the next" if crosses_nodes else f"a group of {ranks} GPUs"
                 raise UsageError(
-                    f"--gpus-per-node: a group of {ranks} GPUs spans {nodes} nodes of {layout.gpus_per_node}, and "
+                    f"--gpus-per-node: {group} spans {nodes} nodes of {layout.gpus_per_node}, and "
                     "no network is known; pass --network (e.g. ib-ndr-400)"
                 )
             return _path(self.network, expected, None, nodes, self._intra(layout.gpus_per_node))

@@ -8,13 +8,17 @@ output token there is no decode step: TPOT is undefined (None), not zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from tokcost.engine.collectives import Links, links_of
+from tokcost.engine.compiled import BoundPass, CompiledPass, Rate, Row
+from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
-from tokcost.engine.passes import pass_cost
-from tokcost.engine.roofline import Bound, PassCost, Rates, ceiling_rates, expected_rates
+from tokcost.engine.passcost import Bound, PassCost
+from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_seconds
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
@@ -25,6 +29,7 @@ from tokcost.profiles import GENERIC, EngineProfile
 SECONDS_PER_HOUR = 3600
 PER_MILLION = 1e6
 CRITICAL_BATCH_SEARCH_LIMIT = 1 << 24
+BOUND_CACHE = 8  # bound passes a deployment keeps (one per rates object it prices under)
 
 
 def usd_per_million_tokens(price_per_hour_usd: float | None, gpus: int, seconds: float, tokens: float) -> float | None:
@@ -34,7 +39,7 @@ def usd_per_million_tokens(price_per_hour_usd: float | None, gpus: int, seconds:
     return price_per_hour_usd * gpus / SECONDS_PER_HOUR * seconds / tokens * PER_MILLION
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Deployment:
     """Everything a pass is priced against: the model, GPU, precision, layout and links."""
 
@@ -45,30 +50,47 @@ class Deployment:
     links: Links
     engine: EngineProfile = GENERIC
 
+    @cached_property
+    def compiled(self) -> CompiledPass:
+        """The deployment's kernels, counted once."""
+        return CompiledPass(self.model, self.precision, self.layout)
+
+    @cached_property
+    def _scenarios(self) -> dict[str, Rates]:
+        return {}
+
+    @cached_property
+    def _bound(self) -> dict[int, BoundPass]:
+        return {}
+
     def rates(self, scenario: str) -> Rates:
         """Datasheet peaks ("ceiling") or achievable rates of this GPU and serving engine ("expected")."""
-        if scenario == "ceiling":
-            return ceiling_rates(self.gpu, self.precision.compute)
-        return expected_rates(self.gpu, self.precision.compute, self.engine)
+        found = self._scenarios.get(scenario)
+        if found is None:
+            if scenario == "ceiling":
+                found = ceiling_rates(self.gpu, self.precision.compute)
+            else:
+                found = expected_rates(self.gpu, self.precision.compute, self.engine)
+            self._scenarios[scenario] = found
+        return found
+
+    def bound(self, rates: Rates) -> BoundPass:
+        """The compiled pass under `rates` (kept while these rates are in use: the cache holds them)."""
+        found = self._bound.get(id(rates))
+        if found is None or found.rates is not rates:
+            if len(self._bound) >= BOUND_CACHE:
+                self._bound.clear()
+            found = self._bound[id(rates)] = self.compiled.bind(rates, self.links)
+        return found
 
     def decode(self, rates: Rates, *, batch: float, cached: float) -> PassCost:
         """One decode step: `batch` sequences holding `cached` tokens each emit one token (steady pipeline)."""
-        return pass_cost(
-            self.model, self.precision, self.layout, self.links, rates, [Segment(batch, cached, 1)], schedule="steady"
-        )
+        return self.bound(rates).cost([Segment(batch, cached, 1)], schedule="steady")
 
     def prefill(self, rates: Rates, *, batch: float, prompt: int, cached: int) -> PassCost:
         """Prefill of `batch` prompts (a cached prefix read, not recomputed), from an empty pipeline."""
-        return pass_cost(
-            self.model,
-            self.precision,
-            self.layout,
-            self.links,
-            rates,
-            [Segment(batch, cached, prompt - cached)],
-            schedule="fill",
-            extra_overhead_s=rates.request_overhead_s,
-        )
+        segments = [Segment(batch, cached, prompt - cached)]
+        return self.bound(rates).cost(segments, schedule="fill", extra_overhead_s=rates.request_overhead_s)
 
 
 def deployment(
@@ -90,27 +112,21 @@ def decode_contexts(wl: Workload) -> tuple[int, int] | None:
 
 
 def mean_decode_seconds(d: Deployment, rates: Rates, *, batch: float, first: int, last: int) -> float:
-    """Mean step time over cached contexts first..last, summed exactly: piecewise linear in the context."""
-    window = d.model.sliding_window.window_tokens if d.model.sliding_window else None
-    spans = [(first, last)]
-    if window and first < window <= last:  # a sliding layer's reads grow until the window, then stay flat
-        spans = [(first, window - 1), (window, last)]
-    total = 0.0
-    while spans:
-        a, b = spans.pop()
-        lo, hi = d.decode(rates, batch=batch, cached=a), d.decode(rates, batch=batch, cached=b)
-        if all(x.bound == y.bound for x, y in zip(lo.stages, hi.stages, strict=True)):
-            # every stage is one linear function of the context on [a, b]: the sum is count x middle value
-            total += (b - a + 1) * d.decode(rates, batch=batch, cached=(a + b) / 2).seconds
-        elif b - a < 2:  # one or two steps on either side of a flip: add them as they are
-            total += lo.seconds + (hi.seconds if b > a else 0.0)
-        else:
-            mid = (a + b) // 2
-            spans += [(a, mid), (mid + 1, b)]
-    return total / (last - first + 1)
+    """Mean step time over cached contexts first..last, summed exactly (compiled.py, series.py)."""
+    return d.bound(rates).decode_mean(batch=batch, first=first, last=last)
 
 
-def _first_batch(test, limit: int = CRITICAL_BATCH_SEARCH_LIMIT) -> int | None:
+def times(d: Deployment, wl: Workload, rates: Rates) -> tuple[float, float | None]:
+    """(TTFT, TPOT) of `wl` under `rates`: the prefill from an empty pipeline plus the per-request cost, and the
+    mean decode step (None with one output token)."""
+    bound = d.bound(rates)
+    prefill = [Segment(wl.batch, wl.cached_prefix_tokens, wl.computed_prompt_tokens)]
+    ttft = bound.seconds(prefill, schedule="fill", extra_overhead_s=rates.request_overhead_s)
+    contexts = decode_contexts(wl)
+    return ttft, bound.decode_mean(batch=wl.batch, first=contexts[0], last=contexts[1]) if contexts else None
+
+
+def _first_batch(test: Callable[[int], bool], limit: int = CRITICAL_BATCH_SEARCH_LIMIT) -> int | None:
     """The smallest batch in 1..limit where `test` holds (test monotone false-then-true); None if never."""
     if not test(limit):
         return None
@@ -121,13 +137,27 @@ def _first_batch(test, limit: int = CRITICAL_BATCH_SEARCH_LIMIT) -> int | None:
     return hi
 
 
+def _slowest_rows(
+    d: Deployment, rates: Rates, batch: int, cached: float
+) -> tuple[list[float], tuple[tuple[Row, Rate], ...]]:
+    """A decode step's features and the rows of its slowest pipeline stage."""
+    bound = d.bound(rates)
+    x = d.compiled.vector([Segment(batch, cached, 1)])
+    return x, bound.stages[bound.slowest(x) if len(bound.stages) > 1 else 0]
+
+
 def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
     """Smallest batch whose weight matmuls spend longer on FLOPs than on bytes (independent of context)."""
 
     def compute_bound(batch: int) -> bool:
-        step = d.decode(rates, batch=batch, cached=1)
-        matmuls = [s for s in step.stages if s.stage.kind in ("matmul", "experts")]
-        return sum(s.compute_s for s in matmuls) > sum(s.memory_s for s in matmuls)
+        x, rows = _slowest_rows(d, rates, batch, 1)
+        compute = memory = 0.0
+        for row, rate in rows:
+            if row.stage.kind in ("matmul", "experts") and isinstance(rate, KernelRate):
+                compute_s, memory_s = kernel_seconds(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
+                compute += row.stage.count * compute_s
+                memory += row.stage.count * memory_s
+        return compute > memory
 
     return _first_batch(compute_bound)
 
@@ -136,10 +166,9 @@ def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
     """Smallest batch whose KV reads at `cached` tokens outweigh the weights it reads (batching stops being free)."""
 
     def kv_heavier(batch: int) -> bool:
-        step = d.decode(rates, batch=batch, cached=cached)
-        kv = sum(s.stage.count * s.stage.bytes_read for s in step.stages if s.stage.kind == "attention")
-        weights = sum(s.stage.count * s.stage.weight_bytes for s in step.stages)
-        return kv >= weights
+        x, rows = _slowest_rows(d, rates, batch, cached)
+        kv = sum(row.stage.count * Form.of(row.stage.bytes_read)(x) for row, _ in rows if row.stage.kind == "attention")
+        return kv >= sum(row.stage.count * row.weight_bytes(x) for row, _ in rows)
 
     return _first_batch(kv_heavier)
 
@@ -191,9 +220,8 @@ class Estimate:
 
 def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) -> Scenario:
     prefill = d.prefill(rates, batch=wl.batch, prompt=wl.prompt_tokens, cached=wl.cached_prefix_tokens)
-    ttft, gpus = prefill.seconds, d.layout.gpus
+    (ttft, tpot), gpus = times(d, wl, rates), d.layout.gpus
     contexts = decode_contexts(wl)
-    tpot = mean_decode_seconds(d, rates, batch=wl.batch, first=contexts[0], last=contexts[1]) if contexts else None
     step = d.decode(rates, batch=wl.batch, cached=sum(contexts) / 2) if contexts else None
     return Scenario(
         ttft_s=ttft,
@@ -212,15 +240,16 @@ def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) ->
     )
 
 
-def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport) -> tuple[str, ...]:
-    """What the reader should know before trusting the numbers: context, counts, fit, memory, replication."""
+def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None) -> tuple[str, ...]:
+    """What the reader should know before trusting the numbers: context, counts, fit (unless `memory` is None: each
+    point says it), memory, replication."""
     m, g, out = d.model, d.gpu, []
     if wl.total_tokens > m.max_context:
         out.append(f"prompt + output ({wl.total_tokens:,}) exceeds {m.name}'s max_context ({m.max_context:,})")
     mismatch = m.params_mismatch
     if mismatch is not None and abs(mismatch) > 0.02:
         out.append(f"{m.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")
-    if not memory.fits:
+    if memory is not None and not memory.fits:
         need = f"needs {memory.min_gpus} GPUs ({memory.min_layout})" if memory.min_gpus else "fits no layout searched"
         out.append(
             f"does not fit: {memory.per_gpu.total / 1e9:,.2f} GB on the fullest GPU of "

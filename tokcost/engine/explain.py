@@ -11,7 +11,8 @@ from tokcost import fmt
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_weight_bytes
-from tokcost.engine.roofline import PassCost, Priced, Rates, kernel_rates
+from tokcost.engine.passcost import PassCost, Priced
+from tokcost.engine.roofline import Rates, kernel_rates
 from tokcost.formats import get as get_format
 from tokcost.units import MIB
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokcost.engine.estimate import Estimate
-from tokcost.engine.roofline import PassCost
+from tokcost.engine.passcost import PassCost
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,16 @@ class Layout:
         """Nodes the replica spans."""
         return math.ceil(self.gpus / self.gpus_per_node)
 
+    def hop_crosses_nodes(self, stage: int) -> bool:
+        """Whether pipeline stage `stage` hands its activations to the next over the network.
+
+        GPUs are placed in order, a stage's tp x dp of them after the previous stage's; rank r of stage i sends to
+        rank r of stage i + 1, g = tp x dp GPUs further on. Some pair straddles a node boundary exactly when the
+        first GPU of stage i and the last of stage i + 1 sit on different nodes; the slowest pair sets the pace.
+        """
+        g, n = self.stage_gpus, self.gpus_per_node
+        return (stage * g) // n != ((stage + 2) * g - 1) // n
+
     def label(self) -> str:
         """`TP 8`, `TP 8 x PP 2`, `EP 16 x DP 16`, ... for headers."""
         parts = [f"TP {self.tp}"] if self.tp > 1 or self.gpus == 1 else []

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tokcost.engine.blocks import attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
+from tokcost.engine.features import AttentionKind, attended
 from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
-from tokcost.engine.stages import attended, attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
 from tokcost.engine.workload import Precision, Workload
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
@@ -26,6 +27,8 @@ PREFILL_CHUNK_TOKENS = 8192
 # Logits are materialized in fp32 for sampling: 4 bytes per vocab entry per sequence.
 LOGIT_BYTES = 4
 MAX_PIPELINE_STAGES = 64  # the smallest-layout search stops here
+MAX_BATCH = 10_000_000  # the max-batch search stops here
+Kinds = tuple[tuple[AttentionKind, int], ...]  # (attention kind, layers) of one pipeline stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     qkv, out = attention_params_per_rank(model, tp)
     for kind, count in stage_kinds(model, layers).items():
         layer = (qkv + out) * p.weight_bytes + 2 * h * p.embedding_bytes  # attention + two norms
-        if kind.moe and model.moe:
+        if kind.mlp == "moe" and model.moe:
             experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
             layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
             layer += model.params_router_per_layer * p.weight_bytes
@@ -83,20 +86,31 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     return total
 
 
+def kv_held_tokens(model: ModelSpec, kind: AttentionKind, seqs: int, tokens: int, prefix: int) -> float:
+    """Tokens of KV one layer of `kind` holds for `seqs` sequences of `tokens` sharing a cached `prefix`."""
+    if kind == "sliding":  # each sequence keeps its own window; a shared prefix past it is gone
+        return seqs * attended(model, kind, tokens)
+    return prefix + seqs * (tokens - prefix)  # the prefix once, then each sequence's own (vLLM / SGLang caching)
+
+
+def layers_kv_bytes(
+    model: ModelSpec, kinds: Kinds, kv_bytes_per_token: float, dp: int, batch: int, tokens: int, prefix: int
+) -> float:
+    """KV one GPU holds for layers of `kinds` ((attention kind, layers) pairs): `batch` sequences split dp-way."""
+    seqs, prefix = math.ceil(batch / dp), min(prefix, tokens)
+    total = 0.0
+    for kind, count in kinds:
+        total += count * kv_held_tokens(model, kind, seqs, tokens, prefix) * kv_bytes_per_token
+    return total
+
+
 def stage_kv_bytes(
     model: ModelSpec, p: Precision, layout: Layout, layers: range, wl: Workload, batch: int, tokens: int
 ) -> float:
     """KV on one GPU of a stage for `batch` sequences of `tokens`; a cached prefix is stored once per replica."""
-    per_tok = kv_bytes_per_token_layer(model, p, layout.tp)
-    seqs = math.ceil(batch / layout.dp)
-    prefix = min(wl.cached_prefix_tokens, tokens)
-    total = 0.0
-    for kind, count in stage_kinds(model, layers).items():
-        if kind.sliding:  # each sequence keeps its own window; a shared prefix past the window is gone
-            total += count * seqs * attended(model, True, tokens) * per_tok
-        else:  # the prefix once, then each sequence's own tokens (vLLM / SGLang prefix caching)
-            total += count * (prefix + seqs * (tokens - prefix)) * per_tok
-    return total
+    kinds = tuple((k.attention, n) for k, n in stage_kinds(model, layers).items())
+    per_token = kv_bytes_per_token_layer(model, p, layout.tp)
+    return layers_kv_bytes(model, kinds, per_token, layout.dp, batch, tokens, wl.cached_prefix_tokens)
 
 
 def _per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> float:
@@ -106,25 +120,50 @@ def _per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> floa
     return (4 * model.hidden_size + 2 * max(model.dense_intermediate, moe_width) / tp) * p.activation_bytes
 
 
+class ReplicaMemory:
+    """One replica's memory as a function of its load: each pipeline stage's weights and KV rates, counted once."""
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec | None, p: Precision, layout: Layout) -> None:
+        self.model, self.layout = model, layout
+        self.ranges = stage_layer_ranges(model.layers, layout.pp)
+        last = len(self.ranges) - 1
+        self.weights = [stage_weight_bytes(model, p, layout, r, s == 0, s == last) for s, r in enumerate(self.ranges)]
+        self.kinds = [tuple((k.attention, n) for k, n in stage_kinds(model, r).items()) for r in self.ranges]
+        self.kv_per_token = kv_bytes_per_token_layer(model, p, layout.tp)
+        self.activation_bytes = _per_token_activation_bytes(model, p, layout.tp)
+        self.reserve = RESERVE_FRACTION * gpu.memory_bytes if gpu else 0.0
+        self.capacity = gpu.memory_bytes if gpu else 0.0
+
+    def kv(self, kinds: Kinds, batch: int, tokens: int, prefix: int) -> float:
+        """KV on one GPU of a stage whose layers are `kinds`."""
+        return layers_kv_bytes(self.model, kinds, self.kv_per_token, self.layout.dp, batch, tokens, prefix)
+
+    def gpu_bytes(self, batch: int, prompt: int, tokens: int, cached_prefix: int) -> GpuBytes:
+        """The fullest GPU's bytes for `batch` sequences that prefilled `prompt` tokens and hold `tokens` each."""
+        seqs = math.ceil(batch / self.layout.dp)
+        workspace = (
+            min(seqs * prompt, PREFILL_CHUNK_TOKENS) * self.activation_bytes
+            + seqs * self.model.vocab_size / self.layout.tp * LOGIT_BYTES
+        )
+        best = None
+        for weights, kinds in zip(self.weights, self.kinds, strict=True):
+            here = GpuBytes(weights, self.kv(kinds, batch, tokens, cached_prefix), workspace, self.reserve)
+            if best is None or here.total > best.total:
+                best = here
+        assert best is not None
+        return best
+
+    def max_batch(self, wl: Workload) -> int:
+        """The most sequences of `wl`'s lengths that fit (0 when one does not)."""
+        prompt, tokens, prefix = wl.computed_prompt_tokens, wl.total_tokens, wl.cached_prefix_tokens
+        return _largest(lambda b: self.gpu_bytes(b, prompt, tokens, prefix).total <= self.capacity, MAX_BATCH)
+
+
 def gpu_bytes(
     model: ModelSpec, gpu: GpuSpec, p: Precision, layout: Layout, wl: Workload, batch: int, prompt: int, tokens: int
 ) -> GpuBytes:
     """The fullest GPU's bytes for `batch` sequences that prefilled `prompt` tokens and hold `tokens` each."""
-    ranges = stage_layer_ranges(model.layers, layout.pp)
-    seqs = math.ceil(batch / layout.dp)
-    workspace = (
-        min(seqs * prompt, PREFILL_CHUNK_TOKENS) * _per_token_activation_bytes(model, p, layout.tp)
-        + seqs * model.vocab_size / layout.tp * LOGIT_BYTES
-    )
-    best = None
-    for s, layers in enumerate(ranges):
-        weights = stage_weight_bytes(model, p, layout, layers, s == 0, s == len(ranges) - 1)
-        kv = stage_kv_bytes(model, p, layout, layers, wl, batch, tokens)
-        here = GpuBytes(weights, kv, workspace, RESERVE_FRACTION * gpu.memory_bytes)
-        if best is None or here.total > best.total:
-            best = here
-    assert best is not None
-    return best
+    return ReplicaMemory(model, gpu, p, layout).gpu_bytes(batch, prompt, tokens, wl.cached_prefix_tokens)
 
 
 def _largest(ok, high: int) -> int:
@@ -159,30 +198,24 @@ def smallest_layout(model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, 
 
 def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, layout: Layout) -> MemoryReport:
     """Memory of the workload on its layout, and the limits it implies."""
-    prompt, tokens, cap = wl.computed_prompt_tokens, wl.total_tokens, gpu.memory_bytes
-    used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, prompt, tokens)
-
-    def fits(batch: int, prompt_: int, tokens_: int) -> bool:
-        return gpu_bytes(model, gpu, p, layout, wl, batch, prompt_, tokens_).total <= cap
-
-    ranges = stage_layer_ranges(model.layers, layout.pp)
-    weights_total = (
-        sum(stage_weight_bytes(model, p, layout, r, s == 0, s == len(ranges) - 1) for s, r in enumerate(ranges))
-        * layout.stage_gpus
-    )
-    kv_total = sum(stage_kv_bytes(model, p, layout, r, wl, wl.batch, tokens) for r in ranges) * layout.stage_gpus
+    prompt, tokens, cap, prefix = wl.computed_prompt_tokens, wl.total_tokens, gpu.memory_bytes, wl.cached_prefix_tokens
+    replica = ReplicaMemory(model, gpu, p, layout)
+    used = replica.gpu_bytes(wl.batch, prompt, tokens, prefix)
+    kv_total = sum(replica.kv(kinds, wl.batch, tokens, prefix) for kinds in replica.kinds) * layout.stage_gpus
     smallest = smallest_layout(model, gpu, p, wl, layout.gpus_per_node)
     return MemoryReport(
         per_gpu=used,
-        weights_bytes_total=weights_total,
+        weights_bytes_total=sum(replica.weights) * layout.stage_gpus,
         kv_cache_bytes_total=kv_total,
         kv_bytes_per_token=model.kv_bytes_per_token(p.kv),
         capacity_bytes_per_gpu=cap,
         capacity_basis=gpu.memory_basis,
         gpus=layout.gpus,
         fits=used.total <= cap,
-        max_batch=_largest(lambda b: fits(b, prompt, tokens), 10_000_000),
-        max_context=_largest(lambda t: fits(wl.batch, min(prompt, t), t), model.max_context),
+        max_batch=replica.max_batch(wl),
+        max_context=_largest(
+            lambda t: replica.gpu_bytes(wl.batch, min(prompt, t), t, prefix).total <= cap, model.max_context
+        ),
         min_gpus=smallest.gpus if smallest else None,
         min_layout=smallest.label() if smallest else None,
     )

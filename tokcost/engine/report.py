@@ -10,7 +10,7 @@ from typing import Any
 
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.journey import Journey, JourneyRow
-from tokcost.engine.roofline import PassCost
+from tokcost.engine.passcost import PassCost
 
 SCHEMA_VERSION = 2
 

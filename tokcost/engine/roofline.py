@@ -8,20 +8,18 @@ unable to hide a memory-bound one: each runs on its own. Collectives run on the 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
-from tokcost.engine.collectives import CollectiveCost, Links, allreduce, alltoall, sendrecv
+from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
 from tokcost.engine.layout import Layout
-from tokcost.engine.stages import Stage
+from tokcost.engine.passcost import PassCost as PassCost  # re-exported: plots and serving import it from here
+from tokcost.engine.passcost import Priced
+from tokcost.engine.stages import Op, Stage
 from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
-from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.spec import Achievable, GpuSpec
 from tokcost.profiles import GENERIC, EngineProfile, KernelEfficiency
 from tokcost.units import US
-
-Bound = Literal["compute", "memory", "interconnect"]
-Schedule = Literal["steady", "fill"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +60,22 @@ def _attention_peak(gpu: GpuSpec, compute: str) -> float:
     return _peak(gpu, compute)
 
 
+_CEILINGS: dict[tuple[int, str], tuple[GpuSpec, Rates]] = {}  # kept with their GPU: an id is not reused meanwhile
+
+
 def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
-    """Datasheet peaks, no overhead: nothing real runs faster."""
+    """Datasheet peaks, no overhead: nothing real runs faster (looked up once per GPU spec and compute dtype)."""
+    found = _CEILINGS.get((id(gpu), compute_dtype))
+    if found is not None and found[0] is gpu:
+        return found[1]
+    if len(_CEILINGS) >= 256:
+        _CEILINGS.clear()
+    rates = _ceiling_rates(gpu, compute_dtype)
+    _CEILINGS[(id(gpu), compute_dtype)] = (gpu, rates)
+    return rates
+
+
+def _ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     bw = gpu.bandwidth_bytes_per_s
     return Rates(
         _peak(gpu, compute_dtype),
@@ -76,11 +88,13 @@ def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
     )
 
 
-def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC) -> Rates:
-    """Hardware x engine: the GPU family's achievable fractions of its peaks; the engine's efficiency per kernel
-    class (applied per stage by price_stage), and its fixed costs per step, per request and per collective (the
-    GPU spec's step and request costs when the profile states none)."""
-    peak, ach = ceiling_rates(gpu, compute_dtype), gpu.achievable
+def expected_rates(
+    gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC, achievable: Achievable | None = None
+) -> Rates:
+    """Hardware x engine: the GPU family's achievable fractions of its peaks (`achievable`, else the spec's); the
+    engine's efficiency per kernel class (applied per kernel by kernel_rate), and its fixed costs per step, per
+    request and per collective (the GPU's step and request costs when the profile states none)."""
+    peak, ach = ceiling_rates(gpu, compute_dtype), achievable or gpu.achievable
     weight_only = ach.weight_only_quant_bandwidth or ach.bandwidth
     step_us = engine.step_overhead_us if engine.step_overhead_us is not None else ach.step_overhead_us
     request_us = engine.request_overhead_us if engine.request_overhead_us is not None else ach.request_overhead_us
@@ -103,186 +117,145 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Priced:
-    """A stage with its time under one scenario: compute and memory time per occurrence, or its collective."""
-
-    stage: Stage
-    compute_s: float  # all occurrences
-    memory_s: float
-    collective: CollectiveCost | None
-
-    @property
-    def seconds(self) -> float:
-        """Time of all occurrences: the slower of compute and memory, or the collective."""
-        if self.collective is not None:
-            return self.stage.count * self.collective.seconds
-        return max(self.compute_s, self.memory_s)
-
-    @property
-    def bound(self) -> Bound:
-        """What limits this stage."""
-        if self.collective is not None:
-            return "interconnect"
-        return "compute" if self.compute_s > self.memory_s else "memory"
+_NATIVE: dict[str, str | None] = {}
 
 
-def matmul_dtype(stage: Stage, rates: Rates) -> tuple[float, bool]:
+def native_compute(weight_format: str) -> str | None:
+    """The dtype a format's matmuls run at natively (None: dequantized into the compute dtype), looked up once."""
+    if weight_format not in _NATIVE:
+        _NATIVE[weight_format] = get_format(weight_format).native_compute
+    return _NATIVE[weight_format]
+
+
+def matmul_dtype(kind: str, weight_format: str, rates: Rates) -> tuple[float, bool]:
     """(FLOP/s, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit peak
     (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype."""
-    if not stage.weight_format or stage.kind == "attention":
+    if not weight_format or kind == "attention":
         return rates.flops_per_s, False
-    native = get_format(stage.weight_format).native_compute
+    native = native_compute(weight_format)
     if same_tensor_rate(native, rates.compute_dtype):
         return rates.flops_per_s, False
-    if stage.weight_format in ("bf16", "fp16"):
+    if weight_format in ("bf16", "fp16"):
         return rates.float16_flops_per_s or rates.flops_per_s, False
     return rates.flops_per_s, True
 
 
-def kernel_efficiency(stage: Stage, rates: Rates, dequantizing: bool) -> float:
-    """The engine's efficiency for one stage's kernel class (1 for norms, lookups, KV writes and sampling)."""
-    k = rates.kernels
-    if stage.kind == "attention":
-        return k.decode_attention
-    if stage.kind not in ("matmul", "experts"):
-        return 1.0
+def efficiency_key(kind: str, weight_format: str, compute_dtype: str, dequantizing: bool) -> tuple[str, str] | None:
+    """Which of the engine's efficiencies a kernel reads: ("dense", dtype), ("weight_only", format), ("attention",
+    ""), or None for norms, lookups, KV writes and sampling (routed experts add the MoE efficiency on top)."""
+    if kind == "attention":
+        return ("attention", "")
+    if kind not in ("matmul", "experts"):
+        return None
     if dequantizing:
-        eff = k.weight_only(stage.weight_format)
-    else:  # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
-        native = get_format(stage.weight_format).native_compute if stage.weight_format else None
-        eff = k.dense(
-            rates.compute_dtype if native is None or same_tensor_rate(native, rates.compute_dtype) else native
-        )
-    return eff * (k.moe_grouped_gemm if stage.kind == "experts" else 1.0)
+        return ("weight_only", weight_format)
+    # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
+    native = native_compute(weight_format) if weight_format else None
+    return ("dense", compute_dtype if native is None or same_tensor_rate(native, compute_dtype) else native)
 
 
-def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
-    """(FLOP/s, weight-stream B/s, other B/s) one kernel runs at under `rates`, the engine's efficiency applied."""
-    flops_per_s, dequantizing = matmul_dtype(stage, rates)
-    if stage.kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
-        fp8 = rates.compute_dtype == "fp8" and get_format(stage.weight_format).native_compute == "fp8"
+def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing: bool) -> float:
+    """The engine's efficiency for one kernel class (1 for norms, lookups, KV writes and sampling)."""
+    k, key = rates.kernels, efficiency_key(kind, weight_format, rates.compute_dtype, dequantizing)
+    if key is None:
+        return 1.0
+    group, name = key
+    if group == "attention":
+        eff = k.decode_attention
+    else:
+        eff = k.weight_only(name) if group == "weight_only" else k.dense(name)
+    return eff * (k.moe_grouped_gemm if kind == "experts" else 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRate:
+    """The rates one kernel class runs at under one scenario, the engine's efficiency applied."""
+
+    flops_per_s: float
+    weight_bytes_per_s: float  # its weight stream (dequantizing kernels: the GPU's weight-only rate)
+    bytes_per_s: float  # every other byte
+
+
+def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
+    """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`."""
+    flops_per_s, dequantizing = matmul_dtype(kind, weight_format, rates)
+    if kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
+        fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s or rates.attention_flops_per_s
     # the engine's efficiency for this kernel class, capped so that fraction x efficiency never passes the datasheet
-    eff = kernel_efficiency(stage, rates, dequantizing)
+    eff = kernel_efficiency(kind, weight_format, rates, dequantizing)
     peak_bytes_per_s = rates.bytes_per_s / rates.bandwidth_fraction
     flops_per_s *= min(eff, 1 / rates.compute_fraction)
     bytes_per_s = min(rates.bytes_per_s * eff, peak_bytes_per_s)
     # dequantizing kernels stream their weights at the GPU's weight-only rate when its spec gives one
     weights_bw = min(rates.weight_only_bytes_per_s * eff, peak_bytes_per_s) if dequantizing else bytes_per_s
-    return flops_per_s, weights_bw, bytes_per_s
+    return KernelRate(flops_per_s, weights_bw, bytes_per_s)
 
 
-def price_stage(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Priced:
-    """One kernel on its roofline, or one collective on its path."""
-    if stage.collective is not None:
-        path = links.path(
-            stage.ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s
-        )
-        if rates.kernels.collective != 1.0:  # the engine's share of the link's rate, never above its datasheet
-            top = links.path(stage.ranks, layout, expected=False)
-            path = replace(
-                path,
-                bytes_per_s=min(path.bytes_per_s * rates.kernels.collective, top.bytes_per_s),
-                intra_bytes_per_s=min(path.intra_bytes_per_s * rates.kernels.collective, top.intra_bytes_per_s),
-            )
-        cost = {"all-reduce": allreduce, "all-to-all": alltoall}.get(stage.collective)
-        coll = cost(stage.payload_bytes, stage.ranks, path) if cost else sendrecv(stage.payload_bytes, path)
-        if rates.collective_overhead_s:
-            coll = replace(coll, seconds=coll.seconds + rates.collective_overhead_s)
-        return Priced(stage, 0.0, 0.0, coll)
-    flops_per_s, weights_bw, bytes_per_s = kernel_rates(stage, rates)
-    memory_s = stage.weight_bytes / weights_bw + (stage.bytes - stage.weight_bytes) / bytes_per_s
-    return Priced(stage, stage.count * stage.flops / flops_per_s, stage.count * memory_s, None)
+def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
+    """(FLOP/s, weight-stream B/s, other B/s) one stage's kernel runs at under `rates`."""
+    r = kernel_rate(stage.kind, stage.weight_format, rates)
+    return r.flops_per_s, r.weight_bytes_per_s, r.bytes_per_s
+
+
+def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
+    """(compute, memory) seconds of one occurrence: the two sides of its roofline; the larger is its time."""
+    return flops / rate.flops_per_s, weight_bytes / rate.weight_bytes_per_s + other_bytes / rate.bytes_per_s
 
 
 @dataclass(frozen=True, slots=True)
-class Component:
-    """A group of stages shown together: weights (matmuls), attention (KV), communication, other."""
+class CollectiveRate:
+    """A collective's path under one scenario, its algorithms as lines in the payload, and the engine's overhead."""
 
-    name: str
-    flops: float
-    bytes: float
-    seconds: float
-    bound: Bound
-
-
-GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "collective": "communication"}
-
-
-def group_of(stage: Stage) -> str:
-    """The component a stage belongs to (KV writes count with attention, lookups and norms as other)."""
-    if stage.name == "KV cache write":
-        return "attention"
-    return GROUPS.get(stage.kind, "other")
-
-
-@dataclass(frozen=True, slots=True)
-class PassCost:
-    """A pass as its kernels on the slowest pipeline stage, the pipeline schedule, and a fixed overhead."""
-
-    stages: tuple[Priced, ...]  # the slowest pipeline stage's kernels, one microbatch
+    op: Op
+    ranks: int
+    path: Path
+    lines: tuple[Line, ...]
     overhead_s: float
-    pp: int = 1
-    microbatches: int = 1
-    schedule: Schedule = "steady"
 
-    @property
-    def stage_seconds(self) -> float:
-        """One microbatch through the slowest pipeline stage."""
-        return sum(s.seconds for s in self.stages)
+    def seconds(self, payload_bytes: float) -> float:
+        """One occurrence: the cheapest algorithm plus the engine's launch and synchronization."""
+        return cheapest(self.lines, payload_bytes)[1] + self.overhead_s
 
-    @property
-    def pipeline_factor(self) -> int:
-        """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
-        if self.schedule == "fill":
-            return self.microbatches + self.pp - 1
-        return max(self.microbatches, self.pp)
+    def cost(self, payload_bytes: float) -> CollectiveCost:
+        """One occurrence with its algorithm, for the breakdown and --explain."""
+        line, seconds = cheapest(self.lines, payload_bytes)
+        return CollectiveCost(self.op, payload_bytes, self.ranks, self.path, line.algorithm,
+                              seconds + self.overhead_s, payload_bytes * line.link_bytes_per_byte)  # fmt: skip
 
-    @property
-    def seconds(self) -> float:
-        """Total time of the pass, overhead included."""
-        return self.pipeline_factor * self.stage_seconds + self.overhead_s
 
-    @property
-    def flops(self) -> float:
-        """FLOPs of one microbatch on the slowest stage's busiest GPU."""
-        return sum(s.stage.count * s.stage.flops for s in self.stages)
+def collective_rate(
+    op: Op, ranks: int, rates: Rates, links: Links, layout: Layout, *, crosses_nodes: bool = False
+) -> CollectiveRate:
+    """The path a collective rides under `rates`: the link its group spans, at the engine's share of its rate."""
+    path = links.path(ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s,
+                      crosses_nodes=crosses_nodes)  # fmt: skip
+    if rates.kernels.collective != 1.0:  # the engine's share of the link's rate, never above its datasheet
+        top = links.path(ranks, layout, expected=False, crosses_nodes=crosses_nodes)
+        path = replace(
+            path,
+            bytes_per_s=min(path.bytes_per_s * rates.kernels.collective, top.bytes_per_s),
+            intra_bytes_per_s=min(path.intra_bytes_per_s * rates.kernels.collective, top.intra_bytes_per_s),
+        )
+    return CollectiveRate(op, ranks, path, collective_lines(op, ranks, path), rates.collective_overhead_s)
 
-    @property
-    def bytes(self) -> float:
-        """HBM bytes of one microbatch on the slowest stage's busiest GPU."""
-        return sum(s.stage.count * s.stage.bytes for s in self.stages if s.collective is None)
 
-    @property
-    def components(self) -> tuple[Component, ...]:
-        """Stages grouped for the breakdown: weights, attention, communication, other."""
-        out = []
-        for name in ("weights", "attention", "communication", "other"):
-            members = [s for s in self.stages if group_of(s.stage) == name]
-            if not members:
-                continue
-            seconds = sum(s.seconds for s in members) * self.pipeline_factor
-            top = max(members, key=lambda s: s.seconds)
-            out.append(
-                Component(
-                    name,
-                    sum(s.stage.count * s.stage.flops for s in members),
-                    sum(s.stage.count * (s.collective.link_bytes if s.collective else s.stage.bytes) for s in members),
-                    seconds,
-                    top.bound,
-                )
-            )
-        return tuple(out)
+def stage_rate(stage: Stage, rates: Rates, links: Links, layout: Layout) -> KernelRate | CollectiveRate:
+    """What one stage runs at: its kernel class's rates, or its collective's path."""
+    if stage.collective is not None:
+        return collective_rate(stage.collective, stage.ranks, rates, links, layout, crosses_nodes=stage.crosses_nodes)
+    return kernel_rate(stage.kind, stage.weight_format, rates)
 
-    def part(self, name: str) -> Component:
-        """The component called `name` (zero when the pass has none)."""
-        return next((c for c in self.components if c.name == name), Component(name, 0.0, 0.0, 0.0, "memory"))
 
-    @property
-    def bound(self) -> Bound:
-        """What holds most of the pass's time: compute-bound kernels, memory-bound kernels, or collectives."""
-        time: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
-        for s in self.stages:
-            time[s.bound] += s.seconds
-        return max(time, key=lambda k: time[k])
+def priced(stage: Stage[float], rate: KernelRate | CollectiveRate) -> Priced:
+    """One stage at its rate: its kernel on its roofline, or its collective on its path."""
+    if isinstance(rate, CollectiveRate):
+        return Priced(stage, 0.0, 0.0, rate.cost(stage.payload_bytes))
+    n = stage.count
+    compute_s, memory_s = kernel_seconds(stage.flops, stage.weight_bytes, stage.bytes - stage.weight_bytes, rate)
+    return Priced(stage, n * compute_s, n * memory_s, None)
+
+
+def price_stage(stage: Stage[float], rates: Rates, links: Links, layout: Layout) -> Priced:
+    """One kernel on its roofline, or one collective on its path."""
+    return priced(stage, stage_rate(stage, rates, links, layout))

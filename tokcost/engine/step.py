@@ -4,6 +4,8 @@ A pass runs several segments at once, each a group of sequences that already hol
 compute `new_tokens` more: a decode step is Segment(B, c, 1); a prefill is Segment(B, prefix, P - prefix);
 a chunked-prefill step of a continuous-batching server is Segment(b, c, 1) plus Segment(1, done, chunk).
 The weights are read once for the whole pass (Pope et al. 2022; vLLM and SGLang's mixed batches).
+step_cost is the one-pass convenience (it builds the deployment and compiles its kernels each call); a caller
+that prices many passes of one deployment keeps `deployment(...).bound(rates)` (serving/steps.py does).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import Literal
 
 from tokcost.engine.estimate import deployment
 from tokcost.engine.memory import kv_capacity_tokens
+from tokcost.engine.passcost import PassCost
 from tokcost.engine.passes import pass_cost
-from tokcost.engine.roofline import PassCost
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link

@@ -1,28 +1,34 @@
-"""sweep(): TPOT, tokens/s, cost and memory over a grid of batch sizes and prompt lengths.
+"""sweep(): TPOT, tokens/s, cost and memory over a grid of batch sizes and prompt lengths, streamed.
 
-Lighter than estimate() per point (no prefill breakdown); the per-context limits (max batch, critical
-batches) are computed once per context, not once per point.
+One deployment and its kernels are compiled once for the whole grid (its layout and formats do not change with
+the lengths); each batch's decode steps are kept as functions of the context (decode.py), so a point is the exact
+mean over its contexts of a few kernels that read the cache. The per-context limits (max batch, critical batch
+for KV) are computed once per prompt, the compute critical batch (independent of context) once. iter_sweep
+yields the points in prompt-major order as they are computed, in bounded memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
+from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import (
     critical_batch_compute,
     critical_batch_kv,
     decode_contexts,
     deployment,
     deployment_warnings,
-    mean_decode_seconds,
     usd_per_million_tokens,
 )
-from tokcost.engine.memory import gpu_bytes, memory_report
+from tokcost.engine.memory import ReplicaMemory
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import GENERIC, EngineProfile
+
+# Decode lines kept per batch when every prompt revisits the same batches (each is a few kernels' folded forms).
+MAX_CACHED_BATCHES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +60,77 @@ class SweepPoint:
 
     def as_dict(self) -> dict[str, object]:
         """Stable keys for JSON and CSV."""
-        return asdict(self)
+        return {name: getattr(self, name) for name in POINT_FIELDS}
+
+
+POINT_FIELDS = tuple(f.name for f in fields(SweepPoint))
+
+
+def _workload(base: Workload, **update: int) -> Workload:
+    """`base` with new lengths or batch, validated (the same ranges as the CLI's)."""
+    return Workload.model_validate({**base.model_dump(exclude={"gpus"}), **update})
+
+
+def iter_sweep(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    base: Workload,
+    *,
+    batches: list[int],
+    prompts: list[int],
+    network: Link | None = None,
+    engine: EngineProfile = GENERIC,
+) -> Iterator[SweepPoint]:
+    """Every (prompt, batch) combination of `base`'s workload, prompts outermost, one point at a time."""
+    for batch in dict.fromkeys(batches):  # each batch in range before any work
+        _workload(base, batch=batch)
+    d = deployment(model, gpu, _workload(base, batch=1), network, engine)
+    ceiling, expected = d.rates("ceiling"), d.rates("expected")
+    on_ceiling, on_expected = d.bound(ceiling), d.bound(expected)
+    compute = critical_batch_compute(d, ceiling)
+    memory = ReplicaMemory(model, gpu, d.precision, d.layout)
+    price = base.price_per_hour_usd if base.price_per_hour_usd is not None else gpu.price_per_hour_usd
+    cache: dict[int, tuple[DecodeLines, DecodeLines]] | None = {} if len(batches) <= MAX_CACHED_BATCHES else None
+    gpus, capacity = d.layout.gpus, round(gpu.memory_bytes)
+    for prompt in prompts:
+        at_context = _workload(base, prompt_tokens=prompt, batch=1)
+        first, last = decode_contexts(at_context) or (prompt, prompt)
+        mean_context = (first + last) / 2
+        max_batch = memory.max_batch(at_context)
+        kv = critical_batch_kv(d, ceiling, mean_context)
+        computed, total, prefix = at_context.computed_prompt_tokens, at_context.total_tokens, base.cached_prefix_tokens
+        for batch in batches:
+            lines = cache.get(batch) if cache is not None else None
+            if lines is None:
+                lines = (DecodeLines(on_expected, batch), DecodeLines(on_ceiling, batch))
+                if cache is not None:
+                    cache[batch] = lines
+            tpot, ceiling_tpot = lines[0].mean(first, last), lines[1].mean(first, last)
+            used = memory.gpu_bytes(batch, computed, total, prefix)
+            yield SweepPoint(
+                model=model.name,
+                gpu=gpu.name,
+                gpus=gpus,
+                weights=d.precision.weights,
+                kv_dtype=d.precision.kv,
+                compute_dtype=d.precision.compute,
+                batch=batch,
+                prompt_tokens=prompt,
+                output_tokens=base.output_tokens,
+                tpot_s=tpot,
+                decode_tokens_per_s=batch / tpot,
+                ceiling_tpot_s=ceiling_tpot,
+                ceiling_decode_tokens_per_s=batch / ceiling_tpot,
+                usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, batch),
+                used_bytes_per_gpu=round(used.total),
+                kv_cache_bytes_per_gpu=round(used.kv),
+                capacity_bytes_per_gpu=capacity,
+                fits=used.total <= gpu.memory_bytes,
+                max_batch=max_batch,
+                critical_batch_compute=compute,
+                critical_batch_kv=kv,
+                decode_bound=lines[1].at(mean_context)[1],
+            )
 
 
 def sweep(
@@ -71,58 +147,6 @@ def sweep(
     return list(iter_sweep(model, gpu, base, batches=batches, prompts=prompts, network=network, engine=engine))
 
 
-def iter_sweep(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    base: Workload,
-    *,
-    batches: list[int],
-    prompts: list[int],
-    network: Link | None = None,
-    engine: EngineProfile = GENERIC,
-) -> Iterator[SweepPoint]:
-    """sweep()'s points one at a time, prompts outermost: memory bounded by one context's state, not the grid."""
-    for prompt in prompts:
-        at_context = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
-        d = deployment(model, gpu, at_context, network, engine)
-        ceiling, expected = d.rates("ceiling"), d.rates("expected")
-        first, last = decode_contexts(at_context) or (prompt, prompt)
-        mean_context = (first + last) / 2
-        limits = memory_report(model, gpu, at_context, d.precision, d.layout)
-        compute = critical_batch_compute(d, ceiling)
-        kv = critical_batch_kv(d, ceiling, mean_context)
-        price = base.price_per_hour_usd if base.price_per_hour_usd is not None else gpu.price_per_hour_usd
-        for batch in batches:
-            wl = at_context.model_copy(update={"batch": batch})
-            tpot = mean_decode_seconds(d, expected, batch=batch, first=first, last=last)
-            ceiling_tpot = mean_decode_seconds(d, ceiling, batch=batch, first=first, last=last)
-            used = gpu_bytes(model, gpu, d.precision, d.layout, wl, batch, wl.computed_prompt_tokens, wl.total_tokens)
-            yield SweepPoint(
-                model=model.name,
-                gpu=gpu.name,
-                gpus=d.layout.gpus,
-                weights=d.precision.weights,
-                kv_dtype=d.precision.kv,
-                compute_dtype=d.precision.compute,
-                batch=batch,
-                prompt_tokens=prompt,
-                output_tokens=wl.output_tokens,
-                tpot_s=tpot,
-                decode_tokens_per_s=batch / tpot,
-                ceiling_tpot_s=ceiling_tpot,
-                ceiling_decode_tokens_per_s=batch / ceiling_tpot,
-                usd_per_million_output_tokens=usd_per_million_tokens(price, d.layout.gpus, tpot, batch),
-                used_bytes_per_gpu=round(used.total),
-                kv_cache_bytes_per_gpu=round(used.kv),
-                capacity_bytes_per_gpu=round(gpu.memory_bytes),
-                fits=used.total <= gpu.memory_bytes,
-                max_batch=limits.max_batch,
-                critical_batch_compute=compute,
-                critical_batch_kv=kv,
-                decode_bound=d.decode(ceiling, batch=batch, cached=mean_context).bound,
-            )
-
-
 def sweep_warnings(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -133,10 +157,8 @@ def sweep_warnings(
     engine: EngineProfile = GENERIC,
 ) -> list[str]:
     """The deployment's warnings at each swept context (a point that does not fit says so in its own row)."""
+    d = deployment(model, gpu, _workload(base, batch=1), network, engine)
     out: list[str] = []
     for prompt in prompts:
-        wl = base.model_copy(update={"prompt_tokens": prompt, "batch": 1})
-        d = deployment(model, gpu, wl, network, engine)
-        memory = memory_report(model, gpu, wl, d.precision, d.layout)
-        out += [w for w in deployment_warnings(d, wl, memory) if not w.startswith("does not fit")]
+        out += deployment_warnings(d, _workload(base, prompt_tokens=prompt, batch=1), None)
     return list(dict.fromkeys(out))

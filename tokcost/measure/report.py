@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokcost.engine.estimate import estimate
-from tokcost.engine.stages import expected_distinct_experts
+from tokcost.engine.features import expected_distinct_experts
 from tokcost.engine.step import Segment, step_cost
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link

@@ -3,8 +3,9 @@
 The server (vLLM, SGLang, TensorRT-LLM with chunked prefill): every step runs one token for each of the b
 sequences in decode plus up to C prompt tokens (the chunk, vLLM's max_num_batched_tokens) taken first come
 first served from the prefill queue, several prompts per step when they fit, in one pass that reads the
-weights once. Each pass is priced by engine.step.step_cost (weights, KV reads of every sequence, prefill
-FLOPs and attention, all-reduces; "ceiling" and "expected"); no formula of the roofline is repeated here.
+weights once. Each pass is priced by the engine's compiled kernels (engine/compiled.py: weights, KV reads of
+every sequence, prefill FLOPs and attention, all-reduces; "ceiling" and "expected"); no formula of the roofline
+is repeated here.
 
 Notation: lambda arrivals/s (Poisson), P' prompt tokens computed (beyond a cached prefix p0 shared by all),
 n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc / C.
@@ -41,7 +42,7 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
 6. Search (search.py, rows.py, ranking.py): GPU x layout (layout.py) x precision, with the engine's scheduler
    on each GPU (or a chunk search), ranked by $/hour, with the same choices under "ceiling" for the GPU-count
    range, the Pareto frontier and a load table; inputs.py bounds the work before it starts.
-7. Check (simulate.py): a seeded discrete-event simulation of the same scheduler on the same step_cost, with
+7. Check (simulate.py): a seeded discrete-event simulation of the same scheduler on the same engine pricing, with
    clients that re-send one round trip after their last token.
 
 Approximations, and why: Poisson arrivals (open loop; closed loop by Little on users); fluid prefill work

@@ -1,14 +1,15 @@
 """A step's time as a function of the decode batch b, from a handful of engine calls.
 
-engine.step.step_cost prices one pass as a sum of rooflines, each max(FLOPs / peak, bytes / bandwidth). With
-the prefill part of the pass and the decode context held fixed, every count is linear in b (b decode tokens,
-b sequences' KV reads), so each term is the max of two lines and the step time is piecewise linear in b, with
-a kink only where a term changes bound. build_curve evaluates step_cost at the ends of the range, finds each
-flip where a kernel's compute_s - memory_s changes sign (a line through the two ends: exact, since both are
-linear), evaluates there and recurses; between breakpoints it interpolates, which reproduces step_cost to
-rounding error (tests compare with direct calls). Two counts are not linear in b: routed experts touched,
-E (1 - (1 - k/E)^tokens), and embedding rows, min(tokens, vocab); for MoE models every piece is also checked
-at its midpoint and split until linear within INTERPOLATION_TOLERANCE, and the vocab kink is a breakpoint.
+The engine prices one pass (Steps.cost, engine/compiled.py) as a sum of rooflines, each max(FLOPs / peak,
+bytes / bandwidth). With the prefill part of the pass and the decode context held fixed, every count is linear
+in b (b decode tokens, b sequences' KV reads), so each term is the max of two lines and the step time is
+piecewise linear in b, with a kink only where a term changes bound. build_curve prices the pass at the ends of
+the range, finds each flip where a kernel's compute_s - memory_s changes sign (a line through the two ends:
+exact, since both are linear), evaluates there and recurses; between breakpoints it interpolates, which
+reproduces the pass to rounding error (tests compare with direct calls). Two counts are not linear in b:
+routed experts touched, E (1 - (1 - k/E)^tokens), and embedding rows, min(tokens, vocab); for MoE models every
+piece is also checked at its midpoint and split until linear within INTERPOLATION_TOLERANCE, and the vocab
+kink is a breakpoint.
 """
 
 from __future__ import annotations

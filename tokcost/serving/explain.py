@@ -18,7 +18,7 @@ from tokcost.serving.ttft import final_step_extra, ttft_moments
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
     "token for each of the b sequences in decode plus up to C prompt tokens (the chunk, the engine's default "
-    "budget unless --chunk) from a FCFS prefill queue, in one pass priced by the engine's step_cost (weights read "
+    "budget unless --chunk) from a FCFS prefill queue, in one pass priced by the engine's kernels (weights read "
     "once, KV of every sequence, all-reduces); at most the engine's cap of sequences run at once.",
     "Decode, Little's law: b = lambda x E[n] x TPOT, n = O - 1 decode steps. A decoding sequence sees lambda m "
     "prefill steps and (1 - rho) / T0 decode-only steps per second: TPOT = 1 / (lambda m + (1 - rho) / T0).",

@@ -4,7 +4,7 @@ Arrivals (Poisson at the rate, a trace's times, or N closed-loop users) wait for
 cap on running sequences, vLLM's max_num_seqs) and then join a FCFS prefill queue. At each step boundary the
 server runs every decoding sequence's next token plus up to `chunk` prompt tokens from the head of the queue
 (packing several prompts into one step when they fit; a request starts its prefill only while a slot is
-free), priced by the engine's step_cost with the real segments: Segment(b, mean decode context, 1) for the
+free), priced by the engine's compiled pass with the real segments: Segment(b, mean decode context, 1) for the
 decode batch (exact, the pass is linear in the contexts' sum) and Segment(1, tokens already done, chunk part)
 per prompt. A prompt's first token comes out at the end of the step that ran its last chunk; it then decodes
 one token per step and frees its slot with its last token. With no decode and an empty queue the server idles
@@ -189,7 +189,7 @@ class _Run:
             if r.done == r.prompt:
                 completed.append(r)
         if budget < self.chunk:
-            seconds = self.steps.cost(segments).seconds
+            seconds = self.steps.seconds(segments)
             if b:
                 self.itl.append((t + seconds, seconds, b))
             return seconds, True, completed
@@ -265,19 +265,12 @@ def _weighted_quantile(pairs: tuple[tuple[float, int], ...], q: float) -> float 
 
 
 def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int) -> tuple[int, int, float, float, int]:
-    """Decode-only step time from `step` to `last` as a line in the step index (contexts grow by 1 a step).
-
-    Exact when no roofline term changes bound between the two ends; otherwise valid for this one step only.
-    """
-    start = steps.cost([Segment(batch, context, 1)])
-    if last <= step:
-        return (batch, step, start.seconds, 0.0, step)
-    end = steps.cost([Segment(batch, context + (last - step), 1)])
-    if len(start.stages) != len(end.stages) or any(
-        a.bound != e.bound for a, e in zip(start.stages, end.stages, strict=True)
-    ):
-        return (batch, step, start.seconds, 0.0, step)
-    return (batch, step, start.seconds, (end.seconds - start.seconds) / (last - step), last)
+    """Decode-only step time from `step` on as a line in the step index (contexts grow by 1 a step), up to `last`
+    or the last step before a kernel changes bound, a window fills or another pipeline stage becomes the slowest
+    (the engine's decode lines: exact in between)."""
+    seconds, slope, until = steps.decode_line(batch, context)
+    ahead = last - step if until - context > last - step else max(math.ceil(until - context) - 1, 0)
+    return (batch, step, seconds, slope, step + ahead)
 
 
 def _steps_until(gap: float, first: float, slope: float) -> int:

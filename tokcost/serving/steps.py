@@ -1,18 +1,21 @@
 """The step times one replica runs, priced by the engine: a decode batch of b plus a prefill part, one pass.
 
-`Steps` binds a model, a GPU, a layout, a precision and a scenario ("ceiling" or "expected") to
-engine.step.step_cost. The closed form asks for the same few pass shapes (decode only; a full packed prefill
-chunk; a lone prompt's chunks) at many decode batches b, so each shape becomes a Curve in b built once from a
-few engine calls (see curve.py); the simulation asks for arbitrary passes and calls the engine directly.
+`Steps` binds a model, a GPU, a layout, a precision and a scenario ("ceiling" or "expected") to the engine's
+compiled pass for that deployment (engine/compiled.py: its kernels counted once, priced per pass). The closed
+form asks for the same few pass shapes (decode only; a full packed prefill chunk; a lone prompt's chunks) at
+many decode batches b, so each shape becomes a Curve in b built once from a few engine calls (see curve.py);
+the simulation asks for arbitrary passes and prices each on the compiled pass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokcost.engine.compiled import BoundPass
+from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import deployment as engine_deployment
-from tokcost.engine.roofline import PassCost
-from tokcost.engine.step import Scenario, Segment, kv_capacity, step_cost
+from tokcost.engine.passcost import PassCost
+from tokcost.engine.step import Scenario, Segment, kv_capacity
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
@@ -21,6 +24,7 @@ from tokcost.serving.curve import Curve, build_curve
 from tokcost.serving.layout import Layout
 
 Shape = tuple[Segment, ...]  # the prefill part of a pass (empty: decode only)
+DECODE_LINES_KEPT = 4096  # decode batches whose lines a simulation keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,25 +64,43 @@ class Steps:
     batch_limit: float  # curves cover decode batches 0 .. batch_limit
     _workload: Workload = field(init=False)
     _curves: dict[Shape, Curve] = field(init=False, default_factory=dict)
+    _bound: BoundPass | None = field(init=False, default=None)
+    _decode: dict[int, DecodeLines] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._workload = self.deployment.workload()
 
     @property
+    def engine(self) -> BoundPass:
+        """The deployment's compiled pass under this scenario (built on first use)."""
+        if self._bound is None:
+            d = self.deployment
+            found = engine_deployment(self.model, d.gpu, self._workload, d.network, d.engine)
+            self._bound = found.bound(found.rates(self.scenario))
+        return self._bound
+
+    @property
     def request_overhead_s(self) -> float:
         """Per-request latency the scenario adds to TTFT (expected: the server's fixed cost; ceiling: 0)."""
-        d = self.deployment
-        return (
-            engine_deployment(self.model, d.gpu, self._workload, d.network, d.engine)
-            .rates(self.scenario)
-            .request_overhead_s
-        )
+        return self.engine.rates.request_overhead_s
 
     def cost(self, segments: list[Segment]) -> PassCost:
-        """One pass, straight from the engine."""
-        d = self.deployment
-        return step_cost(self.model, d.gpu, self._workload, segments=segments, scenario=self.scenario,
-                         network=d.network, engine=d.engine)  # fmt: skip
+        """One pass with every kernel priced (bounds and the breakdown), straight from the engine."""
+        return self.engine.cost(segments, schedule="steady")
+
+    def seconds(self, segments: list[Segment]) -> float:
+        """One pass's time (a steady pipeline), straight from the engine."""
+        return self.engine.seconds(segments)
+
+    def decode_line(self, batch: int, context: float) -> tuple[float, float, float]:
+        """A decode-only step of `batch` sequences at mean `context` as a line in the context: (seconds, seconds
+        per token of context, the context up to which the line holds exactly)."""
+        lines = self._decode.get(batch)
+        if lines is None:
+            if len(self._decode) >= DECODE_LINES_KEPT:
+                self._decode.clear()
+            lines = self._decode[batch] = DecodeLines(self.engine, batch)
+        return lines.line(context)
 
     def pass_cost(self, batch: float, shape: Shape) -> PassCost:
         """A pass of `batch` decode tokens at the decode context plus the prefill `shape`."""

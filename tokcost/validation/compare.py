@@ -10,7 +10,8 @@ How a row's metric maps onto the estimate (the metric names the source's own def
   prompt tokens too, B x (P + O) / e2e; prefill_tokens_per_s is B x P / TTFT.
 Error = predicted / measured - 1, in the metric's own unit; summaries use its absolute value.
 
-Each row is priced with its own engine's profile (row.engine) and layout. A row that offers more sequences than
+Each row is priced with its own engine's profile (row.engine) and layout, by the engine's compiled pass (its TTFT
+and exact mean TPOT: nothing else of an estimate is computed). A row that offers more sequences than
 the engine can run at once (offline throughput runs that submit every request at t = 0) runs in waves, as the
 engine would: at most `max_batch` sequences at a time, the most the KV cache holds at prompt + output tokens each
 beside the weights (memory_report's max_batch) or the engine's own cap on running sequences, whichever is
@@ -25,8 +26,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tokcost.engine.estimate import deployment, estimate
-from tokcost.engine.memory import memory_report
+from tokcost.engine.estimate import Deployment, deployment, times
+from tokcost.engine.memory import ReplicaMemory
 from tokcost.engine.workload import Workload, is_weight_only, resolve_precision
 from tokcost.errors import SpecError, UsageError
 from tokcost.hardware.spec import GpuSpec
@@ -86,17 +87,19 @@ class Wave:
     count: int
 
 
-def max_running(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile) -> int:
+def max_running(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, d: Deployment | None = None) -> int:
     """Sequences the engine runs at once: what the KV cache holds at prompt + output tokens, and the engine's cap."""
-    d = deployment(model, gpu, workload_of(row), None, engine)
-    held = memory_report(model, gpu, workload_of(row), d.precision, d.layout).max_batch
+    d = d or deployment(model, gpu, workload_of(row), None, engine)
+    held = ReplicaMemory(model, gpu, d.precision, d.layout).max_batch(workload_of(row))
     cap = engine.max_running_sequences or held
     return max(1, min(held, cap))  # a batch that does not fit even once is priced as one sequence at a time
 
 
-def waves_of(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile) -> tuple[Wave, ...]:
+def waves_of(
+    row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, d: Deployment | None = None
+) -> tuple[Wave, ...]:
     """The row's sequences as the engine runs them: one wave when they fit at once, else full waves then the rest."""
-    most = max_running(row, model, gpu, engine)
+    most = max_running(row, model, gpu, engine, d)
     if row.batch <= most:
         return (Wave(row.batch, 1),)
     full, rest = divmod(row.batch, most)
@@ -189,24 +192,33 @@ class RowResult:
         return self.row.value < self.ceiling
 
 
-def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, split: Split | None = None) -> RowResult:
-    """One row priced by estimate() under the ceiling and under `engine`, wave by wave."""
+def row_deployment(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile) -> Deployment:
+    """The row's deployment, its layout and formats checked; an error names the row and its key."""
     check_shipped_formats(row, model)
-    plan = waves_of(row, model, gpu, engine)
-    times: dict[str, list[WaveTimes]] = {"ceiling": [], "expected": []}
+    try:
+        d = deployment(model, gpu, workload_of(row), engine=engine)
+        d.rates("ceiling")  # the compute dtype has a peak on this GPU
+        return d
+    except UsageError as exc:  # the engine names a flag (--compute-dtype: ...): name the row and its key
+        flag, _, message = str(exc).partition(": ")
+        raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
+
+
+def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, split: Split | None = None) -> RowResult:
+    """One row under the ceiling and under `engine`, wave by wave: each wave's TTFT and mean TPOT from the engine."""
+    d = row_deployment(row, model, gpu, engine)
+    plan = waves_of(row, model, gpu, engine, d)
+    times_of: dict[str, list[WaveTimes]] = {"ceiling": [], "expected": []}
     for wave in plan:
-        try:
-            e = estimate(model, gpu, workload_of(row, wave.batch), engine=engine)
-        except UsageError as exc:  # the engine names a flag (--compute-dtype: ...): name the row and its key
-            flag, _, message = str(exc).partition(": ")
-            raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
-        for name, scenario in (("ceiling", e.ceiling), ("expected", e.expected)):
-            times[name].append(WaveTimes(wave.batch, wave.count, scenario.ttft_s, scenario.tpot_s))
+        wl = workload_of(row, wave.batch)
+        for name, found in times_of.items():
+            ttft, tpot = times(d, wl, d.rates(name))
+            found.append(WaveTimes(wave.batch, wave.count, ttft, tpot))
     return RowResult(
         row=row,
         split=split_of(row) if split is None else split,
-        ceiling=run_metric(row, times["ceiling"]),
-        expected=run_metric(row, times["expected"]),
+        ceiling=run_metric(row, times_of["ceiling"]),
+        expected=run_metric(row, times_of["expected"]),
         engine=engine.name,
         waves=sum(w.count for w in plan),
     )

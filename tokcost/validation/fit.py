@@ -8,7 +8,8 @@ The model stays physical, every number on a bounded grid of physical values, non
   and fixed costs per forward pass (`step_us`), per request (`request_us`, on TTFT) and per collective
   (`collective_us`, on the link's own sourced latency).
 The `generic` engine is the identity (no fitted term): the reference that makes the product identifiable, so a
-family's fractions are what generic predicts and the named engines scale them.
+family's fractions are what generic predicts and the named engines scale them. Each row is predicted by the engine
+itself (cases.py): its work counted once, priced under each candidate's rates exactly as validate prices it.
 
 Which numbers are free is decided before fitting, from the train rows alone: a parameter is fitted when at least
 MIN_INFORMATIVE_ROWS train rows are informed by it (a change of PROBES from START moves their prediction by
@@ -26,16 +27,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tokcost.validation.cases import COST_KEYS, FAMILY_PARAMS, Case, Pricer, is_cost, is_fraction, start_value
 from tokcost.validation.data import split_of
 from tokcost.validation.families import FAMILIES
-from tokcost.validation.predictor import GENERIC_ENGINE, Case, Values, predict
 
-FAMILY_PARAMS = ("bandwidth", "compute")
-COST_KEYS = ("step_us", "request_us", "collective_us")
+__all__ = ["COST_KEYS", "FAMILY_PARAMS", "FitResult", "fit", "is_cost", "is_fraction", "start_value", "train_cases"]
 MIN_INFORMATIVE_ROWS = 3
 INFORMATIVE_LOG_CHANGE = 0.05
-# Starting values: the specs' earlier hand-set fractions (0.8 of bandwidth, 0.7 of compute), efficiencies 1, no cost.
-START_FRACTIONS = {"bandwidth": 0.8, "compute": 0.7}
 # A probe moves a parameter by a fifth of its plausible range: fractions and efficiencies x 0.8, costs up by a step.
 PROBE_SCALE = 0.8
 PROBE_ADD_US = {"step_us": 1000.0, "request_us": 10_000.0, "collective_us": 20.0}
@@ -67,23 +65,6 @@ PRIOR_ROWS = 0.5
 FIXED_KEYS = frozenset({"collective"})
 
 
-def is_fraction(name: str) -> bool:
-    """A family's fraction (bounded by 1) rather than an engine's efficiency or cost."""
-    return name.startswith("gpu.")
-
-
-def is_cost(name: str) -> bool:
-    """A fixed cost in us."""
-    return name.rsplit(".", 1)[-1] in COST_KEYS
-
-
-def start_value(name: str) -> float:
-    """Where every parameter starts (and where a fixed one stays)."""
-    if is_fraction(name):
-        return START_FRACTIONS[name.rsplit(".", 1)[-1]]
-    return 0.0 if is_cost(name) else 1.0
-
-
 def grid(name: str) -> tuple[float, ...]:
     """The values a parameter may take."""
     if is_fraction(name):
@@ -96,13 +77,6 @@ def grid(name: str) -> tuple[float, ...]:
 def probe(name: str, value: float) -> float:
     """The probe a parameter is moved by to see which rows it informs."""
     return value + PROBE_ADD_US[name.rsplit(".", 1)[-1]] if is_cost(name) else value * PROBE_SCALE
-
-
-def parameters_of(case: Case) -> list[str]:
-    """Every parameter a row's prediction reads: its family's fractions and its engine's terms (generic: none)."""
-    names = [f"gpu.{case.family}.{p}" for p in FAMILY_PARAMS]
-    keys = sorted(case.keys) if case.engine != GENERIC_ENGINE else sorted(k for k in case.keys if k in COST_KEYS)
-    return names + [f"{case.engine}.{k}" for k in keys]
 
 
 def train_cases(cases: Sequence[Case]) -> list[Case]:
@@ -124,17 +98,17 @@ class Objective:
     def __init__(self, cases: Sequence[Case], values: dict[str, float]) -> None:
         self.cases = list(cases)
         self.values = values
+        self.pricer = Pricer(sorted(values))
         self.prior = PRIOR_ROWS / len(self.cases)  # per unit |log efficiency|, in mean |log error|
         self.members: dict[str, list[int]] = {}
         for i, c in enumerate(self.cases):
-            for name in parameters_of(c):
+            for name in c.params:
                 self.members.setdefault(name, []).append(i)
         self.errors = [self.error(c, values) for c in self.cases]
 
-    @staticmethod
-    def error(case: Case, values: Mapping[str, float]) -> float:
+    def error(self, case: Case, values: Mapping[str, float]) -> float:
         """|log(predicted / measured)| of one case."""
-        return abs(math.log(predict(case, Values(values)) / case.row.value))
+        return abs(math.log(self.pricer.predict(case, values) / case.row.value))
 
     @property
     def error_loss(self) -> float:
@@ -165,7 +139,8 @@ class Objective:
 
     def informed(self, name: str) -> int:
         """Train rows whose prediction the parameter's probe moves by INFORMATIVE_LOG_CHANGE or more."""
-        now, moved = Values(self.values), Values({**self.values, name: probe(name, self.values[name])})
+        now, moved = self.values, {**self.values, name: probe(name, self.values[name])}
+        predict = self.pricer.predict
         return sum(
             abs(math.log(predict(self.cases[i], moved) / predict(self.cases[i], now))) >= INFORMATIVE_LOG_CHANGE
             for i in self.members.get(name, [])
@@ -216,7 +191,7 @@ class FitResult:
 def fit(cases: Sequence[Case]) -> FitResult:
     """Fit on the train split of `cases` only (see the module docstring)."""
     train = train_cases(cases)
-    names = sorted({n for c in train for n in parameters_of(c)})
+    names = sorted({n for c in train for n in c.params})
     obj = Objective(train, {n: start_value(n) for n in names})
     informed = {n: obj.informed(n) for n in names}
     free = tuple(n for n in names if informed[n] >= MIN_INFORMATIVE_ROWS and n.rsplit(".", 1)[-1] not in FIXED_KEYS)

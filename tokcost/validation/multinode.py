@@ -2,8 +2,8 @@
 
 These rows are never fitted on; they check what the fitted "expected" says where the layout does the work (EP all-to-all
 across nodes, DP attention, prefill/decode disaggregation). One engine instance is tp x pp x dp GPUs with ep inside
-it, priced by estimate() on the row's network (its stated kind, else the GPU spec's default). Each metric is read as
-one phase of that instance:
+it, priced by the engine (its TTFT and mean TPOT) on the row's network (its stated kind, else the GPU spec's
+default). Each metric is read as one phase of that instance:
 - input tokens/s (a prefill pool): one prefill pass of the instance's batch, batch x prompt / TTFT;
 - output tokens/s, tokens/s per user, ITL (a decode pool): a decode step at the row's context (prompt + half the
   output), batch / TPOT; per user 1 / TPOT;
@@ -20,8 +20,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tokcost.engine.estimate import Scenario, deployment, estimate
-from tokcost.engine.memory import memory_report
+from tokcost.engine.estimate import deployment, times
+from tokcost.engine.memory import ReplicaMemory
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_network
@@ -84,9 +84,12 @@ def _workload(row: MultinodeRow, batch: int, prompt: int, output: int) -> Worklo
                     compute_dtype=row.compute)  # fmt: skip
 
 
-def _both(model: ModelSpec, gpu: GpuSpec, wl: Workload, net: Link | None, eng: EngineProfile) -> tuple[Scenario, ...]:
-    e = estimate(model, gpu, wl, net, eng)
-    return e.ceiling, e.expected
+def _both(
+    model: ModelSpec, gpu: GpuSpec, wl: Workload, net: Link | None, eng: EngineProfile
+) -> tuple[tuple[float, float | None], ...]:
+    """(TTFT, TPOT) under the ceiling and under the engine's expected rates."""
+    d = deployment(model, gpu, wl, net, eng)
+    return times(d, wl, d.rates("ceiling")), times(d, wl, d.rates("expected"))
 
 
 def _missing(row: MultinodeRow) -> str | None:
@@ -122,16 +125,16 @@ def _price(row: MultinodeRow, model: ModelSpec, gpu: GpuSpec, engine: EngineProf
     values = []
     if row.metric.startswith("input_tokens"):  # a prefill pool: one pass of the instance's batch
         batch = _instance_batch(row)
-        for s in _both(model, gpu, _workload(row, batch, prompt, 1), net, engine):
-            values.append(batch * prompt / s.ttft_s / _per(row, row.instances))
+        for ttft, _ in _both(model, gpu, _workload(row, batch, prompt, 1), net, engine):
+            values.append(batch * prompt / ttft / _per(row, row.instances))
     elif row.prefill_decode == "disaggregated" and row.instances > 1:
         values = _end_to_end(row, model, gpu, net, engine)
     else:  # a decode pool at the row's context
         batch = _instance_batch(row)
         context = prompt + (output - 1) // 2
-        for s in _both(model, gpu, _workload(row, batch, context, 2), net, engine):
-            assert s.tpot_s is not None
-            values.append(_decode_metric(row, batch * row.instances, s.tpot_s))
+        for _, tpot in _both(model, gpu, _workload(row, batch, context, 2), net, engine):
+            assert tpot is not None
+            values.append(_decode_metric(row, batch * row.instances, tpot))
     name = net.name if net is not None else "none (one node)"
     return MultinodeResult(row, values[0], values[1], name)
 
@@ -163,17 +166,17 @@ def _end_to_end(
     prefillers = row.prefill_instances or row.instances
     wl = _workload(row, math.ceil(row.batch / decoders), prompt + output // 2, 2)
     d = deployment(model, gpu, wl, net, engine)
-    held = memory_report(model, gpu, wl, d.precision, d.layout).max_batch
+    held = ReplicaMemory(model, gpu, d.precision, d.layout).max_batch(wl)
     cap = engine.max_running_sequences * row.dp if engine.max_running_sequences else held
     running = max(1, min(wl.batch, held, cap))
     per_pass = max(1, PREFILL_TOKENS_PER_RANK // prompt) * row.dp
     out = []
     decode = _both(model, gpu, _workload(row, running, prompt + output // 2, 2), net, engine)
     prefill = _both(model, gpu, _workload(row, per_pass, prompt, 1), net, engine)
-    for dec, pre in zip(decode, prefill, strict=True):
-        assert dec.tpot_s is not None
-        emitted = decoders * running / dec.tpot_s
-        admitted = prefillers * per_pass / pre.ttft_s * output
+    for (_, tpot), (ttft, _) in zip(decode, prefill, strict=True):
+        assert tpot is not None
+        emitted = decoders * running / tpot
+        admitted = prefillers * per_pass / ttft * output
         rate = min(emitted, admitted)
         out.append(rate / _per(row, decoders) if row.metric != "request_throughput_rps" else rate / output)
     return out

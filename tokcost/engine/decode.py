@@ -1,0 +1,172 @@
+"""Decode steps of one batch as exact functions of the context, and their mean over contexts in closed form.
+
+With the batch fixed, only the attention features move with the context c (KV tokens read, query-key pairs:
+features.py), and between the contexts where a window fills ("regimes": from 0, then from each window) they are
+linear in c. So every kernel that reads them does work linear in c, and its two roofline sides are lines in c
+(kernel_seconds is linear in the work it prices: its intercept prices the work at c = 0 of the regime's line,
+its slope the work per token of context); every other kernel is a constant. The mean step over first..last is
+then a sum of arithmetic series, split where lines cross (series.py): exact, equal to summing every step.
+Collectives carry activations and routed tokens, never the cache: they do not move with c.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_bound
+from tokcost.engine.features import Segment, decode_kinks
+from tokcost.engine.forms import Form
+from tokcost.engine.passcost import Bound, pipeline_factor
+from tokcost.engine.roofline import CollectiveRate, kernel_seconds
+from tokcost.engine.series import Kernel, max_sum, stages_max_sum
+
+Line = tuple[float, float]  # (value at context 0, per token of context)
+
+
+@dataclass(frozen=True, slots=True)
+class _Moving:
+    """A kernel that reads the cache, in one regime: its compute and memory time (all occurrences) as lines in c."""
+
+    compute: Line
+    memory: Line
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """One pipeline stage of a decode step of a fixed batch in one regime: fixed time by bound, moving kernels."""
+
+    fixed: dict[Bound, float]
+    fixed_s: float
+    moving: tuple[_Moving, ...]
+
+
+def _at(line: Line, c: float) -> float:
+    return line[0] + line[1] * c
+
+
+class DecodeLines:
+    """Decode steps of `batch` sequences on one bound pass, as functions of their cached context."""
+
+    def __init__(self, bound: BoundPass, batch: float) -> None:
+        compiled = bound.compiled
+        space = compiled.space
+        self.microbatches = microbatches(compiled.layout, [Segment(batch, 0, 1)])
+        self.share = share = batch / self.microbatches
+        self.factor = pipeline_factor(self.microbatches, compiled.layout.pp, "steady")
+        self.overhead_s = bound.overhead_s
+        context = space.context_indices
+        x = space.vector([Segment(share, 0, 1)])  # the features the context does not move
+        self.starts = (0, *decode_kinks(compiled.model, space.kinds))  # each regime's first context
+        self.regimes: list[tuple[_Stage, ...]] = []
+        for start in self.starts:  # the context features on this regime: x(c) = const + slope x c, exactly
+            at_start, after = space.decode_context(share, start), space.decode_context(share, start + 1)
+            slope = [b - a for a, b in zip(at_start, after, strict=True)]
+            const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
+            self.regimes.append(tuple(_stage(stage, x, context, const, slope) for stage in bound.stages))
+
+    def _regime(self, cached: float) -> tuple[_Stage, ...]:
+        return self.regimes[bisect.bisect_right(self.starts, cached) - 1]
+
+    def mean(self, first: int, last: int) -> float:
+        """Mean step over cached contexts first..last (integers), exactly the mean of every step."""
+        total, a = 0.0, first
+        while a <= last:
+            j = bisect.bisect_right(self.starts, a) - 1
+            b = min(last, self.starts[j + 1] - 1) if j + 1 < len(self.starts) else last
+            total += _sum(self.regimes[j], a, b)
+            a = b + 1
+        return self.factor * total / (last - first + 1) + self.overhead_s
+
+    def line(self, cached: float) -> tuple[float, float, float]:
+        """The step from `cached` on as a line: (seconds at `cached`, seconds per token of context, the context up
+        to which it holds: the regime's end, a kernel changing bound or another pipeline stage taking over)."""
+        j = bisect.bisect_right(self.starts, cached) - 1
+        until = float(self.starts[j + 1]) if j + 1 < len(self.starts) else math.inf
+        stages = []  # (time, slope) of each stage at `cached`, each moving kernel on its active side
+        for stage in self.regimes[j]:
+            time, slope = stage.fixed_s, 0.0
+            for k in stage.moving:
+                (active, a_slope), (other, o_slope) = sorted(
+                    ((_at(k.compute, cached), k.compute[1]), (_at(k.memory, cached), k.memory[1])), reverse=True
+                )
+                time, slope = time + active, slope + a_slope
+                if o_slope > a_slope:  # the other side overtakes ahead
+                    until = min(until, cached + (active - other) / (o_slope - a_slope))
+            stages.append((time, slope))
+        top = max(range(len(stages)), key=lambda s: stages[s])  # a tie goes to the steeper stage
+        for time, slope in stages:
+            if slope > stages[top][1]:
+                until = min(until, cached + (stages[top][0] - time) / (slope - stages[top][1]))
+        time, slope = stages[top]
+        return self.factor * time + self.overhead_s, self.factor * slope, until
+
+    def at(self, cached: float) -> tuple[float, Bound]:
+        """One step at `cached` tokens: its time, and what holds most of its slowest stage's time."""
+        best: tuple[float, dict[Bound, float]] | None = None
+        for stage in self._regime(cached):
+            time = dict(stage.fixed)
+            for k in stage.moving:
+                compute_s, memory_s = _at(k.compute, cached), _at(k.memory, cached)
+                time["compute" if compute_s > memory_s else "memory"] += max(compute_s, memory_s)
+            total = sum(time.values())
+            if best is None or total > best[0]:
+                best = (total, time)
+        assert best is not None
+        seconds, time = best
+        return self.factor * seconds + self.overhead_s, max(time, key=lambda k: time[k])
+
+
+def _sum(stages: tuple[_Stage, ...], a: int, b: int) -> float:
+    """Sum over contexts a..b of the slowest stage (one regime)."""
+    n = b - a + 1
+    if len(stages) == 1:  # one pipeline stage: each moving kernel's sum on its own
+        stage = stages[0]
+        total = n * stage.fixed_s
+        for k in stage.moving:
+            total += _max_sum(k, a, b, n)
+        return total
+    lines: list[tuple[float, Sequence[Kernel]]] = [
+        (s.fixed_s, [((_at(k.compute, a), _at(k.compute, b)), (_at(k.memory, a), _at(k.memory, b))) for k in s.moving])
+        for s in stages
+    ]
+    return stages_max_sum(lines, n)
+
+
+def _max_sum(k: _Moving, a: int, b: int, n: int) -> float:
+    """Sum over contexts a..b of one moving kernel's time."""
+    return max_sum((_at(k.compute, a), _at(k.compute, b)), (_at(k.memory, a), _at(k.memory, b)), n)
+
+
+def _stage(
+    stage: tuple[tuple[Row, Rate], ...],
+    x: list[float],
+    context: frozenset[int],
+    const: list[float],
+    slope: list[float],
+) -> _Stage:
+    """A stage's kernels split into those the context moves (as lines in c) and the rest (timed once)."""
+    fixed: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
+    moving = []
+    for row, rate in stage:
+        forms = (row.flops, row.weight_bytes, row.other_bytes)
+        if isinstance(rate, CollectiveRate) or not any(i in context for f in forms for i, _ in f.terms):
+            assert row.payload is None or not any(i in context for i, _ in row.payload.terms)
+            seconds, bound = row_bound(row, rate, x)
+            fixed[bound] += seconds
+            continue
+        # work at c = 0 of the regime's line (every other feature at its value) and per token of context
+        base = [const[i] if i in context else v for i, v in enumerate(x)]
+        f0, w0, o0 = (f(base) for f in forms)
+        f1, w1, o1 = (_linear(f, slope) for f in forms)
+        n = row.stage.count
+        (c0, m0), (c1, m1) = kernel_seconds(f0, w0, o0, rate), kernel_seconds(f1, w1, o1, rate)
+        moving.append(_Moving((n * c0, n * c1), (n * m0, n * m1)))
+    return _Stage(fixed, sum(fixed.values()), tuple(moving))
+
+
+def _linear(form: Form, x: Sequence[float]) -> float:
+    """The form's linear part at x (its constant left out): the work per token of context."""
+    return sum(a * x[i] for i, a in form.terms)

@@ -1,0 +1,197 @@
+"""The features of a pass: every count its kernels depend on that is not linear, computed exactly per point.
+
+A pass (one microbatch share of its segments, on the busiest GPU of a pipeline stage) is described by:
+- tokens_dp: tokens of the busiest DP attention replica (sequences split per replica, rounded up);
+- tokens: tokens of the whole replica (the MoE layers see every DP replica's);
+- logit_rows: rows that need logits on the busiest DP replica: one per sequence (its last token);
+- embedding_rows: embedding rows looked up on it, at most the vocabulary: min(tokens_dp, vocab);
+- per attention kind (global, sliding window): KV tokens read, and query-key pairs scored in the absorbed form
+  (one query per sequence: decode; MLA scores against its latent) and in the per-head form (prefill);
+- for an MoE: token-expert pairs on the busiest expert-parallel rank, and the experts touched there.
+Every kernel's FLOPs and bytes are linear in these (stages.py), so a configuration's kernels are counted once
+(compiled.py). A new attention kind (chunked, linear / state-space) adds its own family of features here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+from tokcost.engine.forms import Form
+from tokcost.engine.layout import Layout
+from tokcost.models.spec import ModelSpec
+
+N = TypeVar("N", float, Form)
+AttentionKind = Literal["global", "sliding"]
+ATTENTION_KINDS: tuple[AttentionKind, ...] = ("global", "sliding")
+TOKENS_DP, TOKENS, LOGIT_ROWS, EMBEDDING_ROWS, EXPERT_PAIRS, EXPERTS_TOUCHED = range(6)
+PER_KIND = 3  # kv_read, pairs_absorbed, pairs_heads
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """`sequences` sequences holding `cached_tokens` of KV each, computing `new_tokens` more in this pass.
+
+    A decode step is Segment(B, c, 1); a prefill is Segment(B, prefix, P - prefix); a chunked-prefill step of
+    a continuous-batching server is Segment(b, c, 1) plus Segment(1, done, chunk).
+    """
+
+    sequences: float
+    cached_tokens: float
+    new_tokens: float
+
+    @property
+    def tokens(self) -> float:
+        """Tokens this segment runs through the blocks."""
+        return self.sequences * self.new_tokens
+
+
+# ---- attention: what one sequence's layer reads and scores -------------------------------------------------
+
+
+def window_of(model: ModelSpec, kind: AttentionKind) -> int | None:
+    """Tokens a layer of this kind keeps per sequence (None: all of them)."""
+    if kind == "sliding" and model.sliding_window:
+        return model.sliding_window.window_tokens
+    return None
+
+
+def attended(model: ModelSpec, kind: AttentionKind, tokens: float) -> float:
+    """Tokens a layer keeps for one sequence holding `tokens` (a sliding layer keeps the window)."""
+    window = window_of(model, kind)
+    return tokens if window is None else min(tokens, window)
+
+
+def causal_pairs(model: ModelSpec, kind: AttentionKind, cached: float, new: float) -> float:
+    """Query-key pairs of `new` tokens appended to `cached`: position i sees min(i, window) tokens."""
+    w = window_of(model, kind)
+
+    def upto(n: float) -> float:  # sum over positions 1..n of the tokens each sees (itself included)
+        if w is None:
+            return n * (n + 1) / 2
+        return min(n, w) * (min(n, w) + 1) / 2 + max(n - w, 0) * w
+
+    return upto(cached + new) - upto(cached)
+
+
+def decode_kinks(model: ModelSpec, kinds: Sequence[AttentionKind]) -> tuple[int, ...]:
+    """Contexts c > 0 where a decode step's features start a new linear piece in c: a sliding layer's query-key
+    pairs min(c + 1, w) stop growing at c = w - 1, its KV read min(c, w) at c = w."""
+    windows = [w for w in (window_of(model, k) for k in kinds) if w is not None]
+    return tuple(sorted({c for w in windows for c in (w - 1, w) if c > 0}))
+
+
+# ---- routing ------------------------------------------------------------------------------------------------
+
+
+def expected_distinct_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Distinct experts `tokens` tokens touch under uniform routing: E x (1 - (1 - k/E)^T)."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+def busiest_rank_pairs(experts: int, top_k: int, tokens: float, ep: int) -> float:
+    """Expected token-expert pairs on the busiest of `ep` ranks under uniform routing (not the mean).
+
+    Each token sends k distinct experts; a rank holding E/ep of them gets a hypergeometric share per token
+    (mean k/ep, variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1)). Summed over T tokens the load is near normal, and
+    the expected maximum of ep such loads is mean + sigma x sqrt(2 ln ep) (the Gumbel approximation).
+    """
+    mean = tokens * top_k / ep
+    if ep == 1:
+        return mean
+    variance = tokens * top_k * (1 / ep) * (1 - 1 / ep) * (experts - top_k) / max(experts - 1, 1)
+    return min(mean + math.sqrt(variance) * math.sqrt(2 * math.log(ep)), tokens * min(top_k, experts / ep))
+
+
+def per_dp(sequences: float, dp: int) -> float:
+    """Sequences of the busiest of `dp` attention replicas (whole sequences: the split rounds up)."""
+    return sequences if dp == 1 else math.ceil(sequences / dp - 1e-9)
+
+
+# ---- the feature vector -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Features(Generic[N]):
+    """A pass's features by name: numbers for one point, or Forms (one per feature) to compile the kernels."""
+
+    tokens_dp: N
+    tokens: N
+    logit_rows: N
+    embedding_rows: N
+    expert_pairs: N
+    experts_touched: N
+    kv_read: Mapping[AttentionKind, N]
+    pairs_absorbed: Mapping[AttentionKind, N]
+    pairs_heads: Mapping[AttentionKind, N]
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSpace:
+    """The features of one (model, layout), in vector order: six shared, then three per attention kind."""
+
+    model: ModelSpec
+    layout: Layout
+    kinds: tuple[AttentionKind, ...]  # the attention kinds the model's layers use
+
+    def kind_index(self, kind: AttentionKind) -> int:
+        """Index of `kind`'s first feature (its KV read; then absorbed pairs, then per-head pairs)."""
+        return 6 + PER_KIND * self.kinds.index(kind)
+
+    @property
+    def size(self) -> int:
+        """Length of the vector."""
+        return 6 + PER_KIND * len(self.kinds)
+
+    @property
+    def context_indices(self) -> frozenset[int]:
+        """The features a decode step's context moves (KV read and pairs); the rest depend on the batch alone."""
+        return frozenset(i for k in self.kinds for i in range(self.kind_index(k), self.kind_index(k) + PER_KIND))
+
+    def symbols(self) -> Features[Form]:
+        """Every feature as the form x_i: the stage builders run on these to give the coefficients."""
+        x = Form.feature
+        at = {k: self.kind_index(k) for k in self.kinds}
+        return Features(x(TOKENS_DP), x(TOKENS), x(LOGIT_ROWS), x(EMBEDDING_ROWS), x(EXPERT_PAIRS),
+                        x(EXPERTS_TOUCHED), {k: x(i) for k, i in at.items()}, {k: x(i + 1) for k, i in at.items()},
+                        {k: x(i + 2) for k, i in at.items()})  # fmt: skip
+
+    def named(self, v: Sequence[float]) -> Features[float]:
+        """The features of vector `v` by name, for the stage builders at one point."""
+        at = {k: self.kind_index(k) for k in self.kinds}
+        return Features(v[TOKENS_DP], v[TOKENS], v[LOGIT_ROWS], v[EMBEDDING_ROWS], v[EXPERT_PAIRS],
+                        v[EXPERTS_TOUCHED], {k: v[i] for k, i in at.items()}, {k: v[i + 1] for k, i in at.items()},
+                        {k: v[i + 2] for k, i in at.items()})  # fmt: skip
+
+    def vector(self, segments: Sequence[Segment]) -> list[float]:
+        """The exact features of a pass over `segments` (one microbatch's share of each)."""
+        model, dp, v = self.model, self.layout.dp, [0.0] * self.size
+        for s in segments:
+            n = per_dp(s.sequences, dp)
+            v[TOKENS_DP] += n * s.new_tokens
+            v[TOKENS] += s.sequences * s.new_tokens
+            v[LOGIT_ROWS] += n
+            self._attention(v, n, s.cached_tokens, s.new_tokens)
+        v[EMBEDDING_ROWS] = min(v[TOKENS_DP], model.vocab_size)
+        if model.moe:
+            moe, ep = model.moe, self.layout.ep
+            v[EXPERT_PAIRS] = busiest_rank_pairs(moe.experts, moe.experts_per_token, v[TOKENS], ep)
+            distinct = expected_distinct_experts(moe.experts, moe.experts_per_token, v[TOKENS])
+            v[EXPERTS_TOUCHED] = min(distinct / ep, moe.experts // ep)
+        return v
+
+    def _attention(self, v: list[float], sequences_dp: float, cached: float, new: float) -> None:
+        """Add one segment's attention features: each kind's KV read and query-key pairs."""
+        for j, kind in enumerate(self.kinds):
+            i = 6 + PER_KIND * j
+            v[i] += sequences_dp * attended(self.model, kind, cached)
+            # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang)
+            v[i + (1 if new == 1 else 2)] += sequences_dp * causal_pairs(self.model, kind, cached, new)
+
+    def decode_context(self, sequences: float, cached: float) -> list[float]:
+        """Only the context's features (context_indices) of a decode step of `sequences` at `cached` tokens."""
+        v = [0.0] * self.size
+        self._attention(v, per_dp(sequences, self.layout.dp), cached, 1)
+        return v

@@ -1,0 +1,135 @@
+"""A pass priced: each stage with its time, the stages grouped for the breakdown, the pipeline's schedule.
+
+What --explain, --journey, the breakdown tables and plan's curves read. Times come from the roofline
+(roofline.priced: one kernel on its rates); this module only assembles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tokcost.engine.collectives import CollectiveCost
+from tokcost.engine.stages import Stage
+
+Bound = Literal["compute", "memory", "interconnect"]
+Schedule = Literal["steady", "fill"]
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """A stage with its time under one scenario: compute and memory time per occurrence, or its collective."""
+
+    stage: Stage
+    compute_s: float  # all occurrences
+    memory_s: float
+    collective: CollectiveCost | None
+
+    @property
+    def seconds(self) -> float:
+        """Time of all occurrences: the slower of compute and memory, or the collective."""
+        if self.collective is not None:
+            return self.stage.count * self.collective.seconds
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> Bound:
+        """What limits this stage."""
+        if self.collective is not None:
+            return "interconnect"
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """A group of stages shown together: weights (matmuls), attention (KV), communication, other."""
+
+    name: str
+    flops: float
+    bytes: float
+    seconds: float
+    bound: Bound
+
+
+GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "collective": "communication"}
+
+
+def group_of(stage: Stage) -> str:
+    """The component a stage belongs to (KV writes count with attention, lookups and norms as other)."""
+    if stage.name == "KV cache write":
+        return "attention"
+    return GROUPS.get(stage.kind, "other")
+
+
+def pipeline_factor(microbatches: int, pp: int, schedule: Schedule) -> int:
+    """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
+    return microbatches + pp - 1 if schedule == "fill" else max(microbatches, pp)
+
+
+@dataclass(frozen=True, slots=True)
+class PassCost:
+    """A pass as its kernels on the slowest pipeline stage, the pipeline schedule, and a fixed overhead."""
+
+    stages: tuple[Priced, ...]  # the slowest pipeline stage's kernels, one microbatch
+    overhead_s: float
+    pp: int = 1
+    microbatches: int = 1
+    schedule: Schedule = "steady"
+
+    @property
+    def stage_seconds(self) -> float:
+        """One microbatch through the slowest pipeline stage."""
+        return sum(s.seconds for s in self.stages)
+
+    @property
+    def pipeline_factor(self) -> int:
+        """Stage times per pass (pipeline_factor of its microbatches, stages and schedule)."""
+        return pipeline_factor(self.microbatches, self.pp, self.schedule)
+
+    @property
+    def seconds(self) -> float:
+        """Total time of the pass, overhead included."""
+        return self.pipeline_factor * self.stage_seconds + self.overhead_s
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of one microbatch on the slowest stage's busiest GPU."""
+        return sum(s.stage.count * s.stage.flops for s in self.stages)
+
+    @property
+    def bytes(self) -> float:
+        """HBM bytes of one microbatch on the slowest stage's busiest GPU."""
+        return sum(s.stage.count * s.stage.bytes for s in self.stages if s.collective is None)
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        """Stages grouped for the breakdown: weights, attention, communication, other."""
+        out = []
+        for name in ("weights", "attention", "communication", "other"):
+            members = [s for s in self.stages if group_of(s.stage) == name]
+            if not members:
+                continue
+            seconds = sum(s.seconds for s in members) * self.pipeline_factor
+            top = max(members, key=lambda s: s.seconds)
+            out.append(
+                Component(
+                    name,
+                    sum(s.stage.count * s.stage.flops for s in members),
+                    sum(s.stage.count * (s.collective.link_bytes if s.collective else s.stage.bytes) for s in members),
+                    seconds,
+                    top.bound,
+                )
+            )
+        return tuple(out)
+
+    def part(self, name: str) -> Component:
+        """The component called `name` (zero when the pass has none)."""
+        return next((c for c in self.components if c.name == name), Component(name, 0.0, 0.0, 0.0, "memory"))
+
+    @property
+    def bound(self) -> Bound:
+        """What holds most of the pass's time: compute-bound kernels, memory-bound kernels, or collectives."""
+        time: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
+        for s in self.stages:
+            time[s.bound] += s.seconds
+        return max(time, key=lambda k: time[k])

@@ -1,0 +1,91 @@
+"""Exact sums over consecutive integers of lines, their maxima and upper envelopes (the decode mean in closed form).
+
+A decode step's kernels are linear in the context c on a span (features.py), so each kernel's time is the larger
+of two lines in c and a pipeline stage's time is a sum of such maxima; with several pipeline stages the pass runs
+at the slowest. Summing over c = first..last, the integers split where two lines cross and each piece is an
+arithmetic series: n points of a line with end values y0 and y1 sum to n (y0 + y1) / 2. Lines are given by their
+values at the first and last of n points (index 0 and n - 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+EndValues = tuple[float, float]  # a line's values at index 0 and at index n - 1
+
+
+def at(line: EndValues, i: float, n: int) -> float:
+    """The line's value at index i of n points."""
+    return line[0] if n == 1 else line[0] + (line[1] - line[0]) * i / (n - 1)
+
+
+def _run(line: EndValues, i: int, j: int, n: int) -> float:
+    """Sum of the line over indices i..j (an arithmetic series)."""
+    return (j - i + 1) * (at(line, i, n) + at(line, j, n)) / 2
+
+
+def crossing(x: EndValues, y: EndValues, n: int) -> int | None:
+    """The last index on the first side of where x - y changes sign, or None when it keeps one sign."""
+    d0, d1 = x[0] - y[0], x[1] - y[1]
+    if n == 1 or (d0 >= 0 and d1 >= 0) or (d0 <= 0 and d1 <= 0):
+        return None
+    return min(max(math.floor(d0 / (d0 - d1) * (n - 1)), 0), n - 2)
+
+
+def max_sum(x: EndValues, y: EndValues, n: int) -> float:
+    """Sum over n points of max(x, y)."""
+    j = crossing(x, y, n)
+    if j is None:
+        top = x if x[0] + x[1] >= y[0] + y[1] else y
+        return n * (top[0] + top[1]) / 2
+    first, second = (x, y) if x[0] > y[0] else (y, x)
+    return _run(first, 0, j, n) + _run(second, j + 1, n - 1, n)
+
+
+def envelope_sum(lines: Sequence[EndValues], n: int) -> float:
+    """Sum over n points of the largest of `lines` (the upper envelope, walked crossing by crossing)."""
+    slopes = [0.0 if n == 1 else (y1 - y0) / (n - 1) for y0, y1 in lines]
+    total, i = 0.0, 0
+    while i < n:
+        values = [at(line, i, n) for line in lines]
+        top = max(range(len(lines)), key=lambda k: (values[k], slopes[k]))  # a tie goes to the steeper line
+        end = n - 1
+        for k, slope in enumerate(slopes):
+            if slope > slopes[top]:  # a steeper line overtakes after t: top stays largest up to floor(t)
+                end = min(end, i + math.floor((values[top] - values[k]) / (slope - slopes[top])))
+        end = max(end, i)
+        total += _run(lines[top], i, end, n)
+        i = end + 1
+    return total
+
+
+Kernel = tuple[EndValues, EndValues]  # a kernel's two roofline sides, each a line: its time is their max
+
+
+def _stage_value(const: float, kernels: Sequence[Kernel], i: int, n: int) -> float:
+    return const + sum(max(at(x, i, n), at(y, i, n)) for x, y in kernels)
+
+
+def stages_max_sum(stages: Sequence[tuple[float, Sequence[Kernel]]], n: int) -> float:
+    """Sum over n points of the slowest stage, each a constant plus a sum of kernels (each the max of two lines).
+
+    Each stage is linear between the kernels' crossings; on every piece between them the slowest stage is the
+    upper envelope of lines.
+    """
+    if len(stages) == 1:
+        const, kernels = stages[0]
+        return n * const + sum(max_sum(x, y, n) for x, y in kernels)
+    starts = {0}
+    for _, kernels in stages:
+        for x, y in kernels:
+            j = crossing(x, y, n)
+            if j is not None:
+                starts.add(j + 1)
+    bounds = sorted(starts) + [n]
+    total = 0.0
+    for u, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        v = stop - 1
+        lines = [(_stage_value(c, k, u, n), _stage_value(c, k, v, n)) for c, k in stages]
+        total += envelope_sum(lines, v - u + 1)
+    return total

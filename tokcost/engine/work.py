@@ -1,0 +1,119 @@
+"""Work apart from rates: what a pass, or a span of decode steps, asks of each kernel; priced under any rates.
+
+A Work is rates-free: per pipeline stage, each kernel's rate slot (its class: a kernel's kind and weight format,
+or a collective's op and group; a RateTable holds each class's rate under one scenario), its count, and its
+FLOPs, weight bytes and other bytes at the first and the last point (a collective: its payload). A single pass
+has one point; a span of decode steps has one per context, and every kernel's work is linear between its ends
+(features.py). stage_sum is where a Work meets rates: each kernel through roofline.kernel_seconds (or its
+collective's rate), summed per pipeline stage, the slowest stage summed over the points exactly (series.py).
+The fit keeps each row's Work and re-prices it under thousands of rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokcost.engine.collectives import Links
+from tokcost.engine.layout import Layout
+from tokcost.engine.roofline import CollectiveRate, KernelRate, Rates, collective_rate, kernel_rate, kernel_seconds
+from tokcost.engine.series import Kernel, stages_max_sum
+from tokcost.engine.stages import Op, Stage
+
+Rate = KernelRate | CollectiveRate
+KernelKey = tuple[str, str]  # what a kernel's rate depends on: its kind and weight format
+CollectiveKey = tuple[Op, int, bool]  # what a collective's depends on: its op, ranks, and whether it crosses nodes
+Fixed = tuple[int, int, float, float, float]  # (rate slot, count, FLOPs, weight bytes, other bytes): one value
+# a kernel whose work moves between the first and the last point: (slot, count, FLOPs at each end, weight bytes at
+# each end, other bytes at each end)
+Moving = tuple[int, int, float, float, float, float, float, float]
+Collective = tuple[int, int, float]  # (slot, count, payload bytes): collectives carry activations, never the cache
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """One pipeline stage's kernels: those whose work is one value over the points, those it moves, collectives."""
+
+    fixed: tuple[Fixed, ...]
+    moving: tuple[Moving, ...]
+    collectives: tuple[Collective, ...]
+
+
+def kernel_key(stage: Stage) -> KernelKey:
+    """The class of a kernel's rate."""
+    return (stage.kind, stage.weight_format)
+
+
+def collective_key(stage: Stage) -> CollectiveKey:
+    """The class of a collective's rate."""
+    assert stage.collective is not None
+    return (stage.collective, stage.ranks, stage.crosses_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class RateTable:
+    """A compiled pass's kernel classes and collectives at their rates under one scenario, by slot."""
+
+    kernels: tuple[KernelRate, ...]
+    collectives: tuple[CollectiveRate, ...]
+
+    @staticmethod
+    def of(
+        kernels: Sequence[KernelKey], collectives: Sequence[CollectiveKey], rates: Rates, links: Links, layout: Layout
+    ) -> RateTable:
+        """Each class's rate under `rates` (roofline.kernel_rate, collective_rate)."""
+        return RateTable(
+            tuple(kernel_rate(kind, fmt, rates) for kind, fmt in kernels),
+            tuple(
+                collective_rate(op, n, rates, links, layout, crosses_nodes=crosses) for op, n, crosses in collectives
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Every pipeline stage's kernels' work over `points` consecutive points (1: one pass), and the pass's schedule."""
+
+    stages: tuple[StageWork, ...]
+    points: int
+    microbatches: int
+    pp: int
+
+
+def _fixed_seconds(stage: StageWork, table: RateTable) -> float:
+    """The time of a stage's kernels and collectives whose work does not move over the points (one point's)."""
+    total, kernels = 0.0, table.kernels
+    for slot, n, flops, weights, other in stage.fixed:
+        compute_s, memory_s = kernel_seconds(flops, weights, other, kernels[slot])
+        total += n * (compute_s if compute_s > memory_s else memory_s)
+    for slot, n, payload in stage.collectives:
+        total += n * table.collectives[slot].seconds(payload)
+    return total
+
+
+def stage_times(work: Work, table: RateTable) -> list[float]:
+    """Each pipeline stage's time at the work's first point."""
+    out = []
+    for stage in work.stages:
+        total = _fixed_seconds(stage, table)
+        for slot, n, flops, _, weights, _, other, _ in stage.moving:
+            compute_s, memory_s = kernel_seconds(flops, weights, other, table.kernels[slot])
+            total += n * (compute_s if compute_s > memory_s else memory_s)
+        out.append(total)
+    return out
+
+
+def stage_sum(work: Work, table: RateTable) -> float:
+    """Sum over the work's points of its slowest pipeline stage's time (one microbatch; no schedule, no overhead)."""
+    if work.points == 1:
+        return max(stage_times(work, table))
+    stages: list[tuple[float, list[Kernel]]] = []
+    for stage in work.stages:
+        kernels: list[Kernel] = []
+        for slot, n, fa, fb, wa, wb, oa, ob in stage.moving:
+            rate = table.kernels[slot]
+            ca, ma = kernel_seconds(fa, wa, oa, rate)
+            cb, mb = kernel_seconds(fb, wb, ob, rate)
+            kernels.append(((n * ca, n * cb), (n * ma, n * mb)))
+        stages.append((_fixed_seconds(stage, table), kernels))
+    return stages_max_sum(stages, work.points)
