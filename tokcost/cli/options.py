@@ -8,8 +8,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokcost.plots.canvas import check_path
 from tokcost.units import COMPUTE_DTYPES
+
+
+def _check_plot(path: Path | None) -> Path | None:
+    """--plot's check before any work (tokcost.plots.canvas.check_path), loaded only when a plot is asked for."""
+    if path is None:
+        return None
+    from tokcost.plots.canvas import check_path
+
+    return check_path(path)
 
 
 class Format(str, Enum):
@@ -100,7 +108,7 @@ PlotOpt = Annotated[
     typer.Option(
         "--plot",
         metavar="FILE",
-        callback=check_path,
+        callback=_check_plot,
         help="Also draw the result as a chart in FILE, .png or .svg (needs matplotlib: the plot extra).",
     ),
 ]
