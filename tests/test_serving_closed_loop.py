@@ -1,9 +1,12 @@
 """Closed loops (N users, think time Z) in the closed form agree with a simulation of real clients (issue 20).
 
 The simulated clients start together (as benchmark clients do) and send each next request one round trip after
-their last token. Checked: p50 and p90 of TTFT and TPOT within 15% from one user to near the load limit (the users a
-replica holds without queueing), with fixed and variable lengths, on a dense model under TP, a packed small model
-and an MoE; the engine's running cap (more users raise TTFT, not TPOT); the token gaps; lock-step groups.
+their last token; with fixed lengths they fall into lock-step groups, so there the simulation checks the closed
+form's lock-step end (Replica.lock_step), and the primary figure (users who do not lock, as published client runs
+measure) is the closed form the variable lengths check. Checked: p50 and p90 of TTFT and TPOT within 15% from one
+user to near the load limit (the users a replica holds without queueing), with fixed and variable lengths, on a
+dense model under TP, a packed small model and an MoE; the engine's running cap (more users raise TTFT, not
+TPOT); the token gaps; lock-step groups.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def test_closed_form_matches_simulated_clients_from_one_user_to_the_limit(name):
     for users in sorted({1, *(max(2, round(knee * s)) for s in shares)}):
         traffic = _traffic(kind, prompt, output, users, think)
         r = _replica(model, gpu, tp, traffic, chunk)
+        r = r.lock_step() or r  # the simulated clients lock where they can
         point = state_at_users(r, users, think)
         requests = max(4000 if kind == "fixed" else 8000, 25 * users)  # a few dozen rounds of every user
         sim = simulate(r.steps, traffic, chunk, requests=requests, seed=1, max_running=r.running_cap())
@@ -95,7 +99,7 @@ def test_more_users_than_the_cap_raise_ttft_not_tpot():
     assert percentile(r, twice, "ttft", 0.5) > percentile(r, at_cap, "ttft", 0.5)
     # the simulated engine admits at most `cap` running sequences: the same TTFT and TPOT within 15%
     traffic = _traffic("fixed", 1000, 200, 2 * cap, 0.0)
-    r2 = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048, max_running=cap)
+    r2 = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048, max_running=cap).lock_step()
     sim = simulate(r2.steps, traffic, 2048, requests=6000, seed=2, max_running=cap)
     assert sim.mean_batch <= cap
     for metric in ("ttft", "tpot"):
@@ -118,7 +122,7 @@ def test_lock_step_groups_wait_out_the_group_before_them():
     # 8 users, 2,000-token prompts, a 2,048-token chunk: one prompt a step; each group arrives during the step of
     # the group before it (its round trip after that group's start) and waits it out: TTFT = (Tp - RTT) + Tp
     traffic = _traffic("fixed", 2000, 300, 8, 0.0)
-    r = _replica("llama-3.1-70b", "h100-sxm", 4, traffic, 2048)
+    r = _replica("llama-3.1-70b", "h100-sxm", 4, traffic, 2048).lock_step()
     point = state_at_users(r, 8, 0.0)
     decode = [Segment(point.batch, r.steps.decode_context, 1)]
     step = r.steps.cost([*decode, Segment(1, 0, 2000)]).seconds  # one group's prompt beside the decodes
@@ -139,3 +143,18 @@ def test_token_gaps_match_the_simulation(loop):
     sim = simulate(r.steps, traffic, 1024, requests=5000, seed=3, rate_rps=rate, max_running=r.running_cap())
     for q in (0.5, 0.99):
         assert percentile(r, point, "itl", q) == pytest.approx(sim.percentile("itl", q), rel=TOLERANCE)
+
+
+def test_lock_step_is_the_range_not_the_primary_figure():
+    # fixed lengths in a closed loop can lock; the primary figure is for users who do not (loop.py), the same
+    # closed form variable lengths use; an open loop or varying lengths have no lock-step end at all
+    fixed = _replica("llama-3.1-8b", "h100-sxm", 1, _traffic("fixed", 500, 200, 5, 0.0), 8192)
+    locked = fixed.lock_step()
+    assert locked is not None and locked.loop.locked and not fixed.loop.locked
+    assert locked.loop.locked_share(0.02) == 1.0 and fixed.loop.locked_share(0.02) == 0.0
+    # five 500-token prompts that came back together run in one step: each waits for the others' tokens too
+    one, together = (percentile(x, state_at_users(x, 5, 0.0), "ttft", 0.5) for x in (fixed, locked))
+    assert together > 1.5 * one
+    assert _replica("llama-3.1-8b", "h100-sxm", 1, _traffic("exponential", 500, 200, 5, 0.0), 8192).lock_step() is None
+    open_loop = replace(_traffic("fixed", 500, 200, 5, 0.0), concurrency=None, rate_rps=1.0)
+    assert _replica("llama-3.1-8b", "h100-sxm", 1, open_loop, 8192).lock_step() is None

@@ -2,7 +2,8 @@
 
 p50 and p90 of TTFT and TPOT, from 10% to 90% of the replica's saturation rate, on configurations that cover
 the regimes: a chunk equal to the prompt, prompts spanning two chunks on a PCIe card, several prompts packed
-per step, an MoE, a shared cached prefix, variable lengths, and prompts of one to a few dozen tokens. Seeded runs, so each is deterministic.
+per step, an MoE, a shared cached prefix, variable lengths, and prompts of one to a few dozen tokens. Seeded runs,
+so each is deterministic.
 """
 
 from __future__ import annotations

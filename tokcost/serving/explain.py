@@ -22,15 +22,17 @@ SERVING_MODEL = [
     "once, KV of every sequence, all-reduces); at most the engine's cap of sequences run at once.",
     "Decode, Little's law: b = lambda x E[n] x TPOT, n = O - 1 decode steps. A decoding sequence sees lambda m "
     "prefill steps and (1 - rho) / T0 decode-only steps per second: TPOT = 1 / (lambda m + (1 - rho) / T0).",
-    "Prefill load lambda x P' tokens/s: rho = lambda E[S] with S = P' Tc / C (packed behind others) or the "
-    "prompt's own chunks alone (nobody behind it); saturation when every step is full of prefill (rho -> 1, "
+    "Prefill load lambda x P' tokens/s: rho = lambda E[S], S a prompt's full chunks plus its part of the step "
+    "that runs its last chunk, shared with the prompts that joined it (P' Tc / C when full); saturation when "
+    "every step is full of prefill (rho -> 1, "
     "b -> E[n] C / E[P']), when the p99 batch's KV no longer fits (KV memory) or at the running cap.",
     "TTFT = the engine's per-request cost (as a client times it) + the wait for a running slot (Erlang C at the "
     "cap; a closed loop past its limit: extra users / rate) + the step in progress at arrival (open loop: half a "
-    "decode step on average; closed loop: the whole step less the client's round trip) + the M/G/1 wait on prefill "
-    "work (Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks "
-    "+ the tokens packed after it in its last step. Fixed lengths in a closed loop: users come back in lock-step "
-    "groups, each waiting out the group before it.",
+    "decode step on average; closed loop: the whole step less the client's round trip) + the M/G/1 wait on packed "
+    "prefill work behind a backlog (chance lambda E[P'] Tc / C: a step takes every waiting prompt up to C tokens; "
+    "Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks + "
+    "the tokens packed beside it in its last step. Fixed lengths in a closed loop: users who stay in lock-step "
+    "groups (each waiting out the group before it) are the other end of the range, shown as lock-step.",
     "TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum (variance "
     "lambda L E[S^2]) plus the batch's swing (Poisson; binomial for N users), amplified by the batch's feedback "
     "1 / (1 - gain); a shifted gamma with the same mean, variance and skew, never below a step alone. ITL pools "
@@ -141,10 +143,10 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
     lines = [f"users N = lambda (E[TTFT] + E[n] TPOT + RTT + Z) = {pt.rate_rps:.3f} x ({fmt.ms(e2e)} + "
              f"{fmt.ms(t.client_rtt_s)} + {t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip
     step = pt.tpot_mean_s
-    if r.loop.locked_share(step) > 0.5:
-        lines.append("fixed lengths, no think time: users come back in lock-step groups (modelled), each waiting "
-                     "out the group before it; TTFT and TPOT are nearly the same for every request")  # fmt: skip
-    elif r.loop.step_share(step) > 0.5:
+    if r.loop.lockable and r.loop.step_share(step) > 0.5:
+        lines.append("fixed lengths, no think time: users may come back in lock-step groups, each waiting out the "
+                     "group before it (the lock-step TTFT); the primary figures are for users who do not")  # fmt: skip
+    if r.loop.step_share(step) > 0.5:
         lines.append(f"no think time: each request lands {fmt.ms(r.loop.offset_s)} after a step boundary and waits "
                      "out that step; the prefill queue sees arrivals per step, not per second")  # fmt: skip
     return lines

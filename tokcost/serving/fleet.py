@@ -59,6 +59,8 @@ class Fleet:
     capacity: Capacity | None = None
     # (load one instance carries at the goodput, GPUs per instance) per pool; load = rate, or users
     pools: tuple[tuple[float, int], ...] = ()
+    # a closed loop with fixed lengths: TTFT were its users in lock-step groups (loop.py; the range's other end)
+    ttft_lock_step_s: dict[str, float | None] | None = None
 
     def __post_init__(self) -> None:
         """One finiteness rule for every number plan prints: a value that is not a finite number is unknown (None)."""
@@ -76,8 +78,9 @@ class Fleet:
         return sum(max(math.ceil(load * (1 + headroom) / cap - 1e-9), 1) * gpus for cap, gpus in self.pools)
 
 
-PRINTED = ("max_rate_rps", "saturation_rps", "utilization", "ttft_s", "tpot_s", "e2e_s", "itl_s", "usd_per_hour",
-           "usd_per_million_input_tokens", "usd_per_million_output_tokens", "usd_per_million_tokens")  # fmt: skip
+PRINTED = ("max_rate_rps", "saturation_rps", "utilization", "ttft_s", "ttft_lock_step_s", "tpot_s", "e2e_s", "itl_s",
+           "usd_per_hour", "usd_per_million_input_tokens", "usd_per_million_output_tokens",
+           "usd_per_million_tokens")  # fmt: skip
 
 
 def _finite(value: float | None) -> float | None:
@@ -165,8 +168,16 @@ def size_aggregated(
         point=pt,
         capacity=cap,
         pools=((per_replica if traffic.concurrency else cap.max_rate_rps, gpus_per_replica),),
+        ttft_lock_step_s=_lock_step_ttft(replica, traffic, replicas),
     )
     return fleet
+
+
+def _lock_step_ttft(replica: Replica, traffic: Traffic, replicas: int) -> dict[str, float | None] | None:
+    """TTFT percentiles with the replica's users in lock-step groups, where they can lock (loop.py)."""
+    locked = replica.lock_step() if traffic.concurrency else None
+    pt = state_at_users(locked, traffic.concurrency / replicas, traffic.think_time_s) if locked else None
+    return percentiles(locked, pt, "ttft") if locked and pt else None
 
 
 def _zero_load_reason(cap: Capacity) -> str:

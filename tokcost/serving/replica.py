@@ -33,6 +33,7 @@ decode instance one with no prefill whose requests wait for their KV to arrive o
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -313,6 +314,15 @@ class Replica(ReplicaLimits, ReplicaCurves):
         return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, queue.rate,
                          queue.backlog, admission_p=p_admit, admission_mean_s=admit_s,
                          prefill_share=queue.steps)  # fmt: skip
+
+    def lock_step(self) -> Replica | None:
+        """The same replica with its users in lock-step groups (loop.py: the other end of the range), or None
+        when they cannot lock (an open loop, or lengths that vary)."""
+        if not self.loop.lockable:
+            return None
+        locked = copy.copy(self)
+        locked.loop = replace(self.loop, locked=True)
+        return locked
 
     def users_estimate(self, pt: LoadPoint) -> float:
         """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their

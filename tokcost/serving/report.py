@@ -8,8 +8,10 @@ Each config: `mode`, `gpu`, `layout`, `tp`, `prefill_tp` (disaggregated only), `
 engine's per-request cost, on TTFT as a client times it), `pareto`, and `expected` and `ceiling` with the keys
 of SCENARIO_KEYS; `simulated` with `ttft_s`, `tpot_s`, `e2e_s`, `itl_s` when --simulate ran for it (else
 null). Latencies are `{p50, p90, p99}` in seconds (null where they do not apply, e.g. TPOT with one output
-token); money in USD, null without a price: `usd_per_hour` is what plans rank by, `usd_per_million_tokens`
-spreads it over every token served, and the input/output split is by busy time.
+token); `ttft_lock_step_s` is TTFT were a closed loop's users in lock-step groups (fixed lengths; else null),
+the other end of the range whose primary figure is `ttft_s`; money in USD, null without a price: `usd_per_hour`
+is what plans rank by, `usd_per_million_tokens` spreads it over every token served, and the input/output split
+is by busy time.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from tokcost.serving.traffic import Traffic
 SCHEMA_VERSION = 2
 SCENARIO_KEYS = (
     "meets_slo", "max_rate_rps", "saturation_rps", "replicas", "prefill_replicas", "gpus", "utilization",
-    "ttft_s", "tpot_s", "itl_s", "e2e_s", "usd_per_hour", "usd_per_million_tokens", "usd_per_million_input_tokens",
-    "usd_per_million_output_tokens", "binding",
+    "ttft_s", "ttft_lock_step_s", "tpot_s", "itl_s", "e2e_s", "usd_per_hour", "usd_per_million_tokens",
+    "usd_per_million_input_tokens", "usd_per_million_output_tokens", "binding",
 )  # fmt: skip
 CONFIG_KEYS = (
     "mode", "gpu", "layout", "tp", "prefill_tp", "weights", "kv_dtype", "compute_dtype", "chunk_tokens",

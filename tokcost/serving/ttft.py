@@ -77,9 +77,10 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
                 extra = joined(part * step)
                 late = math.hypot(extra, step)  # two uniforms as one alike
                 out.append((timed * w * p, alone + (extra + step - late) / 2, 0.0, 1.0, late))
-            both = math.hypot(width, pt.decode_step_s)
+            t0 = pt.decode_step_s
+            both = math.hypot(width, t0)
             out += [(timed * w * backlog * (1 - p_dec), own, theta, shape, width),
-                    (timed * w * backlog * p_dec, own + (width + pt.decode_step_s - both) / 2, theta, shape, both)]  # fmt: skip
+                    (timed * w * backlog * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
         if locked_steps > 0:  # lands r + c into the step in progress: waits out the rest, with all who land in it
             for p, step in landing:
                 out.append((locked_steps * w * p, alone + r.loop.residual(step), 0.0, 1.0, joined(step)))
