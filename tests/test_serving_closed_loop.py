@@ -32,7 +32,12 @@ TOLERANCE = 0.15
 # knee, TTFT p90 is 15.5% under the simulation: behind a backlog the closed form prices every queued prompt packed
 # (alpha P'), while the busy period's first prompt ran its part-filled last step alone (Welch's exceptional first
 # service, not modelled). Checked at 18% there.
-KNOWN_MISS = {("mixtral-tp2-exponential", 212, "ttft", 0.9): 0.18}
+# And one in the lock-step end: 4-token prompts, 1,208 users, 512 prompts to a step: the simulated clients' groups
+# (512, 512, 184 from the start's burst) do not stay back to back as the closed form has them, so its lock-step
+# TTFT (each group waiting out the group before it) is 35-50% above the simulation's; the primary figure (no
+# groups) is 37% below it. Checked at 55% there.
+KNOWN_MISS = {("mixtral-tp2-exponential", 212, "ttft", 0.9): 0.18, ("8b-tiny-prompts-fixed", 1208, "ttft", 0.5): 0.55,
+              ("8b-tiny-prompts-fixed", 1208, "ttft", 0.9): 0.55}  # fmt: skip
 CASES = {
     # name: (model, gpu, tp, prompt, output, chunk, lengths, think time s, shares of the knee)
     "70b-tp4-fixed": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "fixed", 0.0, (0.1, 0.3, 0.8)),
@@ -43,6 +48,9 @@ CASES = {
     "70b-tp4-lognormal": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "lognormal", 0.0, (0.3, 0.6)),
     "8b-l40s-think-fixed": ("llama-3.1-8b", "l40s", 1, 1000, 200, 512, "fixed", 2.0, (0.3, 0.7)),
     "8b-think-exponential": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 1024, "exponential", 1.0, (0.3,)),
+    # issue 22: prompts of a few tokens, many to a step beside the decodes
+    "8b-tiny-prompts-exponential": ("llama-3.1-8b", "h100-sxm", 1, 8, 64, 2048, "exponential", 0.0, (0.3, 0.8)),
+    "8b-tiny-prompts-fixed": ("llama-3.1-8b", "h100-sxm", 1, 4, 32, 2048, "fixed", 0.0, (0.1, 0.5)),
 }  # fmt: skip
 
 

@@ -204,13 +204,16 @@ def load_table(result: Plan) -> Table:
 def simulated_table(rows: list[Row]) -> Table:
     """Closed form beside the simulation, for the rows simulated."""
     columns = ["#", "fleet", "TTFT p50/p90", "simulated", "TPOT p50/p90", "simulated", "ITL p99", "simulated"]
-    table = Table("Closed form vs simulation (one replica at its offered load)", columns)
+    table = Table("Closed form vs simulation (one replica at its offered load)", columns, wrap=("TTFT p50/p90",))
     p50_p90 = ("p50", "p90")
     for i, row in enumerate(rows, 1):
         if not row.simulated:
             continue
         x, s = row.expected, row.simulated
-        table.rows.append([str(i), short_label(row), _pair(x.ttft_s, p50_p90), _pair(s["ttft_s"], p50_p90),
+        ttft = _pair(x.ttft_s, p50_p90)
+        if x.ttft_lock_step_s:  # the simulated clients fall into lock-step with fixed lengths
+            ttft += f" (lock-step: {_pair(x.ttft_lock_step_s, p50_p90)})"
+        table.rows.append([str(i), short_label(row), ttft, _pair(s["ttft_s"], p50_p90),
                            _pair(x.tpot_s, p50_p90), _pair(s["tpot_s"], p50_p90), _ms(x.itl_s, "p99"),
                            _ms(s.get("itl_s"), "p99")])  # fmt: skip
     return table

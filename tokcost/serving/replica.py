@@ -217,7 +217,9 @@ class Replica(ReplicaLimits, ReplicaCurves):
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            tpot = 1 / (rate * m + (1 - rho) / t0) if 0 < rate < math.inf else t0
+            # Little's TPOT, b / (lambda n): the formula's own, and never below T0 when rho would pass 1 (every step
+            # carrying prefill is no saturation: tiny prompts share each step)
+            tpot = b / (rate * n) if 0 < rate < math.inf else t0
             busy = e_s / (1 - min(rho, 0.99))  # M/G/1 mean busy period
             q_rate = self.loop.queue_rate(rate, step_s=tpot, prefill_step_s=e_s / m, busy_s=busy)
             queue = Queue(q_rate, min(q_rate * e_s, 1.0), min(q_rate * alpha * m1, 1.0), -math.expm1(-b))
