@@ -91,6 +91,9 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
             "weights_bytes_total": round(mem.weights_bytes_total),
             "kv_cache_bytes_total": round(mem.kv_cache_bytes_total),
             "kv_bytes_per_token_total": round(mem.kv_bytes_per_token),
+            "state_bytes_per_gpu": round(b.state),
+            "state_bytes_total": round(mem.state_bytes_total),
+            "state_bytes_per_sequence_total": round(mem.state_bytes_per_sequence),
             "fits": mem.fits,
             "max_batch": mem.max_batch,
             "max_context": mem.max_context,
@@ -142,9 +145,11 @@ def bottleneck(e: Estimate) -> str:
     if top.name == "communication":
         what = f"collectives moving {top.bytes / 1e6:.2f} MB per GPU over the links"
     elif top.bound == "compute":
-        what = f"{top.flops / 1e12:.2f} TFLOP of {'matmuls' if top.name == 'weights' else 'attention'}"
+        kernels = {"weights": "matmuls", "state": "state scans"}.get(top.name, "attention")
+        what = f"{top.flops / 1e12:.2f} TFLOP of {kernels}"
     else:
-        target = {"weights": "weights", "attention": "KV cache"}.get(top.name, "activations")
+        targets = {"weights": "weights", "attention": "KV cache", "state": "recurrent state"}
+        target = targets.get(top.name, "activations")
         what = f"reading {top.bytes / 1e9:.2f} GB of {target}"
     return f"{phase} is {step.bound}-bound: {share:.0%} of each {'step' if phase == 'decode' else 'pass'} is {what}"
 

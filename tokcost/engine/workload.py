@@ -85,6 +85,9 @@ class Precision(BaseModel):
     kv: str
     compute: str
     activation: str  # activations and all-reduce payloads
+    # linear-attention and state-space state, at the model dtype: vLLM's --mamba-cache-dtype "auto" (--kv-dtype
+    # does not touch it; vllm/config/cache.py)
+    state: str
 
     @property
     def weight_bytes(self) -> float:
@@ -100,6 +103,11 @@ class Precision(BaseModel):
     def embedding_bytes(self) -> float:
         """Bytes per embedding / LM-head weight."""
         return formats.get(self.embedding).bytes
+
+    @property
+    def state_bytes(self) -> float:
+        """Bytes per state element."""
+        return formats.get(self.state).bytes
 
     @property
     def activation_bytes(self) -> float:
@@ -132,4 +140,5 @@ def resolve_precision(model: ModelSpec, workload: Workload) -> Precision:
         kv=workload.kv_dtype or model.dtype,
         compute=compute,
         activation=activation,
+        state=model.dtype,
     )
