@@ -4,8 +4,11 @@ bytes and FLOPs per kind, each derived by hand here from the published shapes; t
 from __future__ import annotations
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tokcost.engine.attend import Pieces, causal_pairs, kv_read_tokens
+from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import deployment, estimate
 from tokcost.engine.layout import Layout, layout_problem, tp_degrees
 from tokcost.engine.memory import gpu_bytes
@@ -240,3 +243,53 @@ def test_journey_and_explain_show_each_kind_as_its_own_rows(cli):
     scout = cli("estimate", "-m", "llama-4-scout", "-g", "h100-sxm", "--gpus", "4", "--explain").stdout
     assert "chunked attention (36 layers): 2 x 8 KV heads x 128 x 2 B = 4,096 B per token each; only the current " \
            "8,192-token chunk kept" in scout  # fmt: skip
+
+
+# ---- any mix of kinds: the grid path is the stage path, and the decode mean the sum of every step ---------------
+
+
+@st.composite
+def hybrids(draw) -> ModelSpec:
+    """Small decoders whose layers mix every mixer and MLP kind, with windows and chunks a few tokens long."""
+    layers = draw(st.integers(1, 12))
+    mixers = draw(st.lists(st.sampled_from(["global", "sliding", "chunked", "linear", "mamba", "none"]),
+                           min_size=layers, max_size=layers))  # fmt: skip
+    mlps = [draw(st.sampled_from(["dense", "moe", "none"] if m != "none" else ["dense", "moe"])) for m in mixers]
+    kv_heads = draw(st.sampled_from([1, 2, 4]))
+    spec: dict = dict(name="hybrid", layers=layers, hidden_size=64, attention_heads=4, kv_heads=kv_heads,
+                      intermediate_size=96, vocab_size=500, max_context=10**6, layer_pattern=mixers, mlp_pattern=mlps,
+                      mlp_gated=draw(st.booleans()), attention_gate=draw(st.booleans()))  # fmt: skip
+    if "sliding" in mixers:
+        spec["window_tokens"] = draw(st.integers(1, 40))
+    if "chunked" in mixers:
+        spec["chunk_tokens"] = draw(st.integers(1, 40))
+    if "linear" in mixers:
+        spec["linear_attention"] = dict(key_heads=2, value_heads=4, key_head_dim=8, value_head_dim=16, conv_kernel=4)
+    if "mamba" in mixers:
+        spec["mamba"] = dict(heads=4, head_dim=8, state_size=16, groups=2, conv_kernel=4, chunk_tokens=32)
+    if "moe" in mlps:
+        spec["moe"] = dict(experts=8, experts_per_token=2, shared_experts=draw(st.integers(0, 1)),
+                           expert_intermediate_size=32)  # fmt: skip
+    return ModelSpec.model_validate(spec)
+
+
+LAYOUTS = [{}, {"tp": 2}, {"pp": 2}, {"tp": 2, "pp": 3}, {"tp": 2, "dp": 2, "ep": 4}]
+
+
+@given(hybrids(), st.sampled_from(LAYOUTS), st.integers(1, 9), st.integers(0, 90), st.integers(0, 60))
+@settings(max_examples=60)
+def test_any_mix_of_kinds_prices_the_same_on_both_paths(model, layout, batch, first, span):
+    assume(layout_problem(model, Layout(**layout)) is None)  # DP and EP need an MoE
+    d = deployment(model, H100, Workload(**layout))
+    rates = d.rates("expected")
+    bound = d.bound(rates)
+    segments = [Segment(batch, first, 1), Segment(1, first + 3, 17), Segment(2, 0, span + 1)]
+    x = d.compiled.vector(segments)
+    for rows, stages in zip(d.compiled.stages, d.compiled.point_stages(x), strict=True):
+        for row, stage in zip(rows, stages, strict=True):
+            assert row.flops(x) == pytest.approx(stage.flops, rel=1e-12, abs=1e-9)
+            assert row.weight_bytes(x) + row.other_bytes(x) == pytest.approx(stage.bytes, rel=1e-12, abs=1e-6)
+    last = first + span
+    brute = sum(bound.seconds([Segment(batch, c, 1)]) for c in range(first, last + 1)) / (span + 1)
+    assert bound.decode_mean(batch=batch, first=first, last=last) == pytest.approx(brute, rel=1e-12)
+    assert DecodeLines(bound, batch).mean(first, last) == pytest.approx(brute, rel=1e-12)

@@ -108,11 +108,11 @@ def attention_stages(
 def _conv(name: str, label: str, count: int, f: Features[N], p: Precision, channels: float, kernel: int,
           bias: bool) -> Stage[N]:  # fmt: skip
     """The depthwise causal convolution: K multiply-adds per channel per token, its window of K - 1 inputs kept."""
-    t, act, taps = f.tokens_dp, p.activation_bytes, kernel + (1 if bias else 0)
-    weights = channels * taps * p.embedding_bytes
+    t, act, bias_terms = f.tokens_dp, p.activation_bytes, 1 if bias else 0
+    weights = channels * (kernel + bias_terms) * p.embedding_bytes
     window = channels * (kernel - 1) * p.state_bytes  # the conv state of one sequence
     note = "reads each sequence's last K - 1 inputs and writes them back"
-    return Stage(name, label, "state", count, flops=(2 * kernel + taps - kernel) * channels * t,
+    return Stage(name, label, "state", count, flops=(2 * kernel + bias_terms) * channels * t,
                  bytes_read=weights + f.state_reads * window + t * channels * act,
                  bytes_written=t * channels * act + f.sequences_dp * window, weight_bytes=weights,
                  weight_format=p.state, note=note)  # fmt: skip
