@@ -230,6 +230,13 @@ def test_estimate_shows_state_and_kv_as_separate_lines(cli):
                "json").json()["memory"]  # fmt: skip
     assert data["kv_cache_bytes_per_gpu"] == 12 * 131_328 * 2 * 2 * 256 * BF16
     assert data["state_bytes_per_gpu"] == data["state_bytes_per_sequence_total"] == 39_518_208
+    kinds = cli("estimate", "-m", "qwen3-next-80b-a3b", "-g", "h100-sxm", "--format", "json").json()["layer_kinds"]
+    assert kinds == [
+        {"mixer": "linear", "mlp": "moe", "layers": 36, "kv_bytes_per_token_per_layer": 0,
+         "state_bytes_per_sequence_per_layer": (GDN_STATE + GDN_CONV * 3) * BF16},
+        {"mixer": "global", "mlp": "moe", "layers": 12, "kv_bytes_per_token_per_layer": 2 * 2 * 256 * BF16,
+         "state_bytes_per_sequence_per_layer": 0},
+    ]  # fmt: skip
 
 
 def test_journey_and_explain_show_each_kind_as_its_own_rows(cli):

@@ -62,6 +62,21 @@ def _scenario(s: Scenario, provenance: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _layer_kinds(e: Estimate) -> list[dict[str, Any]]:
+    """Each (mixer, MLP) kind of the model's layers: how many, and the KV per token or state per sequence of one."""
+    m, p = e.model, e.precision
+    return [
+        {
+            "mixer": kind.mixer,
+            "mlp": kind.mlp,
+            "layers": n,
+            "kv_bytes_per_token_per_layer": round(m.kv_bytes_per_token_per_layer(kind.mixer, p.kv)),
+            "state_bytes_per_sequence_per_layer": round(m.state_bytes_per_sequence_per_layer(kind.mixer, p.state)),
+        }
+        for kind, n in m.plan.counts(range(m.layers)).items()
+    ]
+
+
 def estimate_dict(e: Estimate) -> dict[str, Any]:
     """Stable JSON-ready keys; `ceiling` and `expected` share one shape (expected adds its provenance)."""
     mem, lay, b = e.memory, e.layout, e.memory.per_gpu
@@ -100,6 +115,7 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
             "min_gpus": mem.min_gpus,
             "min_layout": mem.min_layout,
         },
+        "layer_kinds": _layer_kinds(e),
         "mean_decode_context_tokens": e.mean_decode_context,
         "critical_batch_compute": e.critical_batch_compute,
         "critical_batch_kv": e.critical_batch_kv,
