@@ -19,6 +19,7 @@ the pairs stop growing; c = w: the reads), at every chunk boundary (multiples of
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -95,15 +96,24 @@ class Pieces:
         points = ({window - 1, window} if window else set()) | ({1} if state else set())
         return Pieces(tuple(sorted(c for c in points if c > 0)), (chunk,) if chunk else ())
 
+    def span(self, c: float) -> tuple[int, float]:
+        """The first and the last context of the piece that holds context c (the last: infinity when none follows)."""
+        if not self.points and not self.periods:
+            return 0, math.inf
+        i = bisect.bisect_right(self.points, c)
+        first, after = (self.points[i - 1] if i else 0), (self.points[i] if i < len(self.points) else math.inf)
+        for q in self.periods:
+            n = math.floor(c / q)
+            first, after = max(first, n * q), min(after, (n + 1) * q)
+        return first, after - 1
+
     def start(self, c: float) -> int:
         """The first context of the piece that holds context c."""
-        starts = [0, *(p for p in self.points if p <= c), *(math.floor(c / q) * q for q in self.periods)]
-        return max(starts)
+        return self.span(c)[0]
 
     def end(self, c: float) -> float:
         """The last context of the piece that holds context c (infinity when none follows)."""
-        after = [p for p in self.points if p > c] + [(math.floor(c / q) + 1) * q for q in self.periods]
-        return min(after) - 1 if after else math.inf
+        return self.span(c)[1]
 
     def kinks(self, first: int, last: int) -> tuple[int, ...]:
         """Piece starts c with first < c <= last, in order."""

@@ -63,8 +63,11 @@ class DecodeLines:
         self.regimes: dict[int, tuple[_Stage, ...]] = {}  # by each regime's first context, built when reached
 
     def _regime(self, cached: float) -> tuple[_Stage, ...]:
-        """The stages on the regime that holds context `cached`: the context features as exact lines in c."""
-        start = self.pieces.start(cached)
+        """The stages on the regime that holds context `cached`."""
+        return self._regime_from(self.pieces.start(cached))
+
+    def _regime_from(self, start: int) -> tuple[_Stage, ...]:
+        """The stages on the regime that starts at context `start`: the context features as exact lines in c."""
         found = self.regimes.get(start)
         if found is None:
             space = self.bound.compiled.space
@@ -79,8 +82,9 @@ class DecodeLines:
         """Mean step over cached contexts first..last (integers), exactly the mean of every step."""
         total, a = 0.0, first
         while a <= last:
-            b = int(min(last, self.pieces.end(a)))
-            total += _sum(self._regime(a), a, b)
+            start, end = self.pieces.span(a)
+            b = last if end >= last else int(end)
+            total += _sum(self._regime_from(start), a, b)
             a = b + 1
         return self.factor * total / (last - first + 1) + self.overhead_s
 

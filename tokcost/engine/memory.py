@@ -118,10 +118,14 @@ def layers_kv_bytes(
     return total
 
 
+def layers_state_per_sequence(model: ModelSpec, p: Precision, kinds: Kinds, tp: int) -> float:
+    """State one sequence keeps on one GPU for layers of `kinds` (linear-attention and state-space layers)."""
+    return sum(count * state_bytes_per_sequence_layer(model, p, k.mixer, tp) for k, count in kinds)
+
+
 def layers_state_bytes(model: ModelSpec, p: Precision, kinds: Kinds, layout: Layout, batch: int) -> float:
     """State one GPU holds for layers of `kinds`: each of `batch` sequences (split dp-way) keeps its own."""
-    per_sequence = sum(count * state_bytes_per_sequence_layer(model, p, k.mixer, layout.tp) for k, count in kinds)
-    return math.ceil(batch / layout.dp) * per_sequence
+    return math.ceil(batch / layout.dp) * layers_state_per_sequence(model, p, kinds, layout.tp)
 
 
 def stage_kv_bytes(
@@ -156,6 +160,7 @@ class ReplicaMemory:
         self.weights = [stage_weight_bytes(model, p, layout, r, s == 0, s == last) for s, r in enumerate(self.ranges)]
         self.kinds = [tuple(stage_kinds(model, r).items()) for r in self.ranges]
         self.precision = p
+        self.state_per_sequence = [layers_state_per_sequence(model, p, kinds, layout.tp) for kinds in self.kinds]
         self.kv_per_token = kv_bytes_per_token_layer(model, p, layout.tp)
         self.activation_bytes = _per_token_activation_bytes(model, p, layout.tp)
         self.reserve = RESERVE_FRACTION * gpu.memory_bytes if gpu else 0.0
@@ -177,8 +182,8 @@ class ReplicaMemory:
             + seqs * self.model.vocab_size / self.layout.tp * LOGIT_BYTES
         )
         best = None
-        for weights, kinds in zip(self.weights, self.kinds, strict=True):
-            kv, state = self.kv(kinds, batch, tokens, cached_prefix), self.state(kinds, batch)
+        for weights, kinds, state_per_sequence in zip(self.weights, self.kinds, self.state_per_sequence, strict=True):
+            kv, state = self.kv(kinds, batch, tokens, cached_prefix), seqs * state_per_sequence
             here = GpuBytes(weights, kv, state, workspace, self.reserve)
             if best is None or here.total > best.total:
                 best = here
