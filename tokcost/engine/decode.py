@@ -61,10 +61,11 @@ class DecodeLines:
         self.context = space.context_indices
         self.x = space.vector([Segment(share, 0, 1)])  # the features the context does not move
         self.regimes: dict[int, tuple[_Stage, ...]] = {}  # by each regime's first context, built when reached
+        self.pieced = bool(self.pieces.points or self.pieces.periods)  # else one regime holds every context
 
     def _regime(self, cached: float) -> tuple[_Stage, ...]:
         """The stages on the regime that holds context `cached`."""
-        return self._regime_from(self.pieces.start(cached))
+        return self._regime_from(self.pieces.start(cached) if self.pieced else 0)
 
     def _regime_from(self, start: int) -> tuple[_Stage, ...]:
         """The stages on the regime that starts at context `start`: the context features as exact lines in c."""
@@ -80,6 +81,8 @@ class DecodeLines:
 
     def mean(self, first: int, last: int) -> float:
         """Mean step over cached contexts first..last (integers), exactly the mean of every step."""
+        if not self.pieced:
+            return self.factor * _sum(self._regime_from(0), first, last) / (last - first + 1) + self.overhead_s
         total, a = 0.0, first
         while a <= last:
             start, end = self.pieces.span(a)
