@@ -97,9 +97,9 @@ class Features(Generic[N]):
     state_reads: N
     recurrent_tokens: N
     scan_tokens: N
-    kv_read: Mapping[AttentionKind, N]
-    pairs_absorbed: Mapping[AttentionKind, N]
-    pairs_heads: Mapping[AttentionKind, N]
+    kv_read: Mapping[str, N]  # by attention kind
+    pairs_absorbed: Mapping[str, N]
+    pairs_heads: Mapping[str, N]
 
     @property
     def sequences_dp(self) -> N:

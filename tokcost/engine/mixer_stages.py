@@ -75,7 +75,7 @@ def attention_stages(
     q_width = model.attention_heads / tp * (mla.nope_head_dim + mla.rope_head_dim if mla else model.head_dim)
     v_width = model.attention_heads / tp * (mla.v_head_dim if mla else model.head_dim)
     kv_tok = kv_bytes_per_token_layer(model, p, tp)
-    kv_read, absorbed, heads = f.kv_read[mixer], f.pairs_absorbed[mixer], f.pairs_heads[mixer]  # type: ignore[index]
+    kv_read, absorbed, heads = f.kv_read[mixer], f.pairs_absorbed[mixer], f.pairs_heads[mixer]
     pairs_flops = absorbed * attention_flops_per_pair(model, tp, absorbed=True)
     pairs_flops = pairs_flops + heads * attention_flops_per_pair(model, tp, absorbed=False)
     gate = "; its sigmoid output gate applied in the output projection's prologue" if model.attention_gate else ""
