@@ -6,7 +6,7 @@ import sys
 
 from tokcost import fmt, plots
 from tokcost.cli.common import workload_from_flags
-from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -88,6 +88,7 @@ def estimate(
     )
     gpu_spec = load_gpu(gpu)
     result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
+    warn(unused_network(network, [result.layout]))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
     if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it
         plots.save(plots.estimate_figure(result, journey=journey_), plot)
@@ -141,8 +142,16 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else fmt.ms(seconds)
 
 
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.1f}"
+def _past_context(e: Estimate) -> list[str]:
+    """A note in the table itself (stderr's warning is lost when a table is pasted) when the request is longer
+    than the model's context: a server refuses it, and the figures only extend the roofline past it."""
+    wl, m = e.workload, e.model
+    if wl.total_tokens <= m.max_context:
+        return []
+    what, tokens = ("the prompt alone", wl.prompt_tokens) if wl.prompt_tokens > m.max_context else (
+        "prompt + output", wl.total_tokens)  # fmt: skip
+    return [f"past the context: {what} ({tokens:,} tokens) exceeds {m.name}'s {m.max_context:,}; a server refuses "
+            "this request, and these figures only extend the roofline past it"]  # fmt: skip
 
 
 def estimate_tables(e: Estimate) -> list[Table]:
@@ -155,7 +164,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
     )
-    per_seq = [_rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
+    per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
     perf = Table(
         "Performance",
         ["metric", "ceiling", "expected"],
@@ -164,7 +173,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
             ["TTFT", *_times(e, "ttft_s")],
             ["TPOT", *_times(e, "tpot_s")],
             ["E2E", *_times(e, "e2e_s")],
-            ["decode tokens/s", _rate(c.decode_tokens_per_s), _rate(x.decode_tokens_per_s)],
+            ["decode tokens/s", fmt.rate(c.decode_tokens_per_s), fmt.rate(x.decode_tokens_per_s)],
             ["tokens/s per sequence", *per_seq],
             ["prefill bound", c.prefill_bound, x.prefill_bound],
             ["decode bound", c.decode_bound or "n/a", x.decode_bound or "n/a"],
@@ -172,7 +181,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
             ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
             ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
         ],
-        notes=[bottleneck(e), f"expected: {e.gpu.expected_provenance}"],
+        notes=[bottleneck(e), f"expected: {e.gpu.expected_provenance}", *_past_context(e)],
     )
     b = mem.per_gpu
     fits = "yes" if mem.fits else f"no: needs {mem.min_gpus} GPUs ({mem.min_layout})" if mem.min_gpus else "no"

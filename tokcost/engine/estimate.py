@@ -101,7 +101,7 @@ def deployment(
     problem = layout_problem(model, layout)
     if problem:
         raise UsageError(problem)
-    return Deployment(model, gpu, resolve_precision(model, workload), layout, links_of(gpu, network), engine)
+    return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 
 def decode_contexts(wl: Workload) -> tuple[int, int] | None:

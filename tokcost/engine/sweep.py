@@ -38,6 +38,9 @@ class SweepPoint:
     model: str
     gpu: str
     gpus: int
+    weights: str  # the resolved precision: weight format, KV format and compute dtype
+    kv_dtype: str
+    compute_dtype: str
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -109,6 +112,9 @@ def iter_sweep(
                 model=model.name,
                 gpu=gpu.name,
                 gpus=gpus,
+                weights=d.precision.weights,
+                kv_dtype=d.precision.kv,
+                compute_dtype=d.precision.compute,
                 batch=batch,
                 prompt_tokens=prompt,
                 output_tokens=base.output_tokens,
