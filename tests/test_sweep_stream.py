@@ -68,8 +68,8 @@ def test_rows_are_written_before_the_next_point_is_priced(cli, monkeypatch):
 
 
 def test_a_model_the_engine_refuses_writes_no_header(cli):
-    r = cli("sweep", "-m", "qwen3-next-80b-a3b", "-g", "h100-sxm", "-b", "1,8", "-f", "csv")
-    assert r.exit_code == 2 and r.stdout == "" and "linear-attention" in r.stderr
+    r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8", "--tp", "3", "-f", "csv")
+    assert r.exit_code == 2 and r.stdout == "" and "does not divide" in r.stderr
 
 
 def _cheap_points(*args, batches, prompts, **kwargs):

@@ -190,7 +190,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         ["item", "value"],
         [
             ["weights", fmt.gb(b.weights)],
-            ["KV cache", f"{fmt.gb(b.kv)} ({mem.kv_bytes_per_token:,.0f} B/token, whole model)"],
+            *_cache_rows(e),
             ["activation workspace", fmt.gb(b.workspace)],
             ["reserve", fmt.gb(b.reserve)],
             ["total / capacity", f"{fmt.gb(b.total)} / {fmt.gb(mem.capacity_bytes_per_gpu)}"],
@@ -202,7 +202,10 @@ def estimate_tables(e: Estimate) -> list[Table]:
                 "critical batch: matmuls compute-bound",
                 f"{e.critical_batch_compute:,}" if e.critical_batch_compute else "never",
             ],
-            ["critical batch: KV reads > weight reads", f"{e.critical_batch_kv:,}" if e.critical_batch_kv else "never"],
+            [
+                f"critical batch: {'KV + state' if mem.state_bytes_per_sequence else 'KV'} reads > weight reads",
+                f"{e.critical_batch_kv:,}" if e.critical_batch_kv else "never",
+            ],
         ],
     )
     step = c.decode_step or c.prefill
@@ -225,6 +228,25 @@ def estimate_tables(e: Estimate) -> list[Table]:
         notes=[f"step = {fmt.ms(step.seconds)}"],
     )
     return [perf, memory, breakdown]
+
+
+def _cache_rows(e: Estimate) -> list[list[str]]:
+    """The KV cache of the attention layers and, for a hybrid, the state of its linear / state-space layers."""
+    m, mem, b = e.model, e.memory, e.memory.per_gpu
+    kv = f"{fmt.gb(b.kv)} ({mem.kv_bytes_per_token:,.0f} B/token, whole model)"
+    if not mem.state_bytes_per_sequence:
+        return [["KV cache", kv]]
+    state_layers = " + ".join(
+        f"{m.plan.count(mixer=k)} {_STATE_NAMES[k]}" for k in _STATE_NAMES if m.plan.count(mixer=k)
+    )
+    return [
+        [f"KV cache ({m.kv_layers} attention layers)", kv],
+        [f"state ({state_layers} layers)", f"{fmt.si(b.state, 'B')} ({mem.state_bytes_per_sequence:,.0f} B/sequence, "
+                                           "whole model, at any length)"],
+    ]  # fmt: skip
+
+
+_STATE_NAMES = {"linear": "linear-attention", "mamba": "Mamba-2"}
 
 
 def _journey_table(title: str, rows: list[JourneyRow], seconds: float) -> Table:

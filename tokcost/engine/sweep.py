@@ -51,6 +51,7 @@ class SweepPoint:
     usd_per_million_output_tokens: float | None
     used_bytes_per_gpu: int
     kv_cache_bytes_per_gpu: int
+    state_bytes_per_gpu: int  # linear-attention and state-space layers' state (0 without such layers)
     capacity_bytes_per_gpu: int
     fits: bool
     max_batch: int
@@ -124,6 +125,7 @@ def iter_sweep(
                 usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, batch),
                 used_bytes_per_gpu=round(used.total),
                 kv_cache_bytes_per_gpu=round(used.kv),
+                state_bytes_per_gpu=round(used.state),
                 capacity_bytes_per_gpu=capacity,
                 fits=used.total <= gpu.memory_bytes,
                 max_batch=max_batch,

@@ -119,6 +119,9 @@ class Precision(BaseModel):
     kv: str
     compute: str
     activation: str  # activations and all-reduce payloads
+    # linear-attention and state-space state, at the model dtype: vLLM's --mamba-cache-dtype "auto" (--kv-dtype
+    # does not touch it; vllm/config/cache.py)
+    state: str
 
     @property
     def weight_bytes(self) -> float:
@@ -134,6 +137,11 @@ class Precision(BaseModel):
     def embedding_bytes(self) -> float:
         """Bytes per embedding / LM-head weight."""
         return formats.get(self.embedding).bytes
+
+    @property
+    def state_bytes(self) -> float:
+        """Bytes per state element."""
+        return formats.get(self.state).bytes
 
     @property
     def activation_bytes(self) -> float:
@@ -197,4 +205,5 @@ def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None 
         kv=workload.kv_dtype or model.dtype,
         compute=workload.compute_dtype or _default_compute(model, workload, gpu),
         activation=activation,
+        state=model.dtype,
     )

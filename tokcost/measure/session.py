@@ -14,6 +14,7 @@ from typing import Any
 from tokcost.errors import MeasureError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
+from tokcost.measure.buildable import check_buildable
 from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates, step_overhead
 from tokcost.measure.report import RunReport, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
@@ -233,6 +234,7 @@ def measure(
     """Check memory, probe the device, run the loop and its calibration at each batch, compare with the engine."""
     from tokcost.measure.parallel import TpJob
 
+    check_buildable(spec)  # before torch loads
     device = resolve_device(device, mode=mode, threads=threads)
     if device == "cuda" and os.environ.get("LOCAL_RANK"):  # a torchrun rank probes and reports its own GPU
         import_torch().cuda.set_device(int(os.environ["LOCAL_RANK"]))
