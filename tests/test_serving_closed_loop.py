@@ -153,6 +153,21 @@ def test_token_gaps_match_the_simulation(loop):
         assert percentile(r, point, "itl", q) == pytest.approx(sim.percentile("itl", q), rel=TOLERANCE)
 
 
+def test_clients_whose_round_trips_spread_still_lock():
+    # loop.py's finding: clients whose round trip varies by more than a decode step (exponential, mean 10 ms against
+    # steps of ~8 ms) still come back in groups: who returns during a long prefill step (4 prompts of 1,000 tokens)
+    # waits for it and joins the next with the others. The simulation stays near the lock-step end, far from the
+    # primary (unlocked) figure, which is why the fixed-length checks above read the lock-step end.
+    traffic = _traffic("fixed", 1000, 250, 5, 0.0)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 4096)
+    locked = r.lock_step()
+    assert locked is not None
+    sim = simulate(r.steps, traffic, 4096, requests=4000, seed=1, rtt_spread_s=0.010)
+    unlocked, lock = (percentile(x, state_at_users(x, 5, 0.0), "ttft", 0.5) for x in (r, locked))
+    assert sim.percentile("ttft", 0.5) == pytest.approx(lock, rel=TOLERANCE)
+    assert sim.percentile("ttft", 0.5) > 2 * unlocked
+
+
 def test_lock_step_is_the_range_not_the_primary_figure():
     # fixed lengths in a closed loop can lock; the primary figure is for users who do not (loop.py), the same
     # closed form variable lengths use; an open loop or varying lengths have no lock-step end at all

@@ -14,7 +14,9 @@ window of k steps while sequences decode.
 Closed-loop users behave as benchmark clients do: with no think time all N send at t = 0, and each sends its
 next request one client round trip (traffic.client_rtt_s, plus the engine's per-request cost) after its last
 token arrives, so it lands inside the step then running and waits for that step to end; with a think time Z,
-each first request comes after an exponential pause of mean Z and each next one after another. TTFT counts
+each first request comes after an exponential pause of mean Z and each next one after another. `rtt_spread_s`
+adds an exponential spread to each round trip (a real client's jitter): with fixed lengths the users still come
+back in groups (loop.py). TTFT counts
 from the request's send (admission wait, prefill queue, own chunks) plus the per-request cost. The first and
 last WARMUP_FRACTION of requests (by arrival; in a closed loop at least each user's first two) are left out of
 the statistics: they see an emptier server, or the start's burst.
@@ -93,18 +95,23 @@ class _Server:
 
 def simulate(
     steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None,
-    max_running: float | None = None, scheduler_steps: int = 1,
+    max_running: float | None = None, scheduler_steps: int = 1, rtt_spread_s: float = 0.0,
 ) -> SimResult:  # fmt: skip
-    """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica."""
-    return _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps).run()
+    """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica; `rtt_spread_s`: the mean
+    of an exponential added to each closed-loop client's round trip (0: the benchmark's fixed round trip)."""
+    run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
+               rtt_spread_s=rtt_spread_s)  # fmt: skip
+    return run.run()
 
 
 class _Run:
     """One simulation: arrivals, the step loop, and the finished requests."""
 
     def __init__(self, steps: Steps, traffic: Traffic, chunk: int, requests: int, rng: random.Random,
-                 rate_rps: float | None, max_running: float | None, scheduler_steps: int) -> None:  # fmt: skip
+                 rate_rps: float | None, max_running: float | None, scheduler_steps: int, *,
+                 rtt_spread_s: float = 0.0) -> None:  # fmt: skip
         self.steps, self.traffic, self.chunk, self.requests, self.rng = steps, traffic, chunk, requests, rng
+        self.rtt_spread = rtt_spread_s
         self.cap = max_running if max_running is not None and math.isfinite(max_running) else math.inf
         self.window = max(scheduler_steps, 1)
         self.overhead = steps.request_overhead_s
@@ -140,7 +147,8 @@ class _Run:
         t = self.traffic
         if t.concurrency:  # the client reads its last token, then sends the next request one round trip later
             think = self.rng.expovariate(1 / t.think_time_s) if t.think_time_s > 0 else 0.0
-            self.new_request(time + t.client_rtt_s + self.overhead + think)
+            spread = self.rng.expovariate(1 / self.rtt_spread) if self.rtt_spread > 0 else 0.0
+            self.new_request(time + t.client_rtt_s + spread + self.overhead + think)
 
     def run(self) -> SimResult:
         self.start()
