@@ -49,8 +49,12 @@ def generic_band(results: list[RowResult]) -> Band:
            for r in results]  # fmt: skip
     band = cell_band(got, engine="generic", era="identity", platform=None)
     assert band is not None
-    return band.model_copy(update={"basis": f"every published row against the hardware alone ({band.rows} rows, "
-                                            f"{band.sources} sources; nothing fitted, so every row is left out)"})
+    return band.model_copy(
+        update={
+            "basis": f"every published row against the hardware alone ({band.rows} rows, "
+            f"{band.sources} sources; nothing fitted, so every row is left out)"
+        }
+    )
 
 
 def engine_texts(full: FullFit, bands: dict[tuple[str, str, str | None], Band | None], generic: Band) -> dict[str, str]:
@@ -65,9 +69,11 @@ def engine_texts(full: FullFit, bands: dict[tuple[str, str, str | None], Band | 
             data["eras"][era] = write_era(data["eras"][era], era_fields(found, band, bands.get((name, era, "rocm"))))
         fitted = sorted({n for n in full.space.free if n.startswith(f"{name}.")})
         if name != "generic":
-            data["fit"] = (f"scripts/fit_expected.py on tokcost/validation/published.yaml (rows digest "
-                           f"{full.folds.digest}): {len(fitted)} of this engine's parameters fitted, the rest "
-                           "labelled in each era's basis; band: leave-one-source-out residuals (validation/README.md).")
+            data["fit"] = (
+                f"scripts/fit_expected.py on tokcost/validation/published.yaml (rows digest "
+                f"{full.folds.digest}): {len(fitted)} of this engine's parameters fitted, the rest "
+                "labelled in each era's basis; band: leave-one-source-out residuals (validation/README.md)."
+            )
         EngineFile.model_validate(data)  # what is written loads
         out[name] = yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
     return out

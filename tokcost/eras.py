@@ -125,7 +125,7 @@ class EngineFile(BaseModel):
 def split_spelling(text: str) -> tuple[str, str | None]:
     """('vllm', '0.6') for 'vllm@0.6'; (text, None) for a file path or a name without '@'."""
     name, at, era = text.rpartition("@")
-    if not at or looks_like_path(text) and not name.strip().lower() in builtin_names("engines"):
+    if not at or looks_like_path(text) and name.strip().lower() not in builtin_names("engines"):
         return text, None
     return name, era
 

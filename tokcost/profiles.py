@@ -34,7 +34,7 @@ EFFICIENCY_RANGE = (0.05, 2.0)
 Efficiency = Annotated[float, Field(ge=EFFICIENCY_RANGE[0], le=EFFICIENCY_RANGE[1], allow_inf_nan=False)]
 Microseconds = Annotated[float, Field(ge=0, le=10_000_000, allow_inf_nan=False)]
 Platform = Literal["cuda", "rocm"]
-Basis = Literal["fitted", "prior"]
+Basis = Literal["fitted", "engine", "all engines", "prior"]  # its own rows, its engine's pooled, every engine's, none
 WEIGHT_ONLY_FAMILIES = ("int4", "int8", "fp8", "fp4", "gguf", "nf4")
 
 
@@ -165,7 +165,9 @@ class SchedulerTier(BaseModel):
     min_memory_gib: float = Field(ge=0, le=100_000)
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
-    except_gpus: tuple[str, ...] = Field(default=(), strict=False)  # YAML lists: GPU names (substrings, as the engine matches device names) kept off the tier
+    except_gpus: tuple[str, ...] = Field(
+        default=(), strict=False
+    )  # YAML lists: GPU names (substrings, as the engine matches device names) kept off the tier
 
 
 class Scheduler(BaseModel):
@@ -201,7 +203,9 @@ class EraFields(BaseModel):
     chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
     # decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps); 1 for engines and eras without it
     scheduler_steps: int = Field(default=1, ge=1, le=64)
-    scheduler_tiers: tuple[SchedulerTier, ...] = Field(default=(), strict=False)  # defaults by GPU memory, the largest tier that applies wins
+    scheduler_tiers: tuple[SchedulerTier, ...] = Field(
+        default=(), strict=False
+    )  # defaults by GPU memory, the largest tier that applies wins
     scheduler_source: str = Field(default="", max_length=4000)  # where the scheduler defaults come from
     basis: dict[str, Basis] = Field(default_factory=dict)  # each fitted parameter: fitted, or left at its prior
     band: Band | None = None  # None: no left-out rows speak for it (the CLI then shows the widest band)

@@ -9,6 +9,7 @@ import typer
 from tokcost import fmt, plots
 from tokcost.cli.common import check_grid, split_list, workload_from_flags
 from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.estimate_cmd import band_spans
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -147,6 +148,7 @@ def compare_table(results: list[Estimate]) -> Table:
             "TTFT",
             "TPOT",
             "tokens/s",
+            "80% band",
             "ceiling tok/s",
             "max batch",
             "$/1M in",
@@ -170,6 +172,7 @@ def compare_table(results: list[Estimate]) -> Table:
             fits, cost = f"does not fit ({need})", ["", "", ""]
         tpot = fmt.ms(x.tpot_s) if x.tpot_s else "n/a"
         rate = f"{x.decode_tokens_per_s:,.1f}" if x.decode_tokens_per_s else "n/a"
+        band = band_spans(e)["decode_tokens_per_s"]
         ceiling = f"{e.ceiling.decode_tokens_per_s:,.1f}" if e.ceiling.decode_tokens_per_s else "n/a"
         table.rows.append(
             [
@@ -180,6 +183,7 @@ def compare_table(results: list[Estimate]) -> Table:
                 fmt.ms(x.ttft_s),
                 tpot,
                 rate,
+                band,
                 ceiling,
                 f"{mem.max_batch:,}",
                 *cost,
@@ -188,4 +192,8 @@ def compare_table(results: list[Estimate]) -> Table:
     provenance = sorted({f"{e.gpu.name}: {e.gpu.expected_provenance}" for e in results})
     table.notes.append("Times, tokens/s and costs are 'expected'; J/token from TDP is an upper bound. Expected from:")
     table.notes += [f"  {p}" for p in provenance]
+    bands = sorted({f"{e.deployment.engine.label} on {e.gpu.platform}: {e.band.basis}" for e in results})
+    table.notes.append("80% band (where 8 in 10 runs of the engine era fall, from published runs each predicted by a "
+                       "fit that never read their source):")  # fmt: skip
+    table.notes += [f"  {b}" for b in bands]
     return table

@@ -34,3 +34,14 @@ def rate_band(rate: float, band: Band) -> tuple[float, float]:
 def covers(measured_time_ratio: float, band: Band) -> bool:
     """Whether a measurement (its time over the predicted time) falls inside the band."""
     return band.low <= measured_time_ratio <= band.high
+
+
+def scenario_band(band: Band, *, times_s: dict[str, float | None], rates: dict[str, float | None]
+                  ) -> dict[str, tuple[float, float] | None]:  # fmt: skip
+    """(low, high) of each named time and rate of one scenario (None where the scenario has none)."""
+    out: dict[str, tuple[float, float] | None] = {}
+    for name, seconds in times_s.items():
+        out[name] = None if seconds is None else time_band(seconds, band)
+    for name, rate in rates.items():
+        out[name] = None if rate is None else rate_band(rate, band)
+    return out

@@ -230,17 +230,46 @@ def explain(e: Estimate) -> list[Section]:
 
 
 def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
-    g, peak = e.gpu, e.deployment.rates("ceiling")
-    a = g.achievable
+    g, peak, engine = e.gpu, e.deployment.rates("ceiling"), e.deployment.engine
+    hw, gap = g.hardware, engine.gap(g.platform)
+    k, basis = engine.kernels, engine.basis
+    copy, gemm = hw.copy_bandwidth, hw.gemm_for(e.precision.compute) or hw.gemm_for("bf16")
+
+    def mark(key: str) -> str:
+        return f" ({basis.get(key, 'prior' if engine.name != 'generic' else 'identity')})"
+
     lines = [
-        f"where it comes from: {g.expected_provenance}",
-        f"bandwidth: {fmt.si(peak.bytes_per_s, 'B/s')} x {a.bandwidth:g} = {fmt.si(rates.bytes_per_s, 'B/s')}",
-        f"compute: {fmt.si(peak.flops_per_s, 'FLOP/s')} x {a.compute:g} = {fmt.si(rates.flops_per_s, 'FLOP/s')}",
-        f"engine: {e.deployment.engine.name} (kernel efficiencies on top of these fractions; "
-        f"tokcost/specs/engines/{e.deployment.engine.name}.yaml)",
-        f"fixed costs: {rates.step_overhead_s * 1e6:g} us per step, {rates.request_overhead_s * 1e6:g} us per "
-        f"request, {rates.collective_overhead_s * 1e6:g} us per collective",
+        f"hardware ({g.name}, {g.platform}): {g.expected_provenance}",
+        f"copy: {fmt.si(peak.bytes_per_s, 'B/s')} x {copy.fraction:g} = {fmt.si(rates.bytes_per_s, 'B/s')} "
+        f"[{copy.provenance}]",
     ]
+    if gemm is not None:
+        lines.append(f"GEMM ({e.precision.compute}): {fmt.si(peak.flops_per_s, 'FLOP/s')} x {gemm.fraction:g} = "
+                     f"{fmt.si(rates.flops_per_s, 'FLOP/s')} [{gemm.provenance}]")  # fmt: skip
+    lines += [
+        f"engine: {engine.label} ({engine.summary or engine.source}); each kernel class at the hardware's rate "
+        "x its efficiency, capped at the datasheet",
+        f"memory side: GEMV {k.memory.gemv:g}{mark('m.gemv')}, decode attention {k.memory.attention:g}"
+        f"{mark('m.attention')}, MoE {k.memory.moe:g}{mark('m.moe')}",
+        f"compute side: GEMM {k.compute.gemm:g}{mark('c.gemm')}, prefill attention {k.compute.attention:g}"
+        f"{mark('c.attention')}, MoE {k.compute.moe:g}{mark('c.moe')}",
+    ]
+    if g.platform != "cuda":
+        lines.append(f"platform gap on {g.platform}: memory x{gap.memory:g}, compute x{gap.compute:g}, step "
+                     f"x{gap.step:g} (the engine's {g.platform} build, not the hardware)")  # fmt: skip
+    coll = rates.collective_costs
+    lines.append(
+        f"host costs: {rates.step_overhead_s * 1e6:,.0f} us per step{mark('step_us')}, "
+        f"{rates.launch_overhead_s * 1e6:g} us per launched kernel"
+        f"{mark('launch_us') if rates.launch_overhead_s else ''}"
+        f", {rates.kernel_overhead_s * 1e6:g} us GPU gap per kernel{mark('kernel_us')}, "
+        f"{rates.request_overhead_s * 1e6:,.0f} us per request{mark('request_us')}; per collective "
+        f"{coll.nvlink:g} us NVLink, {coll.pcie:g} us PCIe, {coll.network:g} us network"
+    )  # fmt: skip
+    if rates.comm_overlap:
+        lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")
+    band = e.band
+    lines.append(f"80% band (time x {band.low:.2f} to x {band.high:.2f}): {band.basis}")
     x = e.expected
     lines.append(
         f"TTFT {fmt.seconds(x.ttft_s)}, TPOT {fmt.seconds(x.tpot_s) if x.tpot_s else 'none'}"

@@ -22,7 +22,6 @@ from tokcost.hardware.spec import GpuSpec
 from tokcost.profiles import GENERIC, IDENTITY, CollectiveCosts, EngineProfile, KernelEfficiency
 from tokcost.units import US
 
-
 NO_COLLECTIVE_COST = CollectiveCosts()
 ALL_OPS: frozenset[Op] = frozenset({"all-reduce", "all-to-all", "send/recv"})
 OVERLAPPABLE: frozenset[Op] = frozenset({"all-to-all"})  # what an engine may hide behind compute (two-batch overlap)
@@ -130,7 +129,8 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute,
         collectives=engine.collective_overhead_us,
         step_s=engine.step_overhead_us * gap.step * US / scheduler_steps,
-        launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US, request_s=engine.request_overhead_us * US if client_side else 0.0,
+        launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
+        request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
     )  # fmt: skip
 

@@ -231,8 +231,10 @@ class GpuSpec(BaseModel):
         gemm = h.gemm_for("bf16") or next(iter(h.gemm.values()))
         bases = {h.copy_bandwidth.basis, gemm.basis}
         basis = bases.pop() if len(bases) == 1 else "measured and anchor"
-        return (f"{basis}: copy {h.copy_bandwidth.fraction:g} ({h.copy_bandwidth.basis}), 16-bit GEMM "
-                f"{gemm.fraction:g} ({gemm.basis}) of the datasheet (the sustained block's sources)")
+        return (
+            f"{basis}: copy {h.copy_bandwidth.fraction:g} ({h.copy_bandwidth.basis}), 16-bit GEMM "
+            f"{gemm.fraction:g} ({gemm.basis}) of the datasheet (the sustained block's sources)"
+        )
 
     @property
     def sustained_provenance(self) -> dict[str, str]:

@@ -50,7 +50,10 @@ def cell_band(residuals: Iterable[Residual], *, engine: str, era: str, platform:
     """The band of one cell (platform None: the era on every platform), from the narrowest group with enough rows."""
     rows = list(residuals)
     groups = [
-        (f"{engine}@{era} on {platform}", [r for r in rows if (r.engine, r.era, r.platform) == (engine, era, platform)]),
+        (
+            f"{engine}@{era} on {platform}",
+            [r for r in rows if (r.engine, r.era, r.platform) == (engine, era, platform)],
+        ),
         (f"{engine}@{era}", [r for r in rows if (r.engine, r.era) == (engine, era)]),
         (engine, [r for r in rows if r.engine == engine]),
         ("every engine", rows),
@@ -59,7 +62,7 @@ def cell_band(residuals: Iterable[Residual], *, engine: str, era: str, platform:
         groups = groups[1:]
     for level, (name, members) in enumerate(groups):
         if _enough(members):
-            how = "its own left-out rows" if level == 0 else f"widened x{WIDEN ** level:.3g} from {name}'s"
+            how = "its own left-out rows" if level == 0 else f"widened x{WIDEN**level:.3g} from {name}'s"
             return _band(members, level, f"{name}: {len(members)} left-out rows, "
                                          f"{len({r.source for r in members})} sources ({how})")  # fmt: skip
     return None

@@ -18,13 +18,27 @@ from tokcost.engine.compiled import mean_step_seconds, pass_seconds
 from tokcost.engine.estimate import Deployment, decode_contexts
 from tokcost.engine.features import Segment
 from tokcost.engine.roofline import (
-    CollectiveRate, KernelRate, Rates, collective_rate, expected_rates, kernel_class, kernel_rate, matmul_path,
+    CollectiveRate,
+    KernelRate,
+    Rates,
+    collective_rate,
+    expected_rates,
+    kernel_class,
+    kernel_rate,
+    matmul_path,
 )  # fmt: skip
 from tokcost.engine.work import RateTable, Work
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import (
-    CollectiveCosts, ComputeSide, EngineProfile, KernelEfficiency, MemorySide, PlatformGap, WeightOnly, kernel_family,
+    CollectiveCosts,
+    ComputeSide,
+    EngineProfile,
+    KernelEfficiency,
+    MemorySide,
+    PlatformGap,
+    WeightOnly,
+    kernel_family,
 )  # fmt: skip
 from tokcost.validation.cells import Cell, cell_of
 from tokcost.validation.compare import WaveTimes, row_deployment, run_metric, waves_of, workload_of
@@ -88,7 +102,11 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
     picks them, both sides), host costs, the link classes of its collectives, the platform's gap."""
     if cell.engine == "generic":
         return ()
-    keys = {"step_us", "kernel_us"} | ({"request_us"} if client else set()) | ({"launch_us"} if cell_key(cell) in EAGER_CELLS else set())
+    keys = (
+        {"step_us", "kernel_us"}
+        | ({"request_us"} if client else set())
+        | ({"launch_us"} if cell_key(cell) in EAGER_CELLS else set())
+    )
     ceiling = d.rates("ceiling")
     for kind, fmt in d.compiled.kernel_keys:
         group = kernel_class(kind, matmul_path(kind, fmt, ceiling)[1])
@@ -100,7 +118,7 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
             keys |= {"m.gemv", "c.gemm"}
         if kind == "experts":
             keys |= {"m.moe", "c.moe"}
-    for op, ranks, crosses in d.compiled.collective_keys:
+    for _, ranks, crosses in d.compiled.collective_keys:
         keys.add(f"coll.{d.links.path(ranks, d.layout, expected=True, crosses_nodes=crosses).link_class}")
     if cell.platform != "cuda":
         keys |= {f"{cell.platform}.{side}" for side in GAP_SIDES}
@@ -124,7 +142,9 @@ def candidate_profile(base: EngineProfile, values: Mapping[str, float], platform
     compute = ComputeSide.model_construct(gemm=values.get("c.gemm", k.compute.gemm),
                                           attention=values.get("c.attention", k.compute.attention),
                                           moe=values.get("c.moe", k.compute.moe))  # fmt: skip
-    coll = CollectiveCosts.model_construct(**{n: values.get(f"coll.{n}", getattr(c, n)) for n in CollectiveCosts.model_fields})
+    coll = CollectiveCosts.model_construct(
+        **{n: values.get(f"coll.{n}", getattr(c, n)) for n in CollectiveCosts.model_fields}
+    )
     update: dict[str, object] = {
         "kernels": KernelEfficiency.model_construct(memory=memory, compute=compute),
         "step_overhead_us": values.get("step_us", base.step_overhead_us),
@@ -136,7 +156,10 @@ def candidate_profile(base: EngineProfile, values: Mapping[str, float], platform
     if platform != "cuda":
         gap = base.gap(platform)
         sides = {s: values.get(f"{platform}.{s}", getattr(gap, s)) for s in GAP_SIDES}
-        update["platforms"] = {**base.platforms, platform: PlatformGap.model_construct(**sides, basis={}, band=gap.band)}
+        update["platforms"] = {
+            **base.platforms,
+            platform: PlatformGap.model_construct(**sides, basis={}, band=gap.band),
+        }
     return base.model_copy(update=update)
 
 

@@ -12,8 +12,8 @@ Error = predicted / measured - 1, in the metric's own unit; summaries use its ab
 
 Each row is priced with its engine era's profile (cells.cell_of: the framework, version, graphs and the GPU's
 platform) and layout, by the engine's compiled pass (its TTFT and exact mean TPOT: nothing else of an estimate is
-computed); the per-request cost only on a client-side clock (`measured_at: client`). A row that offers more sequences than
-the engine can run at once (offline throughput runs that submit every request at t = 0) runs in waves, as the
+computed); the per-request cost only on a client-side clock (`measured_at: client`). A row that offers more sequences
+than the engine can run at once (offline throughput runs that submit every request at t = 0) runs in waves, as the
 engine would: at most `max_batch` sequences at a time, the most the KV cache holds at prompt + output tokens each
 beside the weights (memory_report's max_batch) or the engine's own cap on running sequences, whichever is
 smaller; full waves first, then the rest. Rates count the whole run; a request's TTFT and end-to-end time include

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokcost.validation.cases import Case, Pricer, is_cost
+from tokcost.validation.cases import Case, Pricer
 from tokcost.validation.priors import HINGE_SCALE
 from tokcost.validation.space import Space
 

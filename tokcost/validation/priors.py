@@ -66,9 +66,14 @@ _NVLINK_COLL = {"coll.nvlink": Prior(2, 30, 10), "coll.pcie": Prior(10, 100, 40)
 _CLIENT = {"request_us": Prior(500, 50_000, 5000)}
 KERNEL_GAP = Prior(0.3, 5, 1.5)  # us per kernel on the GPU, every era (see the module docstring)
 COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
-    ("vllm", "eager"): {"step_us": Prior(500, 10_000, 2000), "launch_us": Prior(2, 30, 10),
-                        "coll.nvlink": Prior(2, 30, 15), "coll.pcie": Prior(10, 100, 50),
-                        "coll.network": Prior(10, 100, 50), **_CLIENT},  # fmt: skip
+    ("vllm", "eager"): {
+        "step_us": Prior(500, 10_000, 2000),
+        "launch_us": Prior(2, 30, 10),
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(10, 100, 50),
+        "coll.network": Prior(10, 100, 50),
+        **_CLIENT,
+    },  # fmt: skip
     ("vllm", "v0"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
     ("vllm", "v1"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
     ("tensorrt-llm", "static"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},
@@ -76,12 +81,21 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
     ("sglang", "main"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
     ("lmdeploy", "pytorch"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
     ("lmdeploy", "turbomind"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
-    ("llama.cpp", "eager"): {"step_us": Prior(100, 5000, 500), "launch_us": Prior(2, 20, 5),
-                             "coll.nvlink": Prior(2, 30, 15), "coll.pcie": Prior(50, 1000, 300),
-                             "coll.network": Prior(50, 1000, 300), **_CLIENT},  # fmt: skip
-    ("llama.cpp", "graphs"): {"step_us": Prior(50, 2000, 300), "coll.nvlink": Prior(2, 30, 15),
-                              "coll.pcie": Prior(50, 1000, 300), "coll.network": Prior(50, 1000, 300),
-                              **_CLIENT},  # fmt: skip
+    ("llama.cpp", "eager"): {
+        "step_us": Prior(100, 5000, 500),
+        "launch_us": Prior(2, 20, 5),
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(50, 1000, 300),
+        "coll.network": Prior(50, 1000, 300),
+        **_CLIENT,
+    },  # fmt: skip
+    ("llama.cpp", "graphs"): {
+        "step_us": Prior(50, 2000, 300),
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(50, 1000, 300),
+        "coll.network": Prior(50, 1000, 300),
+        **_CLIENT,
+    },  # fmt: skip
     ("tgi", "main"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
     ("mlc", "main"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
     ("torch-compile", "main"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},

@@ -14,6 +14,7 @@ from pathlib import Path
 from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile
 from tokcost.validation.cells import cell_of
 from tokcost.validation.compare import RowResult, percentile, price_row
 from tokcost.validation.data import Row
@@ -127,8 +128,9 @@ def _groups(summary: Summary) -> list[str]:
     return lines
 
 
-def multinode_results(models: Mapping[str, ModelSpec], profiles: Profiles) -> list[MultinodeResult]:
-    """Every multinode row priced with the shipped profiles (never fitted on)."""
+def multinode_results(models: Mapping[str, ModelSpec], profiles: Profiles, engine: EngineProfile | None = None
+                      ) -> list[MultinodeResult]:  # fmt: skip
+    """Every multinode row priced with its engine era's shipped profile, or `engine` (never fitted on)."""
     from tokcost.models.library import load_model
 
     rows = load_multinode(MULTINODE)
@@ -138,12 +140,15 @@ def multinode_results(models: Mapping[str, ModelSpec], profiles: Profiles) -> li
     for r in rows:
         platform = gpus[r.gpu].platform if r.gpu in gpus else "cuda"
         cell = cell_of(framework=r.framework, engine=r.engine, version=None, graphs=None, platform=platform)
-        out.append(price_multinode(r, all_models, gpus, profiles[(cell.engine, cell.era)]))
+        out.append(price_multinode(r, all_models, gpus, engine or profiles[(cell.engine, cell.era)]))
     return out
 
 
 def _multinode(results: list[MultinodeResult]) -> list[str]:
-    lines = ["| row | layout | metric | measured | ceiling | expected | error |", "|:---|:---|:---|---:|---:|---:|---:|"]
+    lines = [
+        "| row | layout | metric | measured | ceiling | expected | error |",
+        "|:---|:---|:---|---:|---:|---:|---:|",
+    ]
     for m in results:
         r = m.row
         layout = f"{r.gpus} x {r.gpu}, tp{r.tp} ep{r.ep} dp{r.dp}, {r.instances} inst., {r.nodes} node(s), {m.network}"

@@ -20,15 +20,21 @@ from dataclasses import dataclass
 
 from tokcost.validation.cases import Case, Pricer, is_cost
 from tokcost.validation.priors import (
-    BANDWIDTH_PRODUCT, COST_SCALE, GEMM_PRODUCT, SHRINK_SCALE, Prior, cost_prior, efficiency_prior,
+    BANDWIDTH_PRODUCT,
+    COST_SCALE,
+    GEMM_PRODUCT,
+    SHRINK_SCALE,
+    Prior,
+    cost_prior,
+    efficiency_prior,
 )  # fmt: skip
 
 MIN_SOURCES = 2
 MIN_WORK_SPREAD = 2.0
 INFORMATIVE_LOG_CHANGE = 0.05
 PROBE_SCALE = 0.8
-PROBE_US = {"step_us": 1000.0, "launch_us": 10.0, "kernel_us": 2.0, "request_us": 10_000.0, "coll.nvlink": 20.0, "coll.pcie": 50.0,
-            "coll.network": 50.0}  # fmt: skip
+PROBE_US = {"step_us": 1000.0, "launch_us": 10.0, "kernel_us": 2.0, "request_us": 10_000.0, "coll.nvlink": 20.0,
+            "coll.pcie": 50.0, "coll.network": 50.0}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

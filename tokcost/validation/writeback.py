@@ -37,7 +37,11 @@ def resolved(space: Space, values: Mapping[str, float], engine: str, era: str, k
         if name in free:
             return values[name], "fitted"
         return (values[name] if name in values else cost_prior(engine, era, key).centre), "prior"
-    for name, label in ((f"{engine}.{era}.{key}", "fitted"), (f"{engine}.{key}", "engine"), (f"all.{key}", "all engines")):
+    for name, label in (
+        (f"{engine}.{era}.{key}", "fitted"),
+        (f"{engine}.{key}", "engine"),
+        (f"all.{key}", "all engines"),
+    ):
         if name in free:
             return values[name], label
     prior_key = key if key.startswith(("m.", "c.")) else "gap." + key.split(".", 1)[1]
