@@ -14,7 +14,7 @@ from tokcost.profiles import ENGINES, GENERIC, IDENTITY, load_engine
 from tokcost.validation.cases import row_cell
 from tokcost.validation.cells import FRAMEWORK_ENGINE, cell_of, version_of
 from tokcost.validation.data import load_rows
-from tokcost.validation.serving_data import load_setups
+from tokcost.validation.serving_data import load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "published.yaml"
@@ -81,9 +81,10 @@ def test_every_published_row_maps_to_an_era_its_engine_file_has():
 
 def test_every_serving_setup_maps_to_an_era():
     files = builtin_files()
-    for setup in load_setups():
+    setups, _ = load_serving(ROOT / "tokcost" / "validation" / "serving.yaml")
+    for setup in setups.values():
         gpu = load_gpu(setup.gpu)
-        cell = cell_of(framework=setup.framework, engine=setup.framework, version=setup.engine_version,
+        cell = cell_of(framework=setup.framework, engine=setup.engine, version=setup.engine_version,
                        graphs=setup.graphs, platform=gpu.platform)  # fmt: skip
         assert cell.engine in files and cell.era in files[cell.engine].eras, setup.id
 

@@ -10,6 +10,7 @@ family, a link class, a platform), every source is text that is not blank.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ class EngineFile(BaseModel):
         key = spelled.strip().lower()
         if key in self.eras:
             return key
-        version = version_key(key)
+        version = version_key(key) if key[:1].isdigit() else None  # `v9` is a name (none such), `0.9` a version
         if version is None:
             return None
         found = [name for name, era in self.eras.items() if not era.eager and era.versions.cover(version)]
@@ -125,7 +126,7 @@ class EngineFile(BaseModel):
 def split_spelling(text: str) -> tuple[str, str | None]:
     """('vllm', '0.6') for 'vllm@0.6'; (text, None) for a file path or a name without '@'."""
     name, at, era = text.rpartition("@")
-    if not at or looks_like_path(text) and name.strip().lower() not in builtin_names("engines"):
+    if not at or not name or os.path.exists(text) or looks_like_path(era):  # a file whose name holds an '@'
         return text, None
     return name, era
 

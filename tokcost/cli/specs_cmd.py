@@ -14,9 +14,10 @@ import yaml
 from tokcost.catalog import builtin_names, expect_kind, kind_of, looks_like_path, shown, suggest
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
+from tokcost.eras import builtin_files, load_file
 from tokcost.errors import SpecError, TokcostError, UsageError
 from tokcost.files import load_mapping, write_new
-from tokcost.hardware.library import gpu_from, load_gpu
+from tokcost.hardware.library import gpu_from, load_gpu, load_network
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.hf_import import from_hf_config
 from tokcost.models.library import load_model, model_from, name_from_path
@@ -30,6 +31,7 @@ class Kind(str, Enum):
 
     models = "models"
     gpus = "gpus"
+    engines = "engines"
 
 
 class ShowFormat(str, Enum):
@@ -96,13 +98,16 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
 
 @app.command("list", epilog="Examples:\n  tokcost specs list --kind gpus\n  tokcost specs list -f json")
 def list_specs(
-    kind: Annotated[Optional[Kind], typer.Option("--kind", help="models or gpus (default: both).")] = None,
+    kind: Annotated[Optional[Kind], typer.Option("--kind", help="models, gpus or engines (default: all).")] = None,
     format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
 ) -> None:
     """List built-in specs. Example: tokcost specs list --kind gpus"""
-    kinds = [kind.value] if kind else ["models", "gpus"]
+    kinds = [kind.value] if kind else ["models", "gpus", "engines"]
     if format == ShowFormat.json:
-        print_json({k: builtin_names(k) for k in kinds})  # type: ignore[arg-type]
+        out: dict[str, Any] = {k: builtin_names(k) for k in kinds if k != "engines"}  # type: ignore[misc]
+        if "engines" in kinds:
+            out["engines"] = {n: {"newest": f.newest, "eras": list(f.eras)} for n, f in builtin_files().items()}
+        print_json(out)
         return
     tables = []
     if "models" in kinds:
@@ -138,7 +143,23 @@ def list_specs(
                 ]
             )
         tables.append(Table("GPUs", ["name", "memory", "bandwidth", "bf16 TFLOP/s (dense)", "TDP", "price"], rows))
+    if "engines" in kinds:
+        tables.append(engines_table())
     print_tables(tables, "table")
+
+
+def engines_table() -> Table:
+    """Every built-in engine's eras: how to spell each (--engine name@era), the versions it covers, what it is."""
+    rows = []
+    for name, engine in builtin_files().items():
+        for era, spec in engine.eras.items():
+            spelled = (
+                name if len(engine.eras) == 1 else f"{name}@{era}" + (" (default)" if era == engine.newest else "")
+            )
+            covers = spec.versions.text + (", or eager" if spec.eager else "")
+            rows.append([spelled, covers, spec.summary or "-"])
+    return Table("Engines (--engine NAME or NAME@ERA; an era also by a version it covers, e.g. vllm@0.6.3)",
+                 ["engine", "versions", "what it is"], rows, prose=True)  # fmt: skip
 
 
 @app.command(
@@ -181,12 +202,29 @@ def _cell(value: Any) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
+def _engine_or_network(path: Path) -> str | None:
+    """'engine vllm: eras eager, v0, v1' or 'network ib-ndr-400' when the file is one (judged as what it is)."""
+    if not looks_like_path(str(path)) or not path.is_file():
+        return None
+    data = load_mapping(path)
+    if "eras" in data or "newest" in data:
+        engine = load_file(str(path))[1]
+        return f"engine {engine.name}: eras {', '.join(engine.eras)}"
+    if {"kind", "gb_s", "latency_us"} <= data.keys() and kind_of(data) is None:
+        return f"network {load_network(str(path)).name or path.stem}"
+    return None
+
+
 @app.command("validate", epilog="Examples:\n  tokcost specs validate my-gpu.yaml my-model.yaml")
 def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files to check.")]) -> None:
     """Check spec files: one line per file, OK or the error. Example: tokcost specs validate my-gpu.yaml"""
     failed = 0
     for path in files:
         try:
+            other = _engine_or_network(path)
+            if other is not None:
+                sys.stdout.write(f"{path}: OK ({other})\n")
+                continue
             kind, spec = _load_any(str(path))
             extra = ""
             if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
