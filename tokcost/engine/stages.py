@@ -16,7 +16,6 @@ linear forms to compile a configuration's kernels once (compiled.py), so the for
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, Literal
