@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokcost.errors import SpecError
+from tokcost.profiles import ENGINES
 from tokcost.validation.cases import Case, Pricer
 from tokcost.validation.data import Row
 from tokcost.validation.families import family_of
@@ -40,12 +41,18 @@ def _round(value: float) -> float:
     return float(f"{value:.{DIGITS}g}")
 
 
+def split_cell(prefix: str) -> tuple[str, str]:
+    """('llama.cpp', 'graphs') for 'llama.cpp.graphs': the engine is the longest built-in name it starts with."""
+    engine = max((e for e in ENGINES if prefix.startswith(e + ".")), key=len, default=prefix.split(".", 1)[0])
+    return engine, prefix[len(engine) + 1 :]
+
+
 def cell_values(space: Space, values: Mapping[str, float]) -> CellValues:
     """Every era-level parameter's value, by cell label (`vllm@v1`) and key."""
     out: CellValues = {}
     for name, p in space.params.items():
         if p.level == "era":
-            engine, era = name[: -len(p.key) - 1].split(".", 1)
+            engine, era = split_cell(name[: -len(p.key) - 1])
             out.setdefault(f"{engine}@{era}", {})[p.key] = _round(values[name])
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
