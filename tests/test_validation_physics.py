@@ -24,6 +24,7 @@ from tokcost.profiles import (
     kernel_family,
     load_engine,
 )  # fmt: skip
+from tokcost.validation.cells import Cell
 from tokcost.validation.compare import (
     Wave,
     WaveTimes,
@@ -72,13 +73,18 @@ def test_an_offline_run_over_the_kv_cache_runs_in_waves():
         < gpu_bytes(model, gpu, d.precision, d.layout, workload_of(row), held + 1, row.prompt_tokens, tokens).total
     )
     plan = waves_of(row, model, gpu, load_engine("vllm"))
-    assert plan == (Wave(held, 16 // held),) + ((Wave(16 % held, 1),) if 16 % held else ())
+    engine = load_engine("vllm")
+    request_s = engine.request_overhead_us * 1e-6
+    assert row.measured_at != "client" and plan == (Wave(held, 16 // held),) + (
+        (Wave(16 % held, 1),) if 16 % held else ()
+    )
     # the run's time is the waves' end-to-end times one after another, every token of all 16 requests counted
     total = 0.0
     for wave in plan:
-        e = estimate(model, gpu, workload_of(row, wave.batch), engine=load_engine("vllm")).expected
-        total += wave.count * (e.ttft_s + (row.output_tokens - 1) * e.tpot_s)
-    priced = price_row(row, model, gpu, load_engine("vllm"))
+        e = estimate(model, gpu, workload_of(row, wave.batch), engine=engine).expected
+        # an offline run is timed by the engine itself: no per-request (client-side) cost on its TTFT
+        total += wave.count * (e.ttft_s - request_s + (row.output_tokens - 1) * e.tpot_s)
+    priced = price_row(row, model, gpu, Cell("vllm", engine.era, "cuda"), engine)
     assert priced.waves == sum(w.count for w in plan)
     assert priced.expected == pytest.approx(16 * tokens / total, rel=1e-12)
 
@@ -172,7 +178,7 @@ def test_an_eager_era_is_no_faster_than_its_launches():
     eager = GENERIC.model_copy(update={"launch_overhead_us": 200.0})
     step = estimate(model, gpu, wl).expected.decode_step
     kernels = sum(p.stage.count for p in step.stages)
-    assert kernels > 10 * model.layers
+    assert kernels >= 7 * model.layers  # norms, projections, attention, MLP: 7 a layer, and the head
     assert estimate(model, gpu, wl, engine=eager).expected.tpot_s == pytest.approx(kernels * 200e-6)
 
 
@@ -215,7 +221,7 @@ def test_every_era_loads_with_its_source_and_the_fits_digest():
         for era in engine_file.eras:
             profile = engine_file.profile(era)
             assert isinstance(profile, EngineProfile) and profile.name == name and profile.source.strip()
-            assert (digest in profile.fit) if name != "generic" else "identity" in profile.fit, profile.label
+            assert (digest in profile.fit) if name != "generic" else "never fitted" in profile.fit, profile.label
 
 
 def test_generic_is_the_identity_in_its_kernels():

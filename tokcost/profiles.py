@@ -151,7 +151,10 @@ class PlatformGap(BaseModel):
     model_config = _FROZEN
 
     memory: Efficiency = 1.0  # on every memory-side efficiency
-    compute: Efficiency = 1.0  # on every compute-side efficiency (e.g. ROCm builds' untuned GEMMs and attention)
+    compute: Efficiency = 1.0  # on the compute side of GEMMs (ROCm builds: hipBLASLt tuning, the GEMM backend)
+    # on prefill attention's compute side apart (ROCm builds of 2024: triton or CK flash attention far below the
+    # GEMMs on long prompts; the two are not one factor)
+    attention: Efficiency = 1.0
     step: Annotated[float, Field(ge=0.1, le=10, allow_inf_nan=False)] = 1.0  # on the step cost
     basis: dict[str, Basis] = Field(default_factory=dict)
     band: Band | None = None  # rows of this platform, left out source by source; None: the era's, widened

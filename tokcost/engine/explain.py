@@ -249,22 +249,26 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     lines += [
         f"engine: {engine.label} ({engine.summary or engine.source}); each kernel class at the hardware's rate "
         "x its efficiency, capped at the datasheet",
-        f"memory side: GEMV {k.memory.gemv:g}{mark('m.gemv')}, decode attention {k.memory.attention:g}"
-        f"{mark('m.attention')}, MoE {k.memory.moe:g}{mark('m.moe')}",
-        f"compute side: GEMM {k.compute.gemm:g}{mark('c.gemm')}, prefill attention {k.compute.attention:g}"
-        f"{mark('c.attention')}, MoE {k.compute.moe:g}{mark('c.moe')}",
+        f"memory side: GEMV {k.memory.gemv:.3g}{mark('m.gemv')}, decode attention {k.memory.attention:.3g}"
+        f"{mark('m.attention')}, MoE {k.memory.moe:.3g}{mark('m.moe')}",
+        f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
+        f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
     ]
     if g.platform != "cuda":
-        lines.append(f"platform gap on {g.platform}: memory x{gap.memory:g}, compute x{gap.compute:g}, step "
-                     f"x{gap.step:g} (the engine's {g.platform} build, not the hardware)")  # fmt: skip
+        sides = {"memory": gap.memory, "GEMM": gap.compute, "prefill attention": gap.attention, "step": gap.step}
+        keys = {"memory": "memory", "GEMM": "compute", "prefill attention": "attention", "step": "step"}
+        parts = [f"{name} x{value:.3g} ({gap.basis.get(f'{g.platform}.{keys[name]}', 'prior')})"
+                 for name, value in sides.items()]  # fmt: skip
+        lines.append(f"platform gap on {g.platform}: {', '.join(parts)} (the engine's {g.platform} build, not the "
+                     "hardware)")  # fmt: skip
     coll = rates.collective_costs
     lines.append(
         f"host costs: {rates.step_overhead_s * 1e6:,.0f} us per step{mark('step_us')}, "
-        f"{rates.launch_overhead_s * 1e6:g} us per launched kernel"
+        f"{rates.launch_overhead_s * 1e6:.3g} us per launched kernel"
         f"{mark('launch_us') if rates.launch_overhead_s else ''}"
-        f", {rates.kernel_overhead_s * 1e6:g} us GPU gap per kernel{mark('kernel_us')}, "
+        f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}, "
         f"{rates.request_overhead_s * 1e6:,.0f} us per request{mark('request_us')}; per collective "
-        f"{coll.nvlink:g} us NVLink, {coll.pcie:g} us PCIe, {coll.network:g} us network"
+        f"{coll.nvlink:.3g} us NVLink, {coll.pcie:.3g} us PCIe, {coll.network:.3g} us network"
     )  # fmt: skip
     if rates.comm_overlap:
         lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")

@@ -40,7 +40,8 @@ class Rates:
     float16_flops_per_s: float = 0.0  # the 16-bit rate, for 16-bit weights under a narrower compute (LM head)
     kernels: KernelEfficiency = IDENTITY  # the engine's efficiency per kernel class (identity: ceiling)
     memory_gap: float = 1.0  # the engine's platform gap on every memory-side efficiency (1 on CUDA)
-    compute_gap: float = 1.0  # ... and on every compute-side efficiency
+    compute_gap: float = 1.0  # ... on the compute side of GEMMs
+    attention_gap: float = 1.0  # ... and on prefill attention's compute side
     peak_bytes_per_s: float = 0.0  # the datasheet: no kernel streams faster (0: bytes_per_s is the datasheet)
     peak_flops_per_s: float = 0.0  # the dense peaks of the three matmul paths, likewise
     peak_attention_flops_per_s: float = 0.0
@@ -126,7 +127,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
     multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's per-step cost over that many steps."""
     gap = engine.gap(gpu.platform)
     return hardware_x_engine(
-        gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute,
+        gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute, attention_gap=gap.attention,
         collectives=engine.collective_overhead_us,
         step_s=engine.step_overhead_us * gap.step * US / scheduler_steps,
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
@@ -137,7 +138,8 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
 
 def hardware_x_engine(
     gpu: GpuSpec, compute_dtype: str, kernels: KernelEfficiency, *, memory_gap: float = 1.0,
-    compute_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST, step_s: float = 0.0,
+    compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
+    step_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
@@ -153,6 +155,7 @@ def hardware_x_engine(
         kernels=kernels,
         memory_gap=memory_gap,
         compute_gap=compute_gap,
+        attention_gap=attention_gap,
         peak_bytes_per_s=peak.bytes_per_s,
         peak_flops_per_s=peak.flops_per_s,
         peak_attention_flops_per_s=peak.attention_flops_per_s,
@@ -231,7 +234,8 @@ def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing:
     memory, compute = k.memory_of(group, weight_format), k.compute_of(group)
     if kind == "experts":  # grouped GEMM over the routed experts, on top of its format's class
         memory, compute = memory * k.memory.moe, compute * k.compute.moe
-    return memory * rates.memory_gap, compute * rates.compute_gap
+    gap = rates.attention_gap if group == "attention" else rates.compute_gap
+    return memory * rates.memory_gap, compute * gap
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from tokcost.validation.priors import EAGER_CELLS
 
 CACHE_LIMIT = 50_000  # candidate rates (and kernel-class rates) kept before the caches start over
 COST_KEYS = ("step_us", "launch_us", "kernel_us", "request_us", "coll.nvlink", "coll.pcie", "coll.network")
-GAP_SIDES = ("memory", "compute", "step")
+GAP_SIDES = ("memory", "compute", "attention", "step")
 
 
 def is_cost(key: str) -> bool:

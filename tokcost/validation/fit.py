@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.validation.cases import Case, Pricer
-from tokcost.validation.priors import HINGE_SCALE
+from tokcost.validation.priors import HINGE_SCALE, PRODUCT_HINGE_SCALE
 from tokcost.validation.space import Space
 
 NU = 4.0  # Student-t degrees of freedom
@@ -93,7 +93,8 @@ class Objective:
         for name, share, (low, high) in self.products:
             v = var.get(name)
             if v is not None:
-                terms.append(("hinge", z[v] + math.log(share), {v: 1.0}, HINGE_SCALE, (math.log(low), math.log(high))))
+                span = (math.log(low), math.log(high))
+                terms.append(("hinge", z[v] + math.log(share), {v: 1.0}, PRODUCT_HINGE_SCALE, span))
         return terms
 
     def value(self, e: dict[int, float], u: list[float], terms: list[tuple]) -> float:

@@ -1,12 +1,12 @@
 """The fit on every row, then again with each source left out (and each GPU family): values stored, re-priced later.
 
 `fit_folds` fits once on every used row (the shipped profiles) and once per fold: with one source's rows left out
-(leave-one-source-out, LOSO: each source predicted by a fit that never read it) and with one GPU family's rows
-left out (leave-one-family-out). Each fold is gated on its own rows (a parameter only one source spoke for falls
-back to its prior when that source is left out) and starts from the full fit. What is stored (folds.json, written by
-scripts/fit_expected.py) is, per fold, every cell's parameter values (the fold's fitted values, or the parents'
-and priors' they fall back to) and the digest of the rows they were fitted on; `tokcost validate` writes each
-fold's values into the cell's shipped profile and re-prices the left-out rows with the engine.
+(leave-one-source-out, LOSO: each source predicted by a fit that never read it) and with one GPU family's rows left
+out (leave-one-family-out). A fold frees the full fit's free parameters that its own rows still identify (2 sources
+left of the 3 the full fit needs: space.py), and starts from the full fit. What is stored (folds.json, written by
+scripts/fit_expected.py) is, per fold, every cell's parameter values (the fold's fitted values, or the parents' and
+priors' they fall back to) and the digest of the rows they were fitted on; `tokcost validate` writes each fold's
+values into the cell's shipped profile and re-prices the left-out rows with the engine.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from tokcost.errors import SpecError
 from tokcost.profiles import ENGINES
-from tokcost.validation.cases import Case, Pricer
+from tokcost.validation.cases import COST_KEYS, Case, Pricer
 from tokcost.validation.data import Row
 from tokcost.validation.families import family_of
 from tokcost.validation.fit import FitResult, fit
-from tokcost.validation.space import Space
+from tokcost.validation.space import FOLD_MIN_SOURCES, Space
 
 FOLDS = Path(__file__).resolve().parent / "folds.json"
 DIGITS = 5  # significant digits stored: far below any figure printed
@@ -95,7 +95,9 @@ def _fold(cases: Sequence[Case], keep: Callable[[Case], bool], start: Mapping[st
           pricer: Pricer) -> CellValues:  # fmt: skip
     """One fold: fitted on the cases `keep` accepts, every cell's values resolved over the whole space."""
     train = [c for c in cases if keep(c)]
-    result = fit(train, start=dict(start), pricer=pricer)
+    space = Space(train)  # the full fit's free parameters that 2 of their sources still identify on these rows
+    space.gate(train, pricer, min_sources=FOLD_MIN_SOURCES, within=space_all.free)
+    result = fit(train, space=space, start=dict(start), pricer=pricer)
     z = {n: math.log(result.values[n]) for n in result.free}
     values, _ = space_all.resolve(z)
     return cell_values(space_all, values)
@@ -120,3 +122,26 @@ def fit_folds(cases: Sequence[Case], rows: Sequence[Row], *, progress: Callable[
         progress(f"left out the {family} family")
     folds = Folds(rows_digest(rows), cell_values(space, full.values), loso, logo)
     return FullFit(full, space, folds)
+
+
+FRACTION_MOVE = 0.1  # issue 19: dropping one source moves no shared efficiency by more than this ...
+COST_MOVE = 2.0  # ... nor a host cost by more than this factor
+SHARED = ("fitted", "engine", "all engines")  # the values rows set (a prior moves with nothing)
+
+
+def unstable(folds: Folds, basis: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str, str, float, float]]:
+    """(left-out source, cell, key, full value, fold value) for each fitted value that one source moves by more
+    than FRACTION_MOVE (an efficiency) or COST_MOVE (a host cost, in us); `basis`: each cell's, by its label."""
+    out = []
+    for source, fold in sorted(folds.loso.items()):
+        for label, values in sorted(folds.full.items()):
+            for key, full in sorted(values.items()):
+                if basis.get(label, {}).get(key) not in SHARED:
+                    continue
+                left = fold[label][key]
+                far = (
+                    max(left / full, full / left) > COST_MOVE if key in COST_KEYS else abs(left - full) > FRACTION_MOVE
+                )
+                if far:
+                    out.append((source, label, key, full, left))
+    return out

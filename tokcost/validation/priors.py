@@ -9,7 +9,9 @@ are about software, never about the silicon:
 - decode attention (paged KV reads, many small blocks): 0.3-1.12; MoE grouped GEMM on top of its class: 0.4-1.12;
 - compute side (GEMM share x efficiency): 0.4-1.1 of the GEMM share, the product within GEMM_PRODUCT (0.40-0.95);
   prefill attention 0.3-1.1;
-- a platform gap (a CUDA-first engine's ROCm build: untuned GEMMs, triton attention, RCCL): 0.1-1.12 per side.
+- a platform gap (a CUDA-first engine's ROCm build: untuned GEMMs, triton attention, RCCL): 0.1-1.12 per side
+  (memory, GEMM compute, prefill attention compute apart: vLLM 0.6's ROCm prefill at 10-20x its ceiling's time on
+  long prompts is its flash attention's, while hipBLASLt GEMMs reach 0.54 of the peak);
 - per kernel on the GPU, every era: 0.3-5 us, centre 1.5: the idle gap between consecutive kernels (NVIDIA's
   "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel costs 3.4 us per launch inside a graph, 3.8 us from a
   stream) plus each kernel's ramp-up and tail wave (a GEMV at batch 1 fills the SMs only in its middle);
@@ -34,7 +36,8 @@ BANDWIDTH_PRODUCT = (0.70, 0.95)  # a GEMV's share of the datasheet bandwidth (c
 GEMM_PRODUCT = (0.40, 0.95)  # a GEMM's share of the dense peak (GEMM share x compute efficiency)
 SHRINK_SCALE = 0.3  # Laplace scale (in log) of an era's efficiency around its engine's, an engine's around all
 COST_SCALE = 1.0  # Laplace scale (in log) of a host cost around its centre: weak, a tie-breaker
-HINGE_SCALE = 0.05  # outside its range a parameter pays (distance in log / 0.05)^2 / 2: a soft wall
+HINGE_SCALE = 0.01  # outside its range a parameter pays (distance in log / 0.01)^2 / 2: a stiff wall
+PRODUCT_HINGE_SCALE = 0.01  # the GEMV's and GEMM's share of the datasheet, per GPU: a stiff wall (a physical bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ EFFICIENCY_PRIORS: dict[str, Prior] = {
     "c.moe": Prior(0.4, 1.1, 1.0),
     "gap.memory": Prior(0.1, 1.12, 1.0),
     "gap.compute": Prior(0.1, 1.12, 1.0),
+    "gap.attention": Prior(0.1, 1.12, 1.0),
     "gap.step": Prior(0.3, 5.0, 1.0),
 }
 

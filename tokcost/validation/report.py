@@ -19,7 +19,7 @@ from tokcost.validation.cells import cell_of
 from tokcost.validation.compare import RowResult, percentile, price_row
 from tokcost.validation.data import Row
 from tokcost.validation.families import family_of
-from tokcost.validation.folds import FullFit
+from tokcost.validation.folds import COST_MOVE, FRACTION_MOVE, FullFit, unstable
 from tokcost.validation.multinode import MultinodeResult, price_multinode
 from tokcost.validation.run import Profiles, fold_profile
 from tokcost.validation.serving_data import GPUS_NOT_BUILT_IN, load_multinode
@@ -31,7 +31,7 @@ TARGETS = {"median of per-source medians": 0.12, "pooled median": 0.15, "pooled 
            "every engine with 3+ sources": 0.15}  # fmt: skip
 COVERAGE_RANGE = (0.70, 0.90)
 SHOWN = ("m.gemv", "m.attention", "c.gemm", "c.attention", "step_us", "kernel_us", "launch_us", "coll.nvlink",
-         "request_us", "rocm.memory", "rocm.compute")  # fmt: skip
+         "request_us", "rocm.memory", "rocm.compute", "rocm.attention")  # fmt: skip
 MARK = {"fitted": "", "engine": " e", "all engines": " a", "prior": " p"}
 
 
@@ -166,6 +166,19 @@ def _multinode(results: list[MultinodeResult]) -> list[str]:
                         "(the hard class: never fitted on)."]  # fmt: skip
 
 
+def _stability(full: FullFit, profiles: Profiles) -> list[str]:
+    """Issue 19's check: each fitted value that dropping one source moves by more than 0.1 (an efficiency) or 2x."""
+    basis = {f"{engine}@{era}": p.basis for (engine, era), p in profiles.items()}
+    moved = unstable(full.folds, basis)
+    lines = [f"Values that dropping one source moves by more than {FRACTION_MOVE:g} (an efficiency) or "
+             f"{COST_MOVE:g}x (a host cost): {len(moved)} (issue 19's limit; the source left out, the value on every "
+             "row and without it).", ""]  # fmt: skip
+    if moved:
+        lines += ["| left out | value | every row | without it |", "|:---|:---|---:|---:|"]
+        lines += [f"| {s} | {label} {key} | {a:.3g} | {b:.3g} |" for s, label, key, a, b in moved]
+    return lines
+
+
 def fit_markdown(full: FullFit, rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Mapping[str, GpuSpec],
                  held: list[RowResult], profiles: Profiles) -> str:  # fmt: skip
     """The generated block of validation/README.md, for the fitted `profiles` and their held-out prices `held`."""
@@ -185,6 +198,8 @@ def fit_markdown(full: FullFit, rows: Sequence[Row], models: Mapping[str, ModelS
         "Leave-one-GPU-family-out (each family's rows predicted by a fit that never saw that family):",
         "",
         *_families(full, rows, models, gpus, profiles),
+        "",
+        *_stability(full, profiles),
         "",
         "The eras as fitted on every row:",
         "",

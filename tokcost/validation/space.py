@@ -1,15 +1,16 @@
 """The fit's parameters: each cell's efficiencies, host costs and platform gaps, their hierarchy, priors and gate.
 
 Names: an era's parameter is `<engine>.<era>.<key>` (`vllm.v1.m.gemv`, `vllm.eager.launch_us`,
-`vllm.v0.rocm.compute`); an efficiency or a gap also has an engine-level parent (`vllm.m.gemv`) whose parent is
-the all-engines value (`all.m.gemv`), whose prior centre is 1. A host cost has no parent: its era's prior centre.
+`vllm.v0.rocm.compute`); an efficiency or a gap also has an engine-level parent (`vllm.m.gemv`) whose parent is the
+all-engines value (`all.m.gemv`), whose prior centre is 1. A host cost has no parent: its era's prior centre.
 Shrinkage: an era's value is drawn towards its engine's, an engine's towards all engines' (Laplace, SHRINK_SCALE).
 
 The gate, decided on the rows a fit may read before any value moves: a parameter is free only when the rows it
 informs (a probe, x 0.8 on a share or + PROBE_US on a cost, moves their prediction by 5% or more) come from at least
-2 sources and span at least 2x in work per step (the ceiling time of the row's step: its bytes over the bandwidth
-when memory-bound); an engine's or all engines' value pools its children's rows. A parameter that is not free takes
-its parent's value (an era's: its engine's, ...) or its prior centre, and is labelled "prior".
+3 sources (so that every leave-one-source-out fold still has 2, and fits it too: folds.py) and span at least 2x in
+work per step (the ceiling time of the row's step: its bytes over the bandwidth when memory-bound); an engine's or
+all engines' value pools its children's rows. A parameter that is not free takes its parent's value (an era's: its
+engine's, ...) or its prior centre, and is labelled "prior".
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from tokcost.validation.priors import (
     efficiency_prior,
 )  # fmt: skip
 
-MIN_SOURCES = 2
+MIN_SOURCES = 3  # free on the full fit: still 2 sources in every leave-one-source-out fold (identified there too)
+FOLD_MIN_SOURCES = 2  # a fold keeps a full-fit parameter free while 2 of its sources remain
 MIN_WORK_SPREAD = 2.0
 INFORMATIVE_LOG_CHANGE = 0.05
 PROBE_SCALE = 0.8
@@ -98,7 +100,8 @@ class Space:
         """A case's short keys -> values."""
         return {k: values[n] for k, n in zip(case.keys, self.case_names[i], strict=True)}
 
-    def gate(self, cases: Sequence[Case], pricer: Pricer) -> None:
+    def gate(self, cases: Sequence[Case], pricer: Pricer, *, min_sources: int = MIN_SOURCES,
+             within: Sequence[str] | None = None) -> None:  # fmt: skip
         """Decide which parameters are free (see the module docstring), from `cases` at the prior centres."""
         values = self.centres()
         informed: dict[str, list[int]] = {n: [] for n in self.params}
@@ -114,7 +117,9 @@ class Space:
                 if p.level == level:
                     informed[name] = sorted({i for child in self.children.get(name, []) for i in informed[child]})
         self.informed = informed
-        self.free = tuple(n for n in self.params if identified([cases[i] for i in informed[n]]))
+        allowed = set(self.params if within is None else within)
+        self.free = tuple(n for n in self.params
+                          if n in allowed and identified([cases[i] for i in informed[n]], min_sources))  # fmt: skip
 
     def resolve(self, z: dict[str, float]) -> tuple[dict[str, float], dict[str, str | None]]:
         """(every parameter's value, the free variable it equals or None) for log-values `z` of the free ones."""
@@ -147,9 +152,9 @@ class Space:
         return [(name, share, span) for (name, share), span in out.items()]
 
 
-def identified(cases: Sequence[Case]) -> bool:
-    """Rows from at least MIN_SOURCES sources spanning at least MIN_WORK_SPREAD in work per step."""
-    if len({c.row.source_id for c in cases}) < MIN_SOURCES:
+def identified(cases: Sequence[Case], min_sources: int = MIN_SOURCES) -> bool:
+    """Rows from at least `min_sources` sources spanning at least MIN_WORK_SPREAD in work per step."""
+    if len({c.row.source_id for c in cases}) < min_sources:
         return False
     work = [c.work_s for c in cases]
     return max(work) >= MIN_WORK_SPREAD * min(work)
