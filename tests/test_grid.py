@@ -69,12 +69,17 @@ def _layouts(model: ModelSpec) -> list[tuple[str, dict]]:
     return valid
 
 
-# every built-in model the engine prices; chunked, linear and state-space layers wait for issue 23's phase 2
-PRICED = [m for m in builtin_models() if load_model(m).engine_gap is None]
+# every built-in model: global, sliding, chunked, linear-attention and Mamba-2 layers, MLP-only and mixer-only ones
+PRICED = builtin_models()
 CASES = [(m, g, lay) for m in PRICED for g, lay in _layouts(load_model(m))]
 # the quick tier's share: dense GQA in uneven pipeline stages, MLA with DP attention across nodes, MoE with EP,
-# sliding windows over a two-node pipeline, MXFP4 experts, int4 weight-only and FP8 KV on PCIe cards, GGUF
+# sliding windows over a two-node pipeline, MXFP4 experts, int4 weight-only and FP8 KV on PCIe cards, GGUF;
+# chunked attention with interleaved dense and MoE layers, Gated DeltaNet with EP and DP attention, Mamba-2 hybrids
+# in pipeline stages
 QUICK = [
+    ("llama-4-maverick", "h100-sxm", {"tp": 8, "ep": 8}),
+    ("qwen3-next-80b-a3b", "h100-sxm", {"tp": 2, "dp": 4, "ep": 8}),
+    ("nemotron-h-8b", "h100-sxm", {"tp": 2, "pp": 3}),
     ("llama-3.1-8b", "h100-sxm", {"tp": 2, "pp": 3}),
     ("deepseek-v3", "h100-sxm", {"tp": 1, "dp": 16, "ep": 16}),
     ("mixtral-8x7b", "h100-sxm", {"tp": 8, "ep": 8}),
@@ -105,7 +110,7 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
 
 
 def test_every_builtin_model_and_gpu_has_cases():
-    assert {m for m, _, _ in CASES} == set(PRICED) and len(PRICED) >= len(builtin_models()) - 5
+    assert {m for m, _, _ in CASES} == set(PRICED)
     assert len(CASES) > 8 * len(PRICED)
     assert all(case in CASES for case in QUICK)  # each quick case is one of the cases
     assert {g for _, g, _ in CASES} <= set(builtin_gpus())
@@ -151,6 +156,12 @@ def _brute_mean(d: Deployment, rates: Rates, batch: float, first: int, last: int
         ("qwen3-30b-a3b", {"tp": 2, "dp": 2, "ep": 4}, 5, 100, 160),  # DP attention: 5 sequences split 3 / 2
         ("deepseek-v3", {"tp": 8, "pp": 2, "weights_dtype": "fp8", "kv_dtype": "fp8"}, 64, 0, 70),
         ("llama-3.1-70b", {"tp": 4, "pp": 3}, 3, 1, 30),
+        ("llama-4-scout", {"tp": 4}, 5, 8150, 16_420),  # two chunk boundaries (8,192, 16,384): the sawtooth
+        ("llama-4-maverick", {"tp": 8, "pp": 2}, 6, 8180, 8200),
+        ("qwen3-next-80b-a3b", {"tp": 4}, 7, 0, 40),  # the state is first read at c = 1
+        ("qwen3-next-80b-a3b", {"tp": 2, "dp": 2, "ep": 4}, 9, 4000, 4050),
+        ("nemotron-h-8b", {"tp": 2, "pp": 3}, 11, 0, 60),
+        ("gemma-3-27b", {"tp": 2}, 3, 1000, 1050),  # the window (1,024) fills inside the range
     ],
 )
 def test_decode_mean_equals_the_sum_of_every_step(model, layout, batch, first, last):

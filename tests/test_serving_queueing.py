@@ -91,3 +91,21 @@ def test_shifted_gamma_keeps_three_moments():
 def test_quantile_inverts_a_tail():
     q90 = quantile(lambda t: math.exp(-t / 0.2), 0.9, 0.01, 0.02)  # exponential, mean 0.2
     assert q90 == pytest.approx(0.2 * math.log(10), rel=1e-6)
+
+
+def test_tails_and_quantiles_of_waits_that_never_end():
+    # past saturation a wait's mean is infinite: every finite time is exceeded, and no quantile is finite
+    assert gamma_plus_uniform_tail(5.0, math.inf, 1.0, 0.1) == 1.0
+    assert gamma_plus_uniform_tail(math.inf, 0.2, 2.0, 0.1) == 0.0
+    assert gamma_tail(2.0, math.inf) == 0.0
+    assert quantile(lambda t: 1.0, 0.9, math.inf, math.inf) == math.inf
+    assert quantile(lambda t: 1.0, 0.9, 1.0, 2.0) == math.inf  # never brackets: the mass lies beyond any time
+    with pytest.raises(ArithmeticError):  # a caller's 0/0 is a bug to see, never a probability of 1
+        gamma_tail(1.0, math.nan)
+
+
+def test_a_gamma_without_spread_plus_a_uniform_is_the_uniform_shifted():
+    # shape -> inf: the gamma is its mean, so G + U is uniform on [mean, mean + width]
+    assert gamma_plus_uniform_tail(0.25, 0.2, math.inf, 0.1) == pytest.approx(0.5)
+    assert gamma_plus_uniform_tail(0.1, 0.2, math.inf, 0.1) == 1.0
+    assert gamma_plus_uniform_tail(0.35, 0.2, math.inf, 0.1) == 0.0

@@ -63,7 +63,13 @@ def test_rows_are_written_before_the_next_point_is_priced(cli, monkeypatch):
     monkeypatch.setattr(sweep_cmd, "iter_sweep", watched)
     result = cli(*SWEEP, "-f", "csv")
     assert result.exit_code == 0, result.stderr
-    assert seen == [1, 2, 3, 4, 5, 6] and len(result.stdout.splitlines()) == 7
+    # the first point is priced before anything is written (what the engine refuses leaves stdout empty)
+    assert seen == [0, 2, 3, 4, 5, 6] and len(result.stdout.splitlines()) == 7
+
+
+def test_a_model_the_engine_refuses_writes_no_header(cli):
+    r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8", "--tp", "3", "-f", "csv")
+    assert r.exit_code == 2 and r.stdout == "" and "does not divide" in r.stderr
 
 
 def _cheap_points(*args, batches, prompts, **kwargs):
@@ -156,7 +162,8 @@ def test_a_failure_mid_stream_leaves_no_file_and_no_temporary(cli, tmp_path, mon
     monkeypatch.setattr(sweep_cmd, "iter_sweep", failing)
     r = cli(*SWEEP, "-f", "csv", "--out", str(out))
     assert (r.exit_code, r.stderr) == (2, "error: the engine failed at point 3\n")
-    assert all(len(names) == 1 and names[0].endswith(".tmp") for names in progress)  # streamed to a temporary
+    assert progress[0] == []  # the first point is priced before the file is opened
+    assert all(len(names) == 1 and names[0].endswith(".tmp") for names in progress[1:])  # streamed to a temporary
     assert list(tmp_path.iterdir()) == []
 
 

@@ -5,15 +5,24 @@ network between nodes, the generic serving-engine profile), and return typed res
 exactly the JSON the matching command prints with `--format json`, and whose `.plot(path)` draws what its
 `--plot` draws. Every argument is keyword-only: a model and a GPU given as names are both strings, and a
 sweep's batches and prompts are both lists of ints, so a swap must not pass silently.
+
+Arguments are checked as the command line checks its flags, by the same path (tokcost/checked.py, inputs.py):
+a wrong type or value is a TokcostError of one line naming the keyword. Where a command takes several values
+(models, GPUs, batches, prompts, SLOs, formats), one value is a list of one: `compare(models="llama-3.1-8b",
+gpus=["h100-sxm", "h200"])`. A sweep holds at most 10,000 points, as `tokcost sweep -f json` does.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import InstanceOf
+
+from tokcost.checked import checked
 from tokcost.engine import estimate as _estimate
 from tokcost.engine import sweep as _sweep
 from tokcost.engine.journey import Journey
@@ -21,9 +30,9 @@ from tokcost.engine.journey import journey as journey_of
 from tokcost.engine.report import compare_row, estimate_dict, journey_dict
 from tokcost.engine.sweep import SweepPoint
 from tokcost.engine.workload import Workload
-from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.inputs import check_grid, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile, engine_for
@@ -33,16 +42,32 @@ if TYPE_CHECKING:
 
     from tokcost.serving.search import Plan
 
-ModelLike = ModelSpec | str  # a spec, or a built-in name / YAML path / HF config.json
-GpuLike = GpuSpec | str
+# a spec, or a built-in name, or a path to a YAML file / HF config.json (a dict is never taken for a spec)
+ModelLike = InstanceOf[ModelSpec] | str | os.PathLike
+GpuLike = InstanceOf[GpuSpec] | str | os.PathLike
+NetworkLike = InstanceOf[Link] | str | os.PathLike | None
+EngineLike = InstanceOf[EngineProfile] | str | os.PathLike | None
+WorkloadArg = InstanceOf[Workload] | None
+T = TypeVar("T")
+SWEEP_NAMES = {"batch": "batches", "prompt_tokens": "prompts", "output_tokens": "workload.output_tokens"}
 
 
 def _model(model: ModelLike) -> ModelSpec:
-    return load_model(model) if isinstance(model, str) else model
+    return model if isinstance(model, ModelSpec) else load_model(os.fspath(model))
 
 
 def _gpu(gpu: GpuLike) -> GpuSpec:
-    return load_gpu(gpu) if isinstance(gpu, str) else gpu
+    return gpu if isinstance(gpu, GpuSpec) else load_gpu(os.fspath(gpu))
+
+
+def _path(value: Any) -> Any:
+    """A path-like argument as the text the loaders take; anything else as it is."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _several(value: T | Sequence[T], one: type | tuple[type, ...]) -> list[T]:
+    """A list argument as a list: one value (a name, a spec, a number) is a list of one."""
+    return [value] if isinstance(value, one) else list(value)  # type: ignore[list-item, arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,19 +98,17 @@ class EstimateResult(_estimate.Estimate):
         return plots.save(self.figure(journey=journey), path)
 
 
+@checked
 def estimate(
-    *,
-    model: ModelLike,
-    gpu: GpuLike,
-    workload: Workload | None = None,
-    network: Link | str | None = None,
-    engine: EngineProfile | str | None = None,
-) -> EstimateResult:
+    *, model: ModelLike, gpu: GpuLike, workload: WorkloadArg = None, network: NetworkLike = None,
+    engine: EngineLike = None,
+) -> EstimateResult:  # fmt: skip
     """TTFT, TPOT, throughput, memory and cost of `workload` (default: batch 1, 1,024 in, 256 out)."""
     gpu_spec = _gpu(gpu)
     e = _estimate.estimate(
-        _model(model), gpu_spec, workload or Workload(), network_for(gpu_spec, network), engine_for(engine)
-    )
+        _model(model), gpu_spec, workload or Workload(), network_for(gpu_spec, _path(network)),
+        engine_for(_path(engine)),
+    )  # fmt: skip
     return EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)})
 
 
@@ -124,21 +147,23 @@ class ComparisonResult:
         return plots.save(self.figure(), path)
 
 
+@checked
 def compare(
-    *,
-    models: Sequence[ModelLike],
-    gpus: Sequence[GpuLike],
-    workload: Workload | Mapping[str, Workload] | None = None,
-    network: Link | str | None = None,
-    engine: EngineProfile | str | None = None,
-) -> ComparisonResult:
-    """Every model on every GPU; `workload` is one for all, or one per GPU name (e.g. its own TP degree)."""
-    gpu_specs, profile = [_gpu(g) for g in gpus], engine_for(engine)
+    *, models: ModelLike | Sequence[ModelLike], gpus: GpuLike | Sequence[GpuLike],
+    workload: InstanceOf[Workload] | Mapping[str, InstanceOf[Workload]] | None = None, network: NetworkLike = None,
+    engine: EngineLike = None,
+) -> ComparisonResult:  # fmt: skip
+    """Every model on every GPU (one of either is a list of one); `workload` is one for all, or one per GPU name
+    (e.g. its own TP degree)."""
+    model_list = _several(models, (ModelSpec, str, os.PathLike))
+    gpu_list = _several(gpus, (GpuSpec, str, os.PathLike))
+    check_grid(("models", model_list), ("gpus", gpu_list))
+    gpu_specs, profile = [_gpu(g) for g in gpu_list], engine_for(_path(engine))
     results = []
-    for m in (_model(m) for m in models):
+    for m in (_model(m) for m in model_list):
         for g in gpu_specs:
             wl = workload.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
-            e = _estimate.estimate(m, g, wl, network_for(g, network), profile)
+            e = _estimate.estimate(m, g, wl, network_for(g, _path(network)), profile)
             results.append(EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)}))
     return ComparisonResult(tuple(results))
 
@@ -176,28 +201,21 @@ class SweepResult:
         return plots.save(self.figure(), path)
 
 
+@checked
 def sweep(
-    *,
-    model: ModelLike,
-    gpu: GpuLike,
-    batches: Sequence[int],
-    prompts: Sequence[int] | None = None,
-    workload: Workload | None = None,
-    network: Link | str | None = None,
-    engine: EngineProfile | str | None = None,
-) -> SweepResult:
-    """Decode figures at every (prompt, batch); `workload` gives the rest (output, dtypes, layout, price)."""
+    *, model: ModelLike, gpu: GpuLike, batches: int | Sequence[int], prompts: int | Sequence[int] | None = None,
+    workload: WorkloadArg = None, network: NetworkLike = None, engine: EngineLike = None,
+) -> SweepResult:  # fmt: skip
+    """Decode figures at every (prompt, batch), at most 10,000; `workload` gives the rest (output,
+    dtypes, layout, price; its prompt when `prompts` is not given)."""
     base = workload or Workload()
-    if base.output_tokens < 2:
-        raise UsageError("output_tokens: sweep prices decode steps; give 2 or more output tokens")
-    if not batches or (prompts is not None and not prompts):
-        raise UsageError("batches and prompts: give at least one value each")
+    contexts = _several(prompts, int) if prompts is not None else [base.prompt_tokens]
+    batch_list, contexts = sweep_grid(base, batches=_several(batches, int), prompts=contexts, names=SWEEP_NAMES,
+                                      hint=" (tokcost sweep -f csv streams up to 10,000,000)")  # fmt: skip
     model_spec, gpu_spec = _model(model), _gpu(gpu)
-    net, profile = network_for(gpu_spec, network), engine_for(engine)
-    contexts = list(prompts) if prompts is not None else [base.prompt_tokens]
-    points = _sweep.sweep(
-        model_spec, gpu_spec, base, batches=list(batches), prompts=contexts, network=net, engine=profile
-    )
+    net, profile = network_for(gpu_spec, _path(network)), engine_for(_path(engine))
+    points = _sweep.sweep(model_spec, gpu_spec, base, batches=batch_list, prompts=contexts, network=net,
+                          engine=profile)  # fmt: skip
     warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, prompts=contexts, network=net, engine=profile)
     return SweepResult(model_spec, gpu_spec, tuple(points), tuple(warnings))
 
@@ -244,10 +262,11 @@ class PlanResult:
         return plots.save(self.figure(), path)
 
 
+@checked
 def plan(
     *,
     model: ModelLike,
-    gpus: Sequence[GpuLike],
+    gpus: GpuLike | Sequence[GpuLike],
     rate_rps: float | None = None,
     concurrency: int | None = None,
     think_time_s: float | None = None,
@@ -255,19 +274,19 @@ def plan(
     output_tokens: int | None = None,
     prompt_dist: str | None = None,
     output_dist: str | None = None,
-    trace: Path | str | None = None,
+    trace: str | os.PathLike | None = None,
     cached_prefix_tokens: int = 0,
-    slos: Sequence[str] = (),
-    tp: Sequence[int] | None = None,
-    weights: Sequence[str] | None = None,
-    kv_dtypes: Sequence[str] | None = None,
-    chunks: Sequence[int] | None = None,
+    slos: str | Sequence[str] = (),
+    tp: int | Sequence[int] | None = None,
+    weights: str | Sequence[str] | None = None,
+    kv_dtypes: str | Sequence[str] | None = None,
+    chunks: int | Sequence[int] | None = None,
     max_running: int | None = None,
     headroom: float = 0.2,
     max_gpus: int | None = None,
     prices: Mapping[str, float] | None = None,
-    network: Link | str | None = None,
-    engine: EngineProfile | str | None = None,
+    network: NetworkLike = None,
+    engine: EngineLike = None,
     simulate: bool = False,
     requests: int | None = None,
     seed: int = 0,
@@ -278,8 +297,6 @@ def plan(
     from tokcost.serving.traffic import parse_slo
     from tokcost.traces import read_trace
 
-    if isinstance(gpus, (str, GpuSpec)) or isinstance(slos, str):
-        raise UsageError("gpus and slos: give lists, e.g. gpus=['h100-sxm'], slos=['ttft_p90=500ms']")
     rows = read_trace(Path(trace)) if trace is not None else None
     traffic = plan_traffic(
         rate=rate_rps, concurrency=concurrency, think_time_s=think_time_s, prompt_tokens=prompt_tokens,
@@ -288,12 +305,16 @@ def plan(
         trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None,
         trace_name=str(rows.path) if rows else "", api=True,
     )  # fmt: skip
-    gpu_specs = tuple(_gpu(g) for g in gpus)
+    gpu_specs = tuple(_gpu(g) for g in _several(gpus, (GpuSpec, str, os.PathLike)))
+    lists = {
+        key: None if value is None else _several(value, (int, str))
+        for key, value in {"tp": tp, "weights": weights, "kv_dtypes": kv_dtypes, "chunks": chunks}.items()
+    }
     space = plan_space(
-        gpus=gpu_specs, engine=engine_for(engine), tp=tp, weights=weights, kv_dtypes=kv_dtypes, chunks=chunks,
-        max_running=max_running, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
-        networks={g.name: net for g in gpu_specs if (net := network_for(g, network)) is not None},
+        gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, max_gpus=max_gpus,
+        headroom=headroom, prices=prices, api=True,
+        networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
-    result = run_plan(_model(model), traffic, [parse_slo(s) for s in slos], space, simulate=simulate,
-                      requests=requests, seed=seed, api=True)  # fmt: skip
+    result = run_plan(_model(model), traffic, [parse_slo(s) for s in _several(slos, str)], space,
+                      simulate=simulate, requests=requests, seed=seed, api=True)  # fmt: skip
     return PlanResult(result)

@@ -53,12 +53,29 @@ def shown(name: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+# Where a built-in of each kind goes: a name given where another kind is wanted says what it is and where it goes
+_KIND_FLAG = {"models": "--model (-m)", "gpus": "--gpu (-g)", "networks": "--network", "engines": "--engine"}
+_SINGULAR = {"models": "model", "gpus": "GPU", "networks": "network", "engines": "serving engine"}
+
+
+def kind_of_name(name: str) -> Kind | None:
+    """The kind of the built-in spec called `name` (any case), or None: names are unique across kinds."""
+    key = name.strip().lower()
+    kinds: tuple[Kind, ...] = ("models", "gpus", "networks", "engines")
+    return next((kind for kind in kinds if key in builtin_names(kind)), None)
+
+
 def unknown_name(kind: Kind, name: str) -> SpecError:
-    """An error that lists the known names, closest first."""
+    """An error that says what a built-in of another kind is, else lists the known names, closest first."""
+    singular = kind.removesuffix("s")
+    other = kind_of_name(name)
+    if other is not None and other != kind:
+        key = name.strip().lower()
+        return SpecError(key, f"this is a built-in {_SINGULAR[other]}, not a {_SINGULAR[kind]}; pass it to "
+                              f"{_KIND_FLAG[other]} (tokcost specs show {key} shows it)")  # fmt: skip
     names = builtin_names(kind)
     hint, close = suggest(names, name)
     rest = [n for n in names if n not in close]
-    singular = kind.removesuffix("s")
     known = ", ".join(close + rest)
     return SpecError(shown(name), f"not a built-in {singular} nor a file; {hint}known {kind}: {known}")
 

@@ -12,8 +12,9 @@ class SpecError(TokcostError):
         self.where = where
         self.field = field
         self.message = message
-        prefix = f"{where}: {field}: " if field else f"{where}: "
-        super().__init__(prefix + message)
+        # a message that already opens with its key (`rows: give a non-empty list`) does not say it twice
+        said = field is None or message.startswith(f"{field}: ")
+        super().__init__(f"{where}: " + ("" if said else f"{field}: ") + message)
 
 
 class UsageError(TokcostError):
@@ -32,3 +33,8 @@ class Interrupted(TokcostError):
     """Ctrl-C (or SIGTERM) that a command has answered for: its message is the one line, the exit code 130."""
 
     exit_code = 130
+
+
+class Unprintable(TokcostError, ValueError):
+    """A number that cannot be right (inf, NaN, a negative time, rate, cost or size) reached the output: it is
+    never printed. Inputs that would make one are refused before the work; reaching this is a tokcost bug."""

@@ -1,34 +1,55 @@
-"""Human formatting of SI quantities, shared by explanations and tables (decimal prefixes, as datasheets)."""
+"""Human formatting of SI quantities, shared by explanations and tables (decimal prefixes, as datasheets).
+
+Every quantity here is a time, a size, a rate, a cost or an energy: one that is not finite, or is negative,
+cannot be right and is never printed (errors.Unprintable), the rule the JSON, CSV and JSON Lines writers apply
+too (cli/render.py).
+"""
 
 from __future__ import annotations
 
 import math
 
+from tokcost.errors import Unprintable
+
+
+def printable(value: float, what: str = "a quantity") -> float:
+    """`value` when it may be printed: finite and not negative; else Unprintable, naming `what`."""
+    if not math.isfinite(value) or value < 0:
+        raise Unprintable(f"refusing to print {what} = {value!r}: a time, rate, cost or size is finite and never "
+                          "negative (a tokcost bug: please report the command)")  # fmt: skip
+    return value
+
 
 def gb(nbytes: float) -> str:
     """Bytes as decimal GB: 13.21 GB."""
-    return f"{nbytes / 1e9:,.2f} GB"
+    return f"{printable(nbytes, 'a size') / 1e9:,.2f} GB"
 
 
 def ms(seconds: float) -> str:
     """Seconds as milliseconds with 3 significant-ish digits."""
-    value = seconds * 1e3
+    value = printable(seconds, "a time") * 1e3
     return f"{value:,.3f} ms" if value < 10 else f"{value:,.1f} ms"
 
 
 def tflop(flops: float) -> str:
     """FLOPs in TFLOP (or GFLOP when small)."""
+    printable(flops, "a FLOP count")
     return f"{flops / 1e12:,.2f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:,.2f} GFLOP"
 
 
 def rate_gb_s(bytes_per_s: float) -> str:
     """Bandwidth in GB/s."""
-    return f"{bytes_per_s / 1e9:,.0f} GB/s"
+    return f"{printable(bytes_per_s, 'a bandwidth') / 1e9:,.0f} GB/s"
 
 
 def rate_tflops(flops_per_s: float) -> str:
     """Compute rate in TFLOP/s."""
-    return f"{flops_per_s / 1e12:,.1f} TFLOP/s"
+    return f"{printable(flops_per_s, 'a compute rate') / 1e12:,.1f} TFLOP/s"
+
+
+def rate(value: float | None) -> str:
+    """A rate such as tokens/s with one decimal, or n/a where there is none (one output token: no decode)."""
+    return "n/a" if value is None else f"{printable(value, 'a rate'):,.1f}"
 
 
 def count(n: float) -> str:
@@ -38,12 +59,12 @@ def count(n: float) -> str:
 
 def joules(value: float | None) -> str:
     """Joules with 3 decimals, or n/a without a power figure."""
-    return "n/a" if value is None else f"{value:.3f}"
+    return "n/a" if value is None else f"{printable(value, 'an energy'):.3f}"
 
 
 def usd(value: float | None) -> str:
     """Dollars, or n/a without a price."""
-    return "n/a" if value is None else f"${value:,.3f}"
+    return "n/a" if value is None else f"${printable(value, 'a cost'):,.3f}"
 
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
@@ -51,6 +72,7 @@ _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 def si(value: float, unit: str, digits: int = 4) -> str:
     """A quantity with a decimal prefix and `digits` significant digits: 402.7 MB, 1.979 TFLOP, 32.77 kB."""
+    printable(value, f"a quantity in {unit}")
     for scale, prefix in _PREFIXES:
         if abs(value) >= scale:
             return f"{_sig(value / scale, digits)} {prefix}{unit}"
@@ -59,6 +81,7 @@ def si(value: float, unit: str, digits: int = 4) -> str:
 
 def seconds(value: float, digits: int = 4) -> str:
     """A time in s, ms or us with `digits` significant digits."""
+    printable(value, "a time")
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
         if abs(value) >= scale:
             return f"{_sig(value / scale, digits)} {unit}"

@@ -112,6 +112,8 @@ def known_formats() -> str:
 def get(name: str) -> Format:
     """The format called `name`; a ValueError naming the allowed ones otherwise."""
     found = lookup(name)
+    if found is None and "," in name:  # the list syntax of compare, sweep and plan, given where one format goes
+        raise ValueError(f"{name[:60]!r} is a list; give one format here (compare, sweep and plan take a list)")
     if found is None:
         raise ValueError(f"unknown format {name!r}; allowed: {known_formats()}")
     return found

@@ -33,8 +33,15 @@ def calibrate(
     force: ForceOpt = False,
 ) -> None:  # fmt: skip
     """Measure the loop's step overhead, stream and GEMM rates as a GPU spec. Example: tokcost calibrate -o gpu.yaml"""
+    from tokcost.measure.session import ignored_on
+
+    problem = ignored_on(device.value, threads=threads)  # before torch loads (auto: once it has chosen)
+    if problem:
+        raise UsageError(problem)
     if out is not None:
         check_destination(out, force, "--out")
+    elif force:
+        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
     spec = load_model(model)
     try:
         text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp)
@@ -59,7 +66,7 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     def say(msg: str) -> None:
         sys.stderr.write(f"{msg}\n")
 
-    resolved = resolve_device(device)
+    resolved = resolve_device(device, threads=threads)
     torch = import_torch()
     previous = torch.get_num_threads()
     if threads:

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import re
+from itertools import product
 from typing import Any
-
-from pydantic import ValidationError
 
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
-from tokcost.spec_errors import allowed
+from tokcost.inputs import FLAG_OF_FIELD
+from tokcost.units import COMPUTE_DTYPES
 
-MAX_GRID_POINTS = 10_000  # points held at once: a sweep's table or JSON, a compare's pairs (each a spec load)
 _DIGITS = re.compile(r"[0-9]+")
-
-FLAG_OF_FIELD = {
-    "batch": "--batch",
-    "prompt_tokens": "--prompt",
-    "output_tokens": "--output",
-    "gpus": "--gpus",
-    "tp": "--tp",
-    "pp": "--pp",
-    "ep": "--ep",
-    "dp": "--dp",
-    "gpus_per_node": "--gpus-per-node",
-    "weights_dtype": "--weights",
-    "kv_dtype": "--kv-dtype",
-    "compute_dtype": "--compute-dtype",
-    "cached_prefix_tokens": "--cached-prefix",
-    "price_per_hour_usd": "--price",
-}
 
 
 def _value(v: Any) -> Any:
@@ -39,21 +20,7 @@ def _value(v: Any) -> Any:
 
 def workload_from_flags(**flags: Any) -> Workload:
     """A Workload from CLI values; an out-of-range flag becomes `--flag: message (got X)`."""
-    values = {k: _value(v) for k, v in flags.items() if v is not None}
-    try:
-        return Workload.model_validate(values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        # the cross-field checks carry no location: the prefix one names the prefix, the other the GPU count
-        whole = "cached_prefix_tokens" if "cached prefix" in first["msg"] else "gpus"
-        field = str(first["loc"][0]) if first["loc"] else whole
-        if first["loc"] and field in Workload.model_fields and first["type"] != "value_error":
-            message = f"must be {allowed(Workload.model_fields[field])} (got {first['input']!r:.40})"
-        else:
-            message = first["msg"].removeprefix("Value error, ") + (
-                f" (got {first['input']!r:.40})" if first["loc"] else ""
-            )
-        raise UsageError(f"{FLAG_OF_FIELD.get(field, field)}: {message}") from None
+    return Workload.checked({k: _value(v) for k, v in flags.items() if v is not None}, FLAG_OF_FIELD)
 
 
 def split_list(value: str, flag: str) -> list[str]:
@@ -78,10 +45,13 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
     return list(dict.fromkeys(out))
 
 
-def check_grid(*axes: tuple[str, list[Any]], limit: int = MAX_GRID_POINTS, hint: str = "") -> None:
-    """Refuse, before any work, a grid of more than `limit` points (the product of the lists' lengths); `hint`
-    ends the line (e.g. what a larger grid needs)."""
-    points = math.prod(len(values) for _, values in axes)
-    if points > limit:
-        sizes = " x ".join(f"{len(values):,} {flag} values" for flag, values in axes)
-        raise UsageError(f"{axes[0][0]}: {sizes} make {points:,} points; at most {limit:,} per run{hint}")
+def format_grid(weights: str | None, kv_dtype: str | None, compute_dtype: str | None) -> list[dict[str, str | None]]:
+    """The precisions asked for, as plan takes them: each flag a comma-separated list (or absent: the model's and
+    the GPU's default), every combination, weights outermost: [{"weights_dtype": ..., "kv_dtype": ...}, ...]."""
+    lists = {key: split_list(value, flag) if value is not None else [None]
+             for key, value, flag in (("weights_dtype", weights, "--weights"), ("kv_dtype", kv_dtype, "--kv-dtype"),
+                                      ("compute_dtype", compute_dtype, "--compute-dtype"))}  # fmt: skip
+    for dtype in lists["compute_dtype"]:
+        if dtype is not None and dtype not in COMPUTE_DTYPES:
+            raise UsageError(f"--compute-dtype: {dtype!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+    return [dict(zip(lists, combo, strict=True)) for combo in product(*lists.values())]

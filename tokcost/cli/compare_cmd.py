@@ -7,19 +7,19 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import check_grid, split_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.common import format_grid, split_list, workload_from_flags
+from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.estimate_cmd import band_spans
 from tokcost.cli.options import (
     BatchOpt,
-    ComputeOpt,
+    ComputeListOpt,
     DpOpt,
     EngineOpt,
     EpOpt,
     Format,
     FormatOpt,
     GpusPerNodeOpt,
-    KvOpt,
+    KvListOpt,
     NetworkOpt,
     OutputOpt,
     PlotOpt,
@@ -27,13 +27,14 @@ from tokcost.cli.options import (
     PrefixOpt,
     PromptOpt,
     TpOpt,
-    WeightsOpt,
+    WeightsListOpt,
 )
 from tokcost.cli.render import Table, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
 from tokcost.engine.report import compare_row
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
+from tokcost.inputs import check_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 
@@ -87,9 +88,9 @@ def compare(
     batch: BatchOpt = 1,
     prompt: PromptOpt = 1024,
     output: OutputOpt = 256,
-    weights: WeightsOpt = None,
-    kv_dtype: KvOpt = None,
-    compute_dtype: ComputeOpt = None,
+    weights: WeightsListOpt = None,
+    kv_dtype: KvListOpt = None,
+    compute_dtype: ComputeListOpt = None,
     cached_prefix: PrefixOpt = 0,
     price: Annotated[
         Optional[str],
@@ -99,29 +100,28 @@ def compare(
     plot: PlotOpt = None,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
-    check_grid(("--model", split_list(model, "--model")), ("--gpu", split_list(gpu, "--gpu")))
-    models = [load_model(m) for m in dict.fromkeys(split_list(model, "--model"))]
-    gpu_specs = {name: load_gpu(name) for name in dict.fromkeys(split_list(gpu, "--gpu"))}
+    model_names, gpu_names = split_list(model, "--model"), split_list(gpu, "--gpu")
+    formats = format_grid(weights, kv_dtype, compute_dtype)  # every combination, as plan takes them
+    check_grid(("--model", model_names), ("--gpu", gpu_names), ("formats", formats))
+    models = [load_model(m) for m in model_names]
+    gpu_specs = {name: load_gpu(name) for name in gpu_names}
     names = list(gpu_specs)
     counts = per_gpu_values(gpus, names, "--gpus", int)
     prices = per_gpu_values(price, names, "--price", float)
-    workloads = {}
-    for name in names:
-        workloads[name] = workload_from_flags(
-            batch=batch,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            weights_dtype=weights,
-            kv_dtype=kv_dtype,
-            compute_dtype=compute_dtype,
-            cached_prefix_tokens=cached_prefix,
-            price_per_hour_usd=prices.get(name),
-            **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node),
+    workloads = {
+        (name, i): workload_from_flags(
+            batch=batch, prompt_tokens=prompt, output_tokens=output, cached_prefix_tokens=cached_prefix,
+            price_per_hour_usd=prices.get(name), **precision, **layout_flags(counts.get(name), tp, pp, ep, dp,
+                                                                             gpus_per_node),
         )
+        for name in names
+        for i, precision in enumerate(formats)
+    }  # fmt: skip
     profile = engine_for(engine)
-    results = [estimate(m, spec, workloads[name], network_for(spec, network), profile) for m in models
-               for name, spec in gpu_specs.items()]  # fmt: skip
+    results = [estimate(m, spec, workloads[name, i], network_for(spec, network), profile) for m in models
+               for name, spec in gpu_specs.items() for i in range(len(formats))]  # fmt: skip
     rows = [compare_row(e) for e in results]
+    warn(unused_network(network, [e.layout for e in results]))
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
     if plot is not None:  # grouped bars of TTFT, TPOT, tokens/s and $/1M per (model, GPU)
         plots.save(plots.compare_figure(results), plot)
@@ -133,6 +133,12 @@ def compare(
         print_csv(rows)
     else:
         print_tables([compare_table(results)], format.value)
+
+
+def _formats(e: Estimate) -> str:
+    """The resolved precision, e.g. 'fp8/bf16/fp8' (weights/KV/compute)."""
+    p = e.precision
+    return f"{p.weights}/{p.kv}/{p.compute}"
 
 
 def compare_table(results: list[Estimate]) -> Table:
@@ -155,7 +161,13 @@ def compare_table(results: list[Estimate]) -> Table:
             "$/1M out",
             "J/token",
         ],
+        # on a narrow terminal the answer stays (model, GPU, fit, TPOT, tokens/s, $/1M out); these go first
+        drop=("ceiling tok/s", "80% band", "J/token", "$/1M in", "max batch", "GPUs", "TTFT"),
+        wrap=("fits",),
     )
+    several = len({_formats(e) for e in results}) > 1  # a column for the precision only when it varies
+    if several:
+        table.columns.insert(2, "weights/KV/compute")
     for e in results:
         x, mem = e.expected, e.memory
         if mem.fits:
@@ -171,13 +183,13 @@ def compare_table(results: list[Estimate]) -> Table:
             need = f"needs {mem.min_gpus}" if mem.min_gpus else "no layout searched"
             fits, cost = f"does not fit ({need})", ["", "", ""]
         tpot = fmt.ms(x.tpot_s) if x.tpot_s else "n/a"
-        rate = f"{x.decode_tokens_per_s:,.1f}" if x.decode_tokens_per_s else "n/a"
+        rate, ceiling = fmt.rate(x.decode_tokens_per_s), fmt.rate(e.ceiling.decode_tokens_per_s)
         band = band_spans(e)["decode_tokens_per_s"]
-        ceiling = f"{e.ceiling.decode_tokens_per_s:,.1f}" if e.ceiling.decode_tokens_per_s else "n/a"
         table.rows.append(
             [
                 e.model.name,
                 e.gpu.name,
+                *([_formats(e)] if several else []),
                 f"{e.layout.gpus} ({e.layout.label()})",
                 fits,
                 fmt.ms(x.ttft_s),

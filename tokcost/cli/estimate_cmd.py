@@ -6,7 +6,7 @@ import sys
 
 from tokcost import fmt, plots
 from tokcost.cli.common import workload_from_flags
-from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -89,6 +89,7 @@ def estimate(
     )
     gpu_spec = load_gpu(gpu)
     result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
+    warn(unused_network(network, [result.layout]))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
     if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it
         plots.save(plots.estimate_figure(result, journey=journey_), plot)
@@ -142,8 +143,16 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else fmt.ms(seconds)
 
 
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.1f}"
+def _past_context(e: Estimate) -> list[str]:
+    """A note in the table itself (stderr's warning is lost when a table is pasted) when the request is longer
+    than the model's context: a server refuses it, and the figures only extend the roofline past it."""
+    wl, m = e.workload, e.model
+    if wl.total_tokens <= m.max_context:
+        return []
+    what, tokens = ("the prompt alone", wl.prompt_tokens) if wl.prompt_tokens > m.max_context else (
+        "prompt + output", wl.total_tokens)  # fmt: skip
+    return [f"past the context: {what} ({tokens:,} tokens) exceeds {m.name}'s {m.max_context:,}; a server refuses "
+            "this request, and these figures only extend the roofline past it"]  # fmt: skip
 
 
 def band_spans(e: Estimate) -> dict[str, str]:
@@ -151,7 +160,7 @@ def band_spans(e: Estimate) -> dict[str, str]:
     out = {}
     for key, span in band_dict(e).items():
         if key.endswith("_per_s"):
-            out[key] = "n/a" if span is None else f"{_rate(span[0])} - {_rate(span[1])}"
+            out[key] = "n/a" if span is None else f"{fmt.rate(span[0])} - {fmt.rate(span[1])}"
         elif key.endswith("_s"):
             out[key] = "n/a" if span is None else f"{_ms(span[0])} - {_ms(span[1])}"
     return out
@@ -167,7 +176,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
     )
-    per_seq = [_rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
+    per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
     spans = band_spans(e)
     perf = Table(
         "Performance",
@@ -179,8 +188,8 @@ def estimate_tables(e: Estimate) -> list[Table]:
             ["E2E", *_times(e, "e2e_s"), spans["e2e_s"]],
             [
                 "decode tokens/s",
-                _rate(c.decode_tokens_per_s),
-                _rate(x.decode_tokens_per_s),
+                fmt.rate(c.decode_tokens_per_s),
+                fmt.rate(x.decode_tokens_per_s),
                 spans["decode_tokens_per_s"],
             ],
             ["tokens/s per sequence", *per_seq, ""],
@@ -199,7 +208,8 @@ def estimate_tables(e: Estimate) -> list[Table]:
             bottleneck(e),
             f"expected: {e.gpu.expected_provenance}; engine {e.deployment.engine.label}",
             f"80% band: {e.band.basis}",
-        ],
+            *_past_context(e),
+        ],  # fmt: skip
     )
     b = mem.per_gpu
     fits = "yes" if mem.fits else f"no: needs {mem.min_gpus} GPUs ({mem.min_layout})" if mem.min_gpus else "no"
@@ -208,7 +218,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         ["item", "value"],
         [
             ["weights", fmt.gb(b.weights)],
-            ["KV cache", f"{fmt.gb(b.kv)} ({mem.kv_bytes_per_token:,.0f} B/token, whole model)"],
+            *_cache_rows(e),
             ["activation workspace", fmt.gb(b.workspace)],
             ["reserve", fmt.gb(b.reserve)],
             ["total / capacity", f"{fmt.gb(b.total)} / {fmt.gb(mem.capacity_bytes_per_gpu)}"],
@@ -220,7 +230,10 @@ def estimate_tables(e: Estimate) -> list[Table]:
                 "critical batch: matmuls compute-bound",
                 f"{e.critical_batch_compute:,}" if e.critical_batch_compute else "never",
             ],
-            ["critical batch: KV reads > weight reads", f"{e.critical_batch_kv:,}" if e.critical_batch_kv else "never"],
+            [
+                f"critical batch: {'KV + state' if mem.state_bytes_per_sequence else 'KV'} reads > weight reads",
+                f"{e.critical_batch_kv:,}" if e.critical_batch_kv else "never",
+            ],
         ],
     )
     step = c.decode_step or c.prefill
@@ -243,6 +256,25 @@ def estimate_tables(e: Estimate) -> list[Table]:
         notes=[f"step = {fmt.ms(step.seconds)}"],
     )
     return [perf, memory, breakdown]
+
+
+def _cache_rows(e: Estimate) -> list[list[str]]:
+    """The KV cache of the attention layers and, for a hybrid, the state of its linear / state-space layers."""
+    m, mem, b = e.model, e.memory, e.memory.per_gpu
+    kv = f"{fmt.gb(b.kv)} ({mem.kv_bytes_per_token:,.0f} B/token, whole model)"
+    if not mem.state_bytes_per_sequence:
+        return [["KV cache", kv]]
+    state_layers = " + ".join(
+        f"{m.plan.count(mixer=k)} {_STATE_NAMES[k]}" for k in _STATE_NAMES if m.plan.count(mixer=k)
+    )
+    return [
+        [f"KV cache ({m.kv_layers} attention layers)", kv],
+        [f"state ({state_layers} layers)", f"{fmt.si(b.state, 'B')} ({mem.state_bytes_per_sequence:,.0f} B/sequence, "
+                                           "whole model, at any length)"],
+    ]  # fmt: skip
+
+
+_STATE_NAMES = {"linear": "linear-attention", "mamba": "Mamba-2"}
 
 
 def _journey_table(title: str, rows: list[JourneyRow], seconds: float) -> Table:

@@ -22,6 +22,7 @@ from tokcost.cli.options import ForceOpt, ModelOpt, TableFormat, TableFormatOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.errors import FileExistsRefusal, Interrupted, TokcostError, UsageError
 from tokcost.models.library import load_model
+from tokcost.models.spec import ModelSpec
 
 
 class Device(str, Enum):
@@ -65,6 +66,17 @@ def check_destination(path: Path, force: bool, flag: str) -> None:
         raise
     except TokcostError as exc:
         raise UsageError(f"{flag}: {exc}") from None
+
+
+def check_context(spec: ModelSpec, prompt: int, output: int) -> None:
+    """Refuse, before any work, a prompt and answer past the model's context: the loop would prefill and cache
+    every token of them (a 200,000-token prefill of a 4,096-token model runs for minutes, meaning nothing)."""
+    if prompt + output <= spec.max_context:
+        return
+    room = spec.max_context - output
+    fix = f"give --prompt {room:,} or less" if room >= 1 else f"give --output {spec.max_context - 1:,} or less"
+    raise UsageError(f"--prompt: {prompt:,} prompt + {output:,} output tokens exceed {spec.name}'s context of "
+                     f"{spec.max_context:,} tokens; {fix}")  # fmt: skip
 
 
 class Saver:
@@ -115,16 +127,23 @@ def measure(
     format: TableFormatOpt = TableFormat.table,
 ) -> None:  # fmt: skip
     """Time a real decode loop vs predictions. Example: tokcost measure -m llama-3.2-1b --layers 2 --device cpu"""
+    from tokcost.measure.session import ignored_on
     from tokcost.measure.session import measure as run_measure
 
+    problem = ignored_on(device.value, mode=mode.value, threads=threads)  # before torch loads (auto: after)
+    if problem:
+        raise UsageError(problem)
     spec = load_model(model)
     if layers is not None:
         if layers > spec.layers:
             raise UsageError(f"--layers: {spec.name} has {spec.layers} layers; give 1..{spec.layers}")
         spec = spec.truncated(layers)
     batches = int_list(batch, "--batch", 1, 100_000)
+    check_context(spec, prompt, output)
     if save is not None:
         check_destination(save, force, "--save")
+    elif force:
+        raise UsageError("--force: replaces an existing --save file; give it with --save, or drop it")
     saver = Saver(save, force, {"model": spec.name, "layers": spec.layers})
     try:
         with _progress() as progress:
@@ -187,6 +206,11 @@ def _err(x: float | None, noisy: bool) -> str:
     return "n/a" if x is None else f"{x:+.0%}"
 
 
+def _rest(seconds: float) -> str:
+    """TPOT less the measured collectives: below zero only when timing noise exceeds the rest (never printed)."""
+    return fmt.ms(seconds) if seconds >= 0 else "noisy (< 0)"
+
+
 def _pred(p, noisy: bool) -> str:
     return f"{fmt.ms(p.tpot_s)} ({_err(p.tpot_error, noisy)})" if p else "n/a"
 
@@ -230,7 +254,7 @@ def measure_tables(model: str, outcome) -> list[Table]:
                 fmt.ms(t["overhead"]), fmt.ms(c["all_reduce"]) if c else "n/a",
                 _pct(c["all_reduce"] / lp.tpot_s) if c else "n/a",
                 fmt.ms(t["weights"] + t["attention"] + t["overhead"]),
-                fmt.ms(lp.tpot_s - sum(c.values())) if c else "n/a",
+                _rest(lp.tpot_s - sum(c.values())) if c else "n/a",
             ])  # fmt: skip
     runs.notes = [
         "err = (predicted - measured) / measured; 'noisy' where the step times' CV exceeds 10% (no error printed). "

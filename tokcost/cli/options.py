@@ -8,7 +8,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokcost.plots.canvas import check_path
+from tokcost.units import COMPUTE_DTYPES
+
+
+def _check_plot(path: Path | None) -> Path | None:
+    """--plot's check before any work (tokcost.plots.canvas.check_path), loaded only when a plot is asked for."""
+    if path is None:
+        return None
+    from tokcost.plots.canvas import check_path
+
+    return check_path(path)
 
 
 class Format(str, Enum):
@@ -28,17 +37,8 @@ class TableFormat(str, Enum):
     json = "json"
 
 
-class ComputeDtype(str, Enum):
-    """Matmul dtypes a GPU may list a dense peak for."""
-
-    fp32 = "fp32"
-    tf32 = "tf32"
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp8 = "fp8"
-    int8 = "int8"
-    int4 = "int4"
-    fp4 = "fp4"
+# Matmul dtypes a GPU may list a dense peak for: the one list (tokcost.units), as click's choices
+ComputeDtype = Enum("ComputeDtype", {dtype: dtype for dtype in COMPUTE_DTYPES}, type=str)  # type: ignore[misc]
 
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name, a model YAML, or a HF config.json.")]
@@ -71,7 +71,20 @@ KvOpt = Annotated[
 ]
 ComputeOpt = Annotated[
     Optional[ComputeDtype],
-    typer.Option("--compute-dtype", help="Matmul dtype whose peak applies (default: the model's)."),
+    typer.Option(
+        "--compute-dtype",
+        help="Matmul dtype whose peak applies (default: fp8/fp4 weights run natively where the GPU lists that peak, "
+        "other formats dequantize to the model's dtype; a checkpoint that states W8A8 runs it).",
+    ),
+]
+WeightsListOpt = Annotated[
+    Optional[str],
+    typer.Option("--weights", help="Block linear weight formats, comma-separated (each priced): bf16,fp8,int4, ..."),
+]
+KvListOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache formats, comma-separated: bf16,fp8.")]
+ComputeListOpt = Annotated[
+    Optional[str],
+    typer.Option("--compute-dtype", help="Matmul dtypes, comma-separated (default: as estimate resolves them)."),
 ]
 PrefixOpt = Annotated[int, typer.Option("--cached-prefix", help="Prompt tokens served from a prefix cache.")]
 PriceOpt = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour (default: the GPU spec's).")]
@@ -95,7 +108,7 @@ PlotOpt = Annotated[
     typer.Option(
         "--plot",
         metavar="FILE",
-        callback=check_path,
+        callback=_check_plot,
         help="Also draw the result as a chart in FILE, .png or .svg (needs matplotlib: the plot extra).",
     ),
 ]

@@ -12,6 +12,7 @@ import typer
 
 from tokcost import plots
 from tokcost.cli.common import int_list, split_list
+from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
 from tokcost.cli.render import flatten, print_csv, print_json, print_tables
@@ -200,8 +201,7 @@ def _render(result: Plan, format: Format, explain: bool, top: int, elapsed: floa
     if format == Format.json:
         print_json(plan_dict(result, explain_lines(result) if explain else None))
         return
-    for warning in result.warnings:
-        sys.stderr.write(f"warning: {warning}\n")
+    warn(result.warnings)
     if format == Format.csv:
         print_csv([flatten(config_dict(row)) for row in result.rows])
         if explain:

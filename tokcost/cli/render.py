@@ -8,17 +8,21 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
+
+from tokcost.cli.widths import cell_text, fit, is_prose, left_out
+from tokcost.errors import Unprintable
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 PIPED_WIDTH = 200
-PROSE_AT = 40  # a column with a cell wider than this holds prose: it wraps instead of setting the width
 RICH_ROWS = 200  # rich lays a table out at ~0.6 ms a row: a longer one prints as plain aligned text
 
 
@@ -32,6 +36,8 @@ class Table:
     notes: list[str] = field(default_factory=list)
     header: str = ""
     prose: bool = False  # cells of text, not numbers: left-aligned, long words folded, never cut with an ellipsis
+    drop: tuple[str, ...] = ()  # columns left out first on a narrow terminal, in this order (then the last first)
+    wrap: tuple[str, ...] = ()  # columns of text (not numbers) that wrap at spaces on a narrow terminal
 
 
 def console() -> Console:
@@ -58,84 +64,71 @@ def print_tables(tables: list[Table], fmt: str) -> None:
 
 
 def _print_rich(t: Table, out: Console) -> None:
-    """One table through rich: every string goes in as Text (a name like "h100 [sxm]" is shown, never markup)."""
+    """One table through rich: every string goes in as Text (a name like "h100 [sxm]" is shown, never markup),
+    laid out by widths.fit (text wraps at spaces, columns left out by priority, no value ever cut)."""
     from rich.table import Table as RichTable
     from rich.text import Text
 
     if t.header:
-        out.print(Text(t.header, style="bold"))
-    keep = _columns_that_fit(t, out.width)
-    grid = RichTable(title=Text(t.title, style="bold"), title_justify="left")
-    for i in keep:  # a value is never wrapped, folded or cut: columns that do not fit are left out instead
-        if t.prose or _widest(t, i) > PROSE_AT:  # prose wraps at spaces, left-aligned, never truncated
-            width = min(_widest(t, i), PROSE_AT)
-            grid.add_column(Text(t.columns[i]), justify="left", overflow="fold", min_width=width)
-        else:
-            grid.add_column(Text(t.columns[i]), justify="left" if i == 0 else "right", no_wrap=True,
-                            min_width=_widest(t, i))  # fmt: skip
+        out.print(Text(cell_text(t.header), style="bold"))
+    layout = fit(t, out.width, per_column=3, border=1)  # each column: a space either side and a rule
+    grid = RichTable(title=Text(cell_text(t.title), style="bold"), title_justify="left")
+    for i in layout.keep:
+        left = i == 0 or is_prose(t, i)
+        grid.add_column(Text(t.columns[i]), justify="left" if left else "right", width=layout.widths[i],
+                        no_wrap=i not in layout.wraps, overflow="fold")  # fmt: skip
     for row in t.rows:
-        grid.add_row(*(Text(row[i]) for i in keep))
-    out.print(grid)
-    for note in _left_out(t, keep, out.width) + t.notes:
-        out.print(Text(note))
+        grid.add_row(*(Text(cell_text(row[i])) for i in layout.keep))
+    out.print(grid, crop=False)  # wider than the terminal only on one narrower than two folded columns
+    for note in left_out(t, layout.keep, out.width) + t.notes:
+        out.print(Text(cell_text(note)))
 
 
 def plain(t: Table, width: int) -> str:
-    """A table as aligned text, one line per row (what a long table prints: rich lays out ~0.6 ms a row); numbers
-    right-aligned, text left; columns that do not fit `width` whole are left out, last first, never cut."""
-    widths = [_widest(t, i) for i in range(len(t.columns))]
-    keep = list(range(len(t.columns)))
-    while len(keep) > 2 and sum(widths[i] + 2 for i in keep) - 2 > width:
-        keep.pop()
-    left = {i for i in keep if i == 0 or t.prose or widths[i] > PROSE_AT}
+    """A table as aligned text (what a long table prints: rich lays out ~0.6 ms a row); numbers right-aligned,
+    text left and wrapped at spaces, columns left out by priority, as widths.fit lays them out; never cut."""
+    layout = fit(t, width, per_column=2, border=-2)  # two spaces between columns
+    left = {i for i in layout.keep if i == 0 or is_prose(t, i)}
 
-    def line(cells: list[str]) -> str:
-        padded = (cells[i].ljust(widths[i]) if i in left else cells[i].rjust(widths[i]) for i in keep)
-        return "  ".join(padded).rstrip() + "\n"
+    def lines(cells: list[str]) -> str:
+        wrapped = {i: _wrap(cell_text(cells[i]), layout.widths[i]) if i in layout.wraps else [cell_text(cells[i])]
+                   for i in layout.keep}  # fmt: skip
+        out = ""
+        for n in range(max(len(parts) for parts in wrapped.values())):
+            parts = [wrapped[i][n] if n < len(wrapped[i]) else "" for i in layout.keep]
+            padded = (p.ljust(layout.widths[i]) if i in left else p.rjust(layout.widths[i])
+                      for i, p in zip(layout.keep, parts, strict=True))  # fmt: skip
+            out += "  ".join(padded).rstrip() + "\n"
+        return out
 
-    rule = line(["-" * w for w in widths])
-    body = "".join(line(row) for row in t.rows)
-    notes = "".join(note + "\n" for note in _left_out(t, keep, width) + t.notes)
-    return (f"{t.header}\n" if t.header else "") + f"{t.title}\n" + line(t.columns) + rule + body + notes
-
-
-def _left_out(t: Table, keep: list[int], width: int) -> list[str]:
-    """The note naming the columns left out at this width, if any."""
-    dropped = [t.columns[i] for i in range(len(t.columns)) if i not in keep]
-    if not dropped:
-        return []
-    return [f"(left out at {width} columns: {', '.join(dropped)}; widen the terminal or use --format markdown or json)"]
+    rule = lines(["-" * layout.widths.get(i, 0) for i in range(len(t.columns))])
+    body = "".join(lines(row) for row in t.rows)
+    notes = "".join(cell_text(note) + "\n" for note in left_out(t, layout.keep, width) + t.notes)
+    header = f"{cell_text(t.header)}\n" if t.header else ""
+    return header + f"{cell_text(t.title)}\n" + lines(t.columns) + rule + body + notes
 
 
-def _widest(t: Table, i: int) -> int:
-    return max(len(cell) for cell in (t.columns[i], *(row[i] for row in t.rows)))
-
-
-def _columns_that_fit(t: Table, width: int) -> list[int]:
-    """The columns that fit the terminal whole (3 characters of padding and border each), the first two always;
-    the rest are left out, last first, so that no number is ever cut, folded or ellipsized."""
-    keep = list(range(len(t.columns)))
-    while len(keep) > 2 and sum(min(_widest(t, i), PROSE_AT) + 3 for i in keep) + 1 > width:
-        keep.pop()
-    return keep
+def _wrap(text: str, width: int) -> list[str]:
+    """Text wrapped at spaces into lines of `width`; a word is never split (widths.fit makes room for it)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def markdown(t: Table) -> str:
     """A GitHub-flavoured Markdown table with its title in bold and notes below."""
 
     def cells(values: list[str]) -> str:
-        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+        return "| " + " | ".join(cell_text(v).replace("|", "\\|") for v in values) + " |"
 
     align = "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(t.columns))) + "|"
-    lines = ([t.header, ""] if t.header else []) + [
-        f"**{t.title}**",
+    lines = ([cell_text(t.header), ""] if t.header else []) + [
+        f"**{cell_text(t.title)}**",
         "",
         cells(t.columns),
         align,
         *(cells(r) for r in t.rows),
     ]
     if t.notes:
-        lines += ["", *t.notes]
+        lines += ["", *map(cell_text, t.notes)]
     return "\n".join(lines)
 
 
@@ -145,39 +138,48 @@ def print_csv(rows: list[dict[str, Any]]) -> None:
     fields = list(dict.fromkeys(key for row in rows for key in row))
     writer = csv.DictWriter(buffer, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    writer.writerows({k: "" if v is None else checked(v, k) for k, v in row.items()} for row in rows)
     sys.stdout.write(buffer.getvalue())
 
 
 def write_rows(rows: Iterable[Sequence[Any]], columns: Sequence[str], fmt: str, out: TextIO) -> int:
     """Rows written as they come, as CSV (a header line, then a line per row) or JSON Lines (an object per row):
-    memory holds one row, whatever the count. Returns the count; a non-finite number is refused, never written."""
+    memory holds one row, whatever the count. Returns the count; a number that cannot be right is refused."""
     writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
     if writer is not None:
         writer.writerow(columns)
     count = 0
     for row in rows:
         if writer is not None:
-            writer.writerow(["" if v is None else _finite(v) for v in row])
+            writer.writerow(["" if v is None else checked(v, key) for key, v in zip(columns, row, strict=True)])
         else:
-            out.write(json.dumps(dict(zip(columns, map(_finite, row), strict=True)), allow_nan=False) + "\n")
+            out.write(json.dumps(checked(dict(zip(columns, row, strict=True))), allow_nan=False) + "\n")
         count += 1
     return count
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"refusing to print a non-finite number ({value}); this is a tokcost bug")
+# Keys naming a time, rate, cost, energy, size or count (units in names): their values are never negative
+_UNSIGNED = re.compile(r"(?:^|_)(?:s|seconds|times|per_s|usd|bytes|flops|tokens?|joules|gpus?|batch)(?:_|$)")
+
+
+def checked(value: Any, key: str = "") -> Any:
+    """`value` (a number, or dicts and lists of them) as it may be printed: every number finite, and none negative
+    under a key that names a time, rate, cost, energy, size or count (the rule fmt applies to tables); otherwise
+    errors.Unprintable, never a wrong number on the page."""
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: checked(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [checked(v, key) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Unprintable(f"refusing to print {key or 'a number'} = {value}: a non-finite number (a tokcost bug)")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 and _UNSIGNED.search(key):
+        raise Unprintable(f"refusing to print {key} = {value}: a negative {key} cannot be right (a tokcost bug)")
     return value
 
 
 def json_text(data: Any) -> str:
     """Pretty JSON with stable key order; NaN and infinity are refused, never written."""
-    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+    return json.dumps(checked(data), indent=2, allow_nan=False) + "\n"
 
 
 def print_json(data: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 
-from tokcost.catalog import builtin_names, expect_kind, kind_of, looks_like_path, shown, suggest
+from tokcost.catalog import builtin_names, expect_kind, kind_of, kind_of_name, looks_like_path, shown, suggest
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.eras import builtin_files, load_file
@@ -22,6 +22,7 @@ from tokcost.hardware.spec import GpuSpec
 from tokcost.models.hf_import import from_hf_config
 from tokcost.models.library import load_model, model_from, name_from_path
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import load_engine
 
 app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
 
@@ -31,7 +32,11 @@ class Kind(str, Enum):
 
     models = "models"
     gpus = "gpus"
+    networks = "networks"
     engines = "engines"
+
+
+KINDS = ("models", "gpus", "networks", "engines")
 
 
 class ShowFormat(str, Enum):
@@ -49,16 +54,17 @@ TEMPLATE_HEADER = """\
 """
 
 
-def spec_yaml(kind: str, spec: ModelSpec | GpuSpec) -> str:
+def spec_yaml(kind: str, spec: Any) -> str:
     """The spec as YAML that loads back to the same spec: the file's keys, no derived counts, header comments."""
     if isinstance(spec, ModelSpec):
         body = spec.model_dump(by_alias=True, exclude_none=True)
         flag = "-g h100-sxm -m"
     else:
         body = spec.model_dump(exclude_none=True)
-        if "achievable" not in spec.model_fields_set:  # absent means "expected = ceiling", not the defaults
+        if isinstance(spec, GpuSpec) and "achievable" not in spec.model_fields_set:  # absent: expected = ceiling
             body.pop("achievable")
-        flag = "-m llama-3.1-8b -g"
+        flag = {"gpu": "-m llama-3.1-8b -g", "network": "-m llama-3.1-70b -g h100-sxm --tp 16 --network",
+                "engine": "-m llama-3.1-8b -g h100-sxm --engine"}[kind]  # fmt: skip
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
     header = TEMPLATE_HEADER.format(kind=kind, name=spec.name, flag=flag)
     return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=110)
@@ -77,18 +83,27 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
         params_mlp=m.params_mlp,
         params_norms=m.params_norms,
         params_lm_head=m.params_lm_head,
-        kv_bytes_per_token=m.kv_bytes_per_token(),
+        kv_bytes_per_token=_count(m.kv_bytes_per_token()),
     )
     return data
 
 
-def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
-    """A built-in model or GPU by name, or a file whose keys say which kind of spec it is."""
-    for kind in ("models", "gpus"):
-        if name_or_path.strip().lower() in builtin_names(kind):  # type: ignore[arg-type]
-            return kind.removesuffix("s"), load_model(name_or_path) if kind == "models" else load_gpu(name_or_path)
+def _count(value: float) -> int | float:
+    """A count of bytes or elements as an integer (131,072, not 131072.0) when it is one: a model's own dtypes
+    are whole bytes; a sub-byte format's fractional bytes stay a number."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _load_any(name_or_path: str) -> tuple[str, Any]:
+    """A built-in spec of any kind by name (a model, GPU, network or engine), or a file whose keys say which kind
+    of spec it is."""
+    kind = kind_of_name(name_or_path)
+    if kind is not None:
+        loader = {"models": load_model, "gpus": load_gpu, "networks": load_network, "engines": load_engine}[kind]
+        return kind.removesuffix("s"), loader(name_or_path)
     if not looks_like_path(name_or_path):
-        hint, _ = suggest(builtin_names("models") + builtin_names("gpus"), name_or_path)
+        every = [name for kind in KINDS for name in builtin_names(kind)]
+        hint, _ = suggest(every, name_or_path)
         raise SpecError(shown(name_or_path), f"not a built-in spec nor a file; {hint}see 'tokcost specs list'")
     data = load_mapping(Path(name_or_path))
     if kind_of(data) == "gpus":
@@ -96,16 +111,25 @@ def _load_any(name_or_path: str) -> tuple[str, ModelSpec | GpuSpec]:
     return "model", model_from(name_or_path, data, name=name_from_path(name_or_path))
 
 
+class ListFormat(str, Enum):
+    """Renderings of the list (a YAML template is one spec's: specs show NAME -f yaml)."""
+
+    table = "table"
+    json = "json"
+
+
 @app.command("list", epilog="Examples:\n  tokcost specs list --kind gpus\n  tokcost specs list -f json")
 def list_specs(
-    kind: Annotated[Optional[Kind], typer.Option("--kind", help="models, gpus or engines (default: all).")] = None,
-    format: Annotated[ShowFormat, typer.Option("--format", "-f", help="table or json.")] = ShowFormat.table,
+    kind: Annotated[
+        Optional[Kind], typer.Option("--kind", help="models, gpus, networks or engines (default: every kind).")
+    ] = None,
+    format: Annotated[ListFormat, typer.Option("--format", "-f", help="table or json.")] = ListFormat.table,
 ) -> None:
     """List built-in specs. Example: tokcost specs list --kind gpus"""
-    kinds = [kind.value] if kind else ["models", "gpus", "engines"]
-    if format == ShowFormat.json:
+    kinds = [kind.value] if kind else list(KINDS)
+    if format == ListFormat.json:
         out: dict[str, Any] = {k: builtin_names(k) for k in kinds if k != "engines"}  # type: ignore[misc]
-        if "engines" in kinds:
+        if "engines" in kinds:  # each engine's eras, the newest first named
             out["engines"] = {n: {"newest": f.newest, "eras": list(f.eras)} for n, f in builtin_files().items()}
         print_json(out)
         return
@@ -143,6 +167,11 @@ def list_specs(
                 ]
             )
         tables.append(Table("GPUs", ["name", "memory", "bandwidth", "bf16 TFLOP/s (dense)", "TDP", "price"], rows))
+    if "networks" in kinds:
+        links = [load_network(name) for name in builtin_names("networks")]
+        rows = [[n.name, n.kind, f"{n.gb_s:,g} GB/s", f"{n.latency_us:,g} us", f"{n.efficiency:g}"] for n in links]
+        tables.append(Table("Networks (per GPU, per direction)", ["name", "kind", "bandwidth", "latency",
+                                                                  "efficiency"], rows, wrap=("kind",)))  # fmt: skip
     if "engines" in kinds:
         tables.append(engines_table())
     print_tables(tables, "table")
@@ -167,7 +196,9 @@ def engines_table() -> Table:
     epilog="Examples:\n  tokcost specs show mixtral-8x7b\n  tokcost specs show h100-sxm -f yaml > my-gpu.yaml",
 )
 def show(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Built-in name, spec YAML, or HF config.json.")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="Built-in model, GPU, network or engine; a spec YAML; a config.json.")
+    ],
     format: Annotated[
         ShowFormat,
         typer.Option("--format", "-f", help="table, json (with derived counts) or yaml (a template that loads back)."),
@@ -250,6 +281,8 @@ def import_config(
         raise SpecError(str(config), "no model_type: not a HuggingFace config.json")
     if name is not None and not name.strip():
         raise UsageError("--name: give a name with at least one visible character")
+    if force and out is None:
+        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
     spec = from_hf_config(data, str(config), name=name or name_from_path(str(config)))
     body = spec.model_dump(by_alias=True, exclude_none=True)
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}

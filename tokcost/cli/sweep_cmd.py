@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from enum import Enum
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Optional, TextIO
@@ -18,10 +19,10 @@ from typing import Annotated, Optional, TextIO
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import MAX_GRID_POINTS, check_grid, int_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, warn
+from tokcost.cli.common import format_grid, int_list, workload_from_flags
+from tokcost.cli.deploy import layout_flags, unused_network, warn
 from tokcost.cli.options import (
-    ComputeOpt,
+    ComputeListOpt,
     DpOpt,
     EngineOpt,
     EpOpt,
@@ -29,25 +30,27 @@ from tokcost.cli.options import (
     GpuOpt,
     GpusOpt,
     GpusPerNodeOpt,
-    KvOpt,
+    KvListOpt,
     ModelOpt,
     NetworkOpt,
     OutputOpt,
     PlotOpt,
     PpOpt,
     PriceOpt,
-    PromptOpt,
     TpOpt,
-    WeightsOpt,
+    WeightsListOpt,
 )  # fmt: skip
 from tokcost.cli.render import RICH_ROWS, Table, json_text, markdown, print_tables, write_rows
+from tokcost.engine.estimate import deployment
 from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import check_destination, open_new
 from tokcost.hardware.library import load_gpu, network_for
+from tokcost.inputs import FLAG_OF_FIELD, MAX_GRID_POINTS, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 
+DEFAULT_PROMPT = 1024
 MAX_HELD_POINTS = MAX_GRID_POINTS  # table, markdown, json and --plot hold every point (and rich lays out each row)
 # csv and jsonl stream: ~150 bytes a row, so 10M rows are ~1.5 GB of CSV, and 5 minutes at 1M points in 30 s
 MAX_STREAMED_POINTS = 10_000_000
@@ -98,11 +101,13 @@ def sweep(
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
     engine: EngineOpt = None,
-    prompt: PromptOpt = 1024,
+    prompt: Annotated[
+        Optional[int], typer.Option("--prompt", "-p", help="Prompt tokens per sequence, when --context is not given.")
+    ] = None,
     output: OutputOpt = 256,
-    weights: WeightsOpt = None,
-    kv_dtype: KvOpt = None,
-    compute_dtype: ComputeOpt = None,
+    weights: WeightsListOpt = None,
+    kv_dtype: KvListOpt = None,
+    compute_dtype: ComputeListOpt = None,
     price: PriceOpt = None,
     format: SweepFormatOpt = SweepFormat.table,
     out: OutOpt = None,
@@ -110,26 +115,35 @@ def sweep(
     plot: PlotOpt = None,
 ) -> None:
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
+    if prompt is not None and context is not None:
+        raise UsageError("--prompt: --context gives the prompt lengths; drop --prompt (or give it as --context)")
     batches = int_list(batch, "--batch", 1, 1_000_000)
-    contexts = int_list(context, "--context") if context is not None else [prompt]
+    contexts = int_list(context, "--context") if context is not None else [DEFAULT_PROMPT if prompt is None else prompt]
     streamed = format in STREAMED and plot is None
     limit, hint = _bound(format, streamed)
-    check_grid(("--batch", batches), ("--context", contexts), limit=limit, hint=hint)
-    if output < 2:
-        raise UsageError("--output: sweep prices decode steps; give 2 or more output tokens")
-    if out is not None:
-        if format == SweepFormat.table:
-            raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
-        check_destination(out, force)  # before any work
-    base = workload_from_flags(
-        prompt_tokens=prompt, output_tokens=output, weights_dtype=weights, kv_dtype=kv_dtype,
-        compute_dtype=compute_dtype, price_per_hour_usd=price, **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
-    )  # fmt: skip
+    formats = format_grid(weights, kv_dtype, compute_dtype)  # each priced in turn, as compare and plan take them
+    bases = [workload_from_flags(
+        prompt_tokens=contexts[0], output_tokens=output, price_per_hour_usd=price, **precision,
+        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
+    ) for precision in formats]  # fmt: skip
+    names = {**FLAG_OF_FIELD, "prompt_tokens": "--context"}  # --prompt alone is checked as the base's
+    more = (("formats", formats),) if len(formats) > 1 else ()
+    batches, contexts = sweep_grid(bases[0], batches=batches, prompts=contexts, names=names, limit=limit, hint=hint,
+                                   more=more)  # fmt: skip
+    _check_outputs(format, out, force, plot, len(formats))
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    points = iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+    warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
+    points = chain.from_iterable(
+        iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
+        for base in bases
+    )
+    # the first point priced now: what the engine refuses (a layer kind, a layout) is refused before any row
+    first = next(points)
+    points = chain([first], points)
     held = None if streamed else list(points)  # table, markdown, json and --plot hold every point
-    warnings = sweep_warnings(spec_model, spec, base, prompts=contexts, network=net, engine=profile)
+    warnings = list(dict.fromkeys(w for base in bases for w in sweep_warnings(
+        spec_model, spec, base, prompts=contexts, network=net, engine=profile)))  # fmt: skip
     if format != SweepFormat.json:  # JSON carries its warnings inside
         warn(warnings)
     with _destination(out, force) as handle:
@@ -139,6 +153,18 @@ def sweep(
             _render_held(held or [], format, handle, warnings)
     if plot is not None and held is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
         plots.save(plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes), plot)
+
+
+def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Path | None, formats: int) -> None:
+    """Before any work: --out where it can write, --force only with it, one picture per format."""
+    if plot is not None and formats > 1:
+        raise UsageError("--plot: draws one format's sweep; give one --weights/--kv-dtype/--compute-dtype value")
+    if out is not None:
+        if format == SweepFormat.table:
+            raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
+        check_destination(out, force)
+    elif force:
+        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
 
 
 def _render_held(points: list[SweepPoint], format: SweepFormat, handle: TextIO, warnings: list[str]) -> None:
@@ -179,7 +205,12 @@ def sweep_table(points: list[SweepPoint]) -> Table:
     table = Table(
         f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)",
         ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory/GPU", "bound", "note"],
+        drop=("ceiling tok/s", "bound"),  # on a narrow terminal: the reference figures go first, the notes stay
+        wrap=("note",),
     )
+    several = len({(p.weights, p.kv_dtype, p.compute_dtype) for p in points}) > 1  # a precision column if it varies
+    if several:
+        table.columns.insert(0, "weights/KV/compute")
     for p in points:
         notes = []
         if p.critical_batch_compute is not None and p.batch >= p.critical_batch_compute:
@@ -188,9 +219,10 @@ def sweep_table(points: list[SweepPoint]) -> Table:
             notes.append(f"KV reads > weights from batch {p.critical_batch_kv}")
         if not p.fits:
             notes.append(f"exceeds memory (max batch {p.max_batch})")
+        precision = [f"{p.weights}/{p.kv_dtype}/{p.compute_dtype}"] if several else []
         table.rows.append([
-            f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), f"{p.decode_tokens_per_s:,.1f}",
-            f"{p.ceiling_decode_tokens_per_s:,.1f}", fmt.usd(p.usd_per_million_output_tokens),
+            *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), fmt.rate(p.decode_tokens_per_s),
+            fmt.rate(p.ceiling_decode_tokens_per_s), fmt.usd(p.usd_per_million_output_tokens),
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
     if len(points) > RICH_ROWS:

@@ -1,76 +1,55 @@
-"""Which layers a pipeline stage holds and what one GPU holds of each: block kinds, per-rank parameters and KV.
+"""Which layers a pipeline stage holds and what one GPU holds of each: block kinds, per-rank parameters, KV and state.
 
-A block kind is an attention kind (global, sliding window: features.py) and an MLP kind (dense, MoE); layers of
-one kind cost the same, so a stage is priced by kind, counted, not walked. A new attention kind (chunked,
-linear / state-space) is a new value of BlockKind.attention with its own features and parameters.
+A block kind is a mixer kind (global, sliding window, chunked attention; Gated DeltaNet or Mamba-2, which keep a
+state per sequence; none) and an MLP kind (dense, MoE, none): layers of one kind cost the same, so a stage is
+priced by kind, counted over its layer range (models/layers.py LayerPlan), never walked.
+
+Tensor parallelism splits attention and KV heads (blocks replicate KV heads past kv_heads, layout.py), and a state
+layer's heads with their state (vLLM's MambaMixer2 and Qwen3-Next's GatedDeltaNet shard heads across TP ranks).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from tokcost.engine.features import ATTENTION_KINDS, AttentionKind
 from tokcost.engine.layout import kv_heads_per_rank
 from tokcost.engine.workload import Precision
 from tokcost.formats import get as get_format
+from tokcost.models.layers import KV_MIXERS, STATE_MIXERS
 from tokcost.models.spec import ModelSpec
 
-Mlp = Literal["dense", "moe"]
+_MIXER_NAMES = {"linear": "Gated DeltaNet", "mamba": "Mamba-2"}
 
 
 @dataclass(frozen=True, slots=True)
 class BlockKind:
-    """Layers that cost the same: an attention kind (global, sliding window) and an MLP kind (dense, MoE)."""
+    """Layers that cost the same: a mixer kind and an MLP kind (models/layers.py LayerKind)."""
 
-    attention: AttentionKind
-    mlp: Mlp
+    mixer: str
+    mlp: str
 
     def label(self, model: ModelSpec) -> str:
-        """Human name of the kind."""
-        mlp = "MoE layer" if self.mlp == "moe" else "dense layer"
-        sw = model.sliding_window
-        return mlp + (f", window {sw.window_tokens:,}" if self.attention == "sliding" and sw else "")
-
-
-def _sliding_in(model: ModelSpec, r: range) -> int:
-    """How many layers of range `r` slide (counted, not walked: a stage may hold thousands of layers)."""
-    sw = model.sliding_window
-    if sw is None or not r:
-        return 0
-    if sw.layers == "all":
-        return len(r)
-    if sw.layers in ("even", "odd"):
-        parity = 0 if sw.layers == "even" else 1
-        return len(range(r.start + (r.start % 2 != parity), r.stop, 2))
-    return sum(1 for i in set(sw.layers) if i in r)
+        """Human name of the kind: "dense layer", "MoE layer, window 1,024", "Mamba-2 layer, no MLP", ..."""
+        mixer = {"sliding": f"window {model.window or 0:,}", "chunked": f"chunk {model.chunk_tokens or 0:,}",
+                 **_MIXER_NAMES}.get(self.mixer, "")  # fmt: skip
+        if self.mlp == "none":
+            return f"{mixer or 'attention'} layer, no MLP"
+        mlp = "MoE" if self.mlp == "moe" else "dense"
+        if self.mixer == "none":
+            return f"{mlp} MLP-only layer"
+        return f"{mlp} layer" + (f", {mixer}" if mixer else "")
 
 
 def stage_kinds(model: ModelSpec, layers: range) -> dict[BlockKind, int]:
-    """How many layers of each kind a pipeline stage holds: dense before MoE, sliding before global."""
-    dense_end = model.moe.dense_layers if model.moe else model.layers
-    groups: list[tuple[Mlp, range]] = [("dense", range(layers.start, min(layers.stop, dense_end))),
-                                       ("moe", range(max(layers.start, dense_end), layers.stop))]  # fmt: skip
-    out: dict[BlockKind, int] = {}
-    for mlp, r in groups:
-        sliding = _sliding_in(model, r)
-        for kind, n in ((BlockKind("sliding", mlp), sliding), (BlockKind("global", mlp), len(r) - sliding)):
-            if n:
-                out[kind] = n
-    return out
-
-
-def attention_kinds(model: ModelSpec) -> tuple[AttentionKind, ...]:
-    """The attention kinds the model's layers use, in ATTENTION_KINDS order."""
-    used = {kind.attention for kind in stage_kinds(model, range(model.layers))}
-    return tuple(k for k in ATTENTION_KINDS if k in used)
+    """How many layers of each kind a pipeline stage holds, in the order they first appear."""
+    return {BlockKind(k.mixer, k.mlp): n for k, n in model.plan.counts(layers).items()}
 
 
 # ---- parameters one GPU holds -----------------------------------------------------------------------
 
 
 def attention_params_per_rank(model: ModelSpec, tp: int) -> tuple[float, float]:
-    """(QKV-side params, output-projection params) of one layer on one TP rank."""
+    """(QKV-side params, output-projection params) of one attention layer on one TP rank."""
     h, n = model.hidden_size, model.attention_heads
     if model.mla:
         m = model.mla
@@ -86,15 +65,35 @@ def attention_params_per_rank(model: ModelSpec, tp: int) -> tuple[float, float]:
         return replicated + split / tp, n * m.v_head_dim * h / tp
     q_dim, kv_dim = n * model.head_dim / tp, kv_heads_per_rank(model, tp) * model.head_dim
     bias = q_dim + 2 * kv_dim if model.attention_bias else 0
-    return h * (q_dim + 2 * kv_dim) + bias, q_dim * h
+    gate = q_dim if model.attention_gate else 0  # Qwen3-Next: q_proj also yields a sigmoid gate per query channel
+    return h * (q_dim + gate + 2 * kv_dim) + bias, q_dim * h
+
+
+def mixer_params_per_rank(model: ModelSpec, mixer: str, tp: int) -> float:
+    """Every weight of one layer's mixer on one TP rank (a state layer's heads split tp-way)."""
+    if mixer in KV_MIXERS:
+        return sum(attention_params_per_rank(model, tp))
+    return model.params_mixer_per_layer(mixer) / tp
+
+
+def mlp_params_per_rank(model: ModelSpec, mlp: str, tp: int) -> float:
+    """A dense MLP's weights on one TP rank (MoE layers are counted by expert: memory.py)."""
+    return model.params_dense_mlp_per_layer / tp if mlp == "dense" else 0.0
 
 
 def kv_bytes_per_token_layer(model: ModelSpec, precision: Precision, tp: int) -> float:
-    """Cache bytes one token adds to one layer on one TP rank (KV heads split, MLA latent whole)."""
+    """Cache bytes one token adds to one attention layer on one TP rank (KV heads split, MLA latent whole)."""
     bytes_ = get_format(precision.kv).bytes
     if model.mla:
         return (model.mla.kv_lora_rank + model.mla.rope_head_dim) * bytes_
     return 2 * kv_heads_per_rank(model, tp) * model.head_dim * bytes_
+
+
+def state_bytes_per_sequence_layer(model: ModelSpec, precision: Precision, mixer: str, tp: int) -> float:
+    """State one sequence keeps in one layer of kind `mixer` on one TP rank (0 for attention: its cache grows)."""
+    if mixer not in STATE_MIXERS:
+        return 0.0
+    return model.state_bytes_per_sequence_per_layer(mixer, precision.state) / tp
 
 
 def attention_flops_per_pair(model: ModelSpec, tp: int, *, absorbed: bool) -> float:

@@ -20,9 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokcost.engine.blocks import attention_kinds
 from tokcost.engine.collectives import Links
-from tokcost.engine.features import FeatureSpace, Segment, decode_kinks
+from tokcost.engine.features import FeatureSpace, Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_factor, stage_seconds
@@ -82,7 +81,7 @@ class CompiledPass:
 
     def __init__(self, model: ModelSpec, precision: Precision, layout: Layout) -> None:
         self.model, self.precision, self.layout = model, precision, layout
-        self.space = FeatureSpace(model, layout, attention_kinds(model))
+        self.space = FeatureSpace.of(model, layout)
         symbols = self.space.symbols()
         self.stages = tuple(tuple(Row.of(s) for s in st) for st in pass_stages(model, precision, layout, symbols))
         rows = [row for stage in self.stages for row in stage]
@@ -137,13 +136,13 @@ class CompiledPass:
 
     def decode_work(self, batch: float, first: int, last: int) -> tuple[Work, ...]:
         """Decode steps of `batch` sequences at cached contexts first..last: one Work per span on which every
-        kernel's work is linear in the context (split where a window fills)."""
+        kernel's work is linear in the context (split where a window fills, at chunk boundaries, at a first
+        state read: attend.py)."""
         m = microbatches(self.layout, [Segment(batch, first, 1)])
         spans, a = [], first
-        for kink in decode_kinks(self.model, self.space.kinds):
-            if a < kink <= last:
-                spans.append((a, kink - 1))
-                a = kink
+        for kink in self.space.pieces.kinks(first, last):
+            spans.append((a, kink - 1))
+            a = kink
         spans.append((a, last))
         vector = self.space.vector
         return tuple(

@@ -1,23 +1,23 @@
 """Decode steps of one batch as exact functions of the context, and their mean over contexts in closed form.
 
-With the batch fixed, only the attention features move with the context c (KV tokens read, query-key pairs:
-features.py), and between the contexts where a window fills ("regimes": from 0, then from each window) they are
-linear in c. So every kernel that reads them does work linear in c, and its two roofline sides are lines in c
-(kernel_seconds is linear in the work it prices: its intercept prices the work at c = 0 of the regime's line,
-its slope the work per token of context); every other kernel is a constant. The mean step over first..last is
-then a sum of arithmetic series, split where lines cross (series.py): exact, equal to summing every step.
-Collectives carry activations and routed tokens, never the cache: they do not move with c.
+With the batch fixed, only the context features move with the context c (KV tokens read, query-key pairs, a
+state read: features.py), and on each piece between the contexts where a window fills, a chunk ends or a state
+is first read (attend.py Pieces: "regimes") they are linear in c. So every kernel that reads them does work linear
+in c, and its two roofline sides are lines in c (kernel_seconds is linear in the work it prices: its intercept
+prices the work at c = 0 of the regime's line, its slope the work per token of context); every other kernel is a
+constant. The mean step over first..last is then a sum of arithmetic series, split where lines cross (series.py):
+exact, equal to summing every step. A chunked layer's sawtooth gives a regime per chunk; they are built as the
+contexts asked for reach them. Collectives carry activations and routed tokens, never the cache: they do not move
+with c.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_bound
-from tokcost.engine.features import Segment, decode_kinks
+from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.passcost import Bound, pipeline_factor
 from tokcost.engine.roofline import CollectiveRate, kernel_seconds
@@ -57,36 +57,46 @@ class DecodeLines:
         self.share = share = batch / self.microbatches
         self.factor = pipeline_factor(self.microbatches, compiled.layout.pp, "steady")
         self.overhead_s = bound.overhead_s
-        context = space.context_indices
-        x = space.vector([Segment(share, 0, 1)])  # the features the context does not move
-        self.starts = (0, *decode_kinks(compiled.model, space.kinds))  # each regime's first context
-        self.regimes: list[tuple[_Stage, ...]] = []
-        for start in self.starts:  # the context features on this regime: x(c) = const + slope x c, exactly
-            at_start, after = space.decode_context(share, start), space.decode_context(share, start + 1)
-            slope = [b - a for a, b in zip(at_start, after, strict=True)]
-            const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
-            self.regimes.append(tuple(_stage(stage, x, context, const, slope) for stage in bound.stages))
+        self.bound, self.pieces = bound, space.pieces
+        self.context = space.context_indices
+        self.x = space.vector([Segment(share, 0, 1)])  # the features the context does not move
+        self.regimes: dict[int, tuple[_Stage, ...]] = {}  # by each regime's first context, built when reached
+        self.pieced = bool(self.pieces.points or self.pieces.periods)  # else one regime holds every context
 
     def _regime(self, cached: float) -> tuple[_Stage, ...]:
-        return self.regimes[bisect.bisect_right(self.starts, cached) - 1]
+        """The stages on the regime that holds context `cached`."""
+        return self._regime_from(self.pieces.start(cached) if self.pieced else 0)
+
+    def _regime_from(self, start: int) -> tuple[_Stage, ...]:
+        """The stages on the regime that starts at context `start`: the context features as exact lines in c."""
+        found = self.regimes.get(start)
+        if found is None:
+            space = self.bound.compiled.space
+            at_start, after = space.decode_context(self.share, start), space.decode_context(self.share, start + 1)
+            slope = [b - a for a, b in zip(at_start, after, strict=True)]
+            const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
+            found = tuple(_stage(stage, self.x, self.context, const, slope) for stage in self.bound.stages)
+            self.regimes[start] = found
+        return found
 
     def mean(self, first: int, last: int) -> float:
         """Mean step over cached contexts first..last (integers), exactly the mean of every step."""
+        if not self.pieced:
+            return self.factor * _sum(self._regime_from(0), first, last) / (last - first + 1) + self.overhead_s
         total, a = 0.0, first
         while a <= last:
-            j = bisect.bisect_right(self.starts, a) - 1
-            b = min(last, self.starts[j + 1] - 1) if j + 1 < len(self.starts) else last
-            total += _sum(self.regimes[j], a, b)
+            start, end = self.pieces.span(a)
+            b = last if end >= last else int(end)
+            total += _sum(self._regime_from(start), a, b)
             a = b + 1
         return self.factor * total / (last - first + 1) + self.overhead_s
 
     def line(self, cached: float) -> tuple[float, float, float]:
         """The step from `cached` on as a line: (seconds at `cached`, seconds per token of context, the context up
         to which it holds: the regime's end, a kernel changing bound or another pipeline stage taking over)."""
-        j = bisect.bisect_right(self.starts, cached) - 1
-        until = float(self.starts[j + 1]) if j + 1 < len(self.starts) else math.inf
+        until = self.pieces.end(cached) + 1
         stages = []  # (time, slope) of each stage at `cached`, each moving kernel on its active side
-        for stage in self.regimes[j]:
+        for stage in self._regime(cached):
             time, slope = stage.fixed_s, 0.0
             for k in stage.moving:
                 (active, a_slope), (other, o_slope) = sorted(

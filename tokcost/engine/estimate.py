@@ -102,7 +102,7 @@ def deployment(
     problem = layout_problem(model, layout)
     if problem:
         raise UsageError(problem)
-    return Deployment(model, gpu, resolve_precision(model, workload), layout, links_of(gpu, network), engine)
+    return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 
 def decode_contexts(wl: Workload) -> tuple[int, int] | None:
@@ -164,11 +164,13 @@ def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
 
 
 def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
-    """Smallest batch whose KV reads at `cached` tokens outweigh the weights it reads (batching stops being free)."""
+    """Smallest batch whose per-sequence reads at `cached` tokens (KV, and a state layer's state) outweigh the
+    weights it reads (batching stops being free)."""
 
     def kv_heavier(batch: int) -> bool:
         x, rows = _slowest_rows(d, rates, batch, cached)
-        kv = sum(row.stage.count * Form.of(row.stage.bytes_read)(x) for row, _ in rows if row.stage.kind == "attention")
+        per_sequence = [row for row, _ in rows if row.stage.kind in ("attention", "state")]
+        kv = sum(row.stage.count * (Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)) for row in per_sequence)
         return kv >= sum(row.stage.count * row.weight_bytes(x) for row, _ in rows)
 
     return _first_batch(kv_heavier)

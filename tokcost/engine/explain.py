@@ -10,10 +10,12 @@ from __future__ import annotations
 from tokcost import fmt
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.layout import stage_layer_ranges
-from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_weight_bytes
+from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_state_bytes, stage_weight_bytes
 from tokcost.engine.passcost import PassCost, Priced
 from tokcost.engine.roofline import Rates, kernel_rates
 from tokcost.formats import get as get_format
+from tokcost.models.layers import KV_MIXERS, MIXERS
+from tokcost.models.spec import ModelSpec
 from tokcost.units import MIB
 
 Section = tuple[str, list[str]]
@@ -105,18 +107,64 @@ def _weights(e: Estimate, step: PassCost) -> Section:
     return "Weights read per decode step (busiest GPU)", lines
 
 
-def _kv(e: Estimate) -> Section:
-    m, p = e.model, e.precision
-    bytes_ = get_format(p.kv).bytes
-    if m.mla:
-        formula = f"{m.layers} layers x ({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B"
+_KEPT = {"global": "every token kept", "sliding": "the last {w:,} tokens kept",
+         "chunked": "only the current {c:,}-token chunk kept (vLLM frees the earlier ones)"}  # fmt: skip
+
+
+def _state_shape(m: ModelSpec, mixer: str) -> str:
+    """A state layer's kind, layer count and state shape: the recurrent state plus the convolution's window."""
+    n = m.plan.count(mixer=mixer)
+    if mixer == "linear" and m.linear_attention:
+        g = m.linear_attention
+        recurrent, name = f"{g.value_heads} heads x {g.key_head_dim} x {g.value_head_dim}", "Gated DeltaNet"
+        conv = f"{g.conv_channels:,} x {g.conv_kernel - 1}"
     else:
-        formula = f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} x {bytes_:g} B"
-    return "KV cache", [
-        f"per token, whole model: {formula} = {e.memory.kv_bytes_per_token:,.0f} B",
-        f"this workload on the fullest GPU: {fmt.si(e.memory.per_gpu.kv, 'B')} "
-        f"({e.workload.batch} sequences x {e.workload.total_tokens:,} tokens, split and windowed as above)",
-    ]
+        assert m.mamba is not None
+        s = m.mamba
+        recurrent, name = f"{s.heads} heads x {s.head_dim} x {s.state_size}", "Mamba-2"
+        conv = f"{s.conv_channels:,} x {s.conv_kernel - 1}"
+    return f"{name} ({n} layers): state ({recurrent} + conv window {conv})"
+
+
+def _kind_lines(e: Estimate) -> list[str]:
+    """One line per mixer kind: its layers, and the KV per token or the state per sequence one layer keeps."""
+    m, p, lines = e.model, e.precision, []
+    kv_bytes, state_bytes = get_format(p.kv).bytes, get_format(p.state).bytes
+    for mixer in MIXERS:
+        n = m.plan.count(mixer=mixer)
+        if not n or mixer == "none":
+            continue
+        if mixer in KV_MIXERS:
+            per = m.kv_bytes_per_token_per_layer(mixer, p.kv)
+            shape = (f"({m.mla.kv_lora_rank} + {m.mla.rope_head_dim})" if m.mla
+                     else f"2 x {m.kv_heads} KV heads x {m.head_dim}")  # fmt: skip
+            kept = _KEPT[mixer].format(w=m.window or 0, c=m.chunk_tokens or 0)
+            lines.append(f"{mixer} attention ({n} layers): {shape} x {kv_bytes:g} B = {per:,.0f} B per token each; "
+                         f"{kept}")  # fmt: skip
+        else:
+            per = m.state_bytes_per_sequence_per_layer(mixer, p.state)
+            lines.append(f"{_state_shape(m, mixer)} x {state_bytes:g} B = {per:,.0f} B per sequence each, whatever "
+                         "its length")  # fmt: skip
+    return lines
+
+
+def _kv(e: Estimate) -> Section:
+    m, mem = e.model, e.memory
+    bytes_, n = get_format(e.precision.kv).bytes, m.kv_layers
+    if m.mla:
+        formula = f"{n} layers x ({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B"
+    else:
+        formula = f"2 x {n} layers x {m.kv_heads} KV heads x {m.head_dim} x {bytes_:g} B"
+    mixed = any(k.mixer != "global" for k in m.plan.kinds)  # then each kind says what it keeps
+    lines = (_kind_lines(e) if mixed else []) + [f"per token, whole model: {formula} = {mem.kv_bytes_per_token:,.0f} B"]
+    if mem.state_bytes_per_sequence:
+        lines.append(f"state per sequence, whole model: {mem.state_bytes_per_sequence:,.0f} B, whatever its length")
+    lines.append(
+        f"this workload on the fullest GPU: {fmt.si(mem.per_gpu.kv, 'B')}"
+        + (f" KV + {fmt.si(mem.per_gpu.state, 'B')} state" if mem.state_bytes_per_sequence else "")
+        + f" ({e.workload.batch} sequences x {e.workload.total_tokens:,} tokens, split and windowed as above)"
+    )
+    return ("KV cache and state" if mem.state_bytes_per_sequence else "KV cache"), lines
 
 
 def _scenario_lines(e: Estimate, s: Scenario, name: str) -> list[str]:
@@ -144,8 +192,10 @@ def _stage_memory(e: Estimate) -> list[str]:
     for s, layers in enumerate(ranges):
         w = stage_weight_bytes(e.model, p, lay, layers, s == 0, s == len(ranges) - 1)
         kv = stage_kv_bytes(e.model, p, lay, layers, wl, wl.batch, wl.total_tokens)
+        state = stage_state_bytes(e.model, p, lay, layers, wl.batch)
+        held = f"{fmt.si(kv, 'B')} KV" + (f" + {fmt.si(state, 'B')} state" if state else "")
         lines.append(f"stage {s} (layers {layers.start}..{layers.stop - 1}, {lay.stage_gpus} GPUs): "
-                     f"{fmt.si(w, 'B')} weights + {fmt.si(kv, 'B')} KV = {fmt.si(w + kv, 'B')} per GPU")  # fmt: skip
+                     f"{fmt.si(w, 'B')} weights + {held} = {fmt.si(w + kv + state, 'B')} per GPU")  # fmt: skip
     return lines
 
 
@@ -160,8 +210,10 @@ def _memory(e: Estimate) -> Section:
     return "Memory (fullest GPU)", [
         cap,
         f"reserve: {RESERVE_FRACTION:g} x {fmt.si(mem.capacity_bytes_per_gpu, 'B')} = {fmt.si(b.reserve, 'B')}",
-        f"used: {fmt.si(b.weights, 'B')} weights + {fmt.si(b.kv, 'B')} KV + {fmt.si(b.workspace, 'B')} workspace + "
-        f"{fmt.si(b.reserve, 'B')} reserve = {fmt.si(b.total, 'B')} -> {'fits' if mem.fits else 'does not fit'}",
+        f"used: {fmt.si(b.weights, 'B')} weights + {fmt.si(b.kv, 'B')} KV + "
+        + (f"{fmt.si(b.state, 'B')} state + " if b.state else "")
+        + f"{fmt.si(b.workspace, 'B')} workspace + {fmt.si(b.reserve, 'B')} reserve = {fmt.si(b.total, 'B')} -> "
+        f"{'fits' if mem.fits else 'does not fit'}",
         f"max batch at {e.workload.total_tokens:,} tokens: {mem.max_batch:,}; max context at batch "
         f"{e.workload.batch}: {mem.max_context:,}; smallest layout that fits: {mem.min_layout or 'none searched'}",
         *_stage_memory(e),
@@ -218,7 +270,8 @@ def explain(e: Estimate) -> list[Section]:
             [
                 f"weight matmuls turn compute-bound at batch {e.critical_batch_compute or 'never'} "
                 "(FLOP time of the matmuls exceeds their byte time; independent of context)",
-                f"KV reads outweigh weight reads at batch {e.critical_batch_kv or 'never'} at "
+                f"{'KV and state' if e.memory.state_bytes_per_sequence else 'KV'} reads outweigh weight reads at "
+                f"batch {e.critical_batch_kv or 'never'} at "
                 f"{e.mean_decode_context or e.workload.prompt_tokens:,.0f} cached tokens "
                 "(past it, batching stops being nearly free)",
             ],

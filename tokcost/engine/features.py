@@ -3,13 +3,18 @@
 A pass (one microbatch share of its segments, on the busiest GPU of a pipeline stage) is described by:
 - tokens_dp: tokens of the busiest DP attention replica (sequences split per replica, rounded up);
 - tokens: tokens of the whole replica (the MoE layers see every DP replica's);
-- logit_rows: rows that need logits on the busiest DP replica: one per sequence (its last token);
+- logit_rows: rows that need logits on the busiest DP replica: one per sequence (its last token), which is
+  also how many sequences write back their state in a layer that keeps one;
 - embedding_rows: embedding rows looked up on it, at most the vocabulary: min(tokens_dp, vocab);
-- per attention kind (global, sliding window): KV tokens read, and query-key pairs scored in the absorbed form
-  (one query per sequence: decode; MLA scores against its latent) and in the per-head form (prefill);
-- for an MoE: token-expert pairs on the busiest expert-parallel rank, and the experts touched there.
+- for an MoE: token-expert pairs on the busiest expert-parallel rank, and the experts touched there;
+- for a model with state layers (linear attention, Mamba-2): sequences whose state is read (those with a cache:
+  a fresh prompt starts from zeros), and tokens run by the recurrent step (decode: one new token) and by the
+  chunked scan (prefill);
+- per attention kind (global, sliding window, chunked: attend.py): KV tokens read, and query-key pairs scored
+  in the absorbed form (one query per sequence: decode; MLA scores against its latent) and in the per-head form
+  (prefill).
 Every kernel's FLOPs and bytes are linear in these (stages.py), so a configuration's kernels are counted once
-(compiled.py). A new attention kind (chunked, linear / state-space) adds its own family of features here.
+(compiled.py).
 """
 
 from __future__ import annotations
@@ -17,16 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
+from tokcost.engine.attend import AttentionKind, Pieces, attention_kinds, causal_pairs, has_state, kv_read_tokens
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.models.spec import ModelSpec
 
 N = TypeVar("N", float, Form)
-AttentionKind = Literal["global", "sliding"]
-ATTENTION_KINDS: tuple[AttentionKind, ...] = ("global", "sliding")
 TOKENS_DP, TOKENS, LOGIT_ROWS, EMBEDDING_ROWS, EXPERT_PAIRS, EXPERTS_TOUCHED = range(6)
+STATE_READS, RECURRENT_TOKENS, SCAN_TOKENS = range(6, 9)
+SHARED = 9  # features every pass has; then three per attention kind
 PER_KIND = 3  # kv_read, pairs_absorbed, pairs_heads
 
 
@@ -46,41 +52,6 @@ class Segment:
     def tokens(self) -> float:
         """Tokens this segment runs through the blocks."""
         return self.sequences * self.new_tokens
-
-
-# ---- attention: what one sequence's layer reads and scores -------------------------------------------------
-
-
-def window_of(model: ModelSpec, kind: AttentionKind) -> int | None:
-    """Tokens a layer of this kind keeps per sequence (None: all of them)."""
-    if kind == "sliding" and model.sliding_window:
-        return model.sliding_window.window_tokens
-    return None
-
-
-def attended(model: ModelSpec, kind: AttentionKind, tokens: float) -> float:
-    """Tokens a layer keeps for one sequence holding `tokens` (a sliding layer keeps the window)."""
-    window = window_of(model, kind)
-    return tokens if window is None else min(tokens, window)
-
-
-def causal_pairs(model: ModelSpec, kind: AttentionKind, cached: float, new: float) -> float:
-    """Query-key pairs of `new` tokens appended to `cached`: position i sees min(i, window) tokens."""
-    w = window_of(model, kind)
-
-    def upto(n: float) -> float:  # sum over positions 1..n of the tokens each sees (itself included)
-        if w is None:
-            return n * (n + 1) / 2
-        return min(n, w) * (min(n, w) + 1) / 2 + max(n - w, 0) * w
-
-    return upto(cached + new) - upto(cached)
-
-
-def decode_kinks(model: ModelSpec, kinds: Sequence[AttentionKind]) -> tuple[int, ...]:
-    """Contexts c > 0 where a decode step's features start a new linear piece in c: a sliding layer's query-key
-    pairs min(c + 1, w) stop growing at c = w - 1, its KV read min(c, w) at c = w."""
-    windows = [w for w in (window_of(model, k) for k in kinds) if w is not None]
-    return tuple(sorted({c for w in windows for c in (w - 1, w) if c > 0}))
 
 
 # ---- routing ------------------------------------------------------------------------------------------------
@@ -123,46 +94,66 @@ class Features(Generic[N]):
     embedding_rows: N
     expert_pairs: N
     experts_touched: N
-    kv_read: Mapping[AttentionKind, N]
-    pairs_absorbed: Mapping[AttentionKind, N]
-    pairs_heads: Mapping[AttentionKind, N]
+    state_reads: N
+    recurrent_tokens: N
+    scan_tokens: N
+    kv_read: Mapping[str, N]  # by attention kind
+    pairs_absorbed: Mapping[str, N]
+    pairs_heads: Mapping[str, N]
+
+    @property
+    def sequences_dp(self) -> N:
+        """Sequences on the busiest DP replica (one logit row each): each writes back its state once per pass."""
+        return self.logit_rows
 
 
 @dataclass(frozen=True, slots=True)
 class FeatureSpace:
-    """The features of one (model, layout), in vector order: six shared, then three per attention kind."""
+    """The features of one (model, layout), in vector order: nine shared, then three per attention kind."""
 
     model: ModelSpec
     layout: Layout
     kinds: tuple[AttentionKind, ...]  # the attention kinds the model's layers use
+    state: bool = False  # whether some layer keeps a state per sequence
+
+    @staticmethod
+    def of(model: ModelSpec, layout: Layout) -> FeatureSpace:
+        """The features `model`'s layers need on `layout`."""
+        return FeatureSpace(model, layout, attention_kinds(model), has_state(model))
 
     def kind_index(self, kind: AttentionKind) -> int:
         """Index of `kind`'s first feature (its KV read; then absorbed pairs, then per-head pairs)."""
-        return 6 + PER_KIND * self.kinds.index(kind)
+        return SHARED + PER_KIND * self.kinds.index(kind)
 
     @property
     def size(self) -> int:
         """Length of the vector."""
-        return 6 + PER_KIND * len(self.kinds)
+        return SHARED + PER_KIND * len(self.kinds)
 
     @property
     def context_indices(self) -> frozenset[int]:
-        """The features a decode step's context moves (KV read and pairs); the rest depend on the batch alone."""
-        return frozenset(i for k in self.kinds for i in range(self.kind_index(k), self.kind_index(k) + PER_KIND))
+        """The features a decode step's context moves (KV read, pairs, a state read); the rest: the batch alone."""
+        moved = {i for k in self.kinds for i in range(self.kind_index(k), self.kind_index(k) + PER_KIND)}
+        return frozenset(moved | ({STATE_READS} if self.state else set()))
+
+    @property
+    def pieces(self) -> Pieces:
+        """Where a decode step's context features start a new linear piece (attend.py)."""
+        return Pieces.of(self.model, self.kinds, self.state)
 
     def symbols(self) -> Features[Form]:
         """Every feature as the form x_i: the stage builders run on these to give the coefficients."""
-        x = Form.feature
-        at = {k: self.kind_index(k) for k in self.kinds}
-        return Features(x(TOKENS_DP), x(TOKENS), x(LOGIT_ROWS), x(EMBEDDING_ROWS), x(EXPERT_PAIRS),
-                        x(EXPERTS_TOUCHED), {k: x(i) for k, i in at.items()}, {k: x(i + 1) for k, i in at.items()},
-                        {k: x(i + 2) for k, i in at.items()})  # fmt: skip
+        return self._named([Form.feature(i) for i in range(self.size)])
 
     def named(self, v: Sequence[float]) -> Features[float]:
         """The features of vector `v` by name, for the stage builders at one point."""
+        return self._named(v)
+
+    def _named(self, v: Sequence[N]) -> Features[N]:
         at = {k: self.kind_index(k) for k in self.kinds}
         return Features(v[TOKENS_DP], v[TOKENS], v[LOGIT_ROWS], v[EMBEDDING_ROWS], v[EXPERT_PAIRS],
-                        v[EXPERTS_TOUCHED], {k: v[i] for k, i in at.items()}, {k: v[i + 1] for k, i in at.items()},
+                        v[EXPERTS_TOUCHED], v[STATE_READS], v[RECURRENT_TOKENS], v[SCAN_TOKENS],
+                        {k: v[i] for k, i in at.items()}, {k: v[i + 1] for k, i in at.items()},
                         {k: v[i + 2] for k, i in at.items()})  # fmt: skip
 
     def vector(self, segments: Sequence[Segment]) -> list[float]:
@@ -173,7 +164,9 @@ class FeatureSpace:
             v[TOKENS_DP] += n * s.new_tokens
             v[TOKENS] += s.sequences * s.new_tokens
             v[LOGIT_ROWS] += n
-            self._attention(v, n, s.cached_tokens, s.new_tokens)
+            if self.state:  # one new token runs the recurrent step, a prompt the chunked scan
+                v[RECURRENT_TOKENS if s.new_tokens == 1 else SCAN_TOKENS] += n * s.new_tokens
+            self._context(v, n, s.cached_tokens, s.new_tokens)
         v[EMBEDDING_ROWS] = min(v[TOKENS_DP], model.vocab_size)
         if model.moe:
             moe, ep = model.moe, self.layout.ep
@@ -182,16 +175,18 @@ class FeatureSpace:
             v[EXPERTS_TOUCHED] = min(distinct / ep, moe.experts // ep)
         return v
 
-    def _attention(self, v: list[float], sequences_dp: float, cached: float, new: float) -> None:
-        """Add one segment's attention features: each kind's KV read and query-key pairs."""
+    def _context(self, v: list[float], sequences_dp: float, cached: float, new: float) -> None:
+        """Add one segment's context features: a state read, each attention kind's KV read and query-key pairs."""
+        if self.state and cached > 0:  # a sequence with a cache has a state to continue from
+            v[STATE_READS] += sequences_dp
         for j, kind in enumerate(self.kinds):
-            i = 6 + PER_KIND * j
-            v[i] += sequences_dp * attended(self.model, kind, cached)
+            i = SHARED + PER_KIND * j
+            v[i] += sequences_dp * kv_read_tokens(self.model, kind, cached)
             # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang)
             v[i + (1 if new == 1 else 2)] += sequences_dp * causal_pairs(self.model, kind, cached, new)
 
     def decode_context(self, sequences: float, cached: float) -> list[float]:
         """Only the context's features (context_indices) of a decode step of `sequences` at `cached` tokens."""
         v = [0.0] * self.size
-        self._attention(v, per_dp(sequences, self.layout.dp), cached, 1)
+        self._context(v, per_dp(sequences, self.layout.dp), cached, 1)
         return v

@@ -75,10 +75,22 @@ def divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def _state_heads(model: ModelSpec) -> list[int]:
+    """Head counts a state layer splits across TP ranks (Gated DeltaNet's key and value heads, Mamba-2's heads)."""
+    heads = []
+    if model.linear_attention and model.plan.count(mixer="linear"):
+        heads += [model.linear_attention.key_heads, model.linear_attention.value_heads]
+    if model.mamba and model.plan.count(mixer="mamba"):
+        heads.append(model.mamba.heads)
+    return heads
+
+
 def tp_degrees(model: ModelSpec, limit: int = 64) -> list[int]:
-    """Tensor-parallel degrees the model allows: they divide the attention heads (KV heads divide or repeat)."""
-    kv = model.kv_heads
-    return [d for d in divisors(model.attention_heads, limit) if (kv % d == 0 if d <= kv else d % kv == 0)]
+    """Tensor-parallel degrees the model allows: they divide the attention heads (KV heads divide or repeat) and
+    a state layer's heads."""
+    kv, state = model.kv_heads, _state_heads(model)
+    return [d for d in divisors(model.attention_heads, limit)
+            if (kv % d == 0 if d <= kv else d % kv == 0) and all(n % d == 0 for n in state)]  # fmt: skip
 
 
 def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
@@ -86,9 +98,10 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     tp, pp, ep, dp = layout.tp, layout.pp, layout.ep, layout.dp
     if tp not in tp_degrees(model, limit=max(tp, 1)):
         valid = ", ".join(str(d) for d in tp_degrees(model))
+        state = "".join(f", {n} state heads" for n in dict.fromkeys(_state_heads(model)))
         return (
             f"--tp: {tp} does not divide {model.name}'s {model.attention_heads} attention heads "
-            f"({model.kv_heads} KV heads); valid degrees: {valid}"
+            f"({model.kv_heads} KV heads{state}); valid degrees: {valid}"
         )
     if pp > model.layers:
         return f"--pp: {pp} stages exceed {model.name}'s {model.layers} layers; valid: 1..{model.layers}"

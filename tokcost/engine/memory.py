@@ -1,8 +1,10 @@
-"""Memory on the fullest GPU: resident weights + KV cache + activation workspace + a reserve, against capacity.
+"""Memory on the fullest GPU: resident weights + KV cache + state + activation workspace + a reserve, against capacity.
 
 Capacity is what the runtime reports (GpuSpec.memory_bytes: "80 GB" HBM parts hold ~80 GiB). Every pipeline
 stage is checked and the fullest GPU decides `fits`; max batch, max context and the smallest layout that
-fits follow from the same sum.
+fits follow from the same sum. Attention layers hold KV per token (a window or a chunk at most: attend.py);
+linear-attention and state-space layers hold a fixed state per sequence, whatever its length, which is why a
+hybrid's long-context batch is larger: only its few attention layers grow with the context.
 """
 
 from __future__ import annotations
@@ -10,12 +12,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tokcost.engine.blocks import attention_params_per_rank, kv_bytes_per_token_layer, stage_kinds
-from tokcost.engine.features import AttentionKind, attended
+from tokcost.engine.attend import held_tokens
+from tokcost.engine.blocks import (
+    BlockKind,
+    kv_bytes_per_token_layer,
+    mixer_params_per_rank,
+    mlp_params_per_rank,
+    stage_kinds,
+    state_bytes_per_sequence_layer,
+)
 from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
 from tokcost.engine.workload import Precision, Workload
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
+from tokcost.models.layers import KV_MIXERS
 from tokcost.models.spec import ModelSpec
 
 # vLLM's default gpu_memory_utilization=0.9 (vllm/engine/arg_utils.py) leaves 10% of each GPU for the CUDA
@@ -28,7 +38,7 @@ PREFILL_CHUNK_TOKENS = 8192
 LOGIT_BYTES = 4
 MAX_PIPELINE_STAGES = 64  # the smallest-layout search stops here
 MAX_BATCH = 10_000_000  # the max-batch search stops here
-Kinds = tuple[tuple[AttentionKind, int], ...]  # (attention kind, layers) of one pipeline stage
+Kinds = tuple[tuple[BlockKind, int], ...]  # (block kind, layers) of one pipeline stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +46,15 @@ class GpuBytes:
     """What one GPU holds, by part, in bytes."""
 
     weights: float
-    kv: float
+    kv: float  # attention layers' KV cache
+    state: float  # linear-attention and state-space layers' state
     workspace: float
     reserve: float
 
     @property
     def total(self) -> float:
         """Everything the GPU holds."""
-        return self.weights + self.kv + self.workspace + self.reserve
+        return self.weights + self.kv + self.state + self.workspace + self.reserve
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +64,9 @@ class MemoryReport:
     per_gpu: GpuBytes  # the fullest GPU of the replica
     weights_bytes_total: float  # every GPU of the replica together
     kv_cache_bytes_total: float
+    state_bytes_total: float
     kv_bytes_per_token: float  # all layers, the whole model (before any split)
+    state_bytes_per_sequence: float  # all layers, the whole model (before any split)
     capacity_bytes_per_gpu: float
     capacity_basis: str
     gpus: int
@@ -68,15 +81,15 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     """Resident weights on one GPU of a pipeline stage: every expert it holds, not only those a pass touches."""
     h, tp = model.hidden_size, layout.tp
     total = 0.0
-    qkv, out = attention_params_per_rank(model, tp)
     for kind, count in stage_kinds(model, layers).items():
-        layer = (qkv + out) * p.weight_bytes + 2 * h * p.embedding_bytes  # attention + two norms
+        layer = mixer_params_per_rank(model, kind.mixer, tp) * p.weight_bytes
+        layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.embedding_bytes  # a norm before each part
         if kind.mlp == "moe" and model.moe:
             experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
             layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
             layer += model.params_router_per_layer * p.weight_bytes
         else:
-            layer += model.params_dense_mlp_per_layer / tp * p.weight_bytes
+            layer += mlp_params_per_rank(model, kind.mlp, tp) * p.weight_bytes
         total += count * layer
     table = model.vocab_size * h / tp * p.embedding_bytes
     if first:
@@ -86,49 +99,68 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     return total
 
 
-def kv_held_tokens(model: ModelSpec, kind: AttentionKind, seqs: int, tokens: int, prefix: int) -> float:
-    """Tokens of KV one layer of `kind` holds for `seqs` sequences of `tokens` sharing a cached `prefix`."""
-    if kind == "sliding":  # each sequence keeps its own window; a shared prefix past it is gone
-        return seqs * attended(model, kind, tokens)
+def kv_held_tokens(model: ModelSpec, mixer: str, seqs: int, tokens: int, prefix: int) -> float:
+    """Tokens of KV one layer of kind `mixer` holds for `seqs` sequences of `tokens` sharing a cached `prefix`."""
+    if mixer != "global":  # each sequence keeps its own window or chunk; a shared prefix past it is gone
+        return seqs * held_tokens(model, mixer, tokens)
     return prefix + seqs * (tokens - prefix)  # the prefix once, then each sequence's own (vLLM / SGLang caching)
 
 
 def layers_kv_bytes(
     model: ModelSpec, kinds: Kinds, kv_bytes_per_token: float, dp: int, batch: int, tokens: int, prefix: int
 ) -> float:
-    """KV one GPU holds for layers of `kinds` ((attention kind, layers) pairs): `batch` sequences split dp-way."""
+    """KV one GPU holds for layers of `kinds` ((block kind, layers) pairs): `batch` sequences split dp-way."""
     seqs, prefix = math.ceil(batch / dp), min(prefix, tokens)
     total = 0.0
     for kind, count in kinds:
-        total += count * kv_held_tokens(model, kind, seqs, tokens, prefix) * kv_bytes_per_token
+        if kind.mixer in KV_MIXERS:
+            total += count * kv_held_tokens(model, kind.mixer, seqs, tokens, prefix) * kv_bytes_per_token
     return total
+
+
+def layers_state_per_sequence(model: ModelSpec, p: Precision, kinds: Kinds, tp: int) -> float:
+    """State one sequence keeps on one GPU for layers of `kinds` (linear-attention and state-space layers)."""
+    return sum(count * state_bytes_per_sequence_layer(model, p, k.mixer, tp) for k, count in kinds)
+
+
+def layers_state_bytes(model: ModelSpec, p: Precision, kinds: Kinds, layout: Layout, batch: int) -> float:
+    """State one GPU holds for layers of `kinds`: each of `batch` sequences (split dp-way) keeps its own."""
+    return math.ceil(batch / layout.dp) * layers_state_per_sequence(model, p, kinds, layout.tp)
 
 
 def stage_kv_bytes(
     model: ModelSpec, p: Precision, layout: Layout, layers: range, wl: Workload, batch: int, tokens: int
 ) -> float:
     """KV on one GPU of a stage for `batch` sequences of `tokens`; a cached prefix is stored once per replica."""
-    kinds = tuple((k.attention, n) for k, n in stage_kinds(model, layers).items())
+    kinds = tuple(stage_kinds(model, layers).items())
     per_token = kv_bytes_per_token_layer(model, p, layout.tp)
     return layers_kv_bytes(model, kinds, per_token, layout.dp, batch, tokens, wl.cached_prefix_tokens)
 
 
+def stage_state_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: range, batch: int) -> float:
+    """State on one GPU of a stage for `batch` sequences."""
+    return layers_state_bytes(model, p, tuple(stage_kinds(model, layers).items()), layout, batch)
+
+
 def _per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> float:
-    # live activations per token of one layer: residual, normed input, q/k/v/attn out (~4 x hidden),
-    # gate and up projections (2 x intermediate, split tp-way)
+    # live activations per token of one layer: residual, normed input, q/k/v/attn out (~4 x hidden; a state
+    # layer's in-projection is narrower than that plus the MLP's), gate and up projections (2 x intermediate,
+    # split tp-way)
     moe_width = model.moe.experts_per_token * model.moe.expert_intermediate_size if model.moe else 0
     return (4 * model.hidden_size + 2 * max(model.dense_intermediate, moe_width) / tp) * p.activation_bytes
 
 
 class ReplicaMemory:
-    """One replica's memory as a function of its load: each pipeline stage's weights and KV rates, counted once."""
+    """One replica's memory as a function of its load: each pipeline stage's weights, KV and state, counted once."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec | None, p: Precision, layout: Layout) -> None:
         self.model, self.layout = model, layout
         self.ranges = stage_layer_ranges(model.layers, layout.pp)
         last = len(self.ranges) - 1
         self.weights = [stage_weight_bytes(model, p, layout, r, s == 0, s == last) for s, r in enumerate(self.ranges)]
-        self.kinds = [tuple((k.attention, n) for k, n in stage_kinds(model, r).items()) for r in self.ranges]
+        self.kinds = [tuple(stage_kinds(model, r).items()) for r in self.ranges]
+        self.precision = p
+        self.state_per_sequence = [layers_state_per_sequence(model, p, kinds, layout.tp) for kinds in self.kinds]
         self.kv_per_token = kv_bytes_per_token_layer(model, p, layout.tp)
         self.activation_bytes = _per_token_activation_bytes(model, p, layout.tp)
         self.reserve = RESERVE_FRACTION * gpu.memory_bytes if gpu else 0.0
@@ -138,6 +170,10 @@ class ReplicaMemory:
         """KV on one GPU of a stage whose layers are `kinds`."""
         return layers_kv_bytes(self.model, kinds, self.kv_per_token, self.layout.dp, batch, tokens, prefix)
 
+    def state(self, kinds: Kinds, batch: int) -> float:
+        """State on one GPU of a stage whose layers are `kinds`."""
+        return layers_state_bytes(self.model, self.precision, kinds, self.layout, batch)
+
     def gpu_bytes(self, batch: int, prompt: int, tokens: int, cached_prefix: int) -> GpuBytes:
         """The fullest GPU's bytes for `batch` sequences that prefilled `prompt` tokens and hold `tokens` each."""
         seqs = math.ceil(batch / self.layout.dp)
@@ -146,8 +182,9 @@ class ReplicaMemory:
             + seqs * self.model.vocab_size / self.layout.tp * LOGIT_BYTES
         )
         best = None
-        for weights, kinds in zip(self.weights, self.kinds, strict=True):
-            here = GpuBytes(weights, self.kv(kinds, batch, tokens, cached_prefix), workspace, self.reserve)
+        for weights, kinds, state_per_sequence in zip(self.weights, self.kinds, self.state_per_sequence, strict=True):
+            kv, state = self.kv(kinds, batch, tokens, cached_prefix), seqs * state_per_sequence
+            here = GpuBytes(weights, kv, state, workspace, self.reserve)
             if best is None or here.total > best.total:
                 best = here
         assert best is not None
@@ -202,12 +239,15 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, la
     replica = ReplicaMemory(model, gpu, p, layout)
     used = replica.gpu_bytes(wl.batch, prompt, tokens, prefix)
     kv_total = sum(replica.kv(kinds, wl.batch, tokens, prefix) for kinds in replica.kinds) * layout.stage_gpus
+    state_total = sum(replica.state(kinds, wl.batch) for kinds in replica.kinds) * layout.stage_gpus
     smallest = smallest_layout(model, gpu, p, wl, layout.gpus_per_node)
     return MemoryReport(
         per_gpu=used,
         weights_bytes_total=sum(replica.weights) * layout.stage_gpus,
         kv_cache_bytes_total=kv_total,
+        state_bytes_total=state_total,
         kv_bytes_per_token=model.kv_bytes_per_token(p.kv),
+        state_bytes_per_sequence=model.state_bytes_per_sequence(p.state),
         capacity_bytes_per_gpu=cap,
         capacity_basis=gpu.memory_basis,
         gpus=layout.gpus,
@@ -222,11 +262,13 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, la
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, layout: Layout) -> float:
-    """Tokens of KV (per sequence summed over all sequences) one replica holds beside weights, workspace, reserve."""
+    """Tokens of KV (per sequence summed over all sequences) one replica holds beside weights, workspace, the state
+    of `wl.batch` sequences and the reserve; windowed and chunked layers are counted as if they held every token."""
     used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, wl.computed_prompt_tokens, 0)
-    free = max(gpu.memory_bytes - used.weights - used.workspace - used.reserve, 0.0)
+    free = max(gpu.memory_bytes - used.weights - used.state - used.workspace - used.reserve, 0.0)
     ranges = stage_layer_ranges(model.layers, layout.pp)
-    per_token = max(len(r) for r in ranges) * kv_bytes_per_token_layer(model, p, layout.tp)
+    attention_layers = max(sum(n for k, n in model.plan.counts(r).items() if k.mixer in KV_MIXERS) for r in ranges)
+    per_token = max(attention_layers, 1) * kv_bytes_per_token_layer(model, p, layout.tp)
     return free / per_token * layout.dp
 
 

@@ -42,7 +42,7 @@ class Priced:
 
 @dataclass(frozen=True, slots=True)
 class Component:
-    """A group of stages shown together: weights (matmuls), attention (KV), communication, other."""
+    """A group of stages shown together: weights (matmuls), attention (KV), state, communication, other."""
 
     name: str
     flops: float
@@ -51,11 +51,14 @@ class Component:
     bound: Bound
 
 
-GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "collective": "communication"}
+GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "state": "state",
+          "collective": "communication"}  # fmt: skip
+COMPONENTS = ("weights", "attention", "state", "communication", "other")
 
 
 def group_of(stage: Stage) -> str:
-    """The component a stage belongs to (KV writes count with attention, lookups and norms as other)."""
+    """The component a stage belongs to (KV writes count with attention, a state layer's convolution and scan as
+    state, lookups and norms as other)."""
     if stage.name == "KV cache write":
         return "attention"
     return GROUPS.get(stage.kind, "other")
@@ -140,9 +143,9 @@ class PassCost:
 
     @property
     def components(self) -> tuple[Component, ...]:
-        """Stages grouped for the breakdown: weights, attention, communication, other."""
+        """Stages grouped for the breakdown: weights, attention (KV), state, communication, other."""
         out = []
-        for name in ("weights", "attention", "communication", "other"):
+        for name in COMPONENTS:
             members = [s for s in self.stages if group_of(s.stage) == name]
             if not members:
                 continue

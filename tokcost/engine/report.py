@@ -63,6 +63,21 @@ def _scenario(s: Scenario, provenance: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _layer_kinds(e: Estimate) -> list[dict[str, Any]]:
+    """Each (mixer, MLP) kind of the model's layers: how many, and the KV per token or state per sequence of one."""
+    m, p = e.model, e.precision
+    return [
+        {
+            "mixer": kind.mixer,
+            "mlp": kind.mlp,
+            "layers": n,
+            "kv_bytes_per_token_per_layer": round(m.kv_bytes_per_token_per_layer(kind.mixer, p.kv)),
+            "state_bytes_per_sequence_per_layer": round(m.state_bytes_per_sequence_per_layer(kind.mixer, p.state)),
+        }
+        for kind, n in m.plan.counts(range(m.layers)).items()
+    ]
+
+
 def estimate_dict(e: Estimate) -> dict[str, Any]:
     """Stable JSON-ready keys; `ceiling` and `expected` share one shape (expected adds its provenance)."""
     mem, lay, b = e.memory, e.layout, e.memory.per_gpu
@@ -92,12 +107,16 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
             "weights_bytes_total": round(mem.weights_bytes_total),
             "kv_cache_bytes_total": round(mem.kv_cache_bytes_total),
             "kv_bytes_per_token_total": round(mem.kv_bytes_per_token),
+            "state_bytes_per_gpu": round(b.state),
+            "state_bytes_total": round(mem.state_bytes_total),
+            "state_bytes_per_sequence_total": round(mem.state_bytes_per_sequence),
             "fits": mem.fits,
             "max_batch": mem.max_batch,
             "max_context": mem.max_context,
             "min_gpus": mem.min_gpus,
             "min_layout": mem.min_layout,
         },
+        "layer_kinds": _layer_kinds(e),
         "mean_decode_context_tokens": e.mean_decode_context,
         "critical_batch_compute": e.critical_batch_compute,
         "critical_batch_kv": e.critical_batch_kv,
@@ -161,9 +180,11 @@ def bottleneck(e: Estimate) -> str:
     if top.name == "communication":
         what = f"collectives moving {top.bytes / 1e6:.2f} MB per GPU over the links"
     elif top.bound == "compute":
-        what = f"{top.flops / 1e12:.2f} TFLOP of {'matmuls' if top.name == 'weights' else 'attention'}"
+        kernels = {"weights": "matmuls", "state": "state scans"}.get(top.name, "attention")
+        what = f"{top.flops / 1e12:.2f} TFLOP of {kernels}"
     else:
-        target = {"weights": "weights", "attention": "KV cache"}.get(top.name, "activations")
+        targets = {"weights": "weights", "attention": "KV cache", "state": "recurrent state"}
+        target = targets.get(top.name, "activations")
         what = f"reading {top.bytes / 1e9:.2f} GB of {target}"
     return f"{phase} is {step.bound}-bound: {share:.0%} of each {'step' if phase == 'decode' else 'pass'} is {what}"
 
@@ -177,6 +198,9 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "gpu": e.gpu.name,
         "gpus": e.layout.gpus,
         "layout": e.layout.label(),
+        "weights": e.precision.weights,
+        "kv_dtype": e.precision.kv,
+        "compute_dtype": e.precision.compute,
         "fits": fits,
         "min_gpus": mem.min_gpus,
         "ttft_s": c.ttft_s,

@@ -38,6 +38,9 @@ class SweepPoint:
     model: str
     gpu: str
     gpus: int
+    weights: str  # the resolved precision: weight format, KV format and compute dtype
+    kv_dtype: str
+    compute_dtype: str
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -48,6 +51,7 @@ class SweepPoint:
     usd_per_million_output_tokens: float | None
     used_bytes_per_gpu: int
     kv_cache_bytes_per_gpu: int
+    state_bytes_per_gpu: int  # linear-attention and state-space layers' state (0 without such layers)
     capacity_bytes_per_gpu: int
     fits: bool
     max_batch: int
@@ -108,6 +112,9 @@ def iter_sweep(
                 model=model.name,
                 gpu=gpu.name,
                 gpus=gpus,
+                weights=d.precision.weights,
+                kv_dtype=d.precision.kv,
+                compute_dtype=d.precision.compute,
                 batch=batch,
                 prompt_tokens=prompt,
                 output_tokens=base.output_tokens,
@@ -118,6 +125,7 @@ def iter_sweep(
                 usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, batch),
                 used_bytes_per_gpu=round(used.total),
                 kv_cache_bytes_per_gpu=round(used.kv),
+                state_bytes_per_gpu=round(used.state),
                 capacity_bytes_per_gpu=capacity,
                 fits=used.total <= gpu.memory_bytes,
                 max_batch=max_batch,

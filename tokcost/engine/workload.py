@@ -1,14 +1,23 @@
-"""Workload: what is asked of the hardware (batch, tokens, precisions, GPUs), validated with allowed ranges."""
+"""Workload: what is asked of the hardware (batch, tokens, precisions, GPUs), validated with allowed ranges.
+
+Strict, as spec files are: a bool is never a count and a string never a number (`Workload(batch=True)` is
+refused, not batch 1). A value out of range is a UsageError naming the keyword (`batch: must be an integer
+from 1 to 1,000,000 (got 0)`); `Workload.checked` names it as its caller does (the CLI: `--batch`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from tokcost import formats
+from tokcost.errors import UsageError
 from tokcost.formats import FormatName
+from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
+from tokcost.spec_errors import field_message
 
 ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when estimating
 
@@ -16,7 +25,7 @@ ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when
 class Workload(BaseModel):
     """A serving scenario: B sequences of P prompt and O output tokens on one replica's parallel layout."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     batch: int = Field(default=1, ge=1, le=1_000_000)
     prompt_tokens: int = Field(default=1024, ge=1, le=100_000_000)
@@ -31,6 +40,22 @@ class Workload(BaseModel):
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
+
+    def __init__(self, **values: Any) -> None:
+        """Validated; the first wrong value is a UsageError naming its keyword and what it allows."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise workload_error(exc) from None
+
+    @classmethod
+    def checked(cls, values: Mapping[str, Any], names: Mapping[str, str]) -> Workload:
+        """A Workload from `values`; an error names the key as `names` says (the CLI's flags), else as the key."""
+        try:
+            return cls(**values)
+        except UsageError as exc:  # `key: message`, as __init__ words it: the key named as the caller names it
+            key, _, message = str(exc).partition(": ")
+            raise UsageError(f"{names.get(key, key)}: {message}") from None
 
     @model_validator(mode="before")
     @classmethod
@@ -74,6 +99,15 @@ class Workload(BaseModel):
         return self.prompt_tokens + self.output_tokens
 
 
+def workload_error(exc: ValidationError) -> UsageError:
+    """The first error as `key: what the key allows (got X)`."""
+    first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+    key, message = field_message(first, Workload)
+    if key is None:  # the checks across keys: the prefix rule names the prefix, the other one the GPU count
+        key = "cached_prefix_tokens" if "cached prefix" in message else "gpus"
+    return UsageError(f"{key}: {message}")
+
+
 class Precision(BaseModel):
     """Resolved storage and compute dtypes of one estimate, with bytes per element."""
 
@@ -85,6 +119,9 @@ class Precision(BaseModel):
     kv: str
     compute: str
     activation: str  # activations and all-reduce payloads
+    # linear-attention and state-space state, at the model dtype: vLLM's --mamba-cache-dtype "auto" (--kv-dtype
+    # does not touch it; vllm/config/cache.py)
+    state: str
 
     @property
     def weight_bytes(self) -> float:
@@ -102,6 +139,11 @@ class Precision(BaseModel):
         return formats.get(self.embedding).bytes
 
     @property
+    def state_bytes(self) -> float:
+        """Bytes per state element."""
+        return formats.get(self.state).bytes
+
+    @property
     def activation_bytes(self) -> float:
         """Bytes per activation element."""
         return formats.get(self.activation).bytes
@@ -117,19 +159,51 @@ def is_weight_only(p: Precision) -> bool:
     return not all(same_tensor_rate(formats.get(d).native_compute, p.compute) for d in (p.weights, p.experts))
 
 
-def resolve_precision(model: ModelSpec, workload: Workload) -> Precision:
-    """Fill unset dtypes from the model: weights and KV at the model dtype, experts as shipped."""
+# Float formats the serving engines run natively (W8A8, W4A4) wherever the GPU has their tensor cores, and
+# dequantize (W8A16, W4A16) where it has not: vLLM "FP8 computation is supported on NVIDIA GPUs with compute
+# capability >= 8.9 (Ada Lovelace, Hopper, Blackwell). FP8 models will run on compute capability >= 7.5 (Turing)
+# as weight-only W8A16, utilizing FP8 Marlin" (docs.vllm.ai/en/stable/features/quantization/fp8, 2025); NVIDIA
+# Model Optimizer (TensorRT-LLM's quantizer): FP8 "per-tensor FP8 weight & activations, GPUs: Ada and later",
+# FP4 "per-block FP4 weight & activations, GPUs: Blackwell and later" (nvidia.github.io/Model-Optimizer, support
+# matrix). Integer formats default to weight-only: int4 is W4A16 (AWQ/GPTQ Marlin kernels, ModelOpt "W4A16 (INT4
+# weights only)"), and int8 W8A8 needs a checkpoint quantized with activation scales (ModelOpt's INT8 uses
+# SmoothQuant; TensorRT-LLM also offers W8A16 weight-only), so a bare int8 is W8A16 and --compute-dtype int8
+# prices W8A8.
+NATIVE_FLOAT_COMPUTE = ("fp8", "fp4")
+
+
+def native_compute(weights: str, gpu: GpuSpec) -> str | None:
+    """The dtype a weight format's matmuls run at by default on `gpu`: its own float tensor-core dtype where the
+    GPU lists a dense peak for it (fp8 on Hopper, Ada, Blackwell, MI300X; fp4 on Blackwell); None where the
+    engines dequantize it into 16-bit matmuls (every integer and GGUF format, fp8 on Ampere)."""
+    native = formats.get(weights).native_compute
+    return native if native in NATIVE_FLOAT_COMPUTE and gpu.peak_flops_per_s(native) is not None else None
+
+
+def _default_compute(model: ModelSpec, workload: Workload, gpu: GpuSpec | None) -> str:
+    """The compute dtype when --compute-dtype is not given: a --weights format's native float dtype where `gpu`
+    runs it; the model's own formats, the compute its checkpoint states (FP8 or INT8 W8A8) where `gpu` runs it;
+    else the model's dtype (weights dequantized inside the matmul). Without a GPU, the stated compute only."""
+    if workload.weights_dtype is not None:
+        found = native_compute(workload.weights_dtype, gpu) if gpu is not None else None
+    else:
+        stated = model.compute_dtype
+        found = stated if stated and (gpu is None or gpu.peak_flops_per_s(stated) is not None) else None
+    return found or model.dtype
+
+
+def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None = None) -> Precision:
+    """Fill unset dtypes from the model and the GPU: weights and KV at the model dtype, experts as shipped, the
+    compute as _default_compute says (one rule for every command and the API); --compute-dtype overrides it."""
     weights = workload.weights_dtype or model.weights_dtype or model.dtype
     experts = workload.weights_dtype or (model.moe.expert_dtype if model.moe else None) or weights
-    # Weight-only formats (int4 AWQ/GPTQ, GGUF, NF4) dequantize into 16-bit matmuls; a checkpoint that
-    # quantizes activations too (FP8 or INT8 W8A8) states its compute_dtype; --compute-dtype overrides both.
-    compute = workload.compute_dtype or (model.compute_dtype if workload.weights_dtype is None else None) or model.dtype
     activation = "fp32" if model.dtype == "fp32" else "bf16"
     return Precision(
         weights=weights,
         experts=experts,
         embedding=model.dtype,
         kv=workload.kv_dtype or model.dtype,
-        compute=compute,
+        compute=workload.compute_dtype or _default_compute(model, workload, gpu),
         activation=activation,
+        state=model.dtype,
     )

@@ -14,6 +14,7 @@ from typing import Any
 from tokcost.errors import MeasureError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
+from tokcost.measure.buildable import check_buildable
 from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates, step_overhead
 from tokcost.measure.report import RunReport, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
@@ -37,17 +38,31 @@ def import_torch() -> Any:
     return torch
 
 
-def resolve_device(device: str) -> str:
-    """auto -> cuda when torch sees a GPU, else cpu; cuda without one is an error."""
+def resolve_device(device: str, *, mode: str = "auto", threads: int | None = None) -> str:
+    """auto -> cuda when torch sees a GPU, else cpu; cuda without one is an error, and so is a flag the device
+    would ignore (CUDA graphs on the CPU, CPU threads on a GPU), before any work."""
     torch = import_torch()
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda" and not torch.cuda.is_available():
         raise MeasureError(
             f"--device cuda: torch {torch.__version__} sees no CUDA device (a CPU-only build, or no driver); "
             "use --device cpu, or a CUDA build of torch"
         )
+    problem = ignored_on(device, mode=mode, threads=threads)
+    if problem:
+        raise MeasureError(problem)
     return device
+
+
+def ignored_on(device: str, *, mode: str = "auto", threads: int | None = None) -> str | None:
+    """Why a flag would be ignored on `device` (cpu or cuda; auto decides nothing yet), or None: the CLI asks
+    before loading anything, resolve_device again once auto has chosen."""
+    if device == "cpu" and mode == "graph":
+        return "--mode graph: CUDA graphs need a CUDA device and this run is on the CPU; give --mode eager or compile"
+    if device == "cuda" and threads is not None:
+        return "--threads: sets the CPU's threads and this run is on CUDA; drop it, or give --device cpu"
+    return None
 
 
 def device_facts(device: str, notes: list[str]) -> DeviceFacts:
@@ -219,7 +234,8 @@ def measure(
     """Check memory, probe the device, run the loop and its calibration at each batch, compare with the engine."""
     from tokcost.measure.parallel import TpJob
 
-    device = resolve_device(device)
+    check_buildable(spec)  # before torch loads
+    device = resolve_device(device, mode=mode, threads=threads)
     if device == "cuda" and os.environ.get("LOCAL_RANK"):  # a torchrun rank probes and reports its own GPU
         import_torch().cuda.set_device(int(os.environ["LOCAL_RANK"]))
     notes: list[str] = []

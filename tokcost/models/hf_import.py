@@ -165,7 +165,9 @@ def _mixer_fields(text: Any, mixers: set[str]) -> dict[str, Any]:
     for section in ("linear_attention", "mamba"):
         if section in mixers or section == "linear_attention" and "linear" in mixers:
             keys = [k for k, (cls, _) in FROM_SPEC.items() if _SECTIONS.get(cls.__name__) == section]
-            out[section] = {FROM_SPEC[k][1]: getattr(text, k, None) for k in keys}
+            values = {FROM_SPEC[k][1]: getattr(text, k, None) for k in keys}
+            fields = FROM_SPEC[keys[0]][0].model_fields  # a key the config leaves unset takes the field's default
+            out[section] = {f: v for f, v in values.items() if v is not None or fields[f].is_required()}
     return out
 
 

@@ -41,7 +41,7 @@ FROM_SPEC: dict[str, tuple[type[BaseModel], str]] = {
     "mamba_num_heads": (MambaSpec, "heads"), "mamba_head_dim": (MambaSpec, "head_dim"),
     "ssm_state_size": (MambaSpec, "state_size"), "n_groups": (MambaSpec, "groups"),
     "conv_kernel": (MambaSpec, "conv_kernel"), "use_conv_bias": (MambaSpec, "conv_bias"),
-    "mamba_proj_bias": (MambaSpec, "proj_bias"),
+    "mamba_proj_bias": (MambaSpec, "proj_bias"), "chunk_size": (MambaSpec, "chunk_tokens"),
 }  # fmt: skip
 _Count = Annotated[int, Field(ge=0, le=10_000)]
 # keys that decide which layers are which, read by tokcost or by transformers on the way

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from tokcost.catalog import builtin_names, expect_kind, locate
-from tokcost.models.hf_import import from_hf_config
 from tokcost.models.spec import ModelSpec
 from tokcost.spec_errors import validated
 
@@ -19,6 +18,8 @@ def load_model(name_or_path: str) -> ModelSpec:
 def model_from(where: str, data: dict[str, Any], name: str | None = None) -> ModelSpec:
     """A ModelSpec from a loaded file: a HF config is imported, a tokcost spec validated, a GPU spec refused."""
     if expect_kind(where, data, "models", "hf") == "hf":
+        from tokcost.models.hf_import import from_hf_config  # lazy: the import path loads only for HF configs
+
         return from_hf_config(data, where, name=name)
     return validated(ModelSpec, where, data)
 

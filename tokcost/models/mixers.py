@@ -38,10 +38,17 @@ class GatedDeltaNetSpec(BaseModel):
         norm = self.value_head_dim  # gated RMSNorm over one value head
         return qkvz + ba + conv + per_head + norm + value_dim * hidden_size  # + out_proj
 
+    def recurrent_elements(self) -> int:
+        """The delta-rule memory one sequence keeps in one layer: one dk x dv matrix per value head."""
+        return self.value_heads * self.key_head_dim * self.value_head_dim
+
+    def conv_state_elements(self) -> int:
+        """The causal convolution's window one sequence keeps in one layer: its last conv_kernel - 1 inputs."""
+        return self.conv_channels * (self.conv_kernel - 1)
+
     def state_elements(self) -> int:
         """State one sequence keeps in one layer: the delta-rule memory plus the convolution's window."""
-        recurrent = self.value_heads * self.key_head_dim * self.value_head_dim  # one dk x dv matrix per head
-        return recurrent + self.conv_channels * (self.conv_kernel - 1)
+        return self.recurrent_elements() + self.conv_state_elements()
 
 
 class MambaSpec(BaseModel):
@@ -56,6 +63,8 @@ class MambaSpec(BaseModel):
     conv_kernel: int = Field(ge=1, le=1024)
     conv_bias: bool = True
     proj_bias: bool = False
+    # tokens per chunk of the SSD prefill scan (config.json's chunk_size; mamba_ssm's Mamba2 default is 256)
+    chunk_tokens: int = Field(default=256, ge=1, le=100_000)
 
     @property
     def inner(self) -> int:
@@ -76,6 +85,14 @@ class MambaSpec(BaseModel):
         out_proj = self.inner * hidden_size + (hidden_size if self.proj_bias else 0)
         return in_proj + conv + per_head + self.inner + out_proj  # + gated RMSNorm over the inner width
 
+    def recurrent_elements(self) -> int:
+        """The SSM state one sequence keeps in one layer: head_dim x state_size per head."""
+        return self.heads * self.head_dim * self.state_size
+
+    def conv_state_elements(self) -> int:
+        """The causal convolution's window one sequence keeps in one layer: its last conv_kernel - 1 inputs."""
+        return self.conv_channels * (self.conv_kernel - 1)
+
     def state_elements(self) -> int:
         """State one sequence keeps in one layer: the SSM state plus the convolution's window."""
-        return self.heads * self.head_dim * self.state_size + self.conv_channels * (self.conv_kernel - 1)
+        return self.recurrent_elements() + self.conv_state_elements()

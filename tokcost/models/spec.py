@@ -17,7 +17,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokcost.errors import SpecError
 from tokcost.formats import FormatName
 from tokcost.models.counts import Counts
 from tokcost.models.layers import MIXERS, MLPS, LayerPlan, Mixer, Mlp, expand
@@ -200,30 +199,8 @@ class ModelSpec(Counts, BaseModel):
         return self.sliding_window_given.window_tokens if self.sliding_window_given else self.window_tokens
 
     @cached_property
-    def engine_gap(self) -> str | None:
-        """What today's engine cannot price in this model (None: everything); the engine refuses such a model."""
-        kinds = set(self.plan.kinds)
-        mixers, mlps = {k.mixer for k in kinds}, [k.mlp for k in self.plan.kinds]
-        other = sorted(mixers - {"global", "sliding"}, key=MIXERS.index)
-        names = {"chunked": "chunked-attention", "linear": "linear-attention (Gated DeltaNet)",
-                 "mamba": "Mamba-2 state-space", "none": "MLP-only"}  # fmt: skip
-        if other:
-            return ", ".join(names[m] for m in other) + " layers"
-        if "none" in mlps:
-            return "layers without an MLP"
-        moe_from = mlps.index("moe") if "moe" in mlps else len(mlps)
-        if any(m != "moe" for m in mlps[moe_from:]):
-            return "dense and MoE layers interleaved"
-        if not self.mlp_gated:
-            return "an ungated MLP"
-        return "an attention output gate" if self.attention_gate else None
-
-    @cached_property
     def sliding_window(self) -> SlidingWindowSpec | None:
-        """Sliding layers as the engine reads them; refuses a model whose layers the engine cannot price."""
-        if self.engine_gap:
-            raise SpecError(self.name, f"tokcost cannot price {self.engine_gap} yet; `tokcost specs show` "
-                                       "describes the model")  # fmt: skip
+        """Sliding layers in the older form (a window and which layers), as measure's attention reads them."""
         sliding = [i for i, k in enumerate(self.plan.kinds) if k.mixer == "sliding"]
         if not sliding or self.window is None:
             return None

@@ -19,35 +19,36 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 SUFFIXES = (".png", ".svg")
-MISSING = (
-    "--plot: matplotlib is not installed; pip install 'matplotlib>=3.7' "
-    "(in a tokcost checkout: pip install -e '.[plot]')"
-)
+# the plot extra, as named in pyproject.toml; prefixed with what asked for a picture (--plot, or the API's plot())
+MISSING = "matplotlib is not installed; pip install 'tokcost[plot]' (in a tokcost checkout: pip install -e '.[plot]')"
 DPI = 110  # PNG pixels per inch: a 12 x 6.5 in figure is 1320 x 715 px, readable in a design doc
 CEILING_ALPHA, EXPECTED_ALPHA = 1.0, 0.45  # ceiling drawn solid, expected lighter (or hollow)
 USD = r"\$"  # a bare $ pair would switch matplotlib's text to math mode
 
 
-def require() -> Any:
-    """The matplotlib module, or the one-line error that names the install line."""
+def require(asker: str = "plot()") -> Any:
+    """The matplotlib module, or the one-line error that names the extra to install (`asker`: what wanted it)."""
     if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(MISSING)
+        raise UsageError(f"{asker}: {MISSING}")
     try:
         import matplotlib
     except ImportError as exc:  # installed but broken (a missing compiled dependency)
-        raise UsageError(f"{MISSING} ({exc})") from None
+        raise UsageError(f"{asker}: {MISSING} ({exc})") from None
     return matplotlib
 
 
 def check_path(path: Path | None) -> Path | None:
     """The --plot destination, checked before any work: a .png or .svg name in a writable folder, matplotlib
     present. An existing plot is replaced; a folder, a FIFO or a missing folder is refused."""
-    if path is None:
-        return None
+    return None if path is None else _destination(path, "--plot")
+
+
+def _destination(path: Path, asker: str) -> Path:
+    """`path` as a picture's destination, or the one line naming `asker` (--plot, or the API's plot())."""
     if path.suffix.lower() not in SUFFIXES:
-        raise UsageError(f"--plot: {path.name!r} must end in .png or .svg (the suffix picks the format)")
+        raise UsageError(f"{asker}: {path.name!r} must end in .png or .svg (the suffix picks the format)")
     if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(MISSING)
+        raise UsageError(f"{asker}: {MISSING}")
     check_destination(path, force=True)
     return path
 
@@ -72,8 +73,7 @@ def render(fig: Figure, fmt: str) -> bytes:
 
 def save(fig: Figure, path: Path | str) -> Path:
     """Write the figure to `path` (.png or .svg, by its suffix) whole or not at all; returns the path."""
-    target = check_path(Path(path))
-    assert target is not None  # a path was given
+    target = _destination(Path(path), "plot()")
     write_new(target, render(fig, target.suffix.lower().lstrip(".")), force=True)
     return target
 

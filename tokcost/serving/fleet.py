@@ -188,7 +188,7 @@ def transfer_seconds(model: ModelSpec, replica: Replica, link: Link, prefill_tp:
     link's efficiency.
     """
     deployment = replica.steps.deployment
-    precision = resolve_precision(model, deployment.workload())
+    precision = resolve_precision(model, deployment.workload(), deployment.gpu)
     total = replica.traffic.prompt.mean * model.kv_bytes_per_token(precision.kv)
     shard = max(kv_share(model, prefill_tp), kv_share(model, decode_tp))
     efficiency = link.efficiency if replica.steps.scenario == "expected" else 1.0

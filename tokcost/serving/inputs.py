@@ -19,8 +19,6 @@ import math
 from collections.abc import Mapping, Sequence
 from itertools import product
 
-from pydantic import ValidationError
-
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
@@ -29,7 +27,6 @@ from tokcost.profiles import EngineProfile
 from tokcost.serving.layout import valid_tp_degrees
 from tokcost.serving.search import Space, pipeline_fallback, scheduler_choice
 from tokcost.serving.traffic import LengthDist, Slo, Traffic, parse_dist
-from tokcost.spec_errors import allowed
 from tokcost.units import COMPUTE_DTYPES
 
 MIN_RATE_RPS = 1e-6  # a request every 11.6 days: below it no fleet size means anything
@@ -57,16 +54,9 @@ def name(key: str, api: bool) -> str:
 
 def _lengths(prompt: int, output: int, cached: int, api: bool) -> Workload:
     """The lengths checked as estimate checks them (the Workload's ranges and its prefix rule)."""
-    try:
-        return Workload(prompt_tokens=prompt, output_tokens=output, cached_prefix_tokens=cached)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else "cached_prefix_tokens"
-        if first["loc"] and first["type"] != "value_error":
-            message = f"must be {allowed(Workload.model_fields[field])} (got {first['input']!r:.40})"
-        else:
-            message = first["msg"].removeprefix("Value error, ")
-        raise UsageError(f"{name(field, api)}: {message}") from None
+    keys = ("prompt_tokens", "output_tokens", "cached_prefix_tokens")
+    values = {"prompt_tokens": prompt, "output_tokens": output, "cached_prefix_tokens": cached}
+    return Workload.checked(values, {key: name(key, api) for key in keys})
 
 
 def _dist(value: str | LengthDist | None, mean: float, key: str, api: bool) -> LengthDist:
@@ -227,12 +217,7 @@ def _formats(values: Sequence[str] | None, key: str, field: str, api: bool) -> t
     """Storage formats, each resolved as the Workload resolves it (aliases become their canonical names)."""
     if values is None:
         return (None,)
-    out = []
-    for v in values:
-        try:
-            out.append(getattr(Workload.model_validate({field: v}), field))
-        except ValidationError as exc:
-            raise UsageError(f"{name(key, api)}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    out = [getattr(Workload.checked({field: v}, {field: name(key, api)}), field) for v in values]
     return tuple(dict.fromkeys(out))
 
 

@@ -115,10 +115,14 @@ def gamma_plus_uniform_tail(s: float, mean: float, shape: float, width: float) -
 
     (1/w) integral over [s - w, s] of P(G > x) dx, with the antiderivative of Q(k, y): y Q(k, y) - k Q(k+1, y).
     """
-    if s <= 0:
+    if s == math.inf:
+        return 0.0
+    if s <= 0 or math.isinf(mean):  # a wait past saturation never ends: every finite s is exceeded
         return 1.0
     if mean <= EPS:
         return min(max((width - s) / width, 0.0), 1.0) if width > EPS else 0.0
+    if math.isinf(shape):  # no spread: G is its mean, and G + U is uniform on [mean, mean + width]
+        return min(max((mean + width - s) / width, 0.0), 1.0) if width > EPS else float(s < mean)
     scale = mean / shape
     if width <= EPS:
         return gamma_tail(shape, s / scale)
@@ -152,8 +156,12 @@ def normal_tail(z: float) -> float:
 
 def gamma_tail(shape: float, x: float) -> float:
     """Regularized upper incomplete gamma Q(shape, x) = P(Gamma(shape, 1) > x)."""
+    if math.isnan(x) or math.isnan(shape):  # neither series converges on NaN: a caller's 0/0, never a probability
+        raise ArithmeticError(f"gamma_tail({shape}, {x}): NaN argument")
     if x <= 0:
         return 1.0
+    if math.isinf(x):
+        return 0.0
     if shape >= WILSON_HILFERTY_SHAPE:  # (X / k)^(1/3) is nearly normal: mean 1 - 1/(9k), variance 1/(9k)
         v = 1 / (9 * shape)
         return normal_tail(((x / shape) ** (1 / 3) - 1 + v) / math.sqrt(v))
@@ -231,6 +239,8 @@ class ShiftedGamma:
 def quantile(tail: Callable[[float], float], q: float, lo: float, hi: float) -> float:
     """The smallest t with tail(t) <= 1 - q, for a decreasing tail; [lo, hi] is widened until it brackets."""
     target = 1 - q
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # a wait that never ends (past saturation): no finite quantile
+        return math.inf
     while tail(lo) <= target and lo > 0:
         lo /= 2
     if tail(lo) <= target:
@@ -240,6 +250,8 @@ def quantile(tail: Callable[[float], float], q: float, lo: float, hi: float) -> 
         if tail(hi) <= target:
             break
         hi *= 2
+    else:  # still above the target 2^200 times past the guess: the mass beyond it never arrives
+        return math.inf
     for _ in range(100):
         if hi - lo <= QUANTILE_TOLERANCE * hi:
             break

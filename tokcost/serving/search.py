@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from itertools import product
 
-from tokcost import formats
 from tokcost.engine.step import Scenario
+from tokcost.engine.workload import native_compute
 from tokcost.errors import TokcostError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
@@ -54,18 +54,6 @@ __all__ = [  # what callers import from here: the search, and the rows' types an
     "DEFAULT_CHUNKS", "Choice", "Mode", "Plan", "Row", "Space", "plan", "precision_label", "precision_parts",
     "primary_cost", "row_label", "scheduler_choice", "short_label",
 ]  # fmt: skip
-
-NATIVE_FLOAT_COMPUTE = ("fp8", "fp4")
-
-
-def default_compute(weights: str | None, gpu: GpuSpec) -> str | None:
-    """fp8/fp4 weights run their matmuls natively where the GPU lists that peak; else the engine's default."""
-    if weights is None:
-        return None
-    native = formats.get(weights).native_compute
-    if native in NATIVE_FLOAT_COMPUTE and gpu.peak_flops_per_s(native) is not None:
-        return native
-    return None
 
 
 def _fits(model: ModelSpec, deployment: Deployment, traffic: Traffic) -> bool:
@@ -247,7 +235,8 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
         if space.prices.get(gpu.name, gpu.price_per_hour_usd) is None:
             warnings.append(f"{gpu.name}: no price in its spec; its $ columns say 'no price' (--price {gpu.name}=USD)")
         for weights, kv, compute in product(space.weights, space.kv_dtypes, space.compute_dtypes):
-            matmul = compute or default_compute(weights, gpu)
+            # the engine's rule (engine/workload.py): fp8/fp4 run natively where the GPU lists that peak
+            matmul = compute or (native_compute(weights, gpu) if weights else None)
 
             def deploy(layout: Layout, g: GpuSpec = gpu, w=weights, k=kv, c=matmul) -> Deployment:  # noqa: ANN001
                 return Deployment(g, layout, w, k, c, space.networks.get(g.name), space.engine)

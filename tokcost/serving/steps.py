@@ -50,7 +50,7 @@ class Deployment:
 
     def precision(self, model: ModelSpec) -> Precision:
         """Resolved formats (unset ones from the model), as the engine resolves them."""
-        return resolve_precision(model, self.workload())
+        return resolve_precision(model, self.workload(), self.gpu)
 
 
 @dataclass(slots=True)

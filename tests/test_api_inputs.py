@@ -1,0 +1,150 @@
+"""The Python API refuses what the CLI refuses, by the same path, in one line naming the keyword (issue 22).
+
+Every wrong type is a TokcostError (never an AttributeError deep in the engine), every value the CLI refuses
+is refused with the CLI's message under the keyword's name, a list argument takes one value as a list of one,
+and a sweep is bounded as the CLI's held formats are.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokcost import TokcostError, Workload, compare, estimate, load_gpu, load_model, plan, sweep
+from tokcost.inputs import MAX_GRID_POINTS
+
+M, G = "llama-3.1-8b", "h100-sxm"
+
+
+def one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert isinstance(exc.value, TokcostError) and "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: estimate(model=123, gpu=G), "model: must be a ModelSpec or text or a path (got 123)"),
+        (lambda: estimate(model=M, gpu=1.5), "gpu: must be a GpuSpec or text or a path (got 1.5)"),
+        (lambda: estimate(model=M, gpu=G, workload={"batch": 4}), "workload: must be a Workload or None (got dict"),
+        (lambda: estimate(model=M, gpu=G, network=5), "network: must be a Link or text or a path or None (got 5)"),
+        (lambda: estimate(model=M, gpu=G, engine=5), "engine: must be an EngineProfile or text or a path or None"),
+        (lambda: estimate(model=None, gpu=G), "model: must be a ModelSpec or text or a path (got NoneType None)"),
+        (lambda: estimate(model={"name": "x"}, gpu=G), "model: must be a ModelSpec"),  # a dict is never a spec
+        (lambda: compare(models=[M, 3], gpus=[G]), "models[1]: 3 is not a ModelSpec or text or a path"),
+        (lambda: compare(models=M, gpus=[G], workload=[Workload()]), "workload: must be a Workload or a mapping"),
+        (lambda: sweep(model=M, gpu=G, batches="1,2"), "batches: must be an integer or a list of integers (got '1,2')"),
+        (lambda: sweep(model=M, gpu=G, batches=[1, 1.5]), "batches[1]: 1.5 is not an integer"),
+        (lambda: sweep(model=M, gpu=G, batches=[True]), "batches[0]: bool True is not an integer"),
+        (lambda: plan(model=M, gpus=[3], rate_rps=1.0), "gpus[0]: 3 is not a GpuSpec or text or a path"),
+        (lambda: plan(model=M, gpus=G, concurrency=True), "concurrency: must be an integer or None (got bool True)"),
+    ],
+)
+def test_a_wrong_type_is_one_line_naming_the_keyword(call, expected):
+    with pytest.raises(TokcostError) as exc:
+        call()
+    assert one_line(exc).startswith(expected)
+
+
+def test_a_path_object_is_a_path():
+    with pytest.raises(TokcostError) as exc:
+        estimate(model=Path("no-such-model.yaml"), gpu=G)
+    assert one_line(exc) == "no-such-model.yaml: no such file"
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"batch": True}, "batch: must be an integer from 1 to 1,000,000 (got True)"),  # a bool is never a count
+        ({"batch": 2.0}, "batch: must be an integer from 1 to 1,000,000 (got 2.0)"),
+        ({"prompt_tokens": "4"}, "prompt_tokens: must be an integer from 1 to 100,000,000 (got '4')"),
+        ({"price_per_hour_usd": True}, "price_per_hour_usd: must be a number from 0 to 100,000 (got True)"),
+        ({"batchh": 4}, "batchh: unknown key; did you mean batch?"),
+        ({"prompt_tokens": 100, "cached_prefix_tokens": 100}, "cached_prefix_tokens: cached prefix (100) must be"),
+    ],
+)
+def test_workload_is_strict_and_says_so_in_one_line(values, expected):
+    with pytest.raises(TokcostError) as exc:
+        Workload(**values)
+    assert one_line(exc).startswith(expected)
+
+
+def test_a_workload_error_is_the_cli_message_under_the_keyword(cli):
+    r = cli("estimate", "-m", M, "-g", G, "--batch", "0")
+    with pytest.raises(TokcostError) as exc:
+        Workload(batch=0)
+    assert r.stderr == f"error: --{one_line(exc)}\n"  # "--batch: must be ..." and "batch: must be ..."
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"batches": [0]}, "batches: must be an integer from 1 to 1,000,000 (got 0)"),  # was a ZeroDivisionError
+        ({"batches": [4, -5]}, "batches: must be an integer from 1 to 1,000,000 (got -5)"),  # was negative tokens/s
+        ({"batches": []}, "batches: an empty list"),
+        ({"batches": 1, "prompts": [4096, 10], "workload": Workload(prompt_tokens=1000, cached_prefix_tokens=500)},
+         "cached_prefix_tokens: cached prefix (500) must be shorter than the prompt (10)"),  # was max batch 10,000,000
+        ({"batches": [1], "workload": Workload(output_tokens=1)}, "workload.output_tokens: sweep prices decode steps"),
+        ({"batches": list(range(1, 101)), "prompts": list(range(1, 102))},
+         f"batches: 100 batches x 101 prompts make 10,100 points; at most {MAX_GRID_POINTS:,} per run"),
+    ],
+)  # fmt: skip
+def test_sweep_checks_every_point_and_its_size_before_any_work(kwargs, expected):
+    with pytest.raises(TokcostError) as exc:
+        sweep(model=M, gpu=G, **kwargs)
+    assert one_line(exc).startswith(expected)
+
+
+def test_sweep_merges_repeated_values_as_the_cli_does():
+    result = sweep(model=M, gpu=G, batches=[8, 1, 8], prompts=512)
+    assert [(p.batch, p.prompt_tokens) for p in result] == [(8, 512), (1, 512)]
+
+
+def test_one_value_is_a_list_of_one_everywhere_a_list_is_taken():
+    one = compare(models=M, gpus=G)
+    listed = compare(models=[load_model(M)], gpus=[load_gpu(G)])
+    assert one.to_dict() == listed.to_dict() and len(one) == 1
+    assert sweep(model=M, gpu=G, batches=8).to_dict() == sweep(model=M, gpu=G, batches=[8]).to_dict()
+
+
+def test_one_gpu_and_one_slo_plan_as_lists_of_one():
+    kwargs = {"model": M, "rate_rps": 1.0, "prompt_tokens": 512, "output_tokens": 64, "tp": 1, "weights": "bf16"}
+    single = plan(gpus=G, slos="ttft_p90=1s", **kwargs)
+    listed = plan(gpus=[G], slos=["ttft_p90=1s"], **{**kwargs, "tp": [1], "weights": ["bf16"]})
+    assert single.to_dict() == listed.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        (Workload(tp=3), "tp: 3 does not divide llama-3.1-8b's 32 attention heads"),
+        (Workload(compute_dtype="fp4"), "compute_dtype: h100-sxm lists no dense peak for fp4"),
+        (Workload(ep=2), "ep: llama-3.1-8b has no routed experts"),
+    ],
+)
+def test_an_engine_refusal_names_the_keyword_not_the_flag(workload, expected, cli):
+    with pytest.raises(TokcostError) as exc:
+        estimate(model=M, gpu=G, workload=workload)
+    assert one_line(exc).startswith(expected)
+
+
+def test_plot_without_matplotlib_names_the_extra_not_a_flag(monkeypatch, tmp_path):
+    result = estimate(model=M, gpu=G)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    for draw in (lambda: result.plot(tmp_path / "r.png"), result.figure):
+        with pytest.raises(TokcostError) as exc:
+            draw()
+        message = one_line(exc)
+        assert message.startswith("plot(): matplotlib is not installed; pip install 'tokcost[plot]'")
+        assert "--plot" not in message
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_positional_and_unknown_arguments_stay_python_type_errors():
+    with pytest.raises(TypeError):
+        estimate(M, G)  # a model and a GPU name are both strings: no silent swap
+    with pytest.raises(TypeError):
+        estimate(model=M, gpu=G, batch=8)  # batch belongs in the Workload

@@ -1,0 +1,140 @@
+"""Flags that would be ignored, and messages that say the right thing once (issue 22, classes 3 and 5).
+
+A flag that asks for something that will not happen is refused before any work; one that describes hardware
+the layout never uses is kept with a warning. A key is never said twice, a name of another kind says what it
+is, a user's name cannot split a row or a warning, counts print as integers, and a request past the model's
+context says so in the table itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokcost.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+M, G = "llama-3.1-8b", "h100-sxm"
+ODD_MODEL = """\
+name: "evil\\nname | x"
+layers: 4
+hidden_size: 512
+attention_heads: 8
+kv_heads: 2
+intermediate_size: 1536
+vocab_size: 32000
+max_context: 4096
+"""
+
+
+def test_a_key_is_never_said_twice():
+    assert str(SpecError("rows.yaml", "rows: give a non-empty list", field="rows")) == (
+        "rows.yaml: rows: give a non-empty list"
+    )
+    assert (
+        str(SpecError("rows.yaml", "give a non-empty list", field="rows")) == "rows.yaml: rows: give a non-empty list"
+    )
+
+
+def test_validate_data_without_rows_names_the_key_once(cli, tmp_path):
+    data = tmp_path / "rows.yaml"
+    data.write_text("rows: []\n")
+    r = cli("validate", "--data", str(data))
+    assert r.exit_code == 2 and r.stderr == f"error: {data}: rows: give a non-empty list\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("estimate", "-m", M, "-g", G, "--network", "roce-400"),
+        ("compare", "-m", M, "-g", f"{G},h200", "--network", "roce-400"),
+        ("sweep", "-m", M, "-g", G, "-b", "1,8", "--network", "roce-400"),
+    ],
+)
+def test_a_network_no_layout_crosses_is_kept_with_a_warning(cli, args):
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    assert "warning: --network roce-400: the layout (1 GPU) stays inside one node of 8; the network is not used" in (
+        r.stderr
+    )
+    across = cli(*args, "--tp", "16") if args[0] != "compare" else cli(*args, "--gpus", "16")
+    assert "llama-3.1-8b" in across.stdout + across.stderr
+    assert "the network is not used" not in across.stderr  # 16 GPUs span two nodes: the network carries traffic
+
+
+def test_measure_refuses_a_cpu_graph_and_a_long_prompt_before_torch_loads(tmp_path):
+    code = (
+        "import sys, io, contextlib\n"
+        "from tokcost.cli.app import main\n"
+        "for argv in (['measure', '-m', 'llama-3.2-1b', '--device', 'cpu', '--mode', 'graph'],\n"
+        "             ['measure', '-m', 'llama-2-7b', '--device', 'cpu', '-p', '200000'],\n"
+        "             ['calibrate', '--device', 'cpu', '--force']):\n"
+        "    with contextlib.redirect_stderr(io.StringIO()):\n"
+        "        assert main(argv) == 2, argv\n"
+        "print('torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"  # refused before any work: torch never imported
+
+
+def test_a_name_of_another_kind_says_what_it_is(cli):
+    for args, message in [
+        (("estimate", "-m", M, "-g", "ib-ndr-400"), "ib-ndr-400: this is a built-in network, not a GPU; pass it to "
+                                                   "--network (tokcost specs show ib-ndr-400 shows it)"),
+        (("estimate", "-m", "vllm", "-g", G), "vllm: this is a built-in serving engine, not a model; pass it to "
+                                             "--engine"),
+    ]:  # fmt: skip
+        r = cli(*args)
+        assert r.exit_code == 2 and r.stderr.startswith(f"error: {message}"), r.stderr
+        assert "rtx-4090" not in r.stderr  # a near spelling of another kind is never suggested
+
+
+def test_specs_show_and_list_every_kind(cli):
+    network = cli("specs", "show", "ib-ndr-400", "-f", "json").json()
+    assert (network["name"], network["gb_s"], network["kind"]) == ("ib-ndr-400", 50.0, "infiniband")
+    assert cli("specs", "show", "vllm", "-f", "json").json()["name"] == "vllm"
+    assert "network spec: ib-ndr-400" in cli("specs", "show", "ib-ndr-400").stdout
+    listed = cli("specs", "list", "--kind", "networks", "-f", "json").json()
+    assert listed == {"networks": ["eth-100", "ib-hdr-200", "ib-ndr-400", "ib-xdr-800", "roce-200", "roce-400"]}
+    assert "vllm" in cli("specs", "list", "--kind", "engines").stdout
+    template = cli("specs", "show", "roce-400", "-f", "yaml").stdout
+    assert "--network my-network.yaml" in template and "name: roce-400" in template
+
+
+def test_specs_show_prints_counts_as_integers(cli):
+    # 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 bytes per token (the DESIGN.md formula)
+    assert cli("specs", "show", M, "-f", "json").json()["kv_bytes_per_token"] == 131_072
+    assert isinstance(cli("specs", "show", M, "-f", "json").json()["kv_bytes_per_token"], int)
+    row = next(line for line in cli("specs", "show", M).stdout.splitlines() if "kv_bytes_per_token" in line)
+    assert "131,072" in row and "131072.0" not in row
+
+
+def test_a_name_with_a_newline_or_a_pipe_keeps_its_row(cli, tmp_path):
+    model = tmp_path / "odd.yaml"
+    model.write_text(ODD_MODEL)
+    md = cli("compare", "-m", f"{model},llama-3.2-1b", "-g", G, "-f", "markdown")
+    assert md.exit_code == 0, md.stderr
+    rows = [line for line in md.stdout.splitlines() if line.startswith("| ")]
+    assert len(rows) == 3 and rows[1].startswith("| evil\\nname \\| x | h100-sxm |")  # header + two rows
+    assert {len(re.split(r"(?<!\\)\|", line)) for line in rows} == {14}  # 12 cells between unescaped pipes
+    table = cli("compare", "-m", str(model), "-g", G)
+    assert "evil\\nname | x" in table.stdout and "\nname | x" not in table.stdout
+    warned = cli("estimate", "-m", str(model), "-g", G, "-p", "5000")  # past its 4,096-token context: a warning
+    assert all(line.startswith("warning: ") for line in warned.stderr.splitlines()) and "evil\\nname" in warned.stderr
+
+
+def test_a_request_past_the_context_says_so_in_the_table(cli):
+    r = cli("estimate", "-m", M, "-g", G, "-p", "200000")
+    assert r.exit_code == 0
+    assert "past the context: the prompt alone (200,000 tokens) exceeds llama-3.1-8b's 131,072" in r.stdout
+    assert "max_context" in r.stderr  # and the warning, as before
+    inside = cli("estimate", "-m", M, "-g", G, "-p", "130000", "-o", "1000")
+    assert "past the context: prompt + output (131,000 tokens)" not in inside.stdout
+    assert "past the context" not in cli("estimate", "-m", M, "-g", G).stdout

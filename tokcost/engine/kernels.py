@@ -1,0 +1,81 @@
+"""One kernel's work on the busiest GPU, per occurrence: the Stage record and the shapes every builder shares.
+
+Every stage counts FLOPs (a multiply-add is 2) and HBM bytes read and written per occurrence on one GPU, and how
+many times it runs per pass (the layers of its kind in the slowest pipeline stage). A matmul reads its weights
+once per pass whatever the token count (Pope et al. 2022), reads its input activation and writes its output;
+norms and activation functions are fused into their neighbours (TensorRT-LLM, SGLang and torch.compile fuse
+them), so they add FLOPs and their tiny weights but no pass of their own over HBM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, Literal
+
+from tokcost.engine.features import N
+from tokcost.formats import get as get_format
+
+# matmul: weights x activations; experts: routed experts; attention: reads the KV cache; state: a linear-attention
+# or state-space layer's convolution and scan, which read and write a state per sequence; memory: lookups, norms,
+# cache writes, sampling; collective: communication between GPUs
+Kind = Literal["matmul", "experts", "attention", "state", "memory", "collective"]
+Op = Literal["all-reduce", "all-to-all", "send/recv"]
+FUSED_NORM = "RMSNorm fused into the next matmul's prologue: its weights, no pass of its own over activations"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage(Generic[N]):
+    """One kernel (or collective) of a pass: its work on the busiest GPU, per occurrence, and how often it runs."""
+
+    name: str
+    block: str  # "" outside the blocks, else the block kind ("dense layer", "MoE layer, window 1,024", ...)
+    kind: Kind
+    count: int
+    flops: N | float = 0.0
+    bytes_read: N | float = 0.0
+    bytes_written: N | float = 0.0
+    weight_bytes: N | float = 0.0  # the part of bytes_read that is weights (weight-only formats, the breakdown)
+    weight_format: str = ""  # storage format of those weights
+    kv_bytes: N | float = 0.0  # the part of bytes_read that is the KV cache (attention)
+    collective: Op | None = None
+    payload_bytes: N | float = 0.0  # the collective's buffer (all-to-all: the busiest rank's volume)
+    ranks: int = 1  # GPUs the collective spans
+    note: str = ""  # how the numbers were counted, for --explain and --journey
+    crosses_nodes: bool = False  # a send/recv between pipeline stages on different nodes (rides the network)
+
+    @property
+    def bytes(self) -> N | float:
+        """HBM bytes per occurrence."""
+        return self.bytes_read + self.bytes_written
+
+
+def matmul(name: str, block: str, count: int, params: float, tokens: N, fmt: str, act: float, in_dim: float,
+           out_dim: float, note: str = "", kind: Kind = "matmul") -> Stage[N]:  # fmt: skip
+    """A matmul against `params` weights for `tokens` rows: 2 x params x tokens FLOPs, weights read once."""
+    weight = params * get_format(fmt).bytes
+    return Stage(
+        name,
+        block,
+        kind,
+        count,
+        flops=2 * params * tokens,
+        bytes_read=weight + tokens * in_dim * act,
+        bytes_written=tokens * out_dim * act,
+        weight_bytes=weight,
+        weight_format=fmt,
+        note=note,
+    )
+
+
+def collective(name: str, block: str, count: int, op: Op, payload_bytes: N, ranks: int, note: str = "",
+               crosses_nodes: bool = False) -> Stage[N]:  # fmt: skip
+    """A collective stage: `op` over `ranks` GPUs moving `payload_bytes` (the busiest rank's, for an all-to-all)."""
+    return Stage(name, block, "collective", count, collective=op, payload_bytes=payload_bytes, ranks=ranks,
+                 note=note, crosses_nodes=crosses_nodes)  # fmt: skip
+
+
+def norm(name: str, block: str, count: int, tokens: N, hidden: int, fmt: str) -> Stage[N]:
+    """An RMSNorm before a mixer or an MLP: ~4 FLOPs per element (square, sum, scale, weight), its weights read."""
+    weight = hidden * get_format(fmt).bytes
+    return Stage(name, block, "memory", count, flops=4 * tokens * hidden, bytes_read=weight, weight_bytes=weight,
+                 weight_format=fmt, note=FUSED_NORM)  # fmt: skip

@@ -1,0 +1,73 @@
+"""What estimate, compare and sweep are asked, checked once for the CLI and the Python API.
+
+One path for both callers, so they refuse the same inputs with the same one line, named as a flag (`--batch`)
+on the command line and as a keyword (`batch`, `batches`) in Python (plan's own inputs: serving/inputs.py):
+- the workload: the Workload's strict ranges and its prefix rule (engine/workload.py), and every swept batch
+  and prompt checked as the workload it makes (a batch of 0 or a prompt inside its cached prefix is refused,
+  never priced);
+- the work, bounded before it starts: at most MAX_GRID_POINTS points held at once (a sweep's table, JSON or
+  Python result; a compare's pairs);
+- a message the engine words with a flag (`--tp: 3 does not divide ...`) names the keyword in Python.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tokcost.engine.workload import Workload
+from tokcost.errors import UsageError
+
+MAX_GRID_POINTS = 10_000  # points held at once: a sweep's table or JSON, a compare's pairs (each a spec load)
+
+FLAG_OF_FIELD = {
+    "batch": "--batch", "prompt_tokens": "--prompt", "output_tokens": "--output", "gpus": "--gpus", "tp": "--tp",
+    "pp": "--pp", "ep": "--ep", "dp": "--dp", "gpus_per_node": "--gpus-per-node", "weights_dtype": "--weights",
+    "kv_dtype": "--kv-dtype", "compute_dtype": "--compute-dtype", "cached_prefix_tokens": "--cached-prefix",
+    "price_per_hour_usd": "--price",
+}  # fmt: skip
+_FLAG = re.compile(r"^(--[a-z-]+)(?=:)")
+
+
+def keyword_message(message: str, names: Mapping[str, str] | None = None) -> str:
+    """A message that opens with a Workload flag (`--tp: ...`, as the engine words it) opened with the keyword
+    instead (`tp: ...`, or as `names` calls that key); any other message as it is."""
+    match = _FLAG.match(message)
+    field = next((k for k, flag in FLAG_OF_FIELD.items() if match and flag == match[1]), None)
+    return message if field is None else (names or {}).get(field, field) + message[match.end() :]  # type: ignore[union-attr]
+
+
+def check_grid(*axes: tuple[str, Sequence[Any]], limit: int = MAX_GRID_POINTS, hint: str = "") -> None:
+    """Refuse, before any work, a grid of more than `limit` points (the product of the lists' lengths); `hint`
+    ends the line (e.g. what a larger grid needs)."""
+    points = math.prod(len(values) for _, values in axes)
+    if points > limit:
+        sizes = " x ".join(f"{len(values):,} {name}{' values' * name.startswith('-')}" for name, values in axes)
+        raise UsageError(f"{axes[0][0]}: {sizes} make {points:,} points; at most {limit:,} per run{hint}")
+
+
+def sweep_grid(
+    base: Workload, *, batches: Sequence[int], prompts: Sequence[int], names: Mapping[str, str],
+    limit: int = MAX_GRID_POINTS, hint: str = "", more: tuple[tuple[str, Sequence[Any]], ...] = (),
+) -> tuple[list[int], list[int]]:  # fmt: skip
+    """A sweep's batches and prompts, duplicates merged (first kept), the grid bounded (with `more` axes, such as
+    formats), and each value checked as the workload it makes with `base` (its range, the prefix rule); a sweep
+    prices decode steps: 2+ outputs."""
+    if base.output_tokens < 2:
+        raise UsageError(f"{names.get('output_tokens', 'output_tokens')}: sweep prices decode steps; give 2 or "
+                         "more output tokens")  # fmt: skip
+    batches, prompts = list(dict.fromkeys(batches)), list(dict.fromkeys(prompts))
+    for key, values in (("batch", batches), ("prompt_tokens", prompts)):
+        if not values:
+            raise UsageError(f"{names.get(key, key)}: an empty list; give at least one value")
+    check_grid((names.get("batch", "batch"), batches), (names.get("prompt_tokens", "prompt_tokens"), prompts), *more,
+               limit=limit, hint=hint)  # fmt: skip
+    fields = base.model_dump(exclude={"gpus"})
+    for key, values in (("batch", batches), ("prompt_tokens", prompts)):
+        wrong = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
+        # the ranges and the prefix rule are bounds: the smallest and the largest value stand for every one
+        for value in wrong[:1] or [min(values), max(values)]:
+            Workload.checked({**fields, key: value}, names)
+    return batches, prompts
