@@ -374,10 +374,11 @@ def test_decode_line_holds_exactly_as_far_as_it_says(model, gpu, layout, batch, 
 @pytest.mark.slow
 def test_validate_prices_a_row_without_the_rest_of_an_estimate(monkeypatch):
     # validate prints each row's metric from its TTFT and mean TPOT: no memory report, critical batch or breakdown
-    from tokcost.cli.validate_cmd import DEFAULT_DATA, load_engines, load_specs
+    from tokcost.cli.validate_cmd import DEFAULT_DATA, load_specs
     from tokcost.engine import compiled, estimate
-    from tokcost.validation.compare import compare_rows
     from tokcost.validation.data import load_rows
+    from tokcost.validation.folds import load_folds
+    from tokcost.validation.run import price_rows, shipped_profiles
 
     def refuse(*args, **kwargs):
         raise AssertionError("validate computed what it does not print")
@@ -387,5 +388,6 @@ def test_validate_prices_a_row_without_the_rest_of_an_estimate(monkeypatch):
     monkeypatch.setattr(compiled.BoundPass, "cost", refuse)
     rows = load_rows(DEFAULT_DATA)[::10]
     models, gpus = load_specs(rows, str(DEFAULT_DATA))
-    results = compare_rows(rows, models, gpus, load_engines(rows))
+    results = price_rows(rows, models, gpus, shipped_profiles(), folds=load_folds())
     assert len(results) == len(rows) and all(r.expected > 0 and r.ceiling > 0 for r in results)
+    assert all(r.held_out and r.held_out > 0 for r in results if r.used)  # each under its left-out fold

@@ -53,6 +53,13 @@ def _stage_line(p: Priced, rates: Rates) -> str:
 def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
     lines = [_stage_line(p, rates) for p in cost.stages if p.seconds > 0]
     total = " + ".join(fmt.seconds(p.seconds) for p in cost.stages if p.seconds > 0)
+    kernels = sum(p.stage.count for p in cost.stages)
+    if cost.gap_s:  # the GPU's idle gap between kernels, every era
+        total += f" + {kernels} x {fmt.seconds(cost.gap_s / kernels)}"
+    if cost.hidden_s:  # collectives overlapped with the kernels (the ceiling: all of them)
+        total += f" - {fmt.seconds(cost.hidden_s)}"
+    if cost.launch_s:  # the host launches every kernel (eager eras): no faster than that
+        total = f"max({total}, {kernels} x {fmt.seconds(cost.launch_s / kernels)})"
     lines.append(f"one stage-time: {total} = {fmt.seconds(cost.stage_seconds)}")
     factor = f"{cost.pipeline_factor} x " if cost.pipeline_factor > 1 else ""
     over = f" + {fmt.seconds(cost.overhead_s)}" if cost.overhead_s else ""
