@@ -105,8 +105,24 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
     share = [Segment(s.sequences / m, s.cached_tokens, s.new_tokens) for s in segments]
     stages = pipeline_stages(d.model, d.precision, d.layout, share)
     priced = [tuple(price_stage(st, rates, d.links, d.layout) for st in stage) for stage in stages]
-    slowest = max(priced, key=lambda stage: sum(p.seconds for p in stage))
-    return PassCost(slowest, rates.step_overhead_s, d.layout.pp, m, schedule)
+    # each stage with its overlapped collectives, its kernels' gaps and its host launches (passcost.stage_seconds)
+    costs = []
+    for stage in priced:
+        n = sum(p.stage.count for p in stage)
+        costs.append(
+            PassCost(
+                stage,
+                rates.step_overhead_s,
+                d.layout.pp,
+                m,
+                schedule,
+                rates.comm_overlap,
+                frozenset(rates.overlap_ops),
+                n * rates.launch_overhead_s,
+                n * rates.kernel_overhead_s,
+            )
+        )
+    return max(costs, key=lambda cost: cost.stage_seconds)
 
 
 def test_every_builtin_model_and_gpu_has_cases():

@@ -1,11 +1,12 @@
 """Engine files: every era of one serving engine, and `name@era` resolved to the profile of one era.
 
 An engine file (tokcost/specs/engines/<name>.yaml) lists the engine's eras, oldest first; `newest` is the era
-`--engine <name>` means. An era is spelled by its name (`vllm@v1`, `tensorrt-llm@static`) or by a version it
-covers (`vllm@0.6.3` is v0): each era states the versions it covers (`since`, `before`), and an eager era also
-takes every run without CUDA/HIP graphs (`--enforce-eager`) whatever its version. An unknown era lists the known
-ones. Files are strict: a number is a number (never `true` or "100"), every key is one the schema knows (a format
-family, a link class, a platform), every source is text that is not blank.
+`--engine <name>` means. An era is spelled by its name (`vllm@v1`, `tensorrt-llm@static`) or by a version it covers
+(`vllm@0.6.3` is v0): each era states the versions it covers (`since`, `before`), and an eager era also takes every
+run without CUDA/HIP graphs (`--enforce-eager`) whatever its version. An unknown era lists the known ones. A file
+without `eras` (a profile written before eras) is one era of its own keys. Files are strict: a number is a number
+(never `true` or "100"), every key is one the schema knows (a format family, a link class, a platform), every source
+is text that is not blank.
 """
 
 from __future__ import annotations
@@ -137,9 +138,18 @@ def load_file(name_or_path: str) -> tuple[str, EngineFile]:
     return where, validated(EngineFile, where, _with_name(data, name_or_path))
 
 
+FILE_KEYS = ("name", "source", "fit", "notes")
+
+
 def _with_name(data: dict[str, Any], name_or_path: str) -> dict[str, Any]:
-    """A file without `name` takes its file name's stem (a user's copy of a profile)."""
-    return data if "name" in data else {**data, "name": Path(name_or_path).stem.lower()}
+    """A file without `name` takes its file name's stem (a user's copy of a profile); a file without `eras` (a
+    profile written before eras) is one era, `main`, of its own keys."""
+    if "name" not in data:
+        data = {**data, "name": Path(name_or_path).stem.lower()}
+    if "eras" in data or "newest" in data:
+        return data
+    era = {k: v for k, v in data.items() if k not in FILE_KEYS}
+    return {**{k: data[k] for k in FILE_KEYS if k in data}, "newest": "main", "eras": {"main": era}}
 
 
 def load_profile(spelled: str) -> EngineProfile:

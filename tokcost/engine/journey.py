@@ -48,19 +48,26 @@ def _paired(ceiling: PassCost, expected: PassCost) -> list[tuple[Priced | None, 
     return out + [(None, p) for p in theirs.values()]
 
 
+def _exposed(p: Priced | None, cost: PassCost) -> float:
+    """A kernel's time on the pass's clock: an overlapped collective only its share not hidden behind the kernels
+    (the ceiling hides them all where the kernels are longer; an engine its expert all-to-all share)."""
+    if p is None:
+        return 0.0
+    overlapped = cost.parts_seconds[2]
+    if not cost.hidden_s or p.collective is None or p.collective.op not in cost.overlap_ops:
+        return p.seconds
+    return p.seconds * (1 - cost.hidden_s / overlapped)
+
+
 def _stage_terms(ceiling: PassCost, expected: PassCost, total: float) -> list[JourneyRow]:
-    """What a stage adds to its kernels' sum (passcost.stage_seconds): the GPU's gap between kernels, collectives
-    hidden behind the kernels (negative), and the host's launches where they outlast the GPU (eager eras)."""
+    """What a stage adds to its kernels' sum (passcost.stage_seconds): the GPU's gap between kernels and the host's
+    launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed)."""
     out = []
     kernels = sum(p.stage.count for p in ceiling.stages)
     if ceiling.gap_s or expected.gap_s:
         out.append(_note("gaps between kernels", "each kernel's ramp-up, tail and the idle time before the next "
                          "(the engine's per-kernel cost, expected only)", kernels, "gpu", ceiling.gap_s,
                          expected.gap_s, total))  # fmt: skip
-    if ceiling.hidden_s or expected.hidden_s:
-        out.append(_note("collectives hidden behind compute", "overlapped with the kernels: the ceiling hides them "
-                         "all; an engine its expert all-to-all share", 0, "overlap", -ceiling.hidden_s,
-                         -expected.hidden_s, total))  # fmt: skip
     excess = [max(0.0, p.launch_s - sum(p.parts_seconds) + p.hidden_s) for p in (ceiling, expected)]
     if any(excess):
         out.append(_note("host launches past the GPU", "an eager era launches every kernel from the host: the pass "
@@ -77,7 +84,7 @@ def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list
                           count=cached_tokens, bound="cache"))  # fmt: skip
     for c, x in _paired(ceiling, expected):
         st = (c or x).stage  # type: ignore[union-attr]
-        c_s, x_s = (c.seconds if c else 0.0), (x.seconds if x else 0.0)
+        c_s, x_s = _exposed(c, ceiling), _exposed(x, expected)
         rows.append(JourneyRow(st.name, st.block, st.count, st.count * st.flops, st.count * st.bytes_read,
                                st.count * st.bytes_written, c_s, x_s, c_s / total if total else 0.0,
                                (c or x).bound, st.note))  # type: ignore[union-attr]  # fmt: skip
