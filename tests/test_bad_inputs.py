@@ -212,3 +212,10 @@ def test_a_folder_name_cannot_inject_a_line_or_outgrow_the_name(cli, tmp_path, f
     assert lines[0].startswith('# imported by tokcost from "') and lines[1].startswith("name: ")
     assert yaml.safe_load("\n".join(lines))["name"] == name
     assert cli("specs", "validate", str(tmp_path / "m.yaml")).exit_code == 0
+
+
+def test_specs_validate_names_each_kind_of_file_by_its_keys(cli):
+    # a file's kind follows from the keys only that kind has, never from its name or folder
+    engine, network = CORPUS / "engine_profile.yaml", CORPUS / "network_spec.yaml"
+    r = cli("specs", "validate", str(engine), str(network))
+    assert r.exit_code == 0 and r.stdout == f"{engine}: OK (engine my-engine)\n{network}: OK (network my-fabric)\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ def _walk(value, key=""):
         yield key, value
 
 
+@pytest.mark.slow  # 30 plans over every GPU type
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(load=LOADS, prompt=st.integers(1, 60_000), output=st.integers(1, 3000), prompt_dist=DISTS, output_dist=DISTS,
        chunk=st.sampled_from([None, 64, 512, 8192]), headroom=st.floats(0.0, 2.0), slos=SLOS)  # fmt: skip

@@ -1,4 +1,4 @@
-"""Finding a spec by built-in name or by path, and telling a model spec, a GPU spec and a HF config apart.
+"""Finding a spec by built-in name or by path, and telling the kinds of spec file and a HF config apart.
 
 Built-ins ship as package data under tokcost/specs/. What a file is follows from its keys, never from its
 name: a GPU spec passed as a model is named as such, and a stray `model_type` line does not turn a tokcost
@@ -17,7 +17,7 @@ from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 
 Kind = Literal["models", "gpus", "networks", "engines"]
-FileKind = Literal["models", "gpus", "hf"]
+FileKind = Literal["models", "gpus", "networks", "engines", "hf"]
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 # Keys only a HuggingFace config.json has (transformers' PretrainedConfig and the decoder configs)
@@ -102,13 +102,20 @@ def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:
 
 
 def _markers() -> dict[FileKind, frozenset[str]]:
-    from tokcost.hardware.spec import GpuSpec  # lazy: the spec modules import nothing of tokcost's loading
+    """Each kind's own keys: its fields that no other kind of file has."""
+    from tokcost.hardware.spec import GpuSpec, Link  # lazy: the spec modules import nothing of tokcost's loading
     from tokcost.models.spec import ModelSpec
+    from tokcost.profiles import EngineProfile
 
-    model = {info.alias or name for name, info in ModelSpec.model_fields.items()}
-    gpu = set(GpuSpec.model_fields)
-    return {"models": frozenset(model - gpu - _SHARED_WITH_HF - HF_KEYS), "gpus": frozenset(gpu - model),
-            "hf": HF_KEYS}  # fmt: skip
+    fields: dict[FileKind, set[str]] = {
+        kind: {info.alias or name for name, info in spec.model_fields.items()}
+        for kind, spec in (("models", ModelSpec), ("gpus", GpuSpec), ("networks", Link), ("engines", EngineProfile))
+    }  # fmt: skip
+    own: dict[FileKind, frozenset[str]] = {
+        kind: frozenset(keys.difference(*(other for k, other in fields.items() if k != kind)))
+        for kind, keys in fields.items()
+    }  # fmt: skip
+    return {**own, "models": own["models"] - _SHARED_WITH_HF - HF_KEYS, "hf": HF_KEYS}
 
 
 def kind_of(data: dict[str, Any]) -> FileKind | None:
@@ -118,8 +125,10 @@ def kind_of(data: dict[str, Any]) -> FileKind | None:
     return kind if best > second else None
 
 
-_WHAT = {"models": "a tokcost model spec", "gpus": "a GPU spec", "hf": "a HuggingFace model config"}
-_FLAG = {"models": "--model (-m)", "gpus": "--gpu (-g)", "hf": "--model (-m)"}
+_WHAT = {"models": "a tokcost model spec", "gpus": "a GPU spec", "networks": "a network spec",
+         "engines": "an engine profile", "hf": "a HuggingFace model config"}  # fmt: skip
+_FLAG = {"models": "--model (-m)", "gpus": "--gpu (-g)", "networks": "--network", "engines": "--engine",
+         "hf": "--model (-m)"}  # fmt: skip
 
 
 def expect_kind(where: str, data: dict[str, Any], *wanted: FileKind, hint: bool = True) -> FileKind | None:

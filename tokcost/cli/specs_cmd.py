@@ -106,8 +106,11 @@ def _load_any(name_or_path: str) -> tuple[str, Any]:
         hint, _ = suggest(every, name_or_path)
         raise SpecError(shown(name_or_path), f"not a built-in spec nor a file; {hint}see 'tokcost specs list'")
     data = load_mapping(Path(name_or_path))
-    if kind_of(data) == "gpus":
+    kind = kind_of(data)
+    if kind == "gpus":
         return "gpu", gpu_from(name_or_path, data)
+    if kind in ("networks", "engines"):  # their loaders take the path (a file of this kind is read once more)
+        return kind.removesuffix("s"), {"networks": load_network, "engines": load_engine}[kind](name_or_path)
     return "model", model_from(name_or_path, data, name=name_from_path(name_or_path))
 
 

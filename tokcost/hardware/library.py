@@ -22,7 +22,9 @@ def gpu_from(where: str, data: dict[str, Any]) -> GpuSpec:
 
 def load_network(name_or_path: str) -> Link:
     """A validated network Link from a built-in name (`ib-ndr-400`) or a YAML file."""
-    return validated(Link, *locate("networks", name_or_path))
+    where, data = locate("networks", name_or_path)
+    expect_kind(where, data, "networks")
+    return validated(Link, where, data)
 
 
 def network_for(gpu: GpuSpec, network: Link | str | None = None) -> Link | None:
