@@ -236,17 +236,15 @@ def _cell(value: Any) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
-def _engine_or_network(path: Path) -> str | None:
-    """'engine vllm: eras eager, v0, v1' or 'network ib-ndr-400' when the file is one (judged as what it is)."""
+def _engine_eras(path: Path) -> str | None:
+    """'engine vllm: eras eager, v0, v1' for an engine's file of eras (a flat profile is judged by _load_any)."""
     if not looks_like_path(str(path)) or not path.is_file():
         return None
     data = load_mapping(path)
-    if "eras" in data or "newest" in data:
-        engine = load_file(str(path))[1]
-        return f"engine {engine.name}: eras {', '.join(engine.eras)}"
-    if {"kind", "gb_s", "latency_us"} <= data.keys() and kind_of(data) is None:
-        return f"network {load_network(str(path)).name or path.stem}"
-    return None
+    if "eras" not in data and "newest" not in data:
+        return None
+    engine = load_file(str(path))[1]
+    return f"engine {engine.name}: eras {', '.join(engine.eras)}"
 
 
 @app.command("validate", epilog="Examples:\n  tokcost specs validate my-gpu.yaml my-model.yaml")
@@ -255,7 +253,7 @@ def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="S
     failed = 0
     for path in files:
         try:
-            other = _engine_or_network(path)
+            other = _engine_eras(path)
             if other is not None:
                 sys.stdout.write(f"{path}: OK ({other})\n")
                 continue
