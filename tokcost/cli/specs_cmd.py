@@ -131,7 +131,7 @@ def list_specs(
     """List built-in specs. Example: tokcost specs list --kind gpus"""
     kinds = [kind.value] if kind else list(KINDS)
     if format == ListFormat.json:
-        out: dict[str, Any] = {k: builtin_names(k) for k in kinds if k != "engines"}  # type: ignore[misc]
+        out: dict[str, Any] = {k: builtin_names(k) for k in kinds if k != "engines"}  # type: ignore[arg-type]
         if "engines" in kinds:  # each engine's eras, the newest first named
             out["engines"] = {n: {"newest": f.newest, "eras": list(f.eras)} for n, f in builtin_files().items()}
         print_json(out)

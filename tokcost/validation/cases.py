@@ -156,10 +156,9 @@ def candidate_profile(base: EngineProfile, values: Mapping[str, float], platform
     if platform != "cuda":
         gap = base.gap(platform)
         sides = {s: values.get(f"{platform}.{s}", getattr(gap, s)) for s in GAP_SIDES}
-        update["platforms"] = {
-            **base.platforms,
-            platform: PlatformGap.model_construct(**sides, basis={}, band=gap.band),
-        }
+        platforms: dict[str, PlatformGap] = {str(k): v for k, v in base.platforms.items()}
+        platforms[platform] = PlatformGap.model_construct(**sides, basis={}, band=gap.band)
+        update["platforms"] = platforms
     return base.model_copy(update=update)
 
 

@@ -103,6 +103,14 @@ def _fold(cases: Sequence[Case], keep: Callable[[Case], bool], start: Mapping[st
     return cell_values(space_all, values)
 
 
+def _not_source(source: str) -> Callable[[Case], bool]:
+    return lambda c: c.row.source_id != source
+
+
+def _not_family(family: str) -> Callable[[Case], bool]:
+    return lambda c: (family_of(c.gpu.name) or c.gpu.name) != family
+
+
 def fit_folds(cases: Sequence[Case], rows: Sequence[Row], *, progress: Callable[[str], None] = lambda _: None
               ) -> FullFit:  # fmt: skip
     """The full fit and every LOSO and leave-one-family-out fold (see the module docstring)."""
@@ -113,12 +121,11 @@ def fit_folds(cases: Sequence[Case], rows: Sequence[Row], *, progress: Callable[
     progress(f"full fit: {len(full.free)} free parameters, {full.iterations} iterations")
     loso = {}
     for source in sorted({c.row.source_id for c in cases}):
-        loso[source] = _fold(cases, lambda c, s=source: c.row.source_id != s, full.values, space, pricer)
+        loso[source] = _fold(cases, _not_source(source), full.values, space, pricer)
         progress(f"left out {source}")
     logo = {}
     for family in sorted({family_of(c.gpu.name) or c.gpu.name for c in cases}):
-        logo[family] = _fold(cases, lambda c, f=family: (family_of(c.gpu.name) or c.gpu.name) != f, full.values,
-                             space, pricer)  # fmt: skip
+        logo[family] = _fold(cases, _not_family(family), full.values, space, pricer)
         progress(f"left out the {family} family")
     folds = Folds(rows_digest(rows), cell_values(space, full.values), loso, logo)
     return FullFit(full, space, folds)

@@ -91,5 +91,5 @@ def era_fields(found: Mapping[str, tuple[float, str]], band: Band | None, rocm_b
 def write_era(era: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
     """The era's YAML mapping with its generated keys replaced (hand keys kept, in their places)."""
     kept = {k: v for k, v in era.items() if k not in GENERATED}
-    head = {k: kept.pop(k) for k in ("summary", "versions", "eager") if k in kept}
+    head: dict[str, Any] = {k: kept.pop(k) for k in ("summary", "versions", "eager") if k in kept}
     return {**head, **{k: fields[k] for k in GENERATED if k in fields}, **kept}
