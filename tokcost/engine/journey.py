@@ -37,7 +37,7 @@ def _note(name: str, note: str, count: int = 0, bound: str = "host", ceiling_s: 
     return JourneyRow(name, "", count, 0.0, 0.0, 0.0, ceiling_s, expected_s, share, bound, note)
 
 
-def _paired(ceiling: PassCost, expected: PassCost) -> list[tuple[Priced | None, Priced | None]]:
+def paired(ceiling: PassCost, expected: PassCost) -> list[tuple[Priced | None, Priced | None]]:
     """The two scenarios' kernels side by side; with pipeline stages each scenario's slowest stage may differ (the
     expected one adds a gap per kernel), so a kernel only one of them runs has nothing beside it."""
     if len(ceiling.stages) == len(expected.stages):
@@ -82,7 +82,7 @@ def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list
         rows.append(_note("cached prefix (skipped)", f"{cached_tokens:,} prompt tokens per sequence are not "
                           "recomputed: no matmul runs for them; their K/V is read inside the attention row",
                           count=cached_tokens, bound="cache"))  # fmt: skip
-    for c, x in _paired(ceiling, expected):
+    for c, x in paired(ceiling, expected):
         st = (c or x).stage  # type: ignore[union-attr]
         c_s, x_s = _exposed(c, ceiling), _exposed(x, expected)
         rows.append(JourneyRow(st.name, st.block, st.count, st.count * st.flops, st.count * st.bytes_read,
