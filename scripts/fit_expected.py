@@ -72,7 +72,8 @@ def engine_texts(full: FullFit, bands: dict[tuple[str, str, str | None], Band | 
             data["fit"] = (
                 f"scripts/fit_expected.py on tokcost/validation/published.yaml (rows digest "
                 f"{full.folds.digest}): {len(fitted)} of this engine's parameters fitted, the rest "
-                "labelled in each era's basis; band: leave-one-source-out residuals (validation/README.md)."
+                "labelled in each era's basis (a prior is its range's centre in tokcost/validation/priors.py, with its "
+                "source); band: leave-one-source-out residuals (validation/README.md)."
             )
         EngineFile.model_validate(data)  # what is written loads
         out[name] = yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
