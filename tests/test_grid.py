@@ -105,8 +105,24 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
     share = [Segment(s.sequences / m, s.cached_tokens, s.new_tokens) for s in segments]
     stages = pipeline_stages(d.model, d.precision, d.layout, share)
     priced = [tuple(price_stage(st, rates, d.links, d.layout) for st in stage) for stage in stages]
-    slowest = max(priced, key=lambda stage: sum(p.seconds for p in stage))
-    return PassCost(slowest, rates.step_overhead_s, d.layout.pp, m, schedule)
+    # each stage with its overlapped collectives, its kernels' gaps and its host launches (passcost.stage_seconds)
+    costs = []
+    for stage in priced:
+        n = sum(p.stage.count for p in stage)
+        costs.append(
+            PassCost(
+                stage,
+                rates.step_overhead_s,
+                d.layout.pp,
+                m,
+                schedule,
+                rates.comm_overlap,
+                frozenset(rates.overlap_ops),
+                n * rates.launch_overhead_s,
+                n * rates.kernel_overhead_s,
+            )
+        )
+    return max(costs, key=lambda cost: cost.stage_seconds)
 
 
 def test_every_builtin_model_and_gpu_has_cases():
@@ -374,10 +390,11 @@ def test_decode_line_holds_exactly_as_far_as_it_says(model, gpu, layout, batch, 
 @pytest.mark.slow
 def test_validate_prices_a_row_without_the_rest_of_an_estimate(monkeypatch):
     # validate prints each row's metric from its TTFT and mean TPOT: no memory report, critical batch or breakdown
-    from tokcost.cli.validate_cmd import DEFAULT_DATA, load_engines, load_specs
+    from tokcost.cli.validate_cmd import DEFAULT_DATA, load_specs
     from tokcost.engine import compiled, estimate
-    from tokcost.validation.compare import compare_rows
     from tokcost.validation.data import load_rows
+    from tokcost.validation.folds import load_folds
+    from tokcost.validation.run import price_rows, shipped_profiles
 
     def refuse(*args, **kwargs):
         raise AssertionError("validate computed what it does not print")
@@ -387,5 +404,6 @@ def test_validate_prices_a_row_without_the_rest_of_an_estimate(monkeypatch):
     monkeypatch.setattr(compiled.BoundPass, "cost", refuse)
     rows = load_rows(DEFAULT_DATA)[::10]
     models, gpus = load_specs(rows, str(DEFAULT_DATA))
-    results = compare_rows(rows, models, gpus, load_engines(rows))
+    results = price_rows(rows, models, gpus, shipped_profiles(), folds=load_folds())
     assert len(results) == len(rows) and all(r.expected > 0 and r.ceiling > 0 for r in results)
+    assert all(r.held_out and r.held_out > 0 for r in results if r.used)  # each under its left-out fold

@@ -103,6 +103,7 @@ def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:
 
 def _markers() -> dict[FileKind, frozenset[str]]:
     """Each kind's own keys: its fields that no other kind of file has."""
+    from tokcost.eras import EngineFile
     from tokcost.hardware.spec import GpuSpec, Link  # lazy: the spec modules import nothing of tokcost's loading
     from tokcost.models.spec import ModelSpec
     from tokcost.profiles import EngineProfile
@@ -111,6 +112,7 @@ def _markers() -> dict[FileKind, frozenset[str]]:
         kind: {info.alias or name for name, info in spec.model_fields.items()}
         for kind, spec in (("models", ModelSpec), ("gpus", GpuSpec), ("networks", Link), ("engines", EngineProfile))
     }  # fmt: skip
+    fields["engines"] |= set(EngineFile.model_fields)  # an engine's file of eras (`newest`, `eras`), or one flat era
     own: dict[FileKind, frozenset[str]] = {
         kind: frozenset(keys.difference(*(other for k, other in fields.items() if k != kind)))
         for kind, keys in fields.items()

@@ -1,60 +1,105 @@
-"""Serving-engine profiles: what an engine adds on top of the hardware when it runs a model ("expected").
+"""Serving-engine profiles: what one engine era adds on top of the hardware when it runs a model ("expected").
 
-"Expected" = hardware x engine. The GPU spec keeps what is the hardware's: the fraction of its datasheet bandwidth
-and compute that its family reaches (the `achievable:` block). A profile keeps what one engine's kernels and
-scheduler reach relative to that, per kernel class:
-- dense GEMM, by compute dtype (bf16 stands for fp16 too): the weight matmuls whose weights run natively;
-- weight-only GEMM, by weight format (an exact format name, else its kernel family: int4, int8, fp8, fp4, gguf,
-  nf4): matmuls that dequantize narrower weights inside the kernel;
-- decode attention (the paged / flash kernels reading the KV cache), MoE grouped GEMM (on top of the GEMM class
-  of the experts' format), and collectives (of the link's own efficiency);
-and its fixed costs: per forward pass (launches, scheduling, sampling on the host), per request (tokenization,
-set-up; on TTFT) and per collective (launch and synchronization, added to the link's own latency).
-It also keeps the scheduler defaults `plan` serves with: the most sequences running at once, the token budget
-of one step (chunked prefill), multi-step scheduling, and the defaults that change with the GPU's memory, each
-with `scheduler_source`.
-An efficiency scales both rooflines of its kernel (FLOP/s and bytes/s); the product with the GPU's fraction is
-capped at the datasheet, so "expected" is never faster than "ceiling".
+"Expected" = hardware x engine. The GPU spec keeps what the hardware itself sustains (its `sustained` block: a
+copy's share of the datasheet bandwidth, a large GEMM's share of each dense peak). A profile keeps what one era of
+an engine (vLLM V1, TensorRT-LLM in-flight, ...) reaches relative to that, per kernel class, on two sides kept
+apart, so that a slow prefill never drags decode:
+- memory side (a share of the copy rate): GEMV over native weights, dequantizing GEMV by format family (int4,
+  int8, fp8, fp4, gguf, nf4), decode attention reading the KV cache, MoE grouped GEMM (on top of the GEMV's);
+- compute side (a share of the GEMM rate at the kernel's dtype): GEMM, prefill attention, MoE grouped GEMM;
+and its host costs: per forward pass (scheduling, sampling), per launched kernel in eager eras (the host launches
+each kernel; a pass takes the longer of its GPU work and its launches), per collective by link class (a custom
+all-reduce on NVLink/xGMI, NCCL over PCIe, the network), per request on client-side harnesses (HTTP,
+tokenization: the TTFT a user sees); the share of expert all-to-all it hides behind compute (two-batch overlap);
+its gap on a platform (ROCm builds of CUDA-first engines); and the scheduler defaults `plan` serves with.
+Each fitted number is labelled `fitted` or `prior` (`basis`); `band` is the 80% band of left-out rows around
+expected. Efficiency x the hardware's share is capped at the datasheet, so "expected" is never above "ceiling".
 
-The `generic` profile is the identity (every efficiency 1, no fixed cost): the reference of the product, so the
-GPU's fractions are what generic predicts. Profiles are YAML in tokcost/specs/engines/, each with its source and
-the digest of the fit that produced it (scripts/fit_expected.py; validation/README.md has the split and errors).
+The files (tokcost/specs/engines/*.yaml) hold every era of an engine; tokcost/eras.py resolves `vllm@0.6` to one
+era. `generic` is the identity with no cost: the hardware alone.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokcost.formats import get as get_format
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-# A fraction of what the GPU family achieves for one kernel class; above 1 when an engine's kernel beats the
-# family's reference (the product with the GPU's fraction is still capped at the datasheet).
+_FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)
+# A share of what the hardware sustains for one kernel class: above 1 when an engine's kernel streams more than a
+# plain copy (the product with the hardware's share is still capped at the datasheet). Outside 0.05-2 is a typo.
 EFFICIENCY_RANGE = (0.05, 2.0)
-Efficiency = Annotated[float, Field(ge=EFFICIENCY_RANGE[0], le=EFFICIENCY_RANGE[1])]
+Efficiency = Annotated[float, Field(ge=EFFICIENCY_RANGE[0], le=EFFICIENCY_RANGE[1], allow_inf_nan=False)]
+Microseconds = Annotated[float, Field(ge=0, le=10_000_000, allow_inf_nan=False)]
+Platform = Literal["cuda", "rocm"]
+Basis = Literal["fitted", "engine", "all engines", "prior"]  # its own rows, its engine's pooled, every engine's, none
+WEIGHT_ONLY_FAMILIES = ("int4", "int8", "fp8", "fp4", "gguf", "nf4")
 
 
-class KernelEfficiency(BaseModel):
-    """Per kernel class, the engine's efficiency relative to the GPU family's achievable rate."""
+class WeightOnly(BaseModel):
+    """Dequantizing GEMV per format family (memory side); unset: the era's GEMV efficiency."""
 
     model_config = _FROZEN
 
-    dense_gemm: dict[str, Efficiency] = Field(default_factory=dict)  # by compute dtype: bf16, fp8, int8, fp4
-    weight_only_gemm: dict[str, Efficiency] = Field(default_factory=dict)  # by format or kernel family (int4, gguf)
-    decode_attention: Efficiency = 1.0
-    moe_grouped_gemm: Efficiency = 1.0
-    collective: Efficiency = 1.0  # of the link's own efficiency (bandwidth of large collectives)
+    int4: Efficiency | None = None  # AWQ, GPTQ, tinygemm, MLC q4f16 (Marlin-class kernels)
+    int8: Efficiency | None = None
+    fp8: Efficiency | None = None  # FP8 weights on a GPU without FP8 tensor cores (Marlin FP8)
+    fp4: Efficiency | None = None  # MXFP4, NVFP4 where not native
+    gguf: Efficiency | None = None  # llama.cpp's block formats
+    nf4: Efficiency | None = None  # bitsandbytes
 
-    def dense(self, dtype: str) -> float:
-        """Efficiency of a native matmul at `dtype` (fp16 and bf16 share one entry); 1 when the profile is silent."""
-        key = "bf16" if dtype == "fp16" else dtype
-        return self.dense_gemm.get(key, 1.0)
+    def of(self, family: str) -> float | None:
+        """The family's efficiency, or None when unset (or not a family this schema knows)."""
+        return getattr(self, family, None) if family in WEIGHT_ONLY_FAMILIES else None
 
-    def weight_only(self, fmt: str) -> float:
-        """Efficiency of a dequantizing matmul on `fmt` weights: the exact format, else its kernel family, else 1."""
-        return self.weight_only_gemm.get(fmt, self.weight_only_gemm.get(kernel_family(fmt), 1.0))
+
+class MemorySide(BaseModel):
+    """Shares of the hardware's copy rate that the engine's memory-bound kernels stream."""
+
+    model_config = _FROZEN
+
+    gemv: Efficiency = 1.0  # weight stream of native-format matmuls (decode's GEMV, prefill's weight reads)
+    weight_only: WeightOnly = WeightOnly()
+    attention: Efficiency = 1.0  # decode attention reading the KV cache (paged / flash decoding kernels)
+    moe: Efficiency = 1.0  # grouped GEMM over routed experts, on top of the GEMV's (or dequantizing GEMV's)
+
+
+class ComputeSide(BaseModel):
+    """Shares of the hardware's GEMM rate that the engine's compute-bound kernels reach."""
+
+    model_config = _FROZEN
+
+    gemm: Efficiency = 1.0  # weight matmuls at the compute dtype (prefill, large batches)
+    attention: Efficiency = 1.0  # prefill attention (flash attention's FLOPs)
+    moe: Efficiency = 1.0  # grouped GEMM over routed experts, on top of the GEMM's
+
+
+class KernelEfficiency(BaseModel):
+    """Per kernel class, the engine's share of what the hardware sustains, on the memory and the compute side."""
+
+    model_config = _FROZEN
+
+    memory: MemorySide = MemorySide()
+    compute: ComputeSide = ComputeSide()
+
+    def memory_of(self, group: str, fmt: str = "") -> float:
+        """Memory-side efficiency of a kernel class: 'gemv', 'weight_only' (by format family), 'attention'."""
+        m = self.memory
+        if group == "attention":
+            return m.attention
+        if group == "weight_only":
+            found = m.weight_only.of(kernel_family(fmt))
+            return m.gemv if found is None else found
+        return m.gemv
+
+    def compute_of(self, group: str) -> float:
+        """Compute-side efficiency of a kernel class: 'attention', else the GEMM's."""
+        return self.compute.attention if group == "attention" else self.compute.gemm
+
+
+IDENTITY = KernelEfficiency()
 
 
 def kernel_family(fmt: str) -> str:
@@ -65,13 +110,54 @@ def kernel_family(fmt: str) -> str:
         return "int4"
     if name.startswith("int8"):
         return "int8"
-    if name in ("fp4", "nvfp4"):
+    if name in ("fp4", "nvfp4", "mxfp4"):
         return "fp4"
     if name.startswith("nf4"):
         return "nf4"
     if name.startswith("q") and "_" in name:
         return "gguf"
     return name
+
+
+class CollectiveCosts(BaseModel):
+    """The engine's launch and synchronization per collective, on top of the link's own latency, by link class."""
+
+    model_config = _FROZEN
+
+    nvlink: Microseconds = 0.0  # NVLink / xGMI fabrics: custom one-shot all-reduce kernels (vLLM, TensorRT-LLM)
+    pcie: Microseconds = 0.0  # NCCL / RCCL over PCIe (cards without a fabric, llama.cpp's row split)
+    network: Microseconds = 0.0  # across nodes: InfiniBand / RoCE
+
+    def of(self, link_class: str) -> float:
+        """Microseconds per collective on a link class ('nvlink', 'pcie', 'network')."""
+        return float(getattr(self, link_class))
+
+
+class Band(BaseModel):
+    """The 80% band of left-out rows around expected: measured time / expected time at the 10th and 90th percentile."""
+
+    model_config = _FROZEN
+
+    low: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]  # a time can be this share of expected's ...
+    high: Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)]  # ... up to this multiple
+    rows: int = Field(default=0, ge=0, le=1_000_000)  # left-out rows it rests on (0: a parent's, widened)
+    sources: int = Field(default=0, ge=0, le=10_000)
+    basis: str = Field(default="", max_length=500)  # whose residuals: this era's, its engine's, all engines'
+
+
+class PlatformGap(BaseModel):
+    """How an era's build for one platform differs from its CUDA build: factors on its efficiencies and step cost."""
+
+    model_config = _FROZEN
+
+    memory: Efficiency = 1.0  # on every memory-side efficiency
+    compute: Efficiency = 1.0  # on the compute side of GEMMs (ROCm builds: hipBLASLt tuning, the GEMM backend)
+    # on prefill attention's compute side apart (ROCm builds of 2024: triton or CK flash attention far below the
+    # GEMMs on long prompts; the two are not one factor)
+    attention: Efficiency = 1.0
+    step: Annotated[float, Field(ge=0.1, le=10, allow_inf_nan=False)] = 1.0  # on the step cost
+    basis: dict[str, Basis] = Field(default_factory=dict)
+    band: Band | None = None  # rows of this platform, left out source by source; None: the era's, widened
 
 
 class SchedulerTier(BaseModel):
@@ -82,7 +168,9 @@ class SchedulerTier(BaseModel):
     min_memory_gib: float = Field(ge=0, le=100_000)
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
-    except_gpus: tuple[str, ...] = ()  # GPU names (substrings, as the engine matches device names) kept off the tier
+    except_gpus: tuple[str, ...] = Field(
+        default=(), strict=False
+    )  # YAML lists: GPU names (substrings, as the engine matches device names) kept off the tier
 
 
 class Scheduler(BaseModel):
@@ -95,17 +183,22 @@ class Scheduler(BaseModel):
     scheduler_steps: int = 1  # multi-step scheduling: decode steps per scheduling decision
 
 
-class EngineProfile(BaseModel):
-    """One serving engine's profile: kernel efficiencies and fixed costs, with where they come from."""
+class EraFields(BaseModel):
+    """Everything one era of an engine states: kernels, host costs, overlap, platform gaps, scheduler, band."""
 
     model_config = _FROZEN
 
-    name: str = Field(min_length=1, max_length=100)
-    source: str = Field(min_length=1, max_length=4000)
+    summary: str = Field(default="", max_length=500)  # what the era is, for `specs list` and --explain
     kernels: KernelEfficiency = KernelEfficiency()
-    step_overhead_us: float | None = Field(default=None, ge=0, le=1_000_000)  # None: the GPU spec's
-    request_overhead_us: float | None = Field(default=None, ge=0, le=10_000_000)  # None: the GPU spec's
-    collective_overhead_us: float = Field(default=0.0, ge=0, le=1_000_000)  # per collective, on the link's latency
+    step_overhead_us: Microseconds = 0.0  # per forward pass: scheduling, sampling, input preparation on the host
+    launch_overhead_us: Microseconds = 0.0  # per launched kernel, eager eras only (a CUDA graph launches them all)
+    # per kernel on the GPU, every era: the idle gap between consecutive kernels and each one's ramp-up and tail
+    kernel_overhead_us: Microseconds = 0.0
+    request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission
+    collective_overhead_us: CollectiveCosts = CollectiveCosts()
+    # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP
+    comm_overlap: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+    platforms: dict[Platform, PlatformGap] = Field(default_factory=dict)
     # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     # the prefill token budget of one step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
@@ -113,10 +206,36 @@ class EngineProfile(BaseModel):
     chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
     # decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps); 1 for engines and eras without it
     scheduler_steps: int = Field(default=1, ge=1, le=64)
-    scheduler_tiers: tuple[SchedulerTier, ...] = ()  # defaults by GPU memory, the largest tier that applies wins
+    scheduler_tiers: tuple[SchedulerTier, ...] = Field(
+        default=(), strict=False
+    )  # defaults by GPU memory, the largest tier that applies wins
     scheduler_source: str = Field(default="", max_length=4000)  # where the scheduler defaults come from
-    fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the train rows)
+    basis: dict[str, Basis] = Field(default_factory=dict)  # each fitted parameter: fitted, or left at its prior
+    band: Band | None = None  # None: no left-out rows speak for it (the CLI then shows the widest band)
     notes: str = Field(default="", max_length=10_000)
+
+
+class EngineProfile(EraFields):
+    """One era of one serving engine, as the engine prices it (eras.resolve picks it from the engine's file)."""
+
+    name: str = Field(min_length=1, max_length=100)
+    era: str = Field(default="", max_length=100)
+    source: str = Field(min_length=1, max_length=4000)
+    fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the rows)
+
+    @property
+    def label(self) -> str:
+        """'vllm@v1' (the name alone for a single-era engine such as generic)."""
+        return f"{self.name}@{self.era}" if self.era else self.name
+
+    def gap(self, platform: str) -> PlatformGap:
+        """The era's gap on `platform` (none on CUDA or where the file states none)."""
+        return self.platforms.get(platform, NO_GAP)  # type: ignore[call-overload]
+
+    def band_on(self, platform: str) -> Band | None:
+        """The band on `platform`: its own where rows of that platform were left out, else the era's."""
+        own = self.gap(platform).band
+        return own if own is not None else self.band
 
     def scheduler(self, *, gpu_name: str, memory_bytes: float) -> Scheduler:
         """The scheduler defaults on one GPU: the base values, overridden by the largest memory tier it reaches."""
@@ -129,26 +248,21 @@ class EngineProfile(BaseModel):
         return Scheduler(max_running_sequences=cap, chunk_tokens=chunk, scheduler_steps=self.scheduler_steps)
 
 
+NO_GAP = PlatformGap()
 GENERIC = EngineProfile(
     name="generic",
-    source="identity: the GPU family's achievable fractions and fixed costs, no engine terms",
-    fit="identity by construction: the reference of the hardware x engine product (scripts/fit_expected.py)",
+    source="identity: the hardware's sustained shares alone, no engine term and no host cost",
+    summary="the hardware alone: every kernel at the GPU's sustained copy and GEMM shares, no host cost",
+    fit="identity by construction (never fitted): what the hardware sustains, the reference engines are measured from",
 )
-ENGINES = ("vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic")
+ENGINES = ("vllm", "tensorrt-llm", "sglang", "lmdeploy", "llama.cpp", "tgi", "mlc", "torch-compile", "generic")
 
 
 def load_engine(name_or_path: str) -> EngineProfile:
-    """A validated profile from a built-in name (`vllm`) or a YAML file."""
-    from pydantic import ValidationError
+    """A validated profile from a built-in name (`vllm`, its newest era), `name@era` (`vllm@0.6`) or a YAML file."""
+    from tokcost.eras import load_profile
 
-    from tokcost.catalog import locate
-    from tokcost.spec_errors import validation_error
-
-    where, data = locate("engines", name_or_path)
-    try:
-        return EngineProfile.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(where, exc) from None
+    return load_profile(name_or_path)
 
 
 def engine_for(engine: EngineProfile | str | None = None) -> EngineProfile:

@@ -9,6 +9,7 @@ import typer
 from tokcost import fmt, plots
 from tokcost.cli.common import format_grid, split_list, workload_from_flags
 from tokcost.cli.deploy import layout_flags, unused_network, warn
+from tokcost.cli.estimate_cmd import band_spans
 from tokcost.cli.options import (
     BatchOpt,
     ComputeListOpt,
@@ -153,6 +154,7 @@ def compare_table(results: list[Estimate]) -> Table:
             "TTFT",
             "TPOT",
             "tokens/s",
+            "80% band",
             "ceiling tok/s",
             "max batch",
             "$/1M in",
@@ -160,7 +162,7 @@ def compare_table(results: list[Estimate]) -> Table:
             "J/token",
         ],
         # on a narrow terminal the answer stays (model, GPU, fit, TPOT, tokens/s, $/1M out); these go first
-        drop=("ceiling tok/s", "J/token", "$/1M in", "max batch", "GPUs", "TTFT"),
+        drop=("ceiling tok/s", "80% band", "J/token", "$/1M in", "max batch", "GPUs", "TTFT"),
         wrap=("fits",),
     )
     several = len({_formats(e) for e in results}) > 1  # a column for the precision only when it varies
@@ -182,6 +184,7 @@ def compare_table(results: list[Estimate]) -> Table:
             fits, cost = f"does not fit ({need})", ["", "", ""]
         tpot = fmt.ms(x.tpot_s) if x.tpot_s else "n/a"
         rate, ceiling = fmt.rate(x.decode_tokens_per_s), fmt.rate(e.ceiling.decode_tokens_per_s)
+        band = band_spans(e)["decode_tokens_per_s"]
         table.rows.append(
             [
                 e.model.name,
@@ -192,6 +195,7 @@ def compare_table(results: list[Estimate]) -> Table:
                 fmt.ms(x.ttft_s),
                 tpot,
                 rate,
+                band,
                 ceiling,
                 f"{mem.max_batch:,}",
                 *cost,
@@ -200,4 +204,8 @@ def compare_table(results: list[Estimate]) -> Table:
     provenance = sorted({f"{e.gpu.name}: {e.gpu.expected_provenance}" for e in results})
     table.notes.append("Times, tokens/s and costs are 'expected'; J/token from TDP is an upper bound. Expected from:")
     table.notes += [f"  {p}" for p in provenance]
+    bands = sorted({f"{e.deployment.engine.label} on {e.gpu.platform}: {e.band.basis}" for e in results})
+    table.notes.append("80% band (where 8 in 10 runs of the engine era fall, from published runs each predicted by a "
+                       "fit that never read their source):")  # fmt: skip
+    table.notes += [f"  {b}" for b in bands]
     return table

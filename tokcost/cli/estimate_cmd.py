@@ -36,7 +36,7 @@ from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tabl
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.journey import Journey, JourneyRow, journey
-from tokcost.engine.report import bottleneck, estimate_dict, journey_dict, journey_row_dict
+from tokcost.engine.report import band_dict, bottleneck, estimate_dict, journey_dict, journey_row_dict
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -45,8 +45,9 @@ GLOSSARY = """
 Metrics: TTFT = time to first token = prefill time. TPOT = time per output token = (E2E - TTFT) / (O - 1), the
 mean decode step as the context grows (none with one output token). E2E = TTFT + (O - 1) x TPOT. tokens/s =
 batch / TPOT. Critical batches: where the weight matmuls turn compute-bound, and where KV reads outweigh weight
-reads. Ceiling = datasheet peaks; expected = achievable fractions of them plus fixed costs (its provenance is
-printed under the table).
+reads. Ceiling = datasheet peaks; expected = what the GPU sustains (measured copy and GEMM shares) x the engine
+era's kernel efficiencies and host costs (--engine vllm, vllm@0.6, ...; provenance under the table), with an 80%
+band from published runs each predicted by a fit that never read their source.
 """
 
 
@@ -154,6 +155,17 @@ def _past_context(e: Estimate) -> list[str]:
             "this request, and these figures only extend the roofline past it"]  # fmt: skip
 
 
+def band_spans(e: Estimate) -> dict[str, str]:
+    """Each banded figure's 80% band as text ('5.1-7.9 ms', '127-196'), from the engine's band."""
+    out = {}
+    for key, span in band_dict(e).items():
+        if key.endswith("_per_s"):
+            out[key] = "n/a" if span is None else f"{fmt.rate(span[0])} - {fmt.rate(span[1])}"
+        elif key.endswith("_s"):
+            out[key] = "n/a" if span is None else f"{_ms(span[0])} - {_ms(span[1])}"
+    return out
+
+
 def estimate_tables(e: Estimate) -> list[Table]:
     """Performance (ceiling vs expected), memory of the fullest GPU, and the decode step's breakdown."""
     wl, p, c, x, mem, lay = e.workload, e.precision, e.ceiling, e.expected, e.memory, e.layout
@@ -165,23 +177,39 @@ def estimate_tables(e: Estimate) -> list[Table]:
         + f" · KV {p.kv} · compute {p.compute}"
     )
     per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
+    spans = band_spans(e)
     perf = Table(
         "Performance",
-        ["metric", "ceiling", "expected"],
+        ["metric", "ceiling", "expected", "expected 80% band"],
         header=header,
         rows=[
-            ["TTFT", *_times(e, "ttft_s")],
-            ["TPOT", *_times(e, "tpot_s")],
-            ["E2E", *_times(e, "e2e_s")],
-            ["decode tokens/s", fmt.rate(c.decode_tokens_per_s), fmt.rate(x.decode_tokens_per_s)],
-            ["tokens/s per sequence", *per_seq],
-            ["prefill bound", c.prefill_bound, x.prefill_bound],
-            ["decode bound", c.decode_bound or "n/a", x.decode_bound or "n/a"],
-            ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens)],
-            ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens)],
-            ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token)],
-        ],
-        notes=[bottleneck(e), f"expected: {e.gpu.expected_provenance}", *_past_context(e)],
+            ["TTFT", *_times(e, "ttft_s"), spans["ttft_s"]],
+            ["TPOT", *_times(e, "tpot_s"), spans["tpot_s"]],
+            ["E2E", *_times(e, "e2e_s"), spans["e2e_s"]],
+            [
+                "decode tokens/s",
+                fmt.rate(c.decode_tokens_per_s),
+                fmt.rate(x.decode_tokens_per_s),
+                spans["decode_tokens_per_s"],
+            ],
+            ["tokens/s per sequence", *per_seq, ""],
+            ["prefill bound", c.prefill_bound, x.prefill_bound, ""],
+            ["decode bound", c.decode_bound or "n/a", x.decode_bound or "n/a", ""],
+            ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens), ""],
+            [
+                "$/1M output tokens",
+                fmt.usd(c.usd_per_million_output_tokens),
+                fmt.usd(x.usd_per_million_output_tokens),
+                "",
+            ],
+            ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token), ""],
+        ],  # fmt: skip
+        notes=[
+            bottleneck(e),
+            f"expected: {e.gpu.expected_provenance}; engine {e.deployment.engine.label}",
+            f"80% band: {e.band.basis}",
+            *_past_context(e),
+        ],  # fmt: skip
     )
     b = mem.per_gpu
     fits = "yes" if mem.fits else f"no: needs {mem.min_gpus} GPUs ({mem.min_layout})" if mem.min_gpus else "no"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tokcost import fmt
 from tokcost.cli.render import Table
+from tokcost.engine.band import band_of
 from tokcost.serving.fleet import Fleet
 from tokcost.serving.search import Plan, Row, precision_parts, row_label, short_label
 from tokcost.serving.traffic import Slo
@@ -141,6 +142,10 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
             "it; p90 TTFT is for users who do not (as published client runs measure), with the lock-step figure "
             "beside it where they differ by over 10%."
         )
+    if top is not None:
+        band = band_of(top.deployment.engine, top.deployment.gpu.platform)
+        out.append(f"80% band of #1's engine ({top.deployment.engine.label}): a time can be x{band.low:.2f} to "
+                   f"x{band.high:.2f} of expected ({band.basis}).")  # fmt: skip
     out.append(f"Planned {len(result.rows)} configurations. --explain shows the arithmetic.")
     return out
 

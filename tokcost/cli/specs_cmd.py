@@ -14,6 +14,7 @@ import yaml
 from tokcost.catalog import builtin_names, expect_kind, kind_of, kind_of_name, looks_like_path, shown, suggest
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
+from tokcost.eras import builtin_files, load_file
 from tokcost.errors import SpecError, TokcostError, UsageError
 from tokcost.files import load_mapping, write_new
 from tokcost.hardware.library import gpu_from, load_gpu, load_network
@@ -130,7 +131,10 @@ def list_specs(
     """List built-in specs. Example: tokcost specs list --kind gpus"""
     kinds = [kind.value] if kind else list(KINDS)
     if format == ListFormat.json:
-        print_json({k: builtin_names(k) for k in kinds})  # type: ignore[arg-type]
+        out: dict[str, Any] = {k: builtin_names(k) for k in kinds if k != "engines"}  # type: ignore[arg-type]
+        if "engines" in kinds:  # each engine's eras, the newest first named
+            out["engines"] = {n: {"newest": f.newest, "eras": list(f.eras)} for n, f in builtin_files().items()}
+        print_json(out)
         return
     tables = []
     if "models" in kinds:
@@ -172,9 +176,22 @@ def list_specs(
         tables.append(Table("Networks (per GPU, per direction)", ["name", "kind", "bandwidth", "latency",
                                                                   "efficiency"], rows, wrap=("kind",)))  # fmt: skip
     if "engines" in kinds:
-        rows = [[name] for name in builtin_names("engines")]
-        tables.append(Table("Serving engines", ["name"], rows, notes=["tokcost specs show NAME shows a profile"]))
+        tables.append(engines_table())
     print_tables(tables, "table")
+
+
+def engines_table() -> Table:
+    """Every built-in engine's eras: how to spell each (--engine name@era), the versions it covers, what it is."""
+    rows = []
+    for name, engine in builtin_files().items():
+        for era, spec in engine.eras.items():
+            spelled = (
+                name if len(engine.eras) == 1 else f"{name}@{era}" + (" (default)" if era == engine.newest else "")
+            )
+            covers = spec.versions.text + (", or eager" if spec.eager else "")
+            rows.append([spelled, covers, spec.summary or "-"])
+    return Table("Engines (--engine NAME or NAME@ERA; an era also by a version it covers, e.g. vllm@0.6.3)",
+                 ["engine", "versions", "what it is"], rows, prose=True)  # fmt: skip
 
 
 @app.command(
@@ -219,12 +236,27 @@ def _cell(value: Any) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
+def _engine_eras(path: Path) -> str | None:
+    """'engine vllm: eras eager, v0, v1' for an engine's file of eras (a flat profile is judged by _load_any)."""
+    if not looks_like_path(str(path)) or not path.is_file():
+        return None
+    data = load_mapping(path)
+    if "eras" not in data and "newest" not in data:
+        return None
+    engine = load_file(str(path))[1]
+    return f"engine {engine.name}: eras {', '.join(engine.eras)}"
+
+
 @app.command("validate", epilog="Examples:\n  tokcost specs validate my-gpu.yaml my-model.yaml")
 def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files to check.")]) -> None:
     """Check spec files: one line per file, OK or the error. Example: tokcost specs validate my-gpu.yaml"""
     failed = 0
     for path in files:
         try:
+            other = _engine_eras(path)
+            if other is not None:
+                sys.stdout.write(f"{path}: OK ({other})\n")
+                continue
             kind, spec = _load_any(str(path))
             extra = ""
             if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:

@@ -15,12 +15,13 @@ from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import EngineProfile, load_engine
+from tokcost.profiles import load_engine
 
 if TYPE_CHECKING:  # the validation modules load only when `tokcost validate` runs (start-up stays small)
-    from tokcost.validation.compare import GroupStats, RowResult, Summary
+    from tokcost.validation.compare import RowResult
     from tokcost.validation.data import Row
     from tokcost.validation.multinode import MultinodeResult
+    from tokcost.validation.summary import GroupStats, Summary
 
 # The published measurements ship inside the package, so `pip install .` and a wheel can validate too.
 DEFAULT_DATA = Path(tokcost.__file__).resolve().parent / "validation" / "published.yaml"
@@ -34,8 +35,8 @@ ValidateEngineOpt = Annotated[
     Optional[str],
     typer.Option(
         "--engine",
-        help="Price every row with this engine profile (default: each row's own engine): generic, vllm, sglang, "
-        "tensorrt-llm, llama.cpp, torch-compile, or a YAML file.",
+        help="Price every row with this engine profile (default: each row's own engine era, and the fold that left "
+        "its source out): generic, vllm, vllm@0.6, sglang, tensorrt-llm@static, llama.cpp, ..., or a YAML file.",
     ),
 ]
 
@@ -69,37 +70,33 @@ def load_specs(rows: list[Row], where: str) -> tuple[dict[str, ModelSpec], dict[
     return models, gpus
 
 
-def load_engines(rows: list[Row]) -> dict[str, EngineProfile]:
-    """The built-in profile of every engine the rows name."""
-    return {name: load_engine(name) for name in sorted({r.engine for r in rows})}
-
-
 def run_validation(path: Path, engine: str | None = None) -> tuple[list[RowResult], Summary]:
-    """Load the rows and the built-in specs they name, price every row with its engine (or `engine`), summarize."""
-    from tokcost.validation.compare import compare_rows, summarize
+    """Load the rows and the built-in specs they name; price every row with its engine era's shipped profile and,
+    when the stored folds were fitted on these rows, with the fold that left its source out (or all with `engine`);
+    summarize."""
     from tokcost.validation.data import load_rows
+    from tokcost.validation.folds import load_folds
+    from tokcost.validation.run import price_rows, shipped_profiles
+    from tokcost.validation.summary import summarize
 
     rows = load_rows(path)
     models, gpus = load_specs(rows, str(path))
     override = load_engine(engine) if engine else None
     try:
-        results = compare_rows(rows, models, gpus, load_engines(rows), override)
+        folds = None if override is not None else load_folds()
+        results = price_rows(rows, models, gpus, shipped_profiles(), engine=override, folds=folds)
     except SpecError as exc:  # "row <id>: compute: ...": prefix the file
         raise SpecError(f"{path}: {exc.where}", exc.message, field=exc.field) from None
     return results, summarize(results, models)
 
 
 def run_multinode(engine: str | None = None) -> list[MultinodeResult]:
-    """The multi-node rows shipped with tokcost, priced with their layouts (never fitted on)."""
-    from tokcost.validation.multinode import price_multinode
-    from tokcost.validation.serving_data import GPUS_NOT_BUILT_IN, load_multinode
+    """The multi-node rows shipped with tokcost, priced with their layouts and their engine eras (never fitted on)."""
+    from tokcost.validation.report import multinode_results
+    from tokcost.validation.run import shipped_profiles
 
-    rows = load_multinode(MULTINODE_DATA)
-    models = {r.model: load_model(r.model) for r in rows}
-    gpus = {r.gpu: load_gpu(r.gpu) for r in rows if r.gpu not in GPUS_NOT_BUILT_IN}
     override = load_engine(engine) if engine else None
-    profiles = {name: load_engine(name) for name in sorted({r.engine for r in rows})}
-    return [price_multinode(r, models, gpus, override or profiles[r.engine]) for r in rows]
+    return multinode_results({}, shipped_profiles(), override)
 
 
 def _value(v: float) -> str:
@@ -111,37 +108,58 @@ def _pct(v: float | None, signed: bool = False) -> str:
 
 
 def rows_table(results: list[RowResult]) -> Table:
-    """One line per published row: measured, ceiling, expected, the error of expected, and the ceiling check."""
+    """One line per published row: measured, ceiling, expected, held out (its source left out), errors, the check."""
     table = Table(
-        "Published measurements vs tokcost (error = expected / measured - 1)",
-        ["id", "metric", "split", "measured", "ceiling", "expected", "error", "check"],
+        "Published measurements vs tokcost (error = predicted / measured - 1; held out: a fit that never read the "
+        "row's source)",
+        ["id", "engine", "metric", "measured", "ceiling", "expected", "error", "held out", "held-out error", "check"],
     )
     for r in results:
         check = f"excluded: {r.row.exclude}" if not r.used else "BEATS CEILING" if r.violation else "ok"
+        held = "-" if r.held_out is None else _value(r.held_out)
         table.rows.append([
-            r.row.id, r.row.metric, r.split, _value(r.row.value), _value(r.ceiling), _value(r.expected),
-            _pct(r.error, signed=True), check,
+            r.row.id, r.engine, r.row.metric, _value(r.row.value), _value(r.ceiling), _value(r.expected),
+            _pct(r.error, signed=True), held, _pct(r.held_out_error, signed=True), check,
         ])  # fmt: skip
     return table
 
 
+def headline_table(summary: Summary) -> Table:
+    """Leave-one-source-out: each source predicted by a fit that never read it (issue 19's headline)."""
+    h = summary.headline
+    table = Table("Leave-one-source-out (each source predicted by a fit that never read it)", ["figure", "value"])
+    if h is None:
+        table.notes.append("No held-out predictions: --engine prices every row with one profile, or the stored "
+                           "folds were fitted on other rows (scripts/fit_expected.py refits them).")  # fmt: skip
+        return table
+    table.rows += [
+        ["sources / rows", f"{h.sources} / {h.rows}"],
+        ["median of per-source medians", _pct(h.median_of_source_medians)],
+        ["pooled median", _pct(h.pooled_median)],
+        ["pooled p90", _pct(h.pooled_p90)],
+        ["inside the 80% band", f"{h.inside_band / h.rows:.1%} ({h.inside_band} of {h.rows})"],
+    ]
+    for engine, (rows, sources, median) in h.by_engine.items():
+        table.rows.append([f"engine: {engine} ({rows} rows, {sources} sources)", _pct(median)])
+    return table
+
+
 def summary_table(summary: Summary) -> Table:
-    """Median and 90th-percentile |error| of expected, all rows and held-out, beside the untuned ceiling's."""
+    """Median and 90th-percentile |error| held out, beside the shipped fit's and the untuned ceiling's, per group."""
     table = Table(
         f"{summary.rows_used} rows used of {summary.rows_total} · ceiling violations: {len(summary.violations)}",
-        ["group", "n", "median", "p90", "held-out n", "held-out median", "held-out p90", "ceiling median",
+        ["group", "n", "held-out median", "held-out p90", "fit median", "ceiling median", "inside band",
          "violations"],
     )  # fmt: skip
     for g in summary.groups:
         table.rows.append([
-            g.group, str(g.rows), _pct(g.median_abs_error), _pct(g.p90_abs_error), str(g.test_rows),
-            _pct(g.test_median_abs_error), _pct(g.test_p90_abs_error), _pct(g.ceiling_median_abs_error),
-            str(g.violations),
+            g.group, str(g.rows), _pct(g.held_out_median), _pct(g.held_out_p90), _pct(g.fit_median),
+            _pct(g.ceiling_median), f"{g.inside_band}", str(g.violations),
         ])  # fmt: skip
     table.notes.append(
-        "Absolute error of 'expected' (hardware x engine: the GPU family's fitted fractions and each row's engine "
-        "profile); held-out rows come from whole sources the fit never saw; 'ceiling median' is the untuned model "
-        "(datasheet peaks, no overhead)."
+        "Absolute error of 'expected' (hardware x engine era: the GPU's measured sustained shares and each row's "
+        "engine era); 'held out' comes from the fit that never read the row's source; 'fit' is the shipped profile's "
+        "(it read every row); 'ceiling median' is the untuned model (datasheet peaks, no overhead)."
     )
     if summary.violations:
         table.notes.append("Measured better than the ceiling: " + ", ".join(summary.violations))
@@ -152,20 +170,30 @@ def summary_table(summary: Summary) -> Table:
 
 def _group_json(g: GroupStats) -> dict[str, object]:
     return {
-        "group": g.group, "rows": g.rows, "median_abs_error": g.median_abs_error, "p90_abs_error": g.p90_abs_error,
-        "test_rows": g.test_rows, "test_median_abs_error": g.test_median_abs_error,
-        "test_p90_abs_error": g.test_p90_abs_error, "ceiling_median_abs_error": g.ceiling_median_abs_error,
-        "violations": g.violations,
+        "group": g.group, "rows": g.rows, "held_out_median_abs_error": g.held_out_median,
+        "held_out_p90_abs_error": g.held_out_p90, "fit_median_abs_error": g.fit_median,
+        "ceiling_median_abs_error": g.ceiling_median, "inside_band": g.inside_band, "violations": g.violations,
+    }  # fmt: skip
+
+
+def _headline_json(summary: Summary) -> dict[str, object] | None:
+    h = summary.headline
+    if h is None:
+        return None
+    return {
+        "sources": h.sources, "rows": h.rows, "median_of_source_medians": h.median_of_source_medians,
+        "pooled_median": h.pooled_median, "pooled_p90": h.pooled_p90, "inside_band": h.inside_band,
+        "by_engine": {e: {"rows": n, "sources": s, "median_abs_error": m} for e, (n, s, m) in h.by_engine.items()},
     }  # fmt: skip
 
 
 def _row_json(r: RowResult) -> dict[str, object]:
     return {
         "id": r.row.id, "source_id": r.row.source_id, "model": r.row.model, "gpu": r.row.gpu, "gpus": r.row.gpus,
-        "framework": r.row.framework, "engine": r.engine, "waves": r.waves,
-        "metric": r.row.metric, "split": r.split, "used": r.used, "exclude": r.row.exclude, "measured": r.row.value,
-        "ceiling": r.ceiling, "expected": r.expected, "error": r.error, "ceiling_error": r.ceiling_error,
-        "violation": r.violation,
+        "framework": r.row.framework, "engine": r.engine, "platform": r.cell.platform, "waves": r.waves,
+        "metric": r.row.metric, "used": r.used, "exclude": r.row.exclude, "measured": r.row.value,
+        "ceiling": r.ceiling, "expected": r.expected, "held_out": r.held_out, "error": r.error,
+        "held_out_error": r.held_out_error, "ceiling_error": r.ceiling_error, "violation": r.violation,
     }  # fmt: skip
 
 
@@ -206,11 +234,14 @@ def validate(
             "engine": engine or "each row's own",
             "summary": {
                 "rows_total": summary.rows_total, "rows_used": summary.rows_used, "excluded": list(summary.excluded),
-                "violations": list(summary.violations), "groups": [_group_json(g) for g in summary.groups],
+                "violations": list(summary.violations), "leave_one_source_out": _headline_json(summary),
+                "groups": [_group_json(g) for g in summary.groups],
             },
             "rows": [_row_json(r) for r in results],
             "multinode": [_multinode_json(m) for m in multinode],
         })  # fmt: skip
     else:
-        tables = [rows_table(results), summary_table(summary)] + ([multinode_table(multinode)] if multinode else [])
+        tables = [rows_table(results), headline_table(summary), summary_table(summary)] + (
+            [multinode_table(multinode)] if multinode else []
+        )
         print_tables(tables, format.value)

@@ -25,6 +25,14 @@ from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
 
 Op = Literal["all-reduce", "all-to-all", "send/recv"]
+LinkClass = Literal["nvlink", "pcie", "network"]  # what an engine's per-collective cost depends on
+
+
+def link_class(kind: str) -> LinkClass:
+    """NVLink / xGMI fabrics (custom all-reduce kernels), PCIe (NCCL, RCCL), or a network between nodes."""
+    if kind.startswith("pcie"):
+        return "pcie"
+    return "network" if kind in ("infiniband", "roce", "ethernet") else "nvlink"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +45,7 @@ class Path:
     nodes: int = 1  # nodes the group spans (all-to-all splits its volume by them)
     intra_bytes_per_s: float = 0.0  # NVLink inside each node, for a group that spans nodes
     intra_latency_s: float = 0.0
+    link_class: LinkClass = "nvlink"  # the class of the link it crosses (a group across nodes: the network)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +149,14 @@ def sendrecv(payload_bytes: float, path: Path) -> CollectiveCost:
     return collective_cost("send/recv", payload_bytes, 2, path)
 
 
-def _path(link: Link, efficiency: bool, latency_override_s: float | None, nodes: int = 1,
-          inside: Link | None = None) -> Path:  # fmt: skip
+def _path(link: Link, efficiency: bool, nodes: int = 1, inside: Link | None = None) -> Path:
     def rate(x: Link) -> float:
         return x.bytes_per_s * (x.efficiency if efficiency else 1.0)
 
-    latency = link.latency_s if latency_override_s is None else latency_override_s
+    latency = link.latency_s
     node = inside or link
-    return Path(link.name or link.kind, rate(link), latency, nodes, rate(node), node.latency_s)
+    kind = "network" if nodes > 1 else link_class(link.kind)
+    return Path(link.name or link.kind, rate(link), latency, nodes, rate(node), node.latency_s, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +173,6 @@ class Links:
         layout: Layout,
         *,
         expected: bool,
-        latency_override_s: float | None = None,
         crosses_nodes: bool = False,
     ) -> Path:
         """The path a group of `ranks` consecutive GPUs spans (rates of the scenario: expected applies efficiencies);
@@ -177,14 +185,14 @@ class Links:
                     f"--gpus-per-node: {group} spans {nodes} nodes of {layout.gpus_per_node}, and "
                     "no network is known; pass --network (e.g. ib-ndr-400)"
                 )
-            return _path(self.network, expected, None, nodes, self._intra(layout.gpus_per_node))
+            return _path(self.network, expected, nodes, self._intra(layout.gpus_per_node))
         link = self._intra(ranks)
         if link is None:
             raise UsageError(
                 "--tp: this GPU spec has no link (GPU-to-GPU GB/s per direction), so a collective between its GPUs "
                 "can't be priced; use one GPU, or add link: {kind, gb_s, latency_us, source} to a copy of the spec"
             )
-        return _path(link, expected, latency_override_s if expected else None)
+        return _path(link, expected)
 
     def _intra(self, ranks: int) -> Link | None:
         link = self.intra

@@ -24,7 +24,7 @@ from tokcost.engine.collectives import Links
 from tokcost.engine.features import FeatureSpace, Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
-from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_factor
+from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_factor, stage_seconds
 from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds, priced
 from tokcost.engine.stages import Stage, pass_stages
 from tokcost.engine.work import (
@@ -202,10 +202,28 @@ class BoundPass:
             for rows, slots in zip(compiled.stages, compiled.slots, strict=True)
         )
         self.overhead_s = rates.step_overhead_s
+        # the host's time to launch each stage's kernels and collectives (eager eras; 0 with graphs)
+        counts = [sum(row.stage.count for row in rows) for rows in compiled.stages]
+        self.launch_s = tuple(n * rates.launch_overhead_s for n in counts)
+        # the GPU's idle time between each stage's kernels (every era: a graph replays them back to back, not free)
+        self.gap_s = tuple(n * rates.kernel_overhead_s for n in counts)
 
     def stage_seconds(self, x: Sequence[float]) -> list[float]:
-        """One microbatch through each pipeline stage at feature vector x (each row's work priced as it is read)."""
-        return [sum(row_seconds(row, rate, x) for row, rate in stage) for stage in self.stages]
+        """One microbatch through each pipeline stage at feature vector x (each row's work priced as it is read;
+        overlapped collectives and the host's launches as passcost.stage_seconds applies them)."""
+        out = []
+        for stage, launch_s, gap_s in zip(self.stages, self.launch_s, self.gap_s, strict=True):
+            kernels, serial, overlapped = gap_s, 0.0, 0.0
+            for row, rate in stage:
+                seconds = row_seconds(row, rate, x)
+                if not isinstance(rate, CollectiveRate):
+                    kernels += seconds
+                elif rate.op in self.rates.overlap_ops:
+                    overlapped += seconds
+                else:
+                    serial += seconds
+            out.append(stage_seconds(kernels, serial, overlapped, self.rates.comm_overlap, launch_s))
+        return out
 
     def slowest(self, x: Sequence[float]) -> int:
         """Index of the slowest pipeline stage at feature vector x (the first of equals)."""
@@ -235,5 +253,8 @@ class BoundPass:
             tuple(priced(st, rate) for st, (_, rate) in zip(point, bound, strict=True))
             for point, bound in zip(stages, self.stages, strict=True)
         ]
-        slowest = max(priced_stages, key=lambda stage: sum(s.seconds for s in stage))
-        return PassCost(slowest, self.overhead_s + extra_overhead_s, self.compiled.layout.pp, m, schedule)
+        times = self.stage_seconds(x)
+        i = times.index(max(times))
+        return PassCost(priced_stages[i], self.overhead_s + extra_overhead_s, self.compiled.layout.pp, m, schedule,
+                        self.rates.comm_overlap, frozenset(self.rates.overlap_ops), self.launch_s[i],
+                        self.gap_s[i])  # fmt: skip

@@ -8,7 +8,9 @@ prices the work at c = 0 of the regime's line, its slope the work per token of c
 constant. The mean step over first..last is then a sum of arithmetic series, split where lines cross (series.py):
 exact, equal to summing every step. A chunked layer's sawtooth gives a regime per chunk; they are built as the
 contexts asked for reach them. Collectives carry activations and routed tokens, never the cache: they do not move
-with c.
+with c. A stage's time is the largest of its variants (passcost.stage_seconds): its kernels with their gaps and the
+unhidden share of its overlapped collectives; those collectives leading with the kernels' share hidden; the host's
+launches (eager eras). Each variant is a stage of the exact max-sum, so the mean stays exact.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_boun
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.passcost import Bound, pipeline_factor
-from tokcost.engine.roofline import CollectiveRate, kernel_seconds
+from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds
 from tokcost.engine.series import Kernel, max_sum, stages_max_sum
 
 Line = tuple[float, float]  # (value at context 0, per token of context)
@@ -60,14 +62,15 @@ class DecodeLines:
         self.bound, self.pieces = bound, space.pieces
         self.context = space.context_indices
         self.x = space.vector([Segment(share, 0, 1)])  # the features the context does not move
-        self.regimes: dict[int, tuple[_Stage, ...]] = {}  # by each regime's first context, built when reached
+        # by each regime's first context, built when reached: per pipeline stage, its variants (_stage)
+        self.regimes: dict[int, tuple[tuple[_Stage, ...], ...]] = {}
         self.pieced = bool(self.pieces.points or self.pieces.periods)  # else one regime holds every context
 
-    def _regime(self, cached: float) -> tuple[_Stage, ...]:
+    def _regime(self, cached: float) -> tuple[tuple[_Stage, ...], ...]:
         """The stages on the regime that holds context `cached`."""
         return self._regime_from(self.pieces.start(cached) if self.pieced else 0)
 
-    def _regime_from(self, start: int) -> tuple[_Stage, ...]:
+    def _regime_from(self, start: int) -> tuple[tuple[_Stage, ...], ...]:
         """The stages on the regime that starts at context `start`: the context features as exact lines in c."""
         found = self.regimes.get(start)
         if found is None:
@@ -75,7 +78,8 @@ class DecodeLines:
             at_start, after = space.decode_context(self.share, start), space.decode_context(self.share, start + 1)
             slope = [b - a for a, b in zip(at_start, after, strict=True)]
             const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
-            found = tuple(_stage(stage, self.x, self.context, const, slope) for stage in self.bound.stages)
+            rates = self.bound.rates
+            found = tuple(_stage(stage, self.x, self.context, const, slope, rates) for stage in self.bound.stages)
             self.regimes[start] = found
         return found
 
@@ -96,7 +100,7 @@ class DecodeLines:
         to which it holds: the regime's end, a kernel changing bound or another pipeline stage taking over)."""
         until = self.pieces.end(cached) + 1
         stages = []  # (time, slope) of each stage at `cached`, each moving kernel on its active side
-        for stage in self._regime(cached):
+        for stage in (v for group in self._regime(cached) for v in group):  # each variant a stage of its own
             time, slope = stage.fixed_s, 0.0
             for k in stage.moving:
                 (active, a_slope), (other, o_slope) = sorted(
@@ -116,12 +120,14 @@ class DecodeLines:
     def at(self, cached: float) -> tuple[float, Bound]:
         """One step at `cached` tokens: its time, and what holds most of its slowest stage's time."""
         best: tuple[float, dict[Bound, float]] | None = None
-        for stage in self._regime(cached):
+        for group in self._regime(cached):
+            stage = group[0]  # what holds the time: the kernels as priced (passcost.PassCost.bound)
             time = dict(stage.fixed)
             for k in stage.moving:
                 compute_s, memory_s = _at(k.compute, cached), _at(k.memory, cached)
                 time["compute" if compute_s > memory_s else "memory"] += max(compute_s, memory_s)
-            total = sum(time.values())
+            total = max(v.fixed_s + sum(max(_at(k.compute, cached), _at(k.memory, cached)) for k in v.moving)
+                        for v in group)  # fmt: skip
             if best is None or total > best[0]:
                 best = (total, time)
         assert best is not None
@@ -129,8 +135,9 @@ class DecodeLines:
         return self.factor * seconds + self.overhead_s, max(time, key=lambda k: time[k])
 
 
-def _sum(stages: tuple[_Stage, ...], a: int, b: int) -> float:
-    """Sum over contexts a..b of the slowest stage (one regime)."""
+def _sum(groups: tuple[tuple[_Stage, ...], ...], a: int, b: int) -> float:
+    """Sum over contexts a..b of the slowest stage (one regime; a stage is the largest of its variants)."""
+    stages = [v for group in groups for v in group]
     n = b - a + 1
     if len(stages) == 1:  # one pipeline stage: each moving kernel's sum on its own
         stage = stages[0]
@@ -156,9 +163,14 @@ def _stage(
     context: frozenset[int],
     const: list[float],
     slope: list[float],
-) -> _Stage:
-    """A stage's kernels split into those the context moves (as lines in c) and the rest (timed once)."""
+    rates: Rates,
+) -> tuple[_Stage, ...]:
+    """A stage's kernels split into those the context moves (as lines in c) and the rest (timed once), as the
+    variants whose largest is the stage's time (passcost.stage_seconds): its kernels, their gaps and its collectives
+    with the overlapped ones' hidden share taken off; the overlapped collectives leading, the kernels' share
+    hidden; the host's launches (eager eras)."""
     fixed: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
+    overlapped = 0.0
     moving = []
     for row, rate in stage:
         forms = (row.flops, row.weight_bytes, row.other_bytes)
@@ -166,6 +178,8 @@ def _stage(
             assert row.payload is None or not any(i in context for i, _ in row.payload.terms)
             seconds, bound = row_bound(row, rate, x)
             fixed[bound] += seconds
+            if isinstance(rate, CollectiveRate) and rate.op in rates.overlap_ops:
+                overlapped += seconds
             continue
         # work at c = 0 of the regime's line (every other feature at its value) and per token of context
         base = [const[i] if i in context else v for i, v in enumerate(x)]
@@ -174,7 +188,20 @@ def _stage(
         n = row.stage.count
         (c0, m0), (c1, m1) = kernel_seconds(f0, w0, o0, rate), kernel_seconds(f1, w1, o1, rate)
         moving.append(_Moving((n * c0, n * c1), (n * m0, n * m1)))
-    return _Stage(fixed, sum(fixed.values()), tuple(moving))
+    count = sum(row.stage.count for row, _ in stage)
+    kernels_s = fixed["memory"] + fixed["compute"] + count * rates.kernel_overhead_s
+    serial, o = fixed["interconnect"] - overlapped, rates.comm_overlap
+    variants = [_Stage(fixed, serial + kernels_s + (1 - o) * overlapped, tuple(moving))]
+    if o and overlapped:  # the collectives lead: the kernels hide behind them
+        led = tuple(_Moving(_scaled(k.compute, 1 - o), _scaled(k.memory, 1 - o)) for k in moving)
+        variants.append(_Stage(fixed, serial + overlapped + (1 - o) * kernels_s, led))
+    if rates.launch_overhead_s:  # the host's launches: a floor on the stage's time
+        variants.append(_Stage(fixed, count * rates.launch_overhead_s, ()))
+    return tuple(variants)
+
+
+def _scaled(line: Line, factor: float) -> Line:
+    return line[0] * factor, line[1] * factor
 
 
 def _linear(form: Form, x: Sequence[float]) -> float:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from tokcost.engine.band import band_of
 from tokcost.engine.collectives import Links, links_of
 from tokcost.engine.compiled import BoundPass, CompiledPass, Rate, Row
 from tokcost.engine.forms import Form
@@ -24,7 +25,7 @@ from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import GENERIC, EngineProfile
+from tokcost.profiles import GENERIC, Band, EngineProfile
 
 SECONDS_PER_HOUR = 3600
 PER_MILLION = 1e6
@@ -64,7 +65,7 @@ class Deployment:
         return {}
 
     def rates(self, scenario: str) -> Rates:
-        """Datasheet peaks ("ceiling") or achievable rates of this GPU and serving engine ("expected")."""
+        """Datasheet peaks ("ceiling") or this GPU's sustained rates x its serving engine era ("expected")."""
         found = self._scenarios.get(scenario)
         if found is None:
             if scenario == "ceiling":
@@ -177,7 +178,7 @@ def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """Times, rates and costs under one set of rates (datasheet peaks, or achievable fractions)."""
+    """Times, rates and costs under one set of rates (datasheet peaks, or sustained rates x the engine era)."""
 
     ttft_s: float
     tpot_s: float | None
@@ -218,6 +219,11 @@ class Estimate:
     def layout(self) -> Layout:
         """The replica's parallel layout."""
         return self.deployment.layout
+
+    @property
+    def band(self) -> Band:
+        """The 80% band around expected: its engine era's on this GPU's platform (engine/band.py)."""
+        return band_of(self.deployment.engine, self.gpu.platform)
 
 
 def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) -> Scenario:
@@ -260,7 +266,7 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
     replicas = kv_replication(m, d.layout.tp)
     if replicas > 1 and not m.mla:
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
-    if g.achievable.basis not in ("fitted", "measured") or "achievable" not in g.model_fields_set:
+    if g.sustained is None:  # expected rests on stated anchors, not on what this GPU was measured to sustain
         out.append(f"expected for {g.name}: {g.expected_provenance}")
     if g.memory_runtime_mib is None:
         out.append(f"memory of {g.name}: {g.memory_basis}")
@@ -274,7 +280,7 @@ def estimate(
     network: Link | None = None,
     engine: EngineProfile = GENERIC,
 ) -> Estimate:
-    """Ceiling (datasheet) and expected (achievable, on `engine`) performance, memory and cost of `workload`."""
+    """Ceiling (datasheet) and expected (sustained x `engine`) performance, memory and cost of `workload`."""
     d = deployment(model, gpu, workload, network, engine)
     ceiling = d.rates("ceiling")
     price = workload.price_per_hour_usd if workload.price_per_hour_usd is not None else gpu.price_per_hour_usd

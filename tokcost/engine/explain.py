@@ -53,6 +53,13 @@ def _stage_line(p: Priced, rates: Rates) -> str:
 def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
     lines = [_stage_line(p, rates) for p in cost.stages if p.seconds > 0]
     total = " + ".join(fmt.seconds(p.seconds) for p in cost.stages if p.seconds > 0)
+    kernels = sum(p.stage.count for p in cost.stages)
+    if cost.gap_s:  # the GPU's idle gap between kernels, every era
+        total += f" + {kernels} x {fmt.seconds(cost.gap_s / kernels)}"
+    if cost.hidden_s:  # collectives overlapped with the kernels (the ceiling: all of them)
+        total += f" - {fmt.seconds(cost.hidden_s)}"
+    if cost.launch_s:  # the host launches every kernel (eager eras): no faster than that
+        total = f"max({total}, {kernels} x {fmt.seconds(cost.launch_s / kernels)})"
     lines.append(f"one stage-time: {total} = {fmt.seconds(cost.stage_seconds)}")
     factor = f"{cost.pipeline_factor} x " if cost.pipeline_factor > 1 else ""
     over = f" + {fmt.seconds(cost.overhead_s)}" if cost.overhead_s else ""
@@ -283,17 +290,50 @@ def explain(e: Estimate) -> list[Section]:
 
 
 def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
-    g, peak = e.gpu, e.deployment.rates("ceiling")
-    a = g.achievable
+    g, peak, engine = e.gpu, e.deployment.rates("ceiling"), e.deployment.engine
+    hw, gap = g.hardware, engine.gap(g.platform)
+    k, basis = engine.kernels, engine.basis
+    copy, gemm = hw.copy_bandwidth, hw.gemm_for(e.precision.compute) or hw.gemm_for("bf16")
+
+    def mark(key: str) -> str:
+        return f" ({basis.get(key, 'prior' if engine.name != 'generic' else 'identity')})"
+
     lines = [
-        f"where it comes from: {g.expected_provenance}",
-        f"bandwidth: {fmt.si(peak.bytes_per_s, 'B/s')} x {a.bandwidth:g} = {fmt.si(rates.bytes_per_s, 'B/s')}",
-        f"compute: {fmt.si(peak.flops_per_s, 'FLOP/s')} x {a.compute:g} = {fmt.si(rates.flops_per_s, 'FLOP/s')}",
-        f"engine: {e.deployment.engine.name} (kernel efficiencies on top of these fractions; "
-        f"tokcost/specs/engines/{e.deployment.engine.name}.yaml)",
-        f"fixed costs: {rates.step_overhead_s * 1e6:g} us per step, {rates.request_overhead_s * 1e6:g} us per "
-        f"request, {rates.collective_overhead_s * 1e6:g} us per collective",
+        f"hardware ({g.name}, {g.platform}): {g.expected_provenance}",
+        f"copy: {fmt.si(peak.bytes_per_s, 'B/s')} x {copy.fraction:g} = {fmt.si(rates.bytes_per_s, 'B/s')} "
+        f"[{copy.provenance}]",
     ]
+    if gemm is not None:
+        lines.append(f"GEMM ({e.precision.compute}): {fmt.si(peak.flops_per_s, 'FLOP/s')} x {gemm.fraction:g} = "
+                     f"{fmt.si(rates.flops_per_s, 'FLOP/s')} [{gemm.provenance}]")  # fmt: skip
+    lines += [
+        f"engine: {engine.label} ({engine.summary or engine.source}); each kernel class at the hardware's rate "
+        "x its efficiency, capped at the datasheet",
+        f"memory side: GEMV {k.memory.gemv:.3g}{mark('m.gemv')}, decode attention {k.memory.attention:.3g}"
+        f"{mark('m.attention')}, MoE {k.memory.moe:.3g}{mark('m.moe')}",
+        f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
+        f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
+    ]
+    if g.platform != "cuda":
+        sides = {"memory": gap.memory, "GEMM": gap.compute, "prefill attention": gap.attention, "step": gap.step}
+        keys = {"memory": "memory", "GEMM": "compute", "prefill attention": "attention", "step": "step"}
+        parts = [f"{name} x{value:.3g} ({gap.basis.get(f'{g.platform}.{keys[name]}', 'prior')})"
+                 for name, value in sides.items()]  # fmt: skip
+        lines.append(f"platform gap on {g.platform}: {', '.join(parts)} (the engine's {g.platform} build, not the "
+                     "hardware)")  # fmt: skip
+    coll = rates.collective_costs
+    lines.append(
+        f"host costs: {rates.step_overhead_s * 1e6:,.0f} us per step{mark('step_us')}, "
+        f"{rates.launch_overhead_s * 1e6:.3g} us per launched kernel"
+        f"{mark('launch_us') if rates.launch_overhead_s else ''}"
+        f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}, "
+        f"{rates.request_overhead_s * 1e6:,.0f} us per request{mark('request_us')}; per collective "
+        f"{coll.nvlink:.3g} us NVLink, {coll.pcie:.3g} us PCIe, {coll.network:.3g} us network"
+    )  # fmt: skip
+    if rates.comm_overlap:
+        lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")
+    band = e.band
+    lines.append(f"80% band (time x {band.low:.2f} to x {band.high:.2f}): {band.basis}")
     x = e.expected
     lines.append(
         f"TTFT {fmt.seconds(x.ttft_s)}, TPOT {fmt.seconds(x.tpot_s) if x.tpot_s else 'none'}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokcost.engine.estimate import Estimate
-from tokcost.engine.passcost import PassCost
+from tokcost.engine.passcost import PassCost, Priced
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,44 @@ def _note(name: str, note: str, count: int = 0, bound: str = "host", ceiling_s: 
     return JourneyRow(name, "", count, 0.0, 0.0, 0.0, ceiling_s, expected_s, share, bound, note)
 
 
+def paired(ceiling: PassCost, expected: PassCost) -> list[tuple[Priced | None, Priced | None]]:
+    """The two scenarios' kernels side by side; with pipeline stages each scenario's slowest stage may differ (the
+    expected one adds a gap per kernel), so a kernel only one of them runs has nothing beside it."""
+    if len(ceiling.stages) == len(expected.stages):
+        return list(zip(ceiling.stages, expected.stages, strict=True))
+    theirs = {(p.stage.name, p.stage.block): p for p in expected.stages}
+    out: list[tuple[Priced | None, Priced | None]] = [(p, theirs.pop((p.stage.name, p.stage.block), None))
+                                                      for p in ceiling.stages]  # fmt: skip
+    return out + [(None, p) for p in theirs.values()]
+
+
+def _exposed(p: Priced | None, cost: PassCost) -> float:
+    """A kernel's time on the pass's clock: an overlapped collective only its share not hidden behind the kernels
+    (the ceiling hides them all where the kernels are longer; an engine its expert all-to-all share)."""
+    if p is None:
+        return 0.0
+    overlapped = cost.parts_seconds[2]
+    if not cost.hidden_s or p.collective is None or p.collective.op not in cost.overlap_ops:
+        return p.seconds
+    return p.seconds * (1 - cost.hidden_s / overlapped)
+
+
+def _stage_terms(ceiling: PassCost, expected: PassCost, total: float) -> list[JourneyRow]:
+    """What a stage adds to its kernels' sum (passcost.stage_seconds): the GPU's gap between kernels and the host's
+    launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed)."""
+    out = []
+    kernels = sum(p.stage.count for p in ceiling.stages)
+    if ceiling.gap_s or expected.gap_s:
+        out.append(_note("gaps between kernels", "each kernel's ramp-up, tail and the idle time before the next "
+                         "(the engine's per-kernel cost, expected only)", kernels, "gpu", ceiling.gap_s,
+                         expected.gap_s, total))  # fmt: skip
+    excess = [max(0.0, p.launch_s - sum(p.parts_seconds) + p.hidden_s) for p in (ceiling, expected)]
+    if any(excess):
+        out.append(_note("host launches past the GPU", "an eager era launches every kernel from the host: the pass "
+                         "takes the launches' time", kernels, "host", excess[0], excess[1], total))  # fmt: skip
+    return out
+
+
 def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list[JourneyRow]:
     total = ceiling.seconds
     rows = [_note("tokenize", "on the CPU, outside the GPU roofline (text -> token ids)")]
@@ -44,11 +82,13 @@ def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list
         rows.append(_note("cached prefix (skipped)", f"{cached_tokens:,} prompt tokens per sequence are not "
                           "recomputed: no matmul runs for them; their K/V is read inside the attention row",
                           count=cached_tokens, bound="cache"))  # fmt: skip
-    for c, x in zip(ceiling.stages, expected.stages, strict=True):
-        st = c.stage
+    for c, x in paired(ceiling, expected):
+        st = (c or x).stage  # type: ignore[union-attr]
+        c_s, x_s = _exposed(c, ceiling), _exposed(x, expected)
         rows.append(JourneyRow(st.name, st.block, st.count, st.count * st.flops, st.count * st.bytes_read,
-                               st.count * st.bytes_written, c.seconds, x.seconds, c.seconds / total if total else 0.0,
-                               c.bound, st.note))  # fmt: skip
+                               st.count * st.bytes_written, c_s, x_s, c_s / total if total else 0.0,
+                               (c or x).bound, st.note))  # type: ignore[union-attr]  # fmt: skip
+    rows += _stage_terms(ceiling, expected, total)
     extra_c = (ceiling.pipeline_factor - 1) * ceiling.stage_seconds
     if extra_c:
         extra_x = (expected.pipeline_factor - 1) * expected.stage_seconds

@@ -2,10 +2,14 @@
 
 A gated MLP (SwiGLU / GeGLU) runs gate and up as one matmul whose epilogue applies the activation, then down; an
 ungated one (Nemotron-H's squared ReLU) runs up then down. Routed experts: the router, any shared experts, the
-experts touched on the busiest rank (features.py: uniform routing), and the all-to-alls that carry their tokens.
+experts touched on the busiest rank (features.py: uniform routing), and the all-to-alls that carry their tokens
+(across nodes one copy of a token per remote node that hosts its experts, as DeepEP dispatches; FP8 under FP8
+compute).
 """
 
 from __future__ import annotations
+
+import math
 
 from tokcost.engine.features import Features, N
 from tokcost.engine.kernels import Stage, collective, matmul, norm
@@ -47,6 +51,15 @@ def dense_mlp_stages(
     return stages
 
 
+def node_dedupe(top_k: int, nodes: int) -> float:
+    """Off-node copies of a token per remote expert pair when a group spans `nodes` nodes: a token is sent once per
+    remote node hosting any of its top_k experts (uniform routing: E[distinct remote nodes] = (N - 1)(1 - (1 -
+    1/N)^k)) instead of once per pair (k (N - 1) / N); 1 inside one node."""
+    if nodes <= 1:
+        return 1.0
+    return (1 - (1 - 1 / nodes) ** top_k) * nodes / top_k
+
+
 def moe_stages(
     model: ModelSpec, p: Precision, layout: Layout, f: Features[N], label: str, count: int
 ) -> list[Stage[N]]:
@@ -61,11 +74,17 @@ def moe_stages(
     pairs, touched = f.expert_pairs, f.experts_touched
     local = moe.experts // ep
     inter = moe.expert_intermediate_size / etp
-    a2a = pairs * h * act * (ep - 1) / ep  # pairs routed to this rank from the other ranks
+    # pairs routed to this rank from the other ranks; across nodes a token crosses the network once per node that
+    # hosts any of its experts, then NVLink forwards it (DeepEP's dispatch, DeepSeek-V3 report section 3.2.2)
+    dedupe = node_dedupe(moe.experts_per_token, math.ceil(layout.stage_gpus / layout.gpus_per_node))
+    a2a = pairs * h * act * (ep - 1) / ep * dedupe
+    # dispatch at 1 byte per element under FP8 compute (the activations are quantized for the FP8 GEMM anyway)
+    dispatch = a2a / act if p.compute == "fp8" else a2a
     if ep > 1:
         note = f"busiest rank receives {pairs:,.1f} token-expert pairs x hidden"
-        stages.append(collective("expert dispatch (all-to-all)", label, count, "all-to-all", a2a, layout.stage_gpus,
-                                 note=note))  # fmt: skip
+        note += f", x {dedupe:.2f} for one copy per remote node" if dedupe < 1 else ""
+        stages.append(collective("expert dispatch (all-to-all)", label, count, "all-to-all", dispatch,
+                                 layout.stage_gpus, note=note))  # fmt: skip
     weight = touched * 3 * h * inter * get_format(p.experts).bytes
     stages.append(
         Stage(

@@ -64,6 +64,14 @@ def group_of(stage: Stage) -> str:
     return GROUPS.get(stage.kind, "other")
 
 
+def stage_seconds(kernels_s: float, serial_s: float, overlapped_s: float, overlap: float, launch_s: float) -> float:
+    """One microbatch through one pipeline stage: its serial collectives, plus its kernels and its overlapped
+    collectives with `overlap` of the shorter of the two hidden behind the longer (the ceiling hides all of it:
+    max(kernels, collectives)); never shorter than the host takes to launch its kernels (eager eras)."""
+    hidden = overlap * min(kernels_s, overlapped_s)
+    return max(serial_s + kernels_s + overlapped_s - hidden, launch_s)
+
+
 def pipeline_factor(microbatches: int, pp: int, schedule: Schedule) -> int:
     """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
     return microbatches + pp - 1 if schedule == "fill" else max(microbatches, pp)
@@ -78,11 +86,40 @@ class PassCost:
     pp: int = 1
     microbatches: int = 1
     schedule: Schedule = "steady"
+    overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
+    overlap_ops: frozenset[str] = frozenset()  # which collectives overlap (the ceiling: every one)
+    launch_s: float = 0.0  # the host's time to launch the stage's kernels (eager eras; 0 with CUDA graphs)
+    gap_s: float = 0.0  # the GPU's idle time between the stage's kernels (their count x the engine's gap)
+
+    @property
+    def parts_seconds(self) -> tuple[float, float, float]:
+        """(kernels, serial collectives, overlapped collectives) of one microbatch on the slowest stage."""
+        kernels, serial, overlapped = self.gap_s, 0.0, 0.0
+        for s in self.stages:
+            if s.collective is None:
+                kernels += s.seconds
+            elif s.collective.op in self.overlap_ops:
+                overlapped += s.seconds
+            else:
+                serial += s.seconds
+        return kernels, serial, overlapped
 
     @property
     def stage_seconds(self) -> float:
-        """One microbatch through the slowest pipeline stage."""
-        return sum(s.seconds for s in self.stages)
+        """One microbatch through the slowest pipeline stage (overlap and the host's launches applied)."""
+        return stage_seconds(*self.parts_seconds, self.overlap, self.launch_s)
+
+    @property
+    def hidden_s(self) -> float:
+        """Collective time hidden behind kernels (the ceiling's perfect overlap, an engine's two-batch overlap)."""
+        kernels, _, overlapped = self.parts_seconds
+        return self.overlap * min(kernels, overlapped)
+
+    @property
+    def launch_bound(self) -> bool:
+        """The host's kernel launches, not the GPU, set the stage's time (an eager era on a small model)."""
+        kernels, serial, overlapped = self.parts_seconds
+        return self.launch_s > serial + kernels + overlapped - self.hidden_s
 
     @property
     def pipeline_factor(self) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokcost.engine.band import scenario_band
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.journey import Journey, JourneyRow
 from tokcost.engine.passcost import PassCost
@@ -122,8 +123,26 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
         "bottleneck": bottleneck(e),
         "warnings": list(e.warnings),
         "ceiling": _scenario(e.ceiling),
-        "expected": _scenario(e.expected, e.gpu.expected_provenance),
+        "expected": {
+            **_scenario(e.expected, e.gpu.expected_provenance),
+            "engine": e.deployment.engine.label,
+            "band": band_dict(e),
+        },
     }
+
+
+def _spans(e: Estimate) -> dict[str, tuple[float, float] | None]:
+    """(low, high) of expected's TTFT, TPOT, E2E and decode tokens/s under its band (engine/band.py)."""
+    x = e.expected
+    return scenario_band(e.band, times_s={"ttft_s": x.ttft_s, "tpot_s": x.tpot_s, "e2e_s": x.e2e_s},
+                         rates={"decode_tokens_per_s": x.decode_tokens_per_s})  # fmt: skip
+
+
+def band_dict(e: Estimate) -> dict[str, Any]:
+    """The 80% band around expected: its factors on time, where they come from, each figure's (low, high)."""
+    b = e.band
+    return {"time_low_factor": b.low, "time_high_factor": b.high, "rows": b.rows, "sources": b.sources,
+            "basis": b.basis, **{k: (list(v) if v else None) for k, v in _spans(e).items()}}  # fmt: skip
 
 
 def journey_row_dict(r: JourneyRow) -> dict[str, Any]:
@@ -190,6 +209,8 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "expected_ttft_s": x.ttft_s,
         "expected_tpot_s": x.tpot_s,
         "expected_decode_tokens_per_s": x.decode_tokens_per_s,
+        **{f"expected_{k}_band": (list(v) if v else None) for k, v in _spans(e).items()},
+        "expected_engine": e.deployment.engine.label,
         "expected_provenance": e.gpu.expected_provenance,
         "max_batch": mem.max_batch,
         "critical_batch_compute": e.critical_batch_compute,

@@ -7,7 +7,8 @@ unable to hide a memory-bound one: each runs on its own. Collectives run on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Literal
 
 from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
 from tokcost.engine.layout import Layout
@@ -17,29 +18,45 @@ from tokcost.engine.stages import Op, Stage
 from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
-from tokcost.hardware.spec import Achievable, GpuSpec
-from tokcost.profiles import GENERIC, EngineProfile, KernelEfficiency
+from tokcost.hardware.spec import GpuSpec
+from tokcost.profiles import GENERIC, IDENTITY, CollectiveCosts, EngineProfile, KernelEfficiency
 from tokcost.units import US
+
+NO_COLLECTIVE_COST = CollectiveCosts()
+ALL_OPS: frozenset[Op] = frozenset({"all-reduce", "all-to-all", "send/recv"})
+OVERLAPPABLE: frozenset[Op] = frozenset({"all-to-all"})  # what an engine may hide behind compute (two-batch overlap)
 
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """The speeds one scenario assumes: datasheet peaks ("ceiling") or achievable fractions ("expected")."""
+    """The speeds one scenario assumes: datasheet peaks ("ceiling"), or the hardware's sustained shares with one
+    engine era's efficiencies and host costs ("expected")."""
 
-    flops_per_s: float  # matmuls at the compute dtype
+    flops_per_s: float  # matmuls at the compute dtype (the hardware's: the engine's share is applied per kernel)
     attention_flops_per_s: float  # attention runs on 16-bit activations (FP8 attention only with FP8 compute)
-    bytes_per_s: float  # HBM
-    weight_only_bytes_per_s: float  # HBM as dequantizing (weight-only) matmul kernels stream it
+    bytes_per_s: float  # HBM, as a large copy streams it
     expected: bool  # links at their measured efficiency, not their datasheet rate
     compute_dtype: str = "bf16"  # the dtype whose peak flops_per_s is
-    float16_flops_per_s: float = 0.0  # the 16-bit peak, for 16-bit weights under a narrower compute (LM head)
-    kernels: KernelEfficiency = KernelEfficiency()  # the engine's efficiency per kernel class (identity: ceiling)
-    bandwidth_fraction: float = 1.0  # of the datasheet, in bytes_per_s: an efficiency may lift it back to 1, no more
-    compute_fraction: float = 1.0  # of the datasheet, in the FLOP/s rates
-    collective_overhead_s: float = 0.0  # the engine's launch and synchronization per collective, on the link's latency
-    link_latency_override_s: float | None = None  # a GPU spec's fitted all-reduce latency replacing the link's own
-    step_overhead_s: float = 0.0  # per forward pass: launches, scheduling, sampling on the host
-    request_overhead_s: float = 0.0  # once per request (tokenization, scheduling), on TTFT
+    float16_flops_per_s: float = 0.0  # the 16-bit rate, for 16-bit weights under a narrower compute (LM head)
+    kernels: KernelEfficiency = IDENTITY  # the engine's efficiency per kernel class (identity: ceiling)
+    memory_gap: float = 1.0  # the engine's platform gap on every memory-side efficiency (1 on CUDA)
+    compute_gap: float = 1.0  # ... on the compute side of GEMMs
+    attention_gap: float = 1.0  # ... and on prefill attention's compute side
+    peak_bytes_per_s: float = 0.0  # the datasheet: no kernel streams faster (0: bytes_per_s is the datasheet)
+    peak_flops_per_s: float = 0.0  # the dense peaks of the three matmul paths, likewise
+    peak_attention_flops_per_s: float = 0.0
+    peak_float16_flops_per_s: float = 0.0
+    collective_costs: CollectiveCosts = NO_COLLECTIVE_COST  # the engine's launch and sync per collective, in us
+    step_overhead_s: float = 0.0  # per forward pass: scheduling, sampling on the host
+    launch_overhead_s: float = 0.0  # per kernel the host launches (eager eras): a pass is no faster than that
+    kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
+    request_overhead_s: float = 0.0  # once per request (HTTP, tokenization, admission), on TTFT
+    comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
+    overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
+
+    def cap(self, value: float, peak: float) -> float:
+        """A rate never above its datasheet figure (unset: no cap, the ceiling's own rates)."""
+        return min(value, peak) if peak else value
 
 
 def _peak(gpu: GpuSpec, dtype: str) -> float:
@@ -64,7 +81,8 @@ _CEILINGS: dict[tuple[int, str], tuple[GpuSpec, Rates]] = {}  # kept with their 
 
 
 def ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
-    """Datasheet peaks, no overhead: nothing real runs faster (looked up once per GPU spec and compute dtype)."""
+    """Datasheet peaks, no overhead, every collective hidden behind compute: nothing real runs faster (looked up
+    once per GPU spec and compute dtype)."""
     found = _CEILINGS.get((id(gpu), compute_dtype))
     if found is not None and found[0] is gpu:
         return found[1]
@@ -81,39 +99,73 @@ def _ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
         _peak(gpu, compute_dtype),
         _attention_peak(gpu, compute_dtype),
         bw,
-        bw,
         expected=False,
         compute_dtype=compute_dtype,
         float16_flops_per_s=_attention_peak(gpu, "bf16"),
+        comm_overlap=1.0,  # the bound: communication perfectly overlapped with compute (two-batch overlap at best)
+        overlap_ops=ALL_OPS,
     )
 
 
-def expected_rates(
-    gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC, achievable: Achievable | None = None
-) -> Rates:
-    """Hardware x engine: the GPU family's achievable fractions of its peaks (`achievable`, else the spec's); the
-    engine's efficiency per kernel class (applied per kernel by kernel_rate), and its fixed costs per step, per
-    request and per collective (the GPU's step and request costs when the profile states none)."""
-    peak, ach = ceiling_rates(gpu, compute_dtype), achievable or gpu.achievable
-    weight_only = ach.weight_only_quant_bandwidth or ach.bandwidth
-    step_us = engine.step_overhead_us if engine.step_overhead_us is not None else ach.step_overhead_us
-    request_us = engine.request_overhead_us if engine.request_overhead_us is not None else ach.request_overhead_us
-    latency_us = ach.allreduce_latency_us
+def _gemm_share(gpu: GpuSpec, dtype: str, peak: float) -> float:
+    """The hardware's sustained GEMM share for the dtype whose peak is `peak` (its 16-bit partner's, else bf16's)."""
+    hw = gpu.hardware
+    for name in (dtype, "bf16", "fp16"):
+        figure = hw.gemm_for(name)
+        if figure is not None and gpu.peak_flops_per_s(name) == peak:
+            return figure.fraction
+    figure = hw.gemm_for(dtype) or hw.gemm_for("bf16") or next(iter(hw.gemm.values()))
+    return figure.fraction
+
+
+def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC, *, client_side: bool = True,
+                   scheduler_steps: int = 1) -> Rates:  # fmt: skip
+    """Hardware x engine: the GPU's sustained shares of its peaks (copy for every HBM stream, the GEMM share of each
+    matmul's dtype), the engine era's efficiencies per kernel class and its gap on the GPU's platform (applied per
+    kernel by kernel_rate), its host costs, and the expert all-to-all it overlaps. `client_side`: the per-request
+    cost is on TTFT (a user's view through an HTTP client); False for an engine-level clock. `scheduler_steps`:
+    multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's per-step cost over that many steps."""
+    gap = engine.gap(gpu.platform)
+    return hardware_x_engine(
+        gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute, attention_gap=gap.attention,
+        collectives=engine.collective_overhead_us,
+        step_s=engine.step_overhead_us * gap.step * US / scheduler_steps,
+        launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
+        request_s=engine.request_overhead_us * US if client_side else 0.0,
+        overlap=engine.comm_overlap,
+    )  # fmt: skip
+
+
+def hardware_x_engine(
+    gpu: GpuSpec, compute_dtype: str, kernels: KernelEfficiency, *, memory_gap: float = 1.0,
+    compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
+    step_s: float = 0.0,
+    launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
+) -> Rates:  # fmt: skip
+    """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
+    candidates): every datasheet figure is the cap."""
+    peak, copy = ceiling_rates(gpu, compute_dtype), gpu.hardware.copy_bandwidth.fraction
     return Rates(
-        flops_per_s=peak.flops_per_s * ach.compute,
-        attention_flops_per_s=peak.attention_flops_per_s * ach.compute,
-        bytes_per_s=peak.bytes_per_s * ach.bandwidth,
-        weight_only_bytes_per_s=peak.bytes_per_s * weight_only,
+        flops_per_s=peak.flops_per_s * _gemm_share(gpu, compute_dtype, peak.flops_per_s),
+        attention_flops_per_s=peak.attention_flops_per_s * _gemm_share(gpu, compute_dtype, peak.attention_flops_per_s),
+        bytes_per_s=peak.bytes_per_s * copy,
         expected=True,
         compute_dtype=compute_dtype,
-        float16_flops_per_s=peak.float16_flops_per_s * ach.compute,
-        kernels=engine.kernels,
-        bandwidth_fraction=ach.bandwidth,
-        compute_fraction=ach.compute,
-        collective_overhead_s=engine.collective_overhead_us * US,
-        link_latency_override_s=None if latency_us is None else latency_us * US,
-        step_overhead_s=step_us * US,
-        request_overhead_s=request_us * US,
+        float16_flops_per_s=peak.float16_flops_per_s * _gemm_share(gpu, "bf16", peak.float16_flops_per_s),
+        kernels=kernels,
+        memory_gap=memory_gap,
+        compute_gap=compute_gap,
+        attention_gap=attention_gap,
+        peak_bytes_per_s=peak.bytes_per_s,
+        peak_flops_per_s=peak.flops_per_s,
+        peak_attention_flops_per_s=peak.attention_flops_per_s,
+        peak_float16_flops_per_s=peak.float16_flops_per_s,
+        collective_costs=collectives,
+        step_overhead_s=step_s,
+        launch_overhead_s=launch_s,
+        kernel_overhead_s=kernel_s,
+        request_overhead_s=request_s,
+        comm_overlap=overlap,
     )
 
 
@@ -127,44 +179,63 @@ def native_compute(weight_format: str) -> str | None:
     return _NATIVE[weight_format]
 
 
-def matmul_dtype(kind: str, weight_format: str, rates: Rates) -> tuple[float, bool]:
-    """(FLOP/s, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit peak
-    (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype."""
-    if not weight_format or kind == "attention":
-        return rates.flops_per_s, False
+MatmulPath = Literal["compute", "float16", "attention"]
+
+
+def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath, bool]:
+    """(which FLOP rate, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit
+    peak (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype; attention
+    multiplies activations by the cache at FP8 with an FP8 cache under FP8 compute, else at 16 bits."""
+    if kind == "attention":
+        fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
+        return ("attention" if fp8 or not rates.float16_flops_per_s else "float16"), False
+    if not weight_format:
+        return "compute", False
     native = native_compute(weight_format)
     if same_tensor_rate(native, rates.compute_dtype):
-        return rates.flops_per_s, False
+        return "compute", False
     if weight_format in ("bf16", "fp16"):
-        return rates.float16_flops_per_s or rates.flops_per_s, False
-    return rates.flops_per_s, True
+        return ("float16" if rates.float16_flops_per_s else "compute"), False
+    return "compute", True
 
 
-def efficiency_key(kind: str, weight_format: str, compute_dtype: str, dequantizing: bool) -> tuple[str, str] | None:
-    """Which of the engine's efficiencies a kernel reads: ("dense", dtype), ("weight_only", format), ("attention",
-    ""), or None for norms, lookups, KV writes and sampling (routed experts add the MoE efficiency on top)."""
+def matmul_dtype(kind: str, weight_format: str, rates: Rates) -> tuple[float, bool]:
+    """(FLOP/s, dequantizing?) of a kernel at the hardware's rate, before the engine's efficiency (matmul_path)."""
+    path, dequantizing = matmul_path(kind, weight_format, rates)
+    return _path_flops(rates, path)[0], dequantizing
+
+
+def _path_flops(rates: Rates, path: MatmulPath) -> tuple[float, float]:
+    """(the hardware's FLOP/s, the datasheet's) on one matmul path."""
+    if path == "attention":
+        return rates.attention_flops_per_s, rates.peak_attention_flops_per_s
+    if path == "float16":
+        return rates.float16_flops_per_s, rates.peak_float16_flops_per_s
+    return rates.flops_per_s, rates.peak_flops_per_s
+
+
+def kernel_class(kind: str, dequantizing: bool) -> str | None:
+    """Which of the engine's kernel classes a kernel is: 'gemv' (native weights; 'gemm' on the compute side),
+    'weight_only' (dequantizing), 'attention', or None for norms, lookups, KV writes and sampling (these run at the
+    hardware's own rates). Routed experts add the MoE efficiency on top of their class."""
     if kind == "attention":
-        return ("attention", "")
+        return "attention"
     if kind not in ("matmul", "experts"):
         return None
-    if dequantizing:
-        return ("weight_only", weight_format)
-    # a native matmul at the compute dtype, or a 16-bit one (an FP8 deployment's LM head)
-    native = native_compute(weight_format) if weight_format else None
-    return ("dense", compute_dtype if native is None or same_tensor_rate(native, compute_dtype) else native)
+    return "weight_only" if dequantizing else "gemv"
 
 
-def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing: bool) -> float:
-    """The engine's efficiency for one kernel class (1 for norms, lookups, KV writes and sampling)."""
-    k, key = rates.kernels, efficiency_key(kind, weight_format, rates.compute_dtype, dequantizing)
-    if key is None:
-        return 1.0
-    group, name = key
-    if group == "attention":
-        eff = k.decode_attention
-    else:
-        eff = k.weight_only(name) if group == "weight_only" else k.dense(name)
-    return eff * (k.moe_grouped_gemm if kind == "experts" else 1.0)
+def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing: bool) -> tuple[float, float]:
+    """(memory side, compute side) efficiency of one kernel class under the engine (1, 1 outside every class)."""
+    group = kernel_class(kind, dequantizing)
+    if group is None:
+        return 1.0, 1.0
+    k = rates.kernels
+    memory, compute = k.memory_of(group, weight_format), k.compute_of(group)
+    if kind == "experts":  # grouped GEMM over the routed experts, on top of its format's class
+        memory, compute = memory * k.memory.moe, compute * k.compute.moe
+    gap = rates.attention_gap if group == "attention" else rates.compute_gap
+    return memory * rates.memory_gap, compute * gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,24 +243,18 @@ class KernelRate:
     """The rates one kernel class runs at under one scenario, the engine's efficiency applied."""
 
     flops_per_s: float
-    weight_bytes_per_s: float  # its weight stream (dequantizing kernels: the GPU's weight-only rate)
-    bytes_per_s: float  # every other byte
+    weight_bytes_per_s: float  # its weight stream
+    bytes_per_s: float  # every other byte (activations, the KV cache)
 
 
 def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
-    """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`."""
-    flops_per_s, dequantizing = matmul_dtype(kind, weight_format, rates)
-    if kind == "attention":  # Q.K^T at the cache's dtype: FP8 with an FP8 cache and FP8 compute, else 16-bit
-        fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
-        flops_per_s = rates.attention_flops_per_s if fp8 else rates.float16_flops_per_s or rates.attention_flops_per_s
-    # the engine's efficiency for this kernel class, capped so that fraction x efficiency never passes the datasheet
-    eff = kernel_efficiency(kind, weight_format, rates, dequantizing)
-    peak_bytes_per_s = rates.bytes_per_s / rates.bandwidth_fraction
-    flops_per_s *= min(eff, 1 / rates.compute_fraction)
-    bytes_per_s = min(rates.bytes_per_s * eff, peak_bytes_per_s)
-    # dequantizing kernels stream their weights at the GPU's weight-only rate when its spec gives one
-    weights_bw = min(rates.weight_only_bytes_per_s * eff, peak_bytes_per_s) if dequantizing else bytes_per_s
-    return KernelRate(flops_per_s, weights_bw, bytes_per_s)
+    """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`:
+    the hardware's rate on each side times the engine's efficiency there, capped at the datasheet."""
+    path, dequantizing = matmul_path(kind, weight_format, rates)
+    flops_per_s, peak_flops = _path_flops(rates, path)
+    memory, compute = kernel_efficiency(kind, weight_format, rates, dequantizing)
+    bytes_per_s = rates.cap(rates.bytes_per_s * memory, rates.peak_bytes_per_s)
+    return KernelRate(rates.cap(flops_per_s * compute, peak_flops), bytes_per_s, bytes_per_s)
 
 
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
@@ -227,17 +292,11 @@ class CollectiveRate:
 def collective_rate(
     op: Op, ranks: int, rates: Rates, links: Links, layout: Layout, *, crosses_nodes: bool = False
 ) -> CollectiveRate:
-    """The path a collective rides under `rates`: the link its group spans, at the engine's share of its rate."""
-    path = links.path(ranks, layout, expected=rates.expected, latency_override_s=rates.link_latency_override_s,
-                      crosses_nodes=crosses_nodes)  # fmt: skip
-    if rates.kernels.collective != 1.0:  # the engine's share of the link's rate, never above its datasheet
-        top = links.path(ranks, layout, expected=False, crosses_nodes=crosses_nodes)
-        path = replace(
-            path,
-            bytes_per_s=min(path.bytes_per_s * rates.kernels.collective, top.bytes_per_s),
-            intra_bytes_per_s=min(path.intra_bytes_per_s * rates.kernels.collective, top.intra_bytes_per_s),
-        )
-    return CollectiveRate(op, ranks, path, collective_lines(op, ranks, path), rates.collective_overhead_s)
+    """The path a collective rides under `rates` (the link its group spans) and the engine's cost on that link's
+    class (a custom all-reduce on NVLink, NCCL over PCIe, the network)."""
+    path = links.path(ranks, layout, expected=rates.expected, crosses_nodes=crosses_nodes)
+    overhead_s = rates.collective_costs.of(path.link_class) * US
+    return CollectiveRate(op, ranks, path, collective_lines(op, ranks, path), overhead_s)
 
 
 def stage_rate(stage: Stage, rates: Rates, links: Links, layout: Layout) -> KernelRate | CollectiveRate:

@@ -5,8 +5,10 @@ or a collective's op and group; a RateTable holds each class's rate under one sc
 FLOPs, weight bytes and other bytes at the first and the last point (a collective: its payload). A single pass
 has one point; a span of decode steps has one per context, and every kernel's work is linear between its ends
 (features.py). stage_sum is where a Work meets rates: each kernel through roofline.kernel_seconds (or its
-collective's rate), summed per pipeline stage, the slowest stage summed over the points exactly (series.py).
-The fit keeps each row's Work and re-prices it under thousands of rates.
+collective's rate), summed per pipeline stage (passcost.stage_seconds: overlapped collectives and the host's
+launches applied), the slowest stage summed over the points exactly (series.py). A stage with overlap is the
+larger of two lines-sums (kernels + (1 - o) x overlapped, (1 - o) x kernels + overlapped) and the host's launches
+a constant: each is one more "stage" of the exact envelope sum. The fit re-prices each row's Work under many rates.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from tokcost.engine.collectives import Links
 from tokcost.engine.layout import Layout
+from tokcost.engine.passcost import stage_seconds
 from tokcost.engine.roofline import CollectiveRate, KernelRate, Rates, collective_rate, kernel_rate, kernel_seconds
 from tokcost.engine.series import Kernel, stages_max_sum
 from tokcost.engine.stages import Op, Stage
@@ -38,6 +41,11 @@ class StageWork:
     moving: tuple[Moving, ...]
     collectives: tuple[Collective, ...]
 
+    @property
+    def launches(self) -> int:
+        """Kernels (and collectives) the host launches for one microbatch through this stage."""
+        return sum(e[1] for e in self.fixed) + sum(e[1] for e in self.moving) + sum(e[1] for e in self.collectives)
+
 
 def kernel_key(stage: Stage) -> KernelKey:
     """The class of a kernel's rate."""
@@ -56,6 +64,10 @@ class RateTable:
 
     kernels: tuple[KernelRate, ...]
     collectives: tuple[CollectiveRate, ...]
+    overlap: float = 0.0  # share of the overlapped collectives hidden behind kernels (Rates.comm_overlap)
+    overlap_ops: frozenset[str] = frozenset()
+    launch_s: float = 0.0  # the host's time per launched kernel (Rates.launch_overhead_s)
+    gap_s: float = 0.0  # the GPU's idle time per kernel (Rates.kernel_overhead_s)
 
     @staticmethod
     def of(
@@ -67,6 +79,10 @@ class RateTable:
             tuple(
                 collective_rate(op, n, rates, links, layout, crosses_nodes=crosses) for op, n, crosses in collectives
             ),
+            rates.comm_overlap,
+            frozenset(rates.overlap_ops),
+            rates.launch_overhead_s,
+            rates.kernel_overhead_s,
         )
 
 
@@ -80,26 +96,37 @@ class Work:
     pp: int
 
 
-def _fixed_seconds(stage: StageWork, table: RateTable) -> float:
-    """The time of a stage's kernels and collectives whose work does not move over the points (one point's)."""
+def _kernel_seconds(entries: Sequence[Fixed], table: RateTable) -> float:
+    """The time of kernels whose work is one value over the points."""
     total, kernels = 0.0, table.kernels
-    for slot, n, flops, weights, other in stage.fixed:
+    for slot, n, flops, weights, other in entries:
         compute_s, memory_s = kernel_seconds(flops, weights, other, kernels[slot])
         total += n * (compute_s if compute_s > memory_s else memory_s)
-    for slot, n, payload in stage.collectives:
-        total += n * table.collectives[slot].seconds(payload)
     return total
+
+
+def _collective_seconds(stage: StageWork, table: RateTable) -> tuple[float, float]:
+    """(serial, overlapped) time of a stage's collectives (their payloads are one value over the points)."""
+    serial = overlapped = 0.0
+    for slot, n, payload in stage.collectives:
+        rate = table.collectives[slot]
+        if rate.op in table.overlap_ops:
+            overlapped += n * rate.seconds(payload)
+        else:
+            serial += n * rate.seconds(payload)
+    return serial, overlapped
 
 
 def stage_times(work: Work, table: RateTable) -> list[float]:
     """Each pipeline stage's time at the work's first point."""
     out = []
     for stage in work.stages:
-        total = _fixed_seconds(stage, table)
+        kernels = _kernel_seconds(stage.fixed, table) + stage.launches * table.gap_s
         for slot, n, flops, _, weights, _, other, _ in stage.moving:
             compute_s, memory_s = kernel_seconds(flops, weights, other, table.kernels[slot])
-            total += n * (compute_s if compute_s > memory_s else memory_s)
-        out.append(total)
+            kernels += n * (compute_s if compute_s > memory_s else memory_s)
+        serial, overlapped = _collective_seconds(stage, table)
+        out.append(stage_seconds(kernels, serial, overlapped, table.overlap, stage.launches * table.launch_s))
     return out
 
 
@@ -108,6 +135,7 @@ def stage_sum(work: Work, table: RateTable) -> float:
     if work.points == 1:
         return max(stage_times(work, table))
     stages: list[tuple[float, list[Kernel]]] = []
+    o = table.overlap
     for stage in work.stages:
         kernels: list[Kernel] = []
         for slot, n, fa, fb, wa, wb, oa, ob in stage.moving:
@@ -115,5 +143,13 @@ def stage_sum(work: Work, table: RateTable) -> float:
             ca, ma = kernel_seconds(fa, wa, oa, rate)
             cb, mb = kernel_seconds(fb, wb, ob, rate)
             kernels.append(((n * ca, n * cb), (n * ma, n * mb)))
-        stages.append((_fixed_seconds(stage, table), kernels))
+        fixed = _kernel_seconds(stage.fixed, table) + stage.launches * table.gap_s
+        serial, overlapped = _collective_seconds(stage, table)
+        stages.append((serial + fixed + (1 - o) * overlapped, kernels))
+        if o and overlapped:  # the collectives lead: the kernels hide behind them
+            scaled = [((1 - o) * x0, (1 - o) * x1) for x0, x1 in (line for pair in kernels for line in pair)]
+            led = [(scaled[i], scaled[i + 1]) for i in range(0, len(scaled), 2)]
+            stages.append((serial + overlapped + (1 - o) * fixed, led))
+        if stage.launches and table.launch_s:  # the host's launches: a floor on the stage's time
+            stages.append((stage.launches * table.launch_s, []))
     return stages_max_sum(stages, work.points)

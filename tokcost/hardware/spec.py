@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tokcost.hardware.sustained import Sustained
+from tokcost.hardware.sustained import ANCHOR_COPY, ANCHOR_GEMM, Sustained, anchored
 from tokcost.units import COMPUTE_DTYPES, GB, MIB, TFLOPS, US
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)  # strict: no bool as a number
@@ -23,7 +23,8 @@ RUNTIME_MEMORY_RATIO = (0.90, 1.12)
 
 
 class Achievable(BaseModel):
-    """Fractions of the datasheet a tuned decode loop reaches; used for "expected", never for "ceiling"."""
+    """What `tokcost measure`'s own decode loop reached (calibrate records it). Not read by "expected" since issue
+    19: expected = the `sustained` shares x the engine profile; an old file's fitted fractions load and are ignored."""
 
     model_config = _FROZEN
 
@@ -69,6 +70,9 @@ class Link(BaseModel):
         return self.latency_us * US
 
 
+Platform = Literal["cuda", "rocm"]  # the software stack an engine's kernels are built for (an engine's era may differ)
+
+
 class GpuSpec(BaseModel):
     """One GPU's ceilings as published: memory, bandwidth, dense peak TFLOP/s per dtype, power, links, price."""
 
@@ -76,6 +80,9 @@ class GpuSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     source: str = Field(min_length=1, max_length=4000)
+    # CUDA (NVIDIA) or ROCm (AMD): engines ship different kernels per platform (hipBLASLt, RCCL, triton attention),
+    # and an engine profile states its gap on a platform apart from the hardware's own sustained shares
+    platform: Platform = "cuda"
     memory_gb: float = Field(ge=0.1, le=100_000)  # as marketed ("80 GB" HBM parts hold ~80 GiB)
     # total memory the driver reports (nvidia-smi "Total", torch.cuda.mem_get_info()[1], rocm-smi), in MiB;
     # every memory figure uses it. None: unknown, memory_gb x 1e9 is used and the output says so.
@@ -209,17 +216,25 @@ class GpuSpec(BaseModel):
         return self.memory_bandwidth_gb_s * GB
 
     @property
+    def hardware(self) -> Sustained:
+        """What the hardware sustains: the spec's `sustained` block, else the stated anchors (sustained.anchored)."""
+        return self.sustained if self.sustained is not None else anchored(tuple(self.peak_tflops))
+
+    @property
     def expected_provenance(self) -> str:
-        """Where "expected" comes from: fitted rows, the family's values, a guess, a measurement, or nothing."""
-        if "achievable" not in self.model_fields_set:
-            return "none: this spec has no achievable fractions, so expected = ceiling"
-        a = self.achievable
-        return {
-            "fitted": f"fitted on {a.rows} published rows of its family",
-            "pooled": f"family default: pooled over {a.rows} published rows of every family (few of its own)",
-            "guess": "unfitted guess: no published rows; treat expected as a rough range",
-            "measured": "measured by tokcost calibrate on this machine",
-        }[a.basis]
+        """Where expected's hardware half comes from: 'measured: ...', 'anchor: ...' (an assumption), or a mix."""
+        if self.sustained is None:
+            ignored = "; its achievable: block is ignored" if "achievable" in self.model_fields_set else ""
+            return (f"anchor: no sustained block, so copy {ANCHOR_COPY:g} and GEMM {ANCHOR_GEMM:g} of the datasheet "
+                    f"are assumed{ignored}")  # fmt: skip
+        h = self.sustained
+        gemm = h.gemm_for("bf16") or next(iter(h.gemm.values()))
+        bases = {h.copy_bandwidth.basis, gemm.basis}
+        basis = bases.pop() if len(bases) == 1 else "measured and anchor"
+        return (
+            f"{basis}: copy {h.copy_bandwidth.fraction:g} ({h.copy_bandwidth.basis}), 16-bit GEMM "
+            f"{gemm.fraction:g} ({gemm.basis}) of the datasheet (the sustained block's sources)"
+        )
 
     @property
     def sustained_provenance(self) -> dict[str, str]:

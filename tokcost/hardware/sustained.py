@@ -6,10 +6,13 @@ fitted on serving rows. Each figure carries its source, an uncertainty and how i
   cuBLAS/hipBLASLt GEMMs), or `tokcost calibrate` on the user's own device;
 - `anchor`: a stated assumption where no figure for this SKU was found (a sibling SKU, the same memory system).
 copy_bandwidth is a share of `memory_bandwidth_gb_s`; gemm[dtype] a share of the dense `peak_tflops[dtype]`.
+"Expected" streams every HBM byte at the copy share and runs every matmul at its dtype's GEMM share (times the
+engine's efficiency, roofline.expected_rates). A spec with no `sustained` block (a user's file) gets ANCHORS.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,6 +49,15 @@ class SustainedFigure(BaseModel):
         return f"{self.basis}: {first}"
 
 
+# Stated anchors for a spec without a `sustained` block: near the median of the built-in SKUs' measured shares
+# (copy: H100 SXM 0.79, MI300X 0.76, A10 0.78, B200 0.84, A100 0.85-0.88, RTX 4090 0.89; bf16 GEMM: A10 0.45,
+# L4 0.47, MI300X 0.54, H100 PCIe 0.66, B200 0.69, L40S 0.74, A100 0.79-0.85, H100 SXM 0.80), with their spread.
+ANCHOR_COPY = 0.80
+ANCHOR_GEMM = 0.70
+ANCHOR_COPY_UNCERTAINTY = 0.08
+ANCHOR_GEMM_UNCERTAINTY = 0.15
+
+
 class Sustained(BaseModel):
     """A large device copy's share of the datasheet bandwidth, and a large GEMM's share of each dense peak."""
 
@@ -72,3 +84,19 @@ class Sustained(BaseModel):
         out = {"copy_bandwidth": self.copy_bandwidth.provenance}
         out.update({f"gemm.{dtype}": figure.provenance for dtype, figure in self.gemm.items()})
         return out
+
+
+@lru_cache(maxsize=64)
+def anchored(dtypes: tuple[str, ...]) -> Sustained:
+    """The stated anchors for a GPU whose spec gives no `sustained` block: one GEMM share per listed dtype."""
+    copy = SustainedFigure(
+        fraction=ANCHOR_COPY, uncertainty=ANCHOR_COPY_UNCERTAINTY, basis="anchor",
+        source=f"assumption: no sustained block in the spec; a copy streams {ANCHOR_COPY:g} of the datasheet, near "
+        "the median of the built-in GPUs' measured copy shares (0.76-0.89)",
+    )  # fmt: skip
+    gemm = SustainedFigure(
+        fraction=ANCHOR_GEMM, uncertainty=ANCHOR_GEMM_UNCERTAINTY, basis="anchor",
+        source=f"assumption: no sustained block in the spec; a large GEMM reaches {ANCHOR_GEMM:g} of the dense peak, "
+        "near the median of the built-in GPUs' measured bf16 shares (0.45-0.85)",
+    )  # fmt: skip
+    return Sustained(copy_bandwidth=copy, gemm=dict.fromkeys(dtypes or ("bf16",), gemm))

@@ -5,8 +5,9 @@ the expected distinct experts),
 so the engine can change behind it. No torch here: it takes plain results (LoopResult) and specs.
 - Predictions price the loop's own passes: prefill is Segment(B, 0, P); each decode step is
   Segment(B, c, 1) at the slots c that step really read (a bucketed step reads its bucket), averaged
-  over the steps. "datasheet" is the ceiling, "datasheet expected" its achievable fractions, and
-  "calibrated" the spec measured for this loop (step overhead and the loop's own stream rate).
+  over the steps. "datasheet" is the ceiling, "datasheet expected" the hardware's sustained shares, and
+  "calibrated" the spec measured for this loop with the loop as its engine (its step overhead, and its own stream
+  and GEMM rates over the probes': loop_engine).
 - MBU (Databricks' definition: achieved bytes/s over peak bandwidth) uses the bytes the loop read,
   counted from the built model; the engine's expectation is shown next to them.
 - An error is (predicted - measured) / measured, and None when the step times vary by more than
@@ -25,6 +26,7 @@ from tokcost.engine.step import Segment, step_cost
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EFFICIENCY_RANGE, GENERIC, ComputeSide, EngineProfile, KernelEfficiency, MemorySide
 from tokcost.units import MIB
 
 TERMS = ("weights", "attention", "communication", "other", "overhead")
@@ -55,24 +57,43 @@ class Prediction:
     tpot_error: float | None
 
 
-def _mean_step(spec: ModelSpec, gpu: GpuSpec, wl: Workload, scenario: str, contexts: list[int]) -> dict[str, float]:
+def loop_engine(gpu: GpuSpec) -> EngineProfile:
+    """This loop as an engine (hardware x engine, issue 19): a calibrated spec's `achievable` shares are what the
+    loop itself streamed and multiplied, so its efficiencies are those shares over the hardware's own (the copy and
+    GEMM probes), and its step cost is the one calibrate measured; the identity for a spec without them."""
+    a, hw = gpu.achievable, gpu.hardware
+    if a.basis != "measured":
+        return GENERIC
+    gemm = hw.gemm_for("bf16") or next(iter(hw.gemm.values()))
+    low, high = EFFICIENCY_RANGE
+    memory = min(max(a.bandwidth / hw.copy_bandwidth.fraction, low), high)
+    compute = min(max(a.compute / gemm.fraction, low), high)
+    kernels = KernelEfficiency(memory=MemorySide(gemv=memory, attention=memory), compute=ComputeSide(gemm=compute))
+    return GENERIC.model_copy(update={"name": "measure-loop", "kernels": kernels,
+                                      "step_overhead_us": a.step_overhead_us})  # fmt: skip
+
+
+def _mean_step(spec: ModelSpec, gpu: GpuSpec, wl: Workload, scenario: str, contexts: list[int],
+               engine: EngineProfile = GENERIC) -> dict[str, float]:  # fmt: skip
     """The engine's decode step averaged over the loop's steps, by term."""
     totals = dict.fromkeys(TERMS, 0.0)
     for context, n in Counter(contexts).items():
-        cost = step_cost(spec, gpu, wl, segments=[Segment(wl.batch, context, 1)], scenario=scenario)  # type: ignore[arg-type]
+        cost = step_cost(spec, gpu, wl, segments=[Segment(wl.batch, context, 1)], scenario=scenario, engine=engine)  # type: ignore[arg-type]
         for c in cost.components:
             totals[c.name] = totals.get(c.name, 0.0) + n * c.seconds
         totals["overhead"] += n * cost.overhead_s
     return {k: v / len(contexts) for k, v in totals.items()}
 
 
-def predict(spec: ModelSpec, gpu: GpuSpec, scenario: str, loop: Any, noisy: bool) -> Prediction | None:
-    """What `gpu` under `scenario` predicts for the loop's prefill and decode steps."""
+def predict(spec: ModelSpec, gpu: GpuSpec, scenario: str, loop: Any, noisy: bool,
+            engine: EngineProfile = GENERIC) -> Prediction | None:  # fmt: skip
+    """What `gpu` under `scenario` (and `engine`) predicts for the loop's prefill and decode steps."""
     if gpu.peak_flops_per_s(loop.dtype) is None:
         return None
     wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens, loop.tp)
-    prefill = step_cost(spec, gpu, wl, segments=[Segment(loop.batch, 0, loop.prompt_tokens)], scenario=scenario)  # type: ignore[arg-type]
-    terms = _mean_step(spec, gpu, wl, scenario, loop.decode_contexts)
+    prefill = step_cost(spec, gpu, wl, segments=[Segment(loop.batch, 0, loop.prompt_tokens)], scenario=scenario,  # type: ignore[arg-type]
+                        engine=engine)  # fmt: skip
+    terms = _mean_step(spec, gpu, wl, scenario, loop.decode_contexts, engine)
     tpot = sum(terms.values())
     return Prediction(
         ttft_s=prefill.seconds,
@@ -155,7 +176,7 @@ def run_report(spec: ModelSpec, loop: Any, *, datasheet: GpuSpec | None, calibra
         noisy=noisy,
         datasheet=predict(spec, datasheet, "ceiling", loop, noisy) if datasheet else None,
         datasheet_expected=predict(spec, datasheet, "expected", loop, noisy) if datasheet else None,
-        calibrated=predict(spec, calibrated, "expected", loop, noisy) if calibrated else None,
+        calibrated=predict(spec, calibrated, "expected", loop, noisy, loop_engine(calibrated)) if calibrated else None,
         calibration=calibration or {},
     )
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokcost.engine.estimate import Estimate
+from tokcost.engine.journey import paired
 from tokcost.engine.roofline import PassCost
 from tokcost.hardware.spec import GpuSpec
 from tokcost.plots.canvas import EXPECTED_ALPHA, new_figure
@@ -54,7 +55,9 @@ def kernel_points(e: Estimate) -> tuple[list[KernelPoint], list[str]]:
     points, left_off = [], []
     for phase, ceiling, expected in _phases(e):
         blocks = len({p.stage.block for p in ceiling.stages if p.stage.block})
-        for c, x in zip(ceiling.stages, expected.stages, strict=True):
+        for c, x in paired(ceiling, expected):  # each scenario's slowest pipeline stage, kernel by kernel
+            if c is None or x is None:  # a kernel of the other scenario's slowest stage only
+                continue
             st, label = c.stage, stage_label(c.stage.name, c.stage.block, blocks)
             if c.collective is not None or st.flops <= 0 or st.bytes <= 0 or c.seconds <= 0 or x.seconds <= 0:
                 left_off.append(label)

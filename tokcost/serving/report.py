@@ -6,7 +6,8 @@ Each config: `mode`, `gpu`, `layout`, `tp`, `prefill_tp` (disaggregated only), `
 `compute_dtype`, `chunk_tokens` and `chunk_source` (the engine's default, --chunk, or searched),
 `max_running` and `max_running_source` (the engine's cap on running sequences), `request_overhead_s` (the
 engine's per-request cost, on TTFT as a client times it), `pareto`, and `expected` and `ceiling` with the keys
-of SCENARIO_KEYS; `simulated` with `ttft_s`, `tpot_s`, `e2e_s`, `itl_s` when --simulate ran for it (else
+of SCENARIO_KEYS (`expected` adds `band`: the engine era's 80% band, factors on time and each latency's
+(low, high)); `simulated` with `ttft_s`, `tpot_s`, `e2e_s`, `itl_s` when --simulate ran for it (else
 null). Latencies are `{p50, p90, p99}` in seconds (null where they do not apply, e.g. TPOT with one output
 token); `ttft_lock_step_s` is TTFT were a closed loop's users in lock-step groups (fixed lengths; else null),
 the other end of the range whose primary figure is `ttft_s`; money in USD, null without a price: `usd_per_hour`
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokcost.engine.band import band_of, time_band
 from tokcost.serving.fleet import Fleet
 from tokcost.serving.search import Plan, Row, precision_parts
 from tokcost.serving.traffic import Traffic
@@ -40,6 +42,16 @@ def fleet_dict(f: Fleet) -> dict[str, Any]:
     return {key: getattr(f, key) for key in SCENARIO_KEYS}
 
 
+def band_dict(row: Row) -> dict[str, Any]:
+    """The 80% band of the row's engine era on its GPU (engine/band.py): factors on time, basis, each latency's."""
+    b = band_of(row.deployment.engine, row.deployment.gpu.platform)
+    spans = {}
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        got = getattr(row.expected, key)
+        spans[key] = None if got is None else {q: None if v is None else list(time_band(v, b)) for q, v in got.items()}
+    return {"time_low_factor": b.low, "time_high_factor": b.high, "basis": b.basis, **spans}
+
+
 def config_dict(row: Row) -> dict[str, Any]:
     """One configuration, both scenarios."""
     weights, kv, compute = precision_parts(row)
@@ -59,7 +71,7 @@ def config_dict(row: Row) -> dict[str, Any]:
         "max_running_source": choice.max_running_source if choice else None,
         "request_overhead_s": row.replica.overhead_s if row.replica else None,
         "pareto": row.pareto,
-        "expected": fleet_dict(row.expected),
+        "expected": {**fleet_dict(row.expected), "band": band_dict(row)},
         "ceiling": fleet_dict(row.ceiling),
         "simulated": row.simulated,
     }

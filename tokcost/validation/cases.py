@@ -1,16 +1,16 @@
-"""The fit's rows on the engine itself: each row's work counted once, re-priced under any candidate values.
+"""The fit's rows on the engine itself: each row's work counted once, re-priced under any candidate profile values.
 
-A row's work is what estimate() and validate price (engine/work.py): its deployment's kernels at every wave's
-prefill and over its decode contexts, rates-free. A candidate set of values is a hardware x engine profile: the
-GPU family's fractions (`gpu.<family>.bandwidth|compute`, an `achievable:` block) and the engine's efficiencies
-and fixed costs (`<engine>.dense.bf16`, `<engine>.wo.int4`, `<engine>.attention`, `<engine>.moe`,
-`<engine>.step_us`, ...: an EngineProfile). roofline.expected_rates turns them into Rates, as for any estimate,
-and the engine prices the work under them (compiled.pass_seconds, mean_step_seconds): the fit's prediction of a
-row is validate's, by construction. Rates and each kernel class's rate are cached per candidate.
+A row's work is what validate prices (engine/work.py): its deployment's kernels at every wave's prefill and over
+its decode contexts, rates-free. A candidate is a set of values of the row's cell's parameters (`m.gemv`,
+`c.gemm`, `m.wo.int4`, `m.attention`, `m.moe`, `step_us`, `launch_us`, `coll.nvlink`, `request_us`,
+`rocm.compute`, ...); `candidate_profile` writes them into the cell's EngineProfile, roofline.expected_rates turns
+that into Rates as for any estimate, and the engine prices the work (compiled.pass_seconds, mean_step_seconds):
+the fit's prediction of a row is validate's, by construction (a test checks it row by row).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,77 +22,43 @@ from tokcost.engine.roofline import (
     KernelRate,
     Rates,
     collective_rate,
-    efficiency_key,
     expected_rates,
+    kernel_class,
     kernel_rate,
-    matmul_dtype,
-)
+    matmul_path,
+)  # fmt: skip
 from tokcost.engine.work import RateTable, Work
-from tokcost.hardware.spec import Achievable, GpuSpec
+from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import EngineProfile, KernelEfficiency, kernel_family
+from tokcost.profiles import (
+    CollectiveCosts,
+    ComputeSide,
+    EngineProfile,
+    KernelEfficiency,
+    MemorySide,
+    PlatformGap,
+    WeightOnly,
+    kernel_family,
+)  # fmt: skip
+from tokcost.validation.cells import Cell, cell_of
 from tokcost.validation.compare import WaveTimes, row_deployment, run_metric, waves_of, workload_of
 from tokcost.validation.data import Row
-from tokcost.validation.families import family_of
+from tokcost.validation.priors import EAGER_CELLS
 
-GENERIC_ENGINE = "generic"  # kernels at the identity: the reference of the hardware x engine product
-FAMILY_PARAMS = ("bandwidth", "compute")
-COST_KEYS = ("step_us", "request_us", "collective_us")
-# Starting values: the specs' earlier hand-set fractions (0.8 of bandwidth, 0.7 of compute), efficiencies 1, no cost.
-START_FRACTIONS = {"bandwidth": 0.8, "compute": 0.7}
 CACHE_LIMIT = 50_000  # candidate rates (and kernel-class rates) kept before the caches start over
-BARE, IDENTITY = Achievable(), KernelEfficiency()  # every other field at its default
+COST_KEYS = ("step_us", "launch_us", "kernel_us", "request_us", "coll.nvlink", "coll.pcie", "coll.network")
+GAP_SIDES = ("memory", "compute", "attention", "step")
 
 
-def is_fraction(name: str) -> bool:
-    """A family's fraction (bounded by 1) rather than an engine's efficiency or cost."""
-    return name.startswith("gpu.")
+def is_cost(key: str) -> bool:
+    """A host cost in us (a key without the cell's prefix)."""
+    return key in COST_KEYS
 
 
-def is_cost(name: str) -> bool:
-    """A fixed cost in us."""
-    return name.rsplit(".", 1)[-1] in COST_KEYS
-
-
-def start_value(name: str) -> float:
-    """Where every parameter starts (and where a fixed one stays)."""
-    if is_fraction(name):
-        return START_FRACTIONS[name.rsplit(".", 1)[-1]]
-    return 0.0 if is_cost(name) else 1.0
-
-
-def kernels_of(values: Mapping[str, float], *, validate: bool = True) -> KernelEfficiency:
-    """An engine's efficiencies from its values by key (`dense.bf16`, `wo.int4`, `attention`, `moe`, ...)."""
-    kernels: dict = {"dense_gemm": {}, "weight_only_gemm": {}}
-    for key, value in sorted(values.items()):
-        if key in COST_KEYS or value == 1.0:
-            continue
-        kind, _, dtype = key.partition(".")
-        if kind == "dense":
-            kernels["dense_gemm"][dtype] = value
-        elif kind == "wo":
-            kernels["weight_only_gemm"][dtype] = value
-        else:
-            kernels[{"attention": "decode_attention", "moe": "moe_grouped_gemm"}.get(kind, kind)] = value
-    # the fit's candidates come from its grids, inside the ranges; what it writes is validated
-    return KernelEfficiency.model_validate(kernels) if validate else IDENTITY.model_copy(update=kernels)
-
-
-def engine_values(values: Mapping[str, float], engine: str) -> dict[str, float]:
-    """The values of one engine's parameters, by key without the engine's name."""
-    return {n[len(engine) + 1 :]: v for n, v in values.items() if n.startswith(f"{engine}.")}
-
-
-def candidate_profile(base: EngineProfile, values: Mapping[str, float], *, validate: bool = True) -> EngineProfile:
-    """`base` with an engine's candidate efficiencies and fixed costs (its values by key)."""
-    return base.model_copy(
-        update={
-            "kernels": kernels_of(values, validate=validate),
-            "step_overhead_us": values.get("step_us", 0.0),
-            "request_overhead_us": values.get("request_us", 0.0),
-            "collective_overhead_us": values.get("collective_us", 0.0),
-        }
-    )
+def row_cell(row: Row, gpu: GpuSpec) -> Cell:
+    """The cell of a published row (cells.cell_of on its stated conditions and its GPU's platform)."""
+    return cell_of(framework=row.framework, engine=row.engine, version=row.engine_version, graphs=row.graphs,
+                   platform=gpu.platform)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,60 +73,107 @@ class WaveWork:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """A used row with its work counted: what the fit needs to price it under any values."""
+    """A used row with its work counted: what the fit needs to price it under any values of its cell."""
 
     row: Row
     gpu: GpuSpec
-    family: str
-    engine: str
-    profile: EngineProfile  # the engine's profile as shipped (its name, notes and caps)
+    cell: Cell
+    profile: EngineProfile  # the cell's profile as shipped (its scheduler caps decide the waves)
     deployment: Deployment
     waves: tuple[WaveWork, ...]
-    keys: frozenset[str]  # the engine parameters (without the engine's name) this row's kernels read
-    params: tuple[str, ...] = ()  # every parameter its prediction reads: its family's fractions, its engine's terms
-    starts: tuple[float, ...] = ()  # where each of them starts
+    keys: tuple[str, ...]  # the cell's parameters its prediction reads (`m.gemv`, `step_us`, `rocm.compute`, ...)
+    client: bool  # a client-side clock: the per-request cost is on its TTFT
+    steps: int  # decode steps per scheduling decision (multi-step scheduling)
+    work_s: float  # its main pass at the ceiling (a decode step, else its prefill): how much work a step is
 
-    @staticmethod
-    def of(row: Row, gpu: GpuSpec, profile: EngineProfile, d: Deployment, waves: tuple[WaveWork, ...]) -> Case:
-        """A case and the parameters it reads (generic reads only its costs: its kernels are the identity)."""
-        family, engine, keys = family_of(row.gpu), row.engine, parameter_keys(d)
-        assert family is not None, f"{row.gpu}: no family"
-        read = sorted(keys) if engine != GENERIC_ENGINE else sorted(k for k in keys if k in COST_KEYS)
-        params = tuple([f"gpu.{family}.{p}" for p in FAMILY_PARAMS] + [f"{engine}.{k}" for k in read])
-        return Case(row, gpu, family, engine, profile, d, waves, keys, params, tuple(map(start_value, params)))
+    @property
+    def higher_is_better(self) -> bool:
+        """A rate (tokens/s), not a time."""
+        return self.row.higher_is_better
 
-
-def _parameter_key(group: str, name: str) -> str:
-    """The fit's name for an efficiency: `dense.<dtype>` (fp16 shares bf16's), `wo.<kernel family>`, `attention`."""
-    if group == "dense":
-        return f"dense.{'bf16' if name == 'fp16' else name}"
-    return f"wo.{kernel_family(name)}" if group == "weight_only" else group
+    def time_error(self, predicted: float) -> float:
+        """log(predicted time / measured time): positive when the prediction is too slow (rates inverted)."""
+        ratio = math.log(predicted / self.row.value)
+        return -ratio if self.row.higher_is_better else ratio
 
 
-def parameter_keys(d: Deployment) -> frozenset[str]:
-    """The engine parameters a deployment's kernels read (as roofline.kernel_efficiency picks them), and its costs."""
-    ceiling, keys = d.rates("ceiling"), {"step_us", "request_us"}
-    if d.compiled.collective_keys:  # the engine's share of the link and its cost per collective
-        keys |= {"collective", "collective_us"}
+def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...]:
+    """The parameters of its cell a deployment's prediction reads: kernel classes (as roofline.kernel_class
+    picks them, both sides), host costs, the link classes of its collectives, the platform's gap."""
+    if cell.engine == "generic":
+        return ()
+    keys = (
+        {"step_us", "kernel_us"}
+        | ({"request_us"} if client else set())
+        | ({"launch_us"} if cell_key(cell) in EAGER_CELLS else set())
+    )
+    ceiling = d.rates("ceiling")
     for kind, fmt in d.compiled.kernel_keys:
-        found = efficiency_key(kind, fmt, ceiling.compute_dtype, matmul_dtype(kind, fmt, ceiling)[1])
-        if found is not None:
-            keys.add(_parameter_key(*found))
+        group = kernel_class(kind, matmul_path(kind, fmt, ceiling)[1])
+        if group == "attention":
+            keys |= {"m.attention", "c.attention"}
+        elif group == "weight_only":
+            keys |= {f"m.wo.{kernel_family(fmt)}", "c.gemm"}
+        elif group == "gemv":
+            keys |= {"m.gemv", "c.gemm"}
         if kind == "experts":
-            keys.add("moe")
-    return frozenset(keys)
+            keys |= {"m.moe", "c.moe"}
+    for _, ranks, crosses in d.compiled.collective_keys:
+        keys.add(f"coll.{d.links.path(ranks, d.layout, expected=True, crosses_nodes=crosses).link_class}")
+    if cell.platform != "cuda":
+        keys |= {f"{cell.platform}.{side}" for side in GAP_SIDES}
+    return tuple(sorted(keys))
+
+
+def cell_key(cell: Cell) -> tuple[str, str]:
+    """(engine, era)."""
+    return (cell.engine, cell.era)
+
+
+def candidate_profile(base: EngineProfile, values: Mapping[str, float], platform: str) -> EngineProfile:
+    """`base` with a cell's candidate values (short keys; a key not given keeps the base's value), built without
+    validation: the fit's candidates stay in the schema's ranges by its priors, what it writes is validated."""
+    k, c = base.kernels, base.collective_overhead_us
+    m = k.memory
+    wo = {f: values.get(f"m.wo.{f}", getattr(m.weight_only, f)) for f in WeightOnly.model_fields}
+    memory = MemorySide.model_construct(gemv=values.get("m.gemv", m.gemv), weight_only=WeightOnly.model_construct(**wo),
+                                        attention=values.get("m.attention", m.attention),
+                                        moe=values.get("m.moe", m.moe))  # fmt: skip
+    compute = ComputeSide.model_construct(gemm=values.get("c.gemm", k.compute.gemm),
+                                          attention=values.get("c.attention", k.compute.attention),
+                                          moe=values.get("c.moe", k.compute.moe))  # fmt: skip
+    coll = CollectiveCosts.model_construct(
+        **{n: values.get(f"coll.{n}", getattr(c, n)) for n in CollectiveCosts.model_fields}
+    )
+    update: dict[str, object] = {
+        "kernels": KernelEfficiency.model_construct(memory=memory, compute=compute),
+        "step_overhead_us": values.get("step_us", base.step_overhead_us),
+        "launch_overhead_us": values.get("launch_us", base.launch_overhead_us),
+        "kernel_overhead_us": values.get("kernel_us", base.kernel_overhead_us),
+        "request_overhead_us": values.get("request_us", base.request_overhead_us),
+        "collective_overhead_us": coll,
+    }
+    if platform != "cuda":
+        gap = base.gap(platform)
+        sides = {s: values.get(f"{platform}.{s}", getattr(gap, s)) for s in GAP_SIDES}
+        platforms: dict[str, PlatformGap] = {str(k): v for k, v in base.platforms.items()}
+        platforms[platform] = PlatformGap.model_construct(**sides, basis={}, band=gap.band)
+        update["platforms"] = platforms
+    return base.model_copy(update=update)
 
 
 def prepare(
     rows: Sequence[Row], models: Mapping[str, ModelSpec], gpus: Mapping[str, GpuSpec],
-    engines: Mapping[str, EngineProfile],
+    profiles: Mapping[tuple[str, str], EngineProfile],
 ) -> list[Case]:  # fmt: skip
-    """Cases for the used rows among `rows`, each with its own engine's waves (caps on running sequences included)."""
+    """Cases for the used rows among `rows`, each with its cell's waves (caps on running sequences included)."""
     cases = []
     for row in rows:
         if row.exclude is not None:
             continue
-        model, gpu, profile = models[row.model], gpus[row.gpu], engines[row.engine]
+        model, gpu = models[row.model], gpus[row.gpu]
+        cell = row_cell(row, gpu)
+        profile = profiles[cell_key(cell)]
         d = row_deployment(row, model, gpu, profile)
         waves = []
         for wave in waves_of(row, model, gpu, profile, d):
@@ -169,49 +182,38 @@ def prepare(
             contexts = decode_contexts(wl)
             decode = d.compiled.decode_work(wave.batch, *contexts) if contexts else ()
             waves.append(WaveWork(wave.batch, wave.count, prefill, decode))
-        cases.append(Case.of(row, gpu, profile, d, tuple(waves)))
+        client = row.measured_at == "client"
+        keys = parameter_keys(d, cell, client=client)
+        table = RateTable.of(d.compiled.kernel_keys, d.compiled.collective_keys, d.rates("ceiling"), d.links, d.layout)
+        first = waves[0]
+        work_s = (mean_step_seconds(first.decode, table, overhead_s=0.0) if first.decode
+                  else pass_seconds(first.prefill, table, schedule="fill", overhead_s=0.0))  # fmt: skip
+        cases.append(Case(row, gpu, cell, profile, d, tuple(waves), keys, client, row.scheduler_steps or 1, work_s))
     return cases
 
 
 class Pricer:
-    """Prices cases under candidate values, keeping each candidate's Rates and rate tables.
+    """Prices cases under candidate values of their cells' parameters, keeping each candidate's Rates and tables."""
 
-    `names`: every parameter the values may hold. Then the cases of one GPU and engine share one Rates per
-    candidate (their family's and engine's values, each case reading its own kernels' share); without it each
-    case's Rates holds the parameters it reads.
-    """
-
-    def __init__(self, names: Sequence[str] = ()) -> None:
-        self.names = tuple(names)
+    def __init__(self) -> None:
         self._rates: dict[tuple, Rates] = {}
         self._tables: dict[tuple, RateTable] = {}
         self._kernels: dict[tuple, KernelRate] = {}
         self._collectives: dict[tuple, CollectiveRate] = {}
-        self._params: dict[tuple[str, str], tuple[tuple[str, ...], tuple[float, ...]]] = {}
-
-    def _read(self, case: Case) -> tuple[tuple[str, ...], tuple[float, ...]]:
-        """The parameters a case's Rates are built from, and their starts."""
-        found = self._params.get((case.family, case.engine))
-        if found is None:
-            mine = [n for n in self.names if n.startswith((f"gpu.{case.family}.", f"{case.engine}."))]
-            if case.engine == GENERIC_ENGINE:  # the identity: its kernels never read a value
-                mine = [n for n in mine if is_fraction(n) or is_cost(n)]
-            params = tuple(sorted(set(mine) | set(case.params)))
-            found = self._params[(case.family, case.engine)] = (params, tuple(map(start_value, params)))
-        return found
 
     def rates(self, case: Case, values: Mapping[str, float]) -> Rates:
-        """The case's expected Rates under the values (the parameters it reads; the rest at their start)."""
-        params, starts = self._read(case) if self.names else (case.params, case.starts)
-        got = tuple(map(values.get, params, starts))
-        key = (case.gpu.name, case.deployment.precision.compute, case.engine, params, got)
+        """The case's expected Rates under `values` (its cell's keys; a key missing keeps the profile's value)."""
+        got = tuple(values.get(k) for k in case.keys)
+        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, got)
         found = self._rates.get(key)
         if found is None:
             if len(self._rates) >= CACHE_LIMIT:
-                self._rates.clear()
-                for cache in (self._tables, self._kernels, self._collectives):
+                for cache in (self._rates, self._tables, self._kernels, self._collectives):
                     cache.clear()
-            found = self._rates[key] = candidate_rates(case, dict(zip(params, got, strict=True)))
+            mine = {k: v for k, v in zip(case.keys, got, strict=True) if v is not None}
+            profile = candidate_profile(case.profile, mine, case.cell.platform)
+            found = self._rates[key] = expected_rates(case.gpu, case.deployment.precision.compute, profile,
+                                                      client_side=case.client, scheduler_steps=case.steps)  # fmt: skip
         return found
 
     def table(self, case: Case, rates: Rates) -> RateTable:
@@ -236,7 +238,9 @@ class Pricer:
                     path = self._collectives[where] = collective_rate(op, ranks, rates, d.links, d.layout,
                                                                       crosses_nodes=crosses)  # fmt: skip
                 collectives.append(path)
-            found = self._tables[key] = RateTable(tuple(kernels), tuple(collectives))
+            found = self._tables[key] = RateTable(tuple(kernels), tuple(collectives), rates.comm_overlap,
+                                                  frozenset(rates.overlap_ops), rates.launch_overhead_s,
+                                                  rates.kernel_overhead_s)  # fmt: skip
         return found
 
     def predict(self, case: Case, values: Mapping[str, float]) -> float:
@@ -249,11 +253,3 @@ class Pricer:
             tpot = mean_step_seconds(w.decode, table, overhead_s=step) if w.decode else None
             times.append(WaveTimes(w.batch, w.count, ttft, tpot))
         return run_metric(case.row, times)
-
-
-def candidate_rates(case: Case, values: Mapping[str, float]) -> Rates:
-    """The case's expected Rates from candidate values of its parameters, through roofline.expected_rates."""
-    fractions = {p: values[f"gpu.{case.family}.{p}"] for p in FAMILY_PARAMS}
-    ach = BARE.model_copy(update=fractions)  # the two fractions alone, as the fit writes them
-    profile = candidate_profile(case.profile, engine_values(values, case.engine), validate=False)
-    return expected_rates(case.gpu, case.deployment.precision.compute, profile, ach)

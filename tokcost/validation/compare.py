@@ -10,9 +10,10 @@ How a row's metric maps onto the estimate (the metric names the source's own def
   prompt tokens too, B x (P + O) / e2e; prefill_tokens_per_s is B x P / TTFT.
 Error = predicted / measured - 1, in the metric's own unit; summaries use its absolute value.
 
-Each row is priced with its own engine's profile (row.engine) and layout, by the engine's compiled pass (its TTFT
-and exact mean TPOT: nothing else of an estimate is computed). A row that offers more sequences than
-the engine can run at once (offline throughput runs that submit every request at t = 0) runs in waves, as the
+Each row is priced with its engine era's profile (cells.cell_of: the framework, version, graphs and the GPU's
+platform) and layout, by the engine's compiled pass (its TTFT and exact mean TPOT: nothing else of an estimate is
+computed); the per-request cost only on a client-side clock (`measured_at: client`). A row that offers more sequences
+than the engine can run at once (offline throughput runs that submit every request at t = 0) runs in waves, as the
 engine would: at most `max_batch` sequences at a time, the most the KV cache holds at prompt + output tokens each
 beside the weights (memory_report's max_batch) or the engine's own cap on running sequences, whichever is
 smaller; full waves first, then the rest. Rates count the whole run; a request's TTFT and end-to-end time include
@@ -22,19 +23,19 @@ the waves it queued behind.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.estimate import Deployment, deployment, times
 from tokcost.engine.memory import ReplicaMemory
-from tokcost.engine.workload import Workload, is_weight_only, resolve_precision
+from tokcost.engine.roofline import Rates, expected_rates
+from tokcost.engine.workload import Workload
 from tokcost.errors import SpecError, UsageError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
-from tokcost.validation.data import Row, Split, split_of
-from tokcost.validation.families import family_of
+from tokcost.validation.cells import Cell
+from tokcost.validation.data import Row
 
 ROW_KEY_OF_FLAG = {
     "--compute-dtype": "compute", "--gpus": "gpus", "--tp": "gpus", "--weights": "weights", "--kv-dtype": "kv",
@@ -158,16 +159,30 @@ def check_shipped_formats(row: Row, model: ModelSpec) -> None:
         )
 
 
+def row_rates(row: Row, d: Deployment, engine: EngineProfile | None) -> Rates:
+    """The rates a row is priced under: the ceiling (engine None), or its engine era's expected rates on its GPU, the
+    per-request cost only on a client-side clock and the step cost spread over multi-step scheduling."""
+    if engine is None:
+        return d.rates("ceiling")
+    return expected_rates(d.gpu, d.precision.compute, engine, client_side=row.measured_at == "client",
+                          scheduler_steps=row.scheduler_steps or 1)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class RowResult:
-    """One row: measured, ceiling and expected predictions, the error of each, and the ceiling check."""
+    """One row: measured; ceiling, expected (the shipped profile) and held-out (its source left out) predictions."""
 
     row: Row
-    split: Split
+    cell: Cell
     ceiling: float
     expected: float
-    engine: str = ""  # the profile that priced "expected"
+    held_out: float | None = None  # priced under the fold that never read this row's source (None: not asked)
     waves: int = 1  # waves the row's sequences ran in (1: all at once)
+
+    @property
+    def engine(self) -> str:
+        """The engine era that priced it (`vllm@v1`; the profile's own label under --engine)."""
+        return f"{self.cell.engine}@{self.cell.era}" if self.cell.era not in ("", "identity") else self.cell.engine
 
     @property
     def used(self) -> bool:
@@ -180,9 +195,19 @@ class RowResult:
         return self.expected / self.row.value - 1
 
     @property
+    def held_out_error(self) -> float | None:
+        """Held-out prediction / measured - 1."""
+        return None if self.held_out is None else self.held_out / self.row.value - 1
+
+    @property
     def ceiling_error(self) -> float:
         """Ceiling / measured - 1: the error of the untuned model (datasheet peaks, no overhead)."""
         return self.ceiling / self.row.value - 1
+
+    def time_ratio(self, predicted: float) -> float:
+        """Measured time over a predicted time (rates inverted): above 1 when the run was slower than predicted."""
+        ratio = predicted / self.row.value
+        return ratio if self.row.higher_is_better else 1 / ratio
 
     @property
     def violation(self) -> bool:
@@ -204,35 +229,19 @@ def row_deployment(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfi
         raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
 
 
-def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, split: Split | None = None) -> RowResult:
-    """One row under the ceiling and under `engine`, wave by wave: each wave's TTFT and mean TPOT from the engine."""
+def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, cell: Cell, engine: EngineProfile,
+              held_out: EngineProfile | None = None) -> RowResult:  # fmt: skip
+    """One row under the ceiling, its engine era's shipped profile and (when given) its held-out fold's, wave by wave:
+    each wave's TTFT and mean TPOT from the engine (the waves from the shipped profile's running cap)."""
     d = row_deployment(row, model, gpu, engine)
     plan = waves_of(row, model, gpu, engine, d)
-    times_of: dict[str, list[WaveTimes]] = {"ceiling": [], "expected": []}
-    for wave in plan:
-        wl = workload_of(row, wave.batch)
-        for name, found in times_of.items():
-            ttft, tpot = times(d, wl, d.rates(name))
-            found.append(WaveTimes(wave.batch, wave.count, ttft, tpot))
-    return RowResult(
-        row=row,
-        split=split_of(row) if split is None else split,
-        ceiling=run_metric(row, times_of["ceiling"]),
-        expected=run_metric(row, times_of["expected"]),
-        engine=engine.name,
-        waves=sum(w.count for w in plan),
-    )
 
+    def metric(rates: Rates) -> float:
+        return run_metric(row, [WaveTimes(w.batch, w.count, *times(d, workload_of(row, w.batch), rates)) for w in plan])
 
-def compare_rows(
-    rows: Sequence[Row],
-    models: Mapping[str, ModelSpec],
-    gpus: Mapping[str, GpuSpec],
-    engines: Mapping[str, EngineProfile],
-    engine: EngineProfile | None = None,
-) -> list[RowResult]:
-    """Every row priced with the specs as shipped: its own engine's profile (row.engine), or `engine` for all."""
-    return [price_row(row, models[row.model], gpus[row.gpu], engine or engines[row.engine]) for row in rows]
+    out = metric(row_rates(row, d, held_out)) if held_out is not None else None
+    return RowResult(row, cell, metric(row_rates(row, d, None)), metric(row_rates(row, d, engine)), out,
+                     sum(w.count for w in plan))  # fmt: skip
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -241,91 +250,3 @@ def percentile(values: Sequence[float], q: float) -> float:
     rank = (len(ordered) - 1) * q / 100
     lo, hi = math.floor(rank), math.ceil(rank)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupStats:
-    """Absolute errors of one group of used rows: all of them, the held-out ones, and the untuned ceiling."""
-
-    group: str
-    rows: int
-    median_abs_error: float
-    p90_abs_error: float
-    test_rows: int
-    test_median_abs_error: float | None
-    test_p90_abs_error: float | None
-    ceiling_median_abs_error: float
-    violations: int
-
-
-def group_stats(group: str, results: Sequence[RowResult]) -> GroupStats:
-    """Median and 90th percentile of |error| over `results` (all splits, then test only)."""
-    errors = [abs(r.error) for r in results]
-    test = [abs(r.error) for r in results if r.split == "test"]
-    return GroupStats(
-        group=group,
-        rows=len(results),
-        median_abs_error=statistics.median(errors),
-        p90_abs_error=percentile(errors, 90),
-        test_rows=len(test),
-        test_median_abs_error=statistics.median(test) if test else None,
-        test_p90_abs_error=percentile(test, 90) if test else None,
-        ceiling_median_abs_error=statistics.median(abs(r.ceiling_error) for r in results),
-        violations=sum(r.violation for r in results),
-    )
-
-
-LONG_CONTEXT_TOKENS = 8192  # a prompt from here on: attention and the KV cache weigh as much as the weights
-
-
-def row_classes(r: RowResult, models: Mapping[str, ModelSpec]) -> list[str]:
-    """The classes of rows the physics treats differently that `r` belongs to (reported so none can hide)."""
-    model, row = models[r.row.model], r.row
-    weight_only = is_weight_only(resolve_precision(model, workload_of(row)))
-    members = {
-        "class: tensor parallel (TP > 1)": row.tp > 1,
-        "class: MoE": model.moe is not None,
-        "class: weight-only (dequantizing kernels)": weight_only,
-        f"class: long context (prompt >= {LONG_CONTEXT_TOKENS:,})": row.prompt_tokens >= LONG_CONTEXT_TOKENS,
-        "class: queued (more sequences than run at once: waves)": r.waves > 1,
-    }
-    return [name for name, member in members.items() if member]
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """Rows used and excluded, ceiling violations, and |error| statistics per split, engine, family, class, source."""
-
-    rows_total: int
-    rows_used: int
-    excluded: tuple[str, ...]
-    violations: tuple[str, ...]
-    groups: tuple[GroupStats, ...]
-
-
-def summarize(results: Sequence[RowResult], models: Mapping[str, ModelSpec]) -> Summary:
-    """Statistics over the used rows: overall, per split, engine, GPU family, class, source and metric."""
-    used = [r for r in results if r.used]
-    selections: list[tuple[str, list[RowResult]]] = [("all rows", used)]
-    selections += [(f"split: {s}", [r for r in used if r.split == s]) for s in ("train", "test")]
-    keys: list[tuple[str, Callable[[RowResult], str]]] = [
-        ("engine", lambda r: r.engine),
-        ("family", lambda r: family_of(r.row.gpu) or r.row.gpu),
-    ]
-    for label, key in keys:
-        for value in sorted({key(r) for r in used}):
-            selections.append((f"{label}: {value}", [r for r in used if key(r) == value]))
-    classes = {r.row.id: row_classes(r, models) for r in used}
-    names = dict.fromkeys(name for r in used for name in classes[r.row.id])
-    selections += [(name, [r for r in used if name in classes[r.row.id]]) for name in names]
-    for label, attr in (("source", "source_id"), ("metric", "metric")):
-        for value in sorted({getattr(r.row, attr) for r in used}):
-            selections.append((f"{label}: {value}", [r for r in used if getattr(r.row, attr) == value]))
-    groups = [group_stats(name, members) for name, members in selections if members]
-    return Summary(
-        rows_total=len(results),
-        rows_used=len(used),
-        excluded=tuple(r.row.id for r in results if not r.used),
-        violations=tuple(r.row.id for r in used if r.violation),
-        groups=tuple(groups),
-    )

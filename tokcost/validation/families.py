@@ -1,7 +1,8 @@
-"""GPU families: GPUs that share one memory system generation and kernel stack, and so one set of achievable fractions.
+"""GPU families: GPUs that share one memory system generation and kernel stack, grouped for reporting.
 
-The hardware half of "expected" is fitted per family (scripts/fit_expected.py): a member without published rows of
-its own inherits its family's fractions, which its spec's `achievable.source` says.
+Nothing is fitted per family since issue 19 (the hardware half of "expected" is each spec's measured `sustained`
+block): the families group validate's summary and the leave-one-GPU-family-out folds (a family's rows predicted by
+a fit that never saw that family).
 """
 
 from __future__ import annotations

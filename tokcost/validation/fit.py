@@ -1,218 +1,235 @@
-"""Fitting "expected" = hardware x engine on the train sources only: GPU family fractions and engine profiles.
+"""Fitting the engine profiles (never the hardware) on published rows: a robust, regularized, gated fit.
 
-The model stays physical, every number on a bounded grid of physical values, none per row:
-- per GPU family (the hardware): `bandwidth` and `compute`, fractions of the datasheet memory bandwidth and
-  dense matmul peak (families: tokcost/validation/families.py);
-- per engine (tokcost/profiles.py): an efficiency per kernel class relative to the family's fraction (dense GEMM
-  by compute dtype, weight-only GEMM by kernel family, decode attention, MoE grouped GEMM, collective bandwidth),
-  and fixed costs per forward pass (`step_us`), per request (`request_us`, on TTFT) and per collective
-  (`collective_us`, on the link's own sourced latency).
-The `generic` engine is the identity (no fitted term): the reference that makes the product identifiable, so a
-family's fractions are what generic predicts and the named engines scale them. Each row is predicted by the engine
-itself (cases.py): its work counted once, priced under each candidate's rates exactly as validate prices it.
-
-Which numbers are free is decided before fitting, from the train rows alone: a parameter is fitted when at least
-MIN_INFORMATIVE_ROWS train rows are informed by it (a change of PROBES from START moves their prediction by
-INFORMATIVE_LOG_CHANGE or more); otherwise it stays at START (efficiency 1, no fixed cost), so an engine never
-gets a number no train row speaks for. Objective: mean |log(predicted / measured)| over the train rows (symmetric
-for rates and times; L1, so a few far-off rows pull the fit less than under squares). Search: coordinate descent
-over the grids (coarse, then a fine pass around the best), sweeping until a sweep changes nothing.
+The model: each row's prediction is the engine's own (cases.py) under its cell's parameter values (space.py);
+its error is e = log(predicted time / measured time) (rates inverted). The fit minimizes, over the free
+parameters' log-values z and one offset u per source:
+- sum over rows of Student-t's -log density of (e - u_source), NU degrees of freedom, scale SCALE (robust: a
+  row far off pulls far less than under squares);
+- u^2 / (2 TAU^2) per source: each publication may sit a little off as a whole (an unstated GPU variant, clocks,
+  a harness) without moving shared parameters; used only while fitting (a prediction has no offset);
+- |log value - log parent| / scale per free parameter (Laplace shrinkage: era -> engine -> all engines; a cost
+  towards its prior centre), smoothed at 0 by EPS;
+- (distance outside its range / HINGE_SCALE)^2 / 2 per parameter, and per GPU an era ran on for the GEMV and GEMM
+  shares of the datasheet (priors.py): the soft walls that keep every value physical.
+Search: Levenberg-Marquardt on the Gauss-Newton (IRLS) model, the rows' Jacobian by forward differences through
+the engine. Deterministic: the same rows give the same values.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokcost.validation.cases import COST_KEYS, FAMILY_PARAMS, Case, Pricer, is_cost, is_fraction, start_value
-from tokcost.validation.data import split_of
-from tokcost.validation.families import FAMILIES
+from tokcost.validation.cases import Case, Pricer
+from tokcost.validation.priors import HINGE_SCALE, PRODUCT_HINGE_SCALE
+from tokcost.validation.space import Space
 
-__all__ = ["COST_KEYS", "FAMILY_PARAMS", "FitResult", "fit", "is_cost", "is_fraction", "start_value", "train_cases"]
-MIN_INFORMATIVE_ROWS = 3
-INFORMATIVE_LOG_CHANGE = 0.05
-# A probe moves a parameter by a fifth of its plausible range: fractions and efficiencies x 0.8, costs up by a step.
-PROBE_SCALE = 0.8
-PROBE_ADD_US = {"step_us": 1000.0, "request_us": 10_000.0, "collective_us": 20.0}
-# A family's fractions stay below the datasheet: DRAM refresh, page and protocol overheads keep even a plain copy
-# under ~85-90% of the HBM peak ("even just copying memory struggles to break 85%" on A100-80GB, pytorch.org blog
-# 2023-11-30 "Accelerating Generative AI Part 2"), and tensor cores lose clock under load. An engine's efficiency
-# may still lift its own kernel's product up to the datasheet.
-FRACTION_GRID = tuple(pct / 100 for pct in range(10, 91))  # 0.10 .. 0.90
-EFFICIENCY_GRID = tuple(pct / 100 for pct in range(10, 201))  # 0.10 .. 2.00 of the family's fraction
-COARSE_STEP = 5  # grid points between coarse candidates (0.05); then every point within +-4 of the best
-COST_GRIDS_US: dict[str, tuple[float, ...]] = {
-    "step_us": tuple(range(0, 100, 5))
-    + tuple(range(100, 1000, 25))
-    + tuple(range(1000, 10_000, 250))
-    + tuple(range(10_000, 50_001, 2500)),  # 0-50 ms: graph-captured steps take tens of us, eager ones ms
-    "request_us": tuple(range(0, 5000, 250)) + tuple(range(5000, 100_001, 2500)),  # 0-100 ms
-    "collective_us": tuple(range(0, 100, 2)) + tuple(range(100, 1001, 25)),  # 0-1 ms
-}
-MAX_SWEEPS = 30
-# Engine efficiencies are held to 1 by a weak prior: each costs PRIOR_ROWS train rows' worth of |log| error per
-# unit of |log efficiency|. It decides what the product alone cannot: how a family's rate splits between the
-# hardware and its engines (a family's fraction and every efficiency on it can trade against each other), so the
-# fraction settles where the engines' efficiencies are smallest in |log|: the GPU's fraction is what the median
-# engine reaches and `generic` (the identity) predicts a typical engine. It is too weak to hold an efficiency that
-# more than a row of evidence moves.
-PRIOR_ROWS = 0.5
-# Not fitted whatever the rows say: the collectives' bandwidth stays the link's own nccl-tests efficiency (large
-# messages run on NCCL/RCCL in every engine; a fitted share would absorb slow prefills, not the link).
-FIXED_KEYS = frozenset({"collective"})
-
-
-def grid(name: str) -> tuple[float, ...]:
-    """The values a parameter may take."""
-    if is_fraction(name):
-        return FRACTION_GRID
-    if is_cost(name):
-        return tuple(float(v) for v in COST_GRIDS_US[name.rsplit(".", 1)[-1]])
-    return EFFICIENCY_GRID
-
-
-def probe(name: str, value: float) -> float:
-    """The probe a parameter is moved by to see which rows it informs."""
-    return value + PROBE_ADD_US[name.rsplit(".", 1)[-1]] if is_cost(name) else value * PROBE_SCALE
-
-
-def train_cases(cases: Sequence[Case]) -> list[Case]:
-    """The cases of the train split."""
-    return [c for c in cases if split_of(c.row) == "train"]
-
-
-def train_digest(cases: Sequence[Case]) -> str:
-    """SHA-256 (first 12 hex digits) of what the fit reads from the train rows."""
-    keys = ("id", "source_id", "model", "gpu", "gpus", "weights", "experts", "kv", "compute", "batch",
-            "prompt_tokens", "output_tokens", "engine", "metric", "value")  # fmt: skip
-    payload = [{k: getattr(c.row, k) for k in keys} for c in sorted(cases, key=lambda c: c.row.id)]
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()[:12]
-
-
-class Objective:
-    """Mean |log(predicted / measured)| over the train cases, recomputing only the cases a parameter moves."""
-
-    def __init__(self, cases: Sequence[Case], values: dict[str, float]) -> None:
-        self.cases = list(cases)
-        self.values = values
-        self.pricer = Pricer(sorted(values))
-        self.prior = PRIOR_ROWS / len(self.cases)  # per unit |log efficiency|, in mean |log error|
-        self.members: dict[str, list[int]] = {}
-        for i, c in enumerate(self.cases):
-            for name in c.params:
-                self.members.setdefault(name, []).append(i)
-        self.errors = [self.error(c, values) for c in self.cases]
-
-    def error(self, case: Case, values: Mapping[str, float]) -> float:
-        """|log(predicted / measured)| of one case."""
-        return abs(math.log(self.pricer.predict(case, values) / case.row.value))
-
-    @property
-    def error_loss(self) -> float:
-        """The current mean |log error|."""
-        return sum(self.errors) / len(self.errors)
-
-    def penalty(self, name: str, value: float) -> float:
-        """The prior's cost of one value: an engine efficiency away from 1 (fractions and costs are free)."""
-        return 0.0 if is_fraction(name) or is_cost(name) else self.prior * abs(math.log(value))
-
-    @property
-    def loss(self) -> float:
-        """Mean |log error| plus the prior."""
-        return self.error_loss + sum(self.penalty(n, v) for n, v in self.values.items())
-
-    def trial(self, name: str, value: float) -> float:
-        """The loss with one parameter changed (nothing kept)."""
-        trial = {**self.values, name: value}
-        idx = self.members.get(name, [])
-        delta = sum(self.error(self.cases[i], trial) - self.errors[i] for i in idx)
-        return self.loss + delta / len(self.errors) + self.penalty(name, value) - self.penalty(name, self.values[name])
-
-    def set(self, name: str, value: float) -> None:
-        """Keep a new value."""
-        self.values[name] = value
-        for i in self.members.get(name, []):
-            self.errors[i] = self.error(self.cases[i], self.values)
-
-    def informed(self, name: str) -> int:
-        """Train rows whose prediction the parameter's probe moves by INFORMATIVE_LOG_CHANGE or more."""
-        now, moved = self.values, {**self.values, name: probe(name, self.values[name])}
-        predict = self.pricer.predict
-        return sum(
-            abs(math.log(predict(self.cases[i], moved) / predict(self.cases[i], now))) >= INFORMATIVE_LOG_CHANGE
-            for i in self.members.get(name, [])
-        )
-
-
-def _scan(obj: Objective, name: str) -> bool:
-    """Move one parameter to its best grid value (coarse, then fine around it); True when it moved."""
-    values = grid(name)
-    best, best_loss = obj.values[name], obj.loss
-    coarse = values if is_cost(name) else values[::COARSE_STEP]
-    for candidate in coarse:
-        loss = obj.trial(name, candidate)
-        if loss < best_loss - 1e-12:  # ties keep the current value
-            best, best_loss = candidate, loss
-    if not is_cost(name):
-        centre = min(range(len(values)), key=lambda i: abs(values[i] - best))
-        for candidate in values[max(0, centre - COARSE_STEP + 1) : centre + COARSE_STEP]:
-            loss = obj.trial(name, candidate)
-            if loss < best_loss - 1e-12:
-                best, best_loss = candidate, loss
-    moved = best != obj.values[name]
-    if moved:
-        obj.set(name, best)
-    return moved
+NU = 4.0  # Student-t degrees of freedom
+SCALE = 0.15  # Student-t scale on log error
+TAU = 0.2  # a source's offset: its spread in log (an unstated variant or clock: +-20%)
+ZERO_SUM = 0.01  # an engine's offsets sum to zero within this (in log): the offsets carry no engine's level
+EPS = 0.02  # smoothing of |x| at 0
+STEP = 0.01  # forward-difference step in log
+MAX_ITERATIONS = 80
+TOLERANCE = 1e-7
+TRACE = False
 
 
 @dataclass(frozen=True, slots=True)
 class FitResult:
-    """The fitted values, which were free and which fixed, and what the fit read."""
+    """What a fit found: every parameter's value, which were free, the source offsets, its objective."""
 
-    values: dict[str, float]  # every parameter some train row reads: fitted, or fixed at its start
+    values: dict[str, float]  # every parameter (free, or its parent's / prior centre's value)
     free: tuple[str, ...]
-    informed: dict[str, int]  # train rows each parameter informs (at the start)
-    train_rows: int
-    train_rows_by_engine: dict[str, int]
-    train_rows_by_family: dict[str, int]
-    train_sources_by_engine: dict[str, tuple[str, ...]]
-    data_digest: str
-    train_loss: float  # mean |log error| at the end
-    sweeps: int
-
-    def value(self, name: str) -> float:
-        """A fitted (or fixed) value, or its start when no train row reads it."""
-        return self.values.get(name, start_value(name))
+    informed: dict[str, int]  # rows each parameter informs
+    offsets: dict[str, float]  # per source, fitting only
+    objective: float
+    iterations: int
 
 
-def fit(cases: Sequence[Case]) -> FitResult:
-    """Fit on the train split of `cases` only (see the module docstring)."""
-    train = train_cases(cases)
-    names = sorted({n for c in train for n in c.params})
-    obj = Objective(train, {n: start_value(n) for n in names})
-    informed = {n: obj.informed(n) for n in names}
-    free = tuple(n for n in names if informed[n] >= MIN_INFORMATIVE_ROWS and n.rsplit(".", 1)[-1] not in FIXED_KEYS)
-    # fractions first (the hardware), then each engine's efficiencies, then the fixed costs
-    order = sorted(free, key=lambda n: (not is_fraction(n), is_cost(n), n))
-    sweeps = 0
-    for sweeps in range(1, MAX_SWEEPS + 1):  # noqa: B007 - the count is reported
-        if not any([_scan(obj, n) for n in order]):
+def _rho(e: float) -> float:
+    return (NU + 1) / 2 * math.log1p(e * e / (NU * SCALE * SCALE))
+
+
+def _smooth_abs(d: float) -> float:
+    return math.sqrt(d * d + EPS * EPS)
+
+
+class Objective:
+    """The fit's objective over free log-values `z` and source offsets `u`; its Gauss-Newton model."""
+
+    def __init__(self, cases: Sequence[Case], space: Space, pricer: Pricer) -> None:
+        self.cases, self.space, self.pricer = list(cases), space, pricer
+        # one offset per (source, engine): a publication's unstated variant or harness, per engine it ran
+        self.sources = sorted({f"{c.row.source_id}|{c.cell.engine}" for c in cases})
+        self.source_of = [self.sources.index(f"{c.row.source_id}|{c.cell.engine}") for c in cases]
+        # each engine's offsets sum to zero: its parameters, not the offsets, carry the engine's level
+        engines = sorted({k.split("|")[1] for k in self.sources})
+        self.groups = [[i for i, k in enumerate(self.sources) if k.endswith(f"|{e}")] for e in engines]
+        self.products = space.products(cases)
+
+    def errors(self, values: dict[str, float], only: Sequence[int] | None = None) -> dict[int, float]:
+        """Each case's e = log(predicted / measured time) under the values."""
+        out = {}
+        for i in range(len(self.cases)) if only is None else only:
+            case = self.cases[i]
+            out[i] = case.time_error(self.pricer.predict(case, self.space.case_values(i, case, values)))
+        return out
+
+    def penalties(self, z: dict[str, float], var: dict[str, str | None], values: dict[str, float]) -> list[tuple]:
+        """Each prior term as (kind, x, coefficients {variable: +-1}, scale, range): x linear in z."""
+        terms: list[tuple] = []
+        for name in self.space.free:
+            p = self.space.params[name]
+            if p.parent is None:
+                terms.append(("laplace", z[name] - math.log(p.prior.centre), {name: 1.0}, p.scale, None))
+            else:
+                parent_var = var[p.parent]
+                x = z[name] - math.log(values[p.parent])
+                coef = {name: 1.0} if parent_var is None else {name: 1.0, parent_var: -1.0}
+                terms.append(("laplace", x, coef, p.scale, None))
+            terms.append(("hinge", z[name], {name: 1.0}, HINGE_SCALE, (math.log(p.prior.low), math.log(p.prior.high))))
+        for name, share, (low, high) in self.products:
+            v = var.get(name)
+            if v is not None:
+                span = (math.log(low), math.log(high))
+                terms.append(("hinge", z[v] + math.log(share), {v: 1.0}, PRODUCT_HINGE_SCALE, span))
+        return terms
+
+    def value(self, e: dict[int, float], u: list[float], terms: list[tuple]) -> float:
+        """The objective: rows, offsets, priors."""
+        total = sum(_rho(e[i] - u[self.source_of[i]]) for i in e)
+        total += sum(x * x for x in u) / (2 * TAU * TAU)
+        total += sum(sum(u[k] for k in g) ** 2 for g in self.groups) / (2 * ZERO_SUM * ZERO_SUM)
+        for kind, x, _, scale, span in terms:
+            if kind == "laplace":
+                total += _smooth_abs(x) / scale
+            else:
+                h = max(0.0, span[0] - x, x - span[1])
+                total += (h / scale) ** 2 / 2
+        return total
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with a x = b (Gaussian elimination with partial pivoting; a is small and positive definite)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for k in range(n):
+        pivot = max(range(k, n), key=lambda r: abs(m[r][k]))
+        m[k], m[pivot] = m[pivot], m[k]
+        if abs(m[k][k]) < 1e-300:
+            continue
+        for r in range(k + 1, n):
+            f = m[r][k] / m[k][k]
+            if f:
+                row_r, row_k = m[r], m[k]
+                for c in range(k, n + 1):
+                    row_r[c] -= f * row_k[c]
+    x = [0.0] * n
+    for k in range(n - 1, -1, -1):
+        if abs(m[k][k]) < 1e-300:
+            continue
+        x[k] = (m[k][n] - sum(m[k][c] * x[c] for c in range(k + 1, n))) / m[k][k]
+    return x
+
+
+class _Model:
+    """The Gauss-Newton (IRLS) model of the objective at one point: gradient g and curvature H over the variables."""
+
+    def __init__(self, n: int) -> None:
+        self.g = [0.0] * n
+        self.h = [[0.0] * n for _ in range(n)]
+
+    def add(self, coef: dict[int, float], slope: float, weight: float) -> None:
+        """A term whose value moves by `slope` per unit of sum(coef x) and curves by `weight` along it."""
+        for a, ca in coef.items():
+            self.g[a] += slope * ca
+            row = self.h[a]
+            for b, cb in coef.items():
+                row[b] += weight * ca * cb
+
+
+def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, float] | None = None,
+        pricer: Pricer | None = None) -> FitResult:  # fmt: skip
+    """Fit the free parameters on `cases` (gated on them unless `space` is given gated); warm-start from `start`."""
+    pricer = pricer or Pricer()
+    if space is None:
+        space = Space(cases)
+        space.gate(cases, pricer)
+    obj = Objective(cases, space, pricer)
+    names = list(space.free)
+    index = {n: i for i, n in enumerate(names)}
+    n_vars = len(names) + len(obj.sources)
+    z = {}
+    for n in names:
+        p = space.params[n]
+        got = (start or {}).get(n, p.prior.centre)
+        z[n] = math.log(min(max(got, p.prior.low), p.prior.high))
+    u = [0.0] * len(obj.sources)
+    values, var = space.resolve(z)
+    reads = [{var[n] for n in space.case_names[i]} - {None} for i in range(len(cases))]
+    affected: dict[str, list[int]] = {n: [] for n in names}
+    for i, vs in enumerate(reads):
+        for v in vs:
+            affected[v].append(i)  # type: ignore[index]
+    e = obj.errors(values)
+    terms = obj.penalties(z, var, values)
+    current = obj.value(e, u, terms)
+    damping, iterations = 1e-3, 0
+    for iterations in range(1, MAX_ITERATIONS + 1):  # noqa: B007 - the count is reported
+        model = _Model(n_vars)
+        jac: dict[int, dict[int, float]] = {i: {} for i in range(len(cases))}
+        for v in names:
+            moved = {k: (x * math.exp(STEP) if var[k] == v else x) for k, x in values.items()}
+            for i, ei in obj.errors(moved, affected[v]).items():
+                jac[i][index[v]] = (ei - e[i]) / STEP
+        for i, row in jac.items():
+            s = len(names) + obj.source_of[i]
+            r = e[i] - u[obj.source_of[i]]
+            denom = NU * SCALE * SCALE + r * r
+            model.add({**row, s: -1.0}, (NU + 1) * r / denom, (NU + 1) / denom)
+        for k, uk in enumerate(u):
+            model.add({len(names) + k: 1.0}, uk / TAU**2, 1 / TAU**2)
+        for group in obj.groups:
+            model.add({len(names) + k: 1.0 for k in group}, sum(u[k] for k in group) / ZERO_SUM**2, 1 / ZERO_SUM**2)
+        for kind, x, coef, scale, span in terms:
+            c = {index[name]: sign for name, sign in coef.items()}
+            if kind == "laplace":
+                root = _smooth_abs(x)
+                model.add(c, x / (scale * root), 1 / (scale * root))
+            elif x < span[0] or x > span[1]:
+                edge = span[0] if x < span[0] else span[1]
+                model.add(c, (x - edge) / scale**2, 1 / scale**2)
+        improved = False
+        while damping < 1e10:
+            a = [[hij + (damping * model.h[i][i] + 1e-9 if i == j else 0.0) for j, hij in enumerate(hrow)]
+                 for i, hrow in enumerate(model.h)]  # fmt: skip
+            step = _solve(a, [-gi for gi in model.g])
+            biggest = max((abs(s) for s in step), default=0.0)
+            if biggest > 1.0:  # at most a factor e per parameter per step
+                step = [s / biggest for s in step]
+            z_new = {n: z[n] + step[index[n]] for n in names}
+            u_new = [uk + step[len(names) + k] for k, uk in enumerate(u)]
+            values_new, _ = space.resolve(z_new)
+            e_new = obj.errors(values_new)
+            terms_new = obj.penalties(z_new, var, values_new)
+            trial = obj.value(e_new, u_new, terms_new)
+            if trial < current:
+                improved = current - trial > TOLERANCE * (1 + abs(current))
+                z, u, values, e, terms, current = z_new, u_new, values_new, e_new, terms_new, trial
+                damping = max(damping / 3, 1e-9)
+                break
+            damping *= 4
+        if TRACE:
+            print(f"it {iterations} F {current:.3f} damping {damping:.2g} improved {improved}")
+        if not improved:
             break
     return FitResult(
-        values=dict(obj.values),
-        free=free,
-        informed=informed,
-        train_rows=len(train),
-        train_rows_by_engine={e: sum(c.engine == e for c in train) for e in sorted({c.engine for c in train})},
-        train_rows_by_family={f: sum(c.family == f for c in train) for f in FAMILIES},
-        train_sources_by_engine={
-            e: tuple(sorted({c.row.source_id for c in train if c.engine == e}))
-            for e in sorted({c.engine for c in train})
-        },
-        data_digest=train_digest(train),
-        train_loss=obj.error_loss,
-        sweeps=sweeps,
+        values=values,
+        free=tuple(names),
+        informed={n: len(rows) for n, rows in space.informed.items()},
+        offsets=dict(zip(obj.sources, u, strict=True)),
+        objective=current,
+        iterations=iterations,
     )

@@ -1,0 +1,154 @@
+"""Engine eras: `--engine name@era` resolves to one era of an engine's file, every published row maps to a cell
+that exists, and engine files are strict (a typo is refused in one line naming the file and the key)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokcost.eras import builtin_files, load_profile, version_key
+from tokcost.errors import SpecError
+from tokcost.hardware.library import load_gpu
+from tokcost.profiles import ENGINES, GENERIC, IDENTITY, load_engine
+from tokcost.validation.cases import row_cell
+from tokcost.validation.cells import FRAMEWORK_ENGINE, cell_of, version_of
+from tokcost.validation.data import load_rows
+from tokcost.validation.serving_data import load_serving
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tokcost" / "validation" / "published.yaml"
+
+
+def test_every_builtin_engine_has_a_file_with_its_newest_era():
+    files = builtin_files()
+    assert set(files) == set(ENGINES)
+    assert {"eager", "v0", "v1"} <= set(files["vllm"].eras) and files["vllm"].newest == "v1"
+    assert {"static", "inflight"} <= set(files["tensorrt-llm"].eras)
+    assert load_engine("vllm").label == "vllm@v1"
+
+
+@pytest.mark.parametrize(
+    ("spelled", "label"),
+    [
+        ("vllm", "vllm@v1"),
+        ("vllm@v0", "vllm@v0"),
+        ("vllm@0.6", "vllm@v0"),
+        ("vllm@0.6.3.post1", "vllm@v0"),
+        ("vllm@0.5.4", "vllm@eager"),
+        ("vllm@0.10.1", "vllm@v1"),
+        ("tensorrt-llm@0.9", "tensorrt-llm@static"),
+        ("tensorrt-llm@0.10", "tensorrt-llm@inflight"),
+    ],
+)
+def test_an_era_is_named_or_spelled_by_a_version_it_covers(spelled, label):
+    assert load_profile(spelled).label == label
+
+
+def test_an_unknown_era_lists_the_known_ones():
+    with pytest.raises(SpecError) as err:
+        load_profile("vllm@v9")
+    text = str(err.value)
+    assert "no era 'v9' of vllm" in text and "vllm@eager (before 0.6, or eager)" in text and "vllm@v1 (0.8 on)" in text
+
+
+def test_versions_compare_as_numbers():
+    assert version_key("0.10.1") > version_key("0.9.2") and version_key("v1.0.0rc4") == (1, 0, 0)
+    assert version_key("abc123") is None
+    assert version_of("NIM llama-3.3-70b-instruct 1.8.0") == (1, 8, 0) and version_of(None) is None
+
+
+def test_generic_is_the_identity_with_no_cost():
+    generic = load_engine("generic")
+    assert generic.kernels == IDENTITY == GENERIC.kernels
+    assert (generic.step_overhead_us, generic.request_overhead_us, generic.launch_overhead_us) == (0, 0, 0)
+
+
+def test_every_published_row_maps_to_an_era_its_engine_file_has():
+    rows = load_rows(DATA)
+    files = builtin_files()
+    gpus = {r.gpu: load_gpu(r.gpu) for r in rows}
+    seen = set()
+    for row in rows:
+        cell = row_cell(row, gpus[row.gpu])
+        assert cell.engine in files and cell.era in files[cell.engine].eras, row.id
+        assert cell.platform == gpus[row.gpu].platform, row.id
+        seen.add((cell.engine, cell.era))
+    # the data speaks for the eras the issue names: vLLM eager, V0 and V1; TensorRT-LLM static and in-flight
+    assert {("vllm", "eager"), ("vllm", "v0"), ("vllm", "v1"), ("tensorrt-llm", "static"),
+            ("tensorrt-llm", "inflight")} <= seen  # fmt: skip
+
+
+def test_every_serving_setup_maps_to_an_era():
+    files = builtin_files()
+    setups, _ = load_serving(ROOT / "tokcost" / "validation" / "serving.yaml")
+    for setup in setups.values():
+        gpu = load_gpu(setup.gpu)
+        cell = cell_of(framework=setup.framework, engine=setup.engine, version=setup.engine_version,
+                       graphs=setup.graphs, platform=gpu.platform)  # fmt: skip
+        assert cell.engine in files and cell.era in files[cell.engine].eras, setup.id
+
+
+@pytest.mark.parametrize(
+    ("framework", "version", "graphs", "platform", "cell"),
+    [
+        ("vllm", "0.5.3", None, "cuda", ("vllm", "eager")),
+        ("vllm", "0.6.3.post1", False, "cuda", ("vllm", "eager")),  # --enforce-eager
+        ("vllm", "0.6.3.post1", True, "rocm", ("vllm", "v0")),
+        ("vllm", "0.8.5", None, "cuda", ("vllm", "v1")),
+        ("tensorrt-llm", "0.9.0", None, "cuda", ("tensorrt-llm", "static")),
+        ("nim", "1.8.0", None, "cuda", ("tensorrt-llm", "inflight")),
+        ("llama.cpp", "b1500", None, "cuda", ("llama.cpp", "eager")),
+        ("llama.cpp", "b3000", None, "cuda", ("llama.cpp", "graphs")),
+        ("llama.cpp", "b3000", None, "rocm", ("llama.cpp", "eager")),
+        ("gpt-fast", None, None, "cuda", ("torch-compile", "main")),
+        ("deepspeed-mii", "0.2", None, "cuda", ("generic", "identity")),
+    ],
+)
+def test_the_cell_rules(framework, version, graphs, platform, cell):
+    engine = FRAMEWORK_ENGINE.get(framework, framework)
+    got = cell_of(framework=framework, engine=engine, version=version, graphs=graphs, platform=platform)
+    assert (got.engine, got.era) == cell and got.platform == platform
+
+
+def _engine_file(tmp_path, body: str) -> str:
+    path = tmp_path / "mine.yaml"
+    path.write_text(body, encoding="utf-8")
+    return str(path)
+
+
+GOOD = """name: mine
+source: my own measurement, 2026-12-01
+newest: main
+eras:
+  main:
+    step_overhead_us: 100.0
+    kernels:
+      memory:
+        gemv: 0.9
+"""
+
+
+def test_a_user_engine_file_loads_and_spells_its_era(tmp_path):
+    path = _engine_file(tmp_path, GOOD)
+    assert load_engine(path).kernels.memory.gemv == 0.9
+    assert load_engine(f"{path}@main").step_overhead_us == 100.0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("step_overhead_us: 100.0", "step_overhead_us: true", "step_overhead_us"),
+        ("step_overhead_us: 100.0", "step_overhead_us: '100'", "step_overhead_us"),
+        ("source: my own measurement, 2026-12-01", "source: '  '", "source"),
+        ("gemv: 0.9", "gemv: 0.9\n        BF16: 0.8", "BF16"),
+        ("gemv: 0.9", "gemv: 0.9\n        weight_only: {awq: 0.8}", "awq"),
+        ("gemv: 0.9", "gemv: 9", "gemv"),
+    ],
+)
+def test_a_bad_engine_file_is_refused_naming_the_file_and_key(tmp_path, old, new, field):
+    path = _engine_file(tmp_path, GOOD.replace(old, new))
+    with pytest.raises(SpecError) as err:
+        load_engine(path)
+    text = str(err.value)
+    assert text.startswith(path) and field in text and "\n" not in text.strip()

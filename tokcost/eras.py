@@ -1,0 +1,169 @@
+"""Engine files: every era of one serving engine, and `name@era` resolved to the profile of one era.
+
+An engine file (tokcost/specs/engines/<name>.yaml) lists the engine's eras, oldest first; `newest` is the era
+`--engine <name>` means. An era is spelled by its name (`vllm@v1`, `tensorrt-llm@static`) or by a version it covers
+(`vllm@0.6.3` is v0): each era states the versions it covers (`since`, `before`), and an eager era also takes every
+run without CUDA/HIP graphs (`--enforce-eager`) whatever its version. An unknown era lists the known ones. A file
+without `eras` (a profile written before eras) is one era of its own keys. Files are strict: a number is a number
+(never `true` or "100"), every key is one the schema knows (a format family, a link class, a platform), every source
+is text that is not blank.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tokcost.catalog import builtin_names, locate, looks_like_path
+from tokcost.errors import SpecError
+from tokcost.profiles import EngineProfile, EraFields
+from tokcost.spec_errors import validated
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)
+ERA_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")  # the leading dotted numbers: "0.6.3.post2" -> 0.6.3, "1.0.0rc4" -> 1.0.0
+
+
+def version_key(text: str) -> tuple[int, ...] | None:
+    """A version's leading numbers as a tuple to compare ((0, 6, 3)); None for a commit hash or a build tag."""
+    found = VERSION.match(text.strip().lower())
+    return tuple(int(p) for p in found.group(1).split(".")) if found else None
+
+
+class Versions(BaseModel):
+    """The versions an era covers: from `since` (inclusive) up to `before` (exclusive); unset: unbounded."""
+
+    model_config = _FROZEN
+
+    since: str | None = Field(default=None, min_length=1, max_length=40)
+    before: str | None = Field(default=None, min_length=1, max_length=40)
+
+    @field_validator("since", "before")
+    @classmethod
+    def _a_version(cls, value: str | None) -> str | None:
+        if value is not None and version_key(value) is None:
+            raise ValueError(f"{value!r} is not a version; give dotted numbers such as 0.6 or 1.0")
+        return value
+
+    def cover(self, version: tuple[int, ...]) -> bool:
+        """True when `version` lies in [since, before)."""
+        low = version_key(self.since) if self.since else None
+        high = version_key(self.before) if self.before else None
+        return (low is None or version >= low) and (high is None or version < high)
+
+    @property
+    def text(self) -> str:
+        """'0.6 to before 0.8', 'before 0.6', '0.8 on', 'every version'."""
+        if self.since and self.before:
+            return f"{self.since} to before {self.before}"
+        return f"before {self.before}" if self.before else f"{self.since} on" if self.since else "every version"
+
+
+class EraSpec(EraFields):
+    """One era as its file states it: its values, the versions it covers, and whether eager runs map to it."""
+
+    versions: Versions = Versions()
+    eager: bool = False  # runs without CUDA/HIP graphs (--enforce-eager) map here whatever their version
+
+
+class EngineFile(BaseModel):
+    """Every era of one engine, oldest first, and the one `--engine <name>` means."""
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    source: str = Field(min_length=1, max_length=4000)
+    newest: str = Field(min_length=1, max_length=100)
+    eras: dict[str, EraSpec] = Field(min_length=1)
+    fit: str = Field(default="", max_length=4000)
+    notes: str = Field(default="", max_length=10_000)
+
+    @field_validator("eras")
+    @classmethod
+    def _era_names(cls, value: dict[str, EraSpec]) -> dict[str, EraSpec]:
+        bad = [k for k in value if not ERA_NAME.match(k)]
+        if bad:
+            raise ValueError(f"era name {bad[0]!r}: lower-case letters, digits, '.' and '-' (e.g. v1, static, 0.6)")
+        return value
+
+    @model_validator(mode="after")
+    def _newest_is_an_era(self) -> EngineFile:
+        if self.newest not in self.eras:
+            raise ValueError(f"newest: {self.newest!r} is not one of the eras: {', '.join(self.eras)}")
+        return self
+
+    def era_of(self, spelled: str) -> str | None:
+        """The era `spelled` names: an era's name, or a version one era covers (eager eras aside); else None."""
+        key = spelled.strip().lower()
+        if key in self.eras:
+            return key
+        version = version_key(key) if key[:1].isdigit() else None  # `v9` is a name (none such), `0.9` a version
+        if version is None:
+            return None
+        found = [name for name, era in self.eras.items() if not era.eager and era.versions.cover(version)]
+        found = found or [name for name, era in self.eras.items() if era.versions.cover(version)]
+        return found[-1] if found else None
+
+    def known(self) -> str:
+        """The eras and what spells them, for an error or a listing."""
+        return "; ".join(f"{self.name}@{name} ({era.versions.text}{', or eager' if era.eager else ''})"
+                         for name, era in self.eras.items())  # fmt: skip
+
+    def profile(self, era: str | None = None) -> EngineProfile:
+        """One era's profile (the newest when `era` is None)."""
+        name = era or self.newest
+        fields = self.eras[name].model_dump(exclude={"versions", "eager"})
+        notes = "\n".join(n for n in (self.notes, fields.pop("notes")) if n)
+        return EngineProfile.model_validate(
+            {**fields, "name": self.name, "era": name if len(self.eras) > 1 else "", "source": self.source,
+             "fit": self.fit, "notes": notes}, strict=False
+        )  # fmt: skip
+
+
+def split_spelling(text: str) -> tuple[str, str | None]:
+    """('vllm', '0.6') for 'vllm@0.6'; (text, None) for a file path or a name without '@'."""
+    name, at, era = text.rpartition("@")
+    if not at or not name or os.path.exists(text) or looks_like_path(era):  # a file whose name holds an '@'
+        return text, None
+    return name, era
+
+
+def load_file(name_or_path: str) -> tuple[str, EngineFile]:
+    """(where, the engine's file) for a built-in name or a YAML path."""
+    where, data = locate("engines", name_or_path)
+    return where, validated(EngineFile, where, _with_name(data, name_or_path))
+
+
+FILE_KEYS = ("name", "source", "fit", "notes")
+
+
+def _with_name(data: dict[str, Any], name_or_path: str) -> dict[str, Any]:
+    """A file without `name` takes its file name's stem (a user's copy of a profile); a file without `eras` (a
+    profile written before eras) is one era, `main`, of its own keys."""
+    if "name" not in data:
+        data = {**data, "name": Path(name_or_path).stem.lower()}
+    if "eras" in data or "newest" in data:
+        return data
+    era = {k: v for k, v in data.items() if k not in FILE_KEYS}
+    return {**{k: data[k] for k in FILE_KEYS if k in data}, "newest": "main", "eras": {"main": era}}
+
+
+def load_profile(spelled: str) -> EngineProfile:
+    """The profile `spelled` names: `vllm` (newest era), `vllm@v0`, `vllm@0.6.3`, or a YAML file (`file.yaml@era`)."""
+    name, era = split_spelling(spelled)
+    where, found = load_file(name)
+    if era is None:
+        return found.profile()
+    chosen = found.era_of(era)
+    if chosen is None:
+        raise SpecError(where, f"no era {era!r} of {found.name}; known: {found.known()}", field="eras")
+    return found.profile(chosen)
+
+
+def builtin_files() -> dict[str, EngineFile]:
+    """Every built-in engine's file, by name."""
+    return {name: load_file(name)[1] for name in builtin_names("engines")}

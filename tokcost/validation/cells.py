@@ -1,0 +1,92 @@
+"""Which engine profile cell a published run belongs to: (engine, era, platform), read from the run's conditions.
+
+One function, `cell_of`, for every published row (published.yaml) and every serving setup (serving.yaml), from
+what the source states: the framework, its version as printed, CUDA/HIP graphs or eager, and the GPU's platform
+(the harness, `measured_at`, decides only whether the per-request cost applies). The rules, engine by engine:
+- vLLM: eager when run without graphs (`--enforce-eager`, or a build before 0.6); V0 from 0.6, V1 from 0.8 (the
+  default engine from 0.8.0); an unstated version is V0 (every such row in the data is a 2024 run, the notes say);
+- TensorRT-LLM: static batching through 0.9, in-flight from 0.10; NIM's TensorRT-LLM profiles are in-flight;
+- llama.cpp: eager on ROCm (its HIP builds launch every kernel), or without CUDA graphs (graphs: false, or a build
+  before b2800); graphs otherwise (an unstated CUDA build of 2024-05 on has them);
+- LMDeploy: its PyTorch engine when the version text names it, else TurboMind;
+- SGLang, TGI, MLC LLM, torch.compile'd loops (gpt-fast, torchao): one era each; anything else: generic.
+A version is the last dotted number in the text ("NIM llama-3.3-70b-instruct 1.8.0" -> 1.8.0, "0.6.3.post2" ->
+0.6.3); llama.cpp's build number is the one in parentheses or after "b".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tokcost.eras import version_key
+
+DOTTED = re.compile(r"\d+(?:\.\d+)+")
+BUILD = re.compile(r"(?:\((\d{3,5})\)|\bb(\d{3,5})\b)")
+LLAMACPP_GRAPHS_BUILD = 2800  # CUDA graphs by default in llama.cpp's CUDA backend (PR 6766, merged 2024-05)
+FRAMEWORK_ENGINE = {
+    "vllm": "vllm", "tensorrt-llm": "tensorrt-llm", "nim": "tensorrt-llm", "sglang": "sglang",
+    "llama.cpp": "llama.cpp", "mlc-llm": "mlc", "lmdeploy": "lmdeploy", "tgi": "tgi", "gpt-fast": "torch-compile",
+    "torchao": "torch-compile",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One engine era on one platform: what a profile's numbers are fitted per."""
+
+    engine: str
+    era: str
+    platform: str
+
+    @property
+    def label(self) -> str:
+        """'vllm@v1 on rocm'."""
+        return f"{self.engine}@{self.era} on {self.platform}"
+
+
+def version_of(text: str | None) -> tuple[int, ...] | None:
+    """The last dotted number of a version as printed, as a tuple; None when it has none (a commit hash)."""
+    if not text:
+        return None
+    found = DOTTED.findall(text)
+    return version_key(found[-1]) if found else None
+
+
+def _build_of(text: str | None) -> int | None:
+    found = BUILD.search(text or "")
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+def _vllm(version: tuple[int, ...] | None, graphs: bool | None) -> str:
+    if graphs is False or (version is not None and version < (0, 6)):
+        return "eager"
+    return "v1" if version is not None and version >= (0, 8) else "v0"
+
+
+def _llamacpp(text: str | None, graphs: bool | None, platform: str) -> str:
+    if platform == "rocm" or graphs is False:
+        return "eager"
+    if graphs:
+        return "graphs"
+    build = _build_of(text)
+    return "eager" if build is not None and build < LLAMACPP_GRAPHS_BUILD else "graphs"
+
+
+def cell_of(*, framework: str, engine: str, version: str | None, graphs: bool | None, platform: str) -> Cell:
+    """The cell of a run: its engine (from the framework; `engine` where the framework names none), era, platform."""
+    name = FRAMEWORK_ENGINE.get(framework, engine)
+    v = version_of(version)
+    if name == "vllm":
+        era = _vllm(v, graphs)
+    elif name == "tensorrt-llm":
+        era = "inflight" if framework == "nim" or v is None or v >= (0, 10) else "static"
+    elif name == "llama.cpp":
+        era = _llamacpp(version, graphs, platform)
+    elif name == "lmdeploy":
+        era = "pytorch" if "pytorch" in (version or "").lower() else "turbomind"
+    elif name in ("sglang", "tgi", "mlc", "torch-compile"):
+        era = "main"
+    else:
+        name, era = "generic", "identity"
+    return Cell(name, era, platform)

@@ -1,0 +1,117 @@
+"""What the fit may believe before any row: each engine parameter's physical range and its prior centre, with why.
+
+Efficiencies are shares of what the hardware sustains (the GPU's measured copy and GEMM shares), so their ranges
+are about software, never about the silicon:
+- memory side (GEMV over native or dequantizing weights): 0.5-1.12 of a plain copy; a tuned GEMV streams a little
+  more than cudaMemcpy (the H100 SXM's copy share 0.79 is cudaMemcpy's; copy kernels reach 0.85-0.92,
+  RRZE-HPC/gpu-benches), a naive one half of it. Across the GPUs an era ran on, the GEMV's share of the datasheet
+  (copy x efficiency) must stay in BANDWIDTH_PRODUCT (0.70-0.95): a hinge on the product, per GPU;
+- decode attention (paged KV reads, many small blocks): 0.3-1.12; MoE grouped GEMM on top of its class: 0.4-1.12;
+- compute side (GEMM share x efficiency): 0.4-1.1 of the GEMM share, the product within GEMM_PRODUCT (0.40-0.95);
+  prefill attention 0.3-1.1;
+- a platform gap (a CUDA-first engine's ROCm build: untuned GEMMs, triton attention, RCCL): 0.1-1.12 per side
+  (memory, GEMM compute, prefill attention compute apart: vLLM 0.6's ROCm prefill at 10-20x its ceiling's time on
+  long prompts is its flash attention's, while hipBLASLt GEMMs reach 0.54 of the peak);
+- per kernel on the GPU, every era: 0.3-5 us, centre 1.5: the idle gap between consecutive kernels (NVIDIA's
+  "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel costs 3.4 us per launch inside a graph, 3.8 us from a
+  stream) plus each kernel's ramp-up and tail wave (a GEMV at batch 1 fills the SMs only in its middle);
+Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section 4, and the sources below):
+- per step: graph-captured eras 50-1,000 us (vLLM V1's blog: the CPU work between forward passes matters when a
+  Llama-8B step on an H100 is ~5 ms on the GPU, so it is well under that); V0 0.2-5 ms (Python scheduler and
+  sampling); eager eras 0.5-10 ms; C++ engines (TensorRT-LLM, LMDeploy TurboMind, MLC) 20-1,000 us;
+- per launched kernel, eager eras only: 2-30 us (cudaLaunchKernel 1-3 us plus PyTorch's dispatch, 5-25 us per op
+  in eager mode; llama.cpp launches from C++: 2-20 us);
+- per collective on top of the link's own latency: NVLink/xGMI custom all-reduce 2-30 us, NCCL over PCIe or the
+  network 10-100 us (llama.cpp's 2023 row split gathers partial results on the main GPU: 50-1,000 us);
+- per request on a client-side harness: 0.5-50 ms (HTTP, tokenization, admission; at low concurrency a few
+  tenths of a percent of a multi-second request, andyluo7.github.io 2026-05-14, vLLM 0.19 on MI300X).
+The centre is where a parameter stays when no rows identify it ("prior", and it says so in the profile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BANDWIDTH_PRODUCT = (0.70, 0.95)  # a GEMV's share of the datasheet bandwidth (copy share x memory efficiency)
+GEMM_PRODUCT = (0.40, 0.95)  # a GEMM's share of the dense peak (GEMM share x compute efficiency)
+SHRINK_SCALE = 0.3  # Laplace scale (in log) of an era's efficiency around its engine's, an engine's around all
+COST_SCALE = 1.0  # Laplace scale (in log) of a host cost around its centre: weak, a tie-breaker
+HINGE_SCALE = 0.01  # outside its range a parameter pays (distance in log / 0.01)^2 / 2: a stiff wall
+PRODUCT_HINGE_SCALE = 0.01  # the GEMV's and GEMM's share of the datasheet, per GPU: a stiff wall (a physical bound)
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """A parameter's physical range and where it sits when nothing identifies it."""
+
+    low: float
+    high: float
+    centre: float
+
+
+EFFICIENCY_PRIORS: dict[str, Prior] = {
+    "m.gemv": Prior(0.5, 1.12, 1.0),
+    "m.wo": Prior(0.5, 1.12, 1.0),  # each format family (m.wo.int4, ...): centre = the era's GEMV
+    "m.attention": Prior(0.3, 1.12, 1.0),
+    "m.moe": Prior(0.4, 1.12, 1.0),
+    "c.gemm": Prior(0.4, 1.1, 1.0),
+    "c.attention": Prior(0.3, 1.1, 1.0),
+    "c.moe": Prior(0.4, 1.1, 1.0),
+    "gap.memory": Prior(0.1, 1.12, 1.0),
+    "gap.compute": Prior(0.1, 1.12, 1.0),
+    "gap.attention": Prior(0.1, 1.12, 1.0),
+    "gap.step": Prior(0.3, 5.0, 1.0),
+}
+
+# Host costs in us: (engine, era) -> {cost: Prior}. Eras without a launch cost capture their graphs.
+_GRAPHS_PY = {"step_us": Prior(50, 1000, 300)}  # Python schedulers with CUDA graphs (vLLM V1, SGLang)
+_CPP = {"step_us": Prior(20, 1000, 150)}  # C++ runtimes (TensorRT-LLM, TurboMind, MLC, torch.compile's loop)
+_NVLINK_COLL = {"coll.nvlink": Prior(2, 30, 10), "coll.pcie": Prior(10, 100, 40), "coll.network": Prior(10, 100, 40)}
+_CLIENT = {"request_us": Prior(500, 50_000, 5000)}
+KERNEL_GAP = Prior(0.3, 5, 1.5)  # us per kernel on the GPU, every era (see the module docstring)
+COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
+    ("vllm", "eager"): {
+        "step_us": Prior(500, 10_000, 2000),
+        "launch_us": Prior(2, 30, 10),
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(10, 100, 50),
+        "coll.network": Prior(10, 100, 50),
+        **_CLIENT,
+    },  # fmt: skip
+    ("vllm", "v0"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
+    ("vllm", "v1"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
+    ("tensorrt-llm", "static"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},
+    ("tensorrt-llm", "inflight"): {"step_us": Prior(50, 1000, 200), **_NVLINK_COLL, **_CLIENT},
+    ("sglang", "main"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
+    ("lmdeploy", "pytorch"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
+    ("lmdeploy", "turbomind"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
+    ("llama.cpp", "eager"): {
+        "step_us": Prior(100, 5000, 500),
+        "launch_us": Prior(2, 20, 5),
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(50, 1000, 300),
+        "coll.network": Prior(50, 1000, 300),
+        **_CLIENT,
+    },  # fmt: skip
+    ("llama.cpp", "graphs"): {
+        "step_us": Prior(50, 2000, 300),
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(50, 1000, 300),
+        "coll.network": Prior(50, 1000, 300),
+        **_CLIENT,
+    },  # fmt: skip
+    ("tgi", "main"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
+    ("mlc", "main"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
+    ("torch-compile", "main"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},
+}
+EAGER_CELLS = frozenset(cell for cell, costs in COST_PRIORS.items() if "launch_us" in costs)
+
+
+def efficiency_prior(key: str) -> Prior:
+    """The range and centre of an efficiency or gap key (`m.wo.int4` reads `m.wo`'s)."""
+    return EFFICIENCY_PRIORS["m.wo" if key.startswith("m.wo.") else key]
+
+
+def cost_prior(engine: str, era: str, key: str) -> Prior:
+    """The range and centre of one era's host cost."""
+    return KERNEL_GAP if key == "kernel_us" else COST_PRIORS[(engine, era)][key]
