@@ -28,12 +28,12 @@ def _ms(values: dict[str, float | None] | None, key: str = "p90") -> str:
     return f"{value * 1e3:,.0f} ms" if value < 10 else f"{value:,.1f} s"
 
 
-def _ttft(x: Fleet) -> str:
-    """p90 TTFT, and beside it the lock-step figure where users could lock and it differs by over a tenth."""
+def _lock_step(x: Fleet) -> str:
+    """The lock-step p90 TTFT where users could lock and it differs from the primary by over a tenth; else "-"."""
     main, locked = (x.ttft_s or {}).get("p90"), (x.ttft_lock_step_s or {}).get("p90")
     if main is None or locked is None or abs(locked / main - 1) <= LOCK_STEP_SHOWN_ABOVE:
-        return _ms(x.ttft_s)
-    return f"{_ms(x.ttft_s)} (lock-step: {_ms(x.ttft_lock_step_s)})"
+        return "-"
+    return _ms(x.ttft_lock_step_s)
 
 
 def _pair(values: dict[str, float | None] | None, keys: tuple[str, str] = ("p50", "p99")) -> str:
@@ -79,16 +79,17 @@ def fleets_table(result: Plan, passing: list[Row]) -> Table:
     t = result.traffic
     table = Table(
         "Cheapest fleets that meet every SLO (expected)",
-        ["#", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding", "$/1M tok", "p99 ITL", "TTFT p50/p99",
-         "TPOT p50/p99", "replicas", "goodput / replica", "util", "kv/compute", "chunk / cap", "$/1M in", "$/1M out"],
-        header=header(result), wrap=("p90 TTFT",),  # "120 ms (lock-step: 58 ms)" wraps at its spaces
+        ["#", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding", "lock-step", "$/1M tok", "p99 ITL",
+         "TTFT p50/p99", "TPOT p50/p99", "replicas", "goodput / replica", "util", "kv/compute", "chunk / cap",
+         "$/1M in", "$/1M out"],
+        header=header(result),
     )  # fmt: skip
     for i, row in enumerate(passing, 1):
         x = row.expected
         _, kv, compute = precision_parts(row)
         table.rows.append([
             f"{i}{'*' if row.pareto else ''}", short_label(row), str(x.gpus), _hourly(x.usd_per_hour),
-            _ttft(x), _ms(x.tpot_s), binding_cell(x.binding), _usd(x.usd_per_million_tokens),
+            _ms(x.ttft_s), _ms(x.tpot_s), binding_cell(x.binding), _lock_step(x), _usd(x.usd_per_million_tokens),
             _ms(x.itl_s, "p99"), _pair(x.ttft_s), _pair(x.tpot_s), _replicas(row, x), _goodput(row, t.output.mean),
             f"{x.utilization or 0:.0%}", f"{kv or 'default'}/{compute or 'default'}", _scheduler(row),
             _usd(x.usd_per_million_input_tokens), _usd(x.usd_per_million_output_tokens),
@@ -139,8 +140,7 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
     if t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
         out.append(
             "Fixed lengths and no think time: users can fall into lock-step, each group waiting out the one before "
-            "it; p90 TTFT is for users who do not (as published client runs measure), with the lock-step figure "
-            "beside it where they differ by over 10%."
+            "it; p90 TTFT is for users who do not, and lock-step is their p90 TTFT (where they differ by over 10%)."
         )
     if top is not None:
         band = band_of(top.deployment.engine, top.deployment.gpu.platform)
@@ -153,17 +153,18 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
 def best_per_gpu(result: Plan) -> Table:
     """Each GPU type's cheapest fleet that meets every SLO, or why it has none: the buyer's comparison."""
     table = Table("Cheapest per GPU type (expected)", ["gpu", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT",
-                                                        "binding"], wrap=("p90 TTFT",))  # fmt: skip
+                                                        "binding", "lock-step"])  # fmt: skip
     for gpu in result.space.gpus:
         rows = [r for r in result.rows if r.deployment.gpu.name == gpu.name]
         best = next((r for r in rows if r.expected.meets_slo), None)
         if best is None:
             why = rows[0].expected.binding if rows else "no configuration"
-            table.rows.append([gpu.name, "none", "-", "-", "-", "-", why])
+            table.rows.append([gpu.name, "none", "-", "-", "-", "-", why, "-"])
             continue
         x = best.expected
         table.rows.append([gpu.name, short_label(best).removeprefix(gpu.name + " "), str(x.gpus),
-                           _hourly(x.usd_per_hour), _ttft(x), _ms(x.tpot_s), binding_cell(x.binding)])  # fmt: skip
+                           _hourly(x.usd_per_hour), _ms(x.ttft_s), _ms(x.tpot_s), binding_cell(x.binding),
+                           _lock_step(x)])  # fmt: skip
     return table
 
 
