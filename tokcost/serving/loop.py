@@ -22,15 +22,14 @@ Closed loop (N users, think time Z, client round trip r; Schweitzer-Bard mean-va
   last one part-filled), arriving during the previous group's last step: TTFT = (that step - r - c) + its own
   steps, the same for every request of a burst but the first, whose predecessor step is decode-only. Tokens
   come as deterministically: TPOT has the mean of the step mix and no spread.
-  The simulator (simulate.py) locks so. Given clients whose round trips vary by more than a decode step it
-  still does not fall to the unlocked figure: users who return during a long prefill step wait for it and
-  join the next one together (a convoy), so packed groups re-form, and one-prompt groups, knocked out of their
-  rotation, collide. Published closed-loop runs with fixed lengths (NIM's AIPerf sweeps in
-  validation/serving.yaml) measure TTFT between the two ends where they differ most (500-token prompts, 5 users:
-  127 ms measured, 164 ms locked, 62 ms unlocked): real engines and clients lock only partly. The primary
-  figure is the unlocked one (each user's next request lands r + c into the step then running, with whoever
-  else lands there: the closed form varying lengths use, checked against the simulation), and lock-step is the
-  other end of a range (`Loop.lockable`, `Replica.lock_step`), printed beside it.
+  The simulator (simulate.py) locks so. Whether a spread on the clients' round trips breaks its groups depends
+  on the spread against the steps: users who return during a long prefill step wait for it and join the next
+  one together (a convoy), which re-forms groups. Published closed-loop runs with fixed lengths (NIM's AIPerf
+  sweeps in validation/serving.yaml) measure TTFT between the two ends where they differ most (500-token
+  prompts, 5 users: 127 ms measured, 164 ms locked, 62 ms unlocked): real engines and clients lock only
+  partly. The primary figure is the unlocked one (each user's next request lands r + c into the step then
+  running, with whoever else lands there: the closed form varying lengths use, checked against the simulation),
+  and lock-step is the other end of a range (`Loop.lockable`, `Replica.lock_step`), printed beside it.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Closed-loop users behave as benchmark clients do: with no think time all N send 
 next request one client round trip (traffic.client_rtt_s, plus the engine's per-request cost) after its last
 token arrives, so it lands inside the step then running and waits for that step to end; with a think time Z,
 each first request comes after an exponential pause of mean Z and each next one after another. `rtt_spread_s`
-adds an exponential spread to each round trip (a real client's jitter): with fixed lengths the users still come
-back in groups (loop.py). TTFT counts
+adds an exponential spread to each round trip (a real client's jitter; whether it breaks lock-step groups depends
+on the spread against the steps: loop.py). TTFT counts
 from the request's send (admission wait, prefill queue, own chunks) plus the per-request cost. The first and
 last WARMUP_FRACTION of requests (by arrival; in a closed loop at least each user's first two) are left out of
 the statistics: they see an emptier server, or the start's burst.
