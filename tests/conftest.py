@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import signal
 from dataclasses import dataclass
 
 import pytest
@@ -16,6 +17,11 @@ from tokcost.cli.app import main
 # machine generates examples slowly (what a test sets itself, such as max_examples, still applies).
 settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tokcost")
+
+# A shell starts a background job with SIGINT ignored, and a child process keeps an ignored signal: the tests that
+# press Ctrl-C on a child would see it run to the end. With a handler here, every child starts with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass

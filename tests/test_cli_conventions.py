@@ -93,8 +93,10 @@ def test_shell_completion_completes_commands_and_flags():
 
 def test_show_completion_prints_a_script():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-m", "tokcost", "--show-completion", "bash"], env=env, capture_output=True,
-                         text=True, cwd=ROOT)  # fmt: skip
+    # typer detects the shell from the parent processes, as when a user types it: a bash runs the command (the
+    # second command keeps bash from exec-ing the first), whatever launched the tests
+    run = subprocess.run(["bash", "-c", '"$0" -m tokcost --show-completion; exit $?', sys.executable], env=env,
+                         capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "_TOKCOST_COMPLETE=complete_bash" in run.stdout
 

@@ -74,14 +74,9 @@ def test_out_of_memory_mid_run_keeps_and_saves_the_finished_batch(micro, tmp_pat
     assert json.loads(run.stdout)["runs"][0]["batch"] == 1  # the finished batch is reported too
 
 
-def _ctrl_c_delivered() -> None:
-    """A shell's background job starts with SIGINT ignored, and Python keeps that: the child hears Ctrl-C again."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tokcost", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(), cwd=ROOT, preexec_fn=_ctrl_c_delivered)  # fmt: skip
+                            text=True, env=_env(), cwd=ROOT)  # fmt: skip
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None:
@@ -130,7 +125,7 @@ def test_ctrl_c_before_any_batch_finished_saves_nothing(micro, tmp_path):
     args = ["measure", "-m", micro, "--device", "cpu", "--batch", "1", "--prompt", "16", "--output", "2000",
             "--repeats", "5", "--threads", "1", "--save", str(save)]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", ANNOUNCED, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(), cwd=ROOT, preexec_fn=_ctrl_c_delivered)  # fmt: skip
+                            text=True, env=_env(), cwd=ROOT)  # fmt: skip
     for said in proc.stderr:  # the probes have begun; then batch 1 (5 x 1,999 steps) is still to come
         if said == "probing\n":
             break
