@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tokcost.catalog import builtin_names, locate, looks_like_path
+from tokcost.catalog import builtin_names, expect_kind, locate, looks_like_path
 from tokcost.errors import SpecError
 from tokcost.profiles import EngineProfile, EraFields
 from tokcost.spec_errors import validated
@@ -135,6 +135,7 @@ def split_spelling(text: str) -> tuple[str, str | None]:
 def load_file(name_or_path: str) -> tuple[str, EngineFile]:
     """(where, the engine's file) for a built-in name or a YAML path."""
     where, data = locate("engines", name_or_path)
+    expect_kind(where, data, "engines")  # a GPU, model or network file says what it is and which flag takes it
     return where, validated(EngineFile, where, _with_name(data, name_or_path))
 
 
