@@ -18,10 +18,13 @@ from tokcost.cli.app import main
 settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tokcost")
 
-# A shell starts a background job with SIGINT ignored, and a child process keeps an ignored signal: the tests that
-# press Ctrl-C on a child would see it run to the end. With a handler here, every child starts with the default.
+# A shell starts a background job with SIGINT ignored (nohup: SIGHUP too), and a child process keeps an ignored
+# signal: the tests that signal a child would see it run to the end. Undone here, every child starts with the default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+for _sig in (signal.SIGHUP, signal.SIGTERM) if hasattr(signal, "SIGHUP") else ():
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, signal.SIG_DFL)
 
 
 @dataclass
