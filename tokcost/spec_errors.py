@@ -74,18 +74,20 @@ def _keys(model: type[BaseModel]) -> list[str]:
 
 
 def _resolve(schema: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseModel], FieldInfo | None, int]:
-    """Walk `loc` through nested models: (the model holding the last key found, its field, keys consumed)."""
+    """Walk `loc` through nested models, and through a mapping of models by its keys (an engine's `eras`): (the
+    model holding the last key found, its field, keys consumed)."""
     model, field, used = schema, None, 0
-    for part in loc:
+    while used < len(loc):
         by_key = {info.alias or name: info for name, info in model.model_fields.items()}
-        if part not in by_key:
+        if loc[used] not in by_key:
             break
-        field, used = by_key[part], used + 1
-        inner = next((k for k in (field.annotation, *_options(field.annotation))
-                      if isinstance(k, type) and issubclass(k, BaseModel)), None)  # fmt: skip
+        field, used = by_key[loc[used]], used + 1
+        keyed = get_origin(field.annotation) is dict and used < len(loc)  # `eras.main.kernels`: `main` is a name
+        kinds = get_args(field.annotation)[1:] if keyed else (field.annotation, *_options(field.annotation))
+        inner = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
         if inner is None:
             break
-        model = inner
+        model, used = inner, used + int(keyed)
     return model, field, used
 
 
