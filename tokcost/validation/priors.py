@@ -68,6 +68,12 @@ _GRAPHS_PY = {"step_us": Prior(50, 1000, 300)}  # Python schedulers with CUDA gr
 _CPP = {"step_us": Prior(20, 1000, 150)}  # C++ runtimes (TensorRT-LLM, TurboMind, MLC, torch.compile's loop)
 _NVLINK_COLL = {"coll.nvlink": Prior(2, 30, 10), "coll.pcie": Prior(10, 100, 40), "coll.network": Prior(10, 100, 40)}
 _CLIENT = {"request_us": Prior(500, 50_000, 5000)}
+# llama.cpp's collectives in either era: its own NVLink path, and host-staged copies over PCIe and the network
+_LLAMA_CPP_COLL = {
+    "coll.nvlink": Prior(2, 30, 15),
+    "coll.pcie": Prior(50, 1000, 300),
+    "coll.network": Prior(50, 1000, 300),
+}
 KERNEL_GAP = Prior(0.3, 5, 1.5)  # us per kernel on the GPU, every era (see the module docstring)
 COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
     ("vllm", "eager"): {
@@ -88,16 +94,12 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
     ("llama.cpp", "eager"): {
         "step_us": Prior(100, 5000, 500),
         "launch_us": Prior(2, 20, 5),
-        "coll.nvlink": Prior(2, 30, 15),
-        "coll.pcie": Prior(50, 1000, 300),
-        "coll.network": Prior(50, 1000, 300),
+        **_LLAMA_CPP_COLL,
         **_CLIENT,
     },  # fmt: skip
     ("llama.cpp", "graphs"): {
         "step_us": Prior(50, 2000, 300),
-        "coll.nvlink": Prior(2, 30, 15),
-        "coll.pcie": Prior(50, 1000, 300),
-        "coll.network": Prior(50, 1000, 300),
+        **_LLAMA_CPP_COLL,
         **_CLIENT,
     },  # fmt: skip
     ("tgi", "main"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
