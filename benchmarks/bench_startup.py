@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORK = "import typer, rich.console, rich.table\nfrom pydantic import BaseModel, TypeAdapter"
 COMMANDS = {
     "python -c pass": ["-c", "pass"],
-    "typer+rich+pydantic only": ["-c", FRAMEWORK],  # the floor under any typer command that draws a table
+    "typer+rich+pydantic only": ["-c", FRAMEWORK],  # their imports alone
+    "typer+rich+pydantic in use": ["benchmarks/floor_cli.py", "--batch", "2"],  # estimate's shape, nothing of ours
     "tokcost --version": ["-m", "tokcost", "--version"],
     "tokcost --help": ["-m", "tokcost", "--help"],
     "tokcost estimate (table)": ["-m", "tokcost", "estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm"],
@@ -36,7 +37,7 @@ COMMANDS = {
     "tokcost specs list": ["-m", "tokcost", "specs", "list"],
     "tokcost validate": ["-m", "tokcost", "validate", "-f", "json"],
 }
-REFERENCES = ("python -c pass", "typer+rich+pydantic only")
+REFERENCES = ("python -c pass", "typer+rich+pydantic only", "typer+rich+pydantic in use")
 TARGETS = {"tokcost --version": 4.0, "tokcost estimate (table)": 8.0}
 
 

@@ -15,9 +15,10 @@ import pytest
 import typer
 import yaml
 
-from tokcost import files
+from tokcost import bundle, files
 from tokcost.cli.commands import COMMANDS
-from tokcost.files import BUILTIN_FOLDERS, BuiltinLoader, SpecLoader, is_builtin, load_mapping
+from tokcost.files import BUILTIN_FOLDERS, is_builtin, load_mapping
+from tokcost.yaml_read import BuiltinLoader, SpecLoader
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "matplotlib", "numpy")
@@ -65,6 +66,7 @@ def test_estimate_imports_its_command_only_and_nothing_heavy():
     others = {entry.module for name, entry in COMMANDS.items() if name != "estimate"}
     assert not others & loaded
     assert "tokcost.plots.roofline" not in loaded  # no chart module without --plot
+    assert "yaml" not in loaded  # the built-in specs come parsed from their bundle
 
 
 def test_machine_readable_output_starts_without_rich():
@@ -128,20 +130,65 @@ def test_libyaml_path_reads_each_builtin_exactly_as_the_strict_loader(path, tmp_
     assert _typed(yaml.load(text, Loader=BuiltinLoader)) == _typed(load_mapping(copy))  # noqa: S506 - safe loaders
 
 
-def test_load_mapping_takes_the_libyaml_path_for_builtins_only(tmp_path, monkeypatch):
+def _spy_yaml(monkeypatch):
+    """The `builtin` flag of each YAML parse load_mapping makes, recorded."""
     used = []
     real = files._load_yaml
 
-    def spy(text, where, loader):
-        used.append(loader)
-        return real(text, where, loader)
+    def spy(text, where, builtin):
+        used.append(builtin)
+        return real(text, where, builtin)
 
     monkeypatch.setattr(files, "_load_yaml", spy)
+    return used
+
+
+def test_a_builtin_spec_comes_from_the_bundle_with_no_yaml_parsed(tmp_path, monkeypatch):
+    used = _spy_yaml(monkeypatch)
     builtin = ROOT / "tokcost" / "specs" / "gpus" / "h100-sxm.yaml"
     copy = tmp_path / "h100-sxm.yaml"
     copy.write_bytes(builtin.read_bytes())
-    assert load_mapping(builtin) == load_mapping(copy)
-    assert used == [BuiltinLoader, SpecLoader]
+    first, user = load_mapping(builtin), load_mapping(copy)
+    assert _typed(first) == _typed(user)
+    assert used == [False]  # only the user's copy was parsed, by the strict loader
+    first["memory_bandwidth_gb_s"] = 0  # each load gets its own mapping: changing one leaves the next whole
+    assert load_mapping(builtin) == user
+
+
+def test_a_builtin_edited_in_place_is_read_from_its_yaml(monkeypatch):
+    used = _spy_yaml(monkeypatch)
+    builtin = ROOT / "tokcost" / "specs" / "gpus" / "h100-sxm.yaml"
+    key = builtin.relative_to(ROOT / "tokcost").as_posix()
+    crc, data = bundle._entries()[key]
+    monkeypatch.setitem(bundle._entries(), key, [crc ^ 1, {**data, "name": "stale"}])  # the file's CRC moved on
+    assert load_mapping(builtin)["name"] == data["name"]
+    assert used == [True]  # parsed from the file, by libyaml with the strict loader's scalars
+
+
+def test_the_packaged_bundle_is_every_builtin_spec_as_the_strict_loader_reads_it():
+    assert bundle.BUNDLE.read_text(encoding="utf-8") == bundle.build(), "stale: run python scripts/build_bundle.py"
+    entries = bundle._entries()
+    specs = [p for p in BUILTIN_FILES if p.is_relative_to(ROOT / "tokcost" / "specs")]
+    assert sorted(entries) == [p.relative_to(ROOT / "tokcost").as_posix() for p in specs]
+    for path in specs:
+        crc, data = entries[path.relative_to(ROOT / "tokcost").as_posix()]
+        text = path.read_text(encoding="utf-8")
+        assert crc == bundle.crc(text)
+        assert _typed(data) == _typed(yaml.load(text, Loader=SpecLoader)), path  # noqa: S506 - a safe loader
+
+
+def test_a_missing_or_broken_bundle_reads_every_spec_from_its_yaml(tmp_path, monkeypatch):
+    builtin = ROOT / "tokcost" / "specs" / "models" / "llama-3.1-8b.yaml"
+    expected = load_mapping(builtin)
+    for text in (None, "{not json", '{"files": 3}'):
+        broken = tmp_path / "bundle.json"
+        broken.unlink(missing_ok=True)
+        if text is not None:
+            broken.write_text(text)
+        monkeypatch.setattr(bundle, "BUNDLE", broken)
+        bundle._entries.cache_clear()
+        assert load_mapping(builtin) == expected
+    bundle._entries.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -161,3 +208,56 @@ def test_both_loaders_refuse_duplicate_keys_keys_that_are_not_text_and_long_numb
     for loader in (SpecLoader, BuiltinLoader):
         with pytest.raises(yaml.MarkedYAMLError):
             yaml.load(text, Loader=loader)  # noqa: S506
+
+
+def _launched(env_value: str | None) -> tuple[set[str], str]:
+    """(modules loaded, the plugin loader's file) after `tokcost specs list` through the console script's run()."""
+    code = (
+        "import sys, json, contextlib, io\nsys.argv = ['tokcost', 'specs', 'list']\n"
+        "from tokcost.cli.launch import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        run()\n    except SystemExit as exit:\n        assert not exit.code, exit.code\n"
+        "loader = sys.modules['pydantic.plugin._loader']\n"
+        "sys.__stdout__.write(json.dumps([sorted(sys.modules), getattr(loader, '__file__', None) or '']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if env_value is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = env_value
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stderr
+    modules, loader_file = json.loads(run.stdout.splitlines()[-1])
+    return set(modules), loader_file
+
+
+def test_the_cli_answers_pydantics_plugin_lookup_without_reading_package_metadata():
+    modules, loader_file = _launched(None)
+    assert loader_file == ""  # the stand-in, not pydantic's module
+    assert "importlib.metadata" not in modules
+
+
+def test_a_user_who_enables_pydantic_plugins_gets_pydantics_own_loader():
+    modules, loader_file = _launched("")  # set, and naming no plugin to disable: plugins run
+    assert loader_file.endswith("_loader.py")
+    assert "importlib.metadata" in modules
+
+
+def test_the_stand_in_gives_what_pydantic_imports_from_its_loader_and_the_same_answer(monkeypatch):
+    import re
+
+    import pydantic
+    from pydantic.plugin import _loader
+
+    from tokcost.cli import launch
+
+    package = Path(pydantic.__file__).parent
+    wanted = {name for path in package.rglob("*.py")
+              for group in re.findall(r"from \.+(?:plugin\.)?_loader import ([\w, ]+)", path.read_text())
+              for name in group.replace(" ", "").split(",")}  # fmt: skip
+    assert wanted == {"get_plugins"}  # a new name pydantic reads from its loader needs the stand-in to give it
+    monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    monkeypatch.delitem(sys.modules, "pydantic.plugin._loader")
+    launch.skip_plugin_loader()
+    stand_in = sys.modules["pydantic.plugin._loader"]
+    assert tuple(stand_in.get_plugins()) == tuple(_loader.get_plugins()) == ()

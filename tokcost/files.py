@@ -1,15 +1,12 @@
 """Reading spec files as a reader sees them, and writing results without ever losing what the user had.
 
 Reads: a regular file (checked on the open descriptor, opened without blocking, so a FIFO is refused
-unread), bounded size, UTF-8. YAML goes through PyYAML's safe loader with YAML 1.2 core-schema scalars
-instead of YAML 1.1's: only true/false are booleans, no base 60 (`4:00`), no octal (`010` stays text), no
-`yes`/`on`; numbers longer than MAX_NUMBER_CHARS are refused before conversion. The composer, not a
-separate walk, refuses aliases (no alias bomb can expand), nesting past MAX_NESTING, more than
-MAX_NODES values (which bounds parse time as well as size), duplicate keys and keys that are not text.
-tokcost's own files (package data) are parsed by libyaml with the same scalars and key checks (BuiltinLoader).
-Types and ranges are pydantic's (strict); what is here is what neither library offers: PyYAML has
-resolver and composer hooks but no limits, json a parse_int hook but no length bound, and neither
-opens a path without blocking on a FIFO or bounds the bytes it reads.
+unread), bounded size, UTF-8. YAML goes through tokcost.yaml_read (PyYAML's safe loader with YAML 1.2
+core-schema scalars and limits), imported only when a YAML file is parsed: a built-in spec comes from its
+packaged bundle (tokcost.bundle) while its bytes are unchanged. JSON goes through the json module with
+duplicate keys and overlong numbers refused. Types and ranges are pydantic's (strict); what is here is what
+neither library offers: json has a parse_int hook but no length bound, and neither opens a path without
+blocking on a FIFO or bounds the bytes it reads.
 Writes (whole, or streamed through open_new): a temporary file in the same folder, then an atomic link
 (create-only) or rename (--force); new files honour the umask, a replaced file keeps its mode, and only
 regular files are ever replaced (the standard library has no atomic "create with this content": link()
@@ -21,7 +18,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import secrets
 import stat
 from collections import Counter
@@ -30,99 +26,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
+from tokcost import bundle
 from tokcost.errors import FileExistsRefusal, SpecError, TokcostError
 
 MAX_SPEC_BYTES = 1_000_000  # a spec is a few KB; a HF config.json at most tens of KB
 MAX_NESTING = 32  # specs nest three levels; PyYAML's composer is recursive
 MAX_NODES = 20_000  # values in one file: published.yaml holds 2,544; parsing 20,000 takes ~0.4 s
 MAX_NUMBER_CHARS = 100  # int() is quadratic in digits (CPython stops at 4,300); no spec figure needs 100
-_CORE = "tag:yaml.org,2002:"
-# YAML 1.2 core schema (yaml.org/spec/1.2.2 section 10.3.2), minus 0o octal; `010` stays text (8 or 10?)
-_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+")
-_FLOAT = re.compile(
-    r"[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
-)
-
-
-class _Refused(yaml.MarkedYAMLError):
-    """Something a spec never needs, at a line of the file."""
-
-    def __init__(self, node: yaml.Node | yaml.Event, problem: str) -> None:
-        super().__init__(problem=problem, problem_mark=node.start_mark)
-
-
-def _number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
-    """An int or float, refused before conversion when its text is longer than any spec figure."""
-    if len(node.value) > MAX_NUMBER_CHARS:
-        raise _Refused(node, f"a number of {len(node.value):,} characters; at most {MAX_NUMBER_CHARS} are allowed")
-    construct = loader.construct_yaml_int if node.tag == _CORE + "int" else loader.construct_yaml_float
-    return construct(node)
-
-
-class _KeyChecks:
-    """Keys are text and appear once (a mixin over PyYAML's SafeConstructor)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[str] = set()
-        for key, _ in node.value:
-            if not isinstance(key, yaml.ScalarNode):
-                raise _Refused(key, "a list or mapping used as a key; a key is a name such as layers")
-            if key.tag != _CORE + "str":
-                raise _Refused(key, f"key {key.value!r:.40} is not text; a key is a name such as layers")
-            if key.value in seen:
-                raise _Refused(key, f"key {key.value!r:.40} appears twice")
-            seen.add(key.value)
-        return super().construct_mapping(node, deep)  # type: ignore[misc]
-
-
-class SpecLoader(_KeyChecks, yaml.SafeLoader):
-    """PyYAML's safe loader reading YAML 1.2 core-schema scalars, refusing what no spec needs."""
-
-    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}  # not YAML 1.1's: set below
-    depth = nodes = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise _Refused(event, "YAML aliases (*name) are not allowed in a spec; write the value out")
-        self.depth, self.nodes = self.depth + 1, self.nodes + 1
-        if self.depth > MAX_NESTING:
-            raise _Refused(event, f"nested more than {MAX_NESTING} levels deep; a spec nests three")
-        if self.nodes > MAX_NODES:
-            raise _Refused(event, f"more than {MAX_NODES:,} values; a spec holds a few dozen")
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-
-if yaml.__with_libyaml__:
-
-    class BuiltinLoader(_KeyChecks, yaml.CSafeLoader):
-        """libyaml's C parser (5x faster or more) with SpecLoader's scalars and key checks, for tokcost's own files only
-        (built-in specs, validation data): a test holds both loaders equal on every one of them. The limits on
-        aliases, nesting and size are SpecLoader's composer's; user files always go through it."""
-
-        yaml_implicit_resolvers = SpecLoader.yaml_implicit_resolvers  # the same dict: filled below
-
-else:  # pragma: no cover - a PyYAML built without libyaml
-    BuiltinLoader = SpecLoader  # type: ignore[misc]
-
-_PACKAGE = Path(__file__).resolve().parent
-BUILTIN_FOLDERS = (_PACKAGE / "specs", _PACKAGE / "validation")
-
-for _loader in (SpecLoader, BuiltinLoader):
-    _loader.add_constructor(_CORE + "int", _number)
-    _loader.add_constructor(_CORE + "float", _number)
-for _tag, _pattern, _first in (
-    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
-    ("bool", r"true|True|TRUE|false|False|FALSE", list("tTfF")),
-    ("int", _INT.pattern, list("-+0123456789")),
-    ("float", _FLOAT.pattern, list("-+.0123456789")),
-):
-    SpecLoader.add_implicit_resolver(_CORE + _tag, re.compile(f"^(?:{_pattern})$"), _first)
+PACKAGE = Path(__file__).resolve().parent
+BUILTIN_FOLDERS = (PACKAGE / "specs", PACKAGE / "validation")
 
 
 def is_builtin(path: Path) -> bool:
@@ -159,23 +71,6 @@ def read_text(
         raise SpecError(where, f"is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
-def _load_yaml(text: str, where: str, loader: type[yaml.SafeLoader] = SpecLoader) -> Any:
-    try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader (or CSafeLoader) with fewer types
-    except yaml.constructor.ConstructorError as exc:  # an explicit tag no spec needs (!!python/..., !!set)
-        line = f"line {exc.problem_mark.line + 1}: " if exc.problem_mark else ""
-        tag = (exc.problem or "").rpartition("tag ")[2].removeprefix("'" + _CORE).strip("'") or "?"
-        raise SpecError(where, f"{line}unsupported YAML tag !!{tag}; specs hold plain data only") from None
-    except _Refused as exc:
-        raise SpecError(where, f"line {exc.problem_mark.line + 1}: {exc.problem}") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise SpecError(where, f"{at}YAML syntax error: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(where, f"YAML syntax error: {str(exc).splitlines()[0]}") from None
-
-
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(mapping := dict(pairs)) < len(pairs):
         twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
@@ -198,15 +93,24 @@ def _load_json(text: str, where: str) -> Any:
         raise SpecError(where, f"invalid JSON: {exc}") from None
 
 
+def _load_yaml(text: str, where: str, builtin: bool) -> Any:
+    """YAML through the strict loader; tokcost's own files through libyaml with the same scalars and checks."""
+    from tokcost.yaml_read import BuiltinLoader, SpecLoader, load_yaml  # PyYAML only when YAML is parsed
+
+    return load_yaml(text, where, BuiltinLoader if builtin else SpecLoader)
+
+
 def load_mapping(path: Path) -> dict[str, Any]:
     """A YAML or JSON file (by suffix, any case) whose top level is a mapping."""
     where = str(path)
     text = read_text(path)
     if not text.strip():
         raise SpecError(where, "file is empty; a spec is a mapping of keys such as name: ...")
+    builtin = is_builtin(path)
+    if builtin and (data := bundle.parsed(path.resolve().relative_to(PACKAGE).as_posix(), text)) is not None:
+        return data  # a built-in spec as the strict loader reads it (a test holds the bundle to that)
     try:  # JSON is YAML, but the json module is faster and its errors read better
-        loader = BuiltinLoader if is_builtin(path) else SpecLoader
-        data = _load_json(text, where) if path.suffix.lower() == ".json" else _load_yaml(text, where, loader)
+        data = _load_json(text, where) if path.suffix.lower() == ".json" else _load_yaml(text, where, builtin)
     except RecursionError:  # JSON nesting deep enough to exhaust the parser's recursion
         raise SpecError(where, f"nested more than {MAX_NESTING} levels deep; a spec nests three") from None
     if data is None:

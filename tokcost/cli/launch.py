@@ -33,6 +33,28 @@ def run() -> None:
     # pydantic scans every installed package's metadata for plugins when it builds the first model (~20 ms of each
     # start with torch installed); the CLI runs none, as typer's own parsing runs none. A user's setting is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    skip_plugin_loader()
     from tokcost.cli.app import run as run_app
 
     run_app()
+
+
+def skip_plugin_loader() -> None:
+    """With every pydantic plugin disabled, answer pydantic's plugin lookup without its loader module.
+
+    pydantic imports `pydantic.plugin._loader` when it builds its first validator, and that module imports
+    importlib.metadata (email, zipfile, csv, socket: ~15 ms of each start) before it reads the variable that says
+    no plugin runs. Its `get_plugins()` then returns an empty tuple; this stand-in gives that answer directly. It
+    is installed only when the variable disables all plugins and the real loader is not loaded yet, so a user who
+    enables a plugin, or code that loaded pydantic's loader first, gets the real one.
+    """
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in ("__all__", "1", "true"):
+        return
+    name = "pydantic.plugin._loader"
+    if name in sys.modules:
+        return
+    import types
+
+    stand_in = types.ModuleType(name, "pydantic's plugin loader when every plugin is disabled (tokcost's CLI)")
+    stand_in.get_plugins = tuple  # type: ignore[attr-defined]  # get_plugins() -> (): no plugin
+    sys.modules[name] = stand_in
