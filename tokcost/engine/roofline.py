@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
+from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import PassCost as PassCost  # re-exported: plots and serving import it from here
 from tokcost.engine.passcost import Priced
@@ -186,7 +187,7 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
     """(which FLOP rate, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit
     peak (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype; attention
     multiplies activations by the cache at FP8 with an FP8 cache under FP8 compute, else at 16 bits."""
-    if kind == "attention":
+    if kind in KV_ATTENTION:
         fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         return ("attention" if fp8 or not rates.float16_flops_per_s else "float16"), False
     if not weight_format:
@@ -216,10 +217,11 @@ def _path_flops(rates: Rates, path: MatmulPath) -> tuple[float, float]:
 
 def kernel_class(kind: str, dequantizing: bool) -> str | None:
     """Which of the engine's kernel classes a kernel is: 'gemv' (native weights; 'gemm' on the compute side),
-    'weight_only' (dequantizing), 'attention', or None for norms, lookups, KV writes and sampling (these run at the
-    hardware's own rates). Routed experts add the MoE efficiency on top of their class."""
-    if kind == "attention":
-        return "attention"
+    'weight_only' (dequantizing), 'attention' (paged GQA / MHA / MQA), 'attention_mla' (MLA's latent cache), or None
+    for norms, lookups, KV writes and sampling (these run at the hardware's own rates). Routed experts add the MoE
+    efficiency on top of their class."""
+    if kind in KV_ATTENTION:
+        return kind
     if kind not in ("matmul", "experts"):
         return None
     return "weight_only" if dequantizing else "gemv"
@@ -234,7 +236,7 @@ def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing:
     memory, compute = k.memory_of(group, weight_format), k.compute_of(group)
     if kind == "experts":  # grouped GEMM over the routed experts, on top of its format's class
         memory, compute = memory * k.memory.moe, compute * k.compute.moe
-    gap = rates.attention_gap if group == "attention" else rates.compute_gap
+    gap = rates.attention_gap if group in KV_ATTENTION else rates.compute_gap
     return memory * rates.memory_gap, compute * gap
 
 
