@@ -36,17 +36,20 @@ Efficiency = Annotated[float, Field(ge=EFFICIENCY_RANGE[0], le=EFFICIENCY_RANGE[
 Microseconds = Annotated[float, Field(ge=0, le=10_000_000, allow_inf_nan=False)]
 Platform = Literal["cuda", "rocm"]
 Basis = Literal["fitted", "engine", "all engines", "prior"]  # its own rows, its engine's pooled, every engine's, none
-WEIGHT_ONLY_FAMILIES = ("int4", "int8", "fp8", "fp4", "gguf", "nf4")
+WEIGHT_ONLY_FAMILIES = ("int4", "int8", "fp8", "fp8_block", "fp4", "gguf", "nf4")
 
 
 class WeightOnly(BaseModel):
-    """Dequantizing GEMV per format family (memory side); unset: the era's GEMV efficiency."""
+    """A format family's own GEMV (memory side): dequantizing, or block-scaled; unset: the era's GEMV efficiency."""
 
     model_config = _FROZEN
 
     int4: Efficiency | None = None  # AWQ, GPTQ, tinygemm, MLC q4f16 (Marlin-class kernels)
     int8: Efficiency | None = None
     fp8: Efficiency | None = None  # FP8 weights on a GPU without FP8 tensor cores (Marlin FP8)
+    # FP8 with a scale per 128x128 block (DeepSeek-V3/R1) at FP8 compute: triton's w8a8_block_fp8_matmul, CUTLASS
+    # blockwise, DeepGEMM; fused MoE over such experts too
+    fp8_block: Efficiency | None = None
     fp4: Efficiency | None = None  # MXFP4, NVFP4 where not native
     gguf: Efficiency | None = None  # llama.cpp's block formats
     nf4: Efficiency | None = None  # bitsandbytes
@@ -117,8 +120,11 @@ IDENTITY = KernelEfficiency()
 
 def kernel_family(fmt: str) -> str:
     """The dequantizing-kernel family of a weight format: int4 (AWQ, GPTQ, tinygemm, MLC q4f16), int8, fp8, fp4
-    (MXFP4, NVFP4), gguf (llama.cpp's block formats), nf4 (bitsandbytes); else the format's own name."""
+    (MXFP4, NVFP4), gguf (llama.cpp's block formats), nf4 (bitsandbytes), fp8_block (FP8 with 128x128 block
+    scales); else the format's own name."""
     name = get_format(fmt).name
+    if name == "fp8-block":
+        return "fp8_block"
     if name.startswith("int4"):
         return "int4"
     if name.startswith("int8"):
