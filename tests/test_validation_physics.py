@@ -11,6 +11,7 @@ from tokcost.engine.estimate import deployment, estimate
 from tokcost.engine.memory import gpu_bytes, memory_report
 from tokcost.engine.workload import Workload
 from tokcost.eras import builtin_files
+from tokcost.formats import get as get_format
 from tokcost.hardware.library import load_gpu, load_network
 from tokcost.models.library import load_model
 from tokcost.profiles import (
@@ -127,6 +128,24 @@ def test_weight_only_efficiency_by_format_family_else_the_gemv():
     assert [kernel_family(f) for f in ("int4-g64-z16", "q4_k_m", "nvfp4", "fp4", "int8", "fp8", "nf4")] == [
         "int4", "gguf", "fp4", "fp4", "int8", "fp8", "nf4"
     ]  # fmt: skip
+
+
+def test_block_scaled_fp8_is_its_own_kernel_family_at_fp8_compute():
+    # DeepSeek-V3's checkpoint: FP8 codes and one fp32 scale per 128 x 128 block: 8 + 32 / 16,384 bits per weight
+    assert get_format("fp8-block").bits == 8 + 32 / 16_384 and kernel_family("fp8-block") == "fp8_block"
+    model, gpu = load_model("deepseek-v3"), load_gpu("h200")
+    copy = gpu.hardware.copy_bandwidth.fraction
+    engine = GENERIC.model_copy(update={"kernels": KernelEfficiency(memory=MemorySide(
+        gemv=1.0, weight_only=WeightOnly(fp8_block=0.3)))})  # fmt: skip
+    for weights, share in (("fp8-block", 0.3), ("fp8", 1.0)):  # per-tensor FP8 stays a plain GEMV
+        wl = Workload(batch=1, prompt_tokens=100, output_tokens=2, tp=8, weights_dtype=weights, compute_dtype="fp8")
+        d = estimate(model, gpu, wl, engine=engine).deployment
+        ceiling, expected = (d.decode(d.rates(s), batch=1, cached=100) for s in ("ceiling", "expected"))
+        matmuls = [(c, x) for c, x in zip(ceiling.stages, expected.stages, strict=True)
+                   if c.stage.kind in ("matmul", "experts") and c.stage.weight_format == weights]  # fmt: skip
+        assert matmuls  # the projections and the experts; the LM head stays bf16
+        for c, x in matmuls:
+            assert x.memory_s == pytest.approx(c.memory_s / (copy * share)), (weights, c.stage.name)
 
 
 def test_an_efficiency_lifts_a_kernel_up_to_the_datasheet_and_no_further():

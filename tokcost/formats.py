@@ -30,6 +30,10 @@ class Format:
     bits: float
     native_compute: str | None  # peak_tflops key that multiplies it without dequantizing; None: always dequantized
     source: str
+    # its matmul applies a scale per weight block inside the main loop: a kernel of its own even where it runs at
+    # its native dtype (DeepSeek-V3's 128x128 FP8 blocks: triton's w8a8_block_fp8_matmul, CUTLASS blockwise,
+    # DeepGEMM), priced as its own format family, apart from a per-tensor FP8 GEMM
+    block_scaled: bool = False
 
     @property
     def bytes(self) -> float:
@@ -51,6 +55,9 @@ FORMATS: Final[dict[str, Format]] = {
         Format("fp16", 16.0, "fp16", "IEEE 754 half precision"),
         # per-tensor, per-channel or 128x128-block scales (DeepSeek-V3: one fp32 per 16,384 weights): < 0.03%
         Format("fp8", 8.0, "fp8", "OCP FP8 (E4M3/E5M2); scale overhead under 0.03% for per-channel or 128x128 blocks"),
+        # DeepSeek-V3/R1's shipped checkpoint: FP8 E4M3 with one fp32 scale per 128x128 block of weights (the
+        # config's quantization_config weight_block_size [128, 128]; DeepSeek-V3 report, section 3.3.1)
+        Format("fp8-block", 8.0 + 32 / 128**2, "fp8", "FP8 E4M3, fp32 scale per 128x128 block", block_scaled=True),
         # per-channel scales (LLM.int8, SmoothQuant, compressed-tensors W8A8/W8A16): one per row, negligible
         Format("int8", 8.0, "int8", "8-bit integers with per-channel scales (negligible overhead)"),
         # the AWQ / GPTQ default: group 128, fp16 scale, 4-bit zero point packed beside the codes

@@ -5,7 +5,8 @@ copy's share of the datasheet bandwidth, a large GEMM's share of each dense peak
 an engine (vLLM V1, TensorRT-LLM in-flight, ...) reaches relative to that, per kernel class, on two sides kept
 apart, so that a slow prefill never drags decode:
 - memory side (a share of the copy rate): GEMV over native weights, dequantizing GEMV by format family (int4,
-  int8, fp8, fp4, gguf, nf4), decode attention reading the KV cache, MoE grouped GEMM (on top of the GEMV's);
+  int8, fp8, fp4, gguf, nf4), decode attention reading the KV cache by attention architecture (paged GQA / MHA /
+  MQA; MLA's latent cache apart: another kernel), MoE grouped GEMM (on top of the GEMV's);
 - compute side (a share of the GEMM rate at the kernel's dtype): GEMM, prefill attention, MoE grouped GEMM;
 and its host costs: per forward pass (scheduling, sampling), per launched kernel in eager eras (the host launches
 each kernel; a pass takes the longer of its GPU work and its launches), per collective by link class (a custom
@@ -35,17 +36,20 @@ Efficiency = Annotated[float, Field(ge=EFFICIENCY_RANGE[0], le=EFFICIENCY_RANGE[
 Microseconds = Annotated[float, Field(ge=0, le=10_000_000, allow_inf_nan=False)]
 Platform = Literal["cuda", "rocm"]
 Basis = Literal["fitted", "engine", "all engines", "prior"]  # its own rows, its engine's pooled, every engine's, none
-WEIGHT_ONLY_FAMILIES = ("int4", "int8", "fp8", "fp4", "gguf", "nf4")
+WEIGHT_ONLY_FAMILIES = ("int4", "int8", "fp8", "fp8_block", "fp4", "gguf", "nf4")
 
 
 class WeightOnly(BaseModel):
-    """Dequantizing GEMV per format family (memory side); unset: the era's GEMV efficiency."""
+    """A format family's own GEMV (memory side): dequantizing, or block-scaled; unset: the era's GEMV efficiency."""
 
     model_config = _FROZEN
 
     int4: Efficiency | None = None  # AWQ, GPTQ, tinygemm, MLC q4f16 (Marlin-class kernels)
     int8: Efficiency | None = None
     fp8: Efficiency | None = None  # FP8 weights on a GPU without FP8 tensor cores (Marlin FP8)
+    # FP8 with a scale per 128x128 block (DeepSeek-V3/R1) at FP8 compute: triton's w8a8_block_fp8_matmul, CUTLASS
+    # blockwise, DeepGEMM; fused MoE over such experts too
+    fp8_block: Efficiency | None = None
     fp4: Efficiency | None = None  # MXFP4, NVFP4 where not native
     gguf: Efficiency | None = None  # llama.cpp's block formats
     nf4: Efficiency | None = None  # bitsandbytes
@@ -62,8 +66,16 @@ class MemorySide(BaseModel):
 
     gemv: Efficiency = 1.0  # weight stream of native-format matmuls (decode's GEMV, prefill's weight reads)
     weight_only: WeightOnly = WeightOnly()
-    attention: Efficiency = 1.0  # decode attention reading the KV cache (paged / flash decoding kernels)
+    attention: Efficiency = 1.0  # decode attention reading the KV cache: paged GQA / MHA / MQA (flash decoding)
+    # MLA's latent cache, read by its own kernel (FlashMLA, FlashInfer MLA, triton's MLA decode); unset: `attention`'s
+    attention_mla: Efficiency | None = None
     moe: Efficiency = 1.0  # grouped GEMM over routed experts, on top of the GEMV's (or dequantizing GEMV's)
+
+    @property
+    def mla(self) -> float:
+        """MLA's decode-attention efficiency: its own where stated, else the paged kernels' (a file written before
+        the split)."""
+        return self.attention if self.attention_mla is None else self.attention_mla
 
 
 class ComputeSide(BaseModel):
@@ -85,18 +97,22 @@ class KernelEfficiency(BaseModel):
     compute: ComputeSide = ComputeSide()
 
     def memory_of(self, group: str, fmt: str = "") -> float:
-        """Memory-side efficiency of a kernel class: 'gemv', 'weight_only' (by format family), 'attention'."""
+        """Memory-side efficiency of a kernel class: 'gemv', 'weight_only' (by format family), 'attention',
+        'attention_mla'."""
         m = self.memory
         if group == "attention":
             return m.attention
+        if group == "attention_mla":
+            return m.mla
         if group == "weight_only":
             found = m.weight_only.of(kernel_family(fmt))
             return m.gemv if found is None else found
         return m.gemv
 
     def compute_of(self, group: str) -> float:
-        """Compute-side efficiency of a kernel class: 'attention', else the GEMM's."""
-        return self.compute.attention if group == "attention" else self.compute.gemm
+        """Compute-side efficiency of a kernel class: attention's (MLA's too: prefill runs it per head, as flash
+        attention), else the GEMM's."""
+        return self.compute.attention if group in ("attention", "attention_mla") else self.compute.gemm
 
 
 IDENTITY = KernelEfficiency()
@@ -104,8 +120,11 @@ IDENTITY = KernelEfficiency()
 
 def kernel_family(fmt: str) -> str:
     """The dequantizing-kernel family of a weight format: int4 (AWQ, GPTQ, tinygemm, MLC q4f16), int8, fp8, fp4
-    (MXFP4, NVFP4), gguf (llama.cpp's block formats), nf4 (bitsandbytes); else the format's own name."""
+    (MXFP4, NVFP4), gguf (llama.cpp's block formats), nf4 (bitsandbytes), fp8_block (FP8 with 128x128 block
+    scales); else the format's own name."""
     name = get_format(fmt).name
+    if name == "fp8-block":
+        return "fp8_block"
     if name.startswith("int4"):
         return "int4"
     if name.startswith("int8"):

@@ -16,6 +16,7 @@ from tokcost.engine.band import band_of
 from tokcost.engine.collectives import Links, links_of
 from tokcost.engine.compiled import BoundPass, CompiledPass, Rate, Row
 from tokcost.engine.forms import Form
+from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
 from tokcost.engine.passcost import Bound, PassCost
@@ -169,7 +170,7 @@ def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
 
     def kv_heavier(batch: int) -> bool:
         x, rows = _slowest_rows(d, rates, batch, cached)
-        per_sequence = [row for row, _ in rows if row.stage.kind in ("attention", "state")]
+        per_sequence = [row for row, _ in rows if row.stage.kind in (*KV_ATTENTION, "state")]
         kv = sum(row.stage.count * (Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)) for row in per_sequence)
         return kv >= sum(row.stage.count * row.weight_bytes(x) for row, _ in rows)
 

@@ -11,12 +11,15 @@ from tokcost import fmt
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_state_bytes, stage_weight_bytes
+from tokcost.engine.mixer_stages import attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
 from tokcost.engine.roofline import Rates, kernel_rates
 from tokcost.formats import get as get_format
 from tokcost.models.layers import KV_MIXERS, MIXERS
 from tokcost.models.spec import ModelSpec
 from tokcost.units import MIB
+
+ATTENTION_NAME = {"attention": "paged GQA / MHA", "attention_mla": "MLA latent cache"}  # --explain's names
 
 Section = tuple[str, list[str]]
 
@@ -293,6 +296,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     g, peak, engine = e.gpu, e.deployment.rates("ceiling"), e.deployment.engine
     hw, gap = g.hardware, engine.gap(g.platform)
     k, basis = engine.kernels, engine.basis
+    attention = attention_kernel(e.model)  # the kernel class that reads this model's KV cache
+    # a file written before the split prices MLA with `attention`'s value, and says whose it is
+    unsplit = attention == "attention_mla" and k.memory.attention_mla is None
+    attention_key = "m.attention" if unsplit else "m." + attention
     copy, gemm = hw.copy_bandwidth, hw.gemm_for(e.precision.compute) or hw.gemm_for("bf16")
 
     def mark(key: str) -> str:
@@ -309,8 +316,8 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     lines += [
         f"engine: {engine.label} ({engine.summary or engine.source}); each kernel class at the hardware's rate "
         "x its efficiency, capped at the datasheet",
-        f"memory side: GEMV {k.memory.gemv:.3g}{mark('m.gemv')}, decode attention {k.memory.attention:.3g}"
-        f"{mark('m.attention')}, MoE {k.memory.moe:.3g}{mark('m.moe')}",
+        f"memory side: GEMV {k.memory.gemv:.3g}{mark('m.gemv')}, decode attention ({ATTENTION_NAME[attention]}: "
+        f"{attention}) {k.memory_of(attention):.3g}{mark(attention_key)}, MoE {k.memory.moe:.3g}{mark('m.moe')}",
         f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
         f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
     ]

@@ -15,10 +15,13 @@ from typing import Generic, Literal
 from tokcost.engine.features import N
 from tokcost.formats import get as get_format
 
-# matmul: weights x activations; experts: routed experts; attention: reads the KV cache; state: a linear-attention
-# or state-space layer's convolution and scan, which read and write a state per sequence; memory: lookups, norms,
+# matmul: weights x activations; experts: routed experts; attention: reads the KV cache (paged GQA / MHA / MQA
+# decode kernels, sliding and chunked windows included); attention_mla: MLA's latent cache, read by its own kernel
+# (the absorbed decode of FlashMLA, FlashInfer MLA or triton's MLA decode); state: a linear-attention or
+# state-space layer's convolution and scan, which read and write a state per sequence; memory: lookups, norms,
 # cache writes, sampling; collective: communication between GPUs
-Kind = Literal["matmul", "experts", "attention", "state", "memory", "collective"]
+Kind = Literal["matmul", "experts", "attention", "attention_mla", "state", "memory", "collective"]
+KV_ATTENTION: tuple[Kind, ...] = ("attention", "attention_mla")  # the kinds that read a KV cache
 Op = Literal["all-reduce", "all-to-all", "send/recv"]
 FUSED_NORM = "RMSNorm fused into the next matmul's prologue: its weights, no pass of its own over activations"
 

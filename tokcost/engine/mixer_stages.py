@@ -3,7 +3,9 @@
 Attention (global, sliding window, chunked: attend.py): the QKV projection, the new tokens' K/V written to the
 cache, attention reading every cached token it attends to (FlashAttention / paged decode kernels), the output
 projection. MLA (DeepSeek-V2/V3) attends in its absorbed latent form in decode (one query per step) and in the
-per-head form in prefill, as vLLM and SGLang run it.
+per-head form in prefill, as vLLM and SGLang run it; its cache read is its own kernel class (`attention_mla`:
+FlashMLA, FlashInfer MLA or triton's MLA decode, one latent row shared by every head), priced apart from paged
+GQA attention by the engine's efficiencies.
 
 A state layer keeps a fixed state per sequence (models/mixers.py) and runs in three kernels between its input and
 output projections, as vLLM runs Qwen3-Next and Nemotron-H: a depthwise causal convolution (K multiply-adds per
@@ -34,7 +36,7 @@ from tokcost.engine.blocks import (
     kv_bytes_per_token_layer,
 )
 from tokcost.engine.features import Features, N
-from tokcost.engine.kernels import Stage, collective, matmul, norm
+from tokcost.engine.kernels import Kind, Stage, collective, matmul, norm
 from tokcost.engine.layout import Layout
 from tokcost.engine.workload import Precision
 from tokcost.models.layers import KV_MIXERS
@@ -65,6 +67,12 @@ def mixer_stages(
     return stages
 
 
+def attention_kernel(model: ModelSpec) -> Kind:
+    """The kernel class that reads a model's KV cache: MLA's latent-cache kernel, or paged (GQA / MHA / MQA,
+    sliding and chunked windows too) attention."""
+    return "attention_mla" if model.mla is not None else "attention"
+
+
 def attention_stages(
     model: ModelSpec, p: Precision, layout: Layout, f: Features[N], mixer: str, label: str, count: int
 ) -> list[Stage[N]]:
@@ -92,7 +100,7 @@ def attention_stages(
         Stage(
             "attention (KV cache read)",
             label,
-            "attention",
+            attention_kernel(model),
             count,
             flops=pairs_flops,
             bytes_read=kv_read * kv_tok + t_dp * q_width * act,

@@ -51,8 +51,8 @@ class Component:
     bound: Bound
 
 
-GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "state": "state",
-          "collective": "communication"}  # fmt: skip
+GROUPS = {"matmul": "weights", "experts": "weights", "attention": "attention", "attention_mla": "attention",
+          "state": "state", "collective": "communication"}  # fmt: skip
 COMPONENTS = ("weights", "attention", "state", "communication", "other")
 
 

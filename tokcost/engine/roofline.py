@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
+from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import PassCost as PassCost  # re-exported: plots and serving import it from here
 from tokcost.engine.passcost import Priced
@@ -169,31 +170,38 @@ def hardware_x_engine(
     )
 
 
-_NATIVE: dict[str, str | None] = {}
+_NATIVE: dict[str, tuple[str | None, bool]] = {}
+
+
+def _native(weight_format: str) -> tuple[str | None, bool]:
+    """(its native matmul dtype, block-scaled?) of a format, looked up once."""
+    if weight_format not in _NATIVE:
+        f = get_format(weight_format)
+        _NATIVE[weight_format] = (f.native_compute, f.block_scaled)
+    return _NATIVE[weight_format]
 
 
 def native_compute(weight_format: str) -> str | None:
-    """The dtype a format's matmuls run at natively (None: dequantized into the compute dtype), looked up once."""
-    if weight_format not in _NATIVE:
-        _NATIVE[weight_format] = get_format(weight_format).native_compute
-    return _NATIVE[weight_format]
+    """The dtype a format's matmuls run at natively (None: dequantized into the compute dtype)."""
+    return _native(weight_format)[0]
 
 
 MatmulPath = Literal["compute", "float16", "attention"]
 
 
 def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath, bool]:
-    """(which FLOP rate, dequantizing?) of a kernel: native formats at the compute peak, 16-bit weights at the 16-bit
-    peak (an FP8 deployment keeps its LM head in bf16), other formats dequantized into the compute dtype; attention
-    multiplies activations by the cache at FP8 with an FP8 cache under FP8 compute, else at 16 bits."""
-    if kind == "attention":
+    """(which FLOP rate, a format's own kernel?) of a kernel: native formats at the compute peak (block-scaled ones
+    in a kernel of their own), 16-bit weights at the 16-bit peak (an FP8 deployment keeps its LM head in bf16),
+    other formats dequantized into the compute dtype; attention multiplies activations by the cache at FP8 with an
+    FP8 cache under FP8 compute, else at 16 bits."""
+    if kind in KV_ATTENTION:
         fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         return ("attention" if fp8 or not rates.float16_flops_per_s else "float16"), False
     if not weight_format:
         return "compute", False
-    native = native_compute(weight_format)
+    native, block_scaled = _native(weight_format)
     if same_tensor_rate(native, rates.compute_dtype):
-        return "compute", False
+        return "compute", block_scaled
     if weight_format in ("bf16", "fp16"):
         return ("float16" if rates.float16_flops_per_s else "compute"), False
     return "compute", True
@@ -216,10 +224,11 @@ def _path_flops(rates: Rates, path: MatmulPath) -> tuple[float, float]:
 
 def kernel_class(kind: str, dequantizing: bool) -> str | None:
     """Which of the engine's kernel classes a kernel is: 'gemv' (native weights; 'gemm' on the compute side),
-    'weight_only' (dequantizing), 'attention', or None for norms, lookups, KV writes and sampling (these run at the
+    'weight_only' (a format family's own kernel: dequantizing, or block-scaled), 'attention' (paged GQA / MHA /
+    MQA), 'attention_mla' (MLA's latent cache), or None for norms, lookups, KV writes and sampling (these run at the
     hardware's own rates). Routed experts add the MoE efficiency on top of their class."""
-    if kind == "attention":
-        return "attention"
+    if kind in KV_ATTENTION:
+        return kind
     if kind not in ("matmul", "experts"):
         return None
     return "weight_only" if dequantizing else "gemv"
@@ -234,7 +243,7 @@ def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing:
     memory, compute = k.memory_of(group, weight_format), k.compute_of(group)
     if kind == "experts":  # grouped GEMM over the routed experts, on top of its format's class
         memory, compute = memory * k.memory.moe, compute * k.compute.moe
-    gap = rates.attention_gap if group == "attention" else rates.compute_gap
+    gap = rates.attention_gap if group in KV_ATTENTION else rates.compute_gap
     return memory * rates.memory_gap, compute * gap
 
 

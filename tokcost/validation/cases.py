@@ -2,7 +2,7 @@
 
 A row's work is what validate prices (engine/work.py): its deployment's kernels at every wave's prefill and over
 its decode contexts, rates-free. A candidate is a set of values of the row's cell's parameters (`m.gemv`,
-`c.gemm`, `m.wo.int4`, `m.attention`, `m.moe`, `step_us`, `launch_us`, `coll.nvlink`, `request_us`,
+`c.gemm`, `m.wo.int4`, `m.attention`, `m.attention_mla`, `m.moe`, `step_us`, `launch_us`, `coll.nvlink`, `request_us`,
 `rocm.compute`, ...); `candidate_profile` writes them into the cell's EngineProfile, roofline.expected_rates turns
 that into Rates as for any estimate, and the engine prices the work (compiled.pass_seconds, mean_step_seconds):
 the fit's prediction of a row is validate's, by construction (a test checks it row by row).
@@ -110,8 +110,8 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
     ceiling = d.rates("ceiling")
     for kind, fmt in d.compiled.kernel_keys:
         group = kernel_class(kind, matmul_path(kind, fmt, ceiling)[1])
-        if group == "attention":
-            keys |= {"m.attention", "c.attention"}
+        if group in ("attention", "attention_mla"):  # paged GQA or MLA's latent cache: apart on the memory side
+            keys |= {f"m.{group}", "c.attention"}
         elif group == "weight_only":
             keys |= {f"m.wo.{kernel_family(fmt)}", "c.gemm"}
         elif group == "gemv":
@@ -138,6 +138,7 @@ def candidate_profile(base: EngineProfile, values: Mapping[str, float], platform
     wo = {f: values.get(f"m.wo.{f}", getattr(m.weight_only, f)) for f in WeightOnly.model_fields}
     memory = MemorySide.model_construct(gemv=values.get("m.gemv", m.gemv), weight_only=WeightOnly.model_construct(**wo),
                                         attention=values.get("m.attention", m.attention),
+                                        attention_mla=values.get("m.attention_mla", m.attention_mla),
                                         moe=values.get("m.moe", m.moe))  # fmt: skip
     compute = ComputeSide.model_construct(gemm=values.get("c.gemm", k.compute.gemm),
                                           attention=values.get("c.attention", k.compute.attention),

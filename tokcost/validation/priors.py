@@ -7,6 +7,21 @@ are about software, never about the silicon:
   RRZE-HPC/gpu-benches), a naive one half of it. Across the GPUs an era ran on, the GEMV's share of the datasheet
   (copy x efficiency) must stay in BANDWIDTH_PRODUCT (0.70-0.95): a hinge on the product, per GPU;
 - decode attention (paged KV reads, many small blocks): 0.3-1.12; MoE grouped GEMM on top of its class: 0.4-1.12;
+- MLA's decode attention apart (another kernel: one latent row per token shared by every head, absorbed into the
+  query; DeepSeek-V2/V3, Kimi-K2): 0.25-1.12, centre 0.53 (the range's log-middle). The top is FlashMLA's "up to
+  3000 GB/s in memory-bound configuration" on an H800 SXM5 (deepseek-ai/FlashMLA README, 2025-02; 0.90 of its
+  3.35 TB/s, about 1.1 of a copy). The bottom is the triton MLA decode that early-2025 engines ran by default
+  (vLLM V0's TRITON_MLA: FlashMLA only in V1, vllm-project/vllm issue 14882; SGLang's triton backend unless
+  --enable-flashinfer-mla): FlashInfer's MLA kernel gave 3.9x the throughput of triton's at 32K-token prompts
+  (sgl-project/sglang PR 3550, 2025-02), so triton reached about 1.12 / 3.9 = 0.29 of a copy there. Which of the
+  two an era runs is what rows would identify; until 3 sources do, every era sits at the centre and says "prior";
+- block-scaled FP8 (DeepSeek-V3's 128x128 blocks at FP8 compute, its own kernel: m.wo.fp8_block): 0.1-1.0 of a
+  copy, centre 0.3. On an H100 SXM (copy share 0.79) at DeepSeek-V3's shapes, DeepGEMM streamed 1,934 GB/s at
+  m=64, n=7168, k=18432 (0.73 of a copy) but 286-439 GB/s at n=4096, k=7168 (0.11-0.17; vllm-project/vllm PR 13917,
+  2025-02-26), and the tuned triton w8a8_block_fp8_matmul 1.30 TFLOP/s at batch 1 for n=2112, k=7168, i.e.
+  0.65 TB/s (0.25; CUTLASS blockwise 0.89 TFLOP/s; PR 23280, 2025-09), where a bf16 GEMV of that shape streams
+  0.91 of the datasheet: small per-rank shapes pay a fixed kernel time. The centre is the log-middle of the
+  measured 0.11-0.73;
 - compute side (GEMM share x efficiency): 0.4-1.1 of the GEMM share, the product within GEMM_PRODUCT (0.40-0.95);
   prefill attention 0.3-1.1;
 - a platform gap (a CUDA-first engine's ROCm build: untuned GEMMs, triton attention, RCCL): 0.1-1.12 per side
@@ -52,7 +67,9 @@ class Prior:
 EFFICIENCY_PRIORS: dict[str, Prior] = {
     "m.gemv": Prior(0.5, 1.12, 1.0),
     "m.wo": Prior(0.5, 1.12, 1.0),  # each format family (m.wo.int4, ...): centre = the era's GEMV
+    "m.wo.fp8_block": Prior(0.1, 1.0, 0.3),  # block-scaled FP8 GEMV at DeepSeek-V3's shapes (docstring)
     "m.attention": Prior(0.3, 1.12, 1.0),
+    "m.attention_mla": Prior(0.25, 1.12, 0.53),  # MLA's latent-cache kernel: triton's to FlashMLA (docstring)
     "m.moe": Prior(0.4, 1.12, 1.0),
     "c.gemm": Prior(0.4, 1.1, 1.0),
     "c.attention": Prior(0.3, 1.1, 1.0),
@@ -111,6 +128,8 @@ EAGER_CELLS = frozenset(cell for cell, costs in COST_PRIORS.items() if "launch_u
 
 def efficiency_prior(key: str) -> Prior:
     """The range and centre of an efficiency or gap key (`m.wo.int4` reads `m.wo`'s)."""
+    if key in EFFICIENCY_PRIORS:
+        return EFFICIENCY_PRIORS[key]
     return EFFICIENCY_PRIORS["m.wo" if key.startswith("m.wo.") else key]
 
 

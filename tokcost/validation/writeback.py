@@ -17,7 +17,7 @@ from tokcost.validation.folds import DIGITS
 from tokcost.validation.priors import EAGER_CELLS, cost_prior, efficiency_prior
 from tokcost.validation.space import Space
 
-EFFICIENCY_KEYS = ("m.gemv", "m.attention", "m.moe", "c.gemm", "c.attention", "c.moe")
+EFFICIENCY_KEYS = ("m.gemv", "m.attention", "m.attention_mla", "m.moe", "c.gemm", "c.attention", "c.moe")
 CUDA_ONLY = frozenset({"tensorrt-llm", "generic"})  # engines with no ROCm build
 GENERATED = ("kernels", "step_overhead_us", "launch_overhead_us", "kernel_overhead_us", "request_overhead_us",
              "collective_overhead_us", "platforms", "basis", "band")  # fmt: skip
@@ -67,7 +67,9 @@ def era_fields(found: Mapping[str, tuple[float, str]], band: Band | None, rocm_b
     wo = {k.removeprefix("m.wo."): x for k, x in v.items() if k.startswith("m.wo.")}
     if wo:
         memory["weight_only"] = wo  # type: ignore[assignment]
-    memory.update(attention=v.get("m.attention", 1.0), moe=v.get("m.moe", 1.0))
+    memory.update(
+        attention=v.get("m.attention", 1.0), attention_mla=v.get("m.attention_mla", 1.0), moe=v.get("m.moe", 1.0)
+    )
     compute = {"gemm": v.get("c.gemm", 1.0), "attention": v.get("c.attention", 1.0), "moe": v.get("c.moe", 1.0)}
     out: dict[str, Any] = {"kernels": {"memory": memory, "compute": compute}} if found else {}
     for key, field in FIELD_OF_COST.items():
