@@ -65,7 +65,7 @@ def render() -> str:
         "one call of `tokcost.serving.predict` for one replica with the setup's model, GPU, layout, formats, engine",
         f"era ({', '.join(sorted(engines))}: each setup's by its framework, version and graphs), lengths and load.",
         "A mean or",
-        "unstated statistic is compared with the predicted p50; ITL with TPOT; a dataset's lengths are taken as",
+        "unstated statistic is compared with the predicted mean; ITL with TPOT; a dataset's lengths are taken as",
         "exponential with the stated mean, a uniform law's as uniform over its stated range; SGLang from 0.4",
         "schedules one step ahead (its overlap scheduler, on by default); a MoE checkpoint run as shipped",
         "(`experts` set) is priced in the model's own formats. Error = predicted / measured - 1. Nothing was",

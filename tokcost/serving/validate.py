@@ -3,9 +3,10 @@
 Each row is one load point of a pinned setup (model, GPU, layout, formats, engine, lengths, rate or concurrency)
 and one metric; the prediction is one call of serving.predict with the same inputs, for one replica, the load
 split evenly over the setup's instances. What a row's statistic maps to: p50/p90/p99 are the closed form's
-percentiles; a mean or an unstated statistic is compared with the p50 (the closed form has no mean, and a
-latency's mean sits near its median at moderate load; said in the table); ITL, the gap between tokens pooled over
-every gap, is compared with the closed form's pooled gaps (its percentiles; a mean with the mean step). Rows the
+percentiles; a mean is compared with the closed form's mean (TTFT's mixture mean, Little's TPOT, their sum for
+E2E), and so is an unstated statistic (the client harnesses print the average first: AIPerf's tables open with
+avg); ITL, the gap between tokens pooled over every gap, is compared with the closed form's pooled gaps (its
+percentiles; a mean with the mean step). Rows the
 closed form cannot speak to are skipped with the reason: disaggregated setups, p10/p25/p75/p95 statistics,
 and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-scheduler-steps`); a setup that
 runs multi-step scheduling makes a new request wait for the running window (serving.predict), and one whose
@@ -113,8 +114,10 @@ def predict_row(
         values = getattr(p, LATENCY[row.metric])
         stat = row.statistic if row.statistic in PERCENTILES else "p50"
         value = values.get(stat) if values else None
-        if row.metric == "itl_ms" and row.statistic not in PERCENTILES and values:
-            value = p.itl_mean_s  # the mean gap is the mean step a decoding sequence waits
+        if row.statistic not in PERCENTILES and values:  # a mean (or unstated: the harnesses print the mean first)
+            means = p.means_s or {}
+            # the mean gap is the mean step a decoding sequence waits
+            value = p.itl_mean_s if row.metric == "itl_ms" else means.get(LATENCY[row.metric])
         if value is None:
             return ServingResult(row, setup, None, "the load is past the predicted saturation: no percentiles")
         return ServingResult(row, setup, value * 1e3)
