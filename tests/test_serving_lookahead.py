@@ -8,6 +8,7 @@ that a server with nobody else on it (one user) changes nothing, and which publi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,20 @@ def test_sglang_schedules_one_step_ahead_from_0_4_unless_turned_off():
     off = setups["ix-sglang057-dsr1-8xh200-1k1k"].model_copy(update={"engine_flags": "--disable-overlap-schedule"})
     assert not _lookahead(off)
     assert not _lookahead(setups["vllm060-llama31-8b-1xa100"])  # other engines: not read from the rows
+
+
+def test_explain_prints_the_next_step_an_arrival_waits():
+    from tokcost.serving.explain import _lookahead_lines
+
+    traffic = Traffic(LengthDist("exponential", 1000), LengthDist("exponential", 200), rate_rps=6.0)
+    ahead, plain = _replica(traffic, lookahead=True), _replica(traffic, lookahead=False)
+    point = state_at_rate(ahead, 6.0)
+    (line,) = _lookahead_lines(ahead, point)
+    assert line.startswith("overlap scheduling:"), line
+    # "(1 - f) T0 + f Tp = A x T0 ms + f x Tp ms = total ms", read back: the sum holds and is the closed form's term
+    a, t0, f, tp, total = (float(x) for x in re.findall(r"([\d.]+) x ([\d.]+) ms \+ ([\d.]+) x ([\d.]+) ms = "
+                                                      r"([\d.]+) ms", line)[0])  # fmt: skip
+    assert a + f == pytest.approx(1.0, abs=2e-3) and t0 == pytest.approx(point.decode_step_s * 1e3, rel=1e-3)
+    assert total == pytest.approx(a * t0 + f * tp, rel=2e-3)
+    assert total == pytest.approx(lookahead_step(ahead, point) * 1e3, rel=1e-3)
+    assert _lookahead_lines(plain, state_at_rate(plain, 6.0)) == []
