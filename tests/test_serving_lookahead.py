@@ -144,3 +144,17 @@ def test_explain_prints_the_next_step_an_arrival_waits():
     assert total == pytest.approx(a * t0 + f * tp, rel=2e-3)
     assert total == pytest.approx(lookahead_step(ahead, point) * 1e3, rel=1e-3)
     assert _lookahead_lines(plain, state_at_rate(plain, 6.0)) == []
+
+
+def test_a_request_landing_in_the_last_step_before_idle_starts_when_it_ends():
+    # request 0 (100 prompt tokens, 3 out) ends with decode step 2; request 1 lands halfway through it. Nothing is
+    # left to run, so either way the server takes it at that step's end, alone: never earlier than it came
+    traffic = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 3), arrivals_s=(0.0, 0.0))
+    for lookahead in (False, True):
+        steps = _replica(traffic, lookahead=lookahead).steps
+        prefill = steps.seconds([Segment(1, 0, 100)])
+        decode = [steps.seconds([Segment(1, 100 + j, 1)]) for j in range(3)]
+        landing = prefill + decode[1] + decode[2] / 2
+        late = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 3), arrivals_s=(0.0, landing))
+        result = simulate(steps, late, 2048, requests=2, lookahead=lookahead)
+        assert result.ttft_s[1] == pytest.approx(decode[2] / 2 + prefill + steps.request_overhead_s, rel=1e-6)

@@ -160,8 +160,8 @@ class _Run:
         decided = 0.0  # when the step about to start was scheduled: its start, or the last step's under lookahead
         while (self.arrivals or s.queue or s.decoding) and s.step < SIMULATED_STEP_BOUND:
             self.admit(s, decided if self.lookahead else t)
-            if not s.queue and not s.decoding:
-                t = decided = self.arrivals[0][0]  # an idle server schedules an arrival at once
+            if not s.queue and not s.decoding:  # idle: the next arrival (or one that came during the last step) at once
+                t = decided = max(t, self.arrivals[0][0])
                 continue
             seconds, prefilled, completed, last_s = self.one_step(s, t)
             t += seconds
