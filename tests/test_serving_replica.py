@@ -160,6 +160,33 @@ def test_predict_one_validation_row():
         predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200)
 
 
+def test_predicted_means_are_the_closed_forms_own():
+    from tokcost.serving.predict import predict
+
+    m, g = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    dist = LengthDist("exponential", 1000)
+    p = predict(m, g, tp=1, prompt_tokens=1000, output_tokens=200, rate_rps=8.0, chunk=2048, prompt_dist=dist,
+                output_dist=LengthDist("exponential", 200))  # fmt: skip
+    means = p.means_s
+    assert means is not None and p.ttft_s is not None and p.e2e_s is not None
+    # Little: a request's mean TPOT is the mean gap a decoding sequence waits; a mean adds: E2E = TTFT + E[n] TPOT
+    assert means["tpot_s"] == pytest.approx(p.itl_mean_s)
+    assert means["e2e_s"] == pytest.approx(means["ttft_s"] + (200 - 1) * means["tpot_s"])
+    # waits and long prompts skew TTFT and E2E to the right: each mean above its median
+    assert means["ttft_s"] > p.ttft_s["p50"] and means["e2e_s"] > p.e2e_s["p50"]
+
+
+def test_a_uniform_length_law_is_read_as_uniform_over_its_range():
+    from tokcost.serving.validate import _length
+
+    law = _length("uniform", 510.0, (1, 1024))  # the harness's np.random.randint(1, 1025)
+    assert law.mean == 512.5 and law.moment(1) == pytest.approx(512.5)
+    assert law.moment(2) == pytest.approx(sum(v * v for v in range(1, 1025)) / 1024)
+    assert law.quantile(0.5) == 513 and law.quantile(0.0) == 1 and law.quantile(0.999) == 1023
+    assert _length("dataset", 224.0, None) == LengthDist("exponential", 224.0)
+    assert _length("fixed", 5000.0, None) == LengthDist("fixed", 5000.0)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompt=st.integers(1, 20_000), output=st.integers(1, 2000), kind=st.sampled_from(["fixed", "exponential"]),
        chunk=st.sampled_from([64, 512, 2048, 8192]), share=st.floats(0.001, 0.99))  # fmt: skip

@@ -30,7 +30,8 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    anyway, never a step of queue service; Pollaczek-Khinchine mean, M/D/1 when lengths are fixed; given a
    wait, a gamma matched to Takacs' second moment) + own chunks + the tokens packed beside it in its last step.
    A closed loop's queue sees arrivals per step (loop.py); with fixed lengths its users come back in lock-step
-   groups.
+   groups. An engine that schedules one step ahead (overlap scheduling) adds the next step to every arrival that
+   finds the server busy: it was chosen before the request came.
 4. TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum over its
    lifetime (variance lambda L E[S^2], skew from E[S^3]) plus the batch's swing (variance 2b/3 for an
    M/G/infinity count; binomial, 1 - b/N of it, for N closed-loop users), both amplified by the decode batch's

@@ -13,7 +13,7 @@ from tokcost.engine.roofline import PassCost
 from tokcost.serving.fleet import cost_shares
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
-from tokcost.serving.ttft import final_step_extra, ttft_moments
+from tokcost.serving.ttft import final_step_extra, lookahead_step, ttft_moments
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
@@ -113,6 +113,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
         f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
         *_admission_lines(pt),
+        *_lookahead_lines(r, pt),
         "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s)
         + "; ITL p50/p90/p99 = " + _triple(x.itl_s) + f"; feedback gain {r.feedback(pt):.2f}",
     ]  # fmt: skip
@@ -130,6 +131,15 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         ("Saturation and goodput", limit),
         ("Fleet and cost", _fleet_lines(plan, row, r)),
     ]
+
+
+def _lookahead_lines(r: Replica, pt: LoadPoint) -> list[str]:
+    """Overlap scheduling's term of TTFT: the step after the one an arrival finds, chosen before it came."""
+    if not r.lookahead or not r.prompts:
+        return []
+    return [f"overlap scheduling: an arrival that finds a step running also waits the next one, chosen before it "
+            f"came: (1 - f) T0 + f Tp = {1 - pt.prefill_share:.3f} x {fmt.ms(pt.decode_step_s)} + "
+            f"{pt.prefill_share:.3f} x {fmt.ms(pt.prefill_step_s)} = {fmt.ms(lookahead_step(r, pt))}"]  # fmt: skip
 
 
 def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:

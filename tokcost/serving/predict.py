@@ -19,9 +19,10 @@ from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
 from tokcost.serving.fleet import percentiles
 from tokcost.serving.layout import Layout
-from tokcost.serving.replica import build_replica
+from tokcost.serving.replica import LoadPoint, Replica, build_replica
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import LengthDist, Slo, Traffic
+from tokcost.serving.ttft import ttft_moments
 
 DEFAULT_CHUNK = 2048
 
@@ -40,6 +41,7 @@ class Prediction:
     saturated: bool  # the load is at or past saturation: no percentiles
     itl_s: dict[str, float | None] | None = None  # the gap between two tokens, pooled over every gap
     itl_mean_s: float | None = None  # its mean: the mean step a decoding sequence waits
+    means_s: dict[str, float | None] | None = None  # {ttft_s, tpot_s, e2e_s}: each metric's mean over requests
 
 
 def predict(
@@ -50,6 +52,7 @@ def predict(
     output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
     pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
     scheduler_steps: int | None = None, max_running: int | None = None, client_side: bool = True,
+    lookahead: bool = False,
 ) -> Prediction:  # fmt: skip
     """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency)."""
     if (rate_rps is None) == (concurrency is None):
@@ -65,7 +68,7 @@ def predict(
     replica = build_replica(
         model, deployment, traffic, chunk or sched.chunk_tokens or DEFAULT_CHUNK, scenario,
         max_running=max_running or sched.max_running_sequences, client_side=client_side,
-        scheduler_steps=scheduler_steps or sched.scheduler_steps,
+        scheduler_steps=scheduler_steps or sched.scheduler_steps, lookahead=lookahead,
     )  # fmt: skip
     limits = capacity(replica, slos or [])
     if concurrency is not None:
@@ -82,9 +85,19 @@ def predict(
         e2e_s=percentiles(replica, point, "e2e"),
         itl_s=percentiles(replica, point, "itl"),
         itl_mean_s=point.tpot_mean_s if replica.decodes else None,
+        means_s=_means(replica, point),
         rate_rps=point.rate_rps,
         output_tokens_per_s=point.rate_rps * traffic.output.mean,
         saturation_rps=limits.saturation_rps,
         max_rate_rps=max_rate,
         saturated=False,
     )
+
+
+def _means(replica: Replica, point: LoadPoint) -> dict[str, float | None]:
+    """Each latency's mean over requests: TTFT's mixture mean, TPOT's Little mean (b / (lambda E[n])), and E2E =
+    TTFT + E[n] TPOT (a mean is additive)."""
+    ttft = ttft_moments(replica, point).mean if replica.prompts else None
+    tpot = point.tpot_mean_s + replica.transfer_s / max(replica.decode_steps_mean, 1.0) if replica.decodes else None
+    e2e = (ttft or 0.0) + replica.decode_steps_mean * (tpot or 0.0) if replica.prompts or replica.decodes else None
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}

@@ -137,6 +137,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         self.kv_capacity_tokens = kv_capacity_tokens
         self.max_running = max_running  # the engine's cap on running sequences (None: the KV cache alone)
         self.scheduler_steps = 1  # multi-step scheduling: a new prompt joins at the end of a window of k steps
+        self.lookahead = False  # overlap scheduling: each step's requests are chosen while the step before it runs
         self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
         # the engine's per-request cost (HTTP, tokenization, scheduling) is on the TTFT a client times
         self.overhead_s = steps.request_overhead_s if client_side else 0.0
@@ -394,10 +395,10 @@ def decode_context(traffic: Traffic) -> float:
 def build_replica(
     model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
     role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None, scheduler_steps: int = 1,
-    client_side: bool = True,
+    client_side: bool = True, lookahead: bool = False,
 ) -> Replica:  # fmt: skip
-    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap and
-    multi-step scheduling) under one scenario."""
+    """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap,
+    multi-step and overlap scheduling) under one scenario."""
     engine = deployment.engine
     if scheduler_steps > 1 and engine.step_overhead_us:  # multi-step scheduling: the host's work once per k steps
         engine = engine.model_copy(update={"step_overhead_us": engine.step_overhead_us / scheduler_steps})
@@ -408,7 +409,7 @@ def build_replica(
     kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
     replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side)
-    replica.scheduler_steps = scheduler_steps
+    replica.scheduler_steps, replica.lookahead = scheduler_steps, lookahead
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     return replica

@@ -9,7 +9,9 @@ decode batch (exact, the pass is linear in the contexts' sum) and Segment(1, tok
 per prompt. A prompt's first token comes out at the end of the step that ran its last chunk; it then decodes
 one token per step and frees its slot with its last token. With no decode and an empty queue the server idles
 until the next arrival. Under multi-step scheduling (k > 1) new prompts start only at the first step of a
-window of k steps while sequences decode.
+window of k steps while sequences decode. Under overlap scheduling (`lookahead`) each step takes the requests that
+had arrived when the step before it started (the scheduler chose it then, while that step ran); an idle server
+takes an arrival at once.
 
 Closed-loop users behave as benchmark clients do: with no think time all N send at t = 0, and each sends its
 next request one client round trip (traffic.client_rtt_s, plus the engine's per-request cost) after its last
@@ -95,12 +97,13 @@ class _Server:
 
 def simulate(
     steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None,
-    max_running: float | None = None, scheduler_steps: int = 1, rtt_spread_s: float = 0.0,
+    max_running: float | None = None, scheduler_steps: int = 1, rtt_spread_s: float = 0.0, lookahead: bool = False,
 ) -> SimResult:  # fmt: skip
     """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica; `rtt_spread_s`: the mean
-    of an exponential added to each closed-loop client's round trip (0: the benchmark's fixed round trip)."""
+    of an exponential added to each closed-loop client's round trip (0: the benchmark's fixed round trip);
+    `lookahead`: the scheduler decides each step while the one before it runs (overlap scheduling)."""
     run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
-               rtt_spread_s=rtt_spread_s)  # fmt: skip
+               rtt_spread_s=rtt_spread_s, lookahead=lookahead)  # fmt: skip
     return run.run()
 
 
@@ -109,9 +112,9 @@ class _Run:
 
     def __init__(self, steps: Steps, traffic: Traffic, chunk: int, requests: int, rng: random.Random,
                  rate_rps: float | None, max_running: float | None, scheduler_steps: int, *,
-                 rtt_spread_s: float = 0.0) -> None:  # fmt: skip
+                 rtt_spread_s: float = 0.0, lookahead: bool = False) -> None:  # fmt: skip
         self.steps, self.traffic, self.chunk, self.requests, self.rng = steps, traffic, chunk, requests, rng
-        self.rtt_spread = rtt_spread_s
+        self.rtt_spread, self.lookahead = rtt_spread_s, lookahead
         self.cap = max_running if max_running is not None and math.isfinite(max_running) else math.inf
         self.window = max(scheduler_steps, 1)
         self.overhead = steps.request_overhead_s
@@ -154,13 +157,15 @@ class _Run:
         self.start()
         s = _Server()
         t, batch_time, prefill_time = 0.0, 0.0, 0.0
+        decided = 0.0  # when the step about to start was scheduled: its start, or the last step's under lookahead
         while (self.arrivals or s.queue or s.decoding) and s.step < SIMULATED_STEP_BOUND:
-            self.admit(s, t)
-            if not s.queue and not s.decoding:
-                t = self.arrivals[0][0]
+            self.admit(s, decided if self.lookahead else t)
+            if not s.queue and not s.decoding:  # idle: the next arrival (or one that came during the last step) at once
+                t = decided = max(t, self.arrivals[0][0])
                 continue
-            seconds, prefilled, completed = self.one_step(s, t)
+            seconds, prefilled, completed, last_s = self.one_step(s, t)
             t += seconds
+            decided = t - last_s  # overlap scheduling picks the next step's requests as the last one starts
             batch_time += len(s.decoding) * seconds
             prefill_time += seconds if prefilled else 0.0
             self.end_step(s, t, completed)
@@ -176,8 +181,9 @@ class _Run:
             if not self.traffic.concurrency and not self.traffic.arrivals_s:
                 self.new_request(time + self.rng.expovariate(self.rate))  # type: ignore[arg-type]
 
-    def one_step(self, s: _Server, t: float) -> tuple[float, bool, list[_Request]]:
-        """The next step, or a stretch of decode-only steps: (seconds, whether it carried prefill, prompts done)."""
+    def one_step(self, s: _Server, t: float) -> tuple[float, bool, list[_Request], float]:
+        """The next step, or a stretch of decode-only steps: (seconds, whether it carried prefill, prompts done,
+        the last step's seconds)."""
         b = len(s.decoding)
         p0 = self.traffic.cached_prefix_tokens
         segments = [Segment(b, (s.context_base + b * s.step) / b, 1)] if b else []
@@ -200,8 +206,9 @@ class _Run:
             seconds = self.steps.seconds(segments)
             if b:
                 self.itl.append((t + seconds, seconds, b))
-            return seconds, True, completed
-        return self.decode_stretch(s, t, b, segments[0].cached_tokens), False, completed
+            return seconds, True, completed, seconds
+        stretch = self.decode_stretch(s, t, b, segments[0].cached_tokens)
+        return stretch, False, completed, self.itl[-1][1]
 
     def decode_stretch(self, s: _Server, t: float, b: int, context: float) -> float:
         """Every decode-only step up to the next event (a finish, an arrival, the line's end), priced at once."""

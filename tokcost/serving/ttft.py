@@ -14,6 +14,9 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
   decode), and the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
 - lock-step groups (a closed loop with fixed lengths: the share w): (the previous group's last step - r - c)
   + its own step(s), or (T0 - r - c) + its own for the first group of a burst.
+Under overlap scheduling (SGLang from 0.4: the scheduler chooses step k + 1 while step k runs) an arrival that finds
+a step running is first scheduled into the step after the next one, so every branch that lands on a busy server
+also waits out that next step (lookahead_step: a step of the mix); an idle server schedules it at once.
 Each branch is a constant + a gamma + a uniform, so the tail is a weighted sum of gamma_plus_uniform_tail and
 the moments a mixture.
 """
@@ -58,6 +61,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     fills = r.fill_steps(pt.batch)  # a step's seconds as its prompt tokens grow
     backlog, landing = pt.queue_rho, _landing(pt, p_dec)
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
+    ahead = lookahead_step(r, pt)
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         width = final_step_extra(r, pt, prompt)
         # its last step lasts at least a step with its own chunk in it
@@ -76,19 +80,31 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             for p, step in landing:
                 extra = joined(part * step)
                 late = math.hypot(extra, step)  # two uniforms as one alike
-                out.append((timed * w * p, alone + (extra + step - late) / 2, 0.0, 1.0, late))
+                busy = ahead if step > 0 else 0.0  # overlap scheduling: the next step was chosen before it came
+                out.append((timed * w * p, alone + busy + (extra + step - late) / 2, 0.0, 1.0, late))
             t0 = pt.decode_step_s
             both = math.hypot(width, t0)
             out += [(timed * w * backlog * (1 - p_dec), own, theta, shape, width),
                     (timed * w * backlog * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
         if locked_steps > 0:  # lands r + c into the step in progress: waits out the rest, with all who land in it
             for p, step in landing:
-                out.append((locked_steps * w * p, alone + r.loop.residual(step), 0.0, 1.0, joined(step)))
+                busy = ahead if step > 0 else 0.0
+                out.append((locked_steps * w * p, alone + busy + r.loop.residual(step), 0.0, 1.0, joined(step)))
             out.append((locked_steps * w * backlog, own, theta, shape, width))
         if lock > 0:
-            out += [(prompt.weight * lock * share, constant, 0.0, 1.0, 0.0) for share, constant in
+            out += [(prompt.weight * lock * share, constant + ahead, 0.0, 1.0, 0.0) for share, constant in
                     _lock_step(r, pt, prompt, alone, p_dec)]  # fmt: skip
     return _with_admission(_with_window(out, r, pt), pt)
+
+
+def lookahead_step(r: Replica, pt: LoadPoint) -> float:
+    """Overlap scheduling (SGLang's zero-overhead scheduler): the scheduler picks each step's requests while the step
+    before it runs, so an arrival that finds a step running also waits out the next one, chosen without it: a step
+    of the mix, carrying prefill with the share of steps that do (0 when the engine decides each step at its start)."""
+    if not r.lookahead:
+        return 0.0
+    f = pt.prefill_share
+    return (1 - f) * pt.decode_step_s + f * pt.prefill_step_s
 
 
 def _landing(pt: LoadPoint, p_dec: float) -> list[tuple[float, float]]:

@@ -3,12 +3,15 @@
 Each row is one load point of a pinned setup (model, GPU, layout, formats, engine, lengths, rate or concurrency)
 and one metric; the prediction is one call of serving.predict with the same inputs, for one replica, the load
 split evenly over the setup's instances. What a row's statistic maps to: p50/p90/p99 are the closed form's
-percentiles; a mean or an unstated statistic is compared with the p50 (the closed form has no mean, and a
-latency's mean sits near its median at moderate load; said in the table); ITL, the gap between tokens pooled over
-every gap, is compared with the closed form's pooled gaps (its percentiles; a mean with the mean step). Rows the
+percentiles; a mean is compared with the closed form's mean (TTFT's mixture mean, Little's TPOT, their sum for
+E2E), and so is an unstated statistic (the client harnesses print the average first: AIPerf's tables open with
+avg); ITL, the gap between tokens pooled over every gap, is compared with the closed form's pooled gaps (its
+percentiles; a mean with the mean step). Rows the
 closed form cannot speak to are skipped with the reason: disaggregated setups, p10/p25/p75/p95 statistics,
 and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-scheduler-steps`); a setup that
-runs multi-step scheduling makes a new request wait for the running window (serving.predict).
+runs multi-step scheduling makes a new request wait for the running window (serving.predict), and one whose
+engine schedules one step ahead (SGLang's overlap scheduler) makes a request that finds a step running wait the
+next one too. Lengths: fixed; a uniform law as uniform over its stated range; a dataset's as an exponential.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.predict import DEFAULT_CHUNK, Prediction, predict
 from tokcost.serving.traffic import LengthDist
+from tokcost.validation.cells import version_of
 from tokcost.validation.serving_data import ServingRow, ServingSetup
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -30,6 +34,11 @@ LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms"
 CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
 SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
+OVERLAP_OFF = re.compile(r"--disable[-_]overlap[-_]schedul")
+# SGLang's overlap ("zero-overhead batch") scheduler is on by default from v0.4 (lmsys.org/blog/2024-12-04-sglang-v0-4;
+# python/sglang/srt/managers/scheduler.py event_loop_overlap: batch k + 1 is chosen, then batch k - 1's result is
+# processed, while batch k runs); --disable-overlap-schedule turns it off
+SGLANG_OVERLAP_SINCE = (0, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +66,23 @@ def _skip_reason(setup: ServingSetup, row: ServingRow) -> str | None:
     return None
 
 
-def _length(kind: str, mean: float) -> LengthDist:
-    # a dataset's lengths (ShareGPT) are long-tailed: an exponential of the same mean stands in for them
-    return LengthDist("fixed" if kind == "fixed" else "exponential", mean)
+def _lookahead(setup: ServingSetup) -> bool:
+    """Whether the setup's engine chooses each step's requests while the step before it runs (overlap scheduling)."""
+    version = version_of(setup.engine_version)
+    overlap = setup.engine == "sglang" and version is not None and version >= SGLANG_OVERLAP_SINCE
+    return overlap and not OVERLAP_OFF.search(setup.engine_flags)
+
+
+def _length(kind: str, mean: float, span: tuple[int, int] | None) -> LengthDist:
+    """The row's length law: fixed; a uniform law over its stated range as it is (every integer in it equally
+    likely, as the harnesses draw them: np.random.randint); a dataset's lengths (ShareGPT), long-tailed, as an
+    exponential of the same mean."""
+    if kind == "fixed":
+        return LengthDist("fixed", mean)
+    if kind == "uniform" and span is not None:
+        values = tuple(range(span[0], span[1] + 1))
+        return LengthDist("empirical", sum(values) / len(values), values=values)
+    return LengthDist("exponential", mean)
 
 
 def predict_row(
@@ -81,18 +104,20 @@ def predict_row(
     p: Prediction = predict(
         model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
         prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
-        prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean),
-        output_dist=_length(setup.output_dist, row.output_tokens_mean),
+        prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean, setup.prompt_tokens_range),
+        output_dist=_length(setup.output_dist, row.output_tokens_mean, setup.output_tokens_range),
         weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
         scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
-        client_side=setup.measured_at == "client", **load,  # type: ignore[arg-type]
+        client_side=setup.measured_at == "client", lookahead=_lookahead(setup), **load,  # type: ignore[arg-type]
     )  # fmt: skip
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])
         stat = row.statistic if row.statistic in PERCENTILES else "p50"
         value = values.get(stat) if values else None
-        if row.metric == "itl_ms" and row.statistic not in PERCENTILES and values:
-            value = p.itl_mean_s  # the mean gap is the mean step a decoding sequence waits
+        if row.statistic not in PERCENTILES and values:  # a mean (or unstated: the harnesses print the mean first)
+            means = p.means_s or {}
+            # the mean gap is the mean step a decoding sequence waits
+            value = p.itl_mean_s if row.metric == "itl_ms" else means.get(LATENCY[row.metric])
         if value is None:
             return ServingResult(row, setup, None, "the load is past the predicted saturation: no percentiles")
         return ServingResult(row, setup, value * 1e3)
