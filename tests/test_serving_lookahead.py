@@ -17,9 +17,11 @@ import tokcost.validation
 from tokcost.engine.step import Segment
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
+from tokcost.profiles import engine_for
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
 from tokcost.serving.latency import percentile
 from tokcost.serving.layout import Layout
+from tokcost.serving.predict import predict
 from tokcost.serving.replica import build_replica
 from tokcost.serving.simulate import simulate
 from tokcost.serving.steps import Deployment
@@ -121,12 +123,26 @@ def test_one_user_finds_an_idle_server_so_nothing_changes():
 
 def test_sglang_schedules_one_step_ahead_from_0_4_unless_turned_off():
     setups, _ = load_serving(Path(tokcost.validation.__file__).parent / "serving.yaml")
-    assert not _lookahead(setups["sglang030-llama31-8b-1xa100"])  # 0.3.0: decides each step at its start
-    assert _lookahead(setups["dc-sglang-llama33-70b-4xh200-random1k"])  # 0.4.0.x: overlap on by default
-    assert _lookahead(setups["ix-sglang057-dsr1-8xh200-1k1k"])
+    sglang, vllm = engine_for("sglang"), engine_for("vllm@v0")
+    assert sglang.overlap_scheduling_since == "0.4" and vllm.overlap_scheduling_since is None
+    assert not _lookahead(setups["sglang030-llama31-8b-1xa100"], sglang)  # 0.3.0: decides each step at its start
+    assert _lookahead(setups["dc-sglang-llama33-70b-4xh200-random1k"], sglang)  # 0.4.0.x: overlap on by default
+    assert _lookahead(setups["ix-sglang057-dsr1-8xh200-1k1k"], sglang)
     off = setups["ix-sglang057-dsr1-8xh200-1k1k"].model_copy(update={"engine_flags": "--disable-overlap-schedule"})
-    assert not _lookahead(off)
-    assert not _lookahead(setups["vllm060-llama31-8b-1xa100"])  # other engines: not read from the rows
+    assert not _lookahead(off, sglang)
+    assert not _lookahead(setups["vllm060-llama31-8b-1xa100"], vllm)  # an engine without an overlap scheduler
+
+
+def test_plan_and_predict_schedule_as_the_engine_does():
+    h100 = load_gpu("h100-sxm")
+    assert engine_for("sglang").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap
+    assert not engine_for("vllm").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap
+    model = load_model("llama-3.1-8b")
+    kw = {"tp": 1, "prompt_tokens": 1000, "output_tokens": 200, "rate_rps": 20.0}
+    sglang = predict(model, h100, engine=engine_for("sglang"), **kw)
+    off = predict(model, h100, engine=engine_for("sglang"), lookahead=False, **kw)
+    on = predict(model, h100, engine=engine_for("sglang"), lookahead=True, **kw)
+    assert sglang.ttft_s == on.ttft_s and on.ttft_s["p50"] > off.ttft_s["p50"]  # the default is the engine's own
 
 
 def test_explain_prints_the_next_step_an_arrival_waits():

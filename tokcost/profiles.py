@@ -200,6 +200,7 @@ class Scheduler(BaseModel):
     max_running_sequences: int | None  # None: only the KV cache caps them
     chunk_tokens: int | None  # None: the engine states none (plan searches the chunk)
     scheduler_steps: int = 1  # multi-step scheduling: decode steps per scheduling decision
+    overlap: bool = False  # the next step's requests are chosen while this step runs: a late arrival waits one more
 
 
 class EraFields(BaseModel):
@@ -225,6 +226,9 @@ class EraFields(BaseModel):
     chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
     # decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps); 1 for engines and eras without it
     scheduler_steps: int = Field(default=1, ge=1, le=64)
+    # the engine version from which its scheduler chooses step k+1's requests while step k runs (SGLang's overlap
+    # scheduler, on by default since 0.4): a request that finds the GPU busy joins the step after next; None: never
+    overlap_scheduling_since: str | None = Field(default=None, max_length=20, pattern=r"^\d+(\.\d+)*$")
     scheduler_tiers: tuple[SchedulerTier, ...] = Field(
         default=(), strict=False
     )  # defaults by GPU memory, the largest tier that applies wins
@@ -264,7 +268,12 @@ class EngineProfile(EraFields):
             if gib >= tier.min_memory_gib and not any(name in gpu_name for name in tier.except_gpus):
                 cap = tier.max_running_sequences or cap
                 chunk = tier.chunk_tokens or chunk
-        return Scheduler(max_running_sequences=cap, chunk_tokens=chunk, scheduler_steps=self.scheduler_steps)
+        return Scheduler(
+            max_running_sequences=cap,
+            chunk_tokens=chunk,
+            scheduler_steps=self.scheduler_steps,
+            overlap=self.overlap_scheduling_since is not None,
+        )  # the era's newest build: plan's engine
 
 
 NO_GAP = PlatformGap()

@@ -52,7 +52,7 @@ def predict(
     output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
     pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
     scheduler_steps: int | None = None, max_running: int | None = None, client_side: bool = True,
-    lookahead: bool = False,
+    lookahead: bool | None = None,
 ) -> Prediction:  # fmt: skip
     """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency)."""
     if (rate_rps is None) == (concurrency is None):
@@ -68,7 +68,8 @@ def predict(
     replica = build_replica(
         model, deployment, traffic, chunk or sched.chunk_tokens or DEFAULT_CHUNK, scenario,
         max_running=max_running or sched.max_running_sequences, client_side=client_side,
-        scheduler_steps=scheduler_steps or sched.scheduler_steps, lookahead=lookahead,
+        scheduler_steps=scheduler_steps or sched.scheduler_steps,
+        lookahead=sched.overlap if lookahead is None else lookahead,  # None: as the engine's scheduler runs
     )  # fmt: skip
     limits = capacity(replica, slos or [])
     if concurrency is not None:

@@ -34,11 +34,7 @@ LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms"
 CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
 SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
-OVERLAP_OFF = re.compile(r"--disable[-_]overlap[-_]schedul")
-# SGLang's overlap ("zero-overhead batch") scheduler is on by default from v0.4 (lmsys.org/blog/2024-12-04-sglang-v0-4;
-# python/sglang/srt/managers/scheduler.py event_loop_overlap: batch k + 1 is chosen, then batch k - 1's result is
-# processed, while batch k runs); --disable-overlap-schedule turns it off
-SGLANG_OVERLAP_SINCE = (0, 4)
+OVERLAP_OFF = re.compile(r"--disable[-_]overlap[-_]schedul")  # SGLang's switch off its overlap scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +62,14 @@ def _skip_reason(setup: ServingSetup, row: ServingRow) -> str | None:
     return None
 
 
-def _lookahead(setup: ServingSetup) -> bool:
-    """Whether the setup's engine chooses each step's requests while the step before it runs (overlap scheduling)."""
-    version = version_of(setup.engine_version)
-    overlap = setup.engine == "sglang" and version is not None and version >= SGLANG_OVERLAP_SINCE
-    return overlap and not OVERLAP_OFF.search(setup.engine_flags)
+def _lookahead(setup: ServingSetup, engine: EngineProfile) -> bool:
+    """Whether the setup's build chooses each step's requests while the step before it runs: its version is at or
+    past the era's `overlap_scheduling_since` (the profile says when the engine's overlap scheduler arrived) and its
+    flags do not turn it off."""
+    since, version = engine.overlap_scheduling_since, version_of(setup.engine_version)
+    if since is None or version is None:
+        return False
+    return version >= version_of(since) and not OVERLAP_OFF.search(setup.engine_flags)  # type: ignore[operator]
 
 
 def _length(kind: str, mean: float, span: tuple[int, int] | None) -> LengthDist:
@@ -108,7 +107,7 @@ def predict_row(
         output_dist=_length(setup.output_dist, row.output_tokens_mean, setup.output_tokens_range),
         weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
         scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
-        client_side=setup.measured_at == "client", lookahead=_lookahead(setup), **load,  # type: ignore[arg-type]
+        client_side=setup.measured_at == "client", lookahead=_lookahead(setup, engine), **load,  # type: ignore[arg-type]
     )  # fmt: skip
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])
