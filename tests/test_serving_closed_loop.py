@@ -75,7 +75,11 @@ def _knee(model, gpu, tp, prompt, output, chunk, kind, think) -> float:
     return users_in_system(r, replace(edge, wait_mean_s=0.0, queue_rho=0.0), think)
 
 
-@pytest.mark.parametrize("name", CASES)
+# The quick tier simulates one fixed-length case and one with a think time (about 1 s each); the whole suite every case
+QUICK = {"8b-packed-fixed", "8b-l40s-think-fixed"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.slow) for n in CASES])
 def test_closed_form_matches_simulated_clients_from_one_user_to_the_limit(name):
     model, gpu, tp, prompt, output, chunk, kind, think, shares = CASES[name]
     knee = _knee(model, gpu, tp, prompt, output, chunk, kind, think)
