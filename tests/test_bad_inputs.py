@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiers import slow_except
 
 ROOT = Path(__file__).parents[1]
 CORPUS = ROOT / "tests" / "bad_inputs"
@@ -127,10 +128,12 @@ def test_bad_input_gets_one_helpful_line(case, cli, tmp_path, monkeypatch):
     assert not (tmp_path / PWNED).exists(), "a YAML tag ran code"
 
 
+# each a fresh interpreter: the quick tier runs a file's case and a flag's (every case runs in-process above too)
 SUBPROCESS_CASES = ["python-tag", "alias-bomb", "utf16-file", "hf-truncated", "batch-zero", "gpu-name-typo"]
+QUICK = {"python-tag", "batch-zero"}
 
 
-@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+@pytest.mark.parametrize("case_id", slow_except(QUICK, SUBPROCESS_CASES))
 def test_bad_input_in_a_real_process_prints_no_traceback(case_id, tmp_path):
     case = next(c for c in CASES if c["id"] == case_id)
     argv, name = _argv(case, tmp_path)

@@ -220,6 +220,7 @@ def test_one_token_answers_have_no_tpot(cli):
     assert x["e2e_s"]["p90"] == pytest.approx(x["ttft_s"]["p90"], rel=1e-4)
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier keeps test_startup's import checks of estimate
 def test_plan_does_not_import_torch():
     import subprocess
     import sys

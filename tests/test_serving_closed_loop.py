@@ -15,6 +15,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from tiers import slow_except
 
 from tokcost.engine.step import Segment
 from tokcost.hardware.library import load_gpu
@@ -79,7 +80,7 @@ def _knee(model, gpu, tp, prompt, output, chunk, kind, think) -> float:
 QUICK = {"8b-packed-fixed", "8b-l40s-think-fixed"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.slow) for n in CASES])
+@pytest.mark.parametrize("name", slow_except(QUICK, CASES))
 def test_closed_form_matches_simulated_clients_from_one_user_to_the_limit(name):
     model, gpu, tp, prompt, output, chunk, kind, think, shares = CASES[name]
     knee = _knee(model, gpu, tp, prompt, output, chunk, kind, think)

@@ -67,6 +67,7 @@ def test_estimate_imports_its_command_only_and_nothing_heavy():
     assert "tokcost.plots.roofline" not in loaded  # no chart module without --plot
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier keeps the estimate and --help import checks
 def test_machine_readable_output_starts_without_rich():
     loaded = _modules_after(_main("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"))
     assert not {m for m in loaded if m.split(".")[0] == "rich"}
