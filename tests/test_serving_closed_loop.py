@@ -76,8 +76,8 @@ def _knee(model, gpu, tp, prompt, output, chunk, kind, think) -> float:
     return users_in_system(r, replace(edge, wait_mean_s=0.0, queue_rho=0.0), think)
 
 
-# The quick tier simulates one fixed-length case and one with a think time (about 1 s each); the whole suite every case
-QUICK = {"8b-packed-fixed", "8b-l40s-think-fixed"}
+# The quick tier simulates one case, fixed lengths with a think time (about 1 s); the whole suite every case
+QUICK = {"8b-l40s-think-fixed"}
 
 
 @pytest.mark.parametrize("name", slow_except(QUICK, CASES))
