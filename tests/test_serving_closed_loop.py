@@ -15,7 +15,6 @@ import random
 from dataclasses import replace
 
 import pytest
-from tiers import slow_except
 
 from tokcost.engine.step import Segment
 from tokcost.hardware.library import load_gpu
@@ -76,11 +75,8 @@ def _knee(model, gpu, tp, prompt, output, chunk, kind, think) -> float:
     return users_in_system(r, replace(edge, wait_mean_s=0.0, queue_rho=0.0), think)
 
 
-# The quick tier simulates one case, fixed lengths with a think time (about 1 s); the whole suite every case
-QUICK = {"8b-l40s-think-fixed"}
-
-
-@pytest.mark.parametrize("name", slow_except(QUICK, CASES))
+@pytest.mark.slow  # 1-10 s of simulated clients a case (the quick tier simulates the token gaps and the cap below)
+@pytest.mark.parametrize("name", CASES)
 def test_closed_form_matches_simulated_clients_from_one_user_to_the_limit(name):
     model, gpu, tp, prompt, output, chunk, kind, think, shares = CASES[name]
     knee = _knee(model, gpu, tp, prompt, output, chunk, kind, think)
