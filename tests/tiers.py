@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-QUICK_MAX_EXAMPLES = 10  # each property's strategy still draws its corners; the whole suite runs the stated count
+QUICK_MAX_EXAMPLES = 5  # a smoke test of each property, its simplest example first; the whole suite: the stated count
 QUICK = False  # set by conftest.py: True under -m "not slow"
 
 
