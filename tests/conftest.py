@@ -1,4 +1,8 @@
-"""Shared fixtures: run the CLI in-process with captured output, at a fixed terminal width; load-proof hypothesis."""
+"""Shared fixtures: run the CLI in-process with captured output, at a fixed terminal width; load-proof hypothesis.
+
+The quick tier (`pytest -m "not slow"`) skips importing modules slow as a whole and runs property tests on at most
+tiers.QUICK_MAX_EXAMPLES examples; the whole suite runs everything at the counts the tests state.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import signal
 from dataclasses import dataclass
 
 import pytest
+import tiers
 from hypothesis import HealthCheck, settings
 
 from tokcost.cli.app import main
@@ -17,6 +22,7 @@ from tokcost.cli.app import main
 # machine generates examples slowly (what a test sets itself, such as max_examples, still applies).
 settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tokcost")
+settings.register_profile("quick", parent=settings.get_profile("tokcost"), max_examples=tiers.QUICK_MAX_EXAMPLES)
 
 # A shell starts a background job with SIGINT ignored (nohup: SIGHUP too), and a child process keeps an ignored
 # signal: the tests that signal a child would see it run to the end. Undone here, every child starts with the default.
@@ -43,9 +49,21 @@ class CliResult:
 SLOW_MODULE = "\npytestmark = pytest.mark.slow"  # a module whose every test is in the slow tier says so at its top
 
 
+def _quick(config) -> bool:
+    """Whether this run is the quick tier, `pytest -m "not slow"`."""
+    return config.getoption("markexpr") == "not slow"
+
+
+def pytest_configure(config):
+    """The quick tier runs property tests on fewer examples: those that state a count read it through tiers.examples."""
+    if _quick(config):
+        tiers.QUICK = True
+        settings.load_profile("quick")
+
+
 def pytest_ignore_collect(collection_path, config):
     """The quick tier (-m "not slow") does not import a module that is slow as a whole: torch alone takes seconds."""
-    if config.getoption("markexpr") == "not slow" and collection_path.suffix == ".py":
+    if _quick(config) and collection_path.suffix == ".py":
         return SLOW_MODULE in collection_path.read_text(encoding="utf-8") or None
     return None
 

@@ -147,6 +147,7 @@ def test_every_export_resolves_and_import_tokcost_stays_light():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # matplotlib draws the README's picture (the quick tier draws a plan's in test_plan_cli)
 def test_the_readme_python_api_section_runs(tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")  # it ends with result.plot(...)
     text = (ROOT / "README.md").read_text()

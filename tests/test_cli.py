@@ -240,6 +240,7 @@ def test_every_command_has_help_with_an_example(cli, command):
     assert "Example: tokcost" in r.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier keeps test_startup's import checks of estimate
 def test_estimate_does_not_import_torch():
     code = (
         "import sys\nfrom tokcost.cli.app import main\n"
@@ -250,6 +251,7 @@ def test_estimate_does_not_import_torch():
     assert out.stdout.strip().endswith("ok")
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier runs `python -m tokcost` in test_bad_inputs
 def test_python_dash_m_runs():
     out = subprocess.run([sys.executable, "-m", "tokcost", "specs", "list", "--format", "json"],
                          capture_output=True, text=True)  # fmt: skip

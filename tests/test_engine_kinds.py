@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from tokcost.engine.attend import Pieces, causal_pairs, kv_read_tokens
 from tokcost.engine.decode import DecodeLines
@@ -284,7 +285,7 @@ LAYOUTS = [{}, {"tp": 2}, {"pp": 2}, {"tp": 2, "pp": 3}, {"tp": 2, "dp": 2, "ep"
 
 
 @given(hybrids(), st.sampled_from(LAYOUTS), st.integers(1, 9), st.integers(0, 90), st.integers(0, 60))
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 def test_any_mix_of_kinds_prices_the_same_on_both_paths(model, layout, batch, first, span):
     assume(layout_problem(model, Layout(**layout)) is None)  # DP and EP need an MoE
     d = deployment(model, H100, Workload(**layout))

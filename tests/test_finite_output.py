@@ -19,6 +19,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from tokcost import fmt
 from tokcost.cli.app import main
@@ -100,21 +101,21 @@ def workload(draw) -> list[str]:
     return args
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(args=workload(), gpu=st.sampled_from(GPUS), rendering=st.sampled_from(["table", "markdown", "json", "csv"]),
        extra=st.sampled_from([[], ["--journey"], ["--explain"]]))  # fmt: skip
 def test_estimate_prints_only_finite_non_negative_quantities(args, gpu, rendering, extra):
     check(rendering, ["estimate", *args, "-g", gpu, *extra])
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(args=workload(), gpus=st.lists(st.sampled_from(GPUS), min_size=1, max_size=3, unique=True),
        rendering=st.sampled_from(["table", "markdown", "json", "csv"]))  # fmt: skip
 def test_compare_prints_only_finite_non_negative_quantities(args, gpus, rendering):
     check(rendering, ["compare", *args, "-g", ",".join(gpus)])
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     model=st.sampled_from(MODELS), gpu=st.sampled_from(GPUS),
     batches=st.lists(counts, min_size=1, max_size=4), contexts=st.lists(lengths, min_size=1, max_size=3),

@@ -15,6 +15,7 @@ import pytest
 
 from tokcost.models.hf_import import from_hf_config
 
+pytestmark = pytest.mark.slow  # not in the quick tier: torch builds each family's model (test_hf_import reads them)
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

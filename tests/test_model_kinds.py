@@ -167,6 +167,7 @@ def test_measure_refuses_what_its_torch_decoder_cannot_build_in_one_line(cli):
     assert load_model("llama-4-scout").sliding_window is None  # the model itself reads as before
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier keeps test_startup's import checks of estimate
 def test_estimate_start_up_imports_neither_transformers_nor_torch():
     code = (
         "import sys\nfrom tokcost.cli.app import main\n"

@@ -220,6 +220,7 @@ def test_one_token_answers_have_no_tpot(cli):
     assert x["e2e_s"]["p90"] == pytest.approx(x["ttft_s"]["p90"], rel=1e-4)
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier keeps test_startup's import checks of estimate
 def test_plan_does_not_import_torch():
     import subprocess
     import sys
@@ -266,6 +267,7 @@ DONE_WHEN = ["plan", "-m", "llama-3.1-70b", "--concurrency", "200", "--prompt", 
              "--price", "h100-sxm=3.78,h200=4.3,mi300x=4.0,l40s=1.95"]  # fmt: skip
 
 
+@pytest.mark.slow  # two full plans over four GPU types (the quick tier plans the JSON keys and ranking above)
 def test_the_issues_buyer_question_gets_a_priced_answer_for_every_gpu(cli):
     r = cli(*DONE_WHEN, "-f", "json")
     assert r.exit_code == 0, r.stderr
@@ -284,6 +286,7 @@ def test_the_issues_buyer_question_gets_a_priced_answer_for_every_gpu(cli):
     assert re.search(r"\n│ 1\* +│", table.stdout)  # the cheapest row is starred (the column widens past 9 rows)
 
 
+@pytest.mark.slow  # two full plans over four GPU types (the quick tier checks plan at 60 and 80 in test_widths)
 def test_eighty_columns_keep_the_answer_and_never_cut_a_value(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     r = cli(*DONE_WHEN)

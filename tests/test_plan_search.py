@@ -25,17 +25,25 @@ def _space(**kw) -> Space:
     return Space(**{**base, **kw})
 
 
+@pytest.fixture(scope="module")
+def plan_at_20():
+    """The plan at 20 req/s on the base space, which several tests read (a plan is a pure function of its inputs)."""
+    return plan(MODEL, _traffic(20), SLOS, _space())
+
+
 def _cheapest(p) -> tuple[int, float]:
     row = next(r for r in p.rows if r.expected.meets_slo)
     return row.expected.gpus, row.expected.usd_per_hour
 
 
+@pytest.mark.slow  # eight plans (the quick tier plans at 20 req/s below)
 def test_more_rate_never_needs_fewer_gpus():
     cheapest = [_cheapest(plan(MODEL, _traffic(rate), SLOS, _space())) for rate in (0.5, 1, 2, 5, 10, 20, 40, 80)]
     assert all(a[1] <= b[1] for a, b in zip(cheapest[:-1], cheapest[1:], strict=True))
     assert cheapest[0][0] < cheapest[-1][0]
 
 
+@pytest.mark.slow  # five plans
 def test_looser_slos_never_need_more_gpus():
     runs = []
     for loosen in (1.0, 1.25, 1.5, 2.0, 4.0):
@@ -75,10 +83,8 @@ def test_prices_override_and_missing_prices_warn():
     assert any(w.startswith("h200: no price") for w in warnings)
 
 
-def test_cost_split_adds_back_to_the_hourly_cost():
-    traffic = _traffic(20)
-    p = plan(MODEL, traffic, SLOS, _space())
-    for row in p.rows:
+def test_cost_split_adds_back_to_the_hourly_cost(plan_at_20):
+    for row in plan_at_20.rows:
         x = row.expected
         if not x.meets_slo:
             continue
@@ -117,8 +123,8 @@ def test_pareto_rows_are_not_dominated():
         assert row.pareto == (not dominated_tpot or not dominated_ttft)
 
 
-def test_load_table_grows_with_the_load():
-    p = plan(MODEL, _traffic(20), SLOS, _space())
+def test_load_table_grows_with_the_load(plan_at_20):
+    p = plan_at_20
     gpus = [entry["gpus"] for entry in p.load]
     assert [entry["multiple"] for entry in p.load] == [0.25, 0.5, 1.0, 2.0, 4.0]
     assert all(a <= b for a, b in zip(gpus[:-1], gpus[1:], strict=True))

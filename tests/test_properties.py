@@ -15,6 +15,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as _estimate
@@ -26,7 +27,7 @@ from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.hf_import import from_hf_config
 from tokcost.models.spec import ModelSpec
 
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STORAGE = ["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4", "int4-g32-z16", "nf4", "q4_k_m", "q8_0", "nvfp4"]
 NETWORK = Link(kind="infiniband", gb_s=50, latency_us=25, source="test")
 
@@ -251,7 +252,7 @@ def _import_or_spec_error(config: dict[str, Any]) -> None:
     assert isinstance(spec, ModelSpec) and spec.params_total > 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.sampled_from(HF_CONFIGS), st.data())
 def test_hf_import_of_a_mutated_real_config(path, data):
     config = json.loads(path.read_text())
@@ -263,7 +264,7 @@ def test_hf_import_of_a_mutated_real_config(path, data):
     _import_or_spec_error(config)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.sampled_from(HF_CONFIGS), st.dictionaries(st.text(max_size=30), JSON_VALUES, max_size=8))
 def test_hf_import_of_arbitrary_objects(path, extra):
     _import_or_spec_error(extra)  # arbitrary keys alone
@@ -325,7 +326,7 @@ def corners(draw) -> tuple[ModelSpec, GpuSpec, Workload]:
     return model, gpu, wl
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(corners())
 def test_output_is_finite_at_the_corners_of_the_schema(case):
     model, gpu, wl = case

@@ -6,6 +6,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,6 +18,7 @@ def _script():
     return module
 
 
+@pytest.mark.slow  # every tour command, two four-GPU plans among them (the quick tier checks each command exists)
 def test_readme_tour_matches_the_live_cli():
     text = (ROOT / "README.md").read_text()
     assert "<!-- tour:" in text

@@ -75,6 +75,7 @@ def _knee(model, gpu, tp, prompt, output, chunk, kind, think) -> float:
     return users_in_system(r, replace(edge, wait_mean_s=0.0, queue_rho=0.0), think)
 
 
+@pytest.mark.slow  # 1-10 s of simulated clients a case (the quick tier simulates the token gaps and the cap below)
 @pytest.mark.parametrize("name", CASES)
 def test_closed_form_matches_simulated_clients_from_one_user_to_the_limit(name):
     model, gpu, tp, prompt, output, chunk, kind, think, shares = CASES[name]

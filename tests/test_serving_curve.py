@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from tokcost.engine.step import Segment
 from tokcost.hardware.library import load_gpu
@@ -65,7 +66,7 @@ def test_slope_is_the_step_per_extra_sequence():
     assert curve.slope(10.5) == pytest.approx(direct, rel=1e-9)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     chunk=st.integers(1, 16384),
     offset=st.integers(0, 100_000),

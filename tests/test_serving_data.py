@@ -288,11 +288,20 @@ def test_disaggregated_setup_splits_its_instances(serving):
         assert setup.gpus == setup.tp * setup.pp * setup.dp * setup.instances
 
 
+def _first_rows(text: str, rows: int = 4) -> str:
+    """A data file cut after its first rows, every setup kept: each mistake below sits in those, and the strict
+    loader spends about half a second on the rest of serving.yaml (test_startup reads it all that way)."""
+    head, body = text.split("\nrows:\n", 1)
+    return head + "\nrows:\n" + "\n- id: ".join(body.split("\n- id: ")[:rows]) + "\n"
+
+
 def _with_replaced(tmp_path, source: Path, old: str, new: str) -> Path:
     text = source.read_text(encoding="utf-8")
     assert old in text
     bad = tmp_path / source.name
-    bad.write_text(text.replace(old, new, 1), encoding="utf-8")
+    cut = _first_rows(text.replace(old, new, 1))
+    assert new in cut  # the mistake is in what is kept
+    bad.write_text(cut, encoding="utf-8")
     return bad
 
 
@@ -314,7 +323,7 @@ def test_a_layout_that_does_not_add_up_is_refused(tmp_path):
 def test_a_duplicate_id_and_an_unknown_setup_are_refused(tmp_path):
     text = SERVING.read_text(encoding="utf-8")
     dup = tmp_path / "dup.yaml"
-    dup.write_text(text.replace("rps4-ttft-p50\n", "rps4-e2e-p50\n", 1), encoding="utf-8")
+    dup.write_text(_first_rows(text.replace("rps4-ttft-p50\n", "rps4-e2e-p50\n", 1)), encoding="utf-8")
     with pytest.raises(SpecError, match=r"rows\[1\]: id: duplicate id 'sglang030-llama31-8b-1xa100-rps4-e2e-p50'"):
         load_serving(dup)
     orphan = _with_replaced(tmp_path, SERVING, "  setup: sglang030-llama31-8b-1xa100\n", "  setup: nowhere\n")

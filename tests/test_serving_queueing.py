@@ -8,6 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from tokcost.serving.queueing import (
     Moments,
@@ -58,7 +59,7 @@ def test_gamma_plus_uniform_tail_by_sampling():
         assert gamma_plus_uniform_tail(s, 0.7, 1.0, 0.5) == pytest.approx(exp_plus_uniform_tail(s, 0.7, 0.5))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(
     a=st.tuples(st.floats(0, 10), st.floats(0, 5), st.floats(-5, 5)),
     b=st.tuples(st.floats(0, 10), st.floats(0, 5), st.floats(-5, 5)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from tokcost.engine.estimate import estimate
 from tokcost.engine.workload import Workload
@@ -115,7 +116,7 @@ def test_unreachable_slo_gives_zero_goodput_with_the_reason():
     assert cap.binding == "ttft_p50 SLO" and cap.broken_at_zero_load
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ttft=st.floats(0.12, 3.0), tpot=st.floats(0.015, 0.2), loosen=st.floats(1.0, 3.0))
 def test_looser_slos_never_lower_goodput(ttft, tpot, loosen):
     r = _replica(tp=8, chunk=1024)
@@ -187,7 +188,7 @@ def test_a_uniform_length_law_is_read_as_uniform_over_its_range():
     assert _length("fixed", 5000.0, None) == LengthDist("fixed", 5000.0)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompt=st.integers(1, 20_000), output=st.integers(1, 2000), kind=st.sampled_from(["fixed", "exponential"]),
        chunk=st.sampled_from([64, 512, 2048, 8192]), share=st.floats(0.001, 0.99))  # fmt: skip
 def test_below_saturation_every_percentile_is_finite(prompt, output, kind, chunk, share):

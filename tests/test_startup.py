@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from tiers import slow_except
 
 from tokcost import bundle, files
 from tokcost.cli.commands import COMMANDS
@@ -69,6 +70,7 @@ def test_estimate_imports_its_command_only_and_nothing_heavy():
     assert "yaml" not in loaded  # the built-in specs come parsed from their bundle
 
 
+@pytest.mark.slow  # a fresh interpreter; the quick tier keeps the estimate and --help import checks
 def test_machine_readable_output_starts_without_rich():
     loaded = _modules_after(_main("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"))
     assert not {m for m in loaded if m.split(".")[0] == "rich"}
@@ -112,6 +114,8 @@ def _typed(value):
 
 
 BUILTIN_FILES = sorted(p for folder in BUILTIN_FOLDERS for p in folder.rglob("*.yaml"))
+# the strict loader spends 0.3-1 s on each data file past 100 kB: those run in the whole suite, the specs in both tiers
+SPEC_FILES = [p for p in BUILTIN_FILES if p.stat().st_size < 100_000]
 
 
 def test_every_package_data_file_is_a_builtin():
@@ -121,7 +125,9 @@ def test_every_package_data_file_is_a_builtin():
     assert all(is_builtin(p) for p in BUILTIN_FILES)
 
 
-@pytest.mark.parametrize("path", BUILTIN_FILES, ids=lambda p: p.relative_to(ROOT / "tokcost").as_posix())
+@pytest.mark.parametrize(
+    "path", slow_except(SPEC_FILES, BUILTIN_FILES), ids=lambda p: p.relative_to(ROOT / "tokcost").as_posix()
+)
 def test_libyaml_path_reads_each_builtin_exactly_as_the_strict_loader(path, tmp_path):
     copy = tmp_path / path.name  # the same file outside the package is a user file: the strict loader reads it
     copy.write_bytes(path.read_bytes())
