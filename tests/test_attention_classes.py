@@ -117,9 +117,9 @@ def test_the_fit_reads_mla_apart_and_frees_it_only_on_three_sources_spanning_twi
     cases = _mla_cases(("a", "b", "c"))
     assert all("m.attention_mla" in c.keys and "m.attention" not in c.keys for c in cases)
     assert max(c.work_s for c in cases) >= 2 * min(c.work_s for c in cases)
-    assert "all.m.attention_mla" in _free(cases)
-    assert "all.m.attention_mla" not in _free(_mla_cases(("a", "b", "b")))  # two sources
-    assert "all.m.attention_mla" not in _free(_mla_cases(("a", "a", "a")))  # one (the published MLA rows: dstack)
+    assert "sglang.m.attention_mla" in _free(cases)  # an engine's own value: never pooled across engines
+    assert "sglang.m.attention_mla" not in _free(_mla_cases(("a", "b", "b")))  # two sources
+    assert "sglang.m.attention_mla" not in _free(_mla_cases(("a", "a", "a")))  # one (the published MLA rows: dstack)
     published = {r.source_id for r in load_rows(DATA) if load_model(r.model).mla is not None}
     assert len(published) < 3  # so MLA's efficiency ships at its prior, and says so
 

@@ -7,8 +7,8 @@ parameters' log-values z and one offset u per source:
   row far off pulls far less than under squares);
 - u^2 / (2 TAU^2) per source: each publication may sit a little off as a whole (an unstated GPU variant, clocks,
   a harness) without moving shared parameters; used only while fitting (a prediction has no offset);
-- |log value - log parent| / scale per free parameter (Laplace shrinkage: era -> engine -> all engines; a cost
-  towards its prior centre), smoothed at 0 by EPS;
+- |log value - log parent| / scale per free parameter (Laplace shrinkage: era -> engine -> all engines; decode
+  attention's engine value and a cost towards its prior centre), smoothed at 0 by EPS;
 - (distance outside its range / HINGE_SCALE)^2 / 2 per parameter, and per GPU an era ran on for the GEMV and GEMM
   shares of the datasheet (priors.py): the soft walls that keep every value physical.
 Search: Levenberg-Marquardt on the Gauss-Newton (IRLS) model, the rows' Jacobian by forward differences through

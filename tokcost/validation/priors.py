@@ -6,7 +6,8 @@ are about software, never about the silicon:
   more than cudaMemcpy (the H100 SXM's copy share 0.79 is cudaMemcpy's; copy kernels reach 0.85-0.92,
   RRZE-HPC/gpu-benches), a naive one half of it. Across the GPUs an era ran on, the GEMV's share of the datasheet
   (copy x efficiency) must stay in BANDWIDTH_PRODUCT (0.70-0.95): a hinge on the product, per GPU;
-- decode attention (paged KV reads, many small blocks): 0.3-1.12; MoE grouped GEMM on top of its class: 0.4-1.12;
+- decode attention (paged KV reads, many small blocks): 0.3-1.12, centred per engine on its kernel family, never
+  pooled across engines (below); MoE grouped GEMM on top of its class: 0.4-1.12;
 - MLA's decode attention apart (another kernel: one latent row per token shared by every head, absorbed into the
   query; DeepSeek-V2/V3, Kimi-K2): 0.25-1.12, centre 0.53 (the range's log-middle). The top is FlashMLA's "up to
   3000 GB/s in memory-bound configuration" on an H800 SXM5 (deepseek-ai/FlashMLA README, 2025-02; 0.90 of its
@@ -14,7 +15,8 @@ are about software, never about the silicon:
   (vLLM V0's TRITON_MLA: FlashMLA only in V1, vllm-project/vllm issue 14882; SGLang's triton backend unless
   --enable-flashinfer-mla): FlashInfer's MLA kernel gave 3.9x the throughput of triton's at 32K-token prompts
   (sgl-project/sglang PR 3550, 2025-02), so triton reached about 1.12 / 3.9 = 0.29 of a copy there. Which of the
-  two an era runs is what rows would identify; until 3 sources do, every era sits at the centre and says "prior";
+  two an era runs is what rows would identify; until 3 sources do, every era sits at the centre and says "prior".
+  Like paged attention (below), it is never pooled across engines: FlashInfer's MLA and triton's are 3.9x apart;
 - block-scaled FP8 (DeepSeek-V3's 128x128 blocks at FP8 compute, its own kernel: m.wo.fp8_block): 0.1-1.0 of a
   copy, centre 0.3. On an H100 SXM (copy share 0.79) at DeepSeek-V3's shapes, DeepGEMM streamed 1,934 GB/s at
   m=64, n=7168, k=18432 (0.73 of a copy) but 286-439 GB/s at n=4096, k=7168 (0.11-0.17; vllm-project/vllm PR 13917,
@@ -40,6 +42,32 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
   network 10-100 us (llama.cpp's 2023 row split gathers partial results on the main GPU: 50-1,000 us);
 - per request on a client-side harness: 0.5-50 ms (HTTP, tokenization, admission; at low concurrency a few
   tenths of a percent of a multi-second request, andyluo7.github.io 2026-05-14, vLLM 0.19 on MI300X).
+Decode attention (paged GQA / MHA / MQA) by kernel family: the engines run different kernels for it, 2-3x apart at
+one shape, so one engine's rows say nothing of another's, and an engine whose rows do not identify the class takes
+its family's published figure, not a pool of other engines' rows (their pool is whichever engine has most rows):
+- FlashInfer's decode (tensor cores for GQA) and TensorRT-LLM's XQA stream the KV cache at about a copy's rate:
+  FlashInfer's single-request decode is "close to 100%" of the datasheet bandwidth at long contexts on an H100, and
+  the page size (1 to 16) changes it little (flashinfer.ai blog "Accelerating Self-Attentions for LLM Serving with
+  FlashInfer", 2024-02-02, figures 5 and 12); its batch decode at batch 128, 128 query / 16 KV heads, page 128, bf16
+  on an H20 (4.0 TB/s) reads 1.07 GB in 0.339 ms at 1K tokens and 2.15 GB in 0.633 ms at 2K (3.2-3.4 TB/s, 0.79-0.85
+  of the datasheet; flashinfer-ai/flashinfer issue 1753, 2025-09) and 17.2 GB in 5.10 ms at 16K (0.84; Dao-AILab/
+  flash-attention issue 1572, 2025-04): about 1.0 of a copy (a copy streams 0.79-0.9 of the datasheet). Centre 1.0:
+  SGLang (FlashInfer by default on CUDA through 0.4), MLC (FlashInfer in its CUDA backend), TensorRT-LLM (XQA);
+- vLLM's PagedAttention kernels (v1/v2, and their ROCm port that TGI's ROCm builds call), like the FlashAttention
+  paged decode it moved to, stream far less for GQA: FlashInfer's tensor-core decode is "up to 2-3x" faster than
+  vLLM's PagedAttention on A100 and H100, 3x at batch 64 in Llama-70B's TP-2 shapes (the same blog, figure 9); the
+  FlashAttention-3 paged decode of the H20 case above took 15.97 ms (9.3 ms with tuned tiles) where FlashInfer took
+  5.10, 0.27-0.46 of the datasheet (issue 1572); FlashAttention-2's paged batch decode on an H100 SXM at batch 64,
+  GQA 8, reached 15-47% of the datasheet at 32-256 tokens (microsoft/onnxruntime PR 21414, 2024-08). Centre 0.41
+  (a copy's rate over 2-3, the log-middle): TGI (the 2024 ROCm builds its rows ran call vLLM's paged kernels).
+  FlashInfer's author wrote in 2025-07 that every engine's kernels have since taken the same optimizations (packed
+  KV, tensor cores; flashinfer-ai/flashinfer issue 1244), so vLLM, whose newest era runs FlashAttention-3's paged
+  decode and whose rows identify its own value in every fit, keeps the generic centre 1.0;
+- SGLang's triton decode (its ROCm builds, and where `--attention-backend triton` is asked) is 2-3x FlashInfer's
+  time at small batches and contexts, 1.25x at batch 4 x 4K tokens (sgl-project/sglang PR 2467, 2024-12): its
+  fixed cost is the kernel gap's (`kernel_us`), its stream near FlashInfer's; SGLang keeps the centre 1.0;
+- llama.cpp's own CUDA/HIP kernels, gpt-fast's SDPA over a static (unpaged) cache, LMDeploy TurboMind's decode: no
+  published bandwidth figure found; the generic centre 1.0 (a kernel streaming at a copy's rate), said as "prior".
 The centre is where a parameter stays when no rows identify it ("prior", and it says so in the profile).
 """
 
@@ -123,6 +151,10 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
     ("mlc", "main"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
     ("torch-compile", "main"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},
 }
+# decode attention's kernel family by engine (the module docstring): its prior centre where its rows identify nothing
+PAGED_KERNELS = Prior(0.3, 1.12, 0.41)  # vLLM's PagedAttention / FlashAttention's paged decode
+ATTENTION_BY_ENGINE: dict[str, Prior] = {"tgi": PAGED_KERNELS}
+UNPOOLED = frozenset({"m.attention", "m.attention_mla"})  # classes an engine never takes from other engines' rows
 EAGER_CELLS = frozenset(cell for cell, costs in COST_PRIORS.items() if "launch_us" in costs)
 
 
@@ -131,6 +163,13 @@ def efficiency_prior(key: str) -> Prior:
     if key in EFFICIENCY_PRIORS:
         return EFFICIENCY_PRIORS[key]
     return EFFICIENCY_PRIORS["m.wo" if key.startswith("m.wo.") else key]
+
+
+def engine_efficiency_prior(engine: str, key: str) -> Prior:
+    """An engine's prior for an efficiency or gap key: its decode-attention kernel family's, else the key's."""
+    if key == "m.attention":
+        return ATTENTION_BY_ENGINE.get(engine, EFFICIENCY_PRIORS["m.attention"])
+    return efficiency_prior(key)
 
 
 def cost_prior(engine: str, era: str, key: str) -> Prior:

@@ -4,6 +4,10 @@ Names: an era's parameter is `<engine>.<era>.<key>` (`vllm.v1.m.gemv`, `vllm.eag
 `vllm.v0.rocm.compute`); an efficiency or a gap also has an engine-level parent (`vllm.m.gemv`) whose parent is the
 all-engines value (`all.m.gemv`), whose prior centre is 1. A host cost has no parent: its era's prior centre.
 Shrinkage: an era's value is drawn towards its engine's, an engine's towards all engines' (Laplace, SHRINK_SCALE).
+Decode attention (`m.attention`, `m.attention_mla`: priors.UNPOOLED) has no all-engines value: the engines run
+different kernel families for it, so an engine's value is drawn towards its family's prior centre
+(priors.engine_efficiency_prior), and an engine whose rows do not identify it takes that centre, never other
+engines' rows.
 
 The gate, decided on the rows a fit may read before any value moves: a parameter is free only when the rows it
 informs (a probe, x 0.8 on a share or + PROBE_US on a cost, moves their prediction by 5% or more) come from at least
@@ -25,9 +29,10 @@ from tokcost.validation.priors import (
     COST_SCALE,
     GEMM_PRODUCT,
     SHRINK_SCALE,
+    UNPOOLED,
     Prior,
     cost_prior,
-    efficiency_prior,
+    engine_efficiency_prior,
 )  # fmt: skip
 
 MIN_SOURCES = 3  # free on the full fit: still 2 sources in every leave-one-source-out fold (identified there too)
@@ -56,10 +61,11 @@ def _gap_key(key: str) -> str:
     return "gap." + key.split(".", 1)[1]
 
 
-def _prior(engine: str, era: str, key: str) -> Prior:
+def param_prior(engine: str, era: str, key: str) -> Prior:
+    """The range and centre of one era's parameter (an efficiency's by its engine's kernel family where it has one)."""
     if is_cost(key):
         return cost_prior(engine, era, key)
-    return efficiency_prior(key if key.startswith(("m.", "c.")) else _gap_key(key))
+    return engine_efficiency_prior(engine, key if key.startswith(("m.", "c.")) else _gap_key(key))
 
 
 class Space:
@@ -83,13 +89,15 @@ class Space:
         name = f"{engine}.{era}.{key}"
         if name in self.params:
             return
-        prior = _prior(engine, era, key)
+        prior = param_prior(engine, era, key)
         if is_cost(key):
             self.params[name] = Param(name, key, prior, None, COST_SCALE, "era")
             return
         self.params[name] = Param(name, key, prior, f"{engine}.{key}", SHRINK_SCALE, "era")
-        self.params.setdefault(f"{engine}.{key}", Param(f"{engine}.{key}", key, prior, f"all.{key}", SHRINK_SCALE,
-                                                        "engine"))  # fmt: skip
+        pool = None if key in UNPOOLED else f"all.{key}"  # an unpooled class: the engine's family prior is its parent
+        self.params.setdefault(f"{engine}.{key}", Param(f"{engine}.{key}", key, prior, pool, SHRINK_SCALE, "engine"))
+        if pool is None:
+            return
         self.params.setdefault(f"all.{key}", Param(f"all.{key}", key, prior, None, SHRINK_SCALE, "all"))
 
     def centres(self) -> dict[str, float]:

@@ -1,9 +1,10 @@
 """What the fit writes into the engine files: each era's values, whether each was fitted or fell back, its band.
 
 Every era of every engine file gets every parameter: its own fitted value where its rows identified it, else its
-engine's pooled value, else every engine's, else its prior centre (space.py), each labelled in `basis` (fitted,
-engine, all engines, prior). Hand-kept keys (summary, versions, scheduler defaults, notes, sources) are never
-touched. The generated keys are written in one order so that a refit on the same rows rewrites nothing.
+engine's pooled value, else every engine's (never for decode attention: its kernel family's), else its prior centre
+(space.py), each labelled in `basis` (fitted, engine, all engines, prior). Hand-kept keys (summary, versions,
+scheduler defaults, notes, sources) are never touched. The generated keys are written in one order so that a refit
+on the same rows rewrites nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 from tokcost.profiles import WEIGHT_ONLY_FAMILIES, Band
 from tokcost.validation.cases import COST_KEYS, GAP_SIDES
 from tokcost.validation.folds import DIGITS
-from tokcost.validation.priors import EAGER_CELLS, cost_prior, efficiency_prior
-from tokcost.validation.space import Space
+from tokcost.validation.priors import EAGER_CELLS, cost_prior
+from tokcost.validation.space import Space, param_prior
 
 EFFICIENCY_KEYS = ("m.gemv", "m.attention", "m.attention_mla", "m.moe", "c.gemm", "c.attention", "c.moe")
 CUDA_ONLY = frozenset({"tensorrt-llm", "generic"})  # engines with no ROCm build
@@ -44,8 +45,7 @@ def resolved(space: Space, values: Mapping[str, float], engine: str, era: str, k
     ):
         if name in free:
             return values[name], label
-    prior_key = key if key.startswith(("m.", "c.")) else "gap." + key.split(".", 1)[1]
-    return efficiency_prior(prior_key).centre, "prior"
+    return param_prior(engine, era, key).centre, "prior"
 
 
 def era_values(space: Space, values: Mapping[str, float], engine: str, era: str) -> dict[str, tuple[float, str]]:
