@@ -38,19 +38,25 @@ def _replica(traffic: Traffic, chunk: int = 2048, *, lookahead: bool, model: str
     return build_replica(load_model(model), deployment, traffic, chunk, "expected", lookahead=lookahead)
 
 
+def _second_lands_in_decode_step_2(output_tokens, lookahead):
+    """(steps, prefill time, decode step times, simulation) of request 0 (100 prompt tokens, `output_tokens` out)
+    running alone and request 1 landing halfway through request 0's decode step 2."""
+    traffic = Traffic(LengthDist("fixed", 100), LengthDist("fixed", output_tokens), arrivals_s=(0.0, 0.0))
+    steps = _replica(traffic, lookahead=lookahead).steps
+    prefill = steps.seconds([Segment(1, 0, 100)])
+    decode = [steps.seconds([Segment(1, 100 + j, 1)]) for j in range(min(output_tokens, 5))]
+    landing = prefill + decode[1] + decode[2] / 2
+    late = Traffic(LengthDist("fixed", 100), LengthDist("fixed", output_tokens), arrivals_s=(0.0, landing))
+    return steps, prefill, decode, simulate(steps, late, 2048, requests=2, lookahead=lookahead)
+
+
 @pytest.mark.parametrize("lookahead", [False, True])
 def test_a_request_landing_mid_step_waits_the_next_step_too_by_hand(lookahead):
     # request 0 (100 prompt tokens, 50 out) runs alone: its prefill step, then decode steps at context 100 + j;
     # request 1 lands halfway through decode step 2. Deciding at a step's start, the engine takes it into step 3
     # beside the decode; deciding one step ahead, step 3 was chosen before it came: a decode-only step 3, then
     # its prefill in step 4
-    traffic = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 50), arrivals_s=(0.0, 0.0))
-    steps = _replica(traffic, lookahead=lookahead).steps
-    prefill = steps.seconds([Segment(1, 0, 100)])
-    decode = [steps.seconds([Segment(1, 100 + j, 1)]) for j in range(5)]
-    landing = prefill + decode[1] + decode[2] / 2
-    traffic = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 50), arrivals_s=(0.0, landing))
-    result = simulate(steps, traffic, 2048, requests=2, lookahead=lookahead)
+    steps, prefill, decode, result = _second_lands_in_decode_step_2(50, lookahead)
     if lookahead:
         own = steps.seconds([Segment(1, 104, 1), Segment(1, 0, 100)])
         expected = decode[2] / 2 + decode[3] + own
@@ -165,12 +171,6 @@ def test_explain_prints_the_next_step_an_arrival_waits():
 def test_a_request_landing_in_the_last_step_before_idle_starts_when_it_ends():
     # request 0 (100 prompt tokens, 3 out) ends with decode step 2; request 1 lands halfway through it. Nothing is
     # left to run, so either way the server takes it at that step's end, alone: never earlier than it came
-    traffic = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 3), arrivals_s=(0.0, 0.0))
     for lookahead in (False, True):
-        steps = _replica(traffic, lookahead=lookahead).steps
-        prefill = steps.seconds([Segment(1, 0, 100)])
-        decode = [steps.seconds([Segment(1, 100 + j, 1)]) for j in range(3)]
-        landing = prefill + decode[1] + decode[2] / 2
-        late = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 3), arrivals_s=(0.0, landing))
-        result = simulate(steps, late, 2048, requests=2, lookahead=lookahead)
+        steps, prefill, decode, result = _second_lands_in_decode_step_2(3, lookahead)
         assert result.ttft_s[1] == pytest.approx(decode[2] / 2 + prefill + steps.request_overhead_s, rel=1e-6)
