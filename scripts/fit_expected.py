@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from tokcost.bundle import BUNDLE
 from tokcost.bundle import build as build_bundle
+from tokcost.bundle import bundle_path
 from tokcost.cli.validate_cmd import load_specs
 from tokcost.eras import EngineFile, builtin_files
 from tokcost.profiles import GENERIC, Band
@@ -121,8 +121,8 @@ def main(argv: list[str]) -> int:
         path.write_text(writes[path], encoding="utf-8")
         print(f"wrote {path.relative_to(ROOT)}")
     if changed:  # the engine files changed: their parsed copy in the built-ins' bundle follows
-        BUNDLE.write_text(build_bundle(), encoding="utf-8")
-        print(f"wrote {BUNDLE.relative_to(ROOT)}")
+        bundle_path("specs").write_text(build_bundle("specs"), encoding="utf-8")
+        print(f"wrote {bundle_path('specs').relative_to(ROOT)}")
     return 0
 
 

@@ -143,7 +143,7 @@ def test_wheel_and_sdist_carry_the_data_license_and_metadata(tree, wheel):
     assert {d.split("/")[2] for d in data if "/specs/" in d} == {"models", "gpus", "networks", "engines"}
     assert data <= names
     assert {"tokcost/py.typed", "tokcost/plots/roofline.py", "tokcost/specs/bundle.json",
-            "tokcost-0.1.0.dist-info/licenses/LICENSE"} <= names  # fmt: skip
+            "tokcost/validation/bundle.json", "tokcost-0.1.0.dist-info/licenses/LICENSE"} <= names  # fmt: skip
     metadata = email.message_from_bytes(zipfile.ZipFile(wheel).read("tokcost-0.1.0.dist-info/METADATA"))
     assert metadata["License-Expression"] == "Apache-2.0"
     assert "plot" in metadata.get_all("Provides-Extra")

@@ -165,22 +165,31 @@ def test_a_builtin_edited_in_place_is_read_from_its_yaml(monkeypatch):
     used = _spy_yaml(monkeypatch)
     builtin = ROOT / "tokcost" / "specs" / "gpus" / "h100-sxm.yaml"
     key = builtin.relative_to(ROOT / "tokcost").as_posix()
-    crc, data = bundle._entries()[key]
-    monkeypatch.setitem(bundle._entries(), key, [crc ^ 1, {**data, "name": "stale"}])  # the file's CRC moved on
+    crc, data = bundle._entries("specs")[key]
+    monkeypatch.setitem(bundle._entries("specs"), key, [crc ^ 1, {**data, "name": "stale"}])  # its CRC moved on
     assert load_mapping(builtin)["name"] == data["name"]
     assert used == [True]  # parsed from the file, by libyaml with the strict loader's scalars
 
 
-def test_the_packaged_bundle_is_every_builtin_spec_as_the_strict_loader_reads_it():
-    assert bundle.BUNDLE.read_text(encoding="utf-8") == bundle.build(), "stale: run python scripts/build_bundle.py"
-    entries = bundle._entries()
-    specs = [p for p in BUILTIN_FILES if p.is_relative_to(ROOT / "tokcost" / "specs")]
-    assert sorted(entries) == [p.relative_to(ROOT / "tokcost").as_posix() for p in specs]
-    for path in specs:
+@pytest.mark.parametrize("folder", ["specs", pytest.param("validation", marks=pytest.mark.slow)])
+def test_each_packaged_bundle_is_its_files_as_the_strict_loader_reads_them(folder):
+    path = bundle.bundle_path(folder)
+    assert path.read_text(encoding="utf-8") == bundle.build(folder), "stale: run python scripts/build_bundle.py"
+    entries = bundle._entries(folder)
+    held = [p for p in BUILTIN_FILES if p.is_relative_to(ROOT / "tokcost" / folder)]
+    assert held and sorted(entries) == [p.relative_to(ROOT / "tokcost").as_posix() for p in held]
+    for path in held:
         crc, data = entries[path.relative_to(ROOT / "tokcost").as_posix()]
         text = path.read_text(encoding="utf-8")
         assert crc == bundle.crc(text)
         assert _typed(data) == _typed(yaml.load(text, Loader=SpecLoader)), path  # noqa: S506 - a safe loader
+
+
+def test_the_published_rows_come_from_their_bundle(monkeypatch):
+    used = _spy_yaml(monkeypatch)
+    published = ROOT / "tokcost" / "validation" / "published.yaml"
+    data = load_mapping(published)
+    assert used == [] and len(data["rows"]) > 300  # no YAML parsed: the validation bundle's entry
 
 
 def test_a_missing_or_broken_bundle_reads_every_spec_from_its_yaml(tmp_path, monkeypatch):
@@ -191,7 +200,7 @@ def test_a_missing_or_broken_bundle_reads_every_spec_from_its_yaml(tmp_path, mon
         broken.unlink(missing_ok=True)
         if text is not None:
             broken.write_text(text)
-        monkeypatch.setattr(bundle, "BUNDLE", broken)
+        monkeypatch.setattr(bundle, "bundle_path", lambda folder, broken=broken: broken)
         bundle._entries.cache_clear()
         assert load_mapping(builtin) == expected
     bundle._entries.cache_clear()
