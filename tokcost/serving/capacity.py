@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tokcost.serving.latency import broken_slos, ttft_moments
+from tokcost.serving.latency import broken_slos, e2e_mean
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
 
@@ -111,8 +111,7 @@ def state_at_rate(replica: Replica, rate: float) -> LoadPoint | None:
 def users_in_system(replica: Replica, pt: LoadPoint, think_time_s: float) -> float:
     """Closed-loop users this state holds: rate x (mean E2E + the client's round trip + think time) (Little on
     a user's cycle; the mean-value analysis of the loop)."""
-    e2e = ttft_moments(replica, pt).mean + replica.decode_steps_mean * pt.tpot_mean_s
-    return pt.rate_rps * (e2e + replica.traffic.client_rtt_s + think_time_s)
+    return pt.rate_rps * (e2e_mean(replica, pt) + replica.traffic.client_rtt_s + think_time_s)
 
 
 def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadPoint | None:

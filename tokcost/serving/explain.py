@@ -11,9 +11,10 @@ import math
 from tokcost import fmt
 from tokcost.engine.roofline import PassCost
 from tokcost.serving.fleet import cost_shares
+from tokcost.serving.latency import e2e_mean
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
-from tokcost.serving.ttft import final_step_extra, lookahead_step, ttft_moments
+from tokcost.serving.ttft import final_step_extra, lookahead_step
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
@@ -149,7 +150,7 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         return []
     pt = x.point
     users = t.concurrency / x.replicas
-    e2e = ttft_moments(r, pt).mean + r.decode_steps_mean * pt.tpot_mean_s
+    e2e = e2e_mean(r, pt)
     lines = [f"users N = lambda (E[TTFT] + E[n] TPOT + RTT + Z) = {pt.rate_rps:.3f} x ({fmt.ms(e2e)} + "
              f"{fmt.ms(t.client_rtt_s)} + {t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip
     step = pt.tpot_mean_s

@@ -28,6 +28,11 @@ from tokcost.serving.traffic import Slo
 from tokcost.serving.ttft import locked_step, ttft_moments, ttft_tail
 
 
+def e2e_mean(r: Replica, pt: LoadPoint) -> float:
+    """E2E's mean over requests: TTFT's mean + E[n] x the mean TPOT (means add)."""
+    return ttft_moments(r, pt).mean + r.decode_steps_mean * pt.tpot_mean_s
+
+
 def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     """TPOT of a request with n decode steps: mean, variance and skew (see the module docstring).
 
@@ -139,7 +144,7 @@ def percentile(r: Replica, pt: LoadPoint, metric: str, q: float) -> float | None
     elif metric in ("tpot", "itl"):
         guess = pt.tpot_mean_s
     else:
-        guess = ttft_moments(r, pt).mean + r.decode_steps_mean * pt.tpot_mean_s
+        guess = e2e_mean(r, pt)
     return quantile(lambda t: tail(r, pt, metric, t), q, 0.5 * guess, 2 * guess)
 
 

@@ -18,6 +18,7 @@ from tokcost.models.spec import ModelSpec
 from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
 from tokcost.serving.fleet import percentiles
+from tokcost.serving.latency import e2e_mean
 from tokcost.serving.layout import Layout
 from tokcost.serving.replica import LoadPoint, Replica, build_replica
 from tokcost.serving.steps import Deployment
@@ -96,9 +97,8 @@ def predict(
 
 
 def _means(replica: Replica, point: LoadPoint) -> dict[str, float | None]:
-    """Each latency's mean over requests: TTFT's mixture mean, TPOT's Little mean (b / (lambda E[n])), and E2E =
-    TTFT + E[n] TPOT (a mean is additive)."""
+    """Each latency's mean over requests: TTFT's mixture mean, TPOT's Little mean (b / (lambda E[n])), and E2E's
+    (one replica serving both phases: no KV transfer)."""
     ttft = ttft_moments(replica, point).mean if replica.prompts else None
-    tpot = point.tpot_mean_s + replica.transfer_s / max(replica.decode_steps_mean, 1.0) if replica.decodes else None
-    e2e = (ttft or 0.0) + replica.decode_steps_mean * (tpot or 0.0) if replica.prompts or replica.decodes else None
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
+    tpot = point.tpot_mean_s if replica.decodes else None
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e_mean(replica, point) if replica.prompts else None}
