@@ -18,14 +18,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-_PACKAGE = Path(__file__).resolve().parent
+from tokcost.files import PACKAGE, read_text
+
 # each bundle (its folder in the package) and the files it holds, relative to the package
 SOURCES = {"specs": "specs/*/*.yaml", "validation": "validation/*.yaml"}
 
 
 def bundle_path(folder: str) -> Path:
     """Where the bundle of `folder` (`specs` or `validation`) lies."""
-    return _PACKAGE / folder / "bundle.json"
+    return PACKAGE / folder / "bundle.json"
 
 
 def crc(text: str) -> int:
@@ -53,11 +54,10 @@ def parsed(relative: str, text: str) -> dict[str, Any] | None:
 
 def build(folder: str) -> str:
     """The text of `folder`'s bundle: each of its files as the strict loader reads it (libyaml's), sorted by path."""
-    from tokcost.files import read_text
-    from tokcost.yaml_read import BuiltinLoader, load_yaml
+    from tokcost.yaml_read import BuiltinLoader, load_yaml  # PyYAML only to build
 
     files = {}
-    for path in sorted(_PACKAGE.glob(SOURCES[folder])):
+    for path in sorted(PACKAGE.glob(SOURCES[folder])):
         text = read_text(path)
-        files[path.relative_to(_PACKAGE).as_posix()] = [crc(text), load_yaml(text, str(path), BuiltinLoader)]
+        files[path.relative_to(PACKAGE).as_posix()] = [crc(text), load_yaml(text, str(path), BuiltinLoader)]
     return json.dumps({"about": (__doc__ or "").splitlines()[0], "files": files}, indent=1) + "\n"

@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tokcost import bundle
 from tokcost.errors import FileExistsRefusal, SpecError, TokcostError
 
 MAX_SPEC_BYTES = 1_000_000  # a spec is a few KB; a HF config.json at most tens of KB
@@ -107,8 +106,11 @@ def load_mapping(path: Path) -> dict[str, Any]:
     if not text.strip():
         raise SpecError(where, "file is empty; a spec is a mapping of keys such as name: ...")
     builtin = is_builtin(path)
-    if builtin and (data := bundle.parsed(path.resolve().relative_to(PACKAGE).as_posix(), text)) is not None:
-        return data  # a built-in spec as the strict loader reads it (a test holds the bundle to that)
+    if builtin:  # tokcost's own file: its parsed copy while the text is unchanged (a test holds it to the loader)
+        from tokcost import bundle  # it reads through this module
+
+        if (data := bundle.parsed(path.resolve().relative_to(PACKAGE).as_posix(), text)) is not None:
+            return data
     try:  # JSON is YAML, but the json module is faster and its errors read better
         data = _load_json(text, where) if path.suffix.lower() == ".json" else _load_yaml(text, where, builtin)
     except RecursionError:  # JSON nesting deep enough to exhaust the parser's recursion

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tokcost.engine.compiled import mean_step_seconds, pass_seconds
 from tokcost.engine.estimate import Deployment, decode_contexts
 from tokcost.engine.features import Segment
+from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.roofline import (
     CollectiveRate,
     KernelRate,
@@ -110,7 +111,7 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
     ceiling = d.rates("ceiling")
     for kind, fmt in d.compiled.kernel_keys:
         group = kernel_class(kind, matmul_path(kind, fmt, ceiling)[1])
-        if group in ("attention", "attention_mla"):  # paged GQA or MLA's latent cache: apart on the memory side
+        if group in KV_ATTENTION:  # paged GQA or MLA's latent cache: apart on the memory side
             keys |= {f"m.{group}", "c.attention"}
         elif group == "weight_only":
             keys |= {f"m.wo.{kernel_family(fmt)}", "c.gemm"}
