@@ -112,7 +112,7 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
         costs.append(
             PassCost(
                 stage,
-                rates.step_overhead_s,
+                rates.step_overhead_s + rates.sequence_overhead_s * sum(s.sequences for s in segments),  # the host
                 d.layout.pp,
                 m,
                 schedule,

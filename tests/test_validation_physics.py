@@ -189,6 +189,21 @@ def test_engine_fixed_costs_add_per_step_request_kernel_and_collective():
     assert estimate(model, gpu, wl, engine=gap).expected.tpot_s - base.expected.tpot_s == pytest.approx(kernels * 2e-6)
 
 
+@pytest.mark.parametrize("batch", [1, 16, 256])
+def test_the_host_pays_per_sequence_in_every_pass(batch):
+    # a Python scheduler's step grows with the batch: each sequence's inputs, sampling and output, serial to the GPU.
+    # 10 us a sequence adds batch x 10 us to every decode step and to the prefill pass of the batch's prompts
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    wl = Workload(batch=batch, prompt_tokens=100, output_tokens=5)
+    per_seq = GENERIC.model_copy(update={"sequence_overhead_us": 10.0})
+    base, more = estimate(model, gpu, wl), estimate(model, gpu, wl, engine=per_seq)
+    assert more.expected.tpot_s - base.expected.tpot_s == pytest.approx(batch * 10e-6)
+    assert more.expected.ttft_s - base.expected.ttft_s == pytest.approx(batch * 10e-6)
+    assert more.ceiling.tpot_s == base.ceiling.tpot_s  # the ceiling has no host cost
+    step = more.expected.decode_step
+    assert step.overhead_s == pytest.approx(batch * 10e-6)  # --explain's step shows it as the pass's overhead
+
+
 def test_an_eager_era_is_no_faster_than_its_launches():
     # the host launches every kernel of the pass one by one: at 200 us each, Llama-3.1-8B's decode step is the
     # launches (its ~300 kernels take far longer to launch than 15 GB take to stream), and they scale with depth

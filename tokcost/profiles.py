@@ -211,6 +211,9 @@ class EraFields(BaseModel):
     summary: str = Field(default="", max_length=500)  # what the era is, for `specs list` and --explain
     kernels: KernelEfficiency = KernelEfficiency()
     step_overhead_us: Microseconds = 0.0  # per forward pass: scheduling, sampling, input preparation on the host
+    # per running sequence per forward pass, on the host: its slot in the batch's inputs, its sampling parameters
+    # and sampled token, its output and detokenization (Python objects per request, so the step grows with the batch)
+    sequence_overhead_us: Microseconds = 0.0
     launch_overhead_us: Microseconds = 0.0  # per launched kernel, eager eras only (a CUDA graph launches them all)
     # per kernel on the GPU, every era: the idle gap between consecutive kernels and each one's ramp-up and tail
     kernel_overhead_us: Microseconds = 0.0

@@ -237,12 +237,16 @@ class BoundPass:
         m = microbatches(self.compiled.layout, segments)
         slowest = max(self.stage_seconds(self.compiled.space.vector(share(segments, m))))
         factor = pipeline_factor(m, self.compiled.layout.pp, schedule)
-        return factor * slowest + (self.overhead_s + extra_overhead_s)
+        return factor * slowest + (self.host_s(segments) + extra_overhead_s)
+
+    def host_s(self, segments: Sequence[Segment]) -> float:
+        """The host's serial time for a pass over `segments`: per step plus per sequence (Rates.host_s)."""
+        return self.rates.host_s(sum(s.sequences for s in segments))
 
     def decode_mean(self, *, batch: float, first: int, last: int) -> float:
         """The mean decode step of `batch` sequences over cached contexts first..last, exactly."""
         spans = self.compiled.decode_work(batch, first, last)
-        return mean_step_seconds(spans, self.table, overhead_s=self.overhead_s)
+        return mean_step_seconds(spans, self.table, overhead_s=self.rates.host_s(batch))
 
     def cost(self, segments: Sequence[Segment], *, schedule: Schedule, extra_overhead_s: float = 0.0) -> PassCost:
         """The same pass with every stage priced, on its slowest pipeline stage (the breakdown and --explain)."""
@@ -255,6 +259,6 @@ class BoundPass:
         ]
         times = self.stage_seconds(x)
         i = times.index(max(times))
-        return PassCost(priced_stages[i], self.overhead_s + extra_overhead_s, self.compiled.layout.pp, m, schedule,
-                        self.rates.comm_overlap, frozenset(self.rates.overlap_ops), self.launch_s[i],
-                        self.gap_s[i])  # fmt: skip
+        host_s = self.host_s(segments) + extra_overhead_s
+        return PassCost(priced_stages[i], host_s, self.compiled.layout.pp, m, schedule, self.rates.comm_overlap,
+                        frozenset(self.rates.overlap_ops), self.launch_s[i], self.gap_s[i])  # fmt: skip

@@ -58,7 +58,7 @@ class DecodeLines:
         self.microbatches = microbatches(compiled.layout, [Segment(batch, 0, 1)])
         self.share = share = batch / self.microbatches
         self.factor = pipeline_factor(self.microbatches, compiled.layout.pp, "steady")
-        self.overhead_s = bound.overhead_s
+        self.overhead_s = bound.rates.host_s(batch)
         self.bound, self.pieces = bound, space.pieces
         self.context = space.context_indices
         self.x = space.vector([Segment(share, 0, 1)])  # the features the context does not move

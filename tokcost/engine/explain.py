@@ -330,7 +330,8 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
                      "hardware)")  # fmt: skip
     coll = rates.collective_costs
     lines.append(
-        f"host costs: {rates.step_overhead_s * 1e6:,.0f} us per step{mark('step_us')}, "
+        f"host costs: {rates.step_overhead_s * 1e6:,.0f} us per step{mark('step_us')} + "
+        f"{rates.sequence_overhead_s * 1e6:.3g} us per sequence in it{mark('seq_us')}, "
         f"{rates.launch_overhead_s * 1e6:.3g} us per launched kernel"
         f"{mark('launch_us') if rates.launch_overhead_s else ''}"
         f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}, "

@@ -49,11 +49,16 @@ class Rates:
     peak_float16_flops_per_s: float = 0.0
     collective_costs: CollectiveCosts = NO_COLLECTIVE_COST  # the engine's launch and sync per collective, in us
     step_overhead_s: float = 0.0  # per forward pass: scheduling, sampling on the host
+    sequence_overhead_s: float = 0.0  # per sequence in the pass, on the host: its inputs, sampling, output
     launch_overhead_s: float = 0.0  # per kernel the host launches (eager eras): a pass is no faster than that
     kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
     request_overhead_s: float = 0.0  # once per request (HTTP, tokenization, admission), on TTFT
     comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
+
+    def host_s(self, sequences: float) -> float:
+        """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
+        return self.step_overhead_s + self.sequence_overhead_s * sequences
 
     def cap(self, value: float, peak: float) -> float:
         """A rate never above its datasheet figure (unset: no cap, the ceiling's own rates)."""
@@ -131,6 +136,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute, attention_gap=gap.attention,
         collectives=engine.collective_overhead_us,
         step_s=engine.step_overhead_us * gap.step * US / scheduler_steps,
+        sequence_s=engine.sequence_overhead_us * gap.step * US / scheduler_steps,
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
@@ -140,7 +146,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
 def hardware_x_engine(
     gpu: GpuSpec, compute_dtype: str, kernels: KernelEfficiency, *, memory_gap: float = 1.0,
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
-    step_s: float = 0.0,
+    step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
@@ -163,6 +169,7 @@ def hardware_x_engine(
         peak_float16_flops_per_s=peak.float16_flops_per_s,
         collective_costs=collectives,
         step_overhead_s=step_s,
+        sequence_overhead_s=sequence_s,
         launch_overhead_s=launch_s,
         kernel_overhead_s=kernel_s,
         request_overhead_s=request_s,

@@ -47,7 +47,7 @@ from tokcost.validation.data import Row
 from tokcost.validation.priors import EAGER_CELLS
 
 CACHE_LIMIT = 50_000  # candidate rates (and kernel-class rates) kept before the caches start over
-COST_KEYS = ("step_us", "launch_us", "kernel_us", "request_us", "coll.nvlink", "coll.pcie", "coll.network")
+COST_KEYS = ("step_us", "seq_us", "launch_us", "kernel_us", "request_us", "coll.nvlink", "coll.pcie", "coll.network")
 GAP_SIDES = ("memory", "compute", "attention", "step")
 
 
@@ -104,7 +104,7 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
     if cell.engine == "generic":
         return ()
     keys = (
-        {"step_us", "kernel_us"}
+        {"step_us", "seq_us", "kernel_us"}
         | ({"request_us"} if client else set())
         | ({"launch_us"} if cell_key(cell) in EAGER_CELLS else set())
     )
@@ -150,6 +150,7 @@ def candidate_profile(base: EngineProfile, values: Mapping[str, float], platform
     update: dict[str, object] = {
         "kernels": KernelEfficiency.model_construct(memory=memory, compute=compute),
         "step_overhead_us": values.get("step_us", base.step_overhead_us),
+        "sequence_overhead_us": values.get("seq_us", base.sequence_overhead_us),
         "launch_overhead_us": values.get("launch_us", base.launch_overhead_us),
         "kernel_overhead_us": values.get("kernel_us", base.kernel_overhead_us),
         "request_overhead_us": values.get("request_us", base.request_overhead_us),
@@ -248,10 +249,11 @@ class Pricer:
     def predict(self, case: Case, values: Mapping[str, float]) -> float:
         """The row's metric under the values, wave by wave, as compare.run_metric reads it."""
         rates = self.rates(case, values)
-        table, step = self.table(case, rates), rates.step_overhead_s
+        table = self.table(case, rates)
         times = []
         for w in case.waves:
-            ttft = pass_seconds(w.prefill, table, schedule="fill", overhead_s=step + rates.request_overhead_s)
-            tpot = mean_step_seconds(w.decode, table, overhead_s=step) if w.decode else None
+            host = rates.host_s(w.batch)  # the host's serial time per pass of the wave's sequences
+            ttft = pass_seconds(w.prefill, table, schedule="fill", overhead_s=host + rates.request_overhead_s)
+            tpot = mean_step_seconds(w.decode, table, overhead_s=host) if w.decode else None
             times.append(WaveTimes(w.batch, w.count, ttft, tpot))
         return run_metric(case.row, times)

@@ -36,6 +36,17 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
 - per step: graph-captured eras 50-1,000 us (vLLM V1's blog: the CPU work between forward passes matters when a
   Llama-8B step on an H100 is ~5 ms on the GPU, so it is well under that); V0 0.2-5 ms (Python scheduler and
   sampling); eager eras 0.5-10 ms; C++ engines (TensorRT-LLM, LMDeploy TurboMind, MLC) 20-1,000 us;
+- per running sequence per step (the step's host time grows with the batch: each request's slot in the inputs and
+  block tables, its sampling parameters, its sampled token turned into a Python object, its output and
+  detokenization): Python engines 1-100 us. vLLM before its V1 rewrite left "5-13 ms of GPU bubble" per decode step
+  of a serving batch, "about 4 ms" in its Llama-3-8B H100 traces (vllm-project/vllm issue 6854, 2024-07, the
+  multi-step scheduling RFC: de-tokenization, pythonization of outputs, input preparation, scheduling), about 15 us
+  a sequence at a batch of 256 with the per-step part taken out: V0 and eager eras 2-100 us, centre 15; TGI's
+  Python model server likewise. V1 moved input preparation to persistent batches and output processing to another
+  process (vLLM's V1 blog, 2025-01), but its step still grows with the batch ("CPU overhead increases as the batch
+  size grows", issue 18760, 2025-05; a fast path for repeated decodes, PR 17866): 1-50 us, centre 5, as SGLang and
+  LMDeploy's PyTorch engine. C++ runtimes (TensorRT-LLM, TurboMind, MLC, llama.cpp, gpt-fast's loop): 0.1-10 us,
+  centre 1;
 - per launched kernel, eager eras only: 2-30 us (cudaLaunchKernel 1-3 us plus PyTorch's dispatch, 5-25 us per op
   in eager mode; llama.cpp launches from C++: 2-20 us);
 - per collective on top of the link's own latency: NVLink/xGMI custom all-reduce 2-30 us, NCCL over PCIe or the
@@ -109,8 +120,11 @@ EFFICIENCY_PRIORS: dict[str, Prior] = {
 }
 
 # Host costs in us: (engine, era) -> {cost: Prior}. Eras without a launch cost capture their graphs.
-_GRAPHS_PY = {"step_us": Prior(50, 1000, 300)}  # Python schedulers with CUDA graphs (vLLM V1, SGLang)
-_CPP = {"step_us": Prior(20, 1000, 150)}  # C++ runtimes (TensorRT-LLM, TurboMind, MLC, torch.compile's loop)
+_SEQ_V0 = {"seq_us": Prior(2, 100, 15)}  # per running sequence per step: Python schedulers before vLLM V1 (docstring)
+_SEQ_PY = {"seq_us": Prior(1, 50, 5)}  # ... V1-style Python schedulers (persistent batch, output process apart)
+_SEQ_CPP = {"seq_us": Prior(0.1, 10, 1)}  # ... C++ runtimes
+_GRAPHS_PY = {"step_us": Prior(50, 1000, 300), **_SEQ_PY}  # Python schedulers with CUDA graphs (vLLM V1, SGLang)
+_CPP = {"step_us": Prior(20, 1000, 150), **_SEQ_CPP}  # C++ runtimes (TensorRT-LLM, TurboMind, MLC, torch.compile)
 _NVLINK_COLL = {"coll.nvlink": Prior(2, 30, 10), "coll.pcie": Prior(10, 100, 40), "coll.network": Prior(10, 100, 40)}
 _CLIENT = {"request_us": Prior(500, 50_000, 5000)}
 # llama.cpp's collectives in either era: its own NVLink path, and host-staged copies over PCIe and the network
@@ -123,33 +137,36 @@ KERNEL_GAP = Prior(0.3, 5, 1.5)  # us per kernel on the GPU, every era (see the 
 COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
     ("vllm", "eager"): {
         "step_us": Prior(500, 10_000, 2000),
+        **_SEQ_V0,
         "launch_us": Prior(2, 30, 10),
         "coll.nvlink": Prior(2, 30, 15),
         "coll.pcie": Prior(10, 100, 50),
         "coll.network": Prior(10, 100, 50),
         **_CLIENT,
     },  # fmt: skip
-    ("vllm", "v0"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
+    ("vllm", "v0"): {"step_us": Prior(200, 5000, 1000), **_SEQ_V0, **_NVLINK_COLL, **_CLIENT},
     ("vllm", "v1"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
-    ("tensorrt-llm", "static"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},
-    ("tensorrt-llm", "inflight"): {"step_us": Prior(50, 1000, 200), **_NVLINK_COLL, **_CLIENT},
+    ("tensorrt-llm", "static"): {"step_us": Prior(20, 500, 100), **_SEQ_CPP, **_NVLINK_COLL, **_CLIENT},
+    ("tensorrt-llm", "inflight"): {"step_us": Prior(50, 1000, 200), **_SEQ_CPP, **_NVLINK_COLL, **_CLIENT},
     ("sglang", "main"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
     ("lmdeploy", "pytorch"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
     ("lmdeploy", "turbomind"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
     ("llama.cpp", "eager"): {
         "step_us": Prior(100, 5000, 500),
+        **_SEQ_CPP,
         "launch_us": Prior(2, 20, 5),
         **_LLAMA_CPP_COLL,
         **_CLIENT,
     },  # fmt: skip
     ("llama.cpp", "graphs"): {
         "step_us": Prior(50, 2000, 300),
+        **_SEQ_CPP,
         **_LLAMA_CPP_COLL,
         **_CLIENT,
     },  # fmt: skip
-    ("tgi", "main"): {"step_us": Prior(200, 5000, 1000), **_NVLINK_COLL, **_CLIENT},
+    ("tgi", "main"): {"step_us": Prior(200, 5000, 1000), **_SEQ_V0, **_NVLINK_COLL, **_CLIENT},
     ("mlc", "main"): {**_CPP, **_NVLINK_COLL, **_CLIENT},
-    ("torch-compile", "main"): {"step_us": Prior(20, 500, 100), **_NVLINK_COLL, **_CLIENT},
+    ("torch-compile", "main"): {"step_us": Prior(20, 500, 100), **_SEQ_CPP, **_NVLINK_COLL, **_CLIENT},
 }
 # decode attention's kernel family by engine (the module docstring): its prior centre where its rows identify nothing
 PAGED_KERNELS = Prior(0.3, 1.12, 0.41)  # vLLM's PagedAttention / FlashAttention's paged decode

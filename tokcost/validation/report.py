@@ -30,8 +30,8 @@ MULTINODE = Path(__file__).resolve().parent / "multinode.yaml"
 TARGETS = {"median of per-source medians": 0.12, "pooled median": 0.15, "pooled p90": 0.45,
            "every engine with 3+ sources": 0.15}  # fmt: skip
 COVERAGE_RANGE = (0.70, 0.90)
-SHOWN = ("m.gemv", "m.attention", "m.attention_mla", "c.gemm", "c.attention", "step_us", "kernel_us", "launch_us",
-         "coll.nvlink", "request_us", "rocm.memory", "rocm.compute", "rocm.attention")  # fmt: skip
+SHOWN = ("m.gemv", "m.attention", "m.attention_mla", "c.gemm", "c.attention", "step_us", "seq_us", "kernel_us",
+         "launch_us", "coll.nvlink", "request_us", "rocm.memory", "rocm.compute", "rocm.attention")  # fmt: skip
 MARK = {"fitted": "", "engine": " e", "all engines": " a", "prior": " p"}
 
 

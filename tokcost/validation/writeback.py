@@ -20,10 +20,10 @@ from tokcost.validation.space import Space, param_prior
 
 EFFICIENCY_KEYS = ("m.gemv", "m.attention", "m.attention_mla", "m.moe", "c.gemm", "c.attention", "c.moe")
 CUDA_ONLY = frozenset({"tensorrt-llm", "generic"})  # engines with no ROCm build
-GENERATED = ("kernels", "step_overhead_us", "launch_overhead_us", "kernel_overhead_us", "request_overhead_us",
-             "collective_overhead_us", "platforms", "basis", "band")  # fmt: skip
-FIELD_OF_COST = {"step_us": "step_overhead_us", "launch_us": "launch_overhead_us", "kernel_us": "kernel_overhead_us",
-                 "request_us": "request_overhead_us"}  # fmt: skip
+GENERATED = ("kernels", "step_overhead_us", "sequence_overhead_us", "launch_overhead_us", "kernel_overhead_us",
+             "request_overhead_us", "collective_overhead_us", "platforms", "basis", "band")  # fmt: skip
+FIELD_OF_COST = {"step_us": "step_overhead_us", "seq_us": "sequence_overhead_us", "launch_us": "launch_overhead_us",
+                 "kernel_us": "kernel_overhead_us", "request_us": "request_overhead_us"}  # fmt: skip
 
 
 def _round(value: float) -> float:
@@ -54,7 +54,7 @@ def era_values(space: Space, values: Mapping[str, float], engine: str, era: str)
         return {}
     families = sorted({p.key.removeprefix("m.wo.") for p in space.params.values() if p.key.startswith("m.wo.")})
     keys = list(EFFICIENCY_KEYS) + [f"m.wo.{f}" for f in families if f in WEIGHT_ONLY_FAMILIES]
-    keys += ["step_us", "kernel_us", "request_us", "coll.nvlink", "coll.pcie", "coll.network"]
+    keys += ["step_us", "seq_us", "kernel_us", "request_us", "coll.nvlink", "coll.pcie", "coll.network"]
     keys += ["launch_us"] if (engine, era) in EAGER_CELLS else []
     keys += [] if engine in CUDA_ONLY else [f"rocm.{side}" for side in GAP_SIDES]
     return {k: resolved(space, values, engine, era, k) for k in keys}
