@@ -140,6 +140,7 @@ def test_a_user_engine_file_loads_and_spells_its_era(tmp_path):
     [
         ("step_overhead_us: 100.0", "step_overhead_us: true", "step_overhead_us"),
         ("step_overhead_us: 100.0", "step_overhead_us: '100'", "step_overhead_us"),
+        ("step_overhead_us: 100.0", "step_overhead_us: 100.0\n    sequence_overhead_us: -5", "sequence_overhead_us"),
         ("source: my own measurement, 2026-12-01", "source: '  '", "source"),
         ("gemv: 0.9", "gemv: 0.9\n        BF16: 0.8", "BF16"),
         ("gemv: 0.9", "gemv: 0.9\n        weight_only: {awq: 0.8}", "awq"),

@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 from tiers import examples
 
 from tokcost.engine.estimate import estimate
+from tokcost.engine.features import Segment
 from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
+from tokcost.profiles import GENERIC
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users, users_in_system
 from tokcost.serving.latency import percentile
 from tokcost.serving.layout import Layout
@@ -219,3 +221,20 @@ def test_a_one_token_prompt_waits_a_step_not_a_queue(rate, steps):
     step = point.decode_step_s
     assert percentile(r, point, "ttft", 0.5) == pytest.approx(steps * step, rel=0.1)
     assert percentile(r, point, "ttft", 0.99) < 2.1 * step
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_multi_step_scheduling_spreads_the_host_costs_over_its_window(batch):
+    # vLLM 0.6's --num-scheduler-steps k: the host schedules, prepares and processes outputs once per k steps, so a
+    # step of b sequences carries (step + b x per-sequence) / k of host time: 400 us + 32 x 20 us over 4 steps
+    engine = GENERIC.model_copy(update={"step_overhead_us": 400.0, "sequence_overhead_us": 20.0})
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+
+    def step_s(profile, k):
+        replica = build_replica(model, Deployment(gpu, Layout(1), engine=profile), FIXED, 2048, "expected",
+                                scheduler_steps=k)  # fmt: skip
+        return replica.steps.seconds([Segment(batch, 1000, 1)])
+
+    bare = step_s(GENERIC, 1)
+    assert step_s(engine, 1) - bare == pytest.approx((400 + batch * 20) * 1e-6)
+    assert step_s(engine, 4) - bare == pytest.approx((400 + batch * 20) * 1e-6 / 4)
