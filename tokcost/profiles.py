@@ -201,6 +201,7 @@ class Scheduler(BaseModel):
     chunk_tokens: int | None  # None: the engine states none (plan searches the chunk)
     scheduler_steps: int = 1  # multi-step scheduling: decode steps per scheduling decision
     overlap: bool = False  # the next step's requests are chosen while this step runs: a late arrival waits one more
+    prefill_apart: bool = False  # prefill runs in steps of its own: every decoding sequence waits each one out
 
 
 class EraFields(BaseModel):
@@ -232,6 +233,10 @@ class EraFields(BaseModel):
     # the engine version from which its scheduler chooses step k+1's requests while step k runs (SGLang's overlap
     # scheduler, on by default since 0.4): a request that finds the GPU busy joins the step after next; None: never
     overlap_scheduling_since: str | None = Field(default=None, max_length=20, pattern=r"^\d+(\.\d+)*$")
+    # a step that runs prefill runs nothing else: the decoding sequences get no token from it and wait it out (vLLM
+    # before V1 with chunked prefill off, SGLang without --enable-mixed-chunk); False: prefill chunks ride beside the
+    # decodes in one pass (vLLM V1, TensorRT-LLM's in-flight batching)
+    prefill_steps_apart: bool = False
     scheduler_tiers: tuple[SchedulerTier, ...] = Field(
         default=(), strict=False
     )  # defaults by GPU memory, the largest tier that applies wins
@@ -276,6 +281,7 @@ class EngineProfile(EraFields):
             chunk_tokens=chunk,
             scheduler_steps=self.scheduler_steps,
             overlap=self.overlap_scheduling_since is not None,
+            prefill_apart=self.prefill_steps_apart,
         )  # the era's newest build: plan's engine
 
 

@@ -38,6 +38,10 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    feedback 1 / (1 - gain); a shifted gamma with that mean, variance and skew, never below a step with one
    sequence, gives the percentiles. ITL (latency.py) pools every gap between tokens: the share of steps that
    carry prefill at their length, the rest at T0. E2E = TTFT + n TPOT, moments added.
+   An engine that runs prefill in steps of its own (vLLM before V1 with chunked prefill off, SGLang without
+   mixed chunks: the profile's `prefill_steps_apart`) prices those steps without the decode batch and gives the
+   decoders no token in them: Little's TPOT = T0 / (1 - rho), kappa = 1, and a decoder's gap after a decode
+   step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole run of prefill steps.
 5. Goodput (capacity.py): the largest rate meeting every SLO, by bisection on b; never above saturation,
    never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput) (closed
    loop: in users, at a limit the users held without queueing); $/hour = GPUs x price, what plans rank by;

@@ -22,7 +22,9 @@ SERVING_MODEL = [
     "budget unless --chunk) from a FCFS prefill queue, in one pass priced by the engine's kernels (weights read "
     "once, KV of every sequence, all-reduces); at most the engine's cap of sequences run at once.",
     "Decode, Little's law: b = lambda x E[n] x TPOT, n = O - 1 decode steps. A decoding sequence sees lambda m "
-    "prefill steps and (1 - rho) / T0 decode-only steps per second: TPOT = 1 / (lambda m + (1 - rho) / T0).",
+    "prefill steps and (1 - rho) / T0 decode-only steps per second: TPOT = 1 / (lambda m + (1 - rho) / T0). "
+    "Engines that run prefill in steps of their own (vLLM before V1 with chunked prefill off, SGLang without mixed "
+    "chunks) give the decoders no token in those steps: TPOT = T0 / (1 - rho), prefill priced without the batch.",
     "Prefill load lambda x P' tokens/s: rho = lambda E[S], S a prompt's full chunks plus its part of the step "
     "that runs its last chunk, shared with the prompts that joined it (P' Tc / C when full); saturation when "
     "every step is full of prefill (rho -> 1, "
@@ -34,10 +36,12 @@ SERVING_MODEL = [
     "Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks + "
     "the tokens packed beside it in its last step. Fixed lengths in a closed loop: users who stay in lock-step "
     "groups (each waiting out the group before it) are the other end of the range, shown as lock-step.",
-    "TPOT per request = T0 + (1 - T0/Tp) x prefill time in its lifetime / n: a compound Poisson sum (variance "
+    "TPOT per request = T0 + kappa x prefill time in its lifetime / n, kappa = 1 - T0/Tp (1 with prefill apart): "
+    "a compound Poisson sum (variance "
     "lambda L E[S^2]) plus the batch's swing (Poisson; binomial for N users), amplified by the batch's feedback "
     "1 / (1 - gain); a shifted gamma with the same mean, variance and skew, never below a step alone. ITL pools "
-    "every gap between tokens: the share of steps carrying prefill at their length, the rest at T0.",
+    "every gap between tokens: the share of steps carrying prefill at their length, the rest at T0; with prefill "
+    "apart, a gap after a decode step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole prefill run.",
     "Goodput = the largest rate meeting every SLO (bisection on the batch); replicas = ceil(load x (1 + headroom) "
     "/ goodput), in users for a closed loop; plans rank by the fleet's $/hour; $/1M tokens spreads it over every "
     "token, and $/1M input and output split it by the prefill and decode shares of busy time. Disaggregated: "
@@ -92,8 +96,14 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         _pass(f"T0 (decode-only step, batch b + 1 = {pt.batch + 1:,.1f})", r.steps.pass_cost(pt.batch + 1, ())),
     ]
     if r.prompts:
-        steps.append(_pass(f"Tc (chunk of {r.chunk:,} prompt tokens + {pt.batch:,.1f} decodes)",
-                           r.steps.pass_cost(pt.batch, r.packed)))  # fmt: skip
+        beside = r.prefill_batch(pt.batch)
+        steps.append(_pass(f"Tc (chunk of {r.chunk:,} prompt tokens + {beside:,.1f} decodes)",
+                           r.steps.pass_cost(beside, r.packed)))  # fmt: skip
+        if r.prefill_apart:
+            steps.append(
+                "prefill apart (the engine's scheduler): a step that runs prompt tokens runs nothing else, "
+                "so the decoding sequences get no token from it and wait it out whole"
+            )
         alpha_us = pt.chunk_step_s / r.chunk * 1e6
         steps.append(f"alpha = Tc / C = {fmt.ms(pt.chunk_step_s)} / {r.chunk:,} = {alpha_us:.2f} us per prompt "
                      f"token; a lone median prompt costs A = {fmt.ms(pt.alone_s[len(pt.alone_s) // 2])}")  # fmt: skip
@@ -102,8 +112,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"per replica: lambda = {pt.rate_rps:.3f} req/s, E[n] = {n:,.0f}, E[P'] = {r.prompt_moments[0]:,.0f}",
         *_loop_lines(plan, row, r),
         f"rho = lambda E[S] = {pt.rate_rps:.3f} x {fmt.ms(pt.service.mean)} = {pt.rho:.3f}",
-        f"TPOT = 1 / (lambda m + (1 - rho) / T0) = 1 / ({pt.rate_rps:.3f} x {pt.steps_per_request:.3f} + "
-        f"{1 - pt.rho:.3f} / {fmt.ms(pt.decode_step_s)}) = {fmt.ms(pt.tpot_mean_s)}",
+        _tpot_line(r, pt),
         f"b = lambda E[n] TPOT = {pt.rate_rps:.3f} x {n:,.0f} x {fmt.ms(pt.tpot_mean_s)} = "
         f"{pt.rate_rps * n * pt.tpot_mean_s:,.1f} sequences (the state solved at b = {pt.batch:,.1f})",
     ]
@@ -132,6 +141,19 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         ("Saturation and goodput", limit),
         ("Fleet and cost", _fleet_lines(plan, row, r)),
     ]
+
+
+def _tpot_line(r: Replica, pt: LoadPoint) -> str:
+    """Little's TPOT: prefill steps give every decoder a token too, or none when prefill runs apart."""
+    if r.prefill_apart:
+        return (
+            f"TPOT = T0 / (1 - rho) = {fmt.ms(pt.decode_step_s)} / {1 - pt.rho:.3f} = {fmt.ms(pt.tpot_mean_s)} "
+            "(prefill steps apart give no token)"
+        )
+    return (
+        f"TPOT = 1 / (lambda m + (1 - rho) / T0) = 1 / ({pt.rate_rps:.3f} x {pt.steps_per_request:.3f} + "
+        f"{1 - pt.rho:.3f} / {fmt.ms(pt.decode_step_s)}) = {fmt.ms(pt.tpot_mean_s)}"
+    )
 
 
 def _lookahead_lines(r: Replica, pt: LoadPoint) -> list[str]:

@@ -8,7 +8,8 @@
     starts (at most `align` of a chunk on average when a backlog fills every step).
   M/G/1 on prefill work uses the variance of the prompt lengths (M/D/1 when they are fixed).
 - TPOT of one request with n decode steps = T0 + kappa x (prefill time during its lifetime L) / n, kappa =
-  1 - T0 / Tp. That prefill time is a compound Poisson sum of S over L (variance lambda L E[S^2], third
+  1 - T0 / Tp (1 when prefill runs in steps of its own: the decodes wait the whole step). That prefill time is a
+  compound Poisson sum of S over L (variance lambda L E[S^2], third
   moment lambda L E[S^3]) stretched by 1 / (1 - kappa rho) (a longer life gathers more prefill); the decode
   batch adds its own Poisson swing averaged over a lifetime (variance 2 b / 3 for an M/G/infinity count),
   at slope dT0/db; both are shared by every sequence decoding at the time, so the batch's feedback
@@ -94,7 +95,9 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     last chunk, shared with whoever joined it: e of a step per request, lasting s / e (sharing.py); lock-step
     groups run their own step. The rest are decode-only steps, T0 with the batch's swing (a 3-point normal).
     """
-    t0, tc = pt.decode_step_s, pt.chunk_step_s
+    tc = pt.chunk_step_s
+    if r.prefill_apart and r.prompts:
+        return _itl_apart(r, pt) + _decode_gaps(r, pt, 1 - _apart_share(pt))
     f = min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0) if r.prompts else 0.0
     lock = r.loop.locked_share(pt.tpot_mean_s)
     parts: list[tuple[float, float]] = []
@@ -105,9 +108,30 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
             parts.append((prompt.weight * lock / group, locked_step(r, pt, prompt)))
     total = sum(w for w, _ in parts) or 1.0
     out = [(f * w / total, x) for w, x in parts if w > 0]
-    sd = math.sqrt(decoding_spread(pt.batch, r.users_estimate(pt)) * r.decode_step_moments(pt.batch)[1])
-    spread = math.sqrt(3) * sd
-    return out + [((1 - f) / 6, t0 - spread), ((1 - f) * 4 / 6, t0), ((1 - f) / 6, t0 + spread)]
+    return out + _decode_gaps(r, pt, 1 - f)
+
+
+def _decode_gaps(r: Replica, pt: LoadPoint, share: float) -> list[tuple[float, float]]:
+    """`share` of the gaps at a decode-only step: T0 with the batch's swing (a 3-point normal)."""
+    t0 = pt.decode_step_s
+    spread = math.sqrt(3 * decoding_spread(pt.batch, r.users_estimate(pt)) * r.decode_step_moments(pt.batch)[1])
+    return [(share / 6, t0 - spread), (share * 4 / 6, t0), (share / 6, t0 + spread)]
+
+
+def _apart_share(pt: LoadPoint) -> float:
+    """Share of a decoder's gaps that hold prefill run apart: prefill steps run back to back while prompts wait,
+    so a gap holds prefill when a prompt came during the decode step before it: 1 - exp(-lambda T0)."""
+    return min(max(-math.expm1(-pt.rate_rps * pt.decode_step_s), 0.0), 1.0)
+
+
+def _itl_apart(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
+    """Gaps that hold prefill apart: the prefill run a prompt of each grid length starts (its lone prefill,
+    stretched by lambda TPOT / f for the prompts that join the run, so that the gaps hold the prefill time the
+    mean TPOT does: rho of a decoder's time), then the decode step that gives the token."""
+    f = _apart_share(pt)
+    stretch = max(pt.rate_rps * pt.tpot_mean_s / f, 1.0) if f > 0 else 1.0
+    return [(f * prompt.weight, alone * stretch + pt.decode_step_s)
+            for prompt, alone in zip(r.prompts, pt.alone_s, strict=True) if prompt.weight > 0]  # fmt: skip
 
 
 def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:

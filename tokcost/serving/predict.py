@@ -53,7 +53,7 @@ def predict(
     output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
     pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
     scheduler_steps: int | None = None, max_running: int | None = None, client_side: bool = True,
-    lookahead: bool | None = None,
+    lookahead: bool | None = None, prefill_apart: bool | None = None,
 ) -> Prediction:  # fmt: skip
     """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency)."""
     if (rate_rps is None) == (concurrency is None):
@@ -71,6 +71,7 @@ def predict(
         max_running=max_running or sched.max_running_sequences, client_side=client_side,
         scheduler_steps=scheduler_steps or sched.scheduler_steps,
         lookahead=sched.overlap if lookahead is None else lookahead,  # None: as the engine's scheduler runs
+        prefill_apart=sched.prefill_apart if prefill_apart is None else prefill_apart,
     )  # fmt: skip
     limits = capacity(replica, slos or [])
     if concurrency is not None:

@@ -95,10 +95,14 @@ class LoadPoint:
     admission_p: float = 0.0  # open loop: chance a request finds every running slot taken (Erlang C)
     admission_mean_s: float = 0.0  # ... and its mean wait for one then (exponential)
     prefill_share: float = 0.0  # the share of steps an arrival finds carrying prefill (open loop: of time)
+    prefill_apart: bool = False  # prefill steps decode nothing: decoders wait each one out whole
 
     @property
     def decode_share(self) -> float:
-        """kappa = 1 - T0 / Tp: the share of a prefill step that decodes alone would not have spent."""
+        """kappa: the share of a prefill step that decodes alone would not have spent, 1 - T0 / Tp when the step
+        also decodes the batch; all of it (1) when prefill runs in steps of its own and decoders wait it out."""
+        if self.prefill_apart:
+            return 1.0 if self.prefill_step_s > 0 else 0.0
         return max(1 - self.decode_step_s / self.prefill_step_s, 0.0) if self.prefill_step_s > 0 else 0.0
 
     @property
@@ -131,9 +135,11 @@ class Replica(ReplicaLimits, ReplicaCurves):
 
     def __init__(
         self, steps: Steps, traffic: Traffic, chunk: int, kv_capacity_tokens: float, role: Role = "both",
-        transfer_s: float = 0.0, max_running: int | None = None, client_side: bool = True,
+        transfer_s: float = 0.0, max_running: int | None = None, client_side: bool = True, prefill_apart: bool = False,
     ):  # fmt: skip
         self.steps, self.traffic, self.chunk, self.role = steps, traffic, chunk, role
+        # prefill in steps of its own (the engine's scheduler, profiles.Scheduler): decodes wait each one out
+        self.prefill_apart = prefill_apart
         self.kv_capacity_tokens = kv_capacity_tokens
         self.max_running = max_running  # the engine's cap on running sequences (None: the KV cache alone)
         self.scheduler_steps = 1  # multi-step scheduling: a new prompt joins at the end of a window of k steps
@@ -171,7 +177,10 @@ class Replica(ReplicaLimits, ReplicaCurves):
         # lengths land on a lattice of chunk / gcd(P', C) positions, (q - 1) / (2 q) on average; else 1/2
         q = chunk // math.gcd(round(p.mean), chunk) if p.kind == "fixed" else 0
         self.align = (q - 1) / (2 * q) if q else 0.5
-        self.saturation_batch = self.decode_steps_mean * chunk / e1 if e1 and decodes else math.inf
+        # every step full of prefill: mixed steps still decode the whole batch, b -> E[n] C / E[P']; steps apart
+        # decode nothing then, so the batch grows without bound as rho -> 1 (the KV cache or the cap stops it)
+        mixed = e1 and decodes and not prefill_apart
+        self.saturation_batch = self.decode_steps_mean * chunk / e1 if mixed else math.inf
         model = steps.model
         self.kv_shared = model.attended_tokens(p0)
         self.kv_private = model.attended_tokens(steps.decode_context) - self.kv_shared if decodes else 0.0
@@ -185,6 +194,10 @@ class Replica(ReplicaLimits, ReplicaCurves):
         full = (Segment(1, p0 + (chunks - 2) * c / 2, c),) if chunks > 1 else ()
         tail = (Segment(1, p0 + (chunks - 1) * c, tokens - (chunks - 1) * c),)
         return PromptPoint(tokens, weight, chunks, full, tail)
+
+    def prefill_batch(self, b: float) -> float:
+        """The decodes a step that carries prefill runs beside it: the batch b, or none when prefill runs apart."""
+        return 0.0 if self.prefill_apart else b
 
     @property
     def rate_driven(self) -> bool:
@@ -213,8 +226,9 @@ class Replica(ReplicaLimits, ReplicaCurves):
         for i in range(TAIL_ITERATIONS):
             t0, tc, alpha, (alone, lasts), d, m = self._terms(b, lone)
             e_s = alpha * m1 + d
-            # Little for decodes: b (lambda m + (1 - lambda E[S]) / T0) = lambda n, linear in lambda
-            denominator = n - b * m + b / t0 * e_s
+            # Little for decodes: b (lambda m + (1 - lambda E[S]) / T0) = lambda n, linear in lambda; prefill steps
+            # apart give no token (m of them count 0): b (1 - lambda E[S]) / T0 = lambda n
+            denominator = n - b * self._tokens_per_prefill_step(m) + b / t0 * e_s
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
@@ -229,6 +243,10 @@ class Replica(ReplicaLimits, ReplicaCurves):
             if done:
                 break
         return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, queue)
+
+    def _tokens_per_prefill_step(self, m: float) -> float:
+        """Tokens a decoding sequence gets from a request's m prefill steps: m when they decode too, none apart."""
+        return 0.0 if self.prefill_apart else m
 
     def _prefill_state(self, rate: float) -> LoadPoint:
         m1, m2, m3 = self.prompt_moments
@@ -250,9 +268,10 @@ class Replica(ReplicaLimits, ReplicaCurves):
         per grid point; None: every step full, e = l / C, s = alpha l)."""
         c = self.chunk
         decode, packed = self._main_curves()
-        t0, tc = self._decode_step(b), packed(b)
+        beside = self.prefill_batch(b)
+        t0, tc = self._decode_step(b), packed(beside)
         alpha = tc / c
-        alone = self._alone(b, alpha)
+        alone = self._alone(beside, alpha)
         d = m = 0.0
         for k, (pt, a, a_last) in enumerate(zip(self.prompts, *alone, strict=True)):
             last = pt.last_chunk(c)
@@ -280,7 +299,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         lone, decoding = queue.landing()
         idle = max(1 - queue.backlog - lone - decoding, 0.0)
         joiner = self.prompt_moments[0]
-        fills = self.fill_steps(b)
+        fills = self.fill_steps(self.prefill_batch(b))
         out = []
         for pt, a_last in zip(self.prompts, lasts, strict=True):
             own = alpha * (pt.chunks - 1) * c
@@ -316,7 +335,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         p_admit, admit_s = self._admission(b + queue.steps, rate)
         return LoadPoint(b, rate, rho, t0, tc, tp, tpot, m, service, wait, shape, alone, lone, kv, queue.rate,
                          queue.backlog, admission_p=p_admit, admission_mean_s=admit_s,
-                         prefill_share=queue.steps)  # fmt: skip
+                         prefill_share=queue.steps, prefill_apart=self.prefill_apart)  # fmt: skip
 
     def lock_step(self) -> Replica | None:
         """The same replica with its users in lock-step groups (loop.py: the other end of the range), or None
@@ -355,7 +374,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
     def _tpot_at(self, b: float, pt: LoadPoint) -> float:
         t0, _, alpha, _, d, m = self._terms(b, pt.last_steps)
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
-        return 1 / (pt.rate_rps * m + (1 - rho) / t0)
+        return 1 / (pt.rate_rps * self._tokens_per_prefill_step(m) + (1 - rho) / t0)
 
 
 def _damped(old: Lasts | None, new: Lasts, i: int) -> tuple[Lasts, bool]:
@@ -395,10 +414,10 @@ def decode_context(traffic: Traffic) -> float:
 def build_replica(
     model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
     role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None, scheduler_steps: int = 1,
-    client_side: bool = True, lookahead: bool = False,
+    client_side: bool = True, lookahead: bool = False, prefill_apart: bool = False,
 ) -> Replica:  # fmt: skip
     """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap,
-    multi-step and overlap scheduling) under one scenario."""
+    multi-step and overlap scheduling, prefill apart or beside the decodes) under one scenario."""
     engine = deployment.engine
     if scheduler_steps > 1:  # multi-step scheduling: the host's work (per step and per sequence) once per k steps
         engine = engine.model_copy(
@@ -413,7 +432,7 @@ def build_replica(
     per_sequence = max(model.attended_tokens(prompt + output), 1.0)
     kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
-    replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side)
+    replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side, prefill_apart)
     replica.scheduler_steps, replica.lookahead = scheduler_steps, lookahead
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0

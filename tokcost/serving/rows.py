@@ -57,6 +57,7 @@ class Choice:
     max_running_source: str  # "engine default", "--max-running", "none (KV cache)"
     scheduler_steps: int = 1
     overlap: bool = False  # the engine's overlap scheduler: a late arrival waits one more step
+    prefill_apart: bool = False  # the engine runs prefill in steps of its own: decodes wait them out
 
 
 def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
@@ -74,7 +75,7 @@ def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
         cap, cap_source = sched.max_running_sequences, f"{space.engine.name} default"
     else:
         cap, cap_source = None, "none (KV cache)"
-    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps, sched.overlap)
+    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps, sched.overlap, sched.prefill_apart)
 
 
 @dataclass

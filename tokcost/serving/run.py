@@ -68,7 +68,7 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
             traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
         result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps,
                           max_running=replica.running_cap(), scheduler_steps=replica.scheduler_steps,
-                          lookahead=replica.lookahead)  # fmt: skip
+                          lookahead=replica.lookahead, prefill_apart=replica.prefill_apart)  # fmt: skip
         row.simulated = {
             f"{metric}_s": (
                 None

@@ -123,7 +123,8 @@ def _replica(
     **kw,  # noqa: ANN003
 ) -> Replica:
     return build_replica(model, deployment, traffic, chunk, scenario, max_running=choice.max_running,
-                         scheduler_steps=choice.scheduler_steps, lookahead=choice.overlap, **kw)  # fmt: skip
+                         scheduler_steps=choice.scheduler_steps, lookahead=choice.overlap,
+                         prefill_apart=choice.prefill_apart, **kw)  # fmt: skip
 
 
 def _best_chunk(

@@ -11,7 +11,9 @@ one token per step and frees its slot with its last token. With no decode and an
 until the next arrival. Under multi-step scheduling (k > 1) new prompts start only at the first step of a
 window of k steps while sequences decode. Under overlap scheduling (`lookahead`) each step takes the requests that
 had arrived when the step before it started (the scheduler chose it then, while that step ran); an idle server
-takes an arrival at once.
+takes an arrival at once. With prefill apart (`prefill_apart`: vLLM before V1, SGLang without mixed chunks) a step
+that runs prompt tokens runs nothing else: the decoding sequences get no token from it and wait it out, so the gap
+between two of their tokens holds that step and the decode step after it.
 
 Closed-loop users behave as benchmark clients do: with no think time all N send at t = 0, and each sends its
 next request one client round trip (traffic.client_rtt_s, plus the engine's per-request cost) after its last
@@ -98,12 +100,14 @@ class _Server:
 def simulate(
     steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None,
     max_running: float | None = None, scheduler_steps: int = 1, rtt_spread_s: float = 0.0, lookahead: bool = False,
+    prefill_apart: bool = False,
 ) -> SimResult:  # fmt: skip
     """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica; `rtt_spread_s`: the mean
     of an exponential added to each closed-loop client's round trip (0: the benchmark's fixed round trip);
-    `lookahead`: the scheduler decides each step while the one before it runs (overlap scheduling)."""
+    `lookahead`: the scheduler decides each step while the one before it runs (overlap scheduling);
+    `prefill_apart`: prompt tokens run in steps of their own, which the decoding sequences wait out."""
     run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
-               rtt_spread_s=rtt_spread_s, lookahead=lookahead)  # fmt: skip
+               rtt_spread_s=rtt_spread_s, lookahead=lookahead, prefill_apart=prefill_apart)  # fmt: skip
     return run.run()
 
 
@@ -112,9 +116,10 @@ class _Run:
 
     def __init__(self, steps: Steps, traffic: Traffic, chunk: int, requests: int, rng: random.Random,
                  rate_rps: float | None, max_running: float | None, scheduler_steps: int, *,
-                 rtt_spread_s: float = 0.0, lookahead: bool = False) -> None:  # fmt: skip
+                 rtt_spread_s: float = 0.0, lookahead: bool = False, prefill_apart: bool = False) -> None:  # fmt: skip
         self.steps, self.traffic, self.chunk, self.requests, self.rng = steps, traffic, chunk, requests, rng
-        self.rtt_spread, self.lookahead = rtt_spread_s, lookahead
+        self.rtt_spread, self.lookahead, self.apart = rtt_spread_s, lookahead, prefill_apart
+        self.stall, self.stalled = 0.0, 0  # prefill apart since the decoders' last token, and how many waited it
         self.cap = max_running if max_running is not None and math.isfinite(max_running) else math.inf
         self.window = max(scheduler_steps, 1)
         self.overhead = steps.request_overhead_s
@@ -168,7 +173,7 @@ class _Run:
             decided = t - last_s  # overlap scheduling picks the next step's requests as the last one starts
             batch_time += len(s.decoding) * seconds
             prefill_time += seconds if prefilled else 0.0
-            self.end_step(s, t, completed)
+            self.end_step(s, t, completed, decoded=not (prefilled and self.apart))
         return self.result(t, batch_time, prefill_time)
 
     def admit(self, s: _Server, t: float) -> None:
@@ -203,9 +208,14 @@ class _Run:
             if r.done == r.prompt:
                 completed.append(r)
         if budget < self.chunk:
+            if self.apart:  # the prompts' step runs alone: the decoders get no token from it and wait it out
+                seconds = self.steps.seconds(segments[1:] if b else segments)
+                if b:
+                    self.stall, self.stalled = self.stall + seconds, b
+                return seconds, True, completed, seconds
             seconds = self.steps.seconds(segments)
             if b:
-                self.itl.append((t + seconds, seconds, b))
+                self.gap(t + seconds, seconds, b)
             return seconds, True, completed, seconds
         stretch = self.decode_stretch(s, t, b, segments[0].cached_tokens)
         return stretch, False, completed, self.itl[-1][1]
@@ -224,13 +234,36 @@ class _Run:
         elapsed = 0.0
         for j in range(jump):  # every decoding sequence sees each of these steps as a gap between its tokens
             elapsed += first + line[3] * j
-            self.itl.append((t + elapsed, first + line[3] * j, b))
+            self.gap(t + elapsed, first + line[3] * j, b)
         s.step += jump - 1
         return jump * first + line[3] * jump * (jump - 1) / 2
 
-    def end_step(self, s: _Server, t: float, completed: list[_Request]) -> None:
-        """Tokens out at time t: decoders that finish leave, prompts done emit their first token."""
+    def gap(self, end: float, seconds: float, b: int) -> None:
+        """A token for each of the b decoders at `end`: for those that waited out prefill apart since their last
+        token, the gap holds it (prompts that finished meanwhile got their first token at its end)."""
+        waited = min(self.stalled, b)
+        if waited:
+            self.itl.append((end, seconds + self.stall, waited))
+        if b > waited:
+            self.itl.append((end, seconds, b - waited))
+        self.stall, self.stalled = 0.0, 0
+
+    def end_step(self, s: _Server, t: float, completed: list[_Request], *, decoded: bool = True) -> None:
+        """Tokens out at time t: decoders that finish leave, prompts done emit their first token. A prefill step
+        apart (`decoded` False) gives the decoders nothing: step indices count decode steps, and a prompt done in
+        it decodes from the next one, this index."""
         p0 = self.traffic.cached_prefix_tokens
+        if not decoded:
+            for r in completed:
+                s.queue.popleft()
+                s.started -= 1
+                r.first_token = t
+                if r.output > 1:  # decodes on steps step .. step+output-2
+                    heapq.heappush(s.decoding, (s.step + r.output - 2, r.index))
+                    s.context_base += p0 + r.prompt + 1 - s.step
+                else:
+                    self.finish(r, t)
+            return
         while s.decoding and s.decoding[0][0] == s.step:
             _, i = heapq.heappop(s.decoding)
             r = self.reqs[i]

@@ -58,7 +58,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     out: list[Branch] = []
     alpha = pt.chunk_step_s / r.chunk
     p_dec = others_decoding(pt.batch, r.users_estimate(pt))
-    fills = r.fill_steps(pt.batch)  # a step's seconds as its prompt tokens grow
+    fills = r.fill_steps(r.prefill_batch(pt.batch))  # a step's seconds as its prompt tokens grow
     backlog, landing = pt.queue_rho, _landing(pt, p_dec)
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     ahead = lookahead_step(r, pt)

@@ -35,6 +35,8 @@ CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefi
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
 SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
 OVERLAP_OFF = re.compile(r"--disable[-_]overlap[-_]schedul")  # SGLang's switch off its overlap scheduler
+# prefill beside the decodes where the engine would run it apart: SGLang's mixed chunks, vLLM V0's chunked prefill
+MIXED_ON = re.compile(r"--enable[-_](?:mixed[-_]chunk|chunked[-_]prefill)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,12 @@ def _lookahead(setup: ServingSetup, engine: EngineProfile) -> bool:
     return version >= version_of(since) and not OVERLAP_OFF.search(setup.engine_flags)  # type: ignore[operator]
 
 
+def _prefill_apart(setup: ServingSetup, engine: EngineProfile) -> bool:
+    """Whether the setup's engine runs prefill in steps of its own: the era does by default and its flags do not
+    mix prefill chunks into the decode steps."""
+    return engine.prefill_steps_apart and not MIXED_ON.search(setup.engine_flags)
+
+
 def _length(kind: str, mean: float, span: tuple[int, int] | None) -> LengthDist:
     """The row's length law: fixed; a uniform law over its stated range as it is (every integer in it equally
     likely, as the harnesses draw them: np.random.randint); a dataset's lengths (ShareGPT), long-tailed, as an
@@ -107,7 +115,8 @@ def predict_row(
         output_dist=_length(setup.output_dist, row.output_tokens_mean, setup.output_tokens_range),
         weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
         scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
-        client_side=setup.measured_at == "client", lookahead=_lookahead(setup, engine), **load,  # type: ignore[arg-type]
+        client_side=setup.measured_at == "client", lookahead=_lookahead(setup, engine),
+        prefill_apart=_prefill_apart(setup, engine), **load,  # type: ignore[arg-type]
     )  # fmt: skip
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])

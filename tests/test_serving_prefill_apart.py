@@ -1,0 +1,137 @@
+"""Prefill apart (vLLM before V1 with chunked prefill off, SGLang without mixed chunks): a step that runs prompt tokens
+runs nothing else, so every decoding sequence waits it out and gets no token from it (issue 20: plan as engines
+really serve).
+
+Checked: a worked case step by step in the simulator, Little's law and the closed form's TPOT = T0 / (1 - rho), the
+closed form against the simulation with the same scheduler, that decodes pay more than with mixed steps at the same
+load, and which engines and published setups run it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tokcost.validation
+from tokcost.engine.step import Segment
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+from tokcost.profiles import engine_for
+from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
+from tokcost.serving.latency import percentile
+from tokcost.serving.layout import Layout
+from tokcost.serving.predict import predict
+from tokcost.serving.replica import build_replica
+from tokcost.serving.simulate import simulate
+from tokcost.serving.steps import Deployment
+from tokcost.serving.traffic import LengthDist, Traffic
+from tokcost.serving.validate import _prefill_apart
+from tokcost.validation.serving_data import load_serving
+
+TOLERANCE = 0.15  # closed form against simulation, as everywhere in plan (issue 20)
+
+
+def _replica(traffic: Traffic, chunk: int = 2048, *, apart: bool, model: str = "llama-3.1-8b", tp: int = 1):
+    deployment = Deployment(load_gpu("h100-sxm"), Layout(tp))
+    return build_replica(load_model(model), deployment, traffic, chunk, "expected", prefill_apart=apart)
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_prompt_landing_mid_decode_runs_alone_or_beside_the_decode_by_hand(apart):
+    # request 0 (100 prompt tokens, 20 out) decodes alone at contexts 101, 102, ...; request 1 (100 tokens) lands
+    # halfway through its second decode step. Mixed: the next step runs request 1's prompt beside request 0's decode.
+    # Apart: the next step runs the prompt alone, request 0 gets no token from it, and its next gap holds that step
+    # and the decode of both that follows (contexts 103 and 101: a mean of 102)
+    traffic = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 20), arrivals_s=(0.0, 0.0))
+    steps = _replica(traffic, apart=apart).steps
+    prefill = steps.seconds([Segment(1, 0, 100)])
+    decode = [steps.seconds([Segment(1, 101 + j, 1)]) for j in range(2)]
+    landing = prefill + decode[0] + decode[1] / 2
+    late = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 20), arrivals_s=(0.0, landing))
+    result = simulate(steps, late, 2048, requests=2, prefill_apart=apart)
+    if apart:
+        both = steps.seconds([Segment(2, 102, 1)])
+        assert result.ttft_s[1] == pytest.approx(decode[1] / 2 + prefill + steps.request_overhead_s, rel=1e-9)
+        assert (prefill + both, 1) in [(pytest.approx(s, rel=1e-9), b) for s, b in result.itl_steps]
+        assert all(s < prefill for s, b in result.itl_steps if b == 2)  # request 1's first gap is a decode step
+    else:
+        mixed = steps.seconds([Segment(1, 103, 1), Segment(1, 0, 100)])
+        assert result.ttft_s[1] == pytest.approx(decode[1] / 2 + mixed + steps.request_overhead_s, rel=1e-9)
+        assert all(s < prefill + decode[0] for s, _ in result.itl_steps)  # no gap holds a prefill step and more
+
+
+def test_little_and_the_closed_forms_tpot_with_prefill_apart():
+    # decodes get a token only in decode-only steps: TPOT = T0 / (1 - rho), b = lambda E[n] TPOT, kappa = 1; the
+    # same load with mixed steps gives every decoder a token in each prefill step too, so its TPOT is shorter
+    traffic = Traffic(LengthDist("exponential", 1000), LengthDist("exponential", 250), rate_rps=1.0)
+    apart, mixed = _replica(traffic, apart=True), _replica(traffic, apart=False)
+    saturation = capacity(mixed, []).saturation_rps
+    for share in (0.2, 0.5, 0.8):
+        a, m = state_at_rate(apart, share * saturation), state_at_rate(mixed, share * saturation)
+        assert a.tpot_mean_s == pytest.approx(a.decode_step_s / (1 - a.rho), rel=1e-6)
+        assert a.batch == pytest.approx(a.rate_rps * apart.decode_steps_mean * a.tpot_mean_s, rel=1e-6)
+        assert a.decode_share == 1.0 and 0 < m.decode_share < 1
+        assert a.tpot_mean_s > m.tpot_mean_s
+        # its prefill steps are priced without the decode batch beside them
+        assert a.chunk_step_s == pytest.approx(apart.steps.seconds(list(apart.packed)), rel=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "traffic", "model", "tp", "chunk", "loads"),
+    [
+        ("open loop, exponential lengths", Traffic(LengthDist("exponential", 1000), LengthDist("exponential", 250),
+                                                   rate_rps=1.0), "llama-3.1-8b", 1, 2048, (0.1, 0.5, 0.8)),
+        ("open loop, fixed lengths, TP 4", Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), rate_rps=1.0),
+         "llama-3.1-70b", 4, 2048, (0.1, 0.5, 0.8)),
+        ("closed loop, lognormal lengths", Traffic(LengthDist("lognormal", 1500, 0.5),
+                                                   LengthDist("lognormal", 300, 0.5), concurrency=4),
+         "llama-3.1-8b", 1, 2048, (8, 64)),
+    ],
+)  # fmt: skip
+def test_closed_form_matches_the_simulation_with_prefill_apart(name, traffic, model, tp, chunk, loads):
+    replica = _replica(traffic, chunk, apart=True, model=model, tp=tp)
+    saturation = capacity(replica, []).saturation_rps
+    misses = []
+    for load in loads:
+        if traffic.concurrency is None:
+            rate = load * saturation
+            point = state_at_rate(replica, rate)
+            sim = simulate(replica.steps, traffic, chunk, requests=4000, seed=1, rate_rps=rate, prefill_apart=True)
+        else:
+            users = Traffic(traffic.prompt, traffic.output, concurrency=int(load))
+            replica = _replica(users, chunk, apart=True, model=model, tp=tp)
+            point = state_at_users(replica, load, 0.0)
+            sim = simulate(replica.steps, users, chunk, requests=4000, seed=1, prefill_apart=True)
+        for metric in ("ttft", "tpot"):
+            for q in (0.5, 0.9):
+                error = percentile(replica, point, metric, q) / sim.percentile(metric, q) - 1
+                if abs(error) > TOLERANCE:
+                    misses.append(f"{name} at {load}: {metric} p{q * 100:.0f} {error:+.1%}")
+    assert not misses, misses
+
+
+def test_the_engines_that_run_prefill_apart_and_the_setups_that_turn_it_off():
+    h100 = load_gpu("h100-sxm")
+    apart = {name: engine_for(name).scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).prefill_apart
+             for name in ("sglang", "vllm@v0", "vllm@eager", "vllm", "tensorrt-llm", "generic")}  # fmt: skip
+    assert apart == {"sglang": True, "vllm@v0": True, "vllm@eager": True, "vllm": False, "tensorrt-llm": False,
+                     "generic": False}  # fmt: skip
+    setups, _ = load_serving(Path(tokcost.validation.__file__).parent / "serving.yaml")
+    sglang, v0, v1 = engine_for("sglang"), engine_for("vllm@v0"), engine_for("vllm")
+    assert _prefill_apart(setups["sglang030-llama31-8b-1xa100"], sglang)
+    assert _prefill_apart(setups["vllm060-llama31-8b-1xa100"], v0)  # --max_model_len 4096: chunked prefill off
+    mixed = setups["sglang030-llama31-8b-1xa100"].model_copy(update={"engine_flags": "--enable-mixed-chunk"})
+    chunked = setups["vllm060-llama31-8b-1xa100"].model_copy(update={"engine_flags": "--enable-chunked-prefill"})
+    assert not _prefill_apart(mixed, sglang) and not _prefill_apart(chunked, v0)
+    assert not _prefill_apart(setups["sky-vllm-084-dsr1-8xh200-in1000-out2000"], v1)
+
+
+def test_predict_runs_prefill_as_the_engine_does():
+    model, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    kw = {"tp": 1, "prompt_tokens": 1000, "output_tokens": 200, "rate_rps": 10.0}
+    default = predict(model, h100, engine=engine_for("sglang"), **kw)
+    apart = predict(model, h100, engine=engine_for("sglang"), prefill_apart=True, **kw)
+    mixed = predict(model, h100, engine=engine_for("sglang"), prefill_apart=False, **kw)
+    assert default.tpot_s == apart.tpot_s and apart.tpot_s["p50"] > mixed.tpot_s["p50"]
