@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from closed_vs_sim import misses
 
 import tokcost.validation
 from tokcost.engine.step import Segment
@@ -29,8 +30,6 @@ from tokcost.serving.traffic import LengthDist, Traffic
 from tokcost.serving.ttft import lookahead_step, ttft_moments
 from tokcost.serving.validate import _lookahead
 from tokcost.validation.serving_data import load_serving
-
-TOLERANCE = 0.15  # closed form against simulation, as everywhere in plan (issue 20)
 
 
 def _replica(traffic: Traffic, chunk: int = 2048, *, lookahead: bool, model: str = "llama-3.1-8b", tp: int = 1):
@@ -78,24 +77,9 @@ def test_a_request_landing_mid_step_waits_the_next_step_too_by_hand(lookahead):
 )  # fmt: skip
 def test_closed_form_matches_the_simulation_under_overlap_scheduling(name, traffic, chunk, loads):
     model, tp = ("llama-3.1-8b", 1) if traffic.concurrency is None else ("llama-3.1-70b", 4)
-    replica = _replica(traffic, chunk, lookahead=True, model=model, tp=tp)
-    saturation = capacity(replica, []).saturation_rps
-    misses = []
-    for load in loads:
-        if traffic.concurrency is None:
-            rate = load * saturation
-            point = state_at_rate(replica, rate)
-            sim = simulate(replica.steps, traffic, chunk, requests=6000, seed=1, rate_rps=rate, lookahead=True)
-        else:
-            users = Traffic(traffic.prompt, traffic.output, concurrency=int(load))
-            replica = _replica(users, chunk, lookahead=True, model=model, tp=tp)
-            point = state_at_users(replica, load, 0.0)
-            sim = simulate(replica.steps, users, chunk, requests=4000, seed=1, lookahead=True)
-        for q in (0.5, 0.9):
-            error = percentile(replica, point, "ttft", q) / sim.percentile("ttft", q) - 1
-            if abs(error) > TOLERANCE:
-                misses.append(f"{name} at {load}: TTFT p{q * 100:.0f} {error:+.1%}")
-    assert not misses, misses
+    found = misses(name, lambda t: _replica(t, chunk, lookahead=True, model=model, tp=tp), traffic, chunk, loads,
+                   metrics=("ttft",), requests=6000, lookahead=True)  # fmt: skip
+    assert not found, found
 
 
 def test_the_added_wait_is_about_one_step_and_grows_with_the_load():

@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from closed_vs_sim import misses
 
 import tokcost.validation
 from tokcost.engine.step import Segment
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
-from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
-from tokcost.serving.latency import percentile
+from tokcost.serving.capacity import capacity, state_at_rate
 from tokcost.serving.layout import Layout
 from tokcost.serving.predict import predict
 from tokcost.serving.replica import build_replica
@@ -28,8 +28,6 @@ from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import LengthDist, Traffic
 from tokcost.serving.validate import _prefill_apart
 from tokcost.validation.serving_data import load_serving
-
-TOLERANCE = 0.15  # closed form against simulation, as everywhere in plan (issue 20)
 
 
 def _replica(traffic: Traffic, chunk: int = 2048, *, apart: bool, model: str = "llama-3.1-8b", tp: int = 1):
@@ -91,25 +89,9 @@ def test_little_and_the_closed_forms_tpot_with_prefill_apart():
     ],
 )  # fmt: skip
 def test_closed_form_matches_the_simulation_with_prefill_apart(name, traffic, model, tp, chunk, loads):
-    replica = _replica(traffic, chunk, apart=True, model=model, tp=tp)
-    saturation = capacity(replica, []).saturation_rps
-    misses = []
-    for load in loads:
-        if traffic.concurrency is None:
-            rate = load * saturation
-            point = state_at_rate(replica, rate)
-            sim = simulate(replica.steps, traffic, chunk, requests=4000, seed=1, rate_rps=rate, prefill_apart=True)
-        else:
-            users = Traffic(traffic.prompt, traffic.output, concurrency=int(load))
-            replica = _replica(users, chunk, apart=True, model=model, tp=tp)
-            point = state_at_users(replica, load, 0.0)
-            sim = simulate(replica.steps, users, chunk, requests=4000, seed=1, prefill_apart=True)
-        for metric in ("ttft", "tpot"):
-            for q in (0.5, 0.9):
-                error = percentile(replica, point, metric, q) / sim.percentile(metric, q) - 1
-                if abs(error) > TOLERANCE:
-                    misses.append(f"{name} at {load}: {metric} p{q * 100:.0f} {error:+.1%}")
-    assert not misses, misses
+    found = misses(name, lambda t: _replica(t, chunk, apart=True, model=model, tp=tp), traffic, chunk, loads,
+                   metrics=("ttft", "tpot"), requests=4000, prefill_apart=True)  # fmt: skip
+    assert not found, found
 
 
 def test_the_engines_that_run_prefill_apart_and_the_setups_that_turn_it_off():
