@@ -9,13 +9,19 @@ load, and which engines and published setups run it.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 
 import pytest
 from closed_vs_sim import misses
 
 import tokcost.validation
+from tokcost.api import plan
+from tokcost.cli.app import main
 from tokcost.engine.step import Segment
+from tokcost.errors import TokcostError
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -117,3 +123,46 @@ def test_predict_runs_prefill_as_the_engine_does():
     apart = predict(model, h100, engine=engine_for("sglang"), prefill_apart=True, **kw)
     mixed = predict(model, h100, engine=engine_for("sglang"), prefill_apart=False, **kw)
     assert default.tpot_s == apart.tpot_s and apart.tpot_s["p50"] > mixed.tpot_s["p50"]
+
+
+def _plan_json(*extra: str) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(
+            [
+                "plan",
+                "-m",
+                "llama-3.1-8b",
+                "-g",
+                "h100-sxm",
+                "--engine",
+                "sglang",
+                "--rate",
+                "20",
+                "--prompt",
+                "1000",
+                "--output",
+                "250",
+                "--tp",
+                "1",
+                "--weights",
+                "bf16",
+                "--top",
+                "1",
+                "-f",
+                "json",
+                *extra,
+            ]
+        )
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue())["configs"][0]  # fmt: skip
+
+
+def test_plan_schedules_prefill_as_the_engine_does_unless_told():
+    default, apart, mixed = _plan_json(), _plan_json("--prefill", "apart"), _plan_json("--prefill", "mixed")
+    assert (default["prefill"], default["prefill_source"]) == ("apart", "sglang default")
+    assert (apart["prefill"], apart["prefill_source"], mixed["prefill"]) == ("apart", "--prefill", "mixed")
+    assert default["expected"]["tpot_s"] == apart["expected"]["tpot_s"]
+    assert apart["expected"]["tpot_s"]["p50"] > mixed["expected"]["tpot_s"]["p50"]  # the decodes wait prompt steps
+    with pytest.raises(TokcostError, match=r"^prefill: 'sideways' is not one of engine, apart, mixed$"):
+        plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, prefill="sideways")

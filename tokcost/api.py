@@ -282,6 +282,7 @@ def plan(
     kv_dtypes: str | Sequence[str] | None = None,
     chunks: int | Sequence[int] | None = None,
     max_running: int | None = None,
+    prefill: str = "engine",
     headroom: float = 0.2,
     max_gpus: int | None = None,
     prices: Mapping[str, float] | None = None,
@@ -311,8 +312,8 @@ def plan(
         for key, value in {"tp": tp, "weights": weights, "kv_dtypes": kv_dtypes, "chunks": chunks}.items()
     }
     space = plan_space(
-        gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, max_gpus=max_gpus,
-        headroom=headroom, prices=prices, api=True,
+        gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, prefill=prefill,
+        max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
     result = run_plan(_model(model), traffic, [parse_slo(s) for s in _several(slos, str)], space,

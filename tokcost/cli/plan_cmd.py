@@ -43,6 +43,14 @@ class Mode(str, Enum):
     both = "both"
 
 
+class Prefill(str, Enum):
+    """How a step that runs prompt tokens treats the decodes."""
+
+    engine = "engine"
+    apart = "apart"
+    mixed = "mixed"
+
+
 def plan(
     model: ModelOpt,
     gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPUs to consider, comma-separated, or 'all'.")],
@@ -109,6 +117,14 @@ def plan(
             max=10_000_000,
         ),
     ] = None,  # fmt: skip
+    prefill: Annotated[
+        Prefill,
+        typer.Option(
+            "--prefill",
+            help="engine: as the engine schedules it (SGLang and vLLM before V1: apart); apart: prompt steps run "
+            "alone and the decodes wait them out; mixed: prompt chunks ride beside the decodes.",
+        ),
+    ] = Prefill.engine,  # fmt: skip
     mode: Annotated[Mode, typer.Option("--mode", help="aggregated, disaggregated or both.")] = Mode.aggregated,
     max_gpus: Annotated[Optional[int], typer.Option("--max-gpus", help="Largest fleet to accept.")] = None,
     headroom: Annotated[float, typer.Option("--headroom", help="Capacity kept free for bursts.")] = 0.2,
@@ -147,7 +163,8 @@ def plan(
         gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),
         ep=_ints(ep, "--ep", 4096), dp=_ints(dp, "--dp", 4096), weights=_list(weights, "--weights"),
         kv_dtypes=_list(kv_dtype, "--kv-dtype"), compute_dtypes=_list(compute_dtype, "--compute-dtype"),
-        chunks=_chunks(chunk), max_running=max_running, mode=mode.value, max_gpus=max_gpus, headroom=headroom,
+        chunks=_chunks(chunk), max_running=max_running, prefill=prefill.value, mode=mode.value, max_gpus=max_gpus,
+        headroom=headroom,
         prices=_prices(price, [g.name for g in gpus]),
         networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
     )  # fmt: skip

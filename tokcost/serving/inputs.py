@@ -243,12 +243,15 @@ def _prices(prices: Mapping[str, float] | None, gpus: tuple[GpuSpec, ...], api: 
     return out
 
 
+PREFILL: dict[str, bool | None] = {"engine": None, "apart": True, "mixed": False}  # None: the engine's own
+
+
 def plan_space(
     *, gpus: tuple[GpuSpec, ...], engine: EngineProfile, tp: Sequence[int] | None = None,
     pp: Sequence[int] | None = None, ep: Sequence[int] | None = None, dp: Sequence[int] | None = None,
     weights: Sequence[str] | None = None, kv_dtypes: Sequence[str] | None = None,
     compute_dtypes: Sequence[str] | None = None, chunks: Sequence[int] | None = None, max_running: int | None = None,
-    mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
+    prefill: str = "engine", mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
     prices: Mapping[str, float] | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
 ) -> Space:  # fmt: skip
     """The search space, every list and knob in range (as the flags are on the command line)."""
@@ -256,6 +259,8 @@ def plan_space(
         raise UsageError(f"{name('gpu', api)}: no GPU given")
     if mode not in ("aggregated", "disaggregated", "both"):
         raise UsageError(f"{name('mode', api)}: {mode!r} is not one of aggregated, disaggregated, both")
+    if prefill not in PREFILL:
+        raise UsageError(f"{name('prefill', api)}: {prefill!r:.40} is not one of {', '.join(PREFILL)}")
     if not (isinstance(headroom, (int, float)) and not isinstance(headroom, bool) and math.isfinite(headroom)
             and 0 <= headroom <= 10):  # fmt: skip
         raise UsageError(
@@ -268,7 +273,8 @@ def plan_space(
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
         weights=_formats(weights, "weights", "weights_dtype", api),
         kv_dtypes=_formats(kv_dtypes, "kv_dtypes", "kv_dtype", api), compute_dtypes=_compute(compute_dtypes, api),
-        chunks=_ints(chunks, "chunks", 16, 1_000_000, api), max_running=cap[0] if cap else None, mode=mode,  # type: ignore[arg-type]
+        chunks=_ints(chunks, "chunks", 16, 1_000_000, api), max_running=cap[0] if cap else None,
+        prefill_apart=PREFILL[prefill], mode=mode,  # type: ignore[arg-type]
         max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
         networks=dict(networks or {}),
     )  # fmt: skip

@@ -4,7 +4,9 @@ Top level: `workload`, `slo`, `configs` (ranked: those meeting every SLO under "
 $/hour first), `load` (GPUs at multiples of the load) and `warnings` (a list of strings; never prose elsewhere).
 Each config: `mode`, `gpu`, `layout`, `tp`, `prefill_tp` (disaggregated only), `weights`, `kv_dtype`,
 `compute_dtype`, `chunk_tokens` and `chunk_source` (the engine's default, --chunk, or searched),
-`max_running` and `max_running_source` (the engine's cap on running sequences), `request_overhead_s` (the
+`max_running` and `max_running_source` (the engine's cap on running sequences), `prefill` and `prefill_source`
+("apart": prompt steps run alone and the decodes wait them out, or "mixed"; the engine's or --prefill),
+`request_overhead_s` (the
 engine's per-request cost, on TTFT as a client times it), `pareto`, and `expected` and `ceiling` with the keys
 of SCENARIO_KEYS (`expected` adds `band`: the engine era's 80% band, factors on time and each latency's
 (low, high)); `simulated` with `ttft_s`, `tpot_s`, `e2e_s`, `itl_s` when --simulate ran for it (else
@@ -32,8 +34,8 @@ SCENARIO_KEYS = (
 )  # fmt: skip
 CONFIG_KEYS = (
     "mode", "gpu", "layout", "tp", "prefill_tp", "weights", "kv_dtype", "compute_dtype", "chunk_tokens",
-    "chunk_source", "max_running", "max_running_source", "request_overhead_s", "pareto", "expected", "ceiling",
-    "simulated",
+    "chunk_source", "max_running", "max_running_source", "prefill", "prefill_source", "request_overhead_s", "pareto",
+    "expected", "ceiling", "simulated",
 )  # fmt: skip
 
 
@@ -69,6 +71,8 @@ def config_dict(row: Row) -> dict[str, Any]:
         "chunk_source": choice.chunk_source if choice else None,
         "max_running": choice.max_running if choice else None,
         "max_running_source": choice.max_running_source if choice else None,
+        "prefill": ("apart" if choice.prefill_apart else "mixed") if choice else None,
+        "prefill_source": choice.prefill_source if choice else None,
         "request_overhead_s": row.replica.overhead_s if row.replica else None,
         "pareto": row.pareto,
         "expected": {**fleet_dict(row.expected), "band": band_dict(row)},

@@ -40,6 +40,7 @@ class Space:
     compute_dtypes: tuple[str | None, ...] = (None,)
     chunks: tuple[int, ...] | None = None  # None: the engine's budget on each GPU (searched if it states none)
     max_running: int | None = None  # None: the engine's cap on each GPU (the KV cache alone if it states none)
+    prefill_apart: bool | None = None  # None: as the engine schedules prefill (apart or beside the decodes)
     mode: Mode = "aggregated"
     max_gpus: int | None = None
     headroom: float = 0.2
@@ -58,6 +59,7 @@ class Choice:
     scheduler_steps: int = 1
     overlap: bool = False  # the engine's overlap scheduler: a late arrival waits one more step
     prefill_apart: bool = False  # the engine runs prefill in steps of its own: decodes wait them out
+    prefill_source: str = "engine default"  # "<engine> default" or "--prefill"
 
 
 def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
@@ -75,7 +77,11 @@ def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
         cap, cap_source = sched.max_running_sequences, f"{space.engine.name} default"
     else:
         cap, cap_source = None, "none (KV cache)"
-    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps, sched.overlap, sched.prefill_apart)
+    if space.prefill_apart is not None:
+        apart, apart_source = space.prefill_apart, "--prefill"
+    else:
+        apart, apart_source = sched.prefill_apart, f"{space.engine.name} default"
+    return Choice(chunks, source, cap, cap_source, sched.scheduler_steps, sched.overlap, apart, apart_source)
 
 
 @dataclass
