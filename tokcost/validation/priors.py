@@ -40,13 +40,17 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
   block tables, its sampling parameters, its sampled token turned into a Python object, its output and
   detokenization): Python engines 1-100 us. vLLM before its V1 rewrite left "5-13 ms of GPU bubble" per decode step
   of a serving batch, "about 4 ms" in its Llama-3-8B H100 traces (vllm-project/vllm issue 6854, 2024-07, the
-  multi-step scheduling RFC: de-tokenization, pythonization of outputs, input preparation, scheduling), about 15 us
-  a sequence at a batch of 256 with the per-step part taken out: V0 and eager eras 2-100 us, centre 15; TGI's
-  Python model server likewise. V1 moved input preparation to persistent batches and output processing to another
-  process (vLLM's V1 blog, 2025-01), but its step still grows with the batch ("CPU overhead increases as the batch
-  size grows", issue 18760, 2025-05; a fast path for repeated decodes, PR 17866): 1-50 us, centre 5, as SGLang and
-  LMDeploy's PyTorch engine. C++ runtimes (TensorRT-LLM, TurboMind, MLC, llama.cpp, gpt-fast's loop): 0.1-10 us,
-  centre 1;
+  multi-step scheduling RFC: de-tokenization, pythonization of outputs, input preparation, scheduling): 15 us a
+  sequence or more over a batch of up to 256 (max_num_seqs' default); its output processing alone took 3.4 ms of a
+  25 ms step at batch 32 on Llama-3-70B FP8 over 4 x H100 (issue 6913, 2024-07), about 100 us a sequence. V0 and
+  eager eras 2-100 us, centre 15; TGI's Python model server likewise. V1 moved input preparation to persistent
+  batches and output processing to another process (vLLM's V1 blog, 2025-01), but its step still grows with the
+  batch ("CPU overhead increases as the batch size grows", issue 18760, 2025-05; a fast path for repeated decodes,
+  PR 17866): 1-50 us. V1 in development left a 5-6 ms gap between two decode steps of a batch of 256 on Llama-2-7B
+  (issue 10634 and PR 11133, 2024-12: 150-170 us with the asynchronous scheduling it proposed, which later builds
+  run when asked), about 20 us a sequence: centre 15 for vLLM V1; 5 for SGLang (its overlap scheduler runs the
+  host's work while the GPU runs, from 0.4) and LMDeploy's PyTorch engine. C++ runtimes (TensorRT-LLM, TurboMind,
+  MLC, llama.cpp, gpt-fast's loop): 0.1-10 us, centre 1;
 - per launched kernel, eager eras only: 2-30 us (cudaLaunchKernel 1-3 us plus PyTorch's dispatch, 5-25 us per op
   in eager mode; llama.cpp launches from C++: 2-20 us);
 - per collective on top of the link's own latency: NVLink/xGMI custom all-reduce 2-30 us, NCCL over PCIe or the
@@ -123,6 +127,7 @@ EFFICIENCY_PRIORS: dict[str, Prior] = {
 _SEQ_V0 = {"seq_us": Prior(2, 100, 15)}  # per running sequence per step: Python schedulers before vLLM V1 (docstring)
 _SEQ_PY = {"seq_us": Prior(1, 50, 5)}  # ... V1-style Python schedulers (persistent batch, output process apart)
 _SEQ_CPP = {"seq_us": Prior(0.1, 10, 1)}  # ... C++ runtimes
+_SEQ_V1 = {"seq_us": Prior(1, 50, 15)}  # ... vLLM V1 without async scheduling (docstring)
 _GRAPHS_PY = {"step_us": Prior(50, 1000, 300), **_SEQ_PY}  # Python schedulers with CUDA graphs (vLLM V1, SGLang)
 _CPP = {"step_us": Prior(20, 1000, 150), **_SEQ_CPP}  # C++ runtimes (TensorRT-LLM, TurboMind, MLC, torch.compile)
 _NVLINK_COLL = {"coll.nvlink": Prior(2, 30, 10), "coll.pcie": Prior(10, 100, 40), "coll.network": Prior(10, 100, 40)}
@@ -145,7 +150,7 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
         **_CLIENT,
     },  # fmt: skip
     ("vllm", "v0"): {"step_us": Prior(200, 5000, 1000), **_SEQ_V0, **_NVLINK_COLL, **_CLIENT},
-    ("vllm", "v1"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
+    ("vllm", "v1"): {**_GRAPHS_PY, **_SEQ_V1, **_NVLINK_COLL, **_CLIENT},
     ("tensorrt-llm", "static"): {"step_us": Prior(20, 500, 100), **_SEQ_CPP, **_NVLINK_COLL, **_CLIENT},
     ("tensorrt-llm", "inflight"): {"step_us": Prior(50, 1000, 200), **_SEQ_CPP, **_NVLINK_COLL, **_CLIENT},
     ("sglang", "main"): {**_GRAPHS_PY, **_NVLINK_COLL, **_CLIENT},
