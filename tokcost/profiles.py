@@ -259,6 +259,15 @@ class EngineProfile(EraFields):
         """'vllm@v1' (the name alone for a single-era engine such as generic)."""
         return f"{self.name}@{self.era}" if self.era else self.name
 
+    def per_window(self, scheduler_steps: int) -> EngineProfile:
+        """Multi-step scheduling (vLLM 0.6's --num-scheduler-steps k): the host schedules, prepares inputs and
+        processes outputs once per window of k decode steps, so its per-step and per-sequence costs are shared by k."""
+        if scheduler_steps <= 1:
+            return self
+        k = scheduler_steps
+        return self.model_copy(update={"step_overhead_us": self.step_overhead_us / k,
+                                       "sequence_overhead_us": self.sequence_overhead_us / k})  # fmt: skip
+
     def gap(self, platform: str) -> PlatformGap:
         """The era's gap on `platform` (none on CUDA or where the file states none)."""
         return self.platforms.get(platform, NO_GAP)  # type: ignore[call-overload]

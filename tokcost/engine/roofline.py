@@ -130,13 +130,14 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
     matmul's dtype), the engine era's efficiencies per kernel class and its gap on the GPU's platform (applied per
     kernel by kernel_rate), its host costs, and the expert all-to-all it overlaps. `client_side`: the per-request
     cost is on TTFT (a user's view through an HTTP client); False for an engine-level clock. `scheduler_steps`:
-    multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's per-step cost over that many steps."""
+    multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's work over that many steps."""
+    engine = engine.per_window(scheduler_steps)
     gap = engine.gap(gpu.platform)
     return hardware_x_engine(
         gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute, attention_gap=gap.attention,
         collectives=engine.collective_overhead_us,
-        step_s=engine.step_overhead_us * gap.step * US / scheduler_steps,
-        sequence_s=engine.sequence_overhead_us * gap.step * US / scheduler_steps,
+        step_s=engine.step_overhead_us * gap.step * US,
+        sequence_s=engine.sequence_overhead_us * gap.step * US,
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,

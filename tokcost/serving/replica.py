@@ -418,14 +418,8 @@ def build_replica(
 ) -> Replica:  # fmt: skip
     """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap,
     multi-step and overlap scheduling, prefill apart or beside the decodes) under one scenario."""
-    engine = deployment.engine
-    if scheduler_steps > 1:  # multi-step scheduling: the host's work (per step and per sequence) once per k steps
-        engine = engine.model_copy(
-            update={
-                "step_overhead_us": engine.step_overhead_us / scheduler_steps,
-                "sequence_overhead_us": engine.sequence_overhead_us / scheduler_steps,
-            }
-        )
+    engine = deployment.engine.per_window(scheduler_steps)  # multi-step: the host's work once per k steps
+    if engine is not deployment.engine:
         deployment = replace(deployment, engine=engine)
     prompt, output = max(round(traffic.prompt_mean_tokens), 1), max(round(traffic.output.mean), 1)
     kv = replica_kv_tokens(model, deployment, 1, prompt, output)
