@@ -1,10 +1,10 @@
 """How a plan's rows rank, which are on the Pareto frontier, and what the load table says (search.plan uses them).
 
 Ranking: configurations that meet every SLO under "expected" first, cheapest $/hour first (no price: after those
-with one, fewest GPUs first), ties by p90 TPOT then p90 TTFT. A configuration is on the Pareto frontier when no
-other that meets the SLOs costs at most as much per hour and is at least as fast at p90 TPOT (or at p90 TTFT),
-better in one: the cheapest is always on it. The load table sizes the cheapest configuration at multiples of the
-load from the same goodputs.
+with one, fewest GPUs first), ties by p90 TPOT, p90 TTFT, then fewest GPUs. A configuration is on the Pareto
+frontier when no other that meets the SLOs costs at most as much per hour and is at least as fast at p90 TPOT (or
+at p90 TTFT), better in one: the first row is always on it. The load table sizes the cheapest configuration at
+multiples of the load from the same goodputs.
 """
 
 from __future__ import annotations
@@ -24,13 +24,15 @@ def _p90(values: dict[str, float | None] | None) -> float:
 
 def rank(row: Row) -> tuple:
     x = row.expected
+    gpus = x.gpus if x.gpus is not None else math.inf
+    priced = x.usd_per_hour is not None
     return (
         not x.meets_slo,
-        x.usd_per_hour is None,
-        x.usd_per_hour if x.usd_per_hour is not None else 0.0,
-        x.gpus if x.gpus is not None else math.inf,
-        _p90(x.tpot_s),
+        not priced,
+        x.usd_per_hour if priced else gpus,  # unpriced: fewest GPUs first
+        _p90(x.tpot_s),  # then the faster, so that of fleets that cost the same the first is on the frontier
         _p90(x.ttft_s),
+        gpus,
     )
 
 
