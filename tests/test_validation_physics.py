@@ -170,7 +170,9 @@ def test_a_slow_compute_side_never_drags_memory_bound_decode():
     slow = GENERIC.model_copy(update={"kernels": KernelEfficiency(compute=ComputeSide(gemm=0.4, attention=0.4))})
     base, worse = estimate(model, gpu, wl), estimate(model, gpu, wl, engine=slow)
     assert worse.expected.ttft_s > 2 * base.expected.ttft_s  # prefill is compute-bound
-    assert worse.expected.tpot_s == pytest.approx(base.expected.tpot_s)  # decode streams weights
+    # decode streams weights: its compute side is ~1/300 of its memory side at batch 1, and only the unhidden share
+    # of it (roofline.UNHIDDEN_SHARE) reaches the step, so a compute side at 0.4 moves TPOT by well under 1%
+    assert worse.expected.tpot_s == pytest.approx(base.expected.tpot_s, rel=0.01)
 
 
 def test_engine_fixed_costs_add_per_step_request_kernel_and_collective():

@@ -13,7 +13,7 @@ from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_state_bytes, stage_weight_bytes
 from tokcost.engine.mixer_stages import attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
-from tokcost.engine.roofline import Rates, kernel_rates
+from tokcost.engine.roofline import UNHIDDEN_SOURCE, Rates, kernel_rates
 from tokcost.formats import get as get_format
 from tokcost.models.layers import KV_MIXERS, MIXERS
 from tokcost.models.spec import ModelSpec
@@ -49,7 +49,10 @@ def _stage_line(p: Priced, rates: Rates) -> str:
                   f"{fmt.si(st.bytes - st.weight_bytes, 'B')} / {fmt.si(other_bw, 'B/s')}")  # fmt: skip
     else:
         memory = f"{fmt.si(st.bytes, 'B')} / {fmt.si(other_bw, 'B/s')}"
-    terms = f"max({fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {memory})"
+    sides = f"{fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {memory}"
+    terms = f"max({sides})"
+    if rates.unhidden:  # the kernel hides only part of its shorter side behind its longer (kernel_seconds)
+        terms += f" + {rates.unhidden:g} x min({sides})"
     return f"{where}: {n} x {terms} = {fmt.seconds(p.seconds)} ({p.bound})"
 
 
@@ -321,6 +324,9 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
         f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
     ]
+    if rates.unhidden:
+        lines.append(f"each kernel: max(compute, memory) + {rates.unhidden:g} x min(compute, memory) (its loads "
+                     f"and math overlap imperfectly; the ceiling hides the shorter side) [{UNHIDDEN_SOURCE}]")  # fmt: skip
     if g.platform != "cuda":
         sides = {"memory": gap.memory, "GEMM": gap.compute, "prefill attention": gap.attention, "step": gap.step}
         keys = {"memory": "memory", "GEMM": "compute", "prefill attention": "attention", "step": "step"}

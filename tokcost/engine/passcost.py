@@ -16,21 +16,30 @@ Bound = Literal["compute", "memory", "interconnect"]
 Schedule = Literal["steady", "fill"]
 
 
+def overlapped_sides(compute_s: float, memory_s: float, unhidden: float) -> tuple[float, float]:
+    """A kernel's two roofline sides as priced: each plus the share `unhidden` of the other that it does not hide,
+    so that the larger is max(c, m) + u x min(c, m) = max(c + u x m, m + u x c) (u = 0: the ceiling's perfect
+    overlap). Both stay linear in the work, and the larger is the same side as before."""
+    return (compute_s + unhidden * memory_s, memory_s + unhidden * compute_s) if unhidden else (compute_s, memory_s)
+
+
 @dataclass(frozen=True, slots=True)
 class Priced:
-    """A stage with its time under one scenario: compute and memory time per occurrence, or its collective."""
+    """A stage with its time under one scenario: compute and memory time, or its collective."""
 
     stage: Stage
-    compute_s: float  # all occurrences
+    compute_s: float  # all occurrences, each side on its own
     memory_s: float
     collective: CollectiveCost | None
+    unhidden: float = 0.0  # the share of the shorter side the longer does not hide (overlapped_sides)
 
     @property
     def seconds(self) -> float:
-        """Time of all occurrences: the slower of compute and memory, or the collective."""
+        """Time of all occurrences: the slower of compute and memory plus the unhidden share of the other, or the
+        collective."""
         if self.collective is not None:
             return self.stage.count * self.collective.seconds
-        return max(self.compute_s, self.memory_s)
+        return max(overlapped_sides(self.compute_s, self.memory_s, self.unhidden))
 
     @property
     def bound(self) -> Bound:

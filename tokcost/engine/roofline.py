@@ -1,4 +1,5 @@
-"""The roofline: each kernel of a pass takes max(FLOPs / peak FLOP/s, bytes / bandwidth); kernels run in turn.
+"""The roofline: each kernel of a pass takes max(FLOPs / peak FLOP/s, bytes / bandwidth) (under "expected" plus the
+share of the shorter side that the kernel does not hide, kernel_seconds); kernels run in turn.
 
 Williams, Waterman, Patterson, "Roofline: an insightful visual performance model", CACM 2009. Pricing each
 kernel on its own roofline (as LLM-Viewer does) rather than the pass's totals makes a compute-bound kernel
@@ -14,7 +15,7 @@ from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheape
 from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import PassCost as PassCost  # re-exported: plots and serving import it from here
-from tokcost.engine.passcost import Priced
+from tokcost.engine.passcost import Priced, overlapped_sides
 from tokcost.engine.stages import Op, Stage
 from tokcost.engine.workload import same_tensor_rate
 from tokcost.errors import UsageError
@@ -26,6 +27,16 @@ from tokcost.units import US
 NO_COLLECTIVE_COST = CollectiveCosts()
 ALL_OPS: frozenset[Op] = frozenset({"all-reduce", "all-to-all", "send/recv"})
 OVERLAPPABLE: frozenset[Op] = frozenset({"all-to-all"})  # what an engine may hide behind compute (two-batch overlap)
+# "Expected": the share of a kernel's shorter roofline side that its longer does not hide (kernel_seconds). A stated
+# value, not a measurement: published rows whose kernels sit near the ridge (both sides within 3x) ran 30-40% slower
+# than max(compute, memory) across TensorRT-LLM, vLLM and TGI, while rows far from it did not. Chosen among 0, 0.3,
+# 0.6 and 1 by leave-one-source-out: 0.6 lowers the headline without moving more values past the stability limit
+# (1 moves 45); the serving check, which no fit reads, agrees (validation/README.md).
+UNHIDDEN_SHARE = 0.6
+UNHIDDEN_SOURCE = (
+    "a stated value chosen by leave-one-source-out among 0, 0.3, 0.6 and 1: near the ridge the "
+    "published rows ran 30-40% slower than max(compute, memory)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +66,7 @@ class Rates:
     request_overhead_s: float = 0.0  # once per request (HTTP, tokenization, admission), on TTFT
     comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
+    unhidden: float = 0.0  # share of a kernel's shorter roofline side not hidden behind its longer (0: the ceiling)
 
     def host_s(self, sequences: float) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
@@ -149,6 +161,7 @@ def hardware_x_engine(
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
+    unhidden: float | None = None,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -175,6 +188,7 @@ def hardware_x_engine(
         kernel_overhead_s=kernel_s,
         request_overhead_s=request_s,
         comm_overlap=overlap,
+        unhidden=UNHIDDEN_SHARE if unhidden is None else unhidden,
     )
 
 
@@ -262,6 +276,7 @@ class KernelRate:
     flops_per_s: float
     weight_bytes_per_s: float  # its weight stream
     bytes_per_s: float  # every other byte (activations, the KV cache)
+    unhidden: float = 0.0  # Rates.unhidden: the share of the shorter side that the longer does not hide
 
 
 def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
@@ -271,7 +286,7 @@ def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
     flops_per_s, peak_flops = _path_flops(rates, path)
     memory, compute = kernel_efficiency(kind, weight_format, rates, dequantizing)
     bytes_per_s = rates.cap(rates.bytes_per_s * memory, rates.peak_bytes_per_s)
-    return KernelRate(rates.cap(flops_per_s * compute, peak_flops), bytes_per_s, bytes_per_s)
+    return KernelRate(rates.cap(flops_per_s * compute, peak_flops), bytes_per_s, bytes_per_s, rates.unhidden)
 
 
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
@@ -280,9 +295,16 @@ def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
     return r.flops_per_s, r.weight_bytes_per_s, r.bytes_per_s
 
 
-def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
-    """(compute, memory) seconds of one occurrence: the two sides of its roofline; the larger is its time."""
+def kernel_sides(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
+    """(compute, memory) seconds of one occurrence, each side on its own."""
     return flops / rate.flops_per_s, weight_bytes / rate.weight_bytes_per_s + other_bytes / rate.bytes_per_s
+
+
+def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
+    """(compute, memory) seconds of one occurrence as priced: its roofline's two sides, each with the share of the
+    other that the kernel does not hide (passcost.overlapped_sides); the larger is its time. A kernel overlaps its
+    loads with its math imperfectly, most visibly where the two sides are equal."""
+    return overlapped_sides(*kernel_sides(flops, weight_bytes, other_bytes, rate), rate.unhidden)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,8 +350,8 @@ def priced(stage: Stage[float], rate: KernelRate | CollectiveRate) -> Priced:
     if isinstance(rate, CollectiveRate):
         return Priced(stage, 0.0, 0.0, rate.cost(stage.payload_bytes))
     n = stage.count
-    compute_s, memory_s = kernel_seconds(stage.flops, stage.weight_bytes, stage.bytes - stage.weight_bytes, rate)
-    return Priced(stage, n * compute_s, n * memory_s, None)
+    compute_s, memory_s = kernel_sides(stage.flops, stage.weight_bytes, stage.bytes - stage.weight_bytes, rate)
+    return Priced(stage, n * compute_s, n * memory_s, None, rate.unhidden)
 
 
 def price_stage(stage: Stage[float], rates: Rates, links: Links, layout: Layout) -> Priced:
