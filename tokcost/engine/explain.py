@@ -326,7 +326,7 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     ]
     if rates.unhidden:
         lines.append(f"each kernel: max(compute, memory) + {rates.unhidden:g} x min(compute, memory) (its loads "
-                     f"and math overlap imperfectly; the ceiling hides the shorter side) [{UNHIDDEN_SOURCE}]")  # fmt: skip
+                     f"and math overlap imperfectly; the ceiling hides it all) [{UNHIDDEN_SOURCE}]")  # fmt: skip
     if g.platform != "cuda":
         sides = {"memory": gap.memory, "GEMM": gap.compute, "prefill attention": gap.attention, "step": gap.step}
         keys = {"memory": "memory", "GEMM": "compute", "prefill attention": "attention", "step": "step"}
