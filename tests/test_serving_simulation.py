@@ -27,7 +27,13 @@ TOLERANCE = 0.15
 # long against decode steps, since the fitted Ampere compute fraction is 0.48), the closed form's TPOT p90 at 90%
 # of saturation is 14-17% below the simulation's over seeds (TTFT and p50s stay within 10%): the compound-Poisson
 # tail of prefill interruptions is too thin that close to saturation. Checked at 20% there, 15% everywhere else.
-KNOWN_MISS = {("8b-a100-cached-prefix", 0.9, "tpot", 0.9): 0.20}
+# Two more since each kernel hides only part of its shorter roofline side (roofline.UNHIDDEN_SHARE): a compute-bound
+# decode step keeps a fixed part (the unhidden share of its weight reads), so a step's tokens per second rise with
+# its batch and the batch's swings near saturation cost throughput that the mean-value closed form does not see.
+# At 90% of saturation it is short on TTFT by 21% at one-token prompts (TPOT within 15%) and by 15-16% at p90 on
+# prompts packed four to a step; below 90% every point stays within 15%.
+KNOWN_MISS = {("8b-a100-cached-prefix", 0.9, "tpot", 0.9): 0.20, ("8b-one-token-prompts", 0.9, "ttft", 0.5): 0.25,
+              ("70b-tp4-packed-4-per-step", 0.9, "ttft", 0.9): 0.20}  # fmt: skip
 CASES = {
     # name: (model, gpu, tp, prompt, output, chunk, cached prefix, length kind, requests, loads)
     "70b-tp8-chunk-equals-prompt": ("llama-3.1-70b", "h100-sxm", 8, 2048, 300, 2048, 0, "fixed", 3000,
@@ -42,11 +48,13 @@ CASES = {
     "8b-exponential-lengths": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 1024, 0, "exponential", 12000,
                                (0.1, 0.5, 0.9)),
     # issue 22: one-token prompts (a step takes every waiting prompt: no queue forms at 2% of saturation) and small
-    # prompts at hundreds of requests a second, many packed into each step beside the decodes
-    "8b-one-token-prompts": ("llama-3.1-8b", "h100-sxm", 1, 1, 3, 2048, 0, "fixed", 3000, (0.02, 0.5, 0.9)),
-    "8b-small-prompts-high-rate": ("llama-3.1-8b", "h100-sxm", 1, 16, 64, 512, 0, "exponential", 8000,
+    # prompts at hundreds of requests a second, many packed into each step beside the decodes. Near saturation
+    # these run batches of hundreds of sequences: 3,000 requests last a fraction of a second there, shorter than
+    # the queue takes to settle, so their runs are ten times longer
+    "8b-one-token-prompts": ("llama-3.1-8b", "h100-sxm", 1, 1, 3, 2048, 0, "fixed", 30000, (0.02, 0.5, 0.9)),
+    "8b-small-prompts-high-rate": ("llama-3.1-8b", "h100-sxm", 1, 16, 64, 512, 0, "exponential", 80000,
                                    (0.1, 0.5, 0.9)),
-    "mixtral-tiny-prompts": ("mixtral-8x7b", "h100-sxm", 2, 8, 32, 1024, 0, "fixed", 3000, (0.1, 0.5, 0.9)),
+    "mixtral-tiny-prompts": ("mixtral-8x7b", "h100-sxm", 2, 8, 32, 1024, 0, "fixed", 30000, (0.1, 0.5, 0.9)),
 }  # fmt: skip
 
 
@@ -72,13 +80,14 @@ def test_closed_form_matches_simulation_from_10_to_90_percent_of_saturation(name
 
 
 def test_simulation_is_reproducible_and_sees_the_load():
-    traffic = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 100), rate_rps=3.0)
+    traffic = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 100), rate_rps=1.0)
     replica = build_replica(load_model("llama-3.1-8b"), Deployment(load_gpu("l4"), Layout(1)), traffic, 512,
                             "expected")  # fmt: skip
-    a = simulate(replica.steps, traffic, 512, requests=800, seed=3)
-    b = simulate(replica.steps, traffic, 512, requests=800, seed=3)
+    rate = 0.5 * capacity(replica, []).saturation_rps  # half of what the replica sustains: a stable queue
+    a = simulate(replica.steps, traffic, 512, requests=800, seed=3, rate_rps=rate)
+    b = simulate(replica.steps, traffic, 512, requests=800, seed=3, rate_rps=rate)
     assert a == b
-    assert a.rate_rps == pytest.approx(3.0, rel=0.1)  # completed requests per second of the run
+    assert a.rate_rps == pytest.approx(rate, rel=0.1)  # completed requests per second of the run
     assert len(a.ttft_s) == 800 - 2 * 80  # first and last tenth left out
 
 
