@@ -20,7 +20,7 @@ from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
 from tokcost.engine.passcost import Bound, PassCost
-from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_seconds
+from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_sides
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
@@ -156,7 +156,7 @@ def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
         compute = memory = 0.0
         for row, rate in rows:
             if row.stage.kind in ("matmul", "experts") and isinstance(rate, KernelRate):
-                compute_s, memory_s = kernel_seconds(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
+                compute_s, memory_s = kernel_sides(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
                 compute += row.stage.count * compute_s
                 memory += row.stage.count * memory_s
         return compute > memory

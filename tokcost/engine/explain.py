@@ -49,10 +49,7 @@ def _stage_line(p: Priced, rates: Rates) -> str:
                   f"{fmt.si(st.bytes - st.weight_bytes, 'B')} / {fmt.si(other_bw, 'B/s')}")  # fmt: skip
     else:
         memory = f"{fmt.si(st.bytes, 'B')} / {fmt.si(other_bw, 'B/s')}"
-    sides = f"{fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {memory}"
-    terms = f"max({sides})"
-    if rates.unhidden:  # the kernel hides only part of its shorter side behind its longer (kernel_seconds)
-        terms += f" + {rates.unhidden:g} x min({sides})"
+    terms = f"max({fmt.si(st.flops, 'FLOP')} / {fmt.si(flops_rate, 'FLOP/s')}, {memory})"
     return f"{where}: {n} x {terms} = {fmt.seconds(p.seconds)} ({p.bound})"
 
 

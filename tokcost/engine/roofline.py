@@ -161,7 +161,7 @@ def hardware_x_engine(
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
-    unhidden: float | None = None,
+    unhidden: float = UNHIDDEN_SHARE,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -188,7 +188,7 @@ def hardware_x_engine(
         kernel_overhead_s=kernel_s,
         request_overhead_s=request_s,
         comm_overlap=overlap,
-        unhidden=UNHIDDEN_SHARE if unhidden is None else unhidden,
+        unhidden=unhidden,
     )
 
 
