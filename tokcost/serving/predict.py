@@ -6,26 +6,42 @@ given, as in vLLM's benchmark_serving --max-concurrency). The scheduler (the pre
 vLLM's max_num_batched_tokens; the cap on running sequences, max_num_seqs; multi-step scheduling) comes from
 the engine profile for the GPU unless the row states it. `client_side`: the row was timed by a client (HTTP,
 tokenization and scheduling on its TTFT: the engine's per-request cost), else inside the engine.
+
+`requests` N makes the row a finite benchmark run, as the harnesses run one (vLLM's benchmark_serving,
+SGLang's bench_serving: --num-prompts N): N requests sent from t = 0 (Poisson from the first one, all at once at
+an infinite rate, or the closed loop's users until N are sent), every one counted, the rate taken over the run's
+whole span, its ramp and its drain included. Its rate is the simulation of those N requests (simulate.py, the same
+steps), the mean of FINITE_SEEDS seeded runs: a burst of 50 requests at 10 req/s never reaches the steady state
+the closed form describes, and its output rate is the batch the 50 make, not the saturated server's. Its
+latencies are the closed form's where a steady state exists at the load (a long run's ramp and drain are a small
+share of its requests), else the finite run's (past saturation the queue grows through the run, and what each
+request waits depends on N). In a finite run a request starts only while the KV cache holds it whole beside the
+running ones (a burst sits at that limit, where an open loop's steady batch swings around its mean).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import random
+import statistics
+from dataclasses import dataclass, replace
 
 from tokcost.engine.step import Scenario
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import GENERIC, EngineProfile
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
-from tokcost.serving.fleet import percentiles
+from tokcost.serving.fleet import REPORTED, percentiles
 from tokcost.serving.latency import e2e_mean
 from tokcost.serving.layout import Layout
 from tokcost.serving.replica import LoadPoint, Replica, build_replica
+from tokcost.serving.simulate import SimResult, simulate
 from tokcost.serving.steps import Deployment
-from tokcost.serving.traffic import LengthDist, Slo, Traffic
+from tokcost.serving.traffic import QUANTILES, LengthDist, Slo, Traffic
 from tokcost.serving.ttft import ttft_moments
 
 DEFAULT_CHUNK = 2048
+FINITE_SEEDS = 3  # a finite run's figures: the mean over this many seeded runs (arrival times, sampled lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +69,10 @@ def predict(
     output_dist: LengthDist | None = None, slos: list[Slo] | None = None, scenario: Scenario = "expected",
     pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
     scheduler_steps: int | None = None, max_running: int | None = None, client_side: bool = True,
-    lookahead: bool | None = None, prefill_apart: bool | None = None,
+    lookahead: bool | None = None, prefill_apart: bool | None = None, requests: int | None = None,
 ) -> Prediction:  # fmt: skip
-    """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency)."""
+    """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency); `requests`:
+    a finite run of that many requests (rate_rps may then be math.inf: all sent at t = 0), else the steady state."""
     if (rate_rps is None) == (concurrency is None):
         raise ValueError("give exactly one of rate_rps and concurrency")
     prompt = prompt_dist or LengthDist("fixed", prompt_tokens)
@@ -77,8 +94,13 @@ def predict(
     if concurrency is not None:
         point = state_at_users(replica, concurrency, think_time_s)
     else:
-        point = state_at_rate(replica, rate_rps or 0.0)
+        point = state_at_rate(replica, rate_rps or 0.0) if math.isfinite(rate_rps or 0.0) else None
     max_rate = limits.max_rate_rps if slos else None
+    finite = None
+    if requests is not None and min(replica.running_cap(), replica.kv_slots()) >= 1:
+        finite = _finite_run(replica, traffic, requests, limits.saturation_rps, max_rate)
+        if point is None:
+            return finite
     if point is None:
         rate = limits.saturation_rps
         return Prediction(None, None, None, rate, rate * traffic.output.mean, limits.saturation_rps, max_rate, True)
@@ -89,8 +111,8 @@ def predict(
         itl_s=percentiles(replica, point, "itl"),
         itl_mean_s=point.tpot_mean_s if replica.decodes else None,
         means_s=_means(replica, point),
-        rate_rps=point.rate_rps,
-        output_tokens_per_s=point.rate_rps * traffic.output.mean,
+        rate_rps=finite.rate_rps if finite else point.rate_rps,
+        output_tokens_per_s=finite.output_tokens_per_s if finite else point.rate_rps * traffic.output.mean,
         saturation_rps=limits.saturation_rps,
         max_rate_rps=max_rate,
         saturated=False,
@@ -103,3 +125,63 @@ def _means(replica: Replica, point: LoadPoint) -> dict[str, float | None]:
     ttft = ttft_moments(replica, point).mean if replica.prompts else None
     tpot = point.tpot_mean_s if replica.decodes else None
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e_mean(replica, point) if replica.prompts else None}
+
+
+def _finite_run(replica: Replica, traffic: Traffic, requests: int, saturation_rps: float,
+                max_rate: float | None) -> Prediction:  # fmt: skip
+    """`requests` requests as a benchmark runs them (module docstring): the mean of FINITE_SEEDS simulations."""
+    runs: list[SimResult] = []
+    for seed in range(FINITE_SEEDS):
+        arrivals = _sends(traffic, requests, random.Random(seed))
+        runs.append(simulate(
+            replica.steps, replace(traffic, arrivals_s=arrivals) if arrivals else traffic, replica.chunk,
+            requests=requests, seed=seed, max_running=min(replica.running_cap(), replica.kv_slots()),
+            scheduler_steps=replica.scheduler_steps, lookahead=replica.lookahead,
+            prefill_apart=replica.prefill_apart, warmup=False,
+        ))  # fmt: skip
+
+    def across(values: list[float | None]) -> float | None:  # the mean over the seeded runs
+        return None if any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
+
+    def quantiles(metric: str) -> dict[str, float | None]:
+        return {name: across([r.percentile(metric, QUANTILES[name]) for r in runs]) for name in REPORTED}
+
+    rate = statistics.fmean(r.rate_rps for r in runs)
+    return Prediction(
+        ttft_s=quantiles("ttft"),
+        tpot_s=quantiles("tpot"),
+        e2e_s=quantiles("e2e"),
+        itl_s=quantiles("itl"),
+        itl_mean_s=across([_pooled_mean(r.itl_steps) for r in runs]),
+        means_s={f"{m}_s": across([_mean(getattr(r, f"{m}_s")) for r in runs]) for m in ("ttft", "tpot", "e2e")},
+        rate_rps=rate,
+        output_tokens_per_s=rate * traffic.output.mean,
+        saturation_rps=saturation_rps,
+        max_rate_rps=max_rate,
+        saturated=False,
+    )
+
+
+def _sends(traffic: Traffic, requests: int, rng: random.Random) -> tuple[float, ...]:
+    """When a finite open-loop run sends each request: the first at t = 0 and Poisson gaps after it (the harnesses
+    sleep an exponential gap after each send), or every one at t = 0 at an infinite rate; () for a closed loop."""
+    rate = traffic.rate_rps
+    if rate is None:
+        return ()
+    if not math.isfinite(rate):
+        return (0.0,) * requests
+    times, t = [0.0], 0.0
+    for _ in range(requests - 1):
+        t += rng.expovariate(rate)
+        times.append(t)
+    return tuple(times)
+
+
+def _mean(values: tuple[float, ...]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _pooled_mean(pairs: tuple[tuple[float, int], ...]) -> float | None:
+    """The mean gap between tokens over every decoding sequence's gaps ((step seconds, sequences) pairs)."""
+    total = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / total if total else None

@@ -23,7 +23,8 @@ adds an exponential spread to each round trip (a real client's jitter; whether i
 on the spread against the steps: loop.py). TTFT counts
 from the request's send (admission wait, prefill queue, own chunks) plus the per-request cost. The first and
 last WARMUP_FRACTION of requests (by arrival; in a closed loop at least each user's first two) are left out of
-the statistics: they see an emptier server, or the start's burst.
+the statistics: they see an emptier server, or the start's burst; a finite benchmark's run (`warmup` False) counts
+every request, as its harness does.
 Seeded, so a run is reproducible.
 """
 
@@ -100,15 +101,16 @@ class _Server:
 def simulate(
     steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None,
     max_running: float | None = None, scheduler_steps: int = 1, rtt_spread_s: float = 0.0, lookahead: bool = False,
-    prefill_apart: bool = False,
+    prefill_apart: bool = False, warmup: bool = True,
 ) -> SimResult:  # fmt: skip
     """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica; `rtt_spread_s`: the mean
     of an exponential added to each closed-loop client's round trip (0: the benchmark's fixed round trip);
     `lookahead`: the scheduler decides each step while the one before it runs (overlap scheduling);
-    `prefill_apart`: prompt tokens run in steps of their own, which the decoding sequences wait out."""
+    `prefill_apart`: prompt tokens run in steps of their own, which the decoding sequences wait out; `warmup`
+    False: every request counts (a finite benchmark's statistics), else the first and last share are left out."""
     run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
                rtt_spread_s=rtt_spread_s, lookahead=lookahead, prefill_apart=prefill_apart)  # fmt: skip
-    return run.run()
+    return run.run(warmup)
 
 
 class _Run:
@@ -158,7 +160,7 @@ class _Run:
             spread = self.rng.expovariate(1 / self.rtt_spread) if self.rtt_spread > 0 else 0.0
             self.new_request(time + t.client_rtt_s + spread + self.overhead + think)
 
-    def run(self) -> SimResult:
+    def run(self, warmup: bool = True) -> SimResult:
         self.start()
         s = _Server()
         t, batch_time, prefill_time = 0.0, 0.0, 0.0
@@ -174,7 +176,7 @@ class _Run:
             batch_time += len(s.decoding) * seconds
             prefill_time += seconds if prefilled else 0.0
             self.end_step(s, t, completed, decoded=not (prefilled and self.apart))
-        return self.result(t, batch_time, prefill_time)
+        return self.result(t, batch_time, prefill_time, warmup)
 
     def admit(self, s: _Server, t: float) -> None:
         """Requests that have arrived by the step boundary `t` join the queue."""
@@ -280,10 +282,10 @@ class _Run:
                 self.finish(r, t)
         s.step += 1
 
-    def result(self, t: float, batch_time: float, prefill_time: float) -> SimResult:
+    def result(self, t: float, batch_time: float, prefill_time: float, warmup: bool) -> SimResult:
         n = len(self.finished)
         rounds = 2 * (self.traffic.concurrency or 0)  # closed loop: the start's burst settles within two rounds
-        cut = min(max(int(WARMUP_FRACTION * n), rounds), n // 3)
+        cut = min(max(int(WARMUP_FRACTION * n), rounds), n // 3) if warmup else 0
         kept = sorted(self.finished, key=lambda r: r.index)[cut : len(self.finished) - cut]
         overhead = self.overhead
         start, end = (min(r.arrival for r in kept), max(r.end for r in kept)) if kept else (0.0, 0.0)

@@ -12,10 +12,13 @@ and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-sche
 runs multi-step scheduling makes a new request wait for the running window (serving.predict), and one whose
 engine schedules one step ahead (SGLang's overlap scheduler) makes a request that finds a step running wait the
 next one too. Lengths: fixed; a uniform law as uniform over its stated range; a dataset's as an exponential.
+A row that states its run's request count is priced as that finite run (serving.predict's `requests`): the
+throughput a harness prints is its N requests over the run's span, and past saturation the run still ends.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Mapping
@@ -104,8 +107,8 @@ def predict_row(
         load["rate_rps"] = (row.request_rate_rps or 0.0) / setup.instances
     elif row.arrival == "closed_loop":
         load["concurrency"] = max(round((row.concurrency or 1) / setup.instances), 1)
-    else:  # all at once: the server runs at saturation; ask for more than it can serve
-        load["rate_rps"] = 1e6
+    else:  # all at once: every request sent at t = 0 (a steady state past saturation when N is not stated)
+        load["rate_rps"] = math.inf if row.num_requests else 1e6
     found, steps = CHUNK_FLAG.search(setup.engine_flags), STEPS_FLAG.search(setup.engine_flags)
     seqs = SEQS_FLAG.search(setup.engine_flags)
     p: Prediction = predict(
@@ -117,6 +120,7 @@ def predict_row(
         scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
         client_side=setup.measured_at == "client", lookahead=_lookahead(setup, engine),
         prefill_apart=_prefill_apart(setup, engine), **load,  # type: ignore[arg-type]
+        requests=max(round(row.num_requests / setup.instances), 1) if row.num_requests else None,
     )  # fmt: skip
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])
