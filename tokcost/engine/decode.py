@@ -22,7 +22,7 @@ from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_boun
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.passcost import Bound, pipeline_factor
-from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds
+from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds, kernel_slopes
 from tokcost.engine.series import Kernel, max_sum, stages_max_sum
 
 Line = tuple[float, float]  # (value at context 0, per token of context)
@@ -186,7 +186,7 @@ def _stage(
         f0, w0, o0 = (f(base) for f in forms)
         f1, w1, o1 = (_linear(f, slope) for f in forms)
         n = row.stage.count
-        (c0, m0), (c1, m1) = kernel_seconds(f0, w0, o0, rate), kernel_seconds(f1, w1, o1, rate)
+        (c0, m0), (c1, m1) = kernel_seconds(f0, w0, o0, rate), kernel_slopes(f1, w1, o1, rate)
         moving.append(_Moving((n * c0, n * c1), (n * m0, n * m1)))
     count = sum(row.stage.count for row, _ in stage)
     kernels_s = fixed["memory"] + fixed["compute"] + count * rates.kernel_overhead_s

@@ -13,7 +13,7 @@ from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_state_bytes, stage_weight_bytes
 from tokcost.engine.mixer_stages import attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
-from tokcost.engine.roofline import UNHIDDEN_SOURCE, Rates, kernel_rates
+from tokcost.engine.roofline import ATTENTION_FLOOR_SOURCE, UNHIDDEN_SOURCE, Rates, kernel_rates
 from tokcost.formats import get as get_format
 from tokcost.models.layers import KV_MIXERS, MIXERS
 from tokcost.models.spec import ModelSpec
@@ -324,6 +324,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     if rates.unhidden:
         lines.append(f"each kernel: max(compute, memory) + {rates.unhidden:g} x min(compute, memory) (its loads "
                      f"and math overlap imperfectly; the ceiling hides it all) [{UNHIDDEN_SOURCE}]")  # fmt: skip
+    if rates.attention_floor_s:
+        floor_us = rates.attention_floor_s * 1e6
+        lines.append(f"each attention kernel: + {floor_us:.3g} us whatever its work, once per layer and pass (the "
+                     f"ceiling: none) [{ATTENTION_FLOOR_SOURCE}]")  # fmt: skip
     if g.platform != "cuda":
         sides = {"memory": gap.memory, "GEMM": gap.compute, "prefill attention": gap.attention, "step": gap.step}
         keys = {"memory": "memory", "GEMM": "compute", "prefill attention": "attention", "step": "step"}

@@ -32,14 +32,15 @@ class Priced:
     memory_s: float
     collective: CollectiveCost | None
     unhidden: float = 0.0  # the share of the shorter side the longer does not hide (overlapped_sides)
+    floor_s: float = 0.0  # all occurrences' fixed time, whatever their work (an attention kernel's)
 
     @property
     def seconds(self) -> float:
-        """Time of all occurrences: the slower of compute and memory plus the unhidden share of the other, or the
-        collective."""
+        """Time of all occurrences: the slower of compute and memory plus the unhidden share of the other and the
+        kernel's fixed time, or the collective."""
         if self.collective is not None:
             return self.stage.count * self.collective.seconds
-        return max(overlapped_sides(self.compute_s, self.memory_s, self.unhidden))
+        return max(overlapped_sides(self.compute_s, self.memory_s, self.unhidden)) + self.floor_s
 
     @property
     def bound(self) -> Bound:

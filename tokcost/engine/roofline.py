@@ -37,6 +37,22 @@ UNHIDDEN_SOURCE = (
     "a stated value chosen by leave-one-source-out among 0, 0.3, 0.6 and 1: near the ridge the "
     "published rows ran 30-40% slower than max(compute, memory)"
 )
+# "Expected": an attention kernel's fixed time on the GPU, whatever its work (kernel_rate): decode-attention
+# microbenchmarks time a kernel as an intercept plus its KV stream, and at short contexts the intercept is most of
+# it (prologue, the query's load, the softmax merge, the output's write). Published intercepts, in us: 12.4 and 16.8
+# (onnxruntime PR 21414: its paged kernel and FlashAttention-2's paged decode, H100, 64 sequences, 64/8 heads), 14.5,
+# 15 and 17 (FlashInfer's 2024-02 blog, H100 batch decode, GQA and MHA at batch 64 and 16), 13.5 (10-17:
+# FlashAttention-3's paged decode under CUDA graphs, flash-attention issue 1572), 8 and 11.1 (TensorRT-LLM's
+# trtllm-gen decode on B200 at batch 4 and 128, flashinfer PR 1415); A100 21 and 27 (the blog). Their median on H100
+# and B200, 14 us, less the gap every kernel already pays apart (the era's kernel_us, 1.5-3 us): 12 us, on every
+# GPU. A stated value from the sources, not fitted (10 us and 15 us gave 15.6% and 15.2% as the median of
+# per-source medians left out, validation/README.md).
+ATTENTION_FLOOR_S = 12e-6
+ATTENTION_FLOOR_SOURCE = (
+    "the median intercept of published decode-attention timings against context, 14 us on H100 and B200 "
+    "(FlashInfer, FlashAttention-2/3, onnxruntime's paged kernel, trtllm-gen), less the per-kernel gap priced "
+    "apart; a stated value, not fitted"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,7 @@ class Rates:
     comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
     unhidden: float = 0.0  # share of a kernel's shorter roofline side not hidden behind its longer (0: the ceiling)
+    attention_floor_s: float = 0.0  # an attention kernel's fixed time on the GPU, whatever its work (0: the ceiling)
 
     def host_s(self, sequences: float) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
@@ -161,7 +178,7 @@ def hardware_x_engine(
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
-    unhidden: float = UNHIDDEN_SHARE,
+    unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float | None = None,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -189,6 +206,7 @@ def hardware_x_engine(
         request_overhead_s=request_s,
         comm_overlap=overlap,
         unhidden=unhidden,
+        attention_floor_s=ATTENTION_FLOOR_S if attention_floor_s is None else attention_floor_s,
     )
 
 
@@ -277,6 +295,7 @@ class KernelRate:
     weight_bytes_per_s: float  # its weight stream
     bytes_per_s: float  # every other byte (activations, the KV cache)
     unhidden: float = 0.0  # Rates.unhidden: the share of the shorter side that the longer does not hide
+    floor_s: float = 0.0  # fixed time of each occurrence, whatever its work (an attention kernel's: Rates)
 
 
 def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
@@ -286,7 +305,8 @@ def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
     flops_per_s, peak_flops = _path_flops(rates, path)
     memory, compute = kernel_efficiency(kind, weight_format, rates, dequantizing)
     bytes_per_s = rates.cap(rates.bytes_per_s * memory, rates.peak_bytes_per_s)
-    return KernelRate(rates.cap(flops_per_s * compute, peak_flops), bytes_per_s, bytes_per_s, rates.unhidden)
+    floor = rates.attention_floor_s if kind in KV_ATTENTION else 0.0
+    return KernelRate(rates.cap(flops_per_s * compute, peak_flops), bytes_per_s, bytes_per_s, rates.unhidden, floor)
 
 
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
@@ -304,6 +324,13 @@ def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: 
     """(compute, memory) seconds of one occurrence as priced: its roofline's two sides, each with the share of the
     other that the kernel does not hide (passcost.overlapped_sides); the larger is its time. A kernel overlaps its
     loads with its math imperfectly, most visibly where the two sides are equal."""
+    compute_s, memory_s = overlapped_sides(*kernel_sides(flops, weight_bytes, other_bytes, rate), rate.unhidden)
+    return compute_s + rate.floor_s, memory_s + rate.floor_s
+
+
+def kernel_slopes(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
+    """kernel_seconds of a kernel's work per unit of a feature (its lines' slopes): the sides without the fixed
+    time, which each occurrence pays once."""
     return overlapped_sides(*kernel_sides(flops, weight_bytes, other_bytes, rate), rate.unhidden)
 
 
@@ -351,7 +378,7 @@ def priced(stage: Stage[float], rate: KernelRate | CollectiveRate) -> Priced:
         return Priced(stage, 0.0, 0.0, rate.cost(stage.payload_bytes))
     n = stage.count
     compute_s, memory_s = kernel_sides(stage.flops, stage.weight_bytes, stage.bytes - stage.weight_bytes, rate)
-    return Priced(stage, n * compute_s, n * memory_s, None, rate.unhidden)
+    return Priced(stage, n * compute_s, n * memory_s, None, rate.unhidden, n * rate.floor_s)
 
 
 def price_stage(stage: Stage[float], rates: Rates, links: Links, layout: Layout) -> Priced:
