@@ -1,8 +1,12 @@
-"""A kernel hides only part of its shorter roofline side behind its longer under "expected"; the ceiling hides all.
+"""Under "expected" a kernel hides only part of its shorter roofline side behind its longer, and an attention
+kernel takes a fixed time whatever its work; the ceiling hides all and has no fixed time.
 
 kernel_seconds prices each side with the unhidden share u of the other, so the kernel's time is
 max(c, m) + u x min(c, m): at the ridge (c = m) that is (1 + u) x max, far from it almost max. The ceiling keeps
-u = 0 and stays a bound.
+u = 0 and stays a bound. Published decode-attention microbenchmarks time a kernel as an intercept plus its KV
+stream: each attention kernel (paged GQA / MHA / MQA, MLA) adds ATTENTION_FLOOR_S to both of its sides, once per
+occurrence; the per-token slopes of the closed-form sums over contexts do not carry it (their exactness is checked
+in test_grid and test_engine_kinds).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from test_properties import PROPERTY
 
 from tokcost.engine.estimate import estimate
 from tokcost.engine.roofline import (
+    ATTENTION_FLOOR_S,
     UNHIDDEN_SHARE,
     KernelRate,
     ceiling_rates,
@@ -21,6 +26,7 @@ from tokcost.engine.roofline import (
     hardware_x_engine,
     kernel_rate,
     kernel_seconds,
+    kernel_slopes,
 )
 from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu
@@ -67,3 +73,39 @@ def test_prefill_near_the_ridge_costs_more_than_far_from_it():
     decode = [d.decode(r, batch=1, cached=100).seconds for r in (zero, shipped)]
     assert prefill[1] / prefill[0] > 1 + 0.5 * UNHIDDEN_SHARE
     assert decode[1] / decode[0] < 1.01
+
+
+def test_only_attention_kernels_carry_the_floor_and_only_under_expected():
+    gpu = load_gpu("h100-sxm")
+    shipped = expected_rates(gpu, "bf16")
+    assert 5e-6 <= ATTENTION_FLOOR_S <= 20e-6  # the published intercepts: 8-17 us on H100 and B200
+    assert kernel_rate("attention", "bf16", shipped).floor_s == ATTENTION_FLOOR_S
+    assert kernel_rate("attention_mla", "bf16", shipped).floor_s == ATTENTION_FLOOR_S
+    assert kernel_rate("matmul", "bf16", shipped).floor_s == 0.0
+    assert kernel_rate("attention", "bf16", ceiling_rates(gpu, "bf16")).floor_s == 0.0
+
+
+def test_the_floor_adds_to_each_side_once_and_never_to_a_slope():
+    rate = KernelRate(1e14, 2e12, 2e12, 0.5, 10e-6)
+    c, m = 1e9 / 1e14, 4e6 / 2e12  # 10 us of math, 2 us of bytes: u = 0.5 adds 1 us to the larger side
+    assert kernel_seconds(1e9, 4e6, 0.0, rate) == pytest.approx((c + 0.5 * m + 10e-6, m + 0.5 * c + 10e-6))
+    assert kernel_slopes(1e9, 4e6, 0.0, rate) == pytest.approx((c + 0.5 * m, m + 0.5 * c))
+    assert max(kernel_seconds(1e9, 4e6, 0.0, rate)) == pytest.approx(21e-6)
+
+
+@pytest.mark.parametrize(("name", "layers"), [("llama-3.1-8b", 32), ("llama-3.1-70b", 80)])
+def test_a_decode_step_pays_one_floor_per_layer_by_hand(name, layers):
+    # one attention kernel per layer and step: Llama-3.1-8B's 32 layers add 32 floors (320 us at 10 us), whatever
+    # the batch or the context, and a prefill pass the same
+    model, gpu = load_model(name), load_gpu("h100-sxm")
+    assert model.layers == layers
+    d = estimate(model, gpu, Workload(prompt_tokens=512, output_tokens=8, tp=1 if layers == 32 else 4)).deployment
+    none = hardware_x_engine(gpu, "bf16", IDENTITY, attention_floor_s=0.0)
+    shipped = hardware_x_engine(gpu, "bf16", IDENTITY)
+    for batch, cached in ((1, 100), (64, 2000)):
+        step = [d.decode(r, batch=batch, cached=cached).seconds for r in (none, shipped)]
+        assert step[1] - step[0] == pytest.approx(layers * ATTENTION_FLOOR_S, rel=1e-9)
+    prefill = [d.prefill(r, batch=1, prompt=512, cached=0).seconds for r in (none, shipped)]
+    assert prefill[1] - prefill[0] == pytest.approx(layers * ATTENTION_FLOOR_S, rel=1e-9)
+    ceiling = ceiling_rates(gpu, "bf16")
+    assert all(p.floor_s == 0 for p in d.decode(ceiling, batch=1, cached=100).stages if p.collective is None)
