@@ -95,3 +95,14 @@ def test_a_burst_runs_only_the_sequences_the_kv_cache_holds_whole():
     assert burst.rate_rps <= slots / (499 * lone)
     unbounded = 400 / (499 * lone)  # what 400 decoding at once at a lone step's pace would give
     assert burst.rate_rps < unbounded / 4
+
+
+def test_a_finite_run_refuses_what_cannot_run_and_never_has_more_users_than_requests():
+    kw = dict(tp=1, prompt_tokens=100, output_tokens=20)
+    with pytest.raises(ValueError, match="requests"):
+        predict(EIGHT_B, H100, rate_rps=5.0, requests=0, **kw)
+    with pytest.raises(ValueError, match="rate above 0"):
+        predict(EIGHT_B, H100, rate_rps=0.0, requests=10, **kw)
+    # 2 requests from 4 closed-loop users: only 2 are ever in flight, as 2 users would run them
+    two = predict(EIGHT_B, H100, concurrency=2, requests=2, **kw)
+    assert predict(EIGHT_B, H100, concurrency=4, requests=2, **kw) == two

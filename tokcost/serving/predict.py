@@ -75,6 +75,13 @@ def predict(
     a finite run of that many requests (rate_rps may then be math.inf: all sent at t = 0), else the steady state."""
     if (rate_rps is None) == (concurrency is None):
         raise ValueError("give exactly one of rate_rps and concurrency")
+    if requests is not None:
+        if requests < 1:
+            raise ValueError(f"requests: a finite run sends at least 1 request, not {requests}")
+        if rate_rps is not None and not rate_rps > 0:
+            raise ValueError(f"rate_rps: a finite open loop needs a rate above 0 (inf: all at once), not {rate_rps}")
+        if concurrency is not None:
+            concurrency = min(concurrency, requests)  # a run of N requests never has more than N in flight
     prompt = prompt_dist or LengthDist("fixed", prompt_tokens)
     traffic = Traffic(
         prompt=prompt.shifted(cached_prefix_tokens), output=output_dist or LengthDist("fixed", output_tokens),
