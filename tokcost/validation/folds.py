@@ -3,7 +3,10 @@
 `fit_folds` fits once on every used row (the shipped profiles) and once per fold: with one source's rows left out
 (leave-one-source-out, LOSO: each source predicted by a fit that never read it) and with one GPU family's rows left
 out (leave-one-family-out). A fold frees the full fit's free parameters that its own rows still identify (2 sources
-left of the 3 the full fit needs: space.py), and starts from the full fit. What is stored (folds.json, written by
+left of the 3 the full fit needs: space.py), and starts where the full fit starts, at the priors' centres: a fold
+warm-started from the full fit would carry the left-out source's pull along every direction its own rows leave
+flat (with the full fit's values and offsets as its start, the median of per-source medians read 13.7%; from the
+priors, 15.1%). What is stored (folds.json, written by
 scripts/fit_expected.py) is, per fold, every cell's parameter values (the fold's fitted values, or the parents' and
 priors' they fall back to) and the digest of the rows they were fitted on; `tokcost validate` writes each fold's
 values into the cell's shipped profile and re-prices the left-out rows with the engine.
@@ -91,13 +94,13 @@ class FullFit:
     folds: Folds
 
 
-def _fold(cases: Sequence[Case], keep: Callable[[Case], bool], start: Mapping[str, float], space_all: Space,
-          pricer: Pricer) -> CellValues:  # fmt: skip
-    """One fold: fitted on the cases `keep` accepts, every cell's values resolved over the whole space."""
+def _fold(cases: Sequence[Case], keep: Callable[[Case], bool], space_all: Space, pricer: Pricer) -> CellValues:
+    """One fold: fitted on the cases `keep` accepts from the priors' centres (as the full fit), every cell's values
+    resolved over the whole space."""
     train = [c for c in cases if keep(c)]
     space = Space(train)  # the full fit's free parameters that 2 of their sources still identify on these rows
     space.gate(train, pricer, min_sources=FOLD_MIN_SOURCES, within=space_all.free)
-    result = fit(train, space=space, start=dict(start), pricer=pricer)
+    result = fit(train, space=space, pricer=pricer)
     z = {n: math.log(result.values[n]) for n in result.free}
     values, _ = space_all.resolve(z)
     return cell_values(space_all, values)
@@ -121,11 +124,11 @@ def fit_folds(cases: Sequence[Case], rows: Sequence[Row], *, progress: Callable[
     progress(f"full fit: {len(full.free)} free parameters, {full.iterations} iterations")
     loso = {}
     for source in sorted({c.row.source_id for c in cases}):
-        loso[source] = _fold(cases, _not_source(source), full.values, space, pricer)
+        loso[source] = _fold(cases, _not_source(source), space, pricer)
         progress(f"left out {source}")
     logo = {}
     for family in sorted({family_of(c.gpu.name) or c.gpu.name for c in cases}):
-        logo[family] = _fold(cases, _not_family(family), full.values, space, pricer)
+        logo[family] = _fold(cases, _not_family(family), space, pricer)
         progress(f"left out the {family} family")
     folds = Folds(rows_digest(rows), cell_values(space, full.values), loso, logo)
     return FullFit(full, space, folds)
