@@ -45,8 +45,8 @@ UNHIDDEN_SOURCE = (
 # FlashAttention-3's paged decode under CUDA graphs, flash-attention issue 1572), 8 and 11.1 (TensorRT-LLM's
 # trtllm-gen decode on B200 at batch 4 and 128, flashinfer PR 1415); A100 21 and 27 (the blog). Their median on H100
 # and B200, 14 us, less the gap every kernel already pays apart (the era's kernel_us, 1.5-3 us): 12 us, on every
-# GPU. A stated value from the sources, not fitted (10 us and 15 us gave 15.6% and 15.2% as the median of
-# per-source medians left out, validation/README.md).
+# GPU. A stated value from the sources, not fitted or chosen on the fit (run at 10, 12 and 15 us, with the folds
+# then started from the full fit, the median of per-source medians left out read 15.6%, 16.1% and 15.2%).
 ATTENTION_FLOOR_S = 12e-6
 ATTENTION_FLOOR_SOURCE = (
     "the median intercept of published decode-attention timings against context, 14 us on H100 and B200 "
@@ -178,7 +178,7 @@ def hardware_x_engine(
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
-    unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float | None = None,
+    unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -206,7 +206,7 @@ def hardware_x_engine(
         request_overhead_s=request_s,
         comm_overlap=overlap,
         unhidden=unhidden,
-        attention_floor_s=ATTENTION_FLOOR_S if attention_floor_s is None else attention_floor_s,
+        attention_floor_s=attention_floor_s,
     )
 
 
@@ -322,8 +322,9 @@ def kernel_sides(flops: float, weight_bytes: float, other_bytes: float, rate: Ke
 
 def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:
     """(compute, memory) seconds of one occurrence as priced: its roofline's two sides, each with the share of the
-    other that the kernel does not hide (passcost.overlapped_sides); the larger is its time. A kernel overlaps its
-    loads with its math imperfectly, most visibly where the two sides are equal."""
+    other that the kernel does not hide (passcost.overlapped_sides), plus its fixed time (an attention kernel's); the
+    larger is its time. A kernel overlaps its loads with its math imperfectly, most visibly where the two sides are
+    equal."""
     compute_s, memory_s = overlapped_sides(*kernel_sides(flops, weight_bytes, other_bytes, rate), rate.unhidden)
     return compute_s + rate.floor_s, memory_s + rate.floor_s
 
