@@ -16,11 +16,14 @@ Bound = Literal["compute", "memory", "interconnect"]
 Schedule = Literal["steady", "fill"]
 
 
-def overlapped_sides(compute_s: float, memory_s: float, unhidden: float) -> tuple[float, float]:
+def overlapped_sides(compute_s: float, memory_s: float, unhidden: float, floor_s: float = 0.0) -> tuple[float, float]:
     """A kernel's two roofline sides as priced: each plus the share `unhidden` of the other that it does not hide,
     so that the larger is max(c, m) + u x min(c, m) = max(c + u x m, m + u x c) (u = 0: the ceiling's perfect
-    overlap). Both stay linear in the work, and the larger is the same side as before."""
-    return (compute_s + unhidden * memory_s, memory_s + unhidden * compute_s) if unhidden else (compute_s, memory_s)
+    overlap), plus the kernel's fixed time `floor_s` on both. Both stay linear in the work, and the larger is the
+    same side as before."""
+    if unhidden:
+        compute_s, memory_s = compute_s + unhidden * memory_s, memory_s + unhidden * compute_s
+    return compute_s + floor_s, memory_s + floor_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,7 @@ class Priced:
         kernel's fixed time, or the collective."""
         if self.collective is not None:
             return self.stage.count * self.collective.seconds
-        return max(overlapped_sides(self.compute_s, self.memory_s, self.unhidden)) + self.floor_s
+        return max(overlapped_sides(self.compute_s, self.memory_s, self.unhidden, self.floor_s))
 
     @property
     def bound(self) -> Bound:

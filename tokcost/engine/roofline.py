@@ -325,8 +325,7 @@ def kernel_seconds(flops: float, weight_bytes: float, other_bytes: float, rate: 
     other that the kernel does not hide (passcost.overlapped_sides), plus its fixed time (an attention kernel's); the
     larger is its time. A kernel overlaps its loads with its math imperfectly, most visibly where the two sides are
     equal."""
-    compute_s, memory_s = overlapped_sides(*kernel_sides(flops, weight_bytes, other_bytes, rate), rate.unhidden)
-    return compute_s + rate.floor_s, memory_s + rate.floor_s
+    return overlapped_sides(*kernel_sides(flops, weight_bytes, other_bytes, rate), rate.unhidden, rate.floor_s)
 
 
 def kernel_slopes(flops: float, weight_bytes: float, other_bytes: float, rate: KernelRate) -> tuple[float, float]:

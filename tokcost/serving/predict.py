@@ -35,7 +35,7 @@ from tokcost.serving.fleet import REPORTED, percentiles
 from tokcost.serving.latency import e2e_mean
 from tokcost.serving.layout import Layout
 from tokcost.serving.replica import LoadPoint, Replica, build_replica
-from tokcost.serving.simulate import SimResult, simulate
+from tokcost.serving.simulate import SimResult, simulate_replica
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import QUANTILES, LengthDist, Slo, Traffic
 from tokcost.serving.ttft import ttft_moments
@@ -103,9 +103,9 @@ def predict(
     else:
         point = state_at_rate(replica, rate_rps or 0.0) if math.isfinite(rate_rps or 0.0) else None
     max_rate = limits.max_rate_rps if slos else None
-    finite = None
-    if requests is not None and min(replica.running_cap(), replica.kv_slots()) >= 1:
-        finite = _finite_run(replica, traffic, requests, limits.saturation_rps, max_rate)
+    finite, held = None, min(replica.running_cap(), replica.kv_slots())  # a finite run: what the KV cache holds whole
+    if requests is not None and held >= 1:
+        finite = _finite_run(replica, traffic, requests, held, limits.saturation_rps, max_rate)
         if point is None:
             return finite
     if point is None:
@@ -134,18 +134,15 @@ def _means(replica: Replica, point: LoadPoint) -> dict[str, float | None]:
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e_mean(replica, point) if replica.prompts else None}
 
 
-def _finite_run(replica: Replica, traffic: Traffic, requests: int, saturation_rps: float,
+def _finite_run(replica: Replica, traffic: Traffic, requests: int, held: float, saturation_rps: float,
                 max_rate: float | None) -> Prediction:  # fmt: skip
-    """`requests` requests as a benchmark runs them (module docstring): the mean of FINITE_SEEDS simulations."""
+    """`requests` requests as a benchmark runs them (module docstring), at most `held` running at once: the mean of
+    FINITE_SEEDS simulations."""
     runs: list[SimResult] = []
     for seed in range(FINITE_SEEDS):
         arrivals = _sends(traffic, requests, random.Random(seed))
-        runs.append(simulate(
-            replica.steps, replace(traffic, arrivals_s=arrivals) if arrivals else traffic, replica.chunk,
-            requests=requests, seed=seed, max_running=min(replica.running_cap(), replica.kv_slots()),
-            scheduler_steps=replica.scheduler_steps, lookahead=replica.lookahead,
-            prefill_apart=replica.prefill_apart, warmup=False,
-        ))  # fmt: skip
+        sent = replace(traffic, arrivals_s=arrivals) if arrivals else traffic
+        runs.append(simulate_replica(replica, sent, requests=requests, seed=seed, max_running=held, warmup=False))
 
     def across(values: list[float | None]) -> float | None:  # the mean over the seeded runs
         return None if any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from tokcost.serving import search
 from tokcost.serving.fleet import REPORTED
 from tokcost.serving.inputs import SIMULATED_ROWS, check_context, check_search, check_simulation, check_slos
 from tokcost.serving.search import Plan, Space
-from tokcost.serving.simulate import simulate
+from tokcost.serving.simulate import simulate_replica
 from tokcost.serving.traffic import QUANTILES, Slo, Traffic
 
 
@@ -66,9 +66,7 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
         traffic = plan.traffic
         if traffic.concurrency and row.expected.replicas:
             traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
-        result = simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=point.rate_rps,
-                          max_running=replica.running_cap(), scheduler_steps=replica.scheduler_steps,
-                          lookahead=replica.lookahead, prefill_apart=replica.prefill_apart)  # fmt: skip
+        result = simulate_replica(replica, traffic, requests=requests, seed=seed, rate_rps=point.rate_rps)
         row.simulated = {
             f"{metric}_s": (
                 None

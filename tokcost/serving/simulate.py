@@ -35,10 +35,14 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tokcost.engine.step import Segment
 from tokcost.serving.steps import Steps
 from tokcost.serving.traffic import Traffic
+
+if TYPE_CHECKING:
+    from tokcost.serving.replica import Replica
 
 WARMUP_FRACTION = 0.1
 SIMULATED_STEP_BOUND = 20_000_000  # steps per run at most: a run that would take longer stops with what it has
@@ -111,6 +115,18 @@ def simulate(
     run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
                rtt_spread_s=rtt_spread_s, lookahead=lookahead, prefill_apart=prefill_apart)  # fmt: skip
     return run.run(warmup)
+
+
+def simulate_replica(
+    replica: Replica, traffic: Traffic, *, requests: int, seed: int, rate_rps: float | None = None,
+    max_running: float | None = None, warmup: bool = True,
+) -> SimResult:  # fmt: skip
+    """simulate() with the replica's own steps, chunk and scheduler (multi-step window, lookahead, prefill apart);
+    `max_running` defaults to its running cap."""
+    cap = replica.running_cap() if max_running is None else max_running
+    return simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=rate_rps,
+                    max_running=cap, scheduler_steps=replica.scheduler_steps, lookahead=replica.lookahead,
+                    prefill_apart=replica.prefill_apart, warmup=warmup)  # fmt: skip
 
 
 class _Run:
