@@ -107,8 +107,8 @@ def predict_row(
         load["rate_rps"] = (row.request_rate_rps or 0.0) / setup.instances
     elif row.arrival == "closed_loop":
         load["concurrency"] = max(round((row.concurrency or 1) / setup.instances), 1)
-    else:  # all at once: every request sent at t = 0 (a steady state past saturation when N is not stated)
-        load["rate_rps"] = math.inf if row.num_requests else 1e6
+    else:  # all at once: every request sent at t = 0 (N unstated: the steady state past saturation)
+        load["rate_rps"] = math.inf
     found, steps = CHUNK_FLAG.search(setup.engine_flags), STEPS_FLAG.search(setup.engine_flags)
     seqs = SEQS_FLAG.search(setup.engine_flags)
     p: Prediction = predict(
