@@ -90,6 +90,20 @@ def test_an_offline_run_over_the_kv_cache_runs_in_waves():
     assert priced.expected == pytest.approx(16 * tokens / total, rel=1e-12)
 
 
+def test_a_run_that_states_its_kv_capacity_runs_in_the_waves_it_holds():
+    # dstack's 8 x H100 command sets --max-model-len 91680, the KV capacity vLLM reported: 91,680 // (32,784 +
+    # 2,048) = 2 sequences at a time, so 16 prompts run as 8 waves of 2, whatever tokcost's memory model would hold
+    stated = _row(model="llama-3.1-405b-fp8", kv_tokens=91680)
+    model, gpu, vllm = load_model("llama-3.1-405b-fp8"), load_gpu("h100-sxm"), load_engine("vllm")
+    assert max_running(stated, model, gpu, vllm) == 2
+    assert waves_of(stated, model, gpu, vllm) == (Wave(2, 8),)
+    assert max_running(_row(model="llama-3.1-405b-fp8"), model, gpu, vllm) > 2  # the memory model holds more
+    # short requests: the engine's own cap (256) still binds first; a capacity under one sequence runs one at a time
+    assert waves_of(_row(kv_tokens=10**9, batch=300, prompt_tokens=128), model, gpu, vllm) == (Wave(256, 1),
+                                                                                               Wave(44, 1))
+    assert max_running(_row(kv_tokens=1000), model, gpu, vllm) == 1
+
+
 def test_the_engine_caps_running_sequences():
     # vLLM's default max_num_seqs = 256: 1,000 short prompts offered at once run as 256, 256, 256, 232
     row = _row(model="llama-2-7b", gpu="mi300x", gpus=1, weights="fp16", kv="fp16", compute="fp16", batch=1000,

@@ -174,6 +174,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         f" · batch {wl.batch} · prompt {wl.prompt_tokens:,}"
         f" · output {wl.output_tokens:,} · weights {p.weights}"
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
+        + (f" (attention {p.attention})" if p.attention != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
     )
     per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]

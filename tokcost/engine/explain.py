@@ -78,7 +78,8 @@ def _deployment(e: Estimate) -> Section:
     w = get_format(p.weights)
     lines = [
         f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {lay.nodes} node(s) of {lay.gpus_per_node}",
-        f"weights {p.weights} ({w.bits:g} bits: {w.source}); experts {p.experts}; KV {p.kv}; "
+        f"weights {p.weights} ({w.bits:g} bits: {w.source}); attention's projections {p.attention}; experts "
+        f"{p.experts}; KV {p.kv}; "
         f"matmuls at {p.compute}; embedding and LM head at {p.embedding}",
         f"batch {wl.batch}, prompt {wl.prompt_tokens:,} (cached prefix {wl.cached_prefix_tokens:,}), output "
         f"{wl.output_tokens:,}",

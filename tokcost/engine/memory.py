@@ -82,7 +82,8 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     h, tp = model.hidden_size, layout.tp
     total = 0.0
     for kind, count in stage_kinds(model, layers).items():
-        layer = mixer_params_per_rank(model, kind.mixer, tp) * p.weight_bytes
+        mixer_bytes = p.attention_bytes if kind.mixer in KV_MIXERS else p.weight_bytes  # attention as shipped
+        layer = mixer_params_per_rank(model, kind.mixer, tp) * mixer_bytes
         layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.embedding_bytes  # a norm before each part
         if kind.mlp == "moe" and model.moe:
             experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp

@@ -88,7 +88,7 @@ def attention_stages(
     pairs_flops = pairs_flops + heads * attention_flops_per_pair(model, tp, absorbed=False)
     gate = "; its sigmoid output gate applied in the output projection's prologue" if model.attention_gate else ""
     return [
-        matmul("QKV projection", label, count, qkv_params, t_dp, p.weights, act, h, q_width),
+        matmul("QKV projection", label, count, qkv_params, t_dp, p.attention, act, h, q_width),
         Stage(
             "KV cache write",
             label,
@@ -109,7 +109,7 @@ def attention_stages(
             weight_format=p.kv,  # the cache's format: FP8 attention kernels need an FP8 cache
             note="reads every cached token it attends to once (FlashAttention / paged decode kernels)" + gate,
         ),
-        matmul("output projection", label, count, o_params, t_dp, p.weights, act, v_width, h),
+        matmul("output projection", label, count, o_params, t_dp, p.attention, act, v_width, h),
     ]
 
 

@@ -114,6 +114,7 @@ class Precision(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     weights: str  # block linear layers
+    attention: str  # attention's projections (q/k/v/o), else equal to weights
     experts: str  # routed and shared experts (MoE), else equal to weights
     embedding: str  # embedding table and LM head stay at the model dtype
     kv: str
@@ -127,6 +128,11 @@ class Precision(BaseModel):
     def weight_bytes(self) -> float:
         """Bytes per block-linear weight."""
         return formats.get(self.weights).bytes
+
+    @property
+    def attention_bytes(self) -> float:
+        """Bytes per attention-projection weight."""
+        return formats.get(self.attention).bytes
 
     @property
     def expert_bytes(self) -> float:
@@ -193,13 +199,17 @@ def _default_compute(model: ModelSpec, workload: Workload, gpu: GpuSpec | None) 
 
 
 def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None = None) -> Precision:
-    """Fill unset dtypes from the model and the GPU: weights and KV at the model dtype, experts as shipped, the
-    compute as _default_compute says (one rule for every command and the API); --compute-dtype overrides it."""
+    """Fill unset dtypes from the model and the GPU: weights and KV at the model dtype, experts and attention's
+    projections as shipped, the compute as _default_compute says (one rule for every command and the API);
+    --weights sets every block linear, --compute-dtype the compute."""
     weights = workload.weights_dtype or model.weights_dtype or model.dtype
     experts = workload.weights_dtype or (model.moe.expert_dtype if model.moe else None) or weights
+    shipped = workload.weights_dtype in (None, model.weights_dtype)  # --weights naming the shipped format: as shipped
+    attention = (model.attention_dtype if shipped else None) or weights
     activation = "fp32" if model.dtype == "fp32" else "bf16"
     return Precision(
         weights=weights,
+        attention=attention,
         experts=experts,
         embedding=model.dtype,
         kv=workload.kv_dtype or model.dtype,

@@ -104,6 +104,9 @@ class ModelSpec(Counts, BaseModel):
     dtype: BaseDtype = "bf16"
     # block linears as shipped when quantized (AWQ int4-g128, FP8 checkpoints, GGUF q4_k_m); None: at `dtype`
     weights_dtype: FormatName | None = None
+    # attention's projections (q/k/v/o, MLA's too) as shipped where a checkpoint keeps them apart from the other
+    # block linears (Meta's Llama-3.1-405B FP8 quantizes the MLPs only); None: at weights_dtype
+    attention_dtype: FormatName | None = None
     # matmul dtype of a checkpoint that quantizes activations too (FP8 / INT8 W8A8); None: at `dtype`
     compute_dtype: Literal["fp8", "int8", "int4", "fp4"] | None = None
     max_context: int = Field(ge=1, le=1_000_000_000)

@@ -89,9 +89,13 @@ class Wave:
 
 
 def max_running(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, d: Deployment | None = None) -> int:
-    """Sequences the engine runs at once: what the KV cache holds at prompt + output tokens, and the engine's cap."""
-    d = d or deployment(model, gpu, workload_of(row), None, engine)
-    held = ReplicaMemory(model, gpu, d.precision, d.layout).max_batch(workload_of(row))
+    """Sequences the engine runs at once: what the KV cache holds at prompt + output tokens (the run's own stated
+    capacity where it gives one, else the memory model's), and the engine's cap."""
+    if row.kv_tokens is not None:
+        held = row.kv_tokens // (row.prompt_tokens + row.output_tokens)
+    else:
+        d = d or deployment(model, gpu, workload_of(row), None, engine)
+        held = ReplicaMemory(model, gpu, d.precision, d.layout).max_batch(workload_of(row))
     cap = engine.max_running_sequences or held
     return max(1, min(held, cap))  # a batch that does not fit even once is priced as one sequence at a time
 

@@ -106,6 +106,11 @@ class Row(BaseModel):
     measured_at: MeasuredAt | None = None  # every shipped row sets it (a test checks); a user's file may leave it out
     scheduler_steps: int | None = Field(default=None, ge=1, le=1024)  # vLLM multi-step: --num-scheduler-steps
     chunked_prefill: bool | None = None  # where the source states it
+    # The KV cache's capacity in tokens where the run itself states it (vLLM's log: "# GPU blocks" x the block size,
+    # or the --max-model-len its "larger than the maximum number of tokens that can be stored in KV cache" error
+    # makes a run set): what the engine held beside its weights, so the sequences that run at once are what these
+    # tokens hold at prompt + output each, not what tokcost's memory model would leave.
+    kv_tokens: int | None = Field(default=None, ge=1, le=10**10)
     metric: Metric
     value: float = Field(gt=0, allow_inf_nan=False)
     notes: str = Field(default="", max_length=10_000)
