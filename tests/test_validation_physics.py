@@ -99,8 +99,10 @@ def test_a_run_that_states_its_kv_capacity_runs_in_the_waves_it_holds():
     assert waves_of(stated, model, gpu, vllm) == (Wave(2, 8),)
     assert max_running(_row(model="llama-3.1-405b-fp8"), model, gpu, vllm) > 2  # the memory model holds more
     # short requests: the engine's own cap (256) still binds first; a capacity under one sequence runs one at a time
-    assert waves_of(_row(kv_tokens=10**9, batch=300, prompt_tokens=128), model, gpu, vllm) == (Wave(256, 1),
-                                                                                               Wave(44, 1))
+    assert waves_of(_row(kv_tokens=10**9, batch=300, prompt_tokens=128), model, gpu, vllm) == (
+        Wave(256, 1),
+        Wave(44, 1),
+    )
     assert max_running(_row(kv_tokens=1000), model, gpu, vllm) == 1
 
 
