@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tokcost.validation.cases import Case, Pricer
 from tokcost.validation.priors import HINGE_SCALE, PRODUCT_HINGE_SCALE
-from tokcost.validation.space import Space
+from tokcost.validation.space import LOOSE_SPREAD, Space
 
 NU = 4.0  # Student-t degrees of freedom
 SCALE = 0.15  # Student-t scale on log error
@@ -150,6 +150,66 @@ class _Model:
                 row[b] += weight * ca * cb
 
 
+def _assemble(obj: Objective, names: list[str], values: dict[str, float], var: dict[str, str | None],
+              e: dict[int, float], u: list[float], terms: list[tuple], affected: dict[str, list[int]],
+              without: str | None = None) -> _Model:  # fmt: skip
+    """The Gauss-Newton model at one point over the free log-values `names` then the source offsets: the rows'
+    Jacobian by forward differences through the engine, the offsets' terms, the priors' (all but `without`'s own)."""
+    index = {n: i for i, n in enumerate(names)}
+    model = _Model(len(names) + len(obj.sources))
+    jac: dict[int, dict[int, float]] = {i: {} for i in range(len(obj.cases))}
+    for v in names:
+        moved = {k: (x * math.exp(STEP) if var[k] == v else x) for k, x in values.items()}
+        for i, ei in obj.errors(moved, affected[v]).items():
+            jac[i][index[v]] = (ei - e[i]) / STEP
+    for i, row in jac.items():
+        s = len(names) + obj.source_of[i]
+        r = e[i] - u[obj.source_of[i]]
+        denom = NU * SCALE * SCALE + r * r
+        model.add({**row, s: -1.0}, (NU + 1) * r / denom, (NU + 1) / denom)
+    for k, uk in enumerate(u):
+        model.add({len(names) + k: 1.0}, uk / TAU**2, 1 / TAU**2)
+    for group in obj.groups:
+        model.add({len(names) + k: 1.0 for k in group}, sum(u[k] for k in group) / ZERO_SUM**2, 1 / ZERO_SUM**2)
+    for kind, x, coef, scale, span in terms:
+        if kind == "laplace" and next(iter(coef)) == without:
+            continue  # the parameter's own pull towards its parent or prior centre
+        c = {index[name]: sign for name, sign in coef.items()}
+        if kind == "laplace":
+            root = _smooth_abs(x)
+            model.add(c, x / (scale * root), 1 / (scale * root))
+        elif x < span[0] or x > span[1]:
+            edge = span[0] if x < span[0] else span[1]
+            model.add(c, (x - edge) / scale**2, 1 / scale**2)
+    return model
+
+
+def spreads(cases: Sequence[Case], space: Space, result: FitResult, pricer: Pricer | None = None) -> dict[str, float]:
+    """Each free parameter's spread at the fit (the standard deviation of its log-value in the Laplace
+    approximation: the inverse of the objective's curvature) with its own prior pull left out, so that what pins it
+    is the rows, the other parameters' terms (its hierarchy: an engine's value through its eras') and the physical
+    walls; a direction the rows leave flat, alone or traded against another parameter, spreads wide."""
+    pricer = pricer or Pricer()
+    obj = Objective(cases, space, pricer)
+    names = list(result.free)
+    z = {n: math.log(result.values[n]) for n in names}
+    values, var = space.resolve(z)
+    u = [result.offsets[k] for k in obj.sources]
+    affected: dict[str, list[int]] = {n: [] for n in names}
+    for i in range(len(cases)):
+        for v in {var[n] for n in space.case_names[i]} - {None}:
+            affected[v].append(i)  # type: ignore[index]
+    e = obj.errors(values)
+    terms = obj.penalties(z, var, values)
+    out = {}
+    for k, name in enumerate(names):
+        h = _assemble(obj, names, values, var, e, u, terms, affected, without=name).h
+        unit = [1.0 if j == k else 0.0 for j in range(len(h))]
+        column = _solve([row[:] for row in h], unit)  # column k of the inverse curvature
+        out[name] = math.sqrt(column[k]) if column[k] > 0 else math.inf
+    return out
+
+
 def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, float] | None = None,
         pricer: Pricer | None = None) -> FitResult:  # fmt: skip
     """Fit the free parameters on `cases` (gated on them unless `space` is given gated); warm-start from `start`."""
@@ -160,7 +220,6 @@ def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, f
     obj = Objective(cases, space, pricer)
     names = list(space.free)
     index = {n: i for i, n in enumerate(names)}
-    n_vars = len(names) + len(obj.sources)
     z = {}
     for n in names:
         p = space.params[n]
@@ -178,29 +237,7 @@ def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, f
     current = obj.value(e, u, terms)
     damping, iterations = 1e-3, 0
     for iterations in range(1, MAX_ITERATIONS + 1):  # noqa: B007 - the count is reported
-        model = _Model(n_vars)
-        jac: dict[int, dict[int, float]] = {i: {} for i in range(len(cases))}
-        for v in names:
-            moved = {k: (x * math.exp(STEP) if var[k] == v else x) for k, x in values.items()}
-            for i, ei in obj.errors(moved, affected[v]).items():
-                jac[i][index[v]] = (ei - e[i]) / STEP
-        for i, row in jac.items():
-            s = len(names) + obj.source_of[i]
-            r = e[i] - u[obj.source_of[i]]
-            denom = NU * SCALE * SCALE + r * r
-            model.add({**row, s: -1.0}, (NU + 1) * r / denom, (NU + 1) / denom)
-        for k, uk in enumerate(u):
-            model.add({len(names) + k: 1.0}, uk / TAU**2, 1 / TAU**2)
-        for group in obj.groups:
-            model.add({len(names) + k: 1.0 for k in group}, sum(u[k] for k in group) / ZERO_SUM**2, 1 / ZERO_SUM**2)
-        for kind, x, coef, scale, span in terms:
-            c = {index[name]: sign for name, sign in coef.items()}
-            if kind == "laplace":
-                root = _smooth_abs(x)
-                model.add(c, x / (scale * root), 1 / (scale * root))
-            elif x < span[0] or x > span[1]:
-                edge = span[0] if x < span[0] else span[1]
-                model.add(c, (x - edge) / scale**2, 1 / scale**2)
+        model = _assemble(obj, names, values, var, e, u, terms, affected)
         improved = False
         while damping < 1e10:
             a = [[hij + (damping * model.h[i][i] + 1e-9 if i == j else 0.0) for j, hij in enumerate(hrow)]
@@ -233,3 +270,17 @@ def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, f
         objective=current,
         iterations=iterations,
     )
+
+
+def fit_identified(cases: Sequence[Case], space: Space, pricer: Pricer | None = None, rounds: int = 3) -> FitResult:
+    """Fit, then take out every free value the rows leave flat (its spread past LOOSE_SPREAD: space.py) and fit
+    again from the priors, until none is left or `rounds` refits are spent; `space.loose` names them."""
+    pricer = pricer or Pricer()
+    result = fit(cases, space=space, pricer=pricer)
+    for _ in range(rounds):
+        loose = [n for n, s in spreads(cases, space, result, pricer).items() if s > LOOSE_SPREAD]
+        if not loose:
+            break
+        space.demote(loose)
+        result = fit(cases, space=space, pricer=pricer)
+    return result

@@ -26,7 +26,7 @@ from tokcost.profiles import ENGINES
 from tokcost.validation.cases import COST_KEYS, Case, Pricer
 from tokcost.validation.data import Row
 from tokcost.validation.families import family_of
-from tokcost.validation.fit import FitResult, fit
+from tokcost.validation.fit import FitResult, fit_identified
 from tokcost.validation.space import FOLD_MIN_SOURCES, Space
 
 FOLDS = Path(__file__).resolve().parent / "folds.json"
@@ -100,7 +100,7 @@ def _fold(cases: Sequence[Case], keep: Callable[[Case], bool], space_all: Space,
     train = [c for c in cases if keep(c)]
     space = Space(train)  # the full fit's free parameters that 2 of their sources still identify on these rows
     space.gate(train, pricer, min_sources=FOLD_MIN_SOURCES, within=space_all.free)
-    result = fit(train, space=space, pricer=pricer)
+    result = fit_identified(train, space, pricer, rounds=1)
     z = {n: math.log(result.values[n]) for n in result.free}
     values, _ = space_all.resolve(z)
     return cell_values(space_all, values)
@@ -120,7 +120,7 @@ def fit_folds(cases: Sequence[Case], rows: Sequence[Row], *, progress: Callable[
     pricer = Pricer()
     space = Space(cases)
     space.gate(cases, pricer)
-    full = fit(cases, space=space, pricer=pricer)
+    full = fit_identified(cases, space, pricer)
     progress(f"full fit: {len(full.free)} free parameters, {full.iterations} iterations")
     loso = {}
     for source in sorted({c.row.source_id for c in cases}):

@@ -14,7 +14,9 @@ informs (a probe, x 0.8 on a share or + PROBE_US on a cost, moves their predicti
 3 sources (so that every leave-one-source-out fold still has 2, and fits it too: folds.py) and span at least 2x in
 work per step (the ceiling time of the row's step: its bytes over the bandwidth when memory-bound); an engine's or
 all engines' value pools its children's rows. A parameter that is not free takes its parent's value (an era's: its
-engine's, ...) or its prior centre, and is labelled "prior".
+engine's, ...) or its prior centre, and is labelled "prior". After the fit, a free value whose spread (fit.spreads:
+the objective's curvature with its own prior pull left out) exceeds LOOSE_SPREAD is demoted the same way and the fit
+rerun (fit.fit_identified): the gate counts rows and sources, the curvature sees a direction they leave flat.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ PRIOR_ONLY = frozenset({"seq_us"})
 MIN_SOURCES = 3  # free on the full fit: still 2 sources in every leave-one-source-out fold (identified there too)
 FOLD_MIN_SOURCES = 2  # a fold keeps a full-fit parameter free while 2 of its sources remain
 MIN_WORK_SPREAD = 2.0
+# and once fitted, pinned: a free value whose spread with its own prior pull left out (fit.spreads: one standard
+# deviation in log, from the objective's curvature) exceeds a factor 2 is a direction the rows leave flat, alone or
+# traded against another parameter (TensorRT-LLM's per-kernel gap against its step cost once each attention kernel
+# carried a fixed time); it goes back to its parent's value or prior centre and says so
+LOOSE_SPREAD = math.log(2.0)
 INFORMATIVE_LOG_CHANGE = 0.05
 PROBE_SCALE = 0.8
 PROBE_US = {"step_us": 1000.0, "seq_us": 20.0, "launch_us": 10.0, "kernel_us": 2.0, "request_us": 10_000.0,
@@ -87,6 +94,7 @@ class Space:
             if p.parent is not None:
                 self.children.setdefault(p.parent, []).append(p.name)
         self.free: tuple[str, ...] = ()
+        self.loose: tuple[str, ...] = ()  # gated free, then found not pinned by the rows (LOOSE_SPREAD)
         self.informed: dict[str, list[int]] = {}
 
     def _add(self, engine: str, era: str, key: str) -> None:
@@ -133,6 +141,12 @@ class Space:
                                                                       if p.key in PRIOR_ONLY}  # fmt: skip
         self.free = tuple(n for n in self.params
                           if n in allowed and identified([cases[i] for i in informed[n]], min_sources))  # fmt: skip
+        self.loose = ()
+
+    def demote(self, names: Sequence[str]) -> None:
+        """Take `names` out of the free parameters: each takes its parent's value or its prior centre."""
+        self.loose = tuple(sorted({*self.loose, *names}))
+        self.free = tuple(n for n in self.free if n not in self.loose)
 
     def resolve(self, z: dict[str, float]) -> tuple[dict[str, float], dict[str, str | None]]:
         """(every parameter's value, the free variable it equals or None) for log-values `z` of the free ones."""
