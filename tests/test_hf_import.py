@@ -9,6 +9,7 @@ import pytest
 
 from tokcost.errors import SpecError
 from tokcost.models.hf_import import TESTED, from_hf_config
+from tokcost.models.hf_quant import attention_kept
 from tokcost.models.library import load_model
 
 HF = Path(__file__).parent / "assets" / "hf"
@@ -346,3 +347,22 @@ def test_bitsandbytes_4bit_and_8bit_together_are_refused():
     quant = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}
     with pytest.raises(SpecError, match="quantization_config: load_in_4bit and load_in_8bit are both true"):
         quant_of(quant)
+
+
+def test_a_checkpoint_that_keeps_every_layers_attention_unquantized_ships_it_at_the_model_dtype():
+    # Meta's Llama-3.1-405B FP8 (fbgemm_fp8): the first and last layers whole, every other layer's self_attn
+    base = json.loads((QUANT / "fbgemm_fp8.json").read_text())
+    layers = base["num_hidden_layers"]
+    kept = ["lm_head", "model.layers.0", f"model.layers.{layers - 1}"]
+    kept += [f"model.layers.{i}.self_attn" for i in range(1, layers - 1)]
+    spec = from_hf_config({**base, "quantization_config": {"quant_method": "fbgemm_fp8",
+                                                          "modules_to_not_convert": kept}}, "c.json")  # fmt: skip
+    assert (spec.weights_dtype, spec.attention_dtype, spec.compute_dtype) == ("fp8", "bf16", "fp8")
+    assert "attention_dtype bf16; and 2 more module(s) (model.layers.0, ...)" in spec.notes
+    # one layer's attention missing: not every layer's, so one format for all block linears, said in the notes
+    partial = [m for m in kept if m != "model.layers.3.self_attn"]
+    spec = from_hf_config({**base, "quantization_config": {"quant_method": "fbgemm_fp8",
+                                                          "modules_to_not_convert": partial}}, "c.json")  # fmt: skip
+    assert spec.attention_dtype is None and "tokcost prices every block linear at fp8" in spec.notes
+    # a pattern over every layer's attention (compressed-tensors' ignore list), and one projection only (not all)
+    assert attention_kept(["re:.*self_attn.*"], layers) and not attention_kept(["re:.*self_attn.q_proj"], layers)

@@ -194,7 +194,7 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
     keys = _error_keys(prefix, raw_text or data)
     model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
-    formats = shipped(data, where, model.hidden_size, moe=model.moe is not None)
+    formats = shipped(data, where, model.hidden_size, moe=model.moe is not None, layers=model.layers)
     if "expert_dtype" in formats:
         spec["moe"] = {**spec["moe"], "expert_dtype": formats.pop("expert_dtype")}
     notes += [formats.pop("notes")] if "notes" in formats else []

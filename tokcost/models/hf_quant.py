@@ -25,6 +25,10 @@ FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnu
 
 # modules every method leaves unquantized and tokcost prices at the base dtype anyway
 _UNQUANTIZED_ANYWAY = re.compile(r"lm_head|embed_tokens|router|mlp\.gate$|vision|visual")
+_LAYER = re.compile(r"layers\.\d+")
+_ONE_PROJECTION = re.compile(r"self_attn\.\w")  # self_attn.q_proj: one projection, not the whole attention
+_WHOLE_LAYER = re.compile(r"layers\.(\d+)(?:\.\*)?$")  # a whole decoder layer: model.layers.0
+_LAYER_ATTENTION = re.compile(r"layers\.(\d+)\.self_attn(?:\.\*)?$")  # its attention: model.layers.1.self_attn
 _READ = ConfigDict(extra="ignore", strict=True, frozen=True)
 # a group of 1..65536 weights per scale, or -1: one scale per output channel (per row)
 Group = Literal[-1] | Annotated[int, Field(ge=1, le=65536)]
@@ -130,7 +134,23 @@ METHODS: dict[str, type[BaseModel]] = {
 }  # fmt: skip
 
 
-def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool) -> dict[str, str]:
+def attention_kept(kept: list[str], layers: int) -> bool:
+    """Whether the unquantized modules hold every layer's attention: its `self_attn` (or the whole layer) listed for
+    each of `layers`, or one name or pattern with `self_attn` and no layer index (compressed-tensors' "re:.*self_attn").
+    Meta's Llama-3.1-405B FP8 lists model.layers.0, model.layers.125 and model.layers.1-124.self_attn."""
+    covered: set[int] = set()
+    for m in kept:
+        whole = _WHOLE_LAYER.search(m)
+        if "self_attn" in m and _LAYER.search(m) is None and _ONE_PROJECTION.search(m) is None:
+            return True  # every layer's attention at once
+        if whole:
+            covered.add(int(whole.group(1)))
+        elif (att := _LAYER_ATTENTION.search(m)) is not None:
+            covered.add(int(att.group(1)))
+    return covered >= set(range(layers))
+
+
+def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layers: int = 0) -> dict[str, str]:
     """The ModelSpec fields a config's torch_dtype and quantization_config set: dtype, weights_dtype, ..."""
     dtype = data.get("torch_dtype", data.get("dtype"))  # transformers >= 4.56 writes `dtype`
     key = "torch_dtype" if "torch_dtype" in data else "dtype"
@@ -163,7 +183,13 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool) -> di
     listed = quant.get("modules_to_not_convert") or quant.get("ignore") or quant.get("llm_int8_skip_modules")
     listed = listed if isinstance(listed, list) else []
     kept = [m for m in listed if isinstance(m, str) and not _UNQUANTIZED_ANYWAY.search(m)]
-    if kept:  # a ModelSpec has one format for all block linears: say so rather than price these silently
+    if kept and layers and attention_kept(kept, layers):  # attention's projections as shipped, at the model dtype
+        fields["attention_dtype"] = fields["dtype"]
+        rest = [m for m in kept if _LAYER_ATTENTION.search(m) is None and "self_attn" not in m]
+        fields["notes"] = (f"quantization_config keeps every layer's attention unquantized: attention_dtype "
+                           f"{fields['dtype']}" + (f"; and {len(rest)} more module(s) ({rest[0][:80]}, ...), whose "
+                           f"MLPs tokcost prices at {weights}" if rest else ""))  # fmt: skip
+    elif kept:  # a ModelSpec has one format for all block linears: say so rather than price these silently
         fields["notes"] = (f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...); "
                            f"tokcost prices every block linear at {weights}")  # fmt: skip
     return fields
