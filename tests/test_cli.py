@@ -32,6 +32,19 @@ def test_specs_list_table_names_every_spec(cli):
         assert name in r.stdout
 
 
+def test_specs_list_shows_each_checkpoints_formats_as_shipped(cli):
+    out = cli("specs", "list", "--kind", "models").stdout
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 6:
+            rows[cells[0]] = cells[5]
+    assert rows["llama-3.1-8b"] == "bf16" and rows["deepseek-r1"] == "fp8"
+    assert rows["llama-3.1-405b-fp8"] == "fp8*"  # Meta's checkpoint: FP8 MLPs, BF16 attention
+    assert rows["gpt-oss-120b"] == "bf16*"  # MXFP4 experts
+    assert "* attention's or the experts' weights ship in another format" in " ".join(out.split())
+
+
 def test_specs_show_model_json_has_yaml_keys_and_derived_counts(cli):
     r = cli("specs", "show", "llama-3.1-8b", "--format", "json")
     assert r.exit_code == 0, r.stderr

@@ -121,6 +121,14 @@ class ListFormat(str, Enum):
     json = "json"
 
 
+def shipped_format(m: ModelSpec) -> str:
+    """A checkpoint's block-linear weight format as shipped, marked * where attention's or the experts' differ."""
+    weights = m.weights_dtype or m.dtype
+    experts = m.moe.expert_dtype if m.moe else None
+    apart = {m.attention_dtype, experts} - {None, weights}
+    return weights + ("*" if apart else "")
+
+
 @app.command("list", epilog="Examples:\n  tokcost specs list --kind gpus\n  tokcost specs list -f json")
 def list_specs(
     kind: Annotated[
@@ -150,10 +158,12 @@ def list_specs(
                     f"{m.params_active / 1e9:.2f}B",
                     arch,
                     f"{m.max_context:,}",
-                    m.dtype,
+                    shipped_format(m),
                 ]
             )
-        tables.append(Table("Models", ["name", "params", "active", "arch", "max context", "dtype"], rows))
+        split = "* attention's or the experts' weights ship in another format (specs show NAME)"
+        tables.append(Table("Models", ["name", "params", "active", "arch", "max context", "dtype"], rows,
+                            notes=[split] if any(r[-1].endswith("*") for r in rows) else []))  # fmt: skip
     if "gpus" in kinds:
         rows = []
         for name in builtin_names("gpus"):
