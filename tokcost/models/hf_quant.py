@@ -185,7 +185,7 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layer
     kept = [m for m in listed if isinstance(m, str) and not _UNQUANTIZED_ANYWAY.search(m)]
     if kept and layers and attention_kept(kept, layers):  # attention's projections as shipped, at the model dtype
         fields["attention_dtype"] = fields["dtype"]
-        rest = [m for m in kept if _LAYER_ATTENTION.search(m) is None and "self_attn" not in m]
+        rest = [m for m in kept if "self_attn" not in m]
         fields["notes"] = (f"quantization_config keeps every layer's attention unquantized: attention_dtype "
                            f"{fields['dtype']}" + (f"; and {len(rest)} more module(s) ({rest[0][:80]}, ...), whose "
                            f"MLPs tokcost prices at {weights}" if rest else ""))  # fmt: skip

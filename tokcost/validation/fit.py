@@ -151,11 +151,16 @@ class _Model:
 
 
 def _assemble(obj: Objective, names: list[str], values: dict[str, float], var: dict[str, str | None],
-              e: dict[int, float], u: list[float], terms: list[tuple], affected: dict[str, list[int]],
+              e: dict[int, float], u: list[float], terms: list[tuple],
               without: str | None = None) -> _Model:  # fmt: skip
     """The Gauss-Newton model at one point over the free log-values `names` then the source offsets: the rows'
-    Jacobian by forward differences through the engine, the offsets' terms, the priors' (all but `without`'s own)."""
+    Jacobian by forward differences through the engine (each free variable moves only the rows that read it), the
+    offsets' terms, the priors' (all but `without`'s own)."""
     index = {n: i for i, n in enumerate(names)}
+    affected: dict[str, list[int]] = {n: [] for n in names}
+    for i, case_names in enumerate(obj.space.case_names):
+        for v in {var[n] for n in case_names} - {None}:
+            affected[v].append(i)  # type: ignore[index]
     model = _Model(len(names) + len(obj.sources))
     jac: dict[int, dict[int, float]] = {i: {} for i in range(len(obj.cases))}
     for v in names:
@@ -195,24 +200,19 @@ def spreads(cases: Sequence[Case], space: Space, result: FitResult, pricer: Pric
     z = {n: math.log(result.values[n]) for n in names}
     values, var = space.resolve(z)
     u = [result.offsets[k] for k in obj.sources]
-    affected: dict[str, list[int]] = {n: [] for n in names}
-    for i in range(len(cases)):
-        for v in {var[n] for n in space.case_names[i]} - {None}:
-            affected[v].append(i)  # type: ignore[index]
     e = obj.errors(values)
     terms = obj.penalties(z, var, values)
     out = {}
     for k, name in enumerate(names):
-        h = _assemble(obj, names, values, var, e, u, terms, affected, without=name).h
+        h = _assemble(obj, names, values, var, e, u, terms, without=name).h
         unit = [1.0 if j == k else 0.0 for j in range(len(h))]
         column = _solve([row[:] for row in h], unit)  # column k of the inverse curvature
         out[name] = math.sqrt(column[k]) if column[k] > 0 else math.inf
     return out
 
 
-def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, float] | None = None,
-        pricer: Pricer | None = None) -> FitResult:  # fmt: skip
-    """Fit the free parameters on `cases` (gated on them unless `space` is given gated); warm-start from `start`."""
+def fit(cases: Sequence[Case], *, space: Space | None = None, pricer: Pricer | None = None) -> FitResult:
+    """Fit the free parameters on `cases` (gated on them unless `space` is given gated), from their priors' centres."""
     pricer = pricer or Pricer()
     if space is None:
         space = Space(cases)
@@ -220,24 +220,15 @@ def fit(cases: Sequence[Case], *, space: Space | None = None, start: dict[str, f
     obj = Objective(cases, space, pricer)
     names = list(space.free)
     index = {n: i for i, n in enumerate(names)}
-    z = {}
-    for n in names:
-        p = space.params[n]
-        got = (start or {}).get(n, p.prior.centre)
-        z[n] = math.log(min(max(got, p.prior.low), p.prior.high))
+    z = {n: math.log(space.params[n].prior.centre) for n in names}
     u = [0.0] * len(obj.sources)
     values, var = space.resolve(z)
-    reads = [{var[n] for n in space.case_names[i]} - {None} for i in range(len(cases))]
-    affected: dict[str, list[int]] = {n: [] for n in names}
-    for i, vs in enumerate(reads):
-        for v in vs:
-            affected[v].append(i)  # type: ignore[index]
     e = obj.errors(values)
     terms = obj.penalties(z, var, values)
     current = obj.value(e, u, terms)
     damping, iterations = 1e-3, 0
     for iterations in range(1, MAX_ITERATIONS + 1):  # noqa: B007 - the count is reported
-        model = _assemble(obj, names, values, var, e, u, terms, affected)
+        model = _assemble(obj, names, values, var, e, u, terms)
         improved = False
         while damping < 1e10:
             a = [[hij + (damping * model.h[i][i] + 1e-9 if i == j else 0.0) for j, hij in enumerate(hrow)]
