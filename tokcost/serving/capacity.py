@@ -16,6 +16,7 @@ saturation, named by the bound of the steps that saturate: compute, memory bandw
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from tokcost.serving.latency import broken_slos, e2e_mean
@@ -104,8 +105,11 @@ def state_at_rate(replica: Replica, rate: float) -> LoadPoint | None:
     if rate <= 0:
         return replica.state(0.0)
     if replica.rate_driven:
-        return replica.state(rate) if rate < replica.load_limit() else None
-    return _bisect_load(replica, lambda pt: pt.rate_rps, rate)
+        pt = replica.state(rate) if rate < replica.load_limit() else None
+    else:
+        pt = _bisect_load(replica, lambda pt: pt.rate_rps, rate)
+    # within rounding of the limit the queue's wait is already infinite: no steady state there either
+    return pt if pt is not None and math.isfinite(pt.wait_mean_s) else None
 
 
 def users_in_system(replica: Replica, pt: LoadPoint, think_time_s: float) -> float:
