@@ -122,6 +122,18 @@ def test_table_markdown_and_csv(cli):
     assert "How plan models serving" in csv.stderr  # prose never in the CSV
 
 
+@pytest.mark.parametrize(
+    "args", [("--max-running", "1"), ("--prompt", "1", "--output", "1"), ("--prompt", "1", "--output", "2")]
+)
+def test_a_cap_of_one_and_the_shortest_requests_still_plan(cli, args):
+    # a cap of one running sequence alternates one request's prefill and decode; requests of 2 tokens hold the KV
+    # that their own logits leave: both used to read "KV memory: not one request fits"
+    result = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "5", "--tp", "1", *args, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    x = json.loads(result.stdout)["configs"][0]["expected"]
+    assert x["meets_slo"] and x["replicas"] >= 1 and x["max_rate_rps"] > 0
+
+
 def test_no_slo_reports_saturation(cli):
     r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "l40s", "--rate", "2", "--format", "json")
     assert r.exit_code == 0, r.stderr

@@ -16,8 +16,8 @@ from tokcost.profiles import GENERIC
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users, users_in_system
 from tokcost.serving.latency import percentile
 from tokcost.serving.layout import Layout
-from tokcost.serving.replica import build_replica, decode_context
-from tokcost.serving.steps import Deployment
+from tokcost.serving.replica import build_replica, decode_context, held_kv_tokens
+from tokcost.serving.steps import Deployment, replica_kv_tokens
 from tokcost.serving.traffic import LengthDist, Slo, Traffic
 
 FIXED = Traffic(LengthDist("fixed", 2048), LengthDist("fixed", 300), rate_rps=1.0)
@@ -86,6 +86,37 @@ def test_saturation_batch_is_every_step_full_of_prefill():
     assert _replica(chunk=512).saturation_batch == pytest.approx(299 * 512 / 2048)
     r = _replica(chunk=512)
     assert r.state(r.load_limit()).rho == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("cap", "prompt", "output", "chunk"), [(1, 1000, 2, 2048), (1, 1000, 300, 512), (16, 8000, 100, 2048)]
+)
+def test_a_running_cap_decodes_its_share_of_each_slots_steps(cap, prompt, output, chunk):
+    # a request holds its slot for its prompt's ceil(P / C) chunk steps (the last yields its first token) and its
+    # O - 1 decode steps, so c slots decode c (O - 1) / (O - 1 + chunks) sequences on average: a cap of 1 alternates
+    # one request's prefill and decode (0.5 at 2 output tokens); it used to keep a whole slot for the prompt (0)
+    traffic = Traffic(LengthDist("fixed", prompt), LengthDist("fixed", output), rate_rps=1.0)
+    r = build_replica(load_model("llama-3.1-8b"), Deployment(load_gpu("h100-sxm"), Layout(1)), traffic, chunk,
+                      "expected", max_running=cap)  # fmt: skip
+    chunks = -(-prompt // chunk)
+    assert r.limit_kind() == "cap"
+    assert r.load_limit() == pytest.approx(cap * (output - 1) / (output - 1 + chunks), rel=1e-5)
+    assert capacity(r, []).saturation_rps > 0
+
+
+def test_short_requests_hold_the_kv_their_own_logits_leave():
+    # KV beside the workspace of b sequences, A - w b, holds b x s tokens up to b* = A / (s + w): the fixed point,
+    # where the old two-pass estimate (the logits of the batch the weights alone leave room for) went to 0
+    a, w, s = 1_000_000.0, 3.0, 2.0
+    kv = held_kv_tokens(lambda b: max(a - w * round(b), 0.0), s)
+    b_star = a / (s + w)
+    assert kv == pytest.approx(s * b_star, rel=1e-4)
+    m, g = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    tiny = Traffic(LengthDist("fixed", 1), LengthDist("fixed", 1), rate_rps=1.0)
+    r = build_replica(m, Deployment(g, Layout(1)), tiny, 2048, "expected")
+    whole = r.kv_capacity_tokens / m.attended_tokens(2)  # sequences of 2 tokens it holds, their logits beside them
+    assert r.kv_capacity_tokens >= 2 * whole > 0 and r.load_limit() > 0
+    assert replica_kv_tokens(m, Deployment(g, Layout(1)), whole + 2, 1, 1) < 2 * (whole + 2)  # one more does not fit
 
 
 def test_shared_prefix_is_counted_once_in_kv():

@@ -3,7 +3,8 @@
 The load is the mean decode batch b. Its bounds: prefill saturation (every step full of prefill, b -> E[n] C /
 E[P']); the KV cache, whose p99 batch b + 2.33 sqrt(b) of private contexts must fit beside the shared prefix (an
 open loop's batch swings as a Poisson count), or, in a closed loop, the sequences it holds whole; the engine's cap
-on running sequences (decoding or part-prefilled; one slot kept for the prompt in service). An open loop's request
+on running sequences (decoding or part-prefilled: a request holds its slot for its prompt's chunk steps and its
+decode steps, so the decoding share of the cap is E[n] / (E[n] + E[chunks])). An open loop's request
 that finds every slot taken waits for one: M/M/c with c the cap (Erlang C), each slot held for a request's life.
 """
 
@@ -38,6 +39,15 @@ class ReplicaLimits:
         per_sequence = whole - self.kv_shared
         return math.inf if per_sequence <= 0 else max(math.floor(free / per_sequence), 0)
 
+    def decoding_share(self) -> float:
+        """Share of its running slot's steps a request spends decoding: E[n] / (E[n] + E[chunks]). Every running
+        sequence is in each step, either with a chunk of its prompt (its last one yields its first token) or
+        decoding, so a cap of c sequences decodes c x this share on average (a cap of 1 alternates one request's
+        prefill and decode)."""
+        n = self.decode_steps_mean
+        chunks = sum(pt.weight * pt.chunks for pt in self.prompts)
+        return n / (n + chunks) if n + chunks > 0 else 1.0
+
     def running_cap(self) -> float:
         """Sequences that may run at once (decoding or part-prefilled): the engine's cap, and in a closed loop
         the KV slots (an open loop's KV limit is its p99 batch instead)."""
@@ -47,7 +57,7 @@ class ReplicaLimits:
     def _limits(self) -> dict[str, float]:
         """Each bound on the mean decode batch, by what imposes it."""
         cap = self.running_cap()
-        running = (cap - 1) * SATURATION_MARGIN if math.isfinite(cap) else math.inf  # one slot for the prompt
+        running = cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
         margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
         out = {"saturation": self.saturation_batch * margin, "cap": max(running, 0.0)}
         if not self.loop.closed:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -411,6 +412,20 @@ def decode_context(traffic: Traffic) -> float:
     return traffic.cached_prefix_tokens + traffic.prompt.mean + progress
 
 
+def held_kv_tokens(kv_beside: Callable[[float], float], per_sequence: float) -> float:
+    """KV tokens a replica holds beside the workspace of the batch it then holds: the most sequences b whose KV
+    (b x `per_sequence` tokens) fits beside their own logits and activations, kv_beside(b) (which falls as b grows).
+    Short requests need this fixed point: at 2 tokens a sequence the logits of the batch the weights alone leave
+    room for would take more memory than its KV."""
+    lo, hi = 1.0, max(kv_beside(1.0) / per_sequence, 1.0)
+    if kv_beside(hi) >= hi * per_sequence:
+        return kv_beside(hi)
+    while hi - lo > 0.5:  # whole sequences: kv_beside rounds b
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if kv_beside(mid) >= mid * per_sequence else (lo, mid)
+    return kv_beside(lo)
+
+
 def build_replica(
     model: ModelSpec, deployment: Deployment, traffic: Traffic, chunk: int, scenario: Scenario,
     role: Role = "both", transfer_s: float = 0.0, max_running: int | None = None, scheduler_steps: int = 1,
@@ -422,9 +437,8 @@ def build_replica(
     if engine is not deployment.engine:
         deployment = replace(deployment, engine=engine)
     prompt, output = max(round(traffic.prompt_mean_tokens), 1), max(round(traffic.output.mean), 1)
-    kv = replica_kv_tokens(model, deployment, 1, prompt, output)
     per_sequence = max(model.attended_tokens(prompt + output), 1.0)
-    kv = replica_kv_tokens(model, deployment, max(kv / per_sequence, 1.0), prompt, output)  # logits of that batch
+    kv = held_kv_tokens(lambda b: replica_kv_tokens(model, deployment, b, prompt, output), per_sequence)
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
     replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side, prefill_apart)
     replica.scheduler_steps, replica.lookahead = scheduler_steps, lookahead
