@@ -67,7 +67,7 @@ def draw(text: str) -> list[str]:
     for m in PLOT.finditer(text):
         args = shlex.split(m.group("args"))
         (README.parent / args[args.index("--plot") + 1]).parent.mkdir(parents=True, exist_ok=True)
-        run(args)
+        run([*args, "--force"])  # the README's own picture, redrawn in place (a user's --plot needs --force to)
         drawn.append(args[args.index("--plot") + 1])
     return drawn
 

@@ -209,6 +209,27 @@ def test_cli_plot_refuses_a_bad_destination_before_any_work(cli, tmp_path, name,
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm"),
+        ("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm"),
+        ("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,2"),
+        ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "1", "--tp", "1"),
+    ],  # fmt: skip
+)
+def test_cli_plot_never_overwrites_a_users_file_without_force(cli, tmp_path, command):
+    mine = tmp_path / "mine.svg"
+    mine.write_text("my notes")
+    refused = cli(*command, "--plot", str(mine))
+    assert refused.exit_code == 2 and refused.stdout == ""  # refused before any work
+    assert "already exists; pass --force to replace it" in refused.stderr
+    assert mine.read_text() == "my notes"
+    replaced = cli(*command, "--plot", str(mine), "--force")  # --force after --plot: read first all the same
+    assert replaced.exit_code == 0, replaced.stderr
+    assert mine.read_text().startswith("<?xml")
+
+
 def test_cli_plot_without_matplotlib_is_one_line_naming_the_install(cli, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
     result = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--plot", str(tmp_path / "s.png"))

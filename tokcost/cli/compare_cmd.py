@@ -16,6 +16,7 @@ from tokcost.cli.options import (
     DpOpt,
     EngineOpt,
     EpOpt,
+    ForceOpt,
     Format,
     FormatOpt,
     GpusPerNodeOpt,
@@ -50,7 +51,7 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
             number = kind(text)
         except ValueError:
             raise UsageError(f"{flag}: {text!r} is not a {'whole ' if kind is int else ''}number") from None
-        if number <= 0:
+        if kind is int and number <= 0:  # a count; a price's range (0 to 100,000) is the workload's check
             raise UsageError(f"{flag}: {text!r} must be above 0")
         return number
 
@@ -60,6 +61,8 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
             name, _, text = item.partition("=")
             if name.strip() not in names:
                 raise UsageError(f"{flag}: {name.strip()!r} is not one of the --gpu names: {', '.join(names)}")
+            if name.strip() in out:
+                raise UsageError(f"{flag}: {name.strip()} given twice; give each GPU once")
             out[name.strip()] = parse(text.strip())
         return out
     if any("=" in item for item in items):
@@ -98,6 +101,7 @@ def compare(
     ] = None,
     format: FormatOpt = Format.table,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
     model_names, gpu_names = split_list(model, "--model"), split_list(gpu, "--gpu")
@@ -124,7 +128,7 @@ def compare(
     warn(unused_network(network, [e.layout for e in results]))
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
     if plot is not None:  # grouped bars of TTFT, TPOT, tokens/s and $/1M per (model, GPU)
-        plots.save(plots.compare_figure(results), plot)
+        plots.save(plots.compare_figure(results), plot, force=force)
     if format == Format.json:
         print_json({"rows": rows, "warnings": warnings})
         return

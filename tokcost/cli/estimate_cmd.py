@@ -14,6 +14,7 @@ from tokcost.cli.options import (
     EngineOpt,
     EpOpt,
     ExplainOpt,
+    ForceOpt,
     Format,
     FormatOpt,
     GpuOpt,
@@ -36,6 +37,7 @@ from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tabl
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.journey import Journey, JourneyRow, journey
+from tokcost.engine.passcost import PassCost
 from tokcost.engine.report import band_dict, bottleneck, estimate_dict, journey_dict, journey_row_dict
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
@@ -74,6 +76,7 @@ def estimate(
     explain_: ExplainOpt = False,
     journey_: JourneyOpt = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Estimate TTFT, TPOT, throughput, memory and cost. Example: tokcost estimate -m llama-3.1-8b -g h100-sxm"""
     workload = workload_from_flags(
@@ -92,7 +95,7 @@ def estimate(
     warn(unused_network(network, [result.layout]))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
     if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it
-        plots.save(plots.estimate_figure(result, journey=journey_), plot)
+        plots.save(plots.estimate_figure(result, journey=journey_), plot, force=force)
 
 
 estimate.__doc__ = (estimate.__doc__ or "") + "\n" + GLOSSARY
@@ -254,9 +257,19 @@ def estimate_tables(e: Estimate) -> list[Table]:
             for part in step.components
             if part.seconds >= 0.0005 * step.seconds  # parts under 0.05% of the step are left out
         ],
-        notes=[f"step = {fmt.ms(step.seconds)}"],
+        notes=[f"step = {fmt.ms(step.seconds)}", *_overlap_note(step)],
     )
     return [perf, memory, breakdown]
+
+
+def _overlap_note(step: PassCost) -> list[str]:
+    """Where collectives run beside the kernels, how much of them the step hides (the shares then sum past 100%)."""
+    hidden = step.hidden_s * step.pipeline_factor
+    if hidden <= 0:
+        return []
+    comm = step.part("communication").seconds
+    return [f"communication runs beside the kernels: {fmt.ms(hidden)} of its {fmt.ms(comm)} is hidden behind them "
+            "(the ceiling hides all it can), so the shares add up to more than 100%"]  # fmt: skip
 
 
 def _cache_rows(e: Estimate) -> list[list[str]]:

@@ -11,13 +11,14 @@ import typer
 from tokcost.units import COMPUTE_DTYPES
 
 
-def _check_plot(path: Path | None) -> Path | None:
-    """--plot's check before any work (tokcost.plots.canvas.check_path), loaded only when a plot is asked for."""
+def _check_plot(ctx: typer.Context, path: Path | None) -> Path | None:
+    """--plot's check before any work (tokcost.plots.canvas.check_path), loaded only when a plot is asked for; an
+    existing file is replaced only with --force (eager, so read here before this runs)."""
     if path is None:
         return None
     from tokcost.plots.canvas import check_path
 
-    return check_path(path)
+    return check_path(path, force=bool(ctx.params.get("force")))
 
 
 class Format(str, Enum):
@@ -90,7 +91,7 @@ PrefixOpt = Annotated[int, typer.Option("--cached-prefix", help="Prompt tokens s
 PriceOpt = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour (default: the GPU spec's).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich), markdown, json or csv.")]
 TableFormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="table (rich), markdown or json.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing file.")]
+ForceOpt = Annotated[bool, typer.Option("--force", is_eager=True, help="Replace an existing file.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Show the arithmetic behind each number.")]
 EngineOpt = Annotated[
     Optional[str],
@@ -109,6 +110,7 @@ PlotOpt = Annotated[
         "--plot",
         metavar="FILE",
         callback=_check_plot,
-        help="Also draw the result as a chart in FILE, .png or .svg (needs matplotlib: the plot extra).",
+        help="Also draw the result as a chart in FILE, .png or .svg (needs matplotlib: the plot extra); an "
+        "existing FILE is replaced only with --force.",
     ),
 ]

@@ -13,7 +13,7 @@ import typer
 from tokcost import plots
 from tokcost.cli.common import int_list, split_list
 from tokcost.cli.deploy import warn
-from tokcost.cli.options import EngineOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
+from tokcost.cli.options import EngineOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
 from tokcost.cli.render import flatten, print_csv, print_json, print_tables
 from tokcost.errors import UsageError
@@ -94,6 +94,7 @@ def plan(
     engine: EngineOpt = None,
     network: NetworkOpt = None,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     weights: Annotated[Optional[str], typer.Option("--weights", help="Weight formats, comma-separated.")] = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache formats, comma-separated.")] = None,
     compute_dtype: Annotated[
@@ -174,13 +175,13 @@ def plan(
     if plot is not None:  # $/hour against p90 TPOT and TTFT, labelled, SLOs dashed, the chosen configuration starred
         from tokcost.plots.plan import frontier_points, plan_slos
 
-        plots.save(plots.plan_figure(frontier_points(result), slos=plan_slos(result)), plot)
+        plots.save(plots.plan_figure(frontier_points(result), slos=plan_slos(result)), plot, force=force)
 
 
 def _think(text: str | None) -> float | None:
     if text is None:
         return None
-    return 0.0 if text.strip() in ("0", "0s", "0ms") else parse_duration(text, "--think-time")
+    return parse_duration(text, "--think-time", allow_zero=True)
 
 
 def _list(value: str | None, flag: str) -> list[str] | None:

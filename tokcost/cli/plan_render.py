@@ -118,10 +118,13 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
     out = []
     if not passing:
         out.append("No configuration meets every SLO under expected; see why below.")
+    load = ("users x (1 + {h:g}) / users per replica at its goodput: a closed loop's headroom is in users, and "
+            "its throughput stays near the limit until its users fall below the knee" if result.traffic.concurrency
+            else "req/s x (1 + {h:g}) / goodput per replica").format(h=result.space.headroom)  # fmt: skip
     out.append(
-        f"Ranked by $/hour (GPUs = replicas x GPUs each, replicas = ceil(load x (1 + {result.space.headroom:g}) / "
-        "goodput per replica)); * = on the Pareto frontier of $/hour vs p90 TPOT or p90 TTFT. $/1M tok spreads "
-        "$/hour over every token served; $/1M in and out split it by busy time (prefill vs decode)."
+        f"Ranked by $/hour (GPUs = replicas x GPUs each, replicas = ceil({load})); * = on the Pareto frontier of "
+        "$/hour vs p90 TPOT or p90 TTFT. $/1M tok spreads $/hour over every token served; $/1M in and out split it "
+        "by busy time (prefill vs decode)."
     )
     top = passing[0] if passing else None
     if top is not None and top.choice is not None:

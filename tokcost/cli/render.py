@@ -138,8 +138,17 @@ def print_csv(rows: list[dict[str, Any]]) -> None:
     fields = list(dict.fromkeys(key for row in rows for key in row))
     writer = csv.DictWriter(buffer, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: "" if v is None else checked(v, k) for k, v in row.items()} for row in rows)
+    writer.writerows({k: _csv_cell(v, k) for k, v in row.items()} for row in rows)
     sys.stdout.write(buffer.getvalue())
+
+
+def _csv_cell(value: Any, key: str) -> Any:
+    """A CSV cell: empty for None, JSON for a list (a layer plan, warnings), else the checked value."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return checked(value, key)
 
 
 def write_rows(rows: Iterable[Sequence[Any]], columns: Sequence[str], fmt: str, out: TextIO) -> int:

@@ -152,7 +152,7 @@ def sweep(
         else:
             _render_held(held or [], format, handle, warnings)
     if plot is not None and held is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
-        plots.save(plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes), plot)
+        plots.save(plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes), plot, force=force)
 
 
 def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Path | None, formats: int) -> None:
@@ -163,8 +163,8 @@ def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Pat
         if format == SweepFormat.table:
             raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
         check_destination(out, force)
-    elif force:
-        raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
+    elif force and plot is None:
+        raise UsageError("--force: replaces an existing --out or --plot file; give it with one, or drop it")
 
 
 def _render_held(points: list[SweepPoint], format: SweepFormat, handle: TextIO, warnings: list[str]) -> None:

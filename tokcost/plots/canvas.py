@@ -37,19 +37,19 @@ def require(asker: str = "plot()") -> Any:
     return matplotlib
 
 
-def check_path(path: Path | None) -> Path | None:
+def check_path(path: Path | None, *, force: bool = False) -> Path | None:
     """The --plot destination, checked before any work: a .png or .svg name in a writable folder, matplotlib
-    present. An existing plot is replaced; a folder, a FIFO or a missing folder is refused."""
-    return None if path is None else _destination(path, "--plot")
+    present. An existing file is refused unless `force` (--force); a folder, a FIFO or a missing folder always."""
+    return None if path is None else _destination(path, "--plot", force)
 
 
-def _destination(path: Path, asker: str) -> Path:
+def _destination(path: Path, asker: str, force: bool = True) -> Path:
     """`path` as a picture's destination, or the one line naming `asker` (--plot, or the API's plot())."""
     if path.suffix.lower() not in SUFFIXES:
         raise UsageError(f"{asker}: {path.name!r} must end in .png or .svg (the suffix picks the format)")
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"{asker}: {MISSING}")
-    check_destination(path, force=True)
+    check_destination(path, force=force)
     return path
 
 
@@ -71,10 +71,11 @@ def render(fig: Figure, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def save(fig: Figure, path: Path | str) -> Path:
-    """Write the figure to `path` (.png or .svg, by its suffix) whole or not at all; returns the path."""
-    target = _destination(Path(path), "plot()")
-    write_new(target, render(fig, target.suffix.lower().lstrip(".")), force=True)
+def save(fig: Figure, path: Path | str, *, force: bool = True) -> Path:
+    """Write the figure to `path` (.png or .svg, by its suffix) whole or not at all; returns the path. An existing
+    file is replaced only with `force` (the API's plot() replaces, as savefig does; the CLI's --plot needs --force)."""
+    target = _destination(Path(path), "--plot" if not force else "plot()", force)
+    write_new(target, render(fig, target.suffix.lower().lstrip(".")), force=force)
     return target
 
 

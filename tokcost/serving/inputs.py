@@ -112,7 +112,9 @@ def plan_traffic(
         prompt_len = LengthDist("empirical", sum(prompts) / len(prompts), values=prompts)
         output_len = LengthDist("empirical", sum(outputs) / len(outputs), values=outputs)
     else:
-        wl = _lengths(prompt_tokens or DEFAULT_PROMPT, output_tokens or DEFAULT_OUTPUT, cached_prefix_tokens, api)
+        prompt_tokens = DEFAULT_PROMPT if prompt_tokens is None else prompt_tokens  # 0 is checked, not defaulted
+        output_tokens = DEFAULT_OUTPUT if output_tokens is None else output_tokens
+        wl = _lengths(prompt_tokens, output_tokens, cached_prefix_tokens, api)
         prompt_len = _dist(prompt_dist, wl.prompt_tokens, "prompt_dist", api)
         output_len = _dist(output_dist, wl.output_tokens, "output_dist", api)
         arrivals = ()

@@ -142,17 +142,21 @@ class Slo:
         return f"{self.metric}_{self.percentile}"
 
 
-def parse_duration(text: str, flag: str) -> float:
-    """'500ms', '2s', '250us' -> seconds; a bare number is refused (a unit is required)."""
+def parse_duration(text: str, flag: str, *, allow_zero: bool = False) -> float:
+    """'500ms', '2s', '250us' -> seconds; a bare number is refused (a unit is required), but for 0 where
+    `allow_zero` (a think time: 0 needs no unit)."""
     value = text.strip().lower()
+    if allow_zero and value == "0":
+        return 0.0
+    low = "0 or above" if allow_zero else "above 0"
     for suffix, scale in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
         if value.endswith(suffix):
             try:
                 seconds = float(value.removesuffix(suffix)) * scale
             except ValueError:
                 break
-            if not (math.isfinite(seconds) and 0 < seconds <= 86_400):
-                raise UsageError(f"{flag}: {text!r} must be above 0 and at most 1 day")
+            if not (math.isfinite(seconds) and (seconds >= 0 if allow_zero else seconds > 0) and seconds <= 86_400):
+                raise UsageError(f"{flag}: {text!r} must be {low} and at most 1 day")
             return seconds
     raise UsageError(f"{flag}: {text!r} is not a duration; give a number with a unit: 500ms, 2s, 250us")
 
