@@ -39,6 +39,9 @@ def test_every_builtin_engine_has_a_file_with_its_newest_era():
         ("vllm@0.10.1", "vllm@v1"),
         ("tensorrt-llm@0.9", "tensorrt-llm@static"),
         ("tensorrt-llm@0.10", "tensorrt-llm@inflight"),
+        ("llama.cpp@b2000", "llama.cpp@eager"),  # a build tag, as llama.cpp names its releases
+        ("llama.cpp@b3891", "llama.cpp@graphs"),
+        ("llama.cpp@2800", "llama.cpp@graphs"),
     ],
 )
 def test_an_era_is_named_or_spelled_by_a_version_it_covers(spelled, label):

@@ -101,6 +101,8 @@ class EngineFile(BaseModel):
         key = spelled.strip().lower()
         if key in self.eras:
             return key
+        if key[:1] == "b" and key[1:].isdigit():  # a build tag (llama.cpp's b3891) is its build number
+            key = key[1:]
         version = version_key(key) if key[:1].isdigit() else None  # `v9` is a name (none such), `0.9` a version
         if version is None:
             return None
