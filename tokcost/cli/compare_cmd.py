@@ -128,7 +128,7 @@ def compare(
     warn(unused_network(network, [e.layout for e in results]))
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]
     if plot is not None:  # grouped bars of TTFT, TPOT, tokens/s and $/1M per (model, GPU)
-        plots.save(plots.compare_figure(results), plot, force=force)
+        plots.save(plots.compare_figure(results), plot, force=force, asker="--plot")
     if format == Format.json:
         print_json({"rows": rows, "warnings": warnings})
         return

@@ -95,7 +95,7 @@ def estimate(
     warn(unused_network(network, [result.layout]))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
     if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it
-        plots.save(plots.estimate_figure(result, journey=journey_), plot, force=force)
+        plots.save(plots.estimate_figure(result, journey=journey_), plot, force=force, asker="--plot")
 
 
 estimate.__doc__ = (estimate.__doc__ or "") + "\n" + GLOSSARY

@@ -175,7 +175,8 @@ def plan(
     if plot is not None:  # $/hour against p90 TPOT and TTFT, labelled, SLOs dashed, the chosen configuration starred
         from tokcost.plots.plan import frontier_points, plan_slos
 
-        plots.save(plots.plan_figure(frontier_points(result), slos=plan_slos(result)), plot, force=force)
+        figure = plots.plan_figure(frontier_points(result), slos=plan_slos(result))
+        plots.save(figure, plot, force=force, asker="--plot")
 
 
 def _think(text: str | None) -> float | None:

@@ -152,7 +152,8 @@ def sweep(
         else:
             _render_held(held or [], format, handle, warnings)
     if plot is not None and held is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
-        plots.save(plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes), plot, force=force)
+        figure = plots.sweep_figure(held, capacity_bytes_per_gpu=spec.memory_bytes)
+        plots.save(figure, plot, force=force, asker="--plot")
 
 
 def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Path | None, formats: int) -> None:

@@ -71,10 +71,11 @@ def render(fig: Figure, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def save(fig: Figure, path: Path | str, *, force: bool = True) -> Path:
+def save(fig: Figure, path: Path | str, *, force: bool = True, asker: str = "plot()") -> Path:
     """Write the figure to `path` (.png or .svg, by its suffix) whole or not at all; returns the path. An existing
-    file is replaced only with `force` (the API's plot() replaces, as savefig does; the CLI's --plot needs --force)."""
-    target = _destination(Path(path), "--plot" if not force else "plot()", force)
+    file is replaced only with `force` (the API's plot() replaces, as savefig does; the CLI's --plot needs --force);
+    `asker` names the caller in a refusal."""
+    target = _destination(Path(path), asker, force)
     write_new(target, render(fig, target.suffix.lower().lstrip(".")), force=force)
     return target
 
