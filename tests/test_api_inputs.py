@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tokcost import TokcostError, Workload, compare, estimate, load_gpu, load_model, plan, sweep
+from tokcost import TokcostError, Workload, compare, estimate, load_engine, load_gpu, load_model, plan, sweep
 from tokcost.inputs import MAX_GRID_POINTS
 
 M, G = "llama-3.1-8b", "h100-sxm"
@@ -41,6 +41,16 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
         (lambda: sweep(model=M, gpu=G, batches=[True]), "batches[0]: bool True is not an integer"),
         (lambda: plan(model=M, gpus=[3], rate_rps=1.0), "gpus[0]: 3 is not a GpuSpec or text or a path"),
         (lambda: plan(model=M, gpus=G, concurrency=True), "concurrency: must be an integer or None (got bool True)"),
+        (lambda: compare(models=[], gpus=[G]), "models: an empty list; give at least one value"),
+        (
+            lambda: compare(models=M, gpus=[G], workload={"h100": Workload(tp=2)}),
+            "workload: 'h100' is not one of the gpus' names: h100-sxm",
+        ),  # it silently took the default
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, slos=["ttft=1s"]), "slos: 'ttft=1s' is not METRIC_PCT=VALUE"),
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, slos=["ttft_p90=0s"]), "slos: '0s' must be above 0"),
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, trace="no-such.jsonl"), "trace no-such.jsonl: no such file"),
+        (lambda: load_model(123), "name_or_path: a built-in name or a file path (str or pathlib.Path), not int"),
+        (lambda: load_gpu(None), "name_or_path: a built-in name or a file path (str or pathlib.Path), not NoneType"),
     ],
 )
 def test_a_wrong_type_is_one_line_naming_the_keyword(call, expected):
@@ -53,6 +63,10 @@ def test_a_path_object_is_a_path():
     with pytest.raises(TokcostError) as exc:
         estimate(model=Path("no-such-model.yaml"), gpu=G)
     assert one_line(exc) == "no-such-model.yaml: no such file"
+    # the loaders take one too, as the README says (they called .strip() on it)
+    spec = Path(__file__).parents[1] / "tokcost" / "specs" / "models" / "llama-3.1-8b.yaml"
+    assert load_model(spec) == load_model(M) and load_gpu(Path(G)) == load_gpu(G)
+    assert load_engine(Path("vllm@v0")).label == "vllm@v0"
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,7 @@ MAKE = {
     "upper_json": lambda p: p.write_text((CORPUS / "hf_duplicate_key.json").read_text()),
     "data_row_fp4": lambda p: p.write_text(_rows(id="bad-row", compute="fp4")),
     "data_row_bool": lambda p: p.write_text(_rows(id="bool-row", gpus=True)),
+    "data_row_two_nodes": lambda p: p.write_text(_rows(id="wide-row", gpus=16)),
     "data_no_rows": lambda p: p.write_text("rows: []\n"),
     # plan traces: one line past the bound on requests; a bad second line; lengths with no arrival times
     "trace_too_long": lambda p: p.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n' * 100_001),

@@ -286,7 +286,7 @@ def test_qwen_moe_rules_differ_from_qwen2():
 @pytest.mark.parametrize(
     ("layer_types", "got"),
     [(["sliding_attention"] * 27, "a list of 27"), ("sliding_attention", "'sliding_attention'"),
-     (["sliding_attention"] * 27 + ["chunked"], "a list of 28")],
+     (["sliding_attention"] * 27 + ["chunked"], "'chunked' at layer 27")],  # the first unknown kind
 )  # fmt: skip
 def test_layer_types_must_list_every_layer(layer_types, got):
     with pytest.raises(SpecError) as err:
@@ -318,7 +318,7 @@ def test_a_folder_name_becomes_a_one_line_name_of_at_most_200_characters():
     [
         ({"use_sliding_window": "false"}, "use_sliding_window: must be true or false (got 'false')"),
         ({"use_sliding_window": 0}, "use_sliding_window: must be true or false (got 0)"),
-        ({"max_window_layers": "all"}, "max_window_layers: must be an integer (got 'all')"),
+        ({"max_window_layers": "all"}, "max_window_layers: must be an integer from 0 to 10,000 (got 'all')"),
         ({"sliding_window": "4096"}, "sliding_window: must be an integer"),
         ({"tie_word_embeddings": "no"}, "tie_word_embeddings: must be true or false (got 'no')"),
         ({"num_key_value_heads": 4.0}, "num_key_value_heads: must be an integer from 1 to 10,000 (got 4.0)"),

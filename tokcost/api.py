@@ -30,6 +30,7 @@ from tokcost.engine.journey import journey as journey_of
 from tokcost.engine.report import compare_row, estimate_dict, journey_dict
 from tokcost.engine.sweep import SweepPoint
 from tokcost.engine.workload import Workload
+from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.inputs import check_grid, sweep_grid
@@ -159,6 +160,11 @@ def compare(
     gpu_list = _several(gpus, (GpuSpec, str, os.PathLike))
     check_grid(("models", model_list), ("gpus", gpu_list))
     gpu_specs, profile = [_gpu(g) for g in gpu_list], engine_for(_path(engine))
+    if isinstance(workload, Mapping):  # one per GPU name: a key naming no GPU would silently take the default
+        names = [g.name for g in gpu_specs]
+        stray = [k for k in workload if k not in names]
+        if stray:
+            raise UsageError(f"workload: {stray[0]!r} is not one of the gpus' names: {', '.join(names)}")
     results = []
     for m in (_model(m) for m in model_list):
         for g in gpu_specs:
@@ -298,7 +304,7 @@ def plan(
     from tokcost.serving.traffic import parse_slo
     from tokcost.traces import read_trace
 
-    rows = read_trace(Path(trace)) if trace is not None else None
+    rows = read_trace(Path(trace), "trace") if trace is not None else None
     traffic = plan_traffic(
         rate=rate_rps, concurrency=concurrency, think_time_s=think_time_s, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, prompt_dist=prompt_dist, output_dist=output_dist,
@@ -316,6 +322,6 @@ def plan(
         max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
-    result = run_plan(_model(model), traffic, [parse_slo(s) for s in _several(slos, str)], space,
+    result = run_plan(_model(model), traffic, [parse_slo(s, "slos") for s in _several(slos, str)], space,
                       simulate=simulate, requests=requests, seed=seed, api=True)  # fmt: skip
     return PlanResult(result)

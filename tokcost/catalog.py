@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from tokcost.errors import SpecError
+from tokcost.errors import SpecError, UsageError
 from tokcost.files import PACKAGE, load_mapping
 
 Kind = Literal["models", "gpus", "networks", "engines"]
@@ -87,8 +87,20 @@ def looks_like_path(text: str) -> bool:
     return Path(text).suffix.lower() in SPEC_SUFFIXES or "/" in text or os.sep in text or os.path.exists(text)
 
 
+def spelling(value: object) -> str:
+    """A spec's name or path as text: a str, or a path (os.PathLike, as the flags' files are); anything else is refused
+    in one line naming the argument."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        kind = type(value).__name__
+        raise UsageError(f"name_or_path: a built-in name or a file path (str or pathlib.Path), not {kind}")
+    return value
+
+
 def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:
     """(where, mapping) for a built-in name (any case) or a path to a YAML/JSON file."""
+    name_or_path = spelling(name_or_path)
     singular = kind.removesuffix("s")
     if not name_or_path.strip():
         raise SpecError("(empty)", f"no {singular} given; name a built-in {singular} or a file")

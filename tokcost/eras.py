@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tokcost.catalog import builtin_names, expect_kind, locate, looks_like_path
+from tokcost.catalog import builtin_names, expect_kind, locate, looks_like_path, spelling
 from tokcost.errors import SpecError
 from tokcost.profiles import EngineProfile, EraFields
 from tokcost.spec_errors import validated
@@ -157,7 +157,7 @@ def _with_name(data: dict[str, Any], name_or_path: str) -> dict[str, Any]:
 
 def load_profile(spelled: str) -> EngineProfile:
     """The profile `spelled` names: `vllm` (newest era), `vllm@v0`, `vllm@0.6.3`, or a YAML file (`file.yaml@era`)."""
-    name, era = split_spelling(spelled)
+    name, era = split_spelling(spelling(spelled))
     where, found = load_file(name)
     if era is None:
         return found.profile()

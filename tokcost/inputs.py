@@ -40,8 +40,11 @@ def keyword_message(message: str, names: Mapping[str, str] | None = None) -> str
 
 
 def check_grid(*axes: tuple[str, Sequence[Any]], limit: int = MAX_GRID_POINTS, hint: str = "") -> None:
-    """Refuse, before any work, a grid of more than `limit` points (the product of the lists' lengths); `hint`
-    ends the line (e.g. what a larger grid needs)."""
+    """Refuse, before any work, an empty axis (a grid of no point) or a grid of more than `limit` points (the product
+    of the lists' lengths); `hint` ends the line (e.g. what a larger grid needs)."""
+    for name, values in axes:
+        if not values:
+            raise UsageError(f"{name}: an empty list; give at least one value")
     points = math.prod(len(values) for _, values in axes)
     if points > limit:
         sizes = " x ".join(f"{len(values):,} {name}{' values' * name.startswith('-')}" for name, values in axes)

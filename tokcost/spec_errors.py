@@ -45,7 +45,10 @@ def allowed(field: FieldInfo) -> str:
     if len(kinds) > 1:  # a union such as Literal[...] | list[int]
         return " or ".join(allowed(FieldInfo.from_annotation(k)) for k in kinds)
     base = kinds[0] if kinds else field.annotation
-    base = get_args(base)[0] if get_origin(base) is Annotated else base  # e.g. FormatName: text
+    inner: list[Any] = []  # an Annotated branch's own constraints: `Annotated[int, Field(ge=0)] | None`
+    if get_origin(base) is Annotated:  # e.g. FormatName: text
+        base, *inner = get_args(base)
+        inner = [m for x in inner for m in (x.metadata if isinstance(x, FieldInfo) else [x])]
     if get_origin(base) is Literal:
         return "one of: " + ", ".join(str(v) for v in get_args(base))
     if isinstance(base, type) and issubclass(base, BaseModel):
@@ -53,8 +56,9 @@ def allowed(field: FieldInfo) -> str:
     if get_origin(base) is list:
         return "a list of " + {int: "integers", str: "names"}.get(get_args(base)[0], "values")
     if get_origin(base) is dict:
-        return "a mapping of keys to values"
-    limits = {k: getattr(m, k) for m in field.metadata for k in _LIMITS if getattr(m, k, None) is not None}
+        least = any(getattr(m, "min_length", None) for m in [*field.metadata, *inner])
+        return ("a non-empty " if least else "a ") + "mapping of keys to values"
+    limits = {k: getattr(m, k) for m in [*field.metadata, *inner] for k in _LIMITS if getattr(m, k, None) is not None}
     if base is str:
         low, high = limits.get("min_length", 0), limits.get("max_length")
         return f"text of at most {high:,} characters" + (", not blank" if low else "") if high else "text"
@@ -94,9 +98,9 @@ def _resolve(schema: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseMo
 def _shown(value: Any) -> str:
     """A short repr that never walks a large structure."""
     if isinstance(value, dict):
-        return "a mapping"
+        return "a mapping" if value else "an empty mapping"
     if isinstance(value, (list, tuple, set, frozenset)):
-        return "a list"
+        return "a list" if value else "an empty list"
     if isinstance(value, str) and len(value) > 40:
         return repr(value[:40]) + "..."
     return f"{value!r:.60}"

@@ -46,21 +46,22 @@ def _arrival(item: dict, where: str) -> float | None:
     return float(value)
 
 
-def read_trace(path: Path) -> Trace:
-    """A trace's requests, or a one-line error naming the file, the line and the key."""
+def read_trace(path: Path, flag: str = "--trace") -> Trace:
+    """A trace's requests, or a one-line error naming the file, the line and the key (`flag` names the input: the
+    API's `trace`)."""
     try:
         text = read_text(path, max_bytes=MAX_TRACE_BYTES, kind="trace", expect=".jsonl trace")
     except SpecError as exc:
-        raise UsageError(f"--trace {exc}") from None
+        raise UsageError(f"{flag} {exc}") from None
     prompts: list[int] = []
     outputs: list[int] = []
     arrivals: list[float] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"--trace {path}: line {number}"
+        where = f"{flag} {path}: line {number}"
         if len(prompts) == MAX_TRACE_ROWS:
-            raise UsageError(f"--trace {path}: more than {MAX_TRACE_ROWS:,} requests; give at most {MAX_TRACE_ROWS:,}")
+            raise UsageError(f"{flag} {path}: more than {MAX_TRACE_ROWS:,} requests; give at most {MAX_TRACE_ROWS:,}")
         try:
             item = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
@@ -74,9 +75,9 @@ def read_trace(path: Path) -> Trace:
         if arrival is not None:
             arrivals.append(arrival)
     if not prompts:
-        raise UsageError(f"--trace {path}: no requests in the trace")
+        raise UsageError(f"{flag} {path}: no requests in the trace")
     if arrivals and len(arrivals) != len(prompts):
         raise UsageError(
-            f"--trace {path}: arrival_s on {len(arrivals):,} of {len(prompts):,} lines; give it on all or none"
+            f"{flag} {path}: arrival_s on {len(arrivals):,} of {len(prompts):,} lines; give it on all or none"
         )
     return Trace(path, tuple(prompts), tuple(outputs), tuple(sorted(arrivals)))

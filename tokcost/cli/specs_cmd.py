@@ -294,6 +294,8 @@ def import_config(
         raise UsageError("--name: give a name with at least one visible character")
     if force and out is None:
         raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
+    if out is not None and out.suffix.lower() == ".json":  # tokcost reads a .json file back as JSON
+        raise UsageError(f"--out: {out.name!r}: the spec is written as YAML; name it .yaml or .yml")
     spec = from_hf_config(data, str(config), name=name or name_from_path(str(config)))
     body = spec.model_dump(by_alias=True, exclude_none=True)
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}

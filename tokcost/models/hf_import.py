@@ -90,11 +90,7 @@ def _layer_kinds(text: Any, where: str, prefix: str) -> tuple[list[str], list[st
     if types is None:  # Mistral, Phi-3: a window, when set, applies to every layer
         sliding = bool(window) and getattr(text, "use_sliding_window", True) is not False
         return ["sliding" if sliding else "global"] * n, None
-    names = (*_LAYER_TYPES, "mlp", "moe")
-    if not isinstance(types, list) or len(types) != n or not all(t in names for t in types):
-        got = f"a list of {len(types)}" if isinstance(types, list) else f"{types!r:.40}"
-        raise SpecError(where, f"must be a list of {n} entries (one per layer), each one of {', '.join(names)} "
-                               f"(got {got})", field=prefix + "layer_types")  # fmt: skip
+    _refuse_bad_layer_types(types, n, where, prefix)
     ssm = "mamba" if getattr(text, "mamba_num_heads", None) else "linear"  # Nemotron-H calls Mamba-2 linear
     mixers = [{"linear": ssm, "sliding": "sliding" if window else "global"}.get(k, k) for k in
               (_LAYER_TYPES.get(t, "none") for t in types)]  # fmt: skip
@@ -107,13 +103,21 @@ def _layer_kinds(text: Any, where: str, prefix: str) -> tuple[list[str], list[st
 def _check_layer_types(raw: dict[str, Any], where: str, prefix: str) -> None:
     """A stated `layer_types` names one known kind per layer (transformers' own check says less)."""
     types, n = raw.get("layer_types"), raw.get("num_hidden_layers")
-    names = (*_LAYER_TYPES, "mlp", "moe")
     if types is None or not isinstance(n, int) or isinstance(n, bool):
         return
-    if not isinstance(types, list) or len(types) != n or not all(t in names for t in types):
-        got = f"a list of {len(types)}" if isinstance(types, list) else f"{types!r:.40}"
-        raise SpecError(where, f"must be a list of {n} entries (one per layer), each one of {', '.join(names)} "
-                               f"(got {got})", field=prefix + "layer_types")  # fmt: skip
+    _refuse_bad_layer_types(types, n, where, prefix)
+
+
+def _refuse_bad_layer_types(types: Any, n: int, where: str, prefix: str) -> None:
+    """One known kind per layer, or the one line naming the first entry that is not (or the length)."""
+    names = (*_LAYER_TYPES, "mlp", "moe")
+    if isinstance(types, list) and len(types) == n and all(t in names for t in types):
+        return
+    bad = next((i for i, x in enumerate(types) if x not in names), None) if isinstance(types, list) else None
+    got = (f"{types[bad]!r:.40} at layer {bad}" if bad is not None and len(types) == n else
+           f"a list of {len(types)}" if isinstance(types, list) else f"{types!r:.40}")  # fmt: skip
+    raise SpecError(where, f"must be a list of {n} entries (one per layer), each one of {', '.join(names)} "
+                           f"(got {got})", field=prefix + "layer_types")  # fmt: skip
 
 
 def _mlp_kinds(text: Any, n: int) -> list[str]:

@@ -123,6 +123,9 @@ class _CompressedTensors(BaseModel):
 
 class _Fp8(BaseModel):  # fbgemm_fp8 and fp8 (FineGrainedFP8Config, DeepSeek-V3's 128x128 blocks)
     model_config = _READ
+    # read to be checked (a wrong type or a zero is refused); the format stays fp8, as the built-in DeepSeek-V3's
+    weight_block_size: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(default=None, min_length=2,
+                                                                                 max_length=2)  # fmt: skip
 
     def formats(self, hidden_size: int) -> tuple[str, str | None]:
         return "fp8", "fp8"  # activations are quantized to fp8 too (dynamically per token or block)

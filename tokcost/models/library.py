@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tokcost.catalog import builtin_names, expect_kind, locate
+from tokcost.catalog import builtin_names, expect_kind, locate, spelling
 from tokcost.models.spec import ModelSpec
 from tokcost.spec_errors import validated
 
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A validated ModelSpec from `llama-3.1-8b`, `my-model.yaml` or `path/to/config.json`."""
+    name_or_path = spelling(name_or_path)
     return model_from(*locate("models", name_or_path), name=name_from_path(name_or_path))
 
 

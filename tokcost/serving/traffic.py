@@ -161,16 +161,16 @@ def parse_duration(text: str, flag: str, *, allow_zero: bool = False) -> float:
     raise UsageError(f"{flag}: {text!r} is not a duration; give a number with a unit: 500ms, 2s, 250us")
 
 
-def parse_slo(text: str) -> Slo:
-    """'ttft_p90=500ms' -> Slo('ttft', 'p90', 0.5)."""
+def parse_slo(text: str, flag: str = "--slo") -> Slo:
+    """'ttft_p90=500ms' -> Slo('ttft', 'p90', 0.5); `flag` names the input in a refusal (the API's `slos`)."""
     key, sep, value = text.partition("=")
     metric, _, pct = key.strip().lower().partition("_")
     if not sep or metric not in METRICS or pct not in QUANTILES:
         raise UsageError(
-            f"--slo: {text!r} is not METRIC_PCT=VALUE with METRIC in {', '.join(METRICS)} and PCT in "
+            f"{flag}: {text!r} is not METRIC_PCT=VALUE with METRIC in {', '.join(METRICS)} and PCT in "
             f"{', '.join(QUANTILES)} (e.g. ttft_p90=500ms, tpot_p99=50ms, itl_p99=200ms, e2e_p50=10s)"
         )
-    return Slo(metric, pct, parse_duration(value, "--slo"))  # type: ignore[arg-type]
+    return Slo(metric, pct, parse_duration(value, flag))  # type: ignore[arg-type]
 
 
 def parse_dist(text: str, mean: float, flag: str) -> LengthDist:

@@ -227,10 +227,15 @@ def row_deployment(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfi
     try:
         d = deployment(model, gpu, workload_of(row), engine=engine)
         d.rates("ceiling")  # the compute dtype has a peak on this GPU
-        return d
     except UsageError as exc:  # the engine names a flag (--compute-dtype: ...): name the row and its key
         flag, _, message = str(exc).partition(": ")
         raise SpecError(f"row {row.id}", message, field=ROW_KEY_OF_FLAG.get(flag, flag)) from None
+    lay = d.layout
+    if lay.nodes > 1:  # a row names no network: its collectives could not be priced
+        raise SpecError(f"row {row.id}", f"{lay.gpus} GPUs span {lay.nodes} nodes of {lay.gpus_per_node}; a row here "
+                        "runs inside one node (a multi-node run goes in multinode.yaml, with its network)",
+                        field="gpus")  # fmt: skip
+    return d
 
 
 def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, cell: Cell, engine: EngineProfile,
