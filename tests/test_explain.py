@@ -133,3 +133,18 @@ def test_journey_of_llama_8b_sums_to_the_printed_tpot():
     # the LM head alone costs about as much as two of the 32 blocks
     block = sum(r.ceiling_s for r in rows.values() if r.block) / 32
     assert 1.5 < head.ceiling_s / block < 2.5
+
+
+def test_expected_names_every_kernel_class_a_deployment_reads():
+    # an int4 checkpoint's matmuls run TensorRT-LLM's weight-only class, not its GEMV: --explain printed only the
+    # GEMV's 0.897 while the step used the int4 class's value (5.6% apart on the step)
+    from tokcost.profiles import load_engine
+
+    engine = load_engine("tensorrt-llm")
+    e = estimate(load_model("llama-3.1-8b"), load_gpu("l40s"), Workload(batch=8, weights_dtype="int4"),
+                 engine=engine)  # fmt: skip
+    side = next(x for x in explanation_lines(e) if x.strip().startswith("memory side:"))
+    assert f"weight-only int4 {engine.kernels.memory_of('weight_only', 'int4'):.3g}" in side
+    assert "routed experts x" in side and "on top of their format's class" in side
+    dense = estimate(load_model("llama-3.1-8b"), load_gpu("l40s"), Workload(batch=8), engine=engine)
+    assert "weight-only" not in next(x for x in explanation_lines(dense) if x.strip().startswith("memory side:"))

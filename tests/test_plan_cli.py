@@ -107,6 +107,46 @@ def test_explain_reevaluates_littles_law_line(plan_json):
     assert product == pytest.approx(stated, rel=0.01)
 
 
+def _ms(text: str) -> float:
+    """'16.1 ms' or '1,234 ms' or '0.6 s' -> ms."""
+    value, unit = text.strip().split()[:2]
+    return float(value.replace(",", "")) * (1e3 if unit.startswith("s") else 1.0)
+
+
+def test_explain_queue_wait_redoes_its_arithmetic(plan_json):
+    # E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) from the very numbers the line prints (it printed another E[S]
+    # and rho than the ones the model uses)
+    data, _ = plan_json
+    line = next(x for x in data["explain"] if "E[W] = lambda_q" in x)
+    lam = float(re.search(r"lambda_q = ([\d.]+)/s", line)[1])
+    second = float(re.search(r"E\[\(alpha P'\)\^2\] = ([\d.,]+) ms\^2", line)[1].replace(",", ""))
+    u = float(re.search(r"E\[P'\] = ([\d.]+): E\[W\]", line)[1])
+    wait = _ms(line.rsplit("= ", 1)[1])
+    assert lam * second * 1e-3 / (2 * (1 - u)) == pytest.approx(wait, rel=0.01)
+
+
+def test_explain_step_parts_add_up_to_the_step(cli):
+    # each step's parts sum to its time: SGLang's gaps between kernels and the expert all-to-all it hides included
+    # (both were left out, 1-3% of the step)
+    r = cli("plan", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--tp", "2", "--engine", "sglang", "--rate", "8",
+            "--slo", "tpot_p90=50ms", "--explain", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    explained = r.json()["explain"]
+    assert any("gaps between kernels" in x for x in explained) and any(
+        "hidden behind the kernels" in x for x in explained
+    )
+    lines = [x.strip() for x in explained if x.strip().startswith(("decode-only step at", "Tc ("))]
+    assert len(lines) == 2
+    for line in lines:
+        total, parts = line.split(": ", 1)
+        added = 0.0
+        for part in re.split(r", (?![^(]*\))", parts):  # commas inside a part's parentheses stay in it
+            found = re.search(r"([\d.,]+ m?s)\b", part)
+            if found and not part.startswith("("):
+                added += _ms(found[1]) * (-1 if part.startswith("- ") else 1)
+        assert added == pytest.approx(_ms(total.rsplit("= ", 1)[1]), rel=0.01, abs=0.002), line
+
+
 def test_table_markdown_and_csv(cli):
     table = cli(*BASE, "--rate", "20", *SLOS)
     assert table.exit_code == 0, table.stderr

@@ -7,16 +7,26 @@ can redo the arithmetic with the values shown.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tokcost import fmt
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_state_bytes, stage_weight_bytes
 from tokcost.engine.mixer_stages import attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
-from tokcost.engine.roofline import ATTENTION_FLOOR_SOURCE, UNHIDDEN_SOURCE, Rates, kernel_rates
+from tokcost.engine.roofline import (
+    ATTENTION_FLOOR_SOURCE,
+    UNHIDDEN_SOURCE,
+    Rates,
+    kernel_class,
+    kernel_rates,
+    matmul_path,
+)
 from tokcost.formats import get as get_format
 from tokcost.models.layers import KV_MIXERS, MIXERS
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import KernelEfficiency, kernel_family
 from tokcost.units import MIB
 
 ATTENTION_NAME = {"attention": "paged GQA / MHA", "attention_mla": "MLA latent cache"}  # --explain's names
@@ -293,6 +303,15 @@ def explain(e: Estimate) -> list[Section]:
     return sections
 
 
+def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
+    """The weight-only (dequantizing) class of each format this deployment's matmuls read that way, or ''."""
+    ceiling = e.deployment.rates("ceiling")
+    formats = dict.fromkeys(f for kind, f in e.deployment.compiled.kernel_keys
+                            if kernel_class(kind, matmul_path(kind, f, ceiling)[1]) == "weight_only")  # fmt: skip
+    return "".join(f", weight-only {f} {k.memory_of('weight_only', f):.3g}{mark('m.wo.' + kernel_family(f))}"
+                   for f in formats)  # fmt: skip
+
+
 def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     g, peak, engine = e.gpu, e.deployment.rates("ceiling"), e.deployment.engine
     hw, gap = g.hardware, engine.gap(g.platform)
@@ -317,8 +336,9 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     lines += [
         f"engine: {engine.label} ({engine.summary or engine.source}); each kernel class at the hardware's rate "
         "x its efficiency, capped at the datasheet",
-        f"memory side: GEMV {k.memory.gemv:.3g}{mark('m.gemv')}, decode attention ({ATTENTION_NAME[attention]}: "
-        f"{attention}) {k.memory_of(attention):.3g}{mark(attention_key)}, MoE {k.memory.moe:.3g}{mark('m.moe')}",
+        f"memory side: GEMV {k.memory.gemv:.3g}{mark('m.gemv')}{_weight_only(e, k, mark)}, decode attention "
+        f"({ATTENTION_NAME[attention]}: {attention}) {k.memory_of(attention):.3g}{mark(attention_key)}, routed "
+        f"experts x{k.memory.moe:.3g}{mark('m.moe')} on top of their format's class",
         f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
         f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
     ]

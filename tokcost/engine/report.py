@@ -172,7 +172,7 @@ def journey_dict(j: Journey) -> dict[str, Any]:
 
 
 def bottleneck(e: Estimate) -> str:
-    """One sentence naming what limits decode, e.g. 'decode is memory-bound: 94% of each step is reading ...'."""
+    """One sentence naming what limits decode, e.g. 'decode is memory-bound: 94% of each step is moving ...'."""
     step = e.ceiling.decode_step or e.ceiling.prefill
     phase = "decode" if e.ceiling.decode_step else "prefill"
     top = max(step.components, key=lambda c: c.seconds)
@@ -182,10 +182,13 @@ def bottleneck(e: Estimate) -> str:
     elif top.bound == "compute":
         kernels = {"weights": "matmuls", "state": "state scans"}.get(top.name, "attention")
         what = f"{top.flops / 1e12:.2f} TFLOP of {kernels}"
-    else:
-        targets = {"weights": "weights", "attention": "KV cache", "state": "recurrent state"}
-        target = targets.get(top.name, "activations")
-        what = f"reading {top.bytes / 1e9:.2f} GB of {target}"
+    else:  # the component's bytes: what its kernels read (weights, the KV cache, state) and their activations
+        named = {"weights": ("matmuls", "weights"), "attention": ("attention", "KV cache"),
+                 "state": ("state scans", "recurrent state")}  # fmt: skip
+        kernels, target = named.get(top.name, ("other kernels", ""))
+        what = f"moving {top.bytes / 1e9:.2f} GB through its {kernels}" + (
+            f" (the {target} and their activations)" if target else " (activations)"
+        )
     return f"{phase} is {step.bound}-bound: {share:.0%} of each {'step' if phase == 'decode' else 'pass'} is {what}"
 
 

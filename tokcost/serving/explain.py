@@ -51,6 +51,13 @@ SERVING_MODEL = [
 
 def _pass(name: str, cost: PassCost) -> str:
     parts = [f"{c.name} {fmt.ms(c.seconds)} ({c.bound})" for c in cost.components if c.seconds]
+    factor = cost.pipeline_factor
+    if cost.gap_s:  # the GPU's idle time between kernels (their count x the engine's gap)
+        parts.append(f"gaps between kernels {fmt.ms(cost.gap_s * factor)}")
+    if cost.hidden_s:  # communication overlapped with the kernels
+        parts.append(f"- {fmt.ms(cost.hidden_s * factor)} of the communication hidden behind the kernels")
+    if cost.launch_bound:
+        parts.append(f"(the host's kernel launches, {fmt.ms(cost.launch_s * factor)}, set the stage time)")
     if cost.overhead_s:
         parts.append(f"overhead {fmt.ms(cost.overhead_s)}")
     return f"{name} = {fmt.ms(cost.seconds)}: " + ", ".join(parts)
@@ -93,7 +100,9 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     head = f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected ({load})"
     steps = [
         f"decode context c = p0 + E[P'] + (E[n^2] + E[n]) / (2 E[n]) = {r.steps.decode_context:,.0f} tokens",
-        _pass(f"T0 (decode-only step, batch b + 1 = {pt.batch + 1:,.1f})", r.steps.pass_cost(pt.batch + 1, ())),
+        _pass(f"decode-only step at batch b + 1 = {pt.batch + 1:,.1f}", r.steps.pass_cost(pt.batch + 1, ())),
+        f"T0 = the decode-only step a sequence sees, averaged over the Poisson(b) others it shares a step with = "
+        f"{fmt.ms(pt.decode_step_s)} (the step at b + 1 where the step is a line in the batch)",
     ]
     if r.prompts:
         beside = r.prefill_batch(pt.batch)
@@ -117,9 +126,13 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"{pt.rate_rps * n * pt.tpot_mean_s:,.1f} sequences (the state solved at b = {pt.batch:,.1f})",
     ]
     cv = math.sqrt(pt.service.var) / pt.service.mean if pt.service.mean else 0.0
+    alpha = pt.chunk_step_s / r.chunk
+    m1, m2 = r.prompt_moments[0], r.prompt_moments[1]
     queue = [
-        f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them {pt.queue_rate_rps:.3f}/s; "
-        f"E[W] = lambda E[S^2] / (2 (1 - rho)) = {fmt.ms(pt.wait_mean_s)}; P(wait) = {pt.queue_rho:.3f}",
+        f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them lambda_q = "
+        f"{pt.queue_rate_rps:.3f}/s; a queued prompt is drained packed, alpha P' (E[alpha P'] = "
+        f"{fmt.ms(alpha * m1)}, E[(alpha P')^2] = {alpha**2 * m2 * 1e6:,.4g} ms^2), at P(wait) = u = lambda_q alpha "
+        f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
         f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
         *_admission_lines(pt),
@@ -128,9 +141,18 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         + "; ITL p50/p90/p99 = " + _triple(x.itl_s) + f"; feedback gain {r.feedback(pt):.2f}",
     ]  # fmt: skip
     running = f"{r.max_running:,} ({row.choice.max_running_source})" if r.max_running and row.choice else "none"
+    limits = r.load_limits() if not r.rate_driven else {}
+    saturation = (f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}" if math.isfinite(r.saturation_batch)
+                  else "no saturation batch from packing (prefill runs in steps of its own: the queue's rho -> 1 "
+                  "stops the load)")  # fmt: skip
+    kv = (f"KV limit (p99 batch fits {r.kv_capacity_tokens:,.0f} tokens) = {r.kv_batch_limit():,.1f}"
+          if not r.loop.closed else
+          f"KV limit (the {r.kv_slots():,.0f} sequences the cache holds whole, x the decoding share "
+          f"{r.decoding_share():.3f}) = {limits.get('KV memory', math.inf):,.1f}")  # fmt: skip
+    cap_note = (f" (x the decoding share {r.decoding_share():.3f} = {limits['cap']:,.1f})"
+                if math.isfinite(limits.get("cap", math.inf)) else "")  # fmt: skip
     limit = [
-        f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}; KV limit (p99 batch fits "
-        f"{r.kv_capacity_tokens:,.0f} tokens) = {r.kv_batch_limit():,.1f}; running cap {running}",
+        f"{saturation}; {kv}; running cap {running}{cap_note}",
         f"saturation = {cap.saturation_rps:.3f} req/s per replica; goodput = {cap.max_rate_rps:.3f} req/s "
         f"(at b = {cap.load:,.1f}); binding: {cap.binding}",
     ]

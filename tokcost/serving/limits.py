@@ -54,7 +54,7 @@ class ReplicaLimits:
         cap = float(self.max_running) if self.max_running is not None else math.inf
         return min(cap, self.kv_slots()) if self.loop.closed else cap
 
-    def _limits(self) -> dict[str, float]:
+    def load_limits(self) -> dict[str, float]:
         """Each bound on the mean decode batch, by what imposes it."""
         cap = self.running_cap()
         running = cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
@@ -73,13 +73,13 @@ class ReplicaLimits:
                 return 0.0
             _, _, alpha, _, d, _ = self._terms(0.0, None)  # saturated: every step full
             return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
-        return min(self._limits().values())
+        return min(self.load_limits().values())
 
     def limit_kind(self) -> str:
         """What caps the load when no SLO does: 'saturation', 'KV memory' or 'cap' (the engine's running cap)."""
         if self.rate_driven:
             return "saturation"
-        limits = self._limits()
+        limits = self.load_limits()
         return min(limits, key=lambda k: limits[k])
 
     def kv_bound(self) -> bool:
