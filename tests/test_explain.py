@@ -148,3 +148,16 @@ def test_expected_names_every_kernel_class_a_deployment_reads():
     assert "routed experts x" in side and "on top of their format's class" in side
     dense = estimate(load_model("llama-3.1-8b"), load_gpu("l40s"), Workload(batch=8), engine=engine)
     assert "weight-only" not in next(x for x in explanation_lines(dense) if x.strip().startswith("memory side:"))
+
+
+def test_expected_says_what_the_ceiling_hides_and_the_engine_does_not():
+    # TP 2 at FP8 compute: the collectives run in series under "expected" (only the ceiling subtracts them, marked
+    # "hidden"), and the 16-bit matmuls run at the bf16 GEMM share, which the lines now give beside the FP8 one
+    w = Workload(batch=64, tp=2, weights_dtype="fp8", compute_dtype="fp8")
+    e = estimate(load_model("llama-3.1-70b"), load_gpu("mi300x"), w)
+    lines = [x.strip() for x in explanation_lines(e)]
+    assert "overlap: none; the collectives run in series with the kernels (the ceiling alone hides them)" in lines
+    assert any(x.startswith("one stage-time:") and " hidden = " in x for x in lines)
+    half = load_gpu("mi300x").hardware.gemm_for("bf16")
+    assert any(x.startswith("GEMM (bf16, for the matmuls that stay 16-bit") and f"x {half.fraction:g} =" in x
+               for x in lines)  # fmt: skip

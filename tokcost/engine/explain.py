@@ -70,7 +70,7 @@ def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
     if cost.gap_s:  # the GPU's idle gap between kernels, every era
         total += f" + {kernels} x {fmt.seconds(cost.gap_s / kernels)}"
     if cost.hidden_s:  # collectives overlapped with the kernels (the ceiling: all of them)
-        total += f" - {fmt.seconds(cost.hidden_s)}"
+        total += f" - {fmt.seconds(cost.hidden_s)} hidden"
     if cost.launch_s:  # the host launches every kernel (eager eras): no faster than that
         total = f"max({total}, {kernels} x {fmt.seconds(cost.launch_s / kernels)})"
     lines.append(f"one stage-time: {total} = {fmt.seconds(cost.stage_seconds)}")
@@ -333,6 +333,11 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     if gemm is not None:
         lines.append(f"GEMM ({e.precision.compute}): {fmt.si(peak.flops_per_s, 'FLOP/s')} x {gemm.fraction:g} = "
                      f"{fmt.si(rates.flops_per_s, 'FLOP/s')} [{gemm.provenance}]")  # fmt: skip
+    half = hw.gemm_for("bf16")
+    if half is not None and gemm is not half and rates.float16_flops_per_s:  # attention, the LM head at 16 bits
+        lines.append(f"GEMM (bf16, for the matmuls that stay 16-bit: attention, a 16-bit LM head): "
+                     f"{fmt.si(peak.float16_flops_per_s, 'FLOP/s')} x {half.fraction:g} = "
+                     f"{fmt.si(rates.float16_flops_per_s, 'FLOP/s')} [{half.provenance}]")  # fmt: skip
     lines += [
         f"engine: {engine.label} ({engine.summary or engine.source}); each kernel class at the hardware's rate "
         "x its efficiency, capped at the datasheet",
@@ -368,6 +373,8 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     )  # fmt: skip
     if rates.comm_overlap:
         lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")
+    elif e.layout.gpus > 1:  # the ceiling hides every collective it can (its steps subtract them, 'hidden')
+        lines.append("overlap: none; the collectives run in series with the kernels (the ceiling alone hides them)")
     band = e.band
     lines.append(f"80% band (time x {band.low:.2f} to x {band.high:.2f}): {band.basis}")
     x = e.expected
