@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import re
 from importlib import resources
 
@@ -145,6 +146,25 @@ def test_explain_step_parts_add_up_to_the_step(cli):
             if found and not part.startswith("("):
                 added += _ms(found[1]) * (-1 if part.startswith("- ") else 1)
         assert added == pytest.approx(_ms(total.rsplit("= ", 1)[1]), rel=0.01, abs=0.002), line
+
+
+def test_explain_closed_loop_users_and_replicas_redo_their_arithmetic(cli):
+    # a closed loop's users per replica was not printed, so its replica count could not be checked by hand
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--concurrency", "500", "--think-time", "2s",
+            "--slo", "tpot_p90=30ms", "--explain", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    users = next(x for x in data["explain"] if "users N = lambda" in x)
+    lam, rest = users.split(" = ")[2].split(" x (", 1)
+    terms = rest.split(") = ")[0].split(" + ")
+    n, tpot = terms[1].split(" x ")
+    cycle = _ms(terms[0]) + float(n.replace(",", "")) * _ms(tpot) + _ms(terms[2]) + _ms(terms[3])
+    per = float(users.rsplit(" = ", 1)[1].split()[0].replace(",", ""))
+    assert float(lam) * cycle / 1e3 == pytest.approx(per, rel=0.01)
+    fleet = next(x for x in data["explain"] if "users per replica at goodput = " in x)
+    capacity = float(fleet.split("users per replica at goodput = ")[1].split()[0].replace(",", ""))
+    replicas = data["configs"][0]["expected"]["replicas"]
+    assert replicas == math.ceil(500 * 1.2 / capacity - 1e-9) and f"= {replicas}; GPUs" in fleet
 
 
 def test_table_markdown_and_csv(cli):

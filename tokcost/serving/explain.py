@@ -10,6 +10,7 @@ import math
 
 from tokcost import fmt
 from tokcost.engine.roofline import PassCost
+from tokcost.serving.capacity import capacity, users_capacity
 from tokcost.serving.fleet import cost_shares
 from tokcost.serving.latency import e2e_mean
 from tokcost.serving.replica import LoadPoint, Replica
@@ -194,9 +195,10 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         return []
     pt = x.point
     users = t.concurrency / x.replicas
-    e2e = e2e_mean(r, pt)
-    lines = [f"users N = lambda (E[TTFT] + E[n] TPOT + RTT + Z) = {pt.rate_rps:.3f} x ({fmt.ms(e2e)} + "
-             f"{fmt.ms(t.client_rtt_s)} + {t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip
+    ttft = e2e_mean(r, pt) - r.decode_steps_mean * pt.tpot_mean_s  # E2E's mean less its decode: E[TTFT]
+    lines = [f"users N = lambda (E[TTFT] + E[n] TPOT + RTT + Z) = {pt.rate_rps:.3f} x ({fmt.ms(ttft)} + "
+             f"{r.decode_steps_mean:,.0f} x {fmt.ms(pt.tpot_mean_s)} + {fmt.ms(t.client_rtt_s)} + "
+             f"{t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip
     step = pt.tpot_mean_s
     if r.loop.lockable and r.loop.step_share(step) > 0.5:
         lines.append("fixed lengths, no think time: users may come back in lock-step groups, each waiting out the "
@@ -230,8 +232,12 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         lines = [f"replicas = ceil(rate x (1 + headroom) / goodput) = ceil({t.rate_rps:g} x {1 + h:g} / "
                  f"{x.max_rate_rps:.3f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
     else:
-        lines = [f"replicas = ceil(users x (1 + headroom) / users per replica at goodput) = {x.replicas}; "
-                 f"GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
+        cap = capacity(r, plan.slos)
+        per = users_capacity(r, cap, t.think_time_s)
+        lines = [f"users per replica at goodput = {per:,.1f} (the users the goodput state holds; at a load limit, "
+                 f"those it holds without waiting for prefill); replicas = ceil(users x (1 + headroom) / that) = "
+                 f"ceil({t.concurrency:,} x {1 + h:g} / {per:,.1f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = "
+                 f"{x.gpus}"]  # fmt: skip
     lines.append(f"utilization = rate per replica / saturation = {x.point.rate_rps:.3f} / {x.saturation_rps:.3f} "
                  f"= {x.utilization or 0:.0%}")  # fmt: skip
     if x.usd_per_hour is None:
