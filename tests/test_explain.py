@@ -161,3 +161,13 @@ def test_expected_says_what_the_ceiling_hides_and_the_engine_does_not():
     half = load_gpu("mi300x").hardware.gemm_for("bf16")
     assert any(x.startswith("GEMM (bf16, for the matmuls that stay 16-bit") and f"x {half.fraction:g} =" in x
                for x in lines)  # fmt: skip
+
+
+def test_weights_held_are_those_read_plus_the_embedding_table():
+    # Llama-3.1-8B: the memory table holds 16.06 GB, a step reads 15.01 GB; the rest is the embedding table, by hand
+    # 128,256 x 4,096 x 2 B = 1.051 GB, looked up a row per token (the LM head is its own 1.051 GB, read every step)
+    e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload())
+    line = next(x.strip() for x in explanation_lines(e) if x.strip().startswith("weights held per GPU"))
+    read, rest, held = (float(v) for v in re.findall(r"([\d.]+) GB", line)[:3])
+    assert held == pytest.approx(read + rest, abs=0.002)
+    assert rest == pytest.approx(128_256 * 4_096 * 2 / 1e9, abs=0.001)

@@ -125,6 +125,12 @@ def _weights(e: Estimate, step: PassCost) -> Section:
     total = sum(p.stage.count * p.stage.weight_bytes for p in step.stages)
     parts = " + ".join(fmt.si(p.stage.count * p.stage.weight_bytes, "B") for p in step.stages if p.stage.weight_bytes)
     lines.append(f"weights one decode step reads per GPU: {parts} = {fmt.si(total, 'B')}")
+    held = e.memory.per_gpu.weights
+    if held > total:  # the memory table holds more than a step streams
+        rest = fmt.si(held - total, "B")
+        lines.append(f"weights held per GPU (the memory table): {fmt.si(total, 'B')} read + {rest} not read = "
+                     f"{fmt.si(held, 'B')} (not read by a step: the embedding table, looked up a row per "
+                     "token; for MoE, the experts no token in the step is routed to)")  # fmt: skip
     return "Weights read per decode step (busiest GPU)", lines
 
 
