@@ -8,7 +8,7 @@ import typer
 
 from tokcost import fmt, plots
 from tokcost.cli.common import format_grid, split_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, unused_network, warn
+from tokcost.cli.deploy import degree_named_as_given, layout_flags, unused_network, warn
 from tokcost.cli.estimate_cmd import band_spans
 from tokcost.cli.options import (
     BatchOpt,
@@ -122,8 +122,9 @@ def compare(
         for i, precision in enumerate(formats)
     }  # fmt: skip
     profile = engine_for(engine)
-    results = [estimate(m, spec, workloads[name, i], network_for(spec, network), profile) for m in models
-               for name, spec in gpu_specs.items() for i in range(len(formats))]  # fmt: skip
+    with degree_named_as_given(bool(counts) and tp is None):
+        results = [estimate(m, spec, workloads[name, i], network_for(spec, network), profile) for m in models
+                   for name, spec in gpu_specs.items() for i in range(len(formats))]  # fmt: skip
     rows = [compare_row(e) for e in results]
     warn(unused_network(network, [e.layout for e in results]))
     warnings = [f"{e.model.name} on {e.gpu.name}: {w}" for e in results for w in e.warnings]

@@ -10,14 +10,27 @@ kept, with a warning on stderr, since the same command line is right for a large
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from tokcost.engine.layout import Layout
+from tokcost.errors import UsageError
 
 
 def layout_flags(gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gpus_per_node: int | None) -> dict:
     """The workload keys of the layout flags (`--gpus` alone is the shorthand for `--tp`)."""
     return {"gpus": gpus, "tp": tp, "pp": pp, "ep": ep, "dp": dp, "gpus_per_node": gpus_per_node}
+
+
+@contextmanager
+def degree_named_as_given(gpus_alone: bool) -> Iterator[None]:
+    """`--gpus` alone is the shorthand for `--tp`: a refusal of that degree names the flag the user wrote."""
+    try:
+        yield
+    except UsageError as exc:
+        if gpus_alone and str(exc).startswith("--tp: "):
+            raise UsageError("--gpus: " + str(exc).removeprefix("--tp: ")) from None
+        raise
 
 
 def warn(lines: Iterable[str]) -> None:

@@ -6,7 +6,7 @@ import sys
 
 from tokcost import fmt, plots
 from tokcost.cli.common import workload_from_flags
-from tokcost.cli.deploy import layout_flags, unused_network, warn
+from tokcost.cli.deploy import degree_named_as_given, layout_flags, unused_network, warn
 from tokcost.cli.options import (
     BatchOpt,
     ComputeOpt,
@@ -91,7 +91,8 @@ def estimate(
         **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )
     gpu_spec = load_gpu(gpu)
-    result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
+    with degree_named_as_given(gpus is not None and tp is None):
+        result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
     warn(unused_network(network, [result.layout]))
     render_estimate(result, format, explain_=explain_, journey_=journey_)
     if plot is not None:  # the roofline chart; with --journey, the journey's bars beside it

@@ -20,7 +20,7 @@ import typer
 
 from tokcost import fmt, plots
 from tokcost.cli.common import format_grid, int_list, workload_from_flags
-from tokcost.cli.deploy import layout_flags, unused_network, warn
+from tokcost.cli.deploy import degree_named_as_given, layout_flags, unused_network, warn
 from tokcost.cli.options import (
     ComputeListOpt,
     DpOpt,
@@ -133,7 +133,8 @@ def sweep(
     _check_outputs(format, out, force, plot, len(formats))
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
+    with degree_named_as_given(gpus is not None and tp is None):
+        warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
     points = chain.from_iterable(
         iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
         for base in bases
