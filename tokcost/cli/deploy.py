@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from tokcost.engine.layout import Layout
 from tokcost.errors import UsageError
+from tokcost.inputs import FLAG_OF_FIELD, keyword_message
 
 
 def layout_flags(gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gpus_per_node: int | None) -> dict:
@@ -28,9 +29,9 @@ def degree_named_as_given(gpus_alone: bool) -> Iterator[None]:
     try:
         yield
     except UsageError as exc:
-        if gpus_alone and str(exc).startswith("--tp: "):
-            raise UsageError("--gpus: " + str(exc).removeprefix("--tp: ")) from None
-        raise
+        if not gpus_alone:
+            raise
+        raise UsageError(keyword_message(str(exc), {**FLAG_OF_FIELD, "tp": "--gpus"})) from None
 
 
 def warn(lines: Iterable[str]) -> None:

@@ -265,7 +265,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
 
 def _overlap_note(step: PassCost) -> list[str]:
     """Where collectives run beside the kernels, how much of them the step hides (the shares then sum past 100%)."""
-    hidden = step.hidden_s * step.pipeline_factor
+    hidden = step.hidden_pass_s
     if hidden <= 0:
         return []
     comm = step.part("communication").seconds

@@ -129,6 +129,11 @@ class PassCost:
         return self.overlap * min(kernels, overlapped)
 
     @property
+    def hidden_pass_s(self) -> float:
+        """Collective time the whole pass hides (every stage-time of its pipeline schedule)."""
+        return self.hidden_s * self.pipeline_factor
+
+    @property
     def launch_bound(self) -> bool:
         """The host's kernel launches, not the GPU, set the stage's time (an eager era on a small model)."""
         kernels, serial, overlapped = self.parts_seconds

@@ -12,10 +12,9 @@ from tokcost import fmt
 from tokcost.engine.roofline import PassCost
 from tokcost.serving.capacity import capacity, users_capacity
 from tokcost.serving.fleet import cost_shares
-from tokcost.serving.latency import e2e_mean
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
-from tokcost.serving.ttft import final_step_extra, lookahead_step
+from tokcost.serving.ttft import final_step_extra, lookahead_step, ttft_moments
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
@@ -56,7 +55,7 @@ def _pass(name: str, cost: PassCost) -> str:
     if cost.gap_s:  # the GPU's idle time between kernels (their count x the engine's gap)
         parts.append(f"gaps between kernels {fmt.ms(cost.gap_s * factor)}")
     if cost.hidden_s:  # communication overlapped with the kernels
-        parts.append(f"- {fmt.ms(cost.hidden_s * factor)} of the communication hidden behind the kernels")
+        parts.append(f"- {fmt.ms(cost.hidden_pass_s)} of the communication hidden behind the kernels")
     if cost.launch_bound:
         parts.append(f"(the host's kernel launches, {fmt.ms(cost.launch_s * factor)}, set the stage time)")
     if cost.overhead_s:
@@ -127,12 +126,12 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"{pt.rate_rps * n * pt.tpot_mean_s:,.1f} sequences (the state solved at b = {pt.batch:,.1f})",
     ]
     cv = math.sqrt(pt.service.var) / pt.service.mean if pt.service.mean else 0.0
-    alpha = pt.chunk_step_s / r.chunk
-    m1, m2 = r.prompt_moments[0], r.prompt_moments[1]
+    packed = r.packed_moments(pt.chunk_step_s / r.chunk)  # the moments the wait is computed from
+    second_ms2 = (packed.var + packed.mean**2) * 1e6
     queue = [
         f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them lambda_q = "
         f"{pt.queue_rate_rps:.3f}/s; a queued prompt is drained packed, alpha P' (E[alpha P'] = "
-        f"{fmt.ms(alpha * m1)}, E[(alpha P')^2] = {alpha**2 * m2 * 1e6:,.4g} ms^2), at P(wait) = u = lambda_q alpha "
+        f"{fmt.ms(packed.mean)}, E[(alpha P')^2] = {second_ms2:,.4g} ms^2), at P(wait) = u = lambda_q alpha "
         f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
         f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
@@ -195,7 +194,7 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         return []
     pt = x.point
     users = t.concurrency / x.replicas
-    ttft = e2e_mean(r, pt) - r.decode_steps_mean * pt.tpot_mean_s  # E2E's mean less its decode: E[TTFT]
+    ttft = ttft_moments(r, pt).mean
     lines = [f"users N = lambda (E[TTFT] + E[n] TPOT + RTT + Z) = {pt.rate_rps:.3f} x ({fmt.ms(ttft)} + "
              f"{r.decode_steps_mean:,.0f} x {fmt.ms(pt.tpot_mean_s)} + {fmt.ms(t.client_rtt_s)} + "
              f"{t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip

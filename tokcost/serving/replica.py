@@ -295,7 +295,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         c = self.chunk
         if not math.isfinite(queue.rate) or queue.backlog >= 1:
             return tuple((p.last_chunk(c) / c, alpha * p.last_chunk(c)) for p in self.prompts)
-        theta, shape = wait_given_waiting(queue.rate, self._packed(alpha), queue.backlog)
+        theta, shape = wait_given_waiting(queue.rate, self.packed_moments(alpha), queue.backlog)
         w = self.loop.step_share(step)  # step-locked arrivals (closed loop): the whole step they land in
         lone, decoding = queue.landing()
         idle = max(1 - queue.backlog - lone - decoding, 0.0)
@@ -320,7 +320,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
             out.append((sum(p * e for p, (e, _) in shares) / total, sum(p * x for p, (_, x) in shares) / total))
         return tuple(out)
 
-    def _packed(self, alpha: float) -> Moments:
+    def packed_moments(self, alpha: float) -> Moments:
         """Moments of a queued prompt's packed prefill work, alpha P' (what a backlog drains at)."""
         m1, m2, m3 = self.prompt_moments
         return _affine_moments(alpha, 0.0, m1, m2, m3)
@@ -330,7 +330,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
     ) -> LoadPoint:
         kv = self.kv_shared + (b + Z_P99 * math.sqrt(b)) * self.kv_private + rho * self.prompt_moments[0]
         queue = queue if queue is not None else Queue(rate, rho, rho, 0.0)
-        packed = self._packed(tc / self.chunk)
+        packed = self.packed_moments(tc / self.chunk)
         wait = pollaczek_khinchine_wait(queue.rate, packed, queue.backlog) if queue.backlog > 0 else 0.0
         shape = wait_given_waiting(queue.rate, packed, queue.backlog)[1] if queue.backlog > 0 else 1.0
         p_admit, admit_s = self._admission(b + queue.steps, rate)
