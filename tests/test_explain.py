@@ -171,3 +171,54 @@ def test_weights_held_are_those_read_plus_the_embedding_table():
     read, rest, held = (float(v) for v in re.findall(r"([\d.]+) GB", line)[:3])
     assert held == pytest.approx(read + rest, abs=0.002)
     assert rest == pytest.approx(128_256 * 4_096 * 2 / 1e9, abs=0.001)
+
+
+def _lines_starting(e, prefix: str) -> list[str]:
+    return [x.strip() for x in explanation_lines(e) if x.strip().startswith(prefix)]
+
+
+@pytest.mark.parametrize("case", ["dense", "pipeline", "moe tensor parallel", "sliding window"])
+def test_memory_limits_show_the_sum_at_the_limit_and_one_past_it(case):
+    model, gpu, wl = CASES[case]
+    e = estimate(load_model(model), load_gpu(gpu), Workload(**wl), load_network("ib-ndr-400"))
+    cap = e.memory.capacity_bytes_per_gpu
+    (batch,) = _lines_starting(e, "max batch at")
+    (context,) = _lines_starting(e, "max context at")
+    for line, limit in ((batch, e.memory.max_batch), (context, e.memory.max_context)):
+        assert f": {limit:,}: " in line, line
+        at, _, rest = line.partition(" <= ")
+        assert evaluate(at.rpartition(": ")[2].partition(" = ")[0]) <= cap * (1 + 4e-3), line
+        if "sequences: " in rest or "tokens: " in rest:  # one past the limit no longer fits
+            past = rest.rpartition(": ")[2]
+            assert " > " in past and _value(*re.match(r"([\d.,]+) (\w?B)", past).groups()) > cap * (1 - 4e-3), line
+        else:
+            assert "the model's own context limit" in rest and limit == e.model.max_context
+
+
+def test_max_batch_of_llama_8b_by_hand():
+    # 8B on an H100 at 1,024 + 256 tokens: (85.52 GB x 0.9 - 16.06 GB weights - workspace) / (1,280 x 131,072 B)
+    e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload())
+    (line,) = _lines_starting(e, "max batch at")
+    b = e.memory.max_batch
+    kv = float(re.search(r"([\d.]+) GB KV", line)[1]) * 1e9
+    assert kv == pytest.approx(b * 1_280 * 131_072, rel=1e-3)
+    assert (0.9 * e.memory.capacity_bytes_per_gpu - 16.06e9) / (1_280 * 131_072) == pytest.approx(b, abs=8)
+
+
+def test_critical_batches_show_both_sides_flip_at_the_batch():
+    e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload())
+    (compute,) = _lines_starting(e, "weight matmuls turn compute-bound")
+    (kv,) = _lines_starting(e, "KV reads outweigh weight reads")
+    b = e.critical_batch_compute
+    below, at = re.findall(r"batch ([\d,]+): ([\d.]+ m?s) of FLOPs ([<>]=?) ([\d.]+ m?s) of bytes", compute)
+    assert (below[0], at[0]) == (f"{b - 1:,}", f"{b:,}") and (below[2], at[2]) == ("<=", ">")
+    # the FLOP side by hand: batch x the step's 15.01 GFLOP of weight matmuls over the 989.4 TFLOP/s dense peak
+    flops_s = _value(*at[1].split())
+    assert flops_s == pytest.approx(b * 15.01e9 / 989.4e12, rel=2e-3)
+    k = e.critical_batch_kv
+    below, at = re.findall(r"batch ([\d,]+): ([\d.]+ GB) KV ([<>]=?) ([\d.]+ GB) weights", kv)
+    assert (below[0], at[0]) == (f"{k - 1:,}", f"{k:,}") and (below[2], at[2]) == ("<", ">=")
+    # the KV side by hand: k sequences x (the mean decode context + the new token) x 131,072 B
+    kv_bytes = _value(*at[1].split())
+    assert kv_bytes == pytest.approx(k * (e.mean_decode_context + 1) * 131_072, rel=2e-3)
+    assert _value(*at[3].split()) == pytest.approx(15.01e9, rel=1e-3)

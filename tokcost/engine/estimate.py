@@ -148,20 +148,35 @@ def _slowest_rows(
     return x, bound.stages[bound.slowest(x) if len(bound.stages) > 1 else 0]
 
 
+def matmul_sides(d: Deployment, rates: Rates, batch: int) -> tuple[float, float]:
+    """(FLOP time, byte time) of a decode step's weight matmuls at `batch`, summed over its slowest stage."""
+    x, rows = _slowest_rows(d, rates, batch, 1)
+    compute = memory = 0.0
+    for row, rate in rows:
+        if row.stage.kind in ("matmul", "experts") and isinstance(rate, KernelRate):
+            compute_s, memory_s = kernel_sides(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
+            compute += row.stage.count * compute_s
+            memory += row.stage.count * memory_s
+    return compute, memory
+
+
 def critical_batch_compute(d: Deployment, rates: Rates) -> int | None:
     """Smallest batch whose weight matmuls spend longer on FLOPs than on bytes (independent of context)."""
 
     def compute_bound(batch: int) -> bool:
-        x, rows = _slowest_rows(d, rates, batch, 1)
-        compute = memory = 0.0
-        for row, rate in rows:
-            if row.stage.kind in ("matmul", "experts") and isinstance(rate, KernelRate):
-                compute_s, memory_s = kernel_sides(row.flops(x), row.weight_bytes(x), row.other_bytes(x), rate)
-                compute += row.stage.count * compute_s
-                memory += row.stage.count * memory_s
+        compute, memory = matmul_sides(d, rates, batch)
         return compute > memory
 
     return _first_batch(compute_bound)
+
+
+def sequence_and_weight_bytes(d: Deployment, rates: Rates, batch: int, cached: float) -> tuple[float, float]:
+    """(bytes the sequences read: KV, and a state layer's state; weight bytes) of a decode step at `batch` and
+    `cached` tokens, summed over its slowest stage."""
+    x, rows = _slowest_rows(d, rates, batch, cached)
+    per_sequence = [row for row, _ in rows if row.stage.kind in (*KV_ATTENTION, "state")]
+    kv = sum(row.stage.count * (Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)) for row in per_sequence)
+    return kv, sum(row.stage.count * row.weight_bytes(x) for row, _ in rows)
 
 
 def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
@@ -169,10 +184,8 @@ def critical_batch_kv(d: Deployment, rates: Rates, cached: float) -> int | None:
     weights it reads (batching stops being free)."""
 
     def kv_heavier(batch: int) -> bool:
-        x, rows = _slowest_rows(d, rates, batch, cached)
-        per_sequence = [row for row, _ in rows if row.stage.kind in (*KV_ATTENTION, "state")]
-        kv = sum(row.stage.count * (Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)) for row in per_sequence)
-        return kv >= sum(row.stage.count * row.weight_bytes(x) for row, _ in rows)
+        kv, weights = sequence_and_weight_bytes(d, rates, batch, cached)
+        return kv >= weights
 
     return _first_batch(kv_heavier)
 

@@ -10,9 +10,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tokcost import fmt
-from tokcost.engine.estimate import Estimate, Scenario
+from tokcost.engine.estimate import (
+    CRITICAL_BATCH_SEARCH_LIMIT,
+    Estimate,
+    Scenario,
+    matmul_sides,
+    sequence_and_weight_bytes,
+)
 from tokcost.engine.layout import stage_layer_ranges
-from tokcost.engine.memory import RESERVE_FRACTION, stage_kv_bytes, stage_state_bytes, stage_weight_bytes
+from tokcost.engine.memory import (
+    MAX_BATCH,
+    RESERVE_FRACTION,
+    GpuBytes,
+    ReplicaMemory,
+    stage_kv_bytes,
+    stage_state_bytes,
+    stage_weight_bytes,
+)
 from tokcost.engine.mixer_stages import attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
 from tokcost.engine.roofline import (
@@ -226,6 +240,51 @@ def _stage_memory(e: Estimate) -> list[str]:
     return lines
 
 
+def _held(b: GpuBytes) -> str:
+    """A GPU's bytes as the sum of its parts."""
+    state = f"{fmt.si(b.state, 'B')} state + " if b.state else ""
+    return (
+        f"{fmt.si(b.weights, 'B')} weights + {fmt.si(b.kv, 'B')} KV + {state}{fmt.si(b.workspace, 'B')} workspace + "
+        f"{fmt.si(b.reserve, 'B')} reserve = {fmt.si(b.total, 'B')}"
+    )
+
+
+def _limit_lines(e: Estimate) -> list[str]:
+    """The max batch and max context: the memory at each limit, and one past it, from the memory model's own sum."""
+    mem, wl = e.memory, e.workload
+    replica = ReplicaMemory(e.model, e.gpu, e.precision, e.layout)
+    cap = fmt.si(mem.capacity_bytes_per_gpu, "B")
+    prompt, tokens, prefix = wl.computed_prompt_tokens, wl.total_tokens, wl.cached_prefix_tokens
+
+    def held(batch: int, prompt_tokens: int, held_tokens: int) -> GpuBytes:
+        return replica.gpu_bytes(batch, prompt_tokens, held_tokens, prefix)
+
+    def past(b: GpuBytes) -> str:
+        return f"{fmt.si(b.total, 'B')} {'>' if b.total > mem.capacity_bytes_per_gpu else '<='} {cap}"
+
+    if mem.max_batch == 0:
+        batch = f"max batch at {tokens:,} tokens: 0: one sequence needs {_held(held(1, prompt, tokens))} > {cap}"
+    else:
+        at = held(mem.max_batch, prompt, tokens)
+        batch = f"max batch at {tokens:,} tokens: {mem.max_batch:,}: {_held(at)} <= {cap}"
+        batch += (
+            f"; {mem.max_batch + 1:,} sequences: {past(held(mem.max_batch + 1, prompt, tokens))}"
+            if mem.max_batch < MAX_BATCH
+            else f" (the search stops at {MAX_BATCH:,})"
+        )
+    t = mem.max_context
+    if t == 0:
+        context = f"max context at batch {wl.batch:,}: 0: one token needs {past(held(wl.batch, 1, 1))}"
+    else:
+        context = f"max context at batch {wl.batch:,}: {t:,}: {_held(held(wl.batch, min(prompt, t), t))} <= {cap}"
+        context += (
+            f" (the model's own context limit, {e.model.max_context:,})"
+            if t >= e.model.max_context
+            else f"; {t + 1:,} tokens: {past(held(wl.batch, min(prompt, t + 1), t + 1))}"
+        )
+    return [batch, context, f"smallest layout that fits: {mem.min_layout or 'none searched'}"]
+
+
 def _memory(e: Estimate) -> Section:
     mem, g = e.memory, e.gpu
     b = mem.per_gpu
@@ -237,12 +296,8 @@ def _memory(e: Estimate) -> Section:
     return "Memory (fullest GPU)", [
         cap,
         f"reserve: {RESERVE_FRACTION:g} x {fmt.si(mem.capacity_bytes_per_gpu, 'B')} = {fmt.si(b.reserve, 'B')}",
-        f"used: {fmt.si(b.weights, 'B')} weights + {fmt.si(b.kv, 'B')} KV + "
-        + (f"{fmt.si(b.state, 'B')} state + " if b.state else "")
-        + f"{fmt.si(b.workspace, 'B')} workspace + {fmt.si(b.reserve, 'B')} reserve = {fmt.si(b.total, 'B')} -> "
-        f"{'fits' if mem.fits else 'does not fit'}",
-        f"max batch at {e.workload.total_tokens:,} tokens: {mem.max_batch:,}; max context at batch "
-        f"{e.workload.batch}: {mem.max_context:,}; smallest layout that fits: {mem.min_layout or 'none searched'}",
+        f"used: {_held(b)} -> {'fits' if mem.fits else 'does not fit'}",
+        *_limit_lines(e),
         *_stage_memory(e),
     ]
 
@@ -270,6 +325,39 @@ def _cost(e: Estimate, s: Scenario) -> list[str]:
     return lines
 
 
+def _critical_lines(e: Estimate) -> list[str]:
+    """Each critical batch, with the two sides it compares just below it and at it (the ceiling's rates)."""
+    d, rates = e.deployment, e.deployment.rates("ceiling")
+    kinds = "KV and state" if e.memory.state_bytes_per_sequence else "KV"
+    cached = e.mean_decode_context if e.mean_decode_context is not None else e.workload.prompt_tokens
+
+    def sides(batch: int) -> str:
+        compute, memory = matmul_sides(d, rates, batch)
+        sign = ">" if compute > memory else "<="
+        return f"batch {batch:,}: {fmt.seconds(compute)} of FLOPs {sign} {fmt.seconds(memory)} of bytes"
+
+    def reads(batch: int) -> str:
+        kv, weights = sequence_and_weight_bytes(d, rates, batch, cached)
+        sign = ">=" if kv >= weights else "<"
+        return f"batch {batch:,}: {fmt.si(kv, 'B')} {kinds} {sign} {fmt.si(weights, 'B')} weights"
+
+    b = e.critical_batch_compute
+    compute = (
+        f"weight matmuls turn compute-bound at batch {b:,} ({sides(b - 1) + '; ' if b > 1 else ''}{sides(b)}; the "
+        "matmuls of one decode step on the busiest GPU, independent of context)"
+        if b
+        else f"weight matmuls never turn compute-bound up to batch {CRITICAL_BATCH_SEARCH_LIMIT:,}"
+    )
+    k = e.critical_batch_kv
+    kv = (
+        f"{kinds} reads outweigh weight reads at batch {k:,} at {cached:,.0f} cached tokens "
+        f"({reads(k - 1) + '; ' if k > 1 else ''}{reads(k)}; past it, batching stops being nearly free)"
+        if k
+        else f"{kinds} reads never outweigh weight reads up to batch {CRITICAL_BATCH_SEARCH_LIMIT:,}"
+    )
+    return [compute, kv]
+
+
 def explain(e: Estimate) -> list[Section]:
     """(headline, lines) pairs; every number in them is a part the engine computed."""
     ceiling, expected = e.deployment.rates("ceiling"), e.deployment.rates("expected")
@@ -292,17 +380,7 @@ def explain(e: Estimate) -> list[Section]:
             _pass_lines(c.prefill, ceiling),
         ),
         _memory(e),
-        (
-            "Critical batches",
-            [
-                f"weight matmuls turn compute-bound at batch {e.critical_batch_compute or 'never'} "
-                "(FLOP time of the matmuls exceeds their byte time; independent of context)",
-                f"{'KV and state' if e.memory.state_bytes_per_sequence else 'KV'} reads outweigh weight reads at "
-                f"batch {e.critical_batch_kv or 'never'} at "
-                f"{e.mean_decode_context or e.workload.prompt_tokens:,.0f} cached tokens "
-                "(past it, batching stops being nearly free)",
-            ],
-        ),
+        ("Critical batches", _critical_lines(e)),
         ("Cost and energy (ceiling)", _cost(e, c)),
         ("Expected", _expected_lines(e, expected)),
     ]
