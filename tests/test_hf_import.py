@@ -366,3 +366,49 @@ def test_a_checkpoint_that_keeps_every_layers_attention_unquantized_ships_it_at_
     assert spec.attention_dtype is None and "tokcost prices every block linear at fp8" in spec.notes
     # a pattern over every layer's attention (compressed-tensors' ignore list), and one projection only (not all)
     assert attention_kept(["re:.*self_attn.*"], layers) and not attention_kept(["re:.*self_attn.q_proj"], layers)
+
+
+# Families whose MLP is ungated (up, down) with LayerNorms: each count by hand equals its model card's exact figure
+# Pythia-6.9B: 32 x (QKV 4,096 x 12,288 + 12,288, dense 4,096^2 + 4,096, MLP 2 x 4,096 x 16,384 + 16,384 + 4,096,
+# two LayerNorms 2 x 2 x 4,096) + final LayerNorm 2 x 4,096 + embedding and untied head 2 x 50,432 x 4,096
+PYTHIA = 32 * (4096 * 12288 + 12288 + 4096**2 + 4096 + 2 * 4096 * 16384 + 16384 + 4096 + 4 * 4096) + 2 * 4096
+UNGATED = [  # (fixture, published total, KV bytes per token at 16 bits, tied)
+    ("starcoder2-7b", 7_173_923_840, 2 * 32 * 4 * 128 * 2, True),  # bigcode: 7.17B
+    ("phi-2", 2_779_683_840, 2 * 32 * 32 * 80 * 2, False),  # microsoft/phi-2 safetensors: 2,779,683,840
+    ("falcon-7b", 6_921_720_704, 2 * 32 * 1 * 64 * 2, True),  # tiiuae/falcon-7b: 6,921,720,704; one KV head (MQA)
+    ("pythia-6.9b", PYTHIA + 2 * 50432 * 4096, 2 * 32 * 32 * 128 * 2, False),  # EleutherAI: 6,857,302,016
+]
+
+
+@pytest.mark.parametrize(("name", "total", "kv", "tied"), UNGATED, ids=[u[0] for u in UNGATED])
+def test_ungated_layernorm_families_count_as_published(name, total, kv, tied):
+    m = load(f"new/{name}")
+    assert (m.params_total, m.kv_bytes_per_token("bf16"), m.tied_embeddings) == (total, kv, tied)
+    assert not m.mlp_gated and m.norm_bias and "Llama's layout" not in m.notes
+    assert PYTHIA + 2 * 50432 * 4096 == 6_857_302_016
+
+
+def test_a_vision_config_with_its_text_keys_at_the_top_level_imports():
+    # Qwen2.5-VL keeps its decoder's keys at the top level (no text_config): its decoder is Qwen2.5-7B's, q/k/v
+    # biases included, and its LM head is its own (tie_word_embeddings false at the top level)
+    m = load("new/qwen2.5-vl-7b")
+    assert (m.params_total, m.tied_embeddings, m.attention_bias) == (7_615_616_512, False, True)
+    assert "vision tower is not counted" in m.notes
+
+
+@pytest.mark.parametrize("name", ["jamba-v0.1", "falcon-mamba-7b"])
+def test_mamba_1_state_layers_are_refused_by_name(name):
+    with pytest.raises(SpecError) as err:
+        load(f"new/{name}")
+    assert err.value.field == "layer_types" and "not modelled yet" in str(err.value) and "Mamba-1" in str(err.value)
+
+
+def test_an_unknown_family_and_an_fp32_checkpoint_say_so_on_import(cli, tmp_path):
+    data = {**json.loads((HF / "llama.json").read_text()), "model_type": "olmo", "torch_dtype": "float32"}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+    r = cli("specs", "import", str(config), "-o", str(tmp_path / "m.yaml"))
+    assert r.exit_code == 0, r.output
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert any("olmo: counted with Llama's layout" in n for n in notes), r.stderr
+    assert any("stored at fp32" in n and "--weights bf16" in n for n in notes), r.stderr

@@ -39,6 +39,12 @@ FAMILIES = [
     ("new/gemma-3-27b.json", 7, {}), ("new/llama-4-scout.json", 5, {}),
     ("new/llama-4-maverick.json", 5, {"num_local_experts": 4}), ("new/qwen3-next-80b-a3b.json", 5, {"num_experts": 16}),
     ("new/kimi-k2.json", 3, {"n_routed_experts": 8}),
+    # GELU MLPs and LayerNorms: biases as each switches them; Phi-2's and Falcon-7B's one norm per parallel block,
+    # Falcon-40B's two; Falcon-7B's one multi-query KV head
+    ("new/starcoder2-7b.json", 2, {}), ("new/phi-2.json", 2, {}), ("new/falcon-7b.json", 2, {}),
+    ("new/falcon-40b.json", 2, {}), ("new/pythia-6.9b.json", 2, {}),
+    ("new/starcoder2-7b.json", 2, {"use_bias": False}), ("new/falcon-7b.json", 2, {"bias": True}),
+    ("new/phi-2.json", 2, {"qk_layernorm": True}), ("llama.json", 2, {"mlp_bias": True}),
 ]  # fmt: skip
 
 
@@ -59,7 +65,7 @@ def _meta_count(data: dict) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize(("fixture", "layers", "keys"), FAMILIES, ids=[f[0] for f in FAMILIES])
+@pytest.mark.parametrize(("fixture", "layers", "keys"), FAMILIES, ids=[f"{f[0]}{f[2] or ''}" for f in FAMILIES])
 def test_count_equals_transformers_on_the_meta_device(fixture, layers, keys):
     data = _shrunk(HF / fixture, layers, **keys)
     spec = from_hf_config(data, fixture)
@@ -83,3 +89,19 @@ def test_mistral3_vision_tower_equals_transformers():
     assert untied.params_with_encoder == _meta_count({**data, "tie_word_embeddings": False})
     tied = from_hf_config({**data, "tie_word_embeddings": True}, "m")
     assert tied.params_with_encoder == _meta_count({**data, "tie_word_embeddings": True})
+
+
+def test_qwen2_5_vl_decoder_equals_transformers_without_its_vision_tower():
+    # its text keys at the top level, no text_config (the import crashed reading tie_word_embeddings there); the
+    # vision tower is not counted, so the decoder alone is held equal: Qwen2.5-7B's 7,615,616,512 at full depth
+    data = _shrunk(HF / "new" / "qwen2.5-vl-7b.json", 2)
+    data["vision_config"]["depth"] = 1
+    spec = from_hf_config(data, "qwen2.5-vl")
+    from transformers import AutoModelForImageTextToText
+
+    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in data.items() if k != "_source"})
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = AutoModelForImageTextToText.from_config(cfg)
+    decoder = sum(p.numel() for name, p in model.named_parameters() if ".visual." not in f".{name}")
+    assert (spec.params_total, spec.encoder_params, spec.tied_embeddings) == (decoder, 0, False)

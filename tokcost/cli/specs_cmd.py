@@ -301,6 +301,8 @@ def import_config(
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
     # the path as a JSON string: a newline or odd character in a folder name cannot add a line to the YAML
     text = f"# imported by tokcost from {json.dumps(str(config))}\n" + yaml.safe_dump(body, sort_keys=False)
+    for note in filter(None, spec.notes.split("; ")):  # what the count assumes, where the user reads it
+        sys.stderr.write(f"note: {note}\n")
     if out is None:
         sys.stdout.write(text)
         return

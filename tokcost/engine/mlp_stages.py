@@ -1,10 +1,10 @@
 """The kernels of a layer's MLP: a dense MLP split tp-way, or routed experts on the busiest expert-parallel rank.
 
 A gated MLP (SwiGLU / GeGLU) runs gate and up as one matmul whose epilogue applies the activation, then down; an
-ungated one (Nemotron-H's squared ReLU) runs up then down. Routed experts: the router, any shared experts, the
-experts touched on the busiest rank (features.py: uniform routing), and the all-to-alls that carry their tokens
-(across nodes one copy of a token per remote node that hosts its experts, as DeepEP dispatches; FP8 under FP8
-compute).
+ungated one (Nemotron-H's squared ReLU, the GELU of StarCoder2 or Falcon) runs up then down. Routed experts: the
+router, any shared experts, the experts touched on the busiest rank (features.py: uniform routing), and the
+all-to-alls that carry their tokens (across nodes one copy of a token per remote node that hosts its experts, as
+DeepEP dispatches; FP8 under FP8 compute).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def dense_mlp_stages(
     if model.mlp_gated:
         name, params, note = "MLP (gate, up, down)", 3 * h * inter, "SwiGLU fused into the gate/up epilogue"
     else:
-        name, params, note = "MLP (up, down)", 2 * h * inter, "squared ReLU fused into the up projection's epilogue"
+        name, params, note = "MLP (up, down)", 2 * h * inter, "its activation fused into the up projection's epilogue"
     note += ": the intermediate is written once and read once"
     stages = [matmul(name, label, count, params, t, p.weights, act, h + inter, inter + h, note=note)]
     if tp > 1:

@@ -38,6 +38,10 @@ class Counts:
         attention_sinks: bool
         attention_gate: bool
         mlp_gated: bool
+        mlp_bias: bool
+        norm_bias: bool
+        shared_norm: bool
+        lm_head_bias: bool
         dtype: str
         encoder_params: int
         params_total_stated: int | None
@@ -92,7 +96,7 @@ class Counts:
         q_dim, kv_dim = n * self.head_dim, self.kv_heads * self.head_dim
         gate = h * q_dim if self.attention_gate else 0  # Qwen3-Next: q_proj is twice as wide (query, gate)
         bias = q_dim + 2 * kv_dim if self.attention_bias else 0
-        extras = (h if self.output_bias else 0) + (2 * self.head_dim if self.qk_norm else 0)
+        extras = (h if self.output_bias else 0) + (2 * self.head_dim * self._norm_vectors if self.qk_norm else 0)
         extras += n if self.attention_sinks else 0
         return h * q_dim + gate + 2 * h * kv_dim + q_dim * h + bias + extras
 
@@ -108,8 +112,10 @@ class Counts:
 
     @cached_property
     def params_dense_mlp_per_layer(self) -> int:
-        """MLP of a dense layer: gate, up and down projections (up and down when ungated)."""
-        return (3 if self.mlp_gated else 2) * self.hidden_size * self.dense_intermediate
+        """MLP of a dense layer: gate, up and down projections (up and down when ungated), and their biases."""
+        h, inter, gated = self.hidden_size, self.dense_intermediate, self.mlp_gated
+        bias = (2 if gated else 1) * inter + h if self.mlp_bias else 0
+        return (3 if gated else 2) * h * inter + bias
 
     @cached_property
     def params_per_expert(self) -> int:
@@ -144,10 +150,17 @@ class Counts:
             return routed + self.params_shared_experts_per_layer + self.params_router_per_layer
         return 0
 
+    @property
+    def _norm_vectors(self) -> int:
+        """Vectors of one norm: its scale, and its bias for a LayerNorm."""
+        return 2 if self.norm_bias else 1
+
     def params_norms_per_layer(self, mixer: str, mlp: str) -> int:
-        """RMSNorm vectors of one layer: one before each of its parts (after each too with post_norms)."""
+        """Norm vectors of one layer: one before each of its parts (one for both with shared_norm; after each too
+        with post_norms), a LayerNorm's bias beside each scale."""
         parts = (mixer != "none") + (mlp != "none")
-        return parts * (2 if self.post_norms else 1) * self.hidden_size
+        before = 1 if self.shared_norm and parts == 2 else parts
+        return (before + (parts if self.post_norms else 0)) * self.hidden_size * self._norm_vectors
 
     # ---- parameter totals --------------------------------------------------------------------
 
@@ -163,9 +176,10 @@ class Counts:
 
     @cached_property
     def params_norms(self) -> int:
-        """RMSNorm vectors of every layer plus the final norm."""
+        """Norm vectors of every layer plus the final norm."""
         every = self.plan.counts(range(self.layers)).items()
-        return sum(n * self.params_norms_per_layer(k.mixer, k.mlp) for k, n in every) + self.hidden_size
+        final = self.hidden_size * self._norm_vectors
+        return sum(n * self.params_norms_per_layer(k.mixer, k.mlp) for k, n in every) + final
 
     @cached_property
     def params_embedding(self) -> int:
@@ -174,8 +188,9 @@ class Counts:
 
     @cached_property
     def params_lm_head(self) -> int:
-        """Output projection; zero extra when tied to the embedding."""
-        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        """Output projection (and its bias, Phi-2); zero extra weights when tied to the embedding."""
+        bias = self.vocab_size if self.lm_head_bias else 0
+        return bias + (0 if self.tied_embeddings else self.vocab_size * self.hidden_size)
 
     @cached_property
     def params_blocks(self) -> int:

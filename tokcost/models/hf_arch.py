@@ -1,10 +1,12 @@
 """What a config.json does not say but an architecture's weights have, and the vision towers' counts.
 
 A config carries shapes; a few weights follow from the architecture alone (Qwen3's q/k norms, Gemma's
-post-norms, gpt-oss's sinks and biases, Nemotron-H's ungated MLP). FACTS lists them per text model_type, as
-transformers' modeling files build them; tests/test_hf_meta_counts.py holds each family's count equal to
-`sum(p.numel())` of the model transformers builds on the meta device. A model_type not listed is counted
-with Llama's layout, and the imported spec's notes say so.
+post-norms, gpt-oss's sinks and biases, the ungated GELU MLPs and LayerNorms of StarCoder2, Phi-2, Falcon and
+GPT-NeoX). FACTS lists them per text model_type, as transformers' modeling files build them, and READERS the
+fields a family names its own way (Falcon's ffn_hidden_size, its multi-query KV head);
+tests/test_hf_meta_counts.py holds each family's count equal to `sum(p.numel())` of the model transformers
+builds on the meta device. A model_type not listed is counted with Llama's layout (a gated MLP, RMSNorms, no
+MLP biases), and the import says so where it prints the count.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Facts:
-    """Weights an architecture has whatever its config says (None: as the config's attention_bias)."""
+    """Weights an architecture has whatever its config says (None: as the config's `bias_key`)."""
 
     qkv_bias: bool | None = None
     output_bias: bool | None = None
+    bias_key: str = "attention_bias"  # the config key that switches the projections' biases
+    mlp_bias: bool | str = "mlp_bias"  # or the config key that switches the MLP's biases (Llama's mlp_bias)
+    norm_bias: bool = False  # LayerNorms (a bias beside each scale)
+    shared_norm: bool = False  # a parallel block's one input norm
     qk_norm: bool = False
     post_norms: bool = False
     attention_sinks: bool = False
@@ -28,19 +34,43 @@ class Facts:
     expert_bias: bool = False
     shared_expert_gate: bool = False
     shared_experts: int | None = None  # None: from n_shared_experts / shared_expert_intermediate_size
+    lm_head_bias: bool = False
 
 
 _QWEN2 = Facts(qkv_bias=True, output_bias=False)  # Qwen2Attention: q/k/v biases always, o_proj none
 FACTS: dict[str, Facts] = {
     "llama": Facts(), "mistral": Facts(), "mixtral": Facts(), "phi3": Facts(), "deepseek_v3": Facts(),
-    "qwen2": _QWEN2, "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),
+    "qwen2": _QWEN2, "qwen2_vl_text": _QWEN2, "qwen2_5_vl_text": _QWEN2,
+    "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),
     "qwen3": Facts(qk_norm=True), "qwen3_moe": Facts(qk_norm=True),
     "qwen3_next": Facts(qk_norm=True, attention_gate=True, shared_expert_gate=True),
     "gemma2": Facts(post_norms=True), "gemma3_text": Facts(qk_norm=True, post_norms=True),
     "gpt_oss": Facts(attention_sinks=True, router_bias=True, expert_bias=True),
     "llama4_text": Facts(shared_experts=1),  # its q/k norm is an L2 norm without weights
     "nemotron_h": Facts(mlp_gated=False),  # squared-ReLU MLP: up and down projections only
+    # GELU MLPs (up, down) and LayerNorms with biases
+    "starcoder2": Facts(bias_key="use_bias", mlp_bias="use_bias", mlp_gated=False, norm_bias=True),
+    "phi": Facts(qkv_bias=True, output_bias=True, mlp_bias=True, mlp_gated=False, norm_bias=True, shared_norm=True,
+                 lm_head_bias=True),  # Phi-2: one LayerNorm before attention and MLP side by side
+    "gpt_neox": Facts(mlp_bias=True, mlp_gated=False, norm_bias=True),  # two LayerNorms even in parallel
+    "falcon": Facts(bias_key="bias", mlp_bias="bias", mlp_gated=False, norm_bias=True),
 }  # fmt: skip
+
+
+def _falcon(text: Any) -> dict[str, Any]:
+    """Falcon's own names: the MLP width, one KV head under multi-query (before its new decoder architecture),
+    and one input LayerNorm for a parallel block unless it has two (transformers' FalconDecoderLayer)."""
+    new = bool(text.new_decoder_architecture)
+    norms = text.num_ln_in_parallel_attn or (2 if new else 1)
+    return {
+        "intermediate_size": text.ffn_hidden_size,
+        "kv_heads": text.num_kv_heads if new or not text.multi_query else 1,
+        "shared_norm": bool(text.parallel_attn) and norms != 2,
+    }
+
+
+# text model_type -> the ModelSpec fields it names its own way (read from transformers' config object)
+READERS = {"falcon": _falcon}
 
 
 def _siglip(v: Any) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokcost.errors import SpecError
-from tokcost.models.hf_arch import FACTS, TOWERS, Facts, encoder_params
+from tokcost.models.hf_arch import FACTS, READERS, TOWERS, Facts, encoder_params
 from tokcost.models.hf_keys import FROM_SPEC, REQUIRED, check_types
 from tokcost.models.hf_quant import shipped
 from tokcost.models.layers import shortest_pattern
@@ -98,6 +98,20 @@ def _layer_kinds(text: Any, where: str, prefix: str) -> tuple[list[str], list[st
         return mixers, None
     # block types (Nemotron-H): each layer is one mixer or one MLP
     return mixers, ["dense" if t == "mlp" else "moe" if t == "moe" else "none" for t in types]
+
+
+def _refuse_unknown_state_layers(text: Any, where: str, prefix: str) -> None:
+    """transformers calls every state-space mixer `linear_attention`; tokcost reads two: Gated DeltaNet (its
+    linear_num_key_heads, Qwen3-Next) and Nemotron-H's Mamba-2 (mamba_num_heads). Any other is refused here,
+    before a key it does not have is reported missing (Falcon-Mamba has no attention heads)."""
+    types = getattr(text, "layer_types", None)
+    if not isinstance(types, list) or "linear_attention" not in types:
+        return
+    if getattr(text, "linear_num_key_heads", None) or getattr(text, "mamba_num_heads", None):
+        return
+    raise SpecError(where, f"{text.model_type}'s state-space layers (Mamba-1, as in Jamba and Falcon-Mamba, or a "
+                           "Mamba-2 variant other than Nemotron-H's) are not modelled yet; tokcost reads Gated "
+                           "DeltaNet (Qwen3-Next) and Nemotron-H's Mamba-2", field=prefix + "layer_types")  # fmt: skip
 
 
 def _check_layer_types(raw: dict[str, Any], where: str, prefix: str) -> None:
@@ -187,13 +201,13 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
         check_types(raw_text, where, prefix)
     config = _read_config(data, model_type, where, mapping, transformers.__version__)
     text = config.get_text_config(decoder=True)
+    _refuse_unknown_state_layers(text, where, prefix)
     aliases = getattr(type(text), "attribute_map", {})
     for key in REQUIRED:
         if not {key, aliases.get(key)} & (raw_text or data).keys():
             raise SpecError(where, "required key is missing", field=prefix + key)
     spec = _spec(text, where, prefix, name or data.get("_name_or_path"), model_type)
-    tied = data.get("tie_word_embeddings") if raw_text is not None else None  # the top level's word wins
-    spec["tied_embeddings"] = tied if isinstance(tied, bool) else text.tie_word_embeddings
+    spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
     keys = _error_keys(prefix, raw_text or data)
@@ -202,7 +216,19 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     if "expert_dtype" in formats:
         spec["moe"] = {**spec["moe"], "expert_dtype": formats.pop("expert_dtype")}
     notes += [formats.pop("notes")] if "notes" in formats else []
+    if formats.get("dtype") == "fp32":  # as shipped; what a server loads is 16-bit (vLLM's --dtype auto: FP16)
+        notes.append("stored at fp32: serving engines load it at 16 bits (vLLM's --dtype auto picks fp16 for an fp32 "
+                     "checkpoint), so pass --weights bf16 (or fp16) to price that, or set dtype here")  # fmt: skip
     return _validated({**spec, **formats, "notes": "; ".join(notes)}, where, keys)
+
+
+def _tied(data: dict[str, Any], raw_text: dict[str, Any] | None, text: Any) -> bool:
+    """Whether the LM head is the embedding: the top level's word first (transformers ties by the model's own
+    config), then the decoder section's, then its config class's default; a class without one does not tie."""
+    for stated in (data.get("tie_word_embeddings"), (raw_text or {}).get("tie_word_embeddings")):
+        if isinstance(stated, bool):
+            return stated
+    return getattr(text, "tie_word_embeddings", None) is True
 
 
 def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dict[str, Any]:
@@ -211,7 +237,7 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
     n = text.num_hidden_layers
     mixers, blocks = _layer_kinds(text, where, prefix)
     mlps = blocks or _mlp_kinds(text, n)
-    bias = bool(getattr(text, "attention_bias", False))
+    bias = bool(getattr(text, facts.bias_key, False))
     mla = getattr(text, "kv_lora_rank", None)
     spec: dict[str, Any] = {
         "name": _clean_name(name) or model_type,
@@ -219,15 +245,21 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
         "layers": n, "hidden_size": text.hidden_size, "attention_heads": text.num_attention_heads,
         "kv_heads": getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
         "head_dim": None if mla else getattr(text, "head_dim", None),
-        "intermediate_size": getattr(text, "intermediate_size_mlp", None) or text.intermediate_size,
+        "intermediate_size": getattr(text, "intermediate_size_mlp", None) or getattr(text, "intermediate_size", None),
         "vocab_size": text.vocab_size, "max_context": text.max_position_embeddings,
         "attention_bias": bias if facts.qkv_bias is None else facts.qkv_bias,
         "output_bias": bias if facts.output_bias is None else facts.output_bias,
-        "qk_norm": facts.qk_norm, "post_norms": facts.post_norms, "attention_sinks": facts.attention_sinks,
+        "qk_norm": facts.qk_norm or getattr(text, "qk_layernorm", False) is True,  # Phi's optional q/k LayerNorms
+        "post_norms": facts.post_norms, "attention_sinks": facts.attention_sinks,
         "attention_gate": facts.attention_gate, "mlp_gated": facts.mlp_gated,
+        "mlp_bias": facts.mlp_bias if isinstance(facts.mlp_bias, bool) else getattr(text, facts.mlp_bias, None) is True,
+        "norm_bias": facts.norm_bias,
+        "shared_norm": facts.shared_norm, "lm_head_bias": facts.lm_head_bias,
         "facts_note": "" if text.model_type in FACTS else
         f"{text.model_type}: counted with Llama's layout (tokcost knows no extra weights of this architecture)",
     }  # fmt: skip
+    reader = READERS.get(text.model_type)
+    spec |= reader(text) if reader else {}
     if mla:
         spec["kv_heads"] = text.num_attention_heads  # MLA caches one latent per token; kv heads play no part
         spec["mla"] = {"kv_lora_rank": mla, "rope_head_dim": text.qk_rope_head_dim, "q_lora_rank": text.q_lora_rank,
@@ -246,9 +278,6 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
             spec["mlp_pattern"] = _as_pattern(mlps, "dense")
     elif blocks:
         spec["mlp_pattern"] = _as_pattern(mlps, "dense")
-    if "mamba" in mixers and not getattr(text, "mamba_head_dim", None):
-        raise SpecError(where, "Mamba-1 layers (Jamba, Falcon-Mamba) are not modelled yet; Mamba-2 is",
-                        field=prefix + "layer_types")  # fmt: skip
     spec["layer_pattern"] = _as_pattern(mixers, "global")
     return spec | _mixer_fields(text, set(mixers))
 

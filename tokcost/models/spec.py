@@ -1,11 +1,13 @@
 """ModelSpec: the shapes of a decoder-only transformer, per-layer mixer and MLP kinds, and what they imply.
 
 Counting conventions (written down, unlike most peers), each an exact integer (models/counts.py):
-- An MLP is gated (SwiGLU / GeGLU: gate, up, down) unless `mlp_gated: false` (Nemotron-H's squared ReLU).
+- An MLP is gated (SwiGLU / GeGLU: gate, up, down) unless `mlp_gated: false` (Nemotron-H's squared ReLU,
+  the GELU MLPs of StarCoder2, Phi-2, Falcon and GPT-NeoX).
 - Biases, q/k norms, Gemma's post-norms, attention sinks and output gates are counted when their field says
   so; the HuggingFace import sets them from the architecture, so that an imported count equals transformers'.
-- Norms: one RMSNorm vector before each mixer and each MLP a layer has, two more with `post_norms`, plus the
-  final one.
+- Norms: one RMSNorm vector before each mixer and each MLP a layer has (one for both with `shared_norm`: a
+  parallel block's single input norm), two more with `post_norms`, plus the final one; a LayerNorm
+  (`norm_bias`) has a bias vector beside each.
 - The embedding table is a parameter; a tied LM head shares it and is not counted twice.
 - A vision or audio tower is `encoder_params`: counted and reported, never read by decode.
 """
@@ -101,6 +103,10 @@ class ModelSpec(Counts, BaseModel):
     attention_sinks: bool = False  # gpt-oss: a learned sink logit per head
     attention_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
     mlp_gated: bool = True
+    mlp_bias: bool = False  # the dense MLP's projections have biases (StarCoder2, Phi-2, GPT-NeoX)
+    norm_bias: bool = False  # LayerNorm: each norm has a bias vector beside its scale
+    shared_norm: bool = False  # a parallel block's one input norm before both mixer and MLP (Phi-2, Falcon-7B)
+    lm_head_bias: bool = False  # the LM head has a bias (Phi-2)
     dtype: BaseDtype = "bf16"
     # block linears as shipped when quantized (AWQ int4-g128, FP8 checkpoints, GGUF q4_k_m); None: at `dtype`
     weights_dtype: FormatName | None = None
