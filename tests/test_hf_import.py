@@ -412,3 +412,11 @@ def test_an_unknown_family_and_an_fp32_checkpoint_say_so_on_import(cli, tmp_path
     notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
     assert any("olmo: counted with Llama's layout" in n for n in notes), r.stderr
     assert any("stored at fp32" in n and "--weights bf16" in n for n in notes), r.stderr
+
+
+def test_cross_attention_layers_are_refused_not_priced_as_self_attention():
+    # Llama-3.2-11B-Vision: 8 of its 40 layers attend to the image's tokens (cached once per sequence), which the
+    # import priced as 40 self-attention layers, 25% more KV per token than the 32 that cache one
+    with pytest.raises(SpecError) as err:
+        load("new/llama-3.2-11b-vision")
+    assert err.value.field == "text_config.cross_attention_layers" and "not modelled yet" in str(err.value)

@@ -202,6 +202,9 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     config = _read_config(data, model_type, where, mapping, transformers.__version__)
     text = config.get_text_config(decoder=True)
     _refuse_unknown_state_layers(text, where, prefix)
+    if getattr(text, "cross_attention_layers", None):  # Llama-3.2-Vision: not self-attention, not a KV per token
+        raise SpecError(where, "cross-attention layers (to the image's tokens, cached once per sequence) are not "
+                               "modelled yet", field=prefix + "cross_attention_layers")  # fmt: skip
     aliases = getattr(type(text), "attribute_map", {})
     for key in REQUIRED:
         if not {key, aliases.get(key)} & (raw_text or data).keys():
