@@ -61,8 +61,13 @@ def _stage_line(p: Priced, rates: Rates) -> str:
             "ring": f"{2 * (c.ranks - 1)} x {lat} + 2 x {c.ranks - 1} / {c.ranks} x {size} / {bw}",
             "p2p": f"{lat} + {size} / {bw}",
         }.get(c.algorithm, f"{lat} + {size} / {bw}")
-        if c.op == "all-to-all" and c.path.nodes > 1:
-            one = f"{lat} + {c.path.nodes - 1} / {c.path.nodes} x {size} / {bw}"
+        nodes, intra_bw = c.path.nodes, fmt.si(c.path.intra_bytes_per_s, "B/s")
+        if c.algorithm == "hierarchical":  # collectives.allreduce_lines: inside each node, then S/g across nodes
+            g = -(-c.ranks // nodes)
+            one = (f"2 x {fmt.seconds(c.path.intra_latency_s)} + {2 * (nodes - 1)} x {lat} + 2 x {g - 1} / {g} x "
+                   f"{size} / {intra_bw} + 2 x {nodes - 1} / {nodes} x {size} / {g} / {bw}")  # fmt: skip
+        if c.op == "all-to-all" and nodes > 1:  # collectives.alltoall_line: the off-node share and the rest at once
+            one = f"{lat} + max({nodes - 1} / {nodes} x {size} / {bw}, 1 / {nodes} x {size} / {intra_bw})"
         return (
             f"{where}: {n} x ({one}) = {fmt.seconds(p.seconds)} "
             f"({c.op}, {c.algorithm}, {c.ranks} GPUs over {c.path.name})"
