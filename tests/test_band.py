@@ -62,3 +62,18 @@ def test_plan_json_puts_the_band_under_expected(cli):
     band, x = config["expected"]["band"], config["expected"]
     assert band["ttft_s"]["p90"] == pytest.approx([x["ttft_s"]["p90"] * band["time_low_factor"],
                                                    x["ttft_s"]["p90"] * band["time_high_factor"]])  # fmt: skip
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("a40", "llama.cpp"), ("a10", "vllm@v0"), ("l40s", "sglang")])
+def test_no_end_of_the_band_passes_the_ceiling(gpu, engine):
+    # an era whose left-out rows ran faster than its expected (band low < 1) would put its fast end past the ceiling
+    # (llama.cpp on an A40: 61.7 tokens/s beside a ceiling of 45.9); no run beats the ceiling, so the band stops there
+    from tokcost.engine.report import band_dict
+
+    e = estimate(load_model("llama-3.1-8b"), load_gpu(gpu), Workload(), engine=load_engine(engine))
+    assert e.band.low < e.ceiling.tpot_s / e.expected.tpot_s  # the unbounded band would pass it here
+    spans, c = band_dict(e), e.ceiling
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert spans[key][0] >= getattr(c, key) * (1 - 1e-12) and spans[key][1] >= spans[key][0]
+    assert spans["decode_tokens_per_s"][1] <= c.decode_tokens_per_s * (1 + 1e-12)
+    assert spans["tpot_s"][0] == pytest.approx(c.tpot_s)  # the fast end sits at the ceiling, not beyond

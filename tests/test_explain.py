@@ -224,3 +224,16 @@ def test_critical_batches_show_both_sides_flip_at_the_batch():
     kv_bytes = _value(*at[1].split())
     assert kv_bytes == pytest.approx(k * (e.mean_decode_context + 1) * 131_072, rel=2e-3)
     assert _value(*at[3].split()) == pytest.approx(15.01e9, rel=1e-3)
+
+
+def test_journey_csv_closes_each_phase_with_the_pass_time_its_rows_add_up_to(cli):
+    import csv
+    import io
+
+    r = cli("estimate", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--journey", "-f", "csv")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    for phase in ("decode_step", "prefill"):
+        (total,) = [x for x in rows if x["phase"] == phase and x["name"] == "total"]
+        parts = sum(float(x["ceiling_s"]) for x in rows if x["phase"] == phase and x["name"] != "total")
+        assert float(total["ceiling_s"]) == pytest.approx(parts, rel=1e-9)

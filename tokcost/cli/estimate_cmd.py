@@ -323,6 +323,17 @@ def journey_tables(j: Journey) -> list[Table]:
 
 
 def journey_csv(j: Journey) -> list[dict[str, object]]:
-    """The journey's rows with their phase, for CSV."""
-    phases = [("decode_step", j.decode or []), ("prefill", j.prefill)]
-    return [{"phase": phase, **journey_row_dict(r)} for phase, rows in phases for r in rows]
+    """The journey's rows with their phase, each phase closed by the ceiling pass time its rows add up to, for CSV
+    (one table: the estimate's own figures are `-f csv` without --journey, or `-f json` with it)."""
+    out: list[dict[str, object]] = []
+    for phase, rows, seconds in (
+        ("decode_step", j.decode, j.decode_seconds),
+        ("prefill", j.prefill, j.prefill_seconds),
+    ):
+        if rows is None:
+            continue
+        out += [{"phase": phase, **journey_row_dict(r)} for r in rows]
+        total = dict.fromkeys(journey_row_dict(rows[0]), "")
+        out.append({"phase": phase, **total, "name": "total", "ceiling_s": seconds, "note": "the ceiling pass time "
+                    "the rows add up to (host rows outside it)"})  # fmt: skip
+    return out

@@ -102,7 +102,12 @@ EngineOpt = Annotated[
     ),
 ]
 JourneyOpt = Annotated[
-    bool, typer.Option("--journey", help="Show one token's journey: every kernel of a decode step and the prefill.")
+    bool,
+    typer.Option(
+        "--journey",
+        help="Show one token's journey: every kernel of a decode step and the prefill (with -f csv, the journey's "
+        "rows and each pass's total alone; -f json carries the estimate too).",
+    ),
 ]
 PlotOpt = Annotated[
     Optional[Path],

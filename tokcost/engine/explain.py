@@ -205,12 +205,30 @@ def _kv(e: Estimate) -> Section:
     lines = (_kind_lines(e) if mixed else []) + [f"per token, whole model: {formula} = {mem.kv_bytes_per_token:,.0f} B"]
     if mem.state_bytes_per_sequence:
         lines.append(f"state per sequence, whole model: {mem.state_bytes_per_sequence:,.0f} B, whatever its length")
-    lines.append(
-        f"this workload on the fullest GPU: {fmt.si(mem.per_gpu.kv, 'B')}"
-        + (f" KV + {fmt.si(mem.per_gpu.state, 'B')} state" if mem.state_bytes_per_sequence else "")
-        + f" ({e.workload.batch} sequences x {e.workload.total_tokens:,} tokens, split and windowed as above)"
-    )
+    lines.append(_kv_held_line(e))
     return ("KV cache and state" if mem.state_bytes_per_sequence else "KV cache"), lines
+
+
+def _kv_held_line(e: Estimate) -> str:
+    """The KV (and state) the fullest GPU holds: its sequences (the batch split dp-way) x tokens x its layers' bytes
+    per token; a product to redo where every layer caches every token (no window, chunk or cached prefix)."""
+    mem, wl, lay = e.memory, e.workload, e.layout
+    replica = ReplicaMemory(e.model, e.gpu, e.precision, lay)
+    seqs, tokens, prefix = -(-wl.batch // lay.dp), wl.total_tokens, wl.cached_prefix_tokens
+    split = f"{seqs:,} sequences" + (f" (of the {wl.batch:,}, data parallel {lay.dp}-way)" if lay.dp > 1 else "")
+    held = f"this workload on the fullest GPU: {fmt.si(mem.per_gpu.kv, 'B')}"
+    if mem.state_bytes_per_sequence:
+        return held + f" KV + {fmt.si(mem.per_gpu.state, 'B')} state ({split} x {tokens:,} tokens)"
+    fullest = [kinds for kinds in replica.kinds if replica.kv(kinds, wl.batch, tokens, prefix) == mem.per_gpu.kv]
+    layers = sum(n for k, n in fullest[0] if k.mixer in KV_MIXERS) if fullest else 0
+    every = all(k.mixer == "global" for k in e.model.plan.kinds) and not prefix
+    if layers and every:  # the product, with the bytes one layer keeps per token on one GPU (KV heads split tp-way)
+        product = f"{layers} layers x {seqs:,} sequences x {tokens:,} tokens x {replica.kv_per_token:,.0f} B"
+        of = f" (of the {wl.batch:,} sequences, data parallel {lay.dp}-way)" if lay.dp > 1 else ""
+        return f"this workload on the fullest GPU: {product} = {fmt.si(mem.per_gpu.kv, 'B')}{of}"
+    how = [w for w, on in (("windowed as above", not every and not prefix),
+                           ("the cached prefix stored once", prefix)) if on]  # fmt: skip
+    return held + f" ({split} x {tokens:,} tokens{', ' + ', '.join(how) if how else ''})"
 
 
 def _scenario_lines(e: Estimate, s: Scenario, name: str) -> list[str]:
@@ -465,7 +483,9 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     elif e.layout.gpus > 1:  # the ceiling hides every collective it can (its steps subtract them, 'hidden')
         lines.append("overlap: none; the collectives run in series with the kernels (the ceiling alone hides them)")
     band = e.band
-    lines.append(f"80% band (time x {band.low:.2f} to x {band.high:.2f}): {band.basis}")
+    lines.append(
+        f"80% band (time x {band.low:.2f} to x {band.high:.2f}, neither end past the ceiling's figure): {band.basis}"
+    )
     x = e.expected
     lines.append(
         f"TTFT {fmt.seconds(x.ttft_s)}, TPOT {fmt.seconds(x.tpot_s) if x.tpot_s else 'none'}"

@@ -132,10 +132,12 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
 
 
 def _spans(e: Estimate) -> dict[str, tuple[float, float] | None]:
-    """(low, high) of expected's TTFT, TPOT, E2E and decode tokens/s under its band (engine/band.py)."""
-    x = e.expected
+    """(low, high) of expected's TTFT, TPOT, E2E and decode tokens/s under its band (engine/band.py), bounded by
+    the ceiling's."""
+    x, c = e.expected, e.ceiling
+    ceiling = {"ttft_s": c.ttft_s, "tpot_s": c.tpot_s, "e2e_s": c.e2e_s, "decode_tokens_per_s": c.decode_tokens_per_s}
     return scenario_band(e.band, times_s={"ttft_s": x.ttft_s, "tpot_s": x.tpot_s, "e2e_s": x.e2e_s},
-                         rates={"decode_tokens_per_s": x.decode_tokens_per_s})  # fmt: skip
+                         rates={"decode_tokens_per_s": x.decode_tokens_per_s}, ceiling=ceiling)  # fmt: skip
 
 
 def band_dict(e: Estimate) -> dict[str, Any]:
