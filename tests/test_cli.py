@@ -216,7 +216,12 @@ def test_sweep_marks_critical_batch_and_memory(cli):
     assert critical is not None and 64 < critical < 1024
     assert [p["decode_bound"] for p in points][:2] == ["memory", "memory"]
     table = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,1024,4096", "--prompt", "128").stdout
-    assert "past critical batch" in table and "exceeds memory" in table
+    assert "matmuls compute-bound from batch" in table and "exceeds memory" in table
+    # past both critical batches a row names both (it named the compute one alone)
+    kv = points[0]["critical_batch_kv"]
+    both = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", str(max(critical, kv)), "--prompt", "128",
+               "-f", "markdown").stdout  # fmt: skip
+    assert f"compute-bound from batch {critical}" in both and f"KV reads > weights from batch {kv}" in both
 
 
 @pytest.mark.parametrize(
@@ -302,3 +307,11 @@ def test_tables_never_cut_a_value_at_any_width(cli, monkeypatch, width, args):
     assert box and all(len(line) <= width for line in box)  # the table fits; nothing is cropped at the edge
     if width < 90:
         assert "left out at" in r.stdout  # and says which columns it left out
+
+
+def test_gpus_with_pipeline_stages_leaves_the_tensor_parallel_degree(cli):
+    # --gpus is GPUs per replica (tp x pp x dp): 8 GPUs in 2 pipeline stages run TP 4 in each, as --tp 4 --pp 2 does
+    by_gpus = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--gpus", "8", "--pp", "2", "-f", "json")
+    by_tp = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--pp", "2", "-f", "json")
+    assert by_gpus.exit_code == by_tp.exit_code == 0, by_gpus.stderr
+    assert by_gpus.json() == by_tp.json() and "TP 4 x PP 2" in json.dumps(by_gpus.json())

@@ -162,8 +162,10 @@ def load_profile(spelled: str) -> EngineProfile:
     if era is None:
         return found.profile()
     chosen = found.era_of(era)
-    if chosen is None:
-        raise SpecError(where, f"no era {era!r} of {found.name}; known: {found.known()}", field="eras")
+    if chosen is None:  # a built-in's era is named as the user spelled it (no file of theirs to point at)
+        builtin = name in builtin_names("engines")
+        raise SpecError(spelled if builtin else where, f"no era {era!r} of {found.name}; known: {found.known()}",
+                        field=None if builtin else "eras")  # fmt: skip
     return found.profile(chosen)
 
 

@@ -36,11 +36,12 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
     """`1,2,4` -> [1, 2, 4], each ASCII digits (int() would take '٣' for 3) within [low, high]."""
     out = []
     for item in split_list(value, flag):
-        if not _DIGITS.fullmatch(item):
-            raise UsageError(f"{flag}: {item[:40]!r} is not an integer (digits 0-9); give a list like 1,8,32")
+        allowed = f"each value must be an integer from {low:,} to {high:,}"
+        if not _DIGITS.fullmatch(item.removeprefix("-")):
+            raise UsageError(f"{flag}: {allowed}, in digits 0-9 (got {item[:40]!r}); give a list like 1,8,32")
         n = int(item) if len(item) <= 18 else None  # no int() of a thousand digits
         if n is None or not low <= n <= high:
-            raise UsageError(f"{flag}: {item[:20]} is out of range; each value must be in {low}..{high:,}")
+            raise UsageError(f"{flag}: {allowed} (got {item[:20]})")
         out.append(n)
     return list(dict.fromkeys(out))
 

@@ -24,14 +24,16 @@ def layout_flags(gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gp
 
 
 @contextmanager
-def degree_named_as_given(gpus_alone: bool) -> Iterator[None]:
-    """`--gpus` alone is the shorthand for `--tp`: a refusal of that degree names the flag the user wrote."""
+def degree_named_as_given(gpus_alone: bool, beside: bool = False) -> Iterator[None]:
+    """`--gpus` without `--tp` sets the tensor-parallel degree (all of it alone, what `--pp`/`--dp` leave `beside`
+    them): a refusal of that degree names the flag the user wrote."""
     try:
         yield
     except UsageError as exc:
         if not gpus_alone:
             raise
-        raise UsageError(keyword_message(str(exc), {**FLAG_OF_FIELD, "tp": "--gpus"})) from None
+        label = "--gpus (the tensor-parallel degree it leaves beside --pp and --dp)" if beside else "--gpus"
+        raise UsageError(keyword_message(str(exc), {**FLAG_OF_FIELD, "tp": label})) from None
 
 
 def warn(lines: Iterable[str]) -> None:

@@ -44,7 +44,10 @@ ComputeDtype = Enum("ComputeDtype", {dtype: dtype for dtype in COMPUTE_DTYPES}, 
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name, a model YAML, or a HF config.json.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Built-in GPU name or a GPU YAML (e.g. from calibrate).")]
-GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs per replica; alone, the shorthand for --tp.")]
+GpusOpt = Annotated[
+    Optional[int],
+    typer.Option("--gpus", help="GPUs per replica (tp x pp x dp); without --tp, TP is what --pp and --dp leave."),
+]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (divides the attention heads).")]
 PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline stages (contiguous layer ranges).")]
 EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree over a stage's tp x dp GPUs (MoE).")]

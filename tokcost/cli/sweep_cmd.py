@@ -133,7 +133,7 @@ def sweep(
     _check_outputs(format, out, force, plot, len(formats))
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    with degree_named_as_given(gpus is not None and tp is None):
+    with degree_named_as_given(gpus is not None and tp is None, beside=(pp or 1) * (dp or 1) > 1):
         warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
     points = chain.from_iterable(
         iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)
@@ -216,8 +216,8 @@ def sweep_table(points: list[SweepPoint]) -> Table:
     for p in points:
         notes = []
         if p.critical_batch_compute is not None and p.batch >= p.critical_batch_compute:
-            notes.append(f"past critical batch {p.critical_batch_compute}")
-        elif p.critical_batch_kv is not None and p.batch >= p.critical_batch_kv:
+            notes.append(f"matmuls compute-bound from batch {p.critical_batch_compute}")
+        if p.critical_batch_kv is not None and p.batch >= p.critical_batch_kv:  # both, when both are passed
             notes.append(f"KV reads > weights from batch {p.critical_batch_kv}")
         if not p.fits:
             notes.append(f"exceeds memory (max batch {p.max_batch})")

@@ -60,17 +60,26 @@ class Workload(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _gpus_is_tp(cls, data: Any) -> Any:
-        """`gpus` alone is the shorthand for `tp`; with other degrees it must equal tp x pp x dp."""
+        """`gpus` is tp x pp x dp: without tp, tp is what the other degrees leave (`gpus` alone is the shorthand for
+        tp); with it, the product must match."""
         if not isinstance(data, dict) or data.get("gpus") is None:
             return data
         data = dict(data)
         gpus = data.pop("gpus")
         if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 4096:
             raise ValueError(f"must be an integer from 1 to 4,096 (got {gpus!r:.20})")
-        if "tp" not in data and data.get("pp", 1) == 1 and data.get("dp", 1) == 1:
-            data["tp"] = gpus
-        elif gpus != data.get("tp", 1) * data.get("pp", 1) * data.get("dp", 1):
-            raise ValueError(f"gpus ({gpus}) must equal tp x pp x dp; give the degrees or --gpus, not both")
+        pp, dp = data.get("pp", 1), data.get("dp", 1)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (pp, dp, data.get("tp", 1))):
+            return data  # a degree of the wrong kind: its own field says so
+        if "tp" not in data:
+            if gpus % (pp * dp):
+                raise ValueError(f"gpus ({gpus}) is not a multiple of pp x dp = {pp} x {dp} = {pp * dp}, so no "
+                                 "tensor-parallel degree fills it")  # fmt: skip
+            data["tp"] = gpus // (pp * dp)
+        elif gpus != data["tp"] * pp * dp:
+            tp = data["tp"]
+            raise ValueError(f"gpus ({gpus}) must equal tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp}; give "
+                             "degrees that multiply to it, or leave --tp out")  # fmt: skip
         return data
 
     @computed_field  # type: ignore[prop-decorator]

@@ -211,7 +211,8 @@ def _ints(values: Sequence[int] | None, key: str, low: int, high: int, api: bool
         raise UsageError(f"{name(key, api)}: an empty list; give at least one value")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            raise UsageError(f"{name(key, api)}: {v!r:.20} is out of range; each value must be in {low}..{high:,}")
+            allowed = f"each value must be an integer from {low:,} to {high:,}"
+            raise UsageError(f"{name(key, api)}: {allowed} (got {v!r:.20})")
     return tuple(dict.fromkeys(values))
 
 
