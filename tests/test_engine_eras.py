@@ -158,3 +158,22 @@ def test_a_bad_engine_file_is_refused_naming_the_file_and_key(tmp_path, old, new
         load_engine(path)
     text = str(err.value)
     assert text.startswith(path) and field in text and "\n" not in text.strip()
+
+
+def test_llama_cpp_says_what_tp_means_where_a_layout_uses_it():
+    # llama.cpp splits layers by default (--split-mode layer): TP prices its row/tensor split, and says so
+    from tokcost.engine.estimate import estimate
+    from tokcost.engine.workload import Workload
+    from tokcost.hardware.library import load_gpu
+    from tokcost.models.library import load_model
+
+    model, gpu = load_model("llama-3.1-70b"), load_gpu("rtx-4090")
+    int4 = {"weights_dtype": "int4"}
+
+    def notes(spelled, **layout):
+        e = estimate(model, gpu, Workload(**int4, **layout), engine=load_profile(spelled))
+        return [w for w in e.warnings if "--split-mode layer" in w]
+
+    assert len(notes("llama.cpp", tp=4)) == 1 and "--pp" in notes("llama.cpp", tp=4)[0]
+    assert notes("llama.cpp@2000", tp=4)[0].startswith("llama.cpp@eager: TP prices its row split")
+    assert notes("llama.cpp", pp=4) == [] and notes("vllm", tp=4) == []

@@ -395,3 +395,12 @@ def test_simulate_renders_as_csv_too(cli):
     assert r.exit_code == 0, r.stderr
     header = r.stdout.splitlines()[0].split(",")
     assert "simulated.itl_s.p99" in header and "expected.itl_s.p99" in header
+
+
+def test_a_llama_cpp_fleet_on_tensor_parallel_says_what_tp_means(cli):
+    r = cli("plan", "-m", "llama-3.1-70b", "-g", "rtx-4090", "--weights", "int4", "--engine", "llama.cpp", "--rate",
+            "0.2", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    top = next(row for row in r.json()["configs"] if row["expected"]["meets_slo"])
+    assert top["tp"] > 1
+    assert any("llama.cpp@graphs: TP prices its tensor split" in w and "--pp" in w for w in r.json()["warnings"])

@@ -244,6 +244,9 @@ class EraFields(BaseModel):
     basis: dict[str, Basis] = Field(default_factory=dict)  # each fitted parameter: fitted, or left at its prior
     band: Band | None = None  # None: no left-out rows speak for it (the CLI then shows the widest band)
     notes: str = Field(default="", max_length=10_000)
+    # what tensor parallelism is in this engine where its own multi-GPU default is something else (llama.cpp splits
+    # by layer): a warning wherever a layout prices tp > 1
+    tensor_parallel_note: str = Field(default="", max_length=500)
 
 
 class EngineProfile(EraFields):

@@ -28,6 +28,7 @@ def run_plan(
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
     result = search.plan(model, traffic, slos, space)
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
+    result.warnings += tensor_parallel_warnings(result)
     if simulated is not None:
         simulate_rows(result, SIMULATED_ROWS, simulated, seed)
     return result
@@ -52,6 +53,15 @@ def scheduler_warnings(result: Plan) -> list[str]:
         return []
     return [f"{search.row_label(top)}: the engine's cap of {top.choice.max_running:,} running sequences binds "
             "(more users only queue for admission); --max-running raises it where memory allows"]  # fmt: skip
+
+
+def tensor_parallel_warnings(result: Plan) -> list[str]:
+    """What TP means in the top fleet's engine where its own multi-GPU default differs (llama.cpp splits layers)."""
+    top = next((row for row in result.rows if row.expected.meets_slo), None)
+    engine = top.deployment.engine if top is not None else None
+    if top is None or engine is None or top.deployment.layout.tp <= 1 or not engine.tensor_parallel_note:
+        return []
+    return [f"{search.row_label(top)}: {engine.label}: {engine.tensor_parallel_note}"]
 
 
 def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
