@@ -159,3 +159,51 @@ def test_a_failure_mid_run_is_one_line_and_keeps_what_finished(micro, tmp_path, 
                     f"kept 1 finished batch (saved in {save})")  # fmt: skip
     saved = json.loads(save.read_text())
     assert [x["batch"] for x in saved["runs"]] == [1] and saved["stopped"]["kind"] == "error"
+
+
+def test_a_save_that_fails_midway_says_so_and_never_claims_a_complete_run(micro, tmp_path, cli, monkeypatch):
+    # the disk fills after the first batch is saved: the error names the file and what it holds, and the file left
+    # behind says it is not complete (every save before the session's end did: a later batch may still come)
+    import tokcost.files as files
+    from tokcost.errors import TokcostError
+
+    real, calls = files.write_new, []
+
+    def fills(path, text, *, force=False):
+        calls.append(path)
+        if len(calls) > 1:
+            raise TokcostError(f"{path}: cannot write: No space left on device")
+        return real(path, text, force=force)
+
+    monkeypatch.setattr(files, "write_new", fills)
+    save = tmp_path / "run.json"
+    r = cli("measure", "-m", micro, "--device", "cpu", "--batch", "1,2", "--prompt", "8", "--output", "4",
+            "--repeats", "1", "--threads", "1", "--save", str(save))  # fmt: skip
+    assert r.exit_code == 2 and "Traceback" not in r.stderr and "batch" in r.stdout  # the table still printed
+    (line,) = r.stderr.strip().splitlines()
+    assert line == f"error: {save}: not saved: cannot write: No space left on device (it holds the first 1 batch)"
+    saved = json.loads(save.read_text())
+    assert [x["batch"] for x in saved["runs"]] == [1] and saved["complete"] is False
+
+
+def test_a_cpu_run_refuses_a_gpu_datasheet(micro, cli):
+    for command in (["measure", "-m", micro, "--batch", "1"], ["calibrate", "-m", micro]):
+        r = cli(*command, "--device", "cpu", "--threads", "1", "--gpu", "h100-sxm")
+        assert r.exit_code == 2 and r.stderr.startswith("error: --gpu: 'h100-sxm' is a GPU datasheet"), r.stderr
+
+
+def test_calibrate_refuses_a_model_its_decoder_cannot_build(cli):
+    r = cli("calibrate", "-m", "nemotron-h-8b", "--device", "cpu", "--threads", "1")
+    assert r.exit_code == 2 and "cannot build Mamba-2" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_calibrated_spec_keeps_its_base_platform():
+    from tokcost.hardware.library import load_gpu
+    from tokcost.measure.calibrate import DeviceFacts, spec_from_rates
+
+    base = load_gpu("mi300x")
+    facts = DeviceFacts(kind="cuda", name="AMD Instinct MI300X", memory_bytes=base.memory_bytes, power_limit_w=750,
+                        driver="rocm 6.2", torch_version="2.13.0")  # fmt: skip
+    spec = spec_from_rates(facts, "bf16", bytes_per_s=3e12, flops_per_s=5e14, step_overhead_s=1e-4, provenance={},
+                           base=base)  # fmt: skip
+    assert spec.platform == "rocm"

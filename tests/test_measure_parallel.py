@@ -121,3 +121,16 @@ def test_torchrun_launch_reports_once_from_rank_0(tmp_path):
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)  # exactly one JSON document: the other rank printed nothing
     assert data["device"]["tp"] == 2 and data["runs"][0]["tp"] == 2 and data["allreduce"]["ranks"] == 2
+
+
+def test_the_decode_steps_collectives_leave_the_prefills_out(cli, tmp_path):
+    # a long prompt's prefill all-reduces far more bytes than a decode step does; counted into the per-step time
+    # (as they were), the step's collectives came out at 76% to 262% of the step
+    spec = tmp_path / "micro.yaml"
+    spec.write_text(MICRO)
+    r = cli("measure", "-m", str(spec), "--device", "cpu", "--tp", "2", "--batch", "4", "--prompt", "1024",
+            "--output", "3", "--repeats", "2", "--threads", "1", "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    m = r.json()["runs"][0]["measured"]
+    # with 2 repeats the median TPOT is the mean of every timed step, and the collectives are timed inside them
+    assert sum(m["collective_s_per_step"].values()) < m["tpot_s"] and 0 < m["allreduce_share"] < 1

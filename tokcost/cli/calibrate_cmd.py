@@ -43,6 +43,9 @@ def calibrate(
     elif force:
         raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
     spec = load_model(model)
+    from tokcost.measure.buildable import check_buildable
+
+    check_buildable(spec)  # the skeleton is the torch decoder's: a model it cannot build is not calibrated as another
     try:
         text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp)
     except KeyboardInterrupt:
@@ -50,10 +53,7 @@ def calibrate(
     if out is None:
         sys.stdout.write(text)
         return
-    try:
-        write_new(out, text, force=force)
-    except OSError as exc:
-        raise UsageError(f"--out: {out}: cannot be written: {exc.strerror or exc}") from None
+    write_new(out, text, force=force)  # a write that fails says so in one line naming the path (files.open_new)
     sys.stdout.write(f"wrote {out}: {summary}\nuse it anywhere a GPU is accepted: tokcost estimate -m MODEL -g {out}\n")
 
 

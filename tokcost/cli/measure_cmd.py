@@ -87,17 +87,21 @@ class Saver:
         self.written = 0  # runs in the file
         self.error: str | None = None
 
-    def __call__(self, outcome) -> None:
+    def __call__(self, outcome, *, final: bool = False) -> None:
+        """Save the batches finished so far; until the session's end (`final`) the file says it is not complete."""
         if self.path is None or self.error or not outcome.runs:
             return
         from tokcost.cli.render import json_text
         from tokcost.files import write_new
 
+        state = outcome.as_dict() if final else {**outcome.as_dict(), "complete": False}
         try:
-            write_new(self.path, json_text({**self.header, **outcome.as_dict()}), force=self.force or self.written > 0)
+            write_new(self.path, json_text({**self.header, **state}), force=self.force or self.written > 0)
             self.written = len(outcome.runs)
-        except (OSError, FileExistsRefusal) as exc:
-            self.error = f"{self.path}: not saved: {getattr(exc, 'strerror', None) or exc}"
+        except (OSError, TokcostError) as exc:  # files.open_new words an OSError as a TokcostError naming the path
+            said = getattr(exc, "strerror", None) or str(exc).removeprefix(f"{self.path}: ")
+            kept = f" (it holds the first {self.written} batch{'es' * (self.written != 1)})" if self.written else ""
+            self.error = f"{self.path}: not saved: {said}{kept}"
 
     def where(self) -> str:
         """Where the finished runs are, for the closing line."""
@@ -158,7 +162,7 @@ def measure(
 
     if (torchrun_rank() or (0, 1))[0] != 0:
         return  # under torchrun, rank 0 reports
-    saver(outcome)  # the final state (stopped, notes) of a run that already saved its batches
+    saver(outcome, final=True)  # the final state (stopped, notes) of a run that already saved its batches
     if format == TableFormat.json:
         print_json({"model": spec.name, "layers": spec.layers, **outcome.as_dict()})
     elif outcome.runs or not outcome.stopped:

@@ -156,7 +156,7 @@ def spec_from_rates(
         price_range_usd=base.price_range_usd if base else None, achievable=achievable,
         sustained=_sustained(facts, dtype, probes, bandwidth=bandwidth, peak=peak, base=base, today=today)
         if probes else None,
-        device_names=[facts.name], provenance=provenance,
+        device_names=[facts.name], provenance=provenance, platform=base.platform if base else "cuda",
         notes="Written by tokcost calibrate. memory_runtime_mib is what the runtime reports.",
     )  # fmt: skip
 

@@ -222,15 +222,17 @@ def _measure(
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     shard.reset()
-    shard.timed = dev.type == "cpu" and mode == "eager"
+    time_collectives = dev.type == "cpu" and mode == "eager"
     ttft_all, tpot_all, steps_all, joules = [], [], [], []
     for i in range(repeats):
-        ttft_all.append(_timed(dev, gen.prefill))
+        ttft_all.append(_timed(dev, gen.prefill))  # the prefill's collectives are not the decode step's
         if energy is not None:
             energy.start()
         if flush is not None:
             flush.counting = True
+        shard.timed = time_collectives  # per decode step: the collectives of the decode steps alone
         step_s = gen.timed_decode(dev)
+        shard.timed = False
         if flush is not None:
             flush.counting = False
         if energy is not None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokcost.errors import MeasureError
+from tokcost.errors import MeasureError, UsageError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
 from tokcost.measure.buildable import check_buildable
@@ -100,7 +100,11 @@ def run_probes(device: str, dtype: str, progress: Callable[[str], None]) -> dict
 
 
 def datasheet_for(facts: DeviceFacts, gpu: str | None, notes: list[str]) -> GpuSpec | None:
-    """The datasheet spec to compare with: --gpu if given, else the built-in matching the device name."""
+    """The datasheet spec to compare with: --gpu if given, else the built-in matching the device name (a CPU has no
+    GPU datasheet: its shares of one would read as a stalled run)."""
+    if gpu and facts.kind != "cuda":
+        raise UsageError(f"--gpu: {gpu!r:.60} is a GPU datasheet, and this run is on the CPU; drop --gpu (a CPU run "
+                         "is compared with the rates its own probes measure)")  # fmt: skip
     if gpu:
         return load_gpu(gpu)
     if facts.kind != "cuda":
