@@ -404,3 +404,31 @@ def test_a_llama_cpp_fleet_on_tensor_parallel_says_what_tp_means(cli):
     top = next(row for row in r.json()["configs"] if row["expected"]["meets_slo"])
     assert top["tp"] > 1
     assert any("llama.cpp@graphs: TP prices its tensor split" in w and "--pp" in w for w in r.json()["warnings"])
+
+
+def test_the_load_table_checks_max_gpus_at_each_load(cli):
+    # TP1 serves 5 req/s on one H100 (its goodput is ~22 req/s) but 20 req/s needs 2: with --max-gpus 1 the 20 req/s
+    # plan meets nothing, yet its 0.25x row (5 req/s) is the plan for 5 req/s, which a direct plan confirms
+    argv = ["plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--slo", "tpot_p90=40ms", "--max-gpus", "1"]
+    at_20 = cli(*argv, "--rate", "20", "-f", "json").json()
+    at_5 = cli(*argv, "--rate", "5", "-f", "json").json()
+    quarter = next(x for x in at_20["load"] if x["multiple"] == 0.25)
+    first = at_5["configs"][0]
+    assert first["expected"]["meets_slo"] and (quarter["gpus"], quarter["config"] is not None) == (1, True)
+    assert next(x for x in at_20["load"] if x["multiple"] == 1.0)["config"] is None
+
+
+def test_a_zero_price_is_a_price_in_the_load_table_and_its_1x_row_is_the_plans_first(cli):
+    d = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm,l40s", "--rate", "20", "--slo", "tpot_p90=40ms",
+            "--price", "0", "-f", "json").json()  # fmt: skip
+    one = next(x for x in d["load"] if x["multiple"] == 1.0)
+    first = d["configs"][0]
+    assert one["usd_per_hour"] == 0.0 and one["gpus"] == first["expected"]["gpus"]
+
+
+@pytest.mark.parametrize("extra", [["--slo", "ttft_p90=1ms"], ["--price", "0"]])
+def test_the_plan_plot_draws_when_nothing_meets_the_slos_or_nothing_costs(cli, tmp_path, extra):
+    out = tmp_path / "plan.png"
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", *extra, "--plot", str(out))
+    assert r.exit_code == 0 and "Traceback" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -207,8 +207,9 @@ def load_table(result: Plan) -> Table:
     table = Table("GPUs needed as the load changes (cheapest configuration at each load)",
                   ["load", unit, "configuration", "GPUs", "$/hour"])  # fmt: skip
     for entry in result.load:
+        hourly = _hourly(entry["usd_per_hour"]) if entry["config"] else "-"  # type: ignore[arg-type]
         table.rows.append([f"{entry['multiple']:g}x", f"{entry['load']:,.4g}", str(entry["config"] or "none"),
-                           str(entry["gpus"] or "-"), _hourly(entry["usd_per_hour"])])  # type: ignore[arg-type]  # fmt: skip
+                           str(entry["gpus"] or "-"), hourly])  # fmt: skip
     return table
 
 

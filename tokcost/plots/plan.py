@@ -92,7 +92,11 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
         ax.axvline(slo_s * MS, color="tab:red", ls="--", lw=1, label=f"p90 {what} SLO {slo_s * MS:,.0f} ms")
     ax.set_xlabel(f"p90 {what} (ms)")
     ax.set_ylabel(f"fleet {USD}/hour")
-    ax.set_yscale("log")
+    if not usable:  # no configuration has both a price and a p90 (every one refused, or none priced)
+        ax.text(0.5, 0.5, f"no configuration has a {USD}/hour and a p90 {what}", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, color="0.4")  # fmt: skip
+    if usable and all(y > 0 for _, _, y in usable):  # costs span decades; a zero price (--price 0) stays linear
+        ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{USD}{v:,.0f}" if v >= 1 else f"{USD}{v:.2f}"))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.grid(True, alpha=0.25)

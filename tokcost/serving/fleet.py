@@ -61,6 +61,7 @@ class Fleet:
     pools: tuple[tuple[float, int], ...] = ()
     # a closed loop with fixed lengths: TTFT were its users in lock-step groups (loop.py; the range's other end)
     ttft_lock_step_s: dict[str, float | None] | None = None
+    over_max_gpus: bool = False  # it meets every SLO, with more GPUs than --max-gpus allows (the load table may fit it)
 
     def __post_init__(self) -> None:
         """One finiteness rule for every number plan prints: a value that is not a finite number is unknown (None)."""
@@ -169,6 +170,7 @@ def size_aggregated(
         capacity=cap,
         pools=((per_replica if traffic.concurrency else cap.max_rate_rps, gpus_per_replica),),
         ttft_lock_step_s=_lock_step_ttft(replica, traffic, replicas),
+        over_max_gpus=max_gpus is not None and gpus > max_gpus,
     )
     return fleet
 
@@ -254,4 +256,5 @@ def size_disaggregated(
         point=pt_d,
         capacity=heavier,
         pools=((cap_p.max_rate_rps, prefill_gpus), (cap_d.max_rate_rps, decode_gpus)),
+        over_max_gpus=not broken and max_gpus is not None and gpus > max_gpus,
     )

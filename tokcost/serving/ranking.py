@@ -4,7 +4,8 @@ Ranking: configurations that meet every SLO under "expected" first, cheapest $/h
 with one, fewest GPUs first), ties by p90 TPOT, p90 TTFT, then fewest GPUs. A configuration is on the Pareto
 frontier when no other that meets the SLOs costs at most as much per hour and is at least as fast at p90 TPOT (or
 at p90 TTFT), better in one: the first row is always on it. The load table sizes the cheapest configuration at
-multiples of the load from the same goodputs.
+multiples of the load from the same goodputs (of equal cost the better-ranked, so that at 1x it is the first row),
+--max-gpus checked at each load.
 """
 
 from __future__ import annotations
@@ -69,20 +70,21 @@ def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str
     for multiple in LOAD_MULTIPLES:
         load = base * multiple
         best: tuple[tuple, Row, int] | None = None
-        for row in rows:
-            if not row.expected.meets_slo:
+        for row in rows:  # in rank order: of equal cost the better-ranked stays (at 1x, the plan's first row)
+            if not (row.expected.meets_slo or row.expected.over_max_gpus):  # --max-gpus is checked at this load
                 continue
             gpus = row.expected.gpus_at(load, space.headroom)
             if gpus is None or (space.max_gpus is not None and gpus > space.max_gpus):
                 continue
             usd = row.price * gpus if row.price is not None else None
-            key = (usd is None, usd or 0.0, gpus)
+            key = (usd is None, usd if usd is not None else gpus)
             if best is None or key < best[0]:
                 best = (key, row, gpus)
         entry: dict[str, object] = {"multiple": multiple, "load": load, "config": None, "gpus": None,
                                     "usd_per_hour": None}  # fmt: skip
         if best is not None:
             _, row, gpus = best
-            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=row.price * gpus if row.price else None)
+            usd = row.price * gpus if row.price is not None else None
+            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=usd)
         table.append(entry)
     return table
