@@ -144,8 +144,11 @@ def size_aggregated(
         rate = traffic.rate_rps or 0.0
         replicas = max(math.ceil(rate * (1 + headroom) / cap.max_rate_rps - 1e-9), 1)
         pt = state_at_rate(replica, rate / replicas)
+        if pt is None:  # a headroom of 0 can leave a replica exactly at its limit: no steady state, so one more
+            replicas += 1
+            pt = state_at_rate(replica, rate / replicas)
     gpus = replicas * gpus_per_replica
-    if pt is None:  # a headroom of 0 can leave a replica exactly at its limit
+    if pt is None:
         return failed("saturated at the offered load", cap)
     usd = _usd(price, gpus)
     shares = cost_shares(replica, pt)
