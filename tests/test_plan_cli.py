@@ -255,7 +255,7 @@ def test_disaggregated_rows(cli):
         ),
         (["--rate", "5", "--concurrency", "10"], "--rate / --concurrency: give exactly one"),
         ([], "--rate / --concurrency: give exactly one"),
-        (["--rate", "5", "--price", "b200=3"], "--price: 'b200' is not among --gpu"),
+        (["--rate", "5", "--price", "b200=3"], "--price: 'b200' is not one of the --gpu names"),
         (["--rate", "5", "--headroom", "-0.1"], "--headroom: must be a fraction"),
         (["--rate", "5", "--prompt-dist", "pareto"], "--prompt-dist: 'pareto' is not one of"),
         (["--rate", "5", "--tp", "0"], "--tp: each value must be an integer from 1 to 64 (got 0)"),

@@ -56,3 +56,37 @@ def format_grid(weights: str | None, kv_dtype: str | None, compute_dtype: str | 
         if dtype is not None and dtype not in COMPUTE_DTYPES:
             raise UsageError(f"--compute-dtype: {dtype!r} is not one of {', '.join(COMPUTE_DTYPES)}")
     return [dict(zip(lists, combo, strict=True)) for combo in product(*lists.values())]
+
+
+def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -> dict[str, object]:
+    """`8` (every GPU), `8,4` (aligned with --gpu) or `h100-sxm=8,h200=4` (by name) -> {gpu name: value}."""
+    if value is None:
+        return {}
+    items = split_list(value, flag)
+
+    def parse(text: str) -> object:
+        try:
+            number = kind(text)
+        except ValueError:
+            raise UsageError(f"{flag}: {text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if kind is int and number <= 0:  # a count; a price's range (0 to 100,000) is the workload's check
+            raise UsageError(f"{flag}: {text!r} must be above 0")
+        return number
+
+    if all("=" in item for item in items):
+        out = {}
+        for item in items:
+            name, _, text = item.partition("=")
+            if name.strip() not in names:
+                raise UsageError(f"{flag}: {name.strip()!r} is not one of the --gpu names: {', '.join(names)}")
+            if name.strip() in out:
+                raise UsageError(f"{flag}: {name.strip()} given twice; give each GPU once")
+            out[name.strip()] = parse(text.strip())
+        return out
+    if any("=" in item for item in items):
+        raise UsageError(f"{flag}: mix of NAME=VALUE and plain values; give one form, e.g. h100-sxm=8,h200=4")
+    if len(items) == 1:
+        return {name: parse(items[0]) for name in names}
+    if len(items) != len(names):
+        raise UsageError(f"{flag}: {len(items)} values for {len(names)} GPUs; give one, one per --gpu, or NAME=VALUE")
+    return {name: parse(text) for name, text in zip(names, items, strict=True)}

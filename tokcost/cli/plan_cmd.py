@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import plots
-from tokcost.cli.common import int_list, split_list
+from tokcost.cli.common import int_list, per_gpu_values, split_list
 from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
@@ -130,7 +130,8 @@ def plan(
     max_gpus: Annotated[Optional[int], typer.Option("--max-gpus", help="Largest fleet to accept.")] = None,
     headroom: Annotated[float, typer.Option("--headroom", help="Capacity kept free for bursts.")] = 0.2,
     price: Annotated[
-        Optional[str], typer.Option("--price", help="USD per GPU-hour: NAME=USD,... (or one number for all).")
+        Optional[str],
+        typer.Option("--price", help="USD per GPU-hour: one value, one per --gpu, or NAME=USD (default: the spec's)."),
     ] = None,
     simulate: Annotated[bool, typer.Option("--simulate", help="Check the top 3 rows by simulation.")] = False,
     requests: Annotated[
@@ -166,7 +167,7 @@ def plan(
         kv_dtypes=_list(kv_dtype, "--kv-dtype"), compute_dtypes=_list(compute_dtype, "--compute-dtype"),
         chunks=_chunks(chunk), max_running=max_running, prefill=prefill.value, mode=mode.value, max_gpus=max_gpus,
         headroom=headroom,
-        prices=_prices(price, [g.name for g in gpus]),
+        prices=per_gpu_values(price, [g.name for g in gpus], "--price", float),  # type: ignore[arg-type]
         networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
     )  # fmt: skip
     result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests, seed=seed)
@@ -199,21 +200,6 @@ def _chunks(value: str | None) -> tuple[int, ...] | None:
     if value.strip().lower() == "search":
         return DEFAULT_CHUNKS
     return tuple(int_list(value, "--chunk", 16, 1_000_000))
-
-
-def _prices(value: str | None, gpus: list[str]) -> dict[str, float]:
-    """NAME=USD,... (or one number for every GPU) as a mapping; plan_space checks names and ranges."""
-    if value is None:
-        return {}
-    prices: dict[str, float] = {}
-    for item in split_list(value, "--price"):
-        name, sep, usd = item.rpartition("=")
-        try:
-            amount = float(usd)
-        except ValueError:
-            raise UsageError(f"--price: {item!r}: USD per GPU-hour must be a number from 0 to 100,000") from None
-        prices.update(dict.fromkeys(gpus, amount) if not sep else {name: amount})
-    return prices
 
 
 def _render(result: Plan, format: Format, explain: bool, top: int, elapsed: float) -> None:

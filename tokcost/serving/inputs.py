@@ -196,10 +196,15 @@ def check_simulation(
     per_request = math.ceil(traffic.prompt.mean / smallest) + 1
     steps = SIMULATED_ROWS * n * per_request
     if steps > MAX_SIMULATED_STEPS:
-        most = max(MAX_SIMULATED_STEPS // (SIMULATED_ROWS * per_request), 1)
-        raise UsageError(f"{name('requests', api)}: {n:,} requests of ~{per_request} prefill steps each, on "
-                         f"{SIMULATED_ROWS} rows, simulate {steps:,} steps; at most {MAX_SIMULATED_STEPS:,}: "
-                         f"give at most {most:,}")  # fmt: skip
+        most = MAX_SIMULATED_STEPS // (SIMULATED_ROWS * per_request)
+        work = (f"{n:,} requests of ~{per_request:,} prefill steps each ({traffic.prompt.mean:,.0f}-token prompts "
+                f"in {smallest:,}-token chunks), on up to {SIMULATED_ROWS} of the top rows, simulate {steps:,} steps; "
+                f"at most {MAX_SIMULATED_STEPS:,}")  # fmt: skip
+        if most >= MIN_REQUESTS:
+            raise UsageError(f"{name('requests', api)}: {work}: give at most {most:,}")
+        flag = name("simulate" if requests is None else "requests", api)  # no request count fits: say what does
+        raise UsageError(f"{flag}: {work}, even at the fewest requests ({MIN_REQUESTS}); give larger chunks "
+                         f"({name('chunks', api)}) or shorter prompts, or drop {name('simulate', api)}")  # fmt: skip
     return n
 
 
