@@ -101,6 +101,10 @@ def plan_traffic(
         if given:
             raise UsageError(f"{name(given[0], api)}: the trace {trace_name} gives every request's lengths; drop it")
         prompts, outputs, arrivals = trace
+        load = next((k for k, v in (("rate", rate), ("concurrency", concurrency)) if v is not None), None)
+        if arrivals and load is not None:  # the trace's own times set the load; a second one would be ignored
+            raise UsageError(f"{name(load, api)}: the trace {trace_name} gives each request's arrival_s, which set the "
+                             f"load; drop {name(load, api)}, or the trace's arrival_s to set it here")  # fmt: skip
         if rate is None and concurrency is None:
             if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
                 raise UsageError(f"{name('trace', api)} {trace_name}: no arrival_s times to take a rate from; give "
