@@ -177,6 +177,22 @@ def test_plan_to_dict_is_the_cli_json(cli):
     assert top.meets_slo and top.tpot_s["p90"] <= 0.05 and top.usd_per_hour is not None
 
 
+def test_plan_takes_every_search_flag_as_a_keyword(cli):
+    # pipeline stages, both modes, a compute dtype and the chunk search: the same JSON as the command line
+    from tokcost import plan
+
+    args = ["-m", "llama-3.1-70b", "-g", "h100-sxm", "--rate", "2", "--slo", "tpot_p90=60ms", "--tp", "2,4", "--pp",
+            "1,2", "--mode", "both", "--weights", "fp8", "--compute-dtype", "fp8", "--chunk", "search"]  # fmt: skip
+    printed = cli("plan", *args, "-f", "json")
+    assert printed.exit_code == 0, printed.stderr
+    result = plan(model="llama-3.1-70b", gpus="h100-sxm", rate_rps=2, slos="tpot_p90=60ms", tp=[2, 4], pp=[1, 2],
+                  mode="both", weights="fp8", compute_dtypes="fp8", chunks="search")  # fmt: skip
+    assert as_json(result.to_dict()) == printed.json()
+    assert {c["mode"] for c in printed.json()["configs"]} == {"aggregated", "disaggregated"}
+    with pytest.raises(TokcostError, match=r"^mode: disaggregated plans need rate_rps"):
+        plan(model="llama-3.1-8b", gpus="h100-sxm", concurrency=8, mode="disaggregated")
+
+
 def test_plan_refuses_in_keywords_not_flags():
     from tokcost import plan
 

@@ -284,11 +284,16 @@ def plan(
     cached_prefix_tokens: int = 0,
     slos: str | Sequence[str] = (),
     tp: int | Sequence[int] | None = None,
+    pp: int | Sequence[int] | None = None,
+    ep: int | Sequence[int] | None = None,
+    dp: int | Sequence[int] | None = None,
     weights: str | Sequence[str] | None = None,
     kv_dtypes: str | Sequence[str] | None = None,
-    chunks: int | Sequence[int] | None = None,
+    compute_dtypes: str | Sequence[str] | None = None,
+    chunks: int | Sequence[int] | str | None = None,
     max_running: int | None = None,
     prefill: str = "engine",
+    mode: str = "aggregated",
     headroom: float = 0.2,
     max_gpus: int | None = None,
     prices: Mapping[str, float] | None = None,
@@ -298,9 +303,11 @@ def plan(
     requests: int | None = None,
     seed: int = 0,
 ) -> PlanResult:
-    """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...])."""
+    """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...];
+    `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both)."""
     from tokcost.serving.inputs import plan_space, plan_traffic
     from tokcost.serving.run import run_plan
+    from tokcost.serving.search import DEFAULT_CHUNKS
     from tokcost.serving.traffic import parse_slo
     from tokcost.traces import read_trace
 
@@ -313,13 +320,16 @@ def plan(
         trace_name=str(rows.path) if rows else "", api=True,
     )  # fmt: skip
     gpu_specs = tuple(_gpu(g) for g in _several(gpus, (GpuSpec, str, os.PathLike)))
-    lists = {
-        key: None if value is None else _several(value, (int, str))
-        for key, value in {"tp": tp, "weights": weights, "kv_dtypes": kv_dtypes, "chunks": chunks}.items()
-    }
+    if isinstance(chunks, str) and chunks.strip().lower() == "search":
+        chunks = DEFAULT_CHUNKS
+    named = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "weights": weights, "kv_dtypes": kv_dtypes,
+             "compute_dtypes": compute_dtypes, "chunks": chunks}  # fmt: skip
+    lists = {key: None if value is None else _several(value, (int, str)) for key, value in named.items()}
+    if mode != "aggregated" and traffic.rate_rps is None:
+        raise UsageError("mode: disaggregated plans need rate_rps (or a trace with arrival_s)")
     space = plan_space(
         gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, prefill=prefill,
-        max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
+        mode=mode, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
     result = run_plan(_model(model), traffic, [parse_slo(s, "slos") for s in _several(slos, str)], space,
