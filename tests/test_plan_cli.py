@@ -449,3 +449,20 @@ def test_goodput_never_exceeds_saturation_and_a_replica_at_its_limit_takes_one_m
             "-f", "json").json()  # fmt: skip
     x = d["configs"][0]["expected"]
     assert x["meets_slo"] and x["replicas"] == 2 and x["binding"] != "saturated at the offered load"
+
+
+def test_the_csv_header_is_the_same_whatever_the_fleets(cli):
+    # every row sized, none sized (an SLO no config meets), and a mix: one header, each percentile as p50/p90/p99
+    import csv
+    import io
+
+    base = ["plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate"]
+    headers = []
+    for extra in (["5"], ["5", "--slo", "ttft_p90=1ms"], ["20", "--slo", "tpot_p90=10ms"]):
+        r = cli(*base, *extra, "-f", "csv")
+        assert r.exit_code == 0, r.stderr
+        rows = list(csv.reader(io.StringIO(r.stdout)))
+        assert len({len(x) for x in rows}) == 1
+        headers.append(rows[0])
+    assert headers[0] == headers[1] == headers[2]
+    assert "expected.ttft_s.p90" in headers[0] and "expected.ttft_s" not in headers[0]

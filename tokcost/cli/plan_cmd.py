@@ -21,6 +21,7 @@ from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 from tokcost.serving.explain import explain_lines, explain_plan
+from tokcost.serving.fleet import REPORTED
 from tokcost.serving.inputs import (
     MAX_REQUESTS,
     MAX_SIMULATED_STEPS,
@@ -29,6 +30,7 @@ from tokcost.serving.inputs import (
     plan_traffic,
 )  # fmt: skip
 from tokcost.serving.report import config_dict, plan_dict
+from tokcost.serving.rows import Row
 from tokcost.serving.run import run_plan
 from tokcost.serving.search import DEFAULT_CHUNKS, Plan
 from tokcost.serving.traffic import parse_duration, parse_slo
@@ -202,13 +204,28 @@ def _chunks(value: str | None) -> tuple[int, ...] | None:
     return tuple(int_list(value, "--chunk", 16, 1_000_000))
 
 
+PERCENTILES = ("ttft_s", "ttft_lock_step_s", "tpot_s", "itl_s", "e2e_s")
+
+
+def _csv_config(row: Row) -> dict:
+    """A row's JSON with each unknown percentile set as its p50/p90/p99 columns, empty: the CSV's header is the same
+    whether a fleet was sized or not (null there in JSON)."""
+    data = config_dict(row)
+    for scenario in ("expected", "ceiling"):
+        for figures in (data.get(scenario), (data.get(scenario) or {}).get("band")):
+            for key in PERCENTILES if isinstance(figures, dict) else ():
+                if key in figures and figures[key] is None:
+                    figures[key] = dict.fromkeys(REPORTED)
+    return data
+
+
 def _render(result: Plan, format: Format, explain: bool, top: int, elapsed: float) -> None:
     if format == Format.json:
         print_json(plan_dict(result, explain_lines(result) if explain else None))
         return
     warn(result.warnings)
     if format == Format.csv:
-        print_csv([flatten(config_dict(row)) for row in result.rows])
+        print_csv([flatten(_csv_config(row)) for row in result.rows])
         if explain:
             sys.stderr.write("\n".join(explain_lines(result)) + "\n")
         return

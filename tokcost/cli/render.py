@@ -133,9 +133,13 @@ def markdown(t: Table) -> str:
 
 
 def print_csv(rows: list[dict[str, Any]]) -> None:
-    """Rows of flat dicts as CSV with a header: every key any row has, in first-seen order ('' where absent)."""
+    """Rows of flat dicts as CSV with a header: every key any row has, in first-seen order ('' where absent); a key
+    that is null wherever it is bare, and dotted in another row (a figure one row has and another has not), keeps only
+    its dotted columns."""
     buffer = io.StringIO()
     fields = list(dict.fromkeys(key for row in rows for key in row))
+    parents = {key.rsplit(".", i)[0] for key in fields for i in range(1, key.count(".") + 1)}  # "a.b.c": a.b, a
+    fields = [f for f in fields if f not in parents or any(row.get(f) is not None for row in rows)]
     writer = csv.DictWriter(buffer, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: _csv_cell(v, k) for k, v in row.items()} for row in rows)
