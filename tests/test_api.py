@@ -202,3 +202,13 @@ def test_plan_refuses_in_keywords_not_flags():
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, slos=["ttft_p90=1s", "ttft_p90=2s"])
     with pytest.raises(TokcostError, match=r"^tp: each value must be an integer from 1 to 64 \(got 0\)"):
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, tp=[0])
+
+
+def test_a_hint_inside_a_refusal_is_in_the_apis_words():
+    # the command line's hint names a flag (pass it to --gpu (-g), use --ep 1); the API's names the keyword
+    from tokcost import Workload, estimate
+
+    with pytest.raises(TokcostError, match=r"^h100-sxm: this is a built-in GPU, not a model; pass it as gpu "):
+        estimate(model="h100-sxm", gpu="h100-sxm")
+    with pytest.raises(TokcostError, match=r"^ep: llama-3.1-8b has no routed experts; .*\(use ep=1\)$"):
+        estimate(model="llama-3.1-8b", gpu="h100-sxm", workload=Workload(ep=2))

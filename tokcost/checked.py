@@ -18,8 +18,8 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import ConfigDict, ValidationError, validate_call
 
-from tokcost.errors import UsageError
-from tokcost.inputs import keyword_message
+from tokcost.errors import SpecError, UsageError
+from tokcost.inputs import api_message
 
 F = TypeVar("F", bound=Callable[..., Any])
 _STRICT = ConfigDict(strict=True, arbitrary_types_allowed=True)
@@ -95,6 +95,10 @@ def checked(function: F) -> F:
                 raise
             raise argument_error(exc, hints, kwargs) from None
         except UsageError as exc:
-            raise UsageError(keyword_message(str(exc))) from None
+            raise UsageError(api_message(str(exc))) from None
+        except SpecError as exc:  # a spec named for the wrong keyword, or not found: its hint in the API's words
+            if api_message(exc.message) == exc.message:
+                raise
+            raise SpecError(exc.where, api_message(exc.message), exc.field) from None
 
     return typing.cast(F, call)

@@ -39,6 +39,21 @@ def keyword_message(message: str, names: Mapping[str, str] | None = None) -> str
     return message if field is None else (names or {}).get(field, field) + message[match.end() :]  # type: ignore[union-attr]
 
 
+# a flag named inside a message (a hint, not its opening key), as the Python API calls it
+_API_WORDS = {"pass it to --model (-m)": "pass it as model", "pass it to --gpu (-g)": "pass it as gpu",
+              "pass it to --network": "pass it as network", "pass it to --engine": "pass it as engine",
+              **{f"use {flag} ": f"use {field}=" for field, flag in FLAG_OF_FIELD.items()}}  # fmt: skip
+
+
+def api_message(message: str) -> str:
+    """A message worded for the command line (`--tp: ...`, `pass it to --gpu (-g)`, `use --ep 1`) in the Python
+    API's words (`tp: ...`, `pass it as gpu`, `use ep=1`)."""
+    message = keyword_message(message)
+    for cli, api in _API_WORDS.items():
+        message = message.replace(cli, api)
+    return message
+
+
 def check_grid(*axes: tuple[str, Sequence[Any]], limit: int = MAX_GRID_POINTS, hint: str = "") -> None:
     """Refuse, before any work, an empty axis (a grid of no point) or a grid of more than `limit` points (the product
     of the lists' lengths); `hint` ends the line (e.g. what a larger grid needs)."""
