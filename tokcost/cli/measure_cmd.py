@@ -201,7 +201,10 @@ def _progress() -> Iterator[Callable[[str], None]]:
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.0%}"
+    """A share as a percentage: whole above 10%, two significant digits below (a CPU's MBU of 0.32% is not 0%)."""
+    if x is None:
+        return "n/a"
+    return f"{x:.0%}" if abs(x) >= 0.1 else f"{x * 100:.2g}%"
 
 
 def _err(x: float | None, noisy: bool) -> str:
@@ -231,7 +234,7 @@ def measure_tables(model: str, outcome) -> list[Table]:
     )  # fmt: skip
     reads = Table("Bytes per decode step: what the loop read vs what the engine expects (per device)",
                   ["batch", "weights (loop)", "weights (engine)", "KV read (loop)", "KV read (engine)",
-                   "experts/layer (engine)", "step overhead", "loop stream rate"])  # fmt: skip
+                   "experts/layer: loop (engine)", "step overhead", "loop stream rate"])  # fmt: skip
     terms = Table("Tensor-parallel decode step by term (calibrated prediction vs measured)",
                   ["batch", "weights", "attention", "communication", "overhead", "all-reduce measured",
                    "all-reduce share", "rest predicted", "rest measured"])  # fmt: skip
