@@ -212,3 +212,10 @@ def test_a_hint_inside_a_refusal_is_in_the_apis_words():
         estimate(model="h100-sxm", gpu="h100-sxm")
     with pytest.raises(TokcostError, match=r"^ep: llama-3.1-8b has no routed experts; .*\(use ep=1\)$"):
         estimate(model="llama-3.1-8b", gpu="h100-sxm", workload=Workload(ep=2))
+
+
+def test_a_plot_path_of_the_wrong_type_is_one_line():
+    from tokcost import estimate
+
+    with pytest.raises(TokcostError, match=r"^path: must be a file name ending \.png or \.svg.*\(got int 123\)"):
+        estimate(model="llama-3.1-8b", gpu="h100-sxm").plot(123)

@@ -71,6 +71,13 @@ def _several(value: T | Sequence[T], one: type | tuple[type, ...]) -> list[T]:
     return [value] if isinstance(value, one) else list(value)  # type: ignore[list-item, arg-type]
 
 
+def _check_plot_path(path: object) -> None:
+    """A picture's path is a str or a path; anything else is one line, not a TypeError from pathlib."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"path: must be a file name ending .png or .svg, a str or a pathlib.Path (got "
+                         f"{type(path).__name__} {path!r:.40})")  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class EstimateResult(_estimate.Estimate):
     """An Estimate (every engine field: `.expected.tpot_s`, `.memory.max_batch`, ...) that renders itself."""
@@ -96,6 +103,7 @@ class EstimateResult(_estimate.Estimate):
         """Write the chart to a .png or .svg file, as `tokcost estimate --plot` does."""
         from tokcost import plots
 
+        _check_plot_path(path)
         return plots.save(self.figure(journey=journey), path)
 
 
@@ -145,6 +153,7 @@ class ComparisonResult:
         """Write the bars to a .png or .svg file, as `tokcost compare --plot` does."""
         from tokcost import plots
 
+        _check_plot_path(path)
         return plots.save(self.figure(), path)
 
 
@@ -204,6 +213,7 @@ class SweepResult:
         """Write the panels to a .png or .svg file, as `tokcost sweep --plot` does."""
         from tokcost import plots
 
+        _check_plot_path(path)
         return plots.save(self.figure(), path)
 
 
@@ -265,6 +275,7 @@ class PlanResult:
         """Write the chart to a .png or .svg file, as `tokcost plan --plot` does."""
         from tokcost import plots
 
+        _check_plot_path(path)
         return plots.save(self.figure(), path)
 
 
