@@ -147,3 +147,17 @@ def test_readme_pictures_exist_for_each_plot_block():
     for image in images:
         assert f"]({image})" in text, image  # the block shows its picture (scripts/update_readme.py)
         assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm@v0", "tensorrt-llm@static", "llama.cpp@eager", "sglang", "generic"])
+def test_an_engine_era_shown_as_yaml_loads_back_as_a_profile_of_its_own(cli, tmp_path, name):
+    # the era as a file (--engine FILE): every value the era prices with, its name the file's
+    from tokcost.profiles import load_engine
+
+    result = cli("specs", "show", name, "-f", "yaml")
+    assert result.exit_code == 0, result.stderr
+    path = tmp_path / "mine.yaml"
+    path.write_text(result.stdout)
+    assert cli("specs", "validate", str(path)).exit_code == 0
+    original, copy = load_engine(name), load_engine(str(path))
+    assert copy.model_dump(exclude={"era"}) == original.model_dump(exclude={"era"})

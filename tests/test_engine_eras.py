@@ -177,3 +177,27 @@ def test_llama_cpp_says_what_tp_means_where_a_layout_uses_it():
     assert len(notes("llama.cpp", tp=4)) == 1 and "--pp" in notes("llama.cpp", tp=4)[0]
     assert notes("llama.cpp@2000", tp=4)[0].startswith("llama.cpp@eager: TP prices its row split")
     assert notes("llama.cpp", pp=4) == [] and notes("vllm", tp=4) == []
+
+
+def test_a_commit_hash_is_no_version_and_a_range_is_checked(tmp_path):
+    # 9476b01 is a llama.cpp commit, not build 9476; v0.6.3 is 0.6.3; an era's range runs forwards, one era a version
+    for spelled in ("llama.cpp@9476b01", "tensorrt-llm@1a2b3c4"):
+        with pytest.raises(SpecError, match="no era"):
+            load_profile(spelled)
+    assert load_profile("vllm@v0.6.3").label == "vllm@v0"
+    import yaml
+
+    shipped = yaml.safe_load((Path(__file__).parents[1] / "tokcost" / "specs" / "engines" / "vllm.yaml").read_text())
+    inverted = {
+        **shipped,
+        "eras": {**shipped["eras"], "v0": {**shipped["eras"]["v0"], "versions": {"since": "0.8", "before": "0.6"}}},
+    }
+    overlap = {
+        **shipped,
+        "eras": {**shipped["eras"], "v0": {**shipped["eras"]["v0"], "versions": {"since": "0.6", "before": "0.9"}}},
+    }
+    for data, needle in ((inverted, "must come before"), (overlap, "both cover some versions")):
+        path = tmp_path / "my-vllm.yaml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(SpecError, match=needle):
+            load_profile(str(path))

@@ -350,3 +350,34 @@ def test_moe_reads_distinct_experts():
 
     per_expert_bytes = m.layers * m.params_per_expert * 2
     assert experts(512) - experts(1) == pytest.approx(6 * per_expert_bytes)
+
+
+def _some_rows(tmp_path, ids, edit=None):
+    import yaml
+
+    data = yaml.safe_load(DEFAULT_DATA.read_text())
+    rows = [r for r in data["rows"] if r["id"] in ids]
+    for r in rows:
+        (edit or (lambda _: None))(r)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({**data, "rows": rows}, sort_keys=False))
+    return path
+
+
+def test_rows_of_another_file_get_no_held_out_figure_from_folds_fitted_on_others(tmp_path):
+    # the stored folds were fitted on the shipped rows (their digest): a user's file, even of shipped rows, is priced
+    # with the shipped profiles and claims no leave-one-source-out figure
+    path = _some_rows(tmp_path, {"gptfast-llama2-7b-bf16-tp1", "trtllm090-h200-llama2-7b-ttft-isl128"})
+    results, summary = run_validation(path)
+    assert len(results) == 2 and all(r.held_out is None for r in results)
+    assert summary.headline is None and all(g.inside_band is None for g in summary.groups)
+
+
+def test_a_decode_metric_needs_a_decode_step(tmp_path):
+    # TPOT of a one-token answer has no decode step to price (it divided by zero)
+    def tpot(row):
+        row["metric"] = "tpot_ms"
+
+    path = _some_rows(tmp_path, {"trtllm090-h200-llama2-7b-ttft-isl128"}, tpot)
+    with pytest.raises(SpecError, match="metric tpot_ms times decode steps: output_tokens must be 2 or more"):
+        run_validation(path)

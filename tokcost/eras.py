@@ -28,9 +28,15 @@ ERA_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")  # the leading dotted numbers: "0.6.3.post2" -> 0.6.3, "1.0.0rc4" -> 1.0.0
 
 
+COMMIT = re.compile(r"^[0-9a-f]{7,40}$")  # a git commit (9476b01): hex digits, at least one a letter
+
+
 def version_key(text: str) -> tuple[int, ...] | None:
     """A version's leading numbers as a tuple to compare ((0, 6, 3)); None for a commit hash or a build tag."""
-    found = VERSION.match(text.strip().lower())
+    key = text.strip().lower()
+    if COMMIT.match(key) and not key.isdigit():  # its leading digits (9476 of 9476b01) are no version
+        return None
+    found = VERSION.match(key)
     return tuple(int(p) for p in found.group(1).split(".")) if found else None
 
 
@@ -48,6 +54,13 @@ class Versions(BaseModel):
         if value is not None and version_key(value) is None:
             raise ValueError(f"{value!r} is not a version; give dotted numbers such as 0.6 or 1.0")
         return value
+
+    @model_validator(mode="after")
+    def _a_range(self) -> Versions:
+        if self.since and self.before and version_key(self.since) >= version_key(self.before):  # type: ignore[operator]
+            raise ValueError(f"since ({self.since}) must come before before ({self.before}): no version lies in "
+                             "[since, before)")  # fmt: skip
+        return self
 
     def cover(self, version: tuple[int, ...]) -> bool:
         """True when `version` lies in [since, before)."""
@@ -91,6 +104,22 @@ class EngineFile(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _versions_map_to_one_era(self) -> EngineFile:
+        """No version lies in two eras' stated ranges (eager eras aside, which a run's graphs setting picks; an era
+        that states no range, as lmdeploy's two backends, is picked by its name)."""
+        spans = [
+            (name, v) for name, era in self.eras.items() if not era.eager and ((v := era.versions).since or v.before)
+        ]
+        for i, (first, a) in enumerate(spans):
+            for second, b in spans[i + 1 :]:
+                lows = [version_key(v.since) for v in (a, b) if v.since]
+                highs = [version_key(v.before) for v in (a, b) if v.before]
+                if not highs or not lows or max(lows) < min(highs):  # type: ignore[type-var]
+                    raise ValueError(f"eras {first} ({a.text}) and {second} ({b.text}) both cover some versions; "
+                                     "give each version one era")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
     def _newest_is_an_era(self) -> EngineFile:
         if self.newest not in self.eras:
             raise ValueError(f"newest: {self.newest!r} is not one of the eras: {', '.join(self.eras)}")
@@ -101,7 +130,9 @@ class EngineFile(BaseModel):
         key = spelled.strip().lower()
         if key in self.eras:
             return key
-        if key[:1] == "b" and key[1:].isdigit():  # a build tag (llama.cpp's b3891) is its build number
+        build = key[:1] == "b" and key[1:].isdigit()  # a build tag (llama.cpp's b3891) is its build number
+        dotted = key[:1] == "v" and key[1:2].isdigit() and "." in key  # v0.6.3 is 0.6.3 (v9 would be an era's name)
+        if build or dotted:
             key = key[1:]
         version = version_key(key) if key[:1].isdigit() else None  # `v9` is a name (none such), `0.9` a version
         if version is None:

@@ -60,7 +60,8 @@ def spec_yaml(kind: str, spec: Any) -> str:
         body = spec.model_dump(by_alias=True, exclude_none=True)
         flag = "-g h100-sxm -m"
     else:
-        body = spec.model_dump(exclude_none=True)
+        # an engine's template is one era as a file of its own: the era's name is the file's (--engine FILE)
+        body = spec.model_dump(exclude_none=True, exclude={"era"} if kind == "engine" else None)
         if isinstance(spec, GpuSpec) and "achievable" not in spec.model_fields_set:  # absent: expected = ceiling
             body.pop("achievable")
         flag = {"gpu": "-m llama-3.1-8b -g", "network": "-m llama-3.1-70b -g h100-sxm --tp 16 --network",
@@ -101,6 +102,9 @@ def _load_any(name_or_path: str) -> tuple[str, Any]:
     if kind is not None:
         loader = {"models": load_model, "gpus": load_gpu, "networks": load_network, "engines": load_engine}[kind]
         return kind.removesuffix("s"), loader(name_or_path)
+    engine, at, era = name_or_path.partition("@")
+    if at and kind_of_name(engine) == "engines":  # a built-in engine's era, as --engine spells it (vllm@v0)
+        return "engine", load_engine(name_or_path)
     if not looks_like_path(name_or_path):
         every = [name for kind in KINDS for name in builtin_names(kind)]
         hint, _ = suggest(every, name_or_path)

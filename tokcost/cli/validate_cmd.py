@@ -76,7 +76,7 @@ def run_validation(path: Path, engine: str | None = None) -> tuple[list[RowResul
     summarize."""
     from tokcost.validation.data import load_rows
     from tokcost.validation.folds import load_folds
-    from tokcost.validation.run import price_rows, shipped_profiles
+    from tokcost.validation.run import folds_apply, price_rows, shipped_profiles
     from tokcost.validation.summary import summarize
 
     rows = load_rows(path)
@@ -84,6 +84,8 @@ def run_validation(path: Path, engine: str | None = None) -> tuple[list[RowResul
     override = load_engine(engine) if engine else None
     try:
         folds = None if override is not None else load_folds()
+        if not folds_apply(folds, rows):  # fitted on other rows: no held-out figure is claimed for these
+            folds = None
         results = price_rows(rows, models, gpus, shipped_profiles(), engine=override, folds=folds)
     except SpecError as exc:  # "row <id>: compute: ...": prefix the file
         raise SpecError(f"{path}: {exc.where}", exc.message, field=exc.field) from None
@@ -124,13 +126,17 @@ def rows_table(results: list[RowResult]) -> Table:
     return table
 
 
-def headline_table(summary: Summary) -> Table:
+def headline_table(summary: Summary, one_engine: bool = False) -> Table:
     """Leave-one-source-out: each source predicted by a fit that never read it (issue 19's headline)."""
     h = summary.headline
     table = Table("Leave-one-source-out (each source predicted by a fit that never read it)", ["figure", "value"])
-    if h is None:
-        table.notes.append("No held-out predictions: --engine prices every row with one profile, or the stored "
-                           "folds were fitted on other rows (scripts/fit_expected.py refits them).")  # fmt: skip
+    if h is None:  # one row that says why, not an empty table
+        why = (
+            "none: --engine prices every row with one profile"
+            if one_engine
+            else "none: the stored folds were fitted on other rows (scripts/fit_expected.py refits them on these)"
+        )
+        table.rows.append(["held-out predictions", why])
         return table
     table.rows += [
         ["sources / rows", f"{h.sources} / {h.rows}"],
@@ -154,7 +160,7 @@ def summary_table(summary: Summary) -> Table:
     for g in summary.groups:
         table.rows.append([
             g.group, str(g.rows), _pct(g.held_out_median), _pct(g.held_out_p90), _pct(g.fit_median),
-            _pct(g.ceiling_median), f"{g.inside_band}", str(g.violations),
+            _pct(g.ceiling_median), "-" if g.inside_band is None else f"{g.inside_band}", str(g.violations),
         ])  # fmt: skip
     table.notes.append(
         "Absolute error of 'expected' (hardware x engine era: the GPU's measured sustained shares and each row's "
@@ -241,7 +247,7 @@ def validate(
             "multinode": [_multinode_json(m) for m in multinode],
         })  # fmt: skip
     else:
-        tables = [rows_table(results), headline_table(summary), summary_table(summary)] + (
+        tables = [rows_table(results), headline_table(summary, engine is not None), summary_table(summary)] + (
             [multinode_table(multinode)] if multinode else []
         )
         print_tables(tables, format.value)

@@ -30,6 +30,7 @@ Metric = Literal[
     "total_throughput_tokens_per_s",  # prompt and output tokens/s: B x (P + O) / e2e (vLLM benchmark_throughput)
     "prefill_tokens_per_s",  # prompt tokens / prefill time: B x P / TTFT (llama-bench ppN)
 ]  # fmt: skip
+DECODE_METRICS = ("decode_tokens_per_s_per_sequence", "tpot_ms", "itl_ms", "tpot_s")  # timed on decode steps alone
 # The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM).
 Framework = Literal[
     "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
@@ -121,6 +122,14 @@ class Row(BaseModel):
     def _layout_fits_the_gpus(self) -> Row:
         if self.gpus % (self.pp * self.dp):
             raise ValueError(f"gpus ({self.gpus}) must be a multiple of pp x dp ({self.pp} x {self.dp})")
+        return self
+
+    @model_validator(mode="after")
+    def _decode_metric_has_decode_steps(self) -> Row:
+        # a token gap, or decode alone, needs a second token: with one output token there is no decode step to price
+        if self.metric in DECODE_METRICS and self.output_tokens < 2:
+            raise ValueError(f"metric {self.metric} times decode steps: output_tokens must be 2 or more "
+                             f"(got {self.output_tokens})")  # fmt: skip
         return self
 
     @property

@@ -37,7 +37,7 @@ class GroupStats:
     held_out_p90: float | None
     fit_median: float
     ceiling_median: float
-    inside_band: int  # held-out rows inside their band
+    inside_band: int | None  # held-out rows inside their band (None: no row is held out)
     violations: int
 
 
@@ -107,7 +107,8 @@ def group_stats(group: str, results: Sequence[RowResult], inside: Mapping[str, b
         held_out_p90=percentile(held, 90) if held else None,
         fit_median=statistics.median(abs(r.error) for r in results),
         ceiling_median=statistics.median(abs(r.ceiling_error) for r in results),
-        inside_band=sum(inside.get(r.row.id, False) for r in results), violations=sum(r.violation for r in results),
+        inside_band=sum(inside.get(r.row.id, False) for r in results) if held else None,
+        violations=sum(r.violation for r in results),
     )  # fmt: skip
 
 
