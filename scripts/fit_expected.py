@@ -47,8 +47,11 @@ def residuals(results: list[RowResult]) -> list[Residual]:
 
 def generic_band(results: list[RowResult]) -> Band:
     """The hardware alone: every row against the identity engine (never fitted, so every row is left out)."""
-    got = [Residual("generic", "identity", r.cell.platform, r.row.source_id, math.log(r.time_ratio(r.expected)))
-           for r in results]  # fmt: skip
+    got = [
+        Residual("generic", "identity", r.cell.platform, r.row.source_id, math.log(r.time_ratio(r.expected)))
+        for r in results
+        if r.used
+    ]  # fmt: skip  (an excluded row is priced, never counted)
     band = cell_band(got, engine="generic", era="identity", platform=None)
     assert band is not None
     return band.model_copy(

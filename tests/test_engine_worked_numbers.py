@@ -384,3 +384,21 @@ def test_prefill_moves_the_mlp_intermediate_once_each_way():
     h, inter, t = 4096, 14336, 2048
     assert mlp.bytes_read == 3 * h * inter * 2 + t * (h + inter) * 2
     assert mlp.bytes_written == t * (inter + h) * 2
+
+
+def test_expert_parallel_busiest_rank_reads_whole_experts():
+    # Mixtral at EP 8: each rank holds one whole expert (3 x 4,096 x 14,336 = 176.2M params, 352.3 MB at bf16); a
+    # batch-1 token's two experts sit on two ranks, and each reads all of its expert in every layer: 32 x 352.3 MB
+    # on the busiest rank (it was charged a quarter, the mean over ranks), as TP 8 reads an eighth of both (2/8)
+    from tokcost.engine.features import busiest_rank_experts
+
+    expert_bytes = 3 * 4096 * 14336 * 2
+    e = estimate(load_model("mixtral-8x7b"), load_gpu("h100-sxm"), Workload(tp=8, ep=8))
+    rows = {p.stage.name: p for p in e.ceiling.decode_step.stages}
+    assert rows["routed experts"].stage.weight_bytes == pytest.approx(expert_bytes, rel=1e-6)
+    tp = estimate(load_model("mixtral-8x7b"), load_gpu("h100-sxm"), Workload(tp=8))
+    tp_rows = {p.stage.name: p for p in tp.ceiling.decode_step.stages}
+    assert tp_rows["routed experts"].stage.weight_bytes == pytest.approx(2 * expert_bytes / 8, rel=1e-6)
+    # DeepSeek-V3 at EP 8, batch 8: ~13.3 pairs on the busiest rank's 32 experts touch 32 (1 - (31/32)^13.3) = 11.0
+    assert busiest_rank_experts(32, 13.32, 57.4 / 8) == pytest.approx(32 * (1 - (31 / 32) ** 13.32))
+    assert busiest_rank_experts(256, 512, 222.44) == 222.44  # one rank: the whole model's distinct count

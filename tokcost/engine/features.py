@@ -62,6 +62,17 @@ def expected_distinct_experts(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1 - (1 - top_k / experts) ** tokens)
 
 
+def busiest_rank_experts(local: int, pairs: float, mean_distinct: float) -> float:
+    """Distinct experts the busiest of the ranks reads: its `pairs` token-expert pairs spread uniformly over its
+    `local` experts, local x (1 - (1 - 1/local)^pairs) (with one rank, the whole model's count `mean_distinct`,
+    which keeps each token's k experts distinct). Not the mean over ranks: at Mixtral's EP 8 one token's two
+    experts sit whole on two ranks, and each reads all of its expert, not a quarter."""
+    if local <= 0:
+        return 0.0
+    spread = local * (1 - (1 - 1 / local) ** pairs) if local > 1 else min(pairs, 1.0)
+    return min(max(spread, mean_distinct), local)
+
+
 def busiest_rank_pairs(experts: int, top_k: int, tokens: float, ep: int) -> float:
     """Expected token-expert pairs on the busiest of `ep` ranks under uniform routing (not the mean).
 
@@ -172,7 +183,7 @@ class FeatureSpace:
             moe, ep = model.moe, self.layout.ep
             v[EXPERT_PAIRS] = busiest_rank_pairs(moe.experts, moe.experts_per_token, v[TOKENS], ep)
             distinct = expected_distinct_experts(moe.experts, moe.experts_per_token, v[TOKENS])
-            v[EXPERTS_TOUCHED] = min(distinct / ep, moe.experts // ep)
+            v[EXPERTS_TOUCHED] = busiest_rank_experts(moe.experts // ep, v[EXPERT_PAIRS], distinct / ep)
         return v
 
     def _context(self, v: list[float], sequences_dp: float, cached: float, new: float) -> None:
