@@ -229,3 +229,13 @@ def test_coverage_issue_19_asks_for(rows):
     assert any({1, 2, 4, 8} <= found for found in tps.values())  # a TP 1-2-4-8 sweep
     eager_and_graphs = {r.source_id for r in rows if r.graphs is False} & {r.source_id for r in rows if r.graphs}
     assert eager_and_graphs  # one publication measures the same build with graphs off and on
+
+
+def test_a_pattern_a_text_field_must_match_is_stated(tmp_path):
+    # an engine file named my_engine.yaml takes its name from the file: the rule it breaks is the name's pattern
+    from tokcost.profiles import load_engine
+
+    path = tmp_path / "my_engine.yaml"
+    path.write_text("source: mine\nstep_overhead_us: 100\n")
+    with pytest.raises(SpecError, match=r"name: must be text .*, matching the pattern \^\[a-z0-9\]"):
+        load_engine(str(path))

@@ -61,7 +61,9 @@ def allowed(field: FieldInfo) -> str:
     limits = {k: getattr(m, k) for m in [*field.metadata, *inner] for k in _LIMITS if getattr(m, k, None) is not None}
     if base is str:
         low, high = limits.get("min_length", 0), limits.get("max_length")
-        return f"text of at most {high:,} characters" + (", not blank" if low else "") if high else "text"
+        pattern = next((m.pattern for m in [*field.metadata, *inner] if getattr(m, "pattern", None)), None)
+        text = f"text of at most {high:,} characters" + (", not blank" if low else "") if high else "text"
+        return text + (f", matching the pattern {pattern}" if pattern else "")
     words: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
     word = words.get(base, str(base))
     if "ge" in limits and "le" in limits:
