@@ -301,3 +301,14 @@ def test_any_mix_of_kinds_prices_the_same_on_both_paths(model, layout, batch, fi
     brute = sum(bound.seconds([Segment(batch, c, 1)]) for c in range(first, last + 1)) / (span + 1)
     assert bound.decode_mean(batch=batch, first=first, last=last) == pytest.approx(brute, rel=1e-12)
     assert DecodeLines(bound, batch).mean(first, last) == pytest.approx(brute, rel=1e-12)
+
+
+def test_a_tp_degree_splits_whole_mamba_2_groups():
+    # Nemotron-H-8B: 8 B/C groups; vLLM's MambaMixer2 asserts n_groups % tp == 0 (or one group, replicated), so TP 16
+    # (which its 32 attention and 128 state heads allow) would split a group across two ranks
+    from tokcost.engine.layout import Layout, layout_problem, tp_degrees
+
+    model = load_model("nemotron-h-8b")
+    assert tp_degrees(model) == [1, 2, 4, 8]
+    problem = layout_problem(model, Layout(tp=16))
+    assert problem is not None and problem.startswith("--tp: 16 does not divide nemotron-h-8b's 8 Mamba-2 groups")

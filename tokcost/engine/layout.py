@@ -85,17 +85,30 @@ def _state_heads(model: ModelSpec) -> list[int]:
     return heads
 
 
+def _state_groups(model: ModelSpec) -> int:
+    """Mamba-2's B/C groups where a TP degree must divide them (one group is replicated on every rank instead):
+    vLLM's MambaMixer2 asserts n_groups % tp == 0 unless n_groups is 1."""
+    if model.mamba and model.plan.count(mixer="mamba") and model.mamba.groups > 1:
+        return model.mamba.groups
+    return 1
+
+
 def tp_degrees(model: ModelSpec, limit: int = 64) -> list[int]:
-    """Tensor-parallel degrees the model allows: they divide the attention heads (KV heads divide or repeat) and
-    a state layer's heads."""
-    kv, state = model.kv_heads, _state_heads(model)
+    """Tensor-parallel degrees the model allows: they divide the attention heads (KV heads divide or repeat),
+    a state layer's heads and Mamba-2's groups (more than one)."""
+    kv, state, groups = model.kv_heads, _state_heads(model), _state_groups(model)
     return [d for d in divisors(model.attention_heads, limit)
-            if (kv % d == 0 if d <= kv else d % kv == 0) and all(n % d == 0 for n in state)]  # fmt: skip
+            if (kv % d == 0 if d <= kv else d % kv == 0) and all(n % d == 0 for n in state)
+            and (groups == 1 or groups % d == 0)]  # fmt: skip
 
 
 def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     """Why `layout` cannot run `model` (with the valid choices listed), or None when it can."""
     tp, pp, ep, dp = layout.tp, layout.pp, layout.ep, layout.dp
+    groups = _state_groups(model)
+    if tp not in tp_degrees(model, limit=max(tp, 1)) and groups > 1 and groups % tp and not model.attention_heads % tp:
+        return (f"--tp: {tp} does not divide {model.name}'s {groups} Mamba-2 groups (each rank holds whole groups, as "
+                f"vLLM's MambaMixer2 does); valid degrees: {', '.join(str(d) for d in tp_degrees(model))}")  # fmt: skip
     if tp not in tp_degrees(model, limit=max(tp, 1)):
         valid = ", ".join(str(d) for d in tp_degrees(model))
         state = "".join(f", {n} state heads" for n in dict.fromkeys(_state_heads(model)))
