@@ -381,3 +381,20 @@ def test_a_decode_metric_needs_a_decode_step(tmp_path):
     path = _some_rows(tmp_path, {"trtllm090-h200-llama2-7b-ttft-isl128"}, tpot)
     with pytest.raises(SpecError, match="metric tpot_ms times decode steps: output_tokens must be 2 or more"):
         run_validation(path)
+
+
+def test_a_row_past_its_models_context_or_with_too_small_a_kv_cache_is_refused(tmp_path):
+    # 10,000,000 prompt tokens on a 4,096-token model priced as nothing and read as beating the ceiling
+    def huge(row):
+        row["prompt_tokens"] = 10_000_000
+
+    path = _some_rows(tmp_path, {"gptfast-llama2-7b-bf16-tp1"}, huge)
+    with pytest.raises(SpecError, match=r"prompt_tokens \+ output_tokens \(10,000,\d{3}\) exceed llama-2-7b's max_"):
+        run_validation(path)
+
+    def tiny_kv(row):
+        row["kv_tokens"] = 1
+
+    path = _some_rows(tmp_path, {"gptfast-llama2-7b-bf16-tp1"}, tiny_kv)
+    with pytest.raises(SpecError, match=r"kv_tokens \(1\) must hold one whole sequence"):
+        run_validation(path)

@@ -67,6 +67,10 @@ def load_specs(rows: list[Row], where: str) -> tuple[dict[str, ModelSpec], dict[
                 gpus[row.gpu] = load_gpu(row.gpu)
         except SpecError as exc:
             raise SpecError(f"{where}: row {row.id}", f"{exc.where}: {exc.message}", field=field) from None
+        held, context = row.prompt_tokens + row.output_tokens, models[row.model].max_context
+        if held > context:  # a run the model cannot hold prices as nothing (and read as beating the ceiling)
+            raise SpecError(f"{where}: row {row.id}", f"prompt_tokens + output_tokens ({held:,}) exceed "
+                            f"{row.model}'s max_context ({context:,})", field="prompt_tokens")  # fmt: skip
     return models, gpus
 
 

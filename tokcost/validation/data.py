@@ -125,6 +125,14 @@ class Row(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _kv_holds_one_sequence(self) -> Row:
+        # a stated KV capacity below one whole sequence would run each request in pieces no engine runs
+        if self.kv_tokens is not None and self.kv_tokens < self.prompt_tokens + self.output_tokens:
+            raise ValueError(f"kv_tokens ({self.kv_tokens:,}) must hold one whole sequence, prompt + output "
+                             f"({self.prompt_tokens + self.output_tokens:,}) or more")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
     def _decode_metric_has_decode_steps(self) -> Row:
         # a token gap, or decode alone, needs a second token: with one output token there is no decode step to price
         if self.metric in DECODE_METRICS and self.output_tokens < 2:
