@@ -11,6 +11,7 @@ from tokcost.engine.estimate import deployment, estimate
 from tokcost.engine.memory import gpu_bytes, memory_report
 from tokcost.engine.workload import Workload
 from tokcost.eras import builtin_files
+from tokcost.errors import SpecError
 from tokcost.formats import get as get_format
 from tokcost.hardware.library import load_gpu, load_network
 from tokcost.models.library import load_model
@@ -98,12 +99,14 @@ def test_a_run_that_states_its_kv_capacity_runs_in_the_waves_it_holds():
     assert max_running(stated, model, gpu, vllm) == 2
     assert waves_of(stated, model, gpu, vllm) == (Wave(2, 8),)
     assert max_running(_row(model="llama-3.1-405b-fp8"), model, gpu, vllm) > 2  # the memory model holds more
-    # short requests: the engine's own cap (256) still binds first; a capacity under one sequence runs one at a time
+    # short requests: the engine's own cap (256) still binds first; a capacity under one sequence is a misread row
+    # (an engine refuses such a request: vLLM's --max-model-len is a sequence's limit)
     assert waves_of(_row(kv_tokens=10**9, batch=300, prompt_tokens=128), model, gpu, vllm) == (
         Wave(256, 1),
         Wave(44, 1),
     )
-    assert max_running(_row(kv_tokens=1000), model, gpu, vllm) == 1
+    with pytest.raises(SpecError, match=r"kv_tokens \(1,000\) must hold one whole sequence"):
+        _row(kv_tokens=1000)
 
 
 def test_the_engine_caps_running_sequences():
