@@ -398,3 +398,14 @@ def test_a_row_past_its_models_context_or_with_too_small_a_kv_cache_is_refused(t
     path = _some_rows(tmp_path, {"gptfast-llama2-7b-bf16-tp1"}, tiny_kv)
     with pytest.raises(SpecError, match=r"kv_tokens \(1\) must hold one whole sequence"):
         run_validation(path)
+
+
+def test_a_version_no_era_of_its_engine_covers_is_refused(tmp_path):
+    # validate picks a row's era by rules (graphs, platform, version); the engine file's ranges are the check: an
+    # SGLang 0.2.7 row mapped to sglang@main, which covers 0.3 on
+    def old(row):
+        row["engine_version"] = "0.2.7"
+
+    path = _some_rows(tmp_path, {"lhl-mi300x-sglang-llama3-8b-bs32-in256-ttft"}, old)
+    with pytest.raises(SpecError, match=r"engine_version: sglang 0.2.7 is in none of its eras' versions: sglang@main"):
+        run_validation(path)

@@ -10,6 +10,7 @@ the fit's prediction of a row is validate's, by construction (a test checks it r
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from tokcost.engine.roofline import (
     matmul_path,
 )  # fmt: skip
 from tokcost.engine.work import RateTable, Work
+from tokcost.eras import EngineFile, builtin_files
+from tokcost.errors import SpecError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import (
@@ -41,7 +44,7 @@ from tokcost.profiles import (
     WeightOnly,
     kernel_family,
 )  # fmt: skip
-from tokcost.validation.cells import Cell, cell_of
+from tokcost.validation.cells import Cell, cell_of, version_of
 from tokcost.validation.compare import WaveTimes, row_deployment, run_metric, waves_of, workload_of
 from tokcost.validation.data import Row
 from tokcost.validation.priors import EAGER_CELLS
@@ -56,10 +59,25 @@ def is_cost(key: str) -> bool:
     return key in COST_KEYS
 
 
+@functools.cache
+def _engine_files() -> dict[str, EngineFile]:
+    """The built-in engine files, read once (each row's era is checked against its file's ranges)."""
+    return builtin_files()
+
+
 def row_cell(row: Row, gpu: GpuSpec) -> Cell:
-    """The cell of a published row (cells.cell_of on its stated conditions and its GPU's platform)."""
-    return cell_of(framework=row.framework, engine=row.engine, version=row.engine_version, graphs=row.graphs,
+    """The cell of a published row (cells.cell_of on its stated conditions and its GPU's platform); a version that
+    the chosen era's own `versions` range does not cover is refused (the engine file is the source of the ranges)."""
+    cell = cell_of(framework=row.framework, engine=row.engine, version=row.engine_version, graphs=row.graphs,
                    platform=gpu.platform)  # fmt: skip
+    version = version_of(row.engine_version)
+    if cell.engine != "generic" and version is not None:
+        engine = _engine_files()[cell.engine]
+        era = engine.eras[cell.era]
+        if not era.eager and not era.versions.cover(version):
+            raise SpecError(f"row {row.id}", f"{cell.engine} {row.engine_version} is in none of its eras' versions: "
+                                             f"{engine.known()}", field="engine_version")  # fmt: skip
+    return cell
 
 
 @dataclass(frozen=True, slots=True)
