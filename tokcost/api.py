@@ -318,7 +318,6 @@ def plan(
     `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both)."""
     from tokcost.serving.inputs import plan_space, plan_traffic
     from tokcost.serving.run import run_plan
-    from tokcost.serving.search import DEFAULT_CHUNKS
     from tokcost.serving.traffic import parse_slo
     from tokcost.traces import read_trace
 
@@ -331,13 +330,10 @@ def plan(
         trace_name=str(rows.path) if rows else "", api=True,
     )  # fmt: skip
     gpu_specs = tuple(_gpu(g) for g in _several(gpus, (GpuSpec, str, os.PathLike)))
-    if isinstance(chunks, str) and chunks.strip().lower() == "search":
-        chunks = DEFAULT_CHUNKS
     named = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "weights": weights, "kv_dtypes": kv_dtypes,
-             "compute_dtypes": compute_dtypes, "chunks": chunks}  # fmt: skip
+             "compute_dtypes": compute_dtypes}  # fmt: skip
     lists = {key: None if value is None else _several(value, (int, str)) for key, value in named.items()}
-    if mode != "aggregated" and traffic.rate_rps is None:
-        raise UsageError("mode: disaggregated plans need rate_rps (or a trace with arrival_s)")
+    lists["chunks"] = chunks if chunks is None or isinstance(chunks, str) else _several(chunks, int)  # 'search' too
     space = plan_space(
         gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, prefill=prefill,
         mode=mode, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,

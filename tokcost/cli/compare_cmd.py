@@ -87,7 +87,7 @@ def compare(
         for i, precision in enumerate(formats)
     }  # fmt: skip
     profile = engine_for(engine)
-    with degree_named_as_given(bool(counts) and tp is None, beside=(pp or 1) * (dp or 1) > 1):
+    with degree_named_as_given(counts, tp, pp, dp):
         results = [estimate(m, spec, workloads[name, i], network_for(spec, network), profile) for m in models
                    for name, spec in gpu_specs.items() for i in range(len(formats))]  # fmt: skip
     rows = [compare_row(e) for e in results]

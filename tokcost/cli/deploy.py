@@ -24,14 +24,15 @@ def layout_flags(gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gp
 
 
 @contextmanager
-def degree_named_as_given(gpus_alone: bool, beside: bool = False) -> Iterator[None]:
-    """`--gpus` without `--tp` sets the tensor-parallel degree (all of it alone, what `--pp`/`--dp` leave `beside`
+def degree_named_as_given(gpus: object, tp: int | None, pp: int | None, dp: int | None) -> Iterator[None]:
+    """`--gpus` without `--tp` sets the tensor-parallel degree (all of it alone, what `--pp`/`--dp` leave beside
     them): a refusal of that degree names the flag the user wrote."""
     try:
         yield
     except UsageError as exc:
-        if not gpus_alone:
+        if not gpus or tp is not None:
             raise
+        beside = (pp or 1) * (dp or 1) > 1
         label = "--gpus (the tensor-parallel degree it leaves beside --pp and --dp)" if beside else "--gpus"
         raise UsageError(keyword_message(str(exc), {**FLAG_OF_FIELD, "tp": label})) from None
 

@@ -91,7 +91,7 @@ def estimate(
         **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )
     gpu_spec = load_gpu(gpu)
-    with degree_named_as_given(gpus is not None and tp is None, beside=(pp or 1) * (dp or 1) > 1):
+    with degree_named_as_given(gpus, tp, pp, dp):
         result = run_estimate(load_model(model), gpu_spec, workload, network_for(gpu_spec, network), engine_for(engine))
     warn(unused_network(network, [result.layout]))
     render_estimate(result, format, explain_=explain_, journey_=journey_)

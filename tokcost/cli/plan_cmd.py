@@ -16,7 +16,6 @@ from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
 from tokcost.cli.render import flatten, print_csv, print_json, print_tables
-from tokcost.errors import UsageError
 from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -161,8 +160,6 @@ def plan(
     slos = [parse_slo(s) for s in slo or []]
     names = builtin_gpus() if gpu.strip().lower() == "all" else split_list(gpu, "--gpu")
     gpus = tuple(load_gpu(name) for name in names)
-    if mode != Mode.aggregated and traffic.rate_rps is None:
-        raise UsageError("--mode: disaggregated plans need --rate (or a trace with arrival_s)")
     space = plan_space(
         gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),
         ep=_ints(ep, "--ep", 4096), dp=_ints(dp, "--dp", 4096), weights=_list(weights, "--weights"),
@@ -196,11 +193,9 @@ def _ints(value: str | None, flag: str, high: int) -> list[int] | None:
     return None if value is None else int_list(value, flag, 1, high)
 
 
-def _chunks(value: str | None) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    if value.strip().lower() == "search":
-        return DEFAULT_CHUNKS
+def _chunks(value: str | None) -> tuple[int, ...] | str | None:
+    if value is None or value.strip().lower() == "search":  # plan_space resolves 'search'
+        return value
     return tuple(int_list(value, "--chunk", 16, 1_000_000))
 
 

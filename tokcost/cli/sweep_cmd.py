@@ -133,7 +133,7 @@ def sweep(
     _check_outputs(format, out, force, plot, len(formats))
     spec = load_gpu(gpu)
     spec_model, net, profile = load_model(model), network_for(spec, network), engine_for(engine)
-    with degree_named_as_given(gpus is not None and tp is None, beside=(pp or 1) * (dp or 1) > 1):
+    with degree_named_as_given(gpus, tp, pp, dp):
         warn(unused_network(network, [deployment(spec_model, spec, bases[0], net, profile).layout]))
     points = chain.from_iterable(
         iter_sweep(spec_model, spec, base, batches=batches, prompts=contexts, network=net, engine=profile)

@@ -25,7 +25,7 @@ from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.layout import valid_tp_degrees
-from tokcost.serving.search import Space, pipeline_fallback, scheduler_choice
+from tokcost.serving.search import DEFAULT_CHUNKS, Space, pipeline_fallback, scheduler_choice
 from tokcost.serving.traffic import LengthDist, Slo, Traffic, parse_dist
 from tokcost.units import COMPUTE_DTYPES
 
@@ -175,6 +175,22 @@ def _layout_count(model: ModelSpec, gpu: GpuSpec, space: Space) -> int:
     return max(combos, len(pipeline_fallback(model, gpu)) if space.pps is None else 0)
 
 
+def check_mode(traffic: Traffic, space: Space, api: bool = False) -> None:
+    """A disaggregated plan sizes its prefill pool by the arrival rate: it needs one."""
+    if space.mode != "aggregated" and traffic.rate_rps is None:
+        raise UsageError(f"{name('mode', api)}: disaggregated plans need {name('rate', api)} (or a trace with "
+                         "arrival_s)")  # fmt: skip
+
+
+def _chunk_budgets(chunks: Sequence[int] | str | None, api: bool) -> tuple[int, ...] | None:
+    """The prefill budgets to try: a list, or `search` (DEFAULT_CHUNKS), each in range."""
+    if isinstance(chunks, str):
+        if chunks.strip().lower() != "search":
+            raise UsageError(f"{name('chunks', api)}: {chunks!r:.40} is not a list of budgets nor 'search'")
+        return DEFAULT_CHUNKS
+    return _ints(chunks, "chunks", 16, 1_000_000, api)
+
+
 def check_search(model: ModelSpec, space: Space, api: bool = False) -> None:
     """Refuse, before any work, a search of more than MAX_SEARCH_POINTS points."""
     points = search_points(model, space)
@@ -262,7 +278,8 @@ def plan_space(
     *, gpus: tuple[GpuSpec, ...], engine: EngineProfile, tp: Sequence[int] | None = None,
     pp: Sequence[int] | None = None, ep: Sequence[int] | None = None, dp: Sequence[int] | None = None,
     weights: Sequence[str] | None = None, kv_dtypes: Sequence[str] | None = None,
-    compute_dtypes: Sequence[str] | None = None, chunks: Sequence[int] | None = None, max_running: int | None = None,
+    compute_dtypes: Sequence[str] | None = None, chunks: Sequence[int] | str | None = None,
+    max_running: int | None = None,
     prefill: str = "engine", mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
     prices: Mapping[str, float] | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
 ) -> Space:  # fmt: skip
@@ -285,7 +302,7 @@ def plan_space(
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
         weights=_formats(weights, "weights", "weights_dtype", api),
         kv_dtypes=_formats(kv_dtypes, "kv_dtypes", "kv_dtype", api), compute_dtypes=_compute(compute_dtypes, api),
-        chunks=_ints(chunks, "chunks", 16, 1_000_000, api), max_running=cap[0] if cap else None,
+        chunks=_chunk_budgets(chunks, api), max_running=cap[0] if cap else None,
         prefill_apart=PREFILL[prefill], mode=mode,  # type: ignore[arg-type]
         max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
         networks=dict(networks or {}),

@@ -11,7 +11,14 @@ from dataclasses import replace
 from tokcost.models.spec import ModelSpec
 from tokcost.serving import search
 from tokcost.serving.fleet import REPORTED
-from tokcost.serving.inputs import SIMULATED_ROWS, check_context, check_search, check_simulation, check_slos
+from tokcost.serving.inputs import (
+    SIMULATED_ROWS,
+    check_context,
+    check_mode,
+    check_search,
+    check_simulation,
+    check_slos,
+)
 from tokcost.serving.search import Plan, Space
 from tokcost.serving.simulate import simulate_replica
 from tokcost.serving.traffic import QUANTILES, Slo, Traffic
@@ -24,6 +31,7 @@ def run_plan(
     """Check the inputs and the work they ask for, search, warn, and simulate the top rows when asked."""
     slos = check_slos(slos, api)
     context_warnings = check_context(model, traffic, api)
+    check_mode(traffic, space, api)
     check_search(model, space, api)
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
     result = search.plan(model, traffic, slos, space)
