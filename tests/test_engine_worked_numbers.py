@@ -326,18 +326,37 @@ def test_deepseek_v3_expert_parallel_all_to_all_bytes_at_ep16():
 
 
 def test_pipeline_bubble_for_llama_405b_at_pp2_tp8():
-    # one prompt through 2 stages: m = 1 microbatch, so TTFT = (1 + 2 - 1) stage-times; decode cycles max(m, pp) = 2
+    # one prompt through 2 stages: m = 1 microbatch, so TTFT = the first stage then the second; decode at batch 8
+    # cycles m = pp = 2 microbatches through the slowest stage
     e = estimate(load_model("llama-3.1-405b"), load_gpu("h100-sxm"), Workload(tp=8, pp=2), load_network("ib-ndr-400"))
     pre = e.ceiling.prefill
-    assert (pre.pp, pre.microbatches, pre.pipeline_factor) == (2, 1, 2)
-    assert pre.seconds == pytest.approx(2 * pre.stage_seconds)
+    first_s, last_s = pre.every_stage_s
+    assert (pre.pp, pre.microbatches) == (2, 1) and pre.stage_seconds == max(first_s, last_s)
+    assert pre.seconds == pytest.approx(first_s + last_s)
     first = pipeline_stages(e.model, e.precision, e.layout, [Segment(1, 0, 1024)])[0]
     send = [s for s in first if s.name == "send to next stage"]
     assert send and send[0].payload_bytes == 1024 * 16384 * 2
     batched = estimate(load_model("llama-3.1-405b"), load_gpu("h100-sxm"), Workload(tp=8, pp=2, batch=8),
                        load_network("ib-ndr-400"))  # fmt: skip
-    assert batched.ceiling.prefill.microbatches == 2 and batched.ceiling.prefill.pipeline_factor == 3
-    assert batched.ceiling.decode_step.pipeline_factor == 2
+    pre = batched.ceiling.prefill
+    assert pre.microbatches == 2 and pre.seconds == pytest.approx(sum(pre.every_stage_s) + pre.stage_seconds)
+    step = batched.ceiling.decode_step
+    assert step.microbatches == 2 and step.seconds == pytest.approx(2 * step.stage_seconds)
+
+
+def test_a_token_through_unbalanced_pipeline_stages_pays_each_stage_once():
+    # Gemma-3-12B in 8 stages of 6 layers; the last also reads the tied 262,208 x 3,840 embedding as its LM head
+    # (2.01 GB at 16 bits, a third more than 6 layers). At batch 1 a token passes the 8 stages in turn, so the step
+    # reads every weight once, as one GPU would: not 8 times the last stage's time
+    model, gpu = load_model("gemma-3-12b"), load_gpu("h100-sxm")
+    one = estimate(model, gpu, Workload(), load_network("ib-ndr-400")).ceiling.decode_step
+    piped = estimate(model, gpu, Workload(pp=8), load_network("ib-ndr-400")).ceiling.decode_step
+    times = piped.every_stage_s
+    assert len(times) == 8 and max(times) == times[-1] > 1.5 * times[0]
+    assert piped.seconds == pytest.approx(sum(times))
+    # the same bytes; the 7 hops of 3,840 x 2 B hide behind the kernels in the ceiling
+    assert piped.seconds == pytest.approx(one.seconds, rel=1e-9)
+    assert piped.seconds < 0.7 * 8 * max(times)
 
 
 def test_pcie_tensor_parallel_for_llama_70b_int4_on_two_rtx_4090s():

@@ -4,6 +4,8 @@ mean must equal summing every step; pipeline stages on two nodes hand activation
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,8 +17,9 @@ from tokcost.engine.estimate import Deployment, deployment
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout, layout_problem, tp_degrees
-from tokcost.engine.passcost import PassCost, Schedule
+from tokcost.engine.passcost import PassCost, Schedule, pipeline_seconds
 from tokcost.engine.roofline import CollectiveRate, Rates, price_stage
+from tokcost.engine.series import at, pipeline_sum
 from tokcost.engine.stages import pipeline_stages
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
@@ -122,7 +125,8 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
                 n * rates.kernel_overhead_s,
             )
         )
-    return max(costs, key=lambda cost: cost.stage_seconds)
+    slowest = max(costs, key=lambda cost: cost.stage_seconds)
+    return replace(slowest, stage_times_s=tuple(cost.stage_seconds for cost in costs))
 
 
 def test_every_builtin_model_and_gpu_has_cases():
@@ -228,6 +232,33 @@ def test_decode_mean_is_exact_where_the_slowest_pipeline_stage_changes():
     assert bound.decode_mean(batch=batch, first=hi - 25, last=hi + 25) == pytest.approx(brute, rel=1e-12)
 
 
+def test_decode_mean_is_exact_where_every_stage_once_overtakes_the_slowest_m_times():
+    # Llama-3.2-1B in 4 stages (4 layers each, the LM head of 263 M parameters on the last), 3 sequences: 3
+    # microbatches. At short contexts the last stage serving each microbatch in turn (3 x its time) outlasts a token
+    # passing all four; each stage's KV read grows alike, so the sum of four overtakes three of one
+    d = _deployment("llama-3.2-1b", "h100-sxm", {"pp": 4})
+    batch = 3
+    for scenario in ("ceiling", "expected"):
+        rates = d.rates(scenario)
+        bound = d.bound(rates)
+
+        def every_stage_leads(c: int, bound=bound) -> bool:
+            times = bound.stage_seconds(d.compiled.vector([Segment(batch, c, 1)]))
+            return sum(times) > batch * max(times)
+
+        lo, hi = 0, 100_000
+        assert not every_stage_leads(lo) and every_stage_leads(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if every_stage_leads(mid) else (mid, hi)
+        brute = _brute_mean(d, rates, batch, hi - 25, hi + 25)
+        assert DecodeLines(bound, batch).mean(hi - 25, hi + 25) == pytest.approx(brute, rel=1e-12)
+        assert bound.decode_mean(batch=batch, first=hi - 25, last=hi + 25) == pytest.approx(brute, rel=1e-12)
+        line_s, slope, until = DecodeLines(bound, batch).line(hi - 30)
+        assert until <= hi  # the line ends where the other way of counting the pass takes over
+        assert line_s + 10 * slope == pytest.approx(bound.seconds([Segment(batch, hi - 20, 1)]), rel=1e-9)
+
+
 def test_decode_step_at_a_context_is_the_pass_and_its_bound():
     d = _deployment("gemma-2-27b", "h100-sxm", {"tp": 2, "pp": 2})
     rates = d.rates("expected")
@@ -235,6 +266,25 @@ def test_decode_step_at_a_context_is_the_pass_and_its_bound():
     for c in (10, 4095, 4096, 30_000, 2500.5):
         cost = d.decode(rates, batch=48, cached=c)
         assert lines.at(c) == (pytest.approx(cost.seconds, rel=1e-12), cost.bound)
+
+
+_LINE = st.tuples(st.floats(0, 10), st.floats(0, 10))
+_VARIANT = st.tuples(st.floats(0, 5), st.lists(st.tuples(_LINE, _LINE), max_size=3))
+
+
+@PROPERTY
+@given(st.lists(st.lists(_VARIANT, min_size=1, max_size=3), min_size=1, max_size=5), st.integers(1, 60),
+       st.integers(1, 6), st.booleans())  # fmt: skip
+def test_pipeline_sum_equals_the_pass_summed_point_by_point(stages, n, m, fill):
+    m = min(m, len(stages))  # a microbatch per stage at most (compiled.microbatches)
+    if n == 1:  # one point: each line's first and last value are the same value
+        stages = [[(c, [((x[0], x[0]), (y[0], y[0])) for x, y in ks]) for c, ks in v] for v in stages]
+
+    def stage_at(variants, i):
+        return max(c + sum(max(at(x, i, n), at(y, i, n)) for x, y in kernels) for c, kernels in variants)
+
+    brute = sum(pipeline_seconds([stage_at(v, i) for v in stages], m, "fill" if fill else "steady") for i in range(n))
+    assert pipeline_sum(stages, n, m, fill=fill) == pytest.approx(brute, rel=1e-9, abs=1e-9)
 
 
 def test_a_product_of_two_features_is_refused():

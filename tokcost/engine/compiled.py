@@ -9,9 +9,11 @@ CollectiveRate.seconds, the only places a time is computed. One point's PassCost
 --journey) runs the builders on that point's features and prices each stage with the same rates.
 
 Pipeline schedule (GPipe-style microbatches, as vLLM and TensorRT-LLM run pipeline parallelism): the batch
-splits into m = min(pp, sequences) microbatches. In steady decode every stage stays busy and each sequence
-gets a token every max(m, pp) stage-times; a pass from an empty pipeline (a prefill) takes m + pp - 1
-stage-times, the (pp - 1) being the fill bubble. With pp = 1 both are one stage-time.
+splits into m = min(pp, sequences) microbatches. In steady decode each sequence's next token waits for its last
+to pass every stage, and the slowest stage serves all m microbatches in turn: a step takes max(sum of the
+stages, m x the slowest); a pass from an empty pipeline (a prefill) takes the sum of the stages plus m - 1 of
+the slowest (passcost.pipeline_seconds). Balanced stages give max(m, pp) and m + pp - 1 stage-times; an
+unbalanced last stage (a large LM head) at one microbatch costs its own time once, not pp times.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tokcost.engine.collectives import Links
 from tokcost.engine.features import FeatureSpace, Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
-from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_factor, stage_seconds
+from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_seconds, stage_seconds
 from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds, priced
 from tokcost.engine.stages import Stage, pass_stages
 from tokcost.engine.work import (
@@ -39,7 +41,7 @@ from tokcost.engine.work import (
     Work,
     collective_key,
     kernel_key,
-    stage_sum,
+    pass_sum,
 )
 from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec
@@ -160,14 +162,13 @@ class CompiledPass:
 
 
 def pass_seconds(work: Work, table: RateTable, *, schedule: Schedule, overhead_s: float) -> float:
-    """A pass from its work: the slowest stage times the schedule's stage-times, plus its fixed overheads."""
-    return pipeline_factor(work.microbatches, work.pp, schedule) * stage_sum(work, table) + overhead_s
+    """A pass from its work: through every pipeline stage under the schedule, plus its fixed overheads."""
+    return pass_sum(work, table, schedule) + overhead_s
 
 
 def mean_step_seconds(spans: Sequence[Work], table: RateTable, *, overhead_s: float) -> float:
     """The mean decode step over spans of contexts (a steady pipeline), summed exactly, plus its fixed overhead."""
-    factor = pipeline_factor(spans[0].microbatches, spans[0].pp, "steady")
-    return factor * sum(stage_sum(w, table) for w in spans) / sum(w.points for w in spans) + overhead_s
+    return sum(pass_sum(w, table, "steady") for w in spans) / sum(w.points for w in spans) + overhead_s
 
 
 def row_seconds(row: Row, rate: Rate, x: Sequence[float]) -> float:
@@ -233,11 +234,10 @@ class BoundPass:
     def seconds(
         self, segments: Sequence[Segment], *, schedule: Schedule = "steady", extra_overhead_s: float = 0.0
     ) -> float:
-        """The pass over `segments` (the whole replica's): its slowest stage times the schedule, plus overheads."""
+        """The pass over `segments` (the whole replica's): through every stage under the schedule, plus overheads."""
         m = microbatches(self.compiled.layout, segments)
-        slowest = max(self.stage_seconds(self.compiled.space.vector(share(segments, m))))
-        factor = pipeline_factor(m, self.compiled.layout.pp, schedule)
-        return factor * slowest + (self.host_s(segments) + extra_overhead_s)
+        times = self.stage_seconds(self.compiled.space.vector(share(segments, m)))
+        return pipeline_seconds(times, m, schedule) + (self.host_s(segments) + extra_overhead_s)
 
     def host_s(self, segments: Sequence[Segment]) -> float:
         """The host's serial time for a pass over `segments`: per step plus per sequence (Rates.host_s)."""
@@ -261,4 +261,4 @@ class BoundPass:
         i = times.index(max(times))
         host_s = self.host_s(segments) + extra_overhead_s
         return PassCost(priced_stages[i], host_s, self.compiled.layout.pp, m, schedule, self.rates.comm_overlap,
-                        frozenset(self.rates.overlap_ops), self.launch_s[i], self.gap_s[i])  # fmt: skip
+                        frozenset(self.rates.overlap_ops), self.launch_s[i], self.gap_s[i], tuple(times))  # fmt: skip

@@ -10,7 +10,8 @@ exact, equal to summing every step. A chunked layer's sawtooth gives a regime pe
 contexts asked for reach them. Collectives carry activations and routed tokens, never the cache: they do not move
 with c. A stage's time is the largest of its variants (passcost.stage_seconds): its kernels with their gaps and the
 unhidden share of its overlapped collectives; those collectives leading with the kernels' share hidden; the host's
-launches (eager eras). Each variant is a stage of the exact max-sum, so the mean stays exact.
+launches (eager eras). The pass through the pipeline stages (series.pipeline_sum) is summed the same way, split
+where any of these lines cross, so the mean stays exact.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_bound
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
-from tokcost.engine.passcost import Bound, pipeline_factor
+from tokcost.engine.passcost import Bound, pipeline_seconds
 from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds, kernel_slopes
-from tokcost.engine.series import Kernel, max_sum, stages_max_sum
+from tokcost.engine.series import Variant, max_sum, pipeline_sum
 
 Line = tuple[float, float]  # (value at context 0, per token of context)
 
@@ -57,7 +58,6 @@ class DecodeLines:
         space = compiled.space
         self.microbatches = microbatches(compiled.layout, [Segment(batch, 0, 1)])
         self.share = share = batch / self.microbatches
-        self.factor = pipeline_factor(self.microbatches, compiled.layout.pp, "steady")
         self.overhead_s = bound.rates.host_s(batch)
         self.bound, self.pieces = bound, space.pieces
         self.context = space.context_indices
@@ -85,41 +85,47 @@ class DecodeLines:
 
     def mean(self, first: int, last: int) -> float:
         """Mean step over cached contexts first..last (integers), exactly the mean of every step."""
+        m = self.microbatches
         if not self.pieced:
-            return self.factor * _sum(self._regime_from(0), first, last) / (last - first + 1) + self.overhead_s
+            return _sum(self._regime_from(0), first, last, m) / (last - first + 1) + self.overhead_s
         total, a = 0.0, first
         while a <= last:
             start, end = self.pieces.span(a)
             b = last if end >= last else int(end)
-            total += _sum(self._regime_from(start), a, b)
+            total += _sum(self._regime_from(start), a, b, m)
             a = b + 1
-        return self.factor * total / (last - first + 1) + self.overhead_s
+        return total / (last - first + 1) + self.overhead_s
 
     def line(self, cached: float) -> tuple[float, float, float]:
         """The step from `cached` on as a line: (seconds at `cached`, seconds per token of context, the context up
-        to which it holds: the regime's end, a kernel changing bound or another pipeline stage taking over)."""
+        to which it holds: the regime's end, a kernel changing bound, another variant or stage taking over)."""
         until = self.pieces.end(cached) + 1
-        stages = []  # (time, slope) of each stage at `cached`, each moving kernel on its active side
-        for stage in (v for group in self._regime(cached) for v in group):  # each variant a stage of its own
-            time, slope = stage.fixed_s, 0.0
-            for k in stage.moving:
-                (active, a_slope), (other, o_slope) = sorted(
-                    ((_at(k.compute, cached), k.compute[1]), (_at(k.memory, cached), k.memory[1])), reverse=True
-                )
-                time, slope = time + active, slope + a_slope
-                if o_slope > a_slope:  # the other side overtakes ahead
-                    until = min(until, cached + (active - other) / (o_slope - a_slope))
-            stages.append((time, slope))
-        top = max(range(len(stages)), key=lambda s: stages[s])  # a tie goes to the steeper stage
-        for time, slope in stages:
-            if slope > stages[top][1]:
-                until = min(until, cached + (stages[top][0] - time) / (slope - stages[top][1]))
-        time, slope = stages[top]
-        return self.factor * time + self.overhead_s, self.factor * slope, until
+        stages = []  # (time, slope) of each pipeline stage at `cached`: its largest variant
+        for group in self._regime(cached):
+            variants = []  # each moving kernel on its active side
+            for stage in group:
+                time, slope = stage.fixed_s, 0.0
+                for k in stage.moving:
+                    (active, a_slope), (other, o_slope) = sorted(
+                        ((_at(k.compute, cached), k.compute[1]), (_at(k.memory, cached), k.memory[1])), reverse=True
+                    )
+                    time, slope = time + active, slope + a_slope
+                    if o_slope > a_slope:  # the other side overtakes ahead
+                        until = min(until, cached + (active - other) / (o_slope - a_slope))
+                variants.append((time, slope))
+            top, until = _overtaken(variants, cached, until)
+            stages.append(top)
+        m = self.microbatches
+        # the pass (passcost.pipeline_seconds, steady): every stage once, or m x the slowest
+        passes = [(sum(t for t, _ in stages), sum(d for _, d in stages))] if len(stages) > 1 else []
+        passes += [(m * t, m * d) for t, d in stages] if m > 1 or not passes else []
+        (time, slope), until = _overtaken(passes, cached, until)
+        return time + self.overhead_s, slope, until
 
     def at(self, cached: float) -> tuple[float, Bound]:
         """One step at `cached` tokens: its time, and what holds most of its slowest stage's time."""
         best: tuple[float, dict[Bound, float]] | None = None
+        times = []
         for group in self._regime(cached):
             stage = group[0]  # what holds the time: the kernels as priced (passcost.PassCost.bound)
             time = dict(stage.fixed)
@@ -128,28 +134,40 @@ class DecodeLines:
                 time["compute" if compute_s > memory_s else "memory"] += max(compute_s, memory_s)
             total = max(v.fixed_s + sum(max(_at(k.compute, cached), _at(k.memory, cached)) for k in v.moving)
                         for v in group)  # fmt: skip
+            times.append(total)
             if best is None or total > best[0]:
                 best = (total, time)
         assert best is not None
-        seconds, time = best
-        return self.factor * seconds + self.overhead_s, max(time, key=lambda k: time[k])
+        _, time = best
+        return pipeline_seconds(times, self.microbatches, "steady") + self.overhead_s, max(time, key=lambda k: time[k])
 
 
-def _sum(groups: tuple[tuple[_Stage, ...], ...], a: int, b: int) -> float:
-    """Sum over contexts a..b of the slowest stage (one regime; a stage is the largest of its variants)."""
-    stages = [v for group in groups for v in group]
+def _overtaken(lines: list[Line], cached: float, until: float) -> tuple[Line, float]:
+    """The largest of (value, slope) lines at `cached` (a tie goes to the steeper), and `until` cut to where a
+    steeper one overtakes it."""
+    top = max(lines)
+    for time, slope in lines:
+        if slope > top[1]:
+            until = min(until, cached + (top[0] - time) / (slope - top[1]))
+    return top, until
+
+
+def _sum(groups: tuple[tuple[_Stage, ...], ...], a: int, b: int, m: int) -> float:
+    """Sum over contexts a..b of the steady pass through the stages (one regime; a stage is the largest of its
+    variants; m microbatches)."""
     n = b - a + 1
-    if len(stages) == 1:  # one pipeline stage: each moving kernel's sum on its own
-        stage = stages[0]
+    if len(groups) == 1 and len(groups[0]) == 1:  # one stage, one variant: each moving kernel's sum on its own
+        stage = groups[0][0]
         total = n * stage.fixed_s
         for k in stage.moving:
             total += _max_sum(k, a, b, n)
         return total
-    lines: list[tuple[float, Sequence[Kernel]]] = [
-        (s.fixed_s, [((_at(k.compute, a), _at(k.compute, b)), (_at(k.memory, a), _at(k.memory, b))) for k in s.moving])
-        for s in stages
-    ]
-    return stages_max_sum(lines, n)
+    lines: list[list[Variant]] = [
+        [(s.fixed_s, [((_at(k.compute, a), _at(k.compute, b)), (_at(k.memory, a), _at(k.memory, b))) for k in s.moving])
+         for s in group]
+        for group in groups
+    ]  # fmt: skip
+    return pipeline_sum(lines, n, m, fill=False)
 
 
 def _max_sum(k: _Moving, a: int, b: int, n: int) -> float:

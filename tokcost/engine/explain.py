@@ -93,12 +93,32 @@ def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
     if cost.launch_s:  # the host launches every kernel (eager eras): no faster than that
         total = f"max({total}, {kernels} x {fmt.seconds(cost.launch_s / kernels)})"
     lines.append(f"one stage-time: {total} = {fmt.seconds(cost.stage_seconds)}")
-    factor = f"{cost.pipeline_factor} x " if cost.pipeline_factor > 1 else ""
     over = f" + {fmt.seconds(cost.overhead_s)}" if cost.overhead_s else ""
-    schedule = f" ({cost.pp} pipeline stages, {cost.microbatches} microbatches, {cost.schedule})" if cost.pp > 1 else ""
-    if factor or over:
-        lines.append(f"pass: {factor}{fmt.seconds(cost.stage_seconds)}{over} = {fmt.seconds(cost.seconds)}{schedule}")
+    if cost.pp > 1 or over:
+        terms, note = _pipeline_terms(cost)
+        lines.append(f"pass: {terms}{over} = {fmt.seconds(cost.seconds)}{note}")
     return lines
+
+
+def _pipeline_terms(cost: PassCost) -> tuple[str, str]:
+    """The pass through the pipeline stages as passcost.pipeline_seconds sums it, and what the sum means."""
+    slowest, m = fmt.seconds(cost.stage_seconds), cost.microbatches
+    if cost.pp == 1:
+        return slowest, ""
+    runs: list[list] = []  # equal neighbours as one term: 7 x 818.5 us + 1.420 ms
+    for t in (fmt.seconds(t) for t in cost.every_stage_s):
+        if runs and runs[-1][1] == t:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, t])
+    every = " + ".join(f"{n} x {t}" if n > 1 else t for n, t in runs)
+    where = f" ({cost.pp} pipeline stages, {m} microbatch{'es' if m > 1 else ''}"
+    if cost.schedule == "fill":
+        more = f" + {m - 1} x {slowest}" if m > 1 else ""
+        return f"{every}{more}", f"{where}, from empty: every stage once, then m - 1 more of the slowest)"
+    if m == 1:
+        return every, f"{where}: the token passes every stage in turn)"
+    return f"max({every}, {m} x {slowest})", f"{where}, steady: every stage once, or m x the slowest)"
 
 
 def _deployment(e: Estimate) -> Section:

@@ -89,12 +89,14 @@ def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list
                                st.count * st.bytes_written, c_s, x_s, c_s / total if total else 0.0,
                                (c or x).bound, st.note))  # type: ignore[union-attr]  # fmt: skip
     rows += _stage_terms(ceiling, expected, total)
-    extra_c = (ceiling.pipeline_factor - 1) * ceiling.stage_seconds
+    extra_c = ceiling.pipeline_s - ceiling.stage_seconds
     if extra_c:
-        extra_x = (expected.pipeline_factor - 1) * expected.stage_seconds
-        note = f"{ceiling.pp} stages, {ceiling.microbatches} microbatches, {ceiling.schedule}"
-        rows.append(_note("pipeline (other stages' turns)", note, ceiling.pipeline_factor - 1, "pipeline",
-                          extra_c, extra_x, total))  # fmt: skip
+        extra_x = expected.pipeline_s - expected.stage_seconds
+        rule = "every stage once + (m - 1) x the slowest" if ceiling.schedule == "fill" else (
+            "max(every stage once, m x the slowest)")  # fmt: skip
+        note = f"{ceiling.pp} stages, {ceiling.microbatches} microbatches, {ceiling.schedule}: {rule}"
+        rows.append(_note("pipeline (other stages' turns)", note, ceiling.pp - 1, "pipeline", extra_c, extra_x,
+                          total))  # fmt: skip
     if ceiling.overhead_s or expected.overhead_s:
         rows.append(_note("fixed overhead", "launches, scheduling, sampling on the host (expected only)", 1, "host",
                           ceiling.overhead_s, expected.overhead_s, total))  # fmt: skip

@@ -6,6 +6,7 @@ What --explain, --journey, the breakdown tables and plan's curves read. Times co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -85,9 +86,13 @@ def stage_seconds(kernels_s: float, serial_s: float, overlapped_s: float, overla
     return max(serial_s + kernels_s + overlapped_s - hidden, launch_s)
 
 
-def pipeline_factor(microbatches: int, pp: int, schedule: Schedule) -> int:
-    """Stage times per pass: steady decode cycles max(m, pp); a pass from an empty pipeline m + pp - 1."""
-    return microbatches + pp - 1 if schedule == "fill" else max(microbatches, pp)
+def pipeline_seconds(stage_times_s: Sequence[float], microbatches: int, schedule: Schedule) -> float:
+    """A pass through the pipeline stages, m microbatches (series.pipeline_sum): from an empty pipeline every stage
+    once plus m - 1 of the slowest; steady decode max(every stage once, m x the slowest)."""
+    slowest, every = max(stage_times_s), sum(stage_times_s)
+    if schedule == "fill":
+        return every + (microbatches - 1) * slowest
+    return max(every, microbatches * slowest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,7 @@ class PassCost:
     overlap_ops: frozenset[str] = frozenset()  # which collectives overlap (the ceiling: every one)
     launch_s: float = 0.0  # the host's time to launch the stage's kernels (eager eras; 0 with CUDA graphs)
     gap_s: float = 0.0  # the GPU's idle time between the stage's kernels (their count x the engine's gap)
+    stage_times_s: tuple[float, ...] = ()  # every pipeline stage's time, one microbatch (empty: pp balanced stages)
 
     @property
     def parts_seconds(self) -> tuple[float, float, float]:
@@ -140,14 +146,24 @@ class PassCost:
         return self.launch_s > serial + kernels + overlapped - self.hidden_s
 
     @property
-    def pipeline_factor(self) -> int:
-        """Stage times per pass (pipeline_factor of its microbatches, stages and schedule)."""
-        return pipeline_factor(self.microbatches, self.pp, self.schedule)
+    def every_stage_s(self) -> tuple[float, ...]:
+        """Each pipeline stage's time for one microbatch."""
+        return self.stage_times_s or (self.stage_seconds,) * self.pp
+
+    @property
+    def pipeline_s(self) -> float:
+        """The pass through every stage under its schedule (pipeline_seconds), no overhead."""
+        return pipeline_seconds(self.every_stage_s, self.microbatches, self.schedule)
+
+    @property
+    def pipeline_factor(self) -> float:
+        """The pass in slowest-stage times (the breakdown of the slowest stage scales by it to the pass)."""
+        return self.pipeline_s / self.stage_seconds if self.stage_seconds else 1.0
 
     @property
     def seconds(self) -> float:
         """Total time of the pass, overhead included."""
-        return self.pipeline_factor * self.stage_seconds + self.overhead_s
+        return self.pipeline_s + self.overhead_s
 
     @property
     def flops(self) -> float:

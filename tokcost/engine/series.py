@@ -89,3 +89,56 @@ def stages_max_sum(stages: Sequence[tuple[float, Sequence[Kernel]]], n: int) -> 
         lines = [(_stage_value(c, k, u, n), _stage_value(c, k, v, n)) for c, k in stages]
         total += envelope_sum(lines, v - u + 1)
     return total
+
+
+Variant = tuple[float, Sequence[Kernel]]  # one way to count a stage's time: a constant plus kernels
+
+
+def _piece_top(variants: Sequence[EndValues]) -> EndValues:
+    """The largest of lines that do not cross on their piece."""
+    return max(variants, key=lambda line: line[0] + line[1])
+
+
+def pipeline_sum(stages: Sequence[Sequence[Variant]], n: int, microbatches: int, *, fill: bool) -> float:
+    """Sum over n points of a pass through pipeline stages, each stage the largest of its variants.
+
+    m microbatches follow each other through the stages (GPipe). From an empty pipeline (fill) the first passes
+    every stage once and each of the other m - 1 leaves the slowest stage one of its stage-times later. In steady
+    decode each microbatch's next token waits for its previous one to pass every stage, and the slowest stage serves
+    all m microbatches in turn: max(sum of the stages, m x the slowest). Balanced stages give m + pp - 1 and
+    max(m, pp) stage-times.
+    """
+    every = [v for variants in stages for v in variants]
+    if len(stages) == 1:
+        return stages_max_sum(every, n)
+    m = microbatches
+    if fill:
+        return sum(stages_max_sum(v, n) for v in stages) + (m - 1) * stages_max_sum(every, n)
+    if m == 1:  # the sum of the stages is never below the slowest
+        return sum(stages_max_sum(v, n) for v in stages)
+    if m >= len(stages):  # m x the slowest is never below the sum of pp stages
+        return m * stages_max_sum(every, n)
+    starts = {0}  # between m = 1 and pp either may lead: split where any kernel changes side, then any stage's variant
+    for _, kernels in every:
+        for x, y in kernels:
+            j = crossing(x, y, n)
+            if j is not None:
+                starts.add(j + 1)
+    bounds = sorted(starts) + [n]
+    total = 0.0
+    for u, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        v, k = stop - 1, stop - u
+        lines = [[(_stage_value(c, ks, u, n), _stage_value(c, ks, v, n)) for c, ks in variants] for variants in stages]
+        cuts = {0}
+        for group in lines:
+            for i, a in enumerate(group):
+                for b in group[i + 1 :]:
+                    j = crossing(a, b, k)
+                    if j is not None:
+                        cuts.add(j + 1)
+        edges = sorted(cuts) + [k]
+        for s, e in zip(edges[:-1], edges[1:], strict=True):
+            tops = [_piece_top([(at(line, s, k), at(line, e - 1, k)) for line in group]) for group in lines]
+            every_stage = (sum(t[0] for t in tops), sum(t[1] for t in tops))
+            total += envelope_sum([every_stage] + [(m * t[0], m * t[1]) for t in tops], e - s)
+    return total

@@ -4,11 +4,12 @@ A Work is rates-free: per pipeline stage, each kernel's rate slot (its class: a 
 or a collective's op and group; a RateTable holds each class's rate under one scenario), its count, and its
 FLOPs, weight bytes and other bytes at the first and the last point (a collective: its payload). A single pass
 has one point; a span of decode steps has one per context, and every kernel's work is linear between its ends
-(features.py). stage_sum is where a Work meets rates: each kernel through roofline.kernel_seconds (or its
+(features.py). pass_sum is where a Work meets rates: each kernel through roofline.kernel_seconds (or its
 collective's rate), summed per pipeline stage (passcost.stage_seconds: overlapped collectives and the host's
-launches applied), the slowest stage summed over the points exactly (series.py). A stage with overlap is the
-larger of two lines-sums (kernels + (1 - o) x overlapped, (1 - o) x kernels + overlapped) and the host's launches
-a constant: each is one more "stage" of the exact envelope sum. The fit re-prices each row's Work under many rates.
+launches applied), the pass through the stages (passcost.pipeline_seconds) summed over the points exactly
+(series.pipeline_sum). A stage with overlap is the larger of two lines-sums (kernels + (1 - o) x overlapped,
+(1 - o) x kernels + overlapped) and the host's launches a constant: each is one more variant of that stage.
+The fit re-prices each row's Work under many rates.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 
 from tokcost.engine.collectives import Links
 from tokcost.engine.layout import Layout
-from tokcost.engine.passcost import stage_seconds
+from tokcost.engine.passcost import Schedule, pipeline_seconds, stage_seconds
 from tokcost.engine.roofline import CollectiveRate, KernelRate, Rates, collective_rate, kernel_rate, kernel_seconds
-from tokcost.engine.series import Kernel, stages_max_sum
+from tokcost.engine.series import Kernel, Variant, pipeline_sum
 from tokcost.engine.stages import Op, Stage
 
 Rate = KernelRate | CollectiveRate
@@ -130,11 +131,12 @@ def stage_times(work: Work, table: RateTable) -> list[float]:
     return out
 
 
-def stage_sum(work: Work, table: RateTable) -> float:
-    """Sum over the work's points of its slowest pipeline stage's time (one microbatch; no schedule, no overhead)."""
+def pass_sum(work: Work, table: RateTable, schedule: Schedule) -> float:
+    """Sum over the work's points of its pass through every pipeline stage (passcost.pipeline_seconds; no
+    overhead)."""
     if work.points == 1:
-        return max(stage_times(work, table))
-    stages: list[tuple[float, list[Kernel]]] = []
+        return pipeline_seconds(stage_times(work, table), work.microbatches, schedule)
+    stages: list[list[Variant]] = []
     o = table.overlap
     for stage in work.stages:
         kernels: list[Kernel] = []
@@ -145,11 +147,12 @@ def stage_sum(work: Work, table: RateTable) -> float:
             kernels.append(((n * ca, n * cb), (n * ma, n * mb)))
         fixed = _kernel_seconds(stage.fixed, table) + stage.launches * table.gap_s
         serial, overlapped = _collective_seconds(stage, table)
-        stages.append((serial + fixed + (1 - o) * overlapped, kernels))
+        variants: list[Variant] = [(serial + fixed + (1 - o) * overlapped, kernels)]
         if o and overlapped:  # the collectives lead: the kernels hide behind them
             scaled = [((1 - o) * x0, (1 - o) * x1) for x0, x1 in (line for pair in kernels for line in pair)]
             led = [(scaled[i], scaled[i + 1]) for i in range(0, len(scaled), 2)]
-            stages.append((serial + overlapped + (1 - o) * fixed, led))
+            variants.append((serial + overlapped + (1 - o) * fixed, led))
         if stage.launches and table.launch_s:  # the host's launches: a floor on the stage's time
-            stages.append((stage.launches * table.launch_s, []))
-    return stages_max_sum(stages, work.points)
+            variants.append((stage.launches * table.launch_s, []))
+        stages.append(variants)
+    return pipeline_sum(stages, work.points, work.microbatches, fill=schedule == "fill")
