@@ -12,7 +12,7 @@ from tokcost.errors import SpecError
 from tokcost.hardware.library import load_gpu
 from tokcost.profiles import ENGINES, GENERIC, IDENTITY, load_engine
 from tokcost.validation.cases import row_cell
-from tokcost.validation.cells import FRAMEWORK_ENGINE, cell_of, version_of
+from tokcost.validation.cells import cell_of, profiles_for, version_of
 from tokcost.validation.data import load_rows
 from tokcost.validation.serving_data import load_serving
 
@@ -111,7 +111,7 @@ def test_every_serving_setup_maps_to_an_era():
     ],
 )
 def test_the_cell_rules(framework, version, graphs, platform, cell):
-    engine = FRAMEWORK_ENGINE.get(framework, framework)
+    engine = profiles_for(framework)[0]
     got = cell_of(framework=framework, engine=engine, version=version, graphs=graphs, platform=platform)
     assert (got.engine, got.era) == cell and got.platform == platform
 

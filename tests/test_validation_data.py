@@ -13,6 +13,7 @@ import yaml
 from tokcost.errors import SpecError
 from tokcost.formats import bits_of
 from tokcost.models.library import load_model
+from tokcost.validation.cells import cell_of
 from tokcost.validation.compare import check_shipped_formats, predict_metric, workload_of
 from tokcost.validation.data import load_rows, parse_rows
 
@@ -112,6 +113,27 @@ def test_unknown_engine_lists_the_profiles():
         parse_rows({"rows": [_raw(engine="deepspeed")]}, "t.yaml")
 
 
+@pytest.mark.parametrize(
+    ("framework", "engine"),
+    [("vllm", "tensorrt-llm"), ("mlc-llm", "generic"), ("tgi", "vllm"), ("nim", "sglang"), ("exllamav2", "vllm")],
+)
+def test_a_row_priced_with_another_engine_than_its_framework_is_refused(framework, engine):
+    # the row's engine picks the profile that prices it: a vLLM run is not TensorRT-LLM's, MLC has its own
+    with pytest.raises(
+        SpecError, match=f"rows\\[0\\] \\(r\\): .*framework {framework} is priced with engine .*not {engine}"
+    ):
+        parse_rows({"rows": [_raw(framework=framework, engine=engine)]}, "t.yaml")
+
+
+@pytest.mark.parametrize(("engine", "era"), [("tensorrt-llm", "inflight"), ("vllm", "v0")])
+def test_a_nim_row_is_priced_by_the_backend_it_names(engine, era):
+    # NIM 1.8.0 is NIM's version, not vLLM's: its vLLM backend takes the unstated version's era
+    row = parse_rows({"rows": [_raw(framework="nim", engine=engine, engine_version="1.8.0")]}, "t.yaml")[0]
+    cell = cell_of(framework=row.framework, engine=row.engine, version=row.engine_version, graphs=row.graphs,
+                   platform="cuda")  # fmt: skip
+    assert (cell.engine, cell.era) == (engine, era)
+
+
 def test_experts_format_runs_the_checkpoint_as_shipped():
     model = load_model("gpt-oss-120b")  # bf16 attention, MXFP4 experts as shipped
     shipped = parse_rows({"rows": [_raw(model="gpt-oss-120b", experts="fp4")]}, "t")[0]
@@ -141,7 +163,7 @@ def test_coverage_issue_12_asks_for(rows):
     assert {"mi300x", "rtx-4090", "h200", "b200"} <= {r.gpu for r in used}
     assert {"l4", "a10g"} & {r.gpu for r in used}
     engines = Counter(r.engine for r in used)
-    assert set(engines) == {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"}
+    assert set(engines) == {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "mlc", "tgi"}
     assert min(r.batch for r in used) == 1 and max(r.batch for r in used) >= 256
     assert max(r.prompt_tokens for r in used) >= 32_000
     assert {1, 2, 4, 8} <= {r.tp for r in used}

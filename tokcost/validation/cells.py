@@ -10,6 +10,9 @@ what the source states: the framework, its version as printed, CUDA/HIP graphs o
   before b2800); graphs otherwise (an unstated CUDA build of 2024-05 on has them);
 - LMDeploy: its PyTorch engine when the version text names it, else TurboMind;
 - SGLang, TGI, MLC LLM, torch.compile'd loops (gpt-fast, torchao): one era each; anything else: generic.
+The engine is the run's own `engine`, one of the profiles its framework may be priced with (FRAMEWORK_PROFILES:
+NIM runs TensorRT-LLM or vLLM, and its version is NIM's own, so its vLLM backend's era is the unstated one); the
+data files refuse any other.
 A version is the last dotted number in the text ("NIM llama-3.3-70b-instruct 1.8.0" -> 1.8.0, "0.6.3.post2" ->
 0.6.3); llama.cpp's build number is the one in parentheses or after "b".
 """
@@ -18,17 +21,36 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from tokcost.eras import version_key
 
 DOTTED = re.compile(r"\d+(?:\.\d+)+")
 BUILD = re.compile(r"(?:\((\d{3,5})\)|\bb(\d{3,5})\b)")
 LLAMACPP_GRAPHS_BUILD = 2800  # CUDA graphs by default in llama.cpp's CUDA backend (PR 6766, merged 2024-05)
-FRAMEWORK_ENGINE = {
-    "vllm": "vllm", "tensorrt-llm": "tensorrt-llm", "nim": "tensorrt-llm", "sglang": "sglang",
-    "llama.cpp": "llama.cpp", "mlc-llm": "mlc", "lmdeploy": "lmdeploy", "tgi": "tgi", "gpt-fast": "torch-compile",
-    "torchao": "torch-compile",
+# Serving-engine profiles (tokcost/profiles): what the engine adds on top of the hardware.
+Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "lmdeploy", "tgi", "mlc", "generic"]
+# The profiles a framework (the software as the source names it) may be priced with: its own; NIM by its backend,
+# TensorRT-LLM or vLLM (the row's `engine` says which); gpt-fast and torchao loops by torch.compile's; a framework
+# without a profile (ExLlama, DeepSpeed-MII, other) by the generic one.
+FRAMEWORK_PROFILES: dict[str, tuple[Engine, ...]] = {
+    "vllm": ("vllm",), "tensorrt-llm": ("tensorrt-llm",), "nim": ("tensorrt-llm", "vllm"), "sglang": ("sglang",),
+    "llama.cpp": ("llama.cpp",), "mlc-llm": ("mlc",), "lmdeploy": ("lmdeploy",), "tgi": ("tgi",),
+    "gpt-fast": ("torch-compile",), "torchao": ("torch-compile",),
 }  # fmt: skip
+
+
+def profiles_for(framework: str) -> tuple[Engine, ...]:
+    """The engine profiles a framework's runs may be priced with (the first unless the run says otherwise)."""
+    return FRAMEWORK_PROFILES.get(framework, ("generic",))
+
+
+def engine_problem(framework: str, engine: str) -> str | None:
+    """Why a run's `engine` cannot price its `framework` (None when it can): a vLLM run is not TensorRT-LLM's."""
+    profiles = profiles_for(framework)
+    if engine in profiles:
+        return None
+    return f"framework {framework} is priced with engine {' or '.join(profiles)}, not {engine}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +96,12 @@ def _llamacpp(text: str | None, graphs: bool | None, platform: str) -> str:
 
 
 def cell_of(*, framework: str, engine: str, version: str | None, graphs: bool | None, platform: str) -> Cell:
-    """The cell of a run: its engine (from the framework; `engine` where the framework names none), era, platform."""
-    name = FRAMEWORK_ENGINE.get(framework, engine)
-    v = version_of(version)
+    """The cell of a run: its engine (one its framework is priced with: engine_problem), era, platform."""
+    problem = engine_problem(framework, engine)
+    if problem:
+        raise ValueError(problem)
+    name = engine
+    v = None if framework == "nim" else version_of(version)  # NIM's version is its own, not its backend's
     if name == "vllm":
         era = _vllm(v, graphs)
     elif name == "tensorrt-llm":
@@ -88,5 +113,5 @@ def cell_of(*, framework: str, engine: str, version: str | None, graphs: bool | 
     elif name in ("sglang", "tgi", "mlc", "torch-compile"):
         era = "main"
     else:
-        name, era = "generic", "identity"
+        era = "identity"
     return Cell(name, era, platform)

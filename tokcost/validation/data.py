@@ -18,6 +18,7 @@ from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 from tokcost.formats import FormatName
 from tokcost.spec_errors import validation_error
+from tokcost.validation.cells import Engine, engine_problem
 
 # Each metric is one formula over the row's workload (compare.predict_metric); the source's own definition and
 # its unit decide which one a row uses, never the framework's name. `_s` metrics keep a value printed in seconds.
@@ -36,8 +37,6 @@ Framework = Literal[
     "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
     "exllama", "exllamav2", "deepspeed-mii", "other",
 ]  # fmt: skip
-# Serving-engine profiles (issue 12): what the engine adds on top of the hardware.
-Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
 Split = Literal["train", "test"]
 # Where the clock ran: `server` = engine-level timing inside the process (benchmark_latency, bench_one_batch,
 # trtllm-bench, llama-bench, gpt-fast generate); `client` = an HTTP / OpenAI-API benchmark client, whose times
@@ -122,6 +121,13 @@ class Row(BaseModel):
     def _layout_fits_the_gpus(self) -> Row:
         if self.gpus % (self.pp * self.dp):
             raise ValueError(f"gpus ({self.gpus}) must be a multiple of pp x dp ({self.pp} x {self.dp})")
+        return self
+
+    @model_validator(mode="after")
+    def _engine_prices_the_framework(self) -> Row:
+        problem = engine_problem(self.framework, self.engine)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

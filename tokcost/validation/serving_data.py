@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
 from tokcost.formats import FormatName
+from tokcost.validation.cells import Engine, engine_problem
 from tokcost.validation.data import parse_items
 
-Engine = Literal["vllm", "sglang", "tensorrt-llm", "llama.cpp", "torch-compile", "generic"]
 PrefillDecode = Literal["aggregated", "disaggregated"]
 LengthDist = Literal["fixed", "uniform", "normal", "dataset"]
 Arrival = Literal["poisson", "closed_loop", "all_at_once"]
@@ -32,19 +32,11 @@ MultinodeMetric = Literal[
     "input_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu",
     "output_tokens_per_s", "request_throughput_rps", "tokens_per_s_per_user", "ttft_ms", "itl_ms",
 ]  # fmt: skip
-# The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM,
-# LMDeploy, TGI and MLC run under the generic profile until they have their own).
+# The software as the source names it (`engine` says which profile predicts it: cells.FRAMEWORK_PROFILES).
 Framework = Literal[
     "gpt-fast", "torchao", "tensorrt-llm", "nim", "vllm", "sglang", "llama.cpp", "mlc-llm", "lmdeploy", "tgi",
     "other",
 ]  # fmt: skip
-# the engine profiles a framework may be priced with: itself where tokcost has its profile, NIM by its backend,
-# gpt-fast/torchao by torch.compile, the rest generic until profiled
-_PROFILES: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm",), "sglang": ("sglang",), "tensorrt-llm": ("tensorrt-llm",), "llama.cpp": ("llama.cpp",),
-    "nim": ("tensorrt-llm", "vllm"), "gpt-fast": ("torch-compile",), "torchao": ("torch-compile",),
-}  # fmt: skip
-
 # Latencies carry a per-request statistic; throughputs are one aggregate over the run.
 THROUGHPUT_METRICS: frozenset[str] = frozenset(
     {"output_throughput_tokens_per_s", "total_throughput_tokens_per_s", "request_throughput_rps"}
@@ -121,11 +113,9 @@ class ServingSetup(_Layout):
 
     @model_validator(mode="after")
     def _engine_split_and_lengths(self) -> ServingSetup:
-        profiles = _PROFILES.get(self.framework, ("generic",))
-        if self.engine not in profiles:
-            raise ValueError(
-                f"framework {self.framework} is priced with engine {' or '.join(profiles)}, not {self.engine}"
-            )
+        problem = engine_problem(self.framework, self.engine)
+        if problem:
+            raise ValueError(problem)
         if self.experts is not None and self.experts == self.weights:
             raise ValueError(f"experts {self.experts} equals weights: drop experts (it names a second format)")
         split = (self.prefill_instances, self.decode_instances)
@@ -216,7 +206,10 @@ class MultinodeRow(_Layout):
     split: Literal["train", "test"] | None = None
 
     @model_validator(mode="after")
-    def _nodes_hold_gpus(self) -> MultinodeRow:
+    def _engine_and_nodes(self) -> MultinodeRow:
+        problem = engine_problem(self.framework, self.engine)
+        if problem:
+            raise ValueError(problem)
         if self.nodes * self.gpus_per_node != self.gpus:
             raise ValueError(f"nodes x gpus_per_node = {self.nodes} x {self.gpus_per_node} != gpus {self.gpus}")
         split = (self.prefill_instances, self.decode_instances)
