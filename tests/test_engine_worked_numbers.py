@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tokcost.engine.estimate import deployment, estimate
-from tokcost.engine.features import expected_distinct_experts
+from tokcost.engine.features import expected_distinct_experts, mla_absorbs
 from tokcost.engine.memory import gpu_bytes
 from tokcost.engine.stages import Segment, pipeline_stages
 from tokcost.engine.workload import Workload
@@ -213,6 +213,30 @@ def test_mla_kv_bytes_and_absorbed_decode_flops():
     assert per_cached_token / (61 * 576 * 2) == pytest.approx(241.8, abs=0.1)
     big = d.decode(rates, batch=64, cached=4000)
     assert stages_named(big, "attention (KV cache read)")[0].bound == "compute"
+
+
+def test_mla_prefill_on_a_cached_prefix_up_projects_it_or_scores_absorbed():
+    # DeepSeek-V3 at TP 8 (16 heads a rank), a prompt of 8,000 tokens with 7,000 served from the cache. Per head
+    # (vLLM's context chunks) each cached latent is up-projected to K (128) and V (128) for every head first:
+    # 2 x 16 x 512 x 256 FLOPs per cached token and layer, on top of the 1,000 new tokens' projection
+    m = load_model("deepseek-v3")
+    d = deployment(m, load_gpu("h200"), Workload(tp=8, weights_dtype="fp8"))
+    rates = d.rates("ceiling")
+
+    def qkv(cached: int, new: int):
+        return stages_named(d.prefill(rates, batch=1, prompt=cached + new, cached=cached), "QKV projection")[0].stage
+
+    fresh, cached = qkv(0, 1000), qkv(7000, 1000)
+    assert cached.flops - fresh.flops == pytest.approx(7000 * 2 * 16 * 512 * 256)
+    assert cached.bytes_read - fresh.bytes_read == pytest.approx(7000 * 576 * 2)  # the 16-bit latents read once
+    assert cached.bytes_written - fresh.bytes_written == pytest.approx(7000 * 16 * 256 * 2)  # K and V, 16 bits
+    # absorbed, a pair costs 2 x 128 x (2 x 512 + 64) against 2 x 128 x (192 + 128) per head, and nothing is
+    # up-projected: over 100,000 cached tokens per head is cheaper from 171 new tokens on, absorbed below
+    # (pairs x (1,088 - 320) < 100,000 x 512 x 256, pairs = new x (100,000 + (new + 1) / 2))
+    assert mla_absorbs(m, 170 * (100_000 + 171 / 2), 100_000)
+    assert not mla_absorbs(m, 171 * (100_000 + 172 / 2), 100_000)
+    assert qkv(100_000, 170).flops == pytest.approx(qkv(0, 170).flops)  # absorbed: no up-projection
+    assert not mla_absorbs(m, 1000 * 500.5, 0)  # a fresh prompt: per head, nothing to up-project
 
 
 def test_sliding_window_caps_the_cache():

@@ -96,6 +96,15 @@ def state_bytes_per_sequence_layer(model: ModelSpec, precision: Precision, mixer
     return model.state_bytes_per_sequence_per_layer(mixer, precision.state) / tp
 
 
+def mla_prefix_flops_per_token(model: ModelSpec, tp: int) -> float:
+    """FLOPs of up-projecting one cached latent to every head's K (nope part) and V, one layer, one TP rank: what
+    MLA's per-head form pays for each cached token before it can score against it (0 without MLA)."""
+    if model.mla is None:
+        return 0.0
+    m = model.mla
+    return 2 * model.attention_heads / tp * m.kv_lora_rank * (m.nope_head_dim + m.v_head_dim)
+
+
 def attention_flops_per_pair(model: ModelSpec, tp: int, *, absorbed: bool) -> float:
     """FLOPs of QK^T and AV for one query against one cached token, one layer, one TP rank."""
     heads = model.attention_heads / tp

@@ -10,9 +10,10 @@ A pass (one microbatch share of its segments, on the busiest GPU of a pipeline s
 - for a model with state layers (linear attention, Mamba-2): sequences whose state is read (those with a cache:
   a fresh prompt starts from zeros), and tokens run by the recurrent step (decode: one new token) and by the
   chunked scan (prefill);
-- per attention kind (global, sliding window, chunked: attend.py): KV tokens read, and query-key pairs scored
-  in the absorbed form (one query per sequence: decode; MLA scores against its latent) and in the per-head form
-  (prefill).
+- per attention kind (global, sliding window, chunked: attend.py): KV tokens read, query-key pairs scored in the
+  absorbed form (one query per sequence: decode; MLA scores against its latent) and in the per-head form
+  (prefill), and the cached tokens a per-head pass reads (MLA up-projects their latents to per-head K and V
+  first). An MLA prefill on a cached prefix takes whichever form costs fewer FLOPs (mla_absorbs).
 Every kernel's FLOPs and bytes are linear in these (stages.py), so a configuration's kernels are counted once
 (compiled.py).
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tokcost.engine.attend import AttentionKind, Pieces, attention_kinds, causal_pairs, has_state, kv_read_tokens
+from tokcost.engine.blocks import attention_flops_per_pair, mla_prefix_flops_per_token
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.models.spec import ModelSpec
@@ -32,8 +34,8 @@ from tokcost.models.spec import ModelSpec
 N = TypeVar("N", float, Form)
 TOKENS_DP, TOKENS, LOGIT_ROWS, EMBEDDING_ROWS, EXPERT_PAIRS, EXPERTS_TOUCHED = range(6)
 STATE_READS, RECURRENT_TOKENS, SCAN_TOKENS = range(6, 9)
-SHARED = 9  # features every pass has; then three per attention kind
-PER_KIND = 3  # kv_read, pairs_absorbed, pairs_heads
+SHARED = 9  # features every pass has; then four per attention kind
+PER_KIND = 4  # kv_read, pairs_absorbed, pairs_heads, prefix_heads
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,7 @@ class Features(Generic[N]):
     kv_read: Mapping[str, N]  # by attention kind
     pairs_absorbed: Mapping[str, N]
     pairs_heads: Mapping[str, N]
+    prefix_heads: Mapping[str, N]  # cached tokens read in the per-head form (MLA: up-projected from the latent)
 
     @property
     def sequences_dp(self) -> N:
@@ -118,9 +121,25 @@ class Features(Generic[N]):
         return self.logit_rows
 
 
+def mla_absorbs(model: ModelSpec, pairs: float, prefix: float) -> bool:
+    """Whether a pass scores `pairs` over a cached `prefix` with fewer FLOPs in MLA's absorbed form than per head.
+
+    Per head, each cached token's latent is first up-projected to every head's K and V (vLLM's context chunks,
+    SGLang's chunked-KV path: blocks.mla_prefix_flops_per_token), then each pair is scored per head; absorbed,
+    each pair is scored against the latent (dearer: blocks.attention_flops_per_pair) and nothing is up-projected.
+    DeepSeek-V3: per head is dearer below about 171 new tokens per sequence over a long prefix (SGLang dispatches
+    by lengths the same way). Without MLA the forms are one.
+    """
+    if model.mla is None or prefix == 0:
+        return False
+    per_head = pairs * attention_flops_per_pair(model, 1, absorbed=False)
+    per_head += prefix * mla_prefix_flops_per_token(model, 1)
+    return pairs * attention_flops_per_pair(model, 1, absorbed=True) < per_head
+
+
 @dataclass(frozen=True, slots=True)
 class FeatureSpace:
-    """The features of one (model, layout), in vector order: nine shared, then three per attention kind."""
+    """The features of one (model, layout), in vector order: nine shared, then four per attention kind."""
 
     model: ModelSpec
     layout: Layout
@@ -133,7 +152,7 @@ class FeatureSpace:
         return FeatureSpace(model, layout, attention_kinds(model), has_state(model))
 
     def kind_index(self, kind: AttentionKind) -> int:
-        """Index of `kind`'s first feature (its KV read; then absorbed pairs, then per-head pairs)."""
+        """Index of `kind`'s first feature (its KV read; then absorbed pairs, per-head pairs, per-head prefix)."""
         return SHARED + PER_KIND * self.kinds.index(kind)
 
     @property
@@ -165,7 +184,7 @@ class FeatureSpace:
         return Features(v[TOKENS_DP], v[TOKENS], v[LOGIT_ROWS], v[EMBEDDING_ROWS], v[EXPERT_PAIRS],
                         v[EXPERTS_TOUCHED], v[STATE_READS], v[RECURRENT_TOKENS], v[SCAN_TOKENS],
                         {k: v[i] for k, i in at.items()}, {k: v[i + 1] for k, i in at.items()},
-                        {k: v[i + 2] for k, i in at.items()})  # fmt: skip
+                        {k: v[i + 2] for k, i in at.items()}, {k: v[i + 3] for k, i in at.items()})  # fmt: skip
 
     def vector(self, segments: Sequence[Segment]) -> list[float]:
         """The exact features of a pass over `segments` (one microbatch's share of each)."""
@@ -192,9 +211,15 @@ class FeatureSpace:
             v[STATE_READS] += sequences_dp
         for j, kind in enumerate(self.kinds):
             i = SHARED + PER_KIND * j
-            v[i] += sequences_dp * kv_read_tokens(self.model, kind, cached)
+            read = kv_read_tokens(self.model, kind, cached)
+            v[i] += sequences_dp * read
+            pairs = causal_pairs(self.model, kind, cached, new)
             # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang)
-            v[i + (1 if new == 1 else 2)] += sequences_dp * causal_pairs(self.model, kind, cached, new)
+            if new == 1 or mla_absorbs(self.model, pairs, read):
+                v[i + 1] += sequences_dp * pairs
+            else:
+                v[i + 2] += sequences_dp * pairs
+                v[i + 3] += sequences_dp * read
 
     def decode_context(self, sequences: float, cached: float) -> list[float]:
         """Only the context's features (context_indices) of a decode step of `sequences` at `cached` tokens."""

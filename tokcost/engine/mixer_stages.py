@@ -29,11 +29,14 @@ FLOPs per token and head, the recurrences' sources:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tokcost.engine.blocks import (
     BlockKind,
     attention_flops_per_pair,
     attention_params_per_rank,
     kv_bytes_per_token_layer,
+    mla_prefix_flops_per_token,
 )
 from tokcost.engine.features import Features, N
 from tokcost.engine.kernels import Kind, Stage, collective, matmul, norm
@@ -87,8 +90,16 @@ def attention_stages(
     pairs_flops = absorbed * attention_flops_per_pair(model, tp, absorbed=True)
     pairs_flops = pairs_flops + heads * attention_flops_per_pair(model, tp, absorbed=False)
     gate = "; its sigmoid output gate applied in the output projection's prologue" if model.attention_gate else ""
+    qkv = matmul("QKV projection", label, count, qkv_params, t_dp, p.attention, act, h, q_width)
+    if mla:  # per head, a cached prefix's latents are up-projected to K and V first (features.mla_absorbs)
+        prefix, kv_width = f.prefix_heads[mixer], model.attention_heads / tp * (mla.nope_head_dim + mla.v_head_dim)
+        qkv = replace(qkv, flops=qkv.flops + prefix * mla_prefix_flops_per_token(model, tp),
+                      bytes_read=qkv.bytes_read + prefix * kv_tok,
+                      bytes_written=qkv.bytes_written + prefix * kv_width * act,
+                      note="a prefill over a cached prefix also up-projects the prefix's latents to per-head K and V "
+                           "(vLLM's context chunks; the attention reads those)")  # fmt: skip
     return [
-        matmul("QKV projection", label, count, qkv_params, t_dp, p.attention, act, h, q_width),
+        qkv,
         Stage(
             "KV cache write",
             label,
