@@ -147,8 +147,12 @@ class PassCost:
 
     @property
     def every_stage_s(self) -> tuple[float, ...]:
-        """Each pipeline stage's time for one microbatch."""
-        return self.stage_times_s or (self.stage_seconds,) * self.pp
+        """Each pipeline stage's time for one microbatch (the slowest as stage_seconds sums it, to the last bit)."""
+        if self.pp == 1 or not self.stage_times_s:
+            return (self.stage_seconds,) * self.pp
+        times = list(self.stage_times_s)
+        times[times.index(max(times))] = self.stage_seconds
+        return tuple(times)
 
     @property
     def pipeline_s(self) -> float:
