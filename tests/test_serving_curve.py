@@ -79,3 +79,17 @@ def test_any_dense_shape_interpolates_exactly(chunk, offset, context, b, tp):
     shape = (Segment(1, offset, chunk),)
     curve = build_curve(lambda x: steps.pass_cost(x, shape), 0.0, 2000.0, linear=True)
     assert curve(b) == pytest.approx(steps.pass_cost(b, shape).seconds, rel=1e-9)
+
+
+def test_below_pp_sequences_the_decode_curve_is_the_chord_between_whole_batches():
+    # Gemma-3-12B in 8 stages: b whole sequences run as min(8, b) microbatches, so the step jumps where another
+    # whole microbatch forms (7.99 sequences: 7 microbatches; 8: eight, the last stage 8 times). A mean batch
+    # between two whole ones steps as their mixture: the curve is the chord between them, then the engine above
+    steps = Steps(load_model("gemma-3-12b"), Deployment(load_gpu("h100-sxm"), Layout(1, 8)), "expected", 1100.0, 256.0)
+    curve = steps.curve(())
+    for k in range(1, 8):
+        lo, hi = steps.pass_cost(k, ()).seconds, steps.pass_cost(k + 1, ()).seconds
+        assert curve(k + 0.25) == pytest.approx(0.75 * lo + 0.25 * hi, rel=1e-12)
+    assert steps.pass_cost(7.99, ()).seconds < 0.9 * steps.pass_cost(8, ()).seconds  # the jump the chord bridges
+    for b in (8, 9.5, 40.0):
+        assert curve(b) == pytest.approx(steps.pass_cost(b, ()).seconds, rel=2 * INTERPOLATION_TOLERANCE)

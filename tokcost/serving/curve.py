@@ -80,10 +80,13 @@ def _first_flip(pa: PassCost, pb: PassCost, a: float, b: float) -> float | None:
     return min(flips) if flips else None
 
 
-def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tuple[float, ...] = ()) -> Curve:
+def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tuple[float, ...] = (),
+                chords_below: float = 0.0) -> Curve:  # fmt: skip
     """Breakpoints of price(b).seconds on [lo, hi]: the ends, `breaks`, and every bound flip between.
 
-    Pieces are refined widest first, so a budget of MAX_EVALUATIONS spreads over the whole range.
+    Pieces are refined widest first, so a budget of MAX_EVALUATIONS spreads over the whole range. A piece that
+    ends at or below `chords_below` is kept as the chord between its breaks: pipeline stages split the batch into
+    whole microbatches, so below pp sequences a mean batch between two whole ones steps as their mixture.
     """
     points: dict[float, PassCost] = {x: price(x) for x in (lo, hi, *(x for x in breaks if lo < x < hi))}
     ordered = sorted(points)
@@ -93,7 +96,7 @@ def build_curve(price: Price, lo: float, hi: float, *, linear: bool, breaks: tup
     evaluations = len(points)
     while todo and evaluations < MAX_EVALUATIONS:  # every engine call counts, kept or not
         _, a, b = heapq.heappop(todo)
-        if b - a <= min_width:
+        if b - a <= min_width or b <= chords_below:
             continue
         x = _first_flip(points[a], points[b], a, b)
         if x is not None and not a + min_width < x < b - min_width:

@@ -32,15 +32,16 @@ class ReplicaCurves:
     def decode_step_moments(self, b: float) -> tuple[float, float]:
         """(mean, variance) of the decode-only step over the Poisson(b) others a decoding sequence shares it with.
 
-        Linear in the batch for dense models: the step at b + 1, variance slope^2 b. An MoE's distinct experts
-        are concave in the batch, so both come from the Poisson weights (Jensen: the step at the mean batch is
-        slower than the mean step).
+        Linear in the batch for dense models on one pipeline stage: the step at b + 1, variance slope^2 b. An MoE's
+        distinct experts are concave in the batch and pipeline stages split it into whole microbatches, so there
+        both come from the Poisson weights (Jensen: the step at the mean batch is not the mean step).
         """
         curve = self._main_curves()[0]
         if self.loop.closed:  # the others are the users' decoding share, not a Poisson count: no Jensen term
             seen = max(b, 1.0)
             return curve(seen), curve.slope(seen) ** 2 * max(b, 0.0)
-        if self.steps.model.moe is None or b <= 0:
+        # pipeline stages bend it too: the step jumps where another whole microbatch forms (compiled.microbatches)
+        if (self.steps.model.moe is None and self.steps.deployment.layout.pp == 1) or b <= 0:
             return curve(b + 1), curve.slope(b + 1) ** 2 * max(b, 0.0)
         points: list[tuple[float, float]] = []
         if b > POISSON_EXACT_BELOW:  # normal approximation: 3-point Gauss-Hermite, variance b

@@ -113,11 +113,14 @@ class Steps:
         if found is None:
             tokens = sum(s.tokens for s in shape)
             breaks = () if self.model.tied_embeddings else (self.model.vocab_size - tokens,)
+            pp = self.deployment.layout.pp
             found = build_curve(
                 lambda b: self.pass_cost(b, shape), 0.0, self.batch_limit,
                 # MoE expert counts, the DP split (whole sequences) and the slowest pipeline stage bend the line
-                linear=self.model.moe is None and self.deployment.layout.pp == 1 and self.deployment.layout.dp == 1,
-                breaks=breaks,
+                linear=self.model.moe is None and pp == 1 and self.deployment.layout.dp == 1,
+                # below pp sequences each whole batch is its own microbatch count (compiled.microbatches): the
+                # step at a mean batch between two is their mixture, the chord
+                breaks=breaks + tuple(float(k) for k in range(1, pp + 1) if pp > 1), chords_below=pp if pp > 1 else 0.0,
             )  # fmt: skip
             self._curves[shape] = found
         return found
