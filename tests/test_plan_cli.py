@@ -262,6 +262,7 @@ def test_disaggregated_rows(cli):
         (["--rate", "5", "--weights", "fp7"], "--weights:"),
         (["--rate", "5", "--cached-prefix", "5000"], "--cached-prefix:"),
         (["--concurrency", "8", "--mode", "disaggregated"], "--mode: disaggregated plans need --rate"),
+        (["--rate", "5", "--output", "1", "--mode", "both"], "--mode: a disaggregated plan needs answers of 2"),
     ],
 )
 def test_bad_flags_get_one_line_and_exit_2(cli, args, needle):
@@ -281,6 +282,15 @@ def test_bad_trace_lines(cli, tmp_path):
 def test_help_has_an_example(cli):
     r = cli("plan", "--help")
     assert r.exit_code == 0 and "Example: tokcost plan" in r.stdout
+
+
+def test_pipeline_stages_on_pcie_across_nodes_are_planned(cli):
+    # 405B on L40S needs TP 8 x PP 3 across nodes: between two batches another stage became the slowest, and the
+    # curve's flip search compared a send/recv with an all-reduce by position (a KeyError)
+    r = cli("plan", "-m", "llama-3.1-405b", "--gpu", "l40s", "--tp", "8", "--pp", "3", "--rate", "1", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    row = r.json()["configs"][0]
+    assert row["layout"] == "TP8xPP3" and row["expected"]["tpot_s"]["p90"] > row["expected"]["tpot_s"]["p50"] > 0
 
 
 def test_one_token_answers_have_no_tpot(cli):

@@ -68,10 +68,12 @@ def _first_flip(pa: PassCost, pb: PassCost, a: float, b: float) -> float | None:
     """The smallest b in (a, b) where a kernel changes bound or an all-reduce changes algorithm (each a crossing
     of two lines between the ends)."""
     eps = 1e-9 * (pa.seconds + pb.seconds)
+    if [p.stage.name for p in pa.stages] != [p.stage.name for p in pb.stages]:
+        return None  # another pipeline stage is the slowest at b: no kernel to follow across (refined by midpoints)
     flips = []
-    for i in range(min(len(pa.stages), len(pb.stages))):
+    for i in range(len(pa.stages)):
         ca, cb = pa.stages[i].collective, pb.stages[i].collective
-        if ca is not None and cb is not None and ca.op == "all-reduce" and ca.algorithm != cb.algorithm:
+        if ca is not None and cb is not None and ca.op == cb.op == "all-reduce" and ca.algorithm != cb.algorithm:
             ga, gb = (_algorithm_gap(x, i, ca.algorithm, cb.algorithm) for x in (pa, pb))
         else:
             ga, gb = _gap(pa, i), _gap(pb, i)

@@ -176,10 +176,15 @@ def _layout_count(model: ModelSpec, gpu: GpuSpec, space: Space) -> int:
 
 
 def check_mode(traffic: Traffic, space: Space, api: bool = False) -> None:
-    """A disaggregated plan sizes its prefill pool by the arrival rate: it needs one."""
+    """A disaggregated plan sizes its prefill pool by the arrival rate (it needs one) and its decode pool by the
+    decode steps (it needs answers past their first token)."""
     if space.mode != "aggregated" and traffic.rate_rps is None:
         raise UsageError(f"{name('mode', api)}: disaggregated plans need {name('rate', api)} (or a trace with "
                          "arrival_s)")  # fmt: skip
+    if space.mode != "aggregated" and traffic.output.mean <= 1:  # every answer one token: no decode step at all
+        raise UsageError(f"{name('mode', api)}: a disaggregated plan needs answers of 2 tokens or more (one "
+                         "output token is the prefill's own: nothing is left for a decode pool); plan it "
+                         "aggregated")  # fmt: skip
 
 
 def _chunk_budgets(chunks: Sequence[int] | str | None, api: bool) -> tuple[int, ...] | None:
