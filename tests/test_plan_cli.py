@@ -293,6 +293,17 @@ def test_pipeline_stages_on_pcie_across_nodes_are_planned(cli):
     assert row["layout"] == "TP8xPP3" and row["expected"]["tpot_s"]["p90"] > row["expected"]["tpot_s"]["p50"] > 0
 
 
+def test_a_closed_loop_never_buys_more_replicas_than_its_users_need(cli):
+    # users are whole: where the goodput state holds under one user per replica (Llama-3.1-70B on 4 x L40S just
+    # over a 50 ms p90 TPOT), the fleet takes one replica a user or fails; it bought 14 replicas for one user
+    r = cli("plan", "-m", "llama-3.1-70b", "--concurrency", "3", "--prompt", "2000", "--output", "300",
+            "--slo", "tpot_p90=50ms", "--gpu", "l40s", "--tp", "4,8", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    rows = {row["layout"]: row["expected"] for row in r.json()["configs"]}
+    assert rows["TP4"]["binding"] == "tpot_p90 SLO missed by one user alone" and not rows["TP4"]["meets_slo"]
+    assert rows["TP8"]["meets_slo"] and 1 <= rows["TP8"]["replicas"] <= 4  # ceil(3 users x 1.2)
+
+
 def test_one_token_answers_have_no_tpot(cli):
     r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--rate", "5", "--output", "1",
             "--slo", "tpot_p90=10ms", "--format", "json")  # fmt: skip

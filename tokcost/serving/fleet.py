@@ -26,7 +26,7 @@ from tokcost.engine.workload import resolve_precision
 from tokcost.hardware.spec import Link
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_capacity
-from tokcost.serving.latency import e2e_tail, percentile, ttft_moments
+from tokcost.serving.latency import broken_slos, e2e_tail, percentile, ttft_moments
 from tokcost.serving.queueing import quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import QUANTILES, Slo, Traffic
@@ -137,6 +137,13 @@ def size_aggregated(
     per_replica = 0.0
     if traffic.concurrency:
         per_replica = users_capacity(replica, cap, traffic.think_time_s)
+        if per_replica < 1:  # users are whole: a replica holds one user alone, or the configuration fails
+            lone = state_at_users(replica, 1.0, traffic.think_time_s)
+            broken = broken_slos(replica, lone, slos) if lone is not None else []
+            if lone is None or broken:
+                return failed(f"{broken[0].label} SLO missed by one user alone" if broken else "not one user fits",
+                              cap)  # fmt: skip
+            per_replica = 1.0
         replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
         pt = state_at_users(replica, traffic.concurrency / replicas, traffic.think_time_s)
         rate = pt.rate_rps * replicas if pt else 0.0
