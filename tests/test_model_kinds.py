@@ -191,3 +191,12 @@ def test_without_the_extra_a_config_json_names_it(tmp_path):
         out.stderr.strip()
         == f"error: {path}: reading a HuggingFace config.json needs transformers: pip install 'tokcost[hf]'"
     )
+
+
+def test_the_params_warning_says_which_figure_is_larger():
+    # a stated params_total 5% above the shapes' count reads "+5.0%": stated against shapes, as every warning says
+    m = load_model("llama-3.2-1b")
+    larger = m.model_copy(update={"params_total_stated": round(m.params_with_encoder * 1.05)})
+    assert larger.params_mismatch == pytest.approx(0.05, abs=1e-6)
+    smaller = m.model_copy(update={"params_total_stated": round(m.params_with_encoder * 0.95)})
+    assert smaller.params_mismatch == pytest.approx(-0.05, abs=1e-6)

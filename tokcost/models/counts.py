@@ -221,10 +221,11 @@ class Counts:
 
     @property
     def params_mismatch(self) -> float | None:
-        """Relative gap between the stated params_total and the shapes (tower included); None when none stated."""
+        """The stated params_total against the shapes' count (tower included), stated / shapes - 1: +4.6% when the
+        stated figure is the larger; None when none is stated."""
         if self.params_total_stated is None:
             return None
-        return self.params_with_encoder / self.params_total_stated - 1
+        return self.params_total_stated / self.params_with_encoder - 1
 
     # ---- KV cache and state ------------------------------------------------------------------
 
