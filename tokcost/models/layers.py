@@ -37,6 +37,9 @@ class LayerKind(NamedTuple):
     mlp: str
 
 
+MAX_PERIOD = 10_000  # layers in one period of a pattern
+
+
 def parse_pattern(text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     """'5 sliding : 1 global' -> one period, one kind per layer; ValueError naming what is allowed."""
     period: list[str] = []
@@ -47,9 +50,9 @@ def parse_pattern(text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
                 f"{term.strip()!r} is not 'COUNT KIND' (COUNT from 1, KIND one of {', '.join(allowed)}); "
                 f"write the pattern as e.g. '5 {allowed[1]} : 1 {allowed[0]}'"
             )
+        if len(period) + int(match[1]) > MAX_PERIOD:  # counted before any list is built: a count of 10^20 is text
+            raise ValueError(f"a pattern's period is at most {MAX_PERIOD:,} layers")
         period += [match[2]] * int(match[1])
-        if len(period) > 10_000:
-            raise ValueError("a pattern's period is at most 10,000 layers")
     return tuple(period)
 
 
