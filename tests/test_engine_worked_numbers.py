@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tokcost.engine.collectives import Path, allreduce_lines
 from tokcost.engine.estimate import deployment, estimate
 from tokcost.engine.features import expected_distinct_experts, mla_absorbs
 from tokcost.engine.memory import gpu_bytes
@@ -445,3 +446,14 @@ def test_expert_parallel_busiest_rank_reads_whole_experts():
     # DeepSeek-V3 at EP 8, batch 8: ~13.3 pairs on the busiest rank's 32 experts touch 32 (1 - (31/32)^13.3) = 11.0
     assert busiest_rank_experts(32, 13.32, 57.4 / 8) == pytest.approx(32 * (1 - (31 / 32) ** 13.32))
     assert busiest_rank_experts(256, 512, 222.44) == 222.44  # one rank: the whole model's distinct count
+
+
+def test_an_all_reduce_across_nodes_of_one_gpu_each_has_no_step_inside_a_node():
+    # hierarchical all-reduce: 2 NVLink latencies inside each node (g GPUs), then 2 (nodes - 1) network latencies and
+    # the S/g share across; with one GPU a node there is nothing to reduce inside it
+    path = Path("ib-ndr-400", 50e9, 5e-6, nodes=2, intra_bytes_per_s=450e9, intra_latency_s=12.5e-6)
+    (one_a_node,) = allreduce_lines(2, path)
+    assert one_a_node.seconds(8192) == pytest.approx(2 * 5e-6 + 2 * 1 / 2 * 8192 / 50e9)
+    (four_a_node,) = allreduce_lines(8, path)
+    assert four_a_node.seconds(8192) == pytest.approx(2 * 12.5e-6 + 2 * 5e-6 + 2 * 3 / 4 * 8192 / 450e9
+                                                      + 2 * 1 / 2 * 8192 / 4 / 50e9)  # fmt: skip

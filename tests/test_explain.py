@@ -79,6 +79,7 @@ CASES = {
     "long prefill, two-shot": ("llama-3.1-70b", "h200", {"tp": 8, "prompt_tokens": 16_000}),
     "tensor parallel across nodes": ("llama-3.1-70b", "h100-sxm", {"tp": 16}),
     "tensor parallel across uneven nodes": ("llama-3.1-70b", "h100-sxm", {"tp": 16, "gpus_per_node": 3}),
+    "tensor parallel, one GPU a node": ("llama-3.1-8b", "h100-sxm", {"tp": 2, "gpus_per_node": 1}),
     "pipeline": ("llama-3.1-405b", "h100-sxm", {"tp": 8, "pp": 2, "batch": 8}),
     "moe, expert parallel, dp attention": ("deepseek-v3", "h100-sxm", {"ep": 16, "dp": 16, "batch": 256,
                                                                          "weights_dtype": "fp8"}),

@@ -83,7 +83,8 @@ def allreduce_lines(ranks: int, path: Path) -> tuple[Line, ...]:
         nodes, g = path.nodes, -(-n // path.nodes)
         inside = 2 * (g - 1) / g / path.intra_bytes_per_s
         across = 2 * (nodes - 1) / nodes / g
-        return (Line("hierarchical", 2 * path.intra_latency_s + 2 * (nodes - 1) * a, inside + across / bw, across),)
+        intra_a = path.intra_latency_s if g > 1 else 0.0  # one GPU a node: no step inside the node
+        return (Line("hierarchical", 2 * intra_a + 2 * (nodes - 1) * a, inside + across / bw, across),)
     return (
         Line("one-shot", a, (n - 1) / bw, n - 1),
         Line("two-shot", 2 * a, 2 * (n - 1) / n / bw, 2 * (n - 1) / n),

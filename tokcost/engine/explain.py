@@ -64,8 +64,9 @@ def _stage_line(p: Priced, rates: Rates) -> str:
         nodes, intra_bw = c.path.nodes, fmt.si(c.path.intra_bytes_per_s, "B/s")
         if c.algorithm == "hierarchical":  # collectives.allreduce_lines: inside each node, then S/g across nodes
             g = -(-c.ranks // nodes)
-            one = (f"2 x {fmt.seconds(c.path.intra_latency_s)} + {2 * (nodes - 1)} x {lat} + 2 x {g - 1} / {g} x "
-                   f"{size} / {intra_bw} + 2 x {nodes - 1} / {nodes} x {size} / {g} / {bw}")  # fmt: skip
+            inside = f"2 x {fmt.seconds(c.path.intra_latency_s)} + " if g > 1 else ""  # one GPU a node: no step
+            one = (f"{inside}{2 * (nodes - 1)} x {lat} + 2 x {g - 1} / {g} x {size} / {intra_bw} + "
+                   f"2 x {nodes - 1} / {nodes} x {size} / {g} / {bw}")  # fmt: skip
         if c.op == "all-to-all" and nodes > 1:  # collectives.alltoall_line: the off-node share and the rest at once
             one = f"{lat} + max({nodes - 1} / {nodes} x {size} / {bw}, 1 / {nodes} x {size} / {intra_bw})"
         return (
