@@ -48,7 +48,9 @@ class Link(BaseModel):
     model_config = _FROZEN
 
     name: str = Field(default="", max_length=200)
-    kind: str = Field(min_length=1, max_length=100)  # nvlink4, nvlink5, xgmi, pcie4, pcie5, infiniband, roce
+    # the link's class sets how collectives run on it (collectives.link_class): an NVLink/xGMI fabric, PCIe, or a
+    # network; a kind outside these (a capital letter, a typo) would silently run as NVLink, so it is refused
+    kind: str = Field(max_length=100, pattern=r"^(nvlink\d*|nvlink-bridge|xgmi|pcie\d+|infiniband|roce|ethernet)$")
     gb_s: float = Field(ge=MIN_BANDWIDTH_GB_S, le=1_000_000)  # per direction, per GPU, decimal GB/s
     # the fixed cost of one collective step on this link (the small-message floor of nccl-tests / rccl-tests)
     latency_us: float = Field(ge=0, le=1_000_000)
