@@ -168,6 +168,21 @@ def test_warnings_go_to_stderr_and_into_json(cli):
     assert any("max_context" in w for w in data["warnings"])
 
 
+@pytest.mark.parametrize(
+    ("extra", "changes"),
+    [((), False), (("--weights", "int4"), True), (("--weights", "fp8"), True), (("--kv-dtype", "fp8"), True)],
+)
+def test_a_compute_dtype_that_no_matmul_runs_at_is_said(cli, extra, changes):
+    # 16-bit weights multiply at the 16-bit peak whatever --compute-dtype says: the times are bf16's, and a warning
+    # says so; with weights that dequantize or run natively (int4, fp8), or an FP8 cache's attention, it applies
+    args = ("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "json", *extra)
+    fp8, bf16 = cli(*args, "--compute-dtype", "fp8").json(), cli(*args, "--compute-dtype", "bf16").json()
+    said = any("--compute-dtype fp8 changes nothing" in w for w in fp8["warnings"])
+    assert said is not changes
+    same = fp8["ceiling"]["ttft_s"] == bf16["ceiling"]["ttft_s"]
+    assert same is not changes
+
+
 def test_one_output_token_prints_no_tpot(cli):
     data = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--output", "1", "--format", "json").json()
     assert data["ceiling"]["tpot_s"] is None and data["expected"]["decode_step"] is None

@@ -20,7 +20,7 @@ from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
 from tokcost.engine.passcost import Bound, PassCost
-from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_sides
+from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_sides, matmul_path
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
@@ -262,6 +262,15 @@ def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) ->
     )
 
 
+def compute_dtype_applies(p: Precision, rates: Rates) -> bool:
+    """Whether the compute dtype sets any matmul's rate (roofline.matmul_path): 16-bit weights multiply at the
+    16-bit peak whatever it is, and attention runs at FP8 only with an FP8 cache."""
+    if p.compute in ("bf16", "fp16"):
+        return True
+    linear = (matmul_path("matmul", fmt, rates)[0] for fmt in (p.weights, p.attention, p.experts))
+    return "compute" in linear or matmul_path("attention", p.kv, rates)[0] == "attention"
+
+
 def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None) -> tuple[str, ...]:
     """What the reader should know before trusting the numbers: context, counts, fit (unless `memory` is None: each
     point says it), memory, replication."""
@@ -277,6 +286,10 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
             f"does not fit: {memory.per_gpu.total / 1e9:,.2f} GB on the fullest GPU of "
             f"{memory.capacity_bytes_per_gpu / 1e9:,.2f} GB; {need}"
         )
+    if wl.compute_dtype and not compute_dtype_applies(d.precision, d.rates("ceiling")):
+        c = d.precision.compute
+        out.append(f"--compute-dtype {c} changes nothing here: 16-bit weights multiply at the 16-bit peak (an {c} "
+                   f"matmul needs weights in a format that runs at {c}: --weights)")  # fmt: skip
     replicas = kv_replication(m, d.layout.tp)
     if replicas > 1 and not m.mla:
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
