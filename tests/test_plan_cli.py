@@ -237,7 +237,12 @@ def test_disaggregated_rows(cli):
         (["--rate", "5", "--think-time", "2s"], "--think-time: a think time paces closed-loop users"),
         (["--rate", "5", "--requests", "500"], "--requests: sets the simulation's length; give it with --simulate"),
         (["--rate", "5", "--slo", "ttft_p90=1s", "--slo", "ttft_p90=2s"], "--slo: ttft_p90 given twice"),
-        (["--rate", "5", "--prompt", "200000"], "exceed llama-3.1-8b's context of 131,072 tokens"),
+        (
+            ["--rate", "5", "--prompt", "200000"],
+            "--prompt / --output: a 200,000-token prompt and 256-token answer "
+            "exceed llama-3.1-8b's context of 131,072 tokens",
+        ),
+        (["--rate", "5", "--output", "10000000"], "--prompt / --output: a 1,024-token prompt and 10,000,000-token"),
         (["--rate", "5", "--simulate", "--requests", "1000000"], "--requests: must be in 100..20,000"),
         (["--rate", "5", "--max-running", "0"], "--max-running"),
         (

@@ -146,7 +146,8 @@ def check_context(model: ModelSpec, traffic: Traffic, api: bool = False) -> list
     """Refuse a mean prompt and answer past the model's context; warn when a distribution's long tail passes it."""
     total = traffic.prompt_mean_tokens + traffic.output.mean
     if total > model.max_context:
-        raise UsageError(f"{name('prompt_tokens', api)}: a {traffic.prompt_mean_tokens:,.0f}-token prompt and "
+        flags = f"{name('prompt_tokens', api)} / {name('output_tokens', api)}"  # either may be the long one
+        raise UsageError(f"{flags}: a {traffic.prompt_mean_tokens:,.0f}-token prompt and "
                          f"{traffic.output.mean:,.0f}-token answer exceed {model.name}'s context of "
                          f"{model.max_context:,} tokens")  # fmt: skip
     p99 = traffic.cached_prefix_tokens + traffic.prompt.quantile(0.99) + traffic.output.quantile(0.99)
