@@ -242,6 +242,9 @@ def test_disaggregated_rows(cli):
             "--prompt / --output: a 200,000-token prompt and 256-token answer "
             "exceed llama-3.1-8b's context of 131,072 tokens",
         ),
+        (["--rate", "5", "--tp", "3"], "--tp: 3 does not divide llama-3.1-8b's 32 attention heads"),
+        (["--rate", "5", "--ep", "2"], "--ep: llama-3.1-8b has no routed experts"),
+        (["--rate", "5", "--compute-dtype", "fp4"], "--compute-dtype: h100-sxm lists no dense peak for fp4"),
         (["--rate", "5", "--output", "10000000"], "--prompt / --output: a 1,024-token prompt and 10,000,000-token"),
         (["--rate", "5", "--simulate", "--requests", "1000000"], "--requests: must be in 100..20,000"),
         (["--rate", "5", "--max-running", "0"], "--max-running"),
