@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt
+from tokcost.cli.common import check_yaml_destination
 from tokcost.cli.measure_cmd import Device, DeviceOpt, RunDtype, RunDtypeOpt, TpOpt, check_destination
 from tokcost.cli.options import ForceOpt
 from tokcost.errors import Interrupted, UsageError
@@ -39,6 +40,7 @@ def calibrate(
     if problem:
         raise UsageError(problem)
     if out is not None:
+        check_yaml_destination(out, "--out")
         check_destination(out, force, "--out")
     elif force:
         raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")

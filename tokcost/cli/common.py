@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from itertools import product
+from pathlib import Path
 from typing import Any
 
 from tokcost.engine.workload import Workload
@@ -90,3 +91,9 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
     if len(items) != len(names):
         raise UsageError(f"{flag}: {len(items)} values for {len(names)} GPUs; give one, one per --gpu, or NAME=VALUE")
     return {name: parse(text) for name, text in zip(names, items, strict=True)}
+
+
+def check_yaml_destination(path: Path, flag: str) -> None:
+    """Refuse a .json name for a spec written as YAML: tokcost reads a .json file back as JSON, so it would not load."""
+    if path.suffix.lower() == ".json":
+        raise UsageError(f"{flag}: {path.name!r}: the spec is written as YAML; name it .yaml or .yml")

@@ -12,6 +12,7 @@ import typer
 import yaml
 
 from tokcost.catalog import builtin_names, expect_kind, kind_of, kind_of_name, looks_like_path, shown, suggest
+from tokcost.cli.common import check_yaml_destination
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.eras import builtin_files, load_file
@@ -298,8 +299,8 @@ def import_config(
         raise UsageError("--name: give a name with at least one visible character")
     if force and out is None:
         raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
-    if out is not None and out.suffix.lower() == ".json":  # tokcost reads a .json file back as JSON
-        raise UsageError(f"--out: {out.name!r}: the spec is written as YAML; name it .yaml or .yml")
+    if out is not None:
+        check_yaml_destination(out, "--out")
     spec = from_hf_config(data, str(config), name=name or name_from_path(str(config)))
     body = spec.model_dump(by_alias=True, exclude_none=True)
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
