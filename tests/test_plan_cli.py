@@ -242,6 +242,9 @@ def test_disaggregated_rows(cli):
             "--prompt / --output: a 200,000-token prompt and 256-token answer "
             "exceed llama-3.1-8b's context of 131,072 tokens",
         ),
+        (["--rate", "5", "--seed", "3"], "--seed: seeds the simulation; give it with --simulate"),
+        (["--rate", "5", "--force"], "--force: replaces an existing --plot file"),
+        (["--rate", "5", "--mode", "disaggregated", "--simulate"], "--simulate: simulates aggregated replicas"),
         (["--rate", "5", "--tp", "3"], "--tp: 3 does not divide llama-3.1-8b's 32 attention heads"),
         (["--rate", "5", "--ep", "2"], "--ep: llama-3.1-8b has no routed experts"),
         (["--rate", "5", "--compute-dtype", "fp4"], "--compute-dtype: h100-sxm lists no dense peak for fp4"),

@@ -16,6 +16,7 @@ from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
 from tokcost.cli.render import flatten, print_csv, print_json, print_tables
+from tokcost.errors import UsageError
 from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -143,13 +144,17 @@ def plan(
             f"at most {MAX_SIMULATED_STEPS:,} prefill steps over the rows).",
         ),
     ] = None,  # fmt: skip
-    seed: Annotated[int, typer.Option("--seed", help="Simulation seed.")] = 0,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Simulation seed (default 0).")] = None,
     top: Annotated[int, typer.Option("--top", help="Rows shown in the tables.", min=1, max=10_000)] = 10,
     format: FormatOpt = Format.table,
     explain_: Annotated[bool, typer.Option("--explain", help="Show the serving model and its arithmetic.")] = False,
 ) -> None:
     """Plan the cheapest fleet for a traffic and SLOs; at most 600 search points (GPU x format x layout x chunk). Example: tokcost plan -m llama-3.1-70b --rate 20 --prompt 2048 --output 300 --slo ttft_p90=500ms --slo tpot_p90=40ms --gpu h100-sxm,h200,mi300x,l40s"""  # noqa: E501
     started = time.perf_counter()
+    if seed is not None and not simulate:  # a flag that would change nothing is refused, as --requests is
+        raise UsageError("--seed: seeds the simulation; give it with --simulate, or drop it")
+    if force and plot is None:
+        raise UsageError("--force: replaces an existing --plot file; give it with --plot, or drop it")
     rows = read_trace(trace) if trace is not None else None
     traffic = plan_traffic(
         rate=rate, concurrency=concurrency, think_time_s=_think(think_time), prompt_tokens=prompt,
@@ -169,7 +174,8 @@ def plan(
         prices=per_gpu_values(price, [g.name for g in gpus], "--price", float),  # type: ignore[arg-type]
         networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
     )  # fmt: skip
-    result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests, seed=seed)
+    result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
+                      seed=seed or 0)  # fmt: skip
     elapsed = time.perf_counter() - started
     _render(result, format, explain_, top, elapsed)
     if plot is not None:  # $/hour against p90 TPOT and TTFT, labelled, SLOs dashed, the chosen configuration starred

@@ -215,6 +215,10 @@ def check_simulation(
             raise UsageError(f"{name('requests', api)}: sets the simulation's length; give it with "
                              f"{name('simulate', api)}, or drop it")  # fmt: skip
         return None
+    if space.mode == "disaggregated":  # simulate_rows runs aggregated replicas: a disaggregated plan has none
+        raise UsageError(f"{name('simulate', api)}: simulates aggregated replicas, and a disaggregated plan has "
+                         f"none; give {name('mode', api)} both or aggregated, or drop "
+                         f"{name('simulate', api)}")  # fmt: skip
     n = 4000 if requests is None else requests
     if isinstance(n, bool) or not MIN_REQUESTS <= n <= MAX_REQUESTS:
         raise UsageError(f"{name('requests', api)}: must be in {MIN_REQUESTS}..{MAX_REQUESTS:,} (got {n})")
