@@ -320,6 +320,9 @@ def test_one_token_answers_have_no_tpot(cli):
             "--slo", "tpot_p90=10ms", "--format", "json")  # fmt: skip
     assert r.exit_code == 0, r.stderr
     x = r.json()["configs"][0]["expected"]
+    # no decode step: the busy time is all prefill, so the input tokens carry the whole bill
+    assert x["usd_per_million_output_tokens"] == 0
+    assert x["usd_per_million_input_tokens"] == pytest.approx(x["usd_per_hour"] / 3600 / (5 * 1024) * 1e6)
     assert x["meets_slo"] and x["tpot_s"] is None  # a TPOT SLO has nothing to bind
     assert x["e2e_s"]["p90"] == pytest.approx(x["ttft_s"]["p90"], rel=1e-4)
 

@@ -102,6 +102,8 @@ def percentiles(replica: Replica, pt: LoadPoint, metric: str) -> dict[str, float
 
 def cost_shares(replica: Replica, pt: LoadPoint) -> tuple[float, float]:
     """(input, output) shares of a replica's busy time: prefill's marginal share kappa rho, decode the rest."""
+    if replica.decode_steps_mean <= 0:  # one-token answers: no decode step, the prefill is the whole busy time
+        return 1.0, 0.0
     prefill = pt.decode_share * pt.rho
     busy = pt.rho + (1 - pt.rho) * (1 - math.exp(-pt.batch))
     if busy <= 1e-9 or prefill > busy:  # vanishing load: one request's own prefill against its decode
