@@ -161,6 +161,8 @@ def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Pat
     """Before any work: --out where it can write, --force only with it, one picture per format."""
     if plot is not None and formats > 1:
         raise UsageError("--plot: draws one format's sweep; give one --weights/--kv-dtype/--compute-dtype value")
+    if plot is not None and out is not None and plot.resolve() == out.resolve():  # one would replace the other
+        raise UsageError(f"--plot: {plot.name!r} is also --out; give the picture and the table two files")
     if out is not None:
         if format == SweepFormat.table:
             raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
