@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -152,3 +153,14 @@ def expect_kind(where: str, data: dict[str, Any], *wanted: FileKind, hint: bool 
         return kind
     tail = f"; pass it to {_FLAG[kind]}" if hint else ""
     raise SpecError(where, f"this is {_WHAT[kind]}, not {_WHAT[wanted[0]]}{tail}")
+
+
+def repeated_name(specs: Iterable[Any]) -> str | None:
+    """The first name two of `specs` share (a custom file that kept a built-in's name prints as that built-in,
+    and a per-GPU --price or --gpus would reach only one of them), or None."""
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            return spec.name
+        seen.add(spec.name)
+    return None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from itertools import product
 from pathlib import Path
 from typing import Any
 
+from tokcost.catalog import repeated_name
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.inputs import FLAG_OF_FIELD
@@ -97,3 +99,10 @@ def check_yaml_destination(path: Path, flag: str) -> None:
     """Refuse a .json name for a spec written as YAML: tokcost reads a .json file back as JSON, so it would not load."""
     if path.suffix.lower() == ".json":
         raise UsageError(f"{flag}: {path.name!r}: the spec is written as YAML; name it .yaml or .yml")
+
+
+def check_distinct_names(specs: Iterable[Any], flag: str) -> None:
+    """Refuse two specs of one name: their rows would read as one (catalog.repeated_name)."""
+    name = repeated_name(specs)
+    if name is not None:
+        raise UsageError(f"{flag}: two specs are named {name!r}; give each its own name (a spec file's name: key)")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import format_grid, per_gpu_values, split_list, workload_from_flags
+from tokcost.cli.common import check_distinct_names, format_grid, per_gpu_values, split_list, workload_from_flags
 from tokcost.cli.deploy import degree_named_as_given, layout_flags, unused_network, warn
 from tokcost.cli.estimate_cmd import band_spans
 from tokcost.cli.options import (
@@ -74,6 +74,8 @@ def compare(
     check_grid(("--model", model_names), ("--gpu", gpu_names), ("formats", formats))
     models = [load_model(m) for m in model_names]
     gpu_specs = {name: load_gpu(name) for name in gpu_names}
+    check_distinct_names(models, "--model")
+    check_distinct_names(gpu_specs.values(), "--gpu")
     names = list(gpu_specs)
     counts = per_gpu_values(gpus, names, "--gpus", int)
     prices = per_gpu_values(price, names, "--price", float)
