@@ -330,3 +330,17 @@ def test_gpus_with_pipeline_stages_leaves_the_tensor_parallel_degree(cli):
     by_tp = cli("compare", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "--pp", "2", "-f", "json")
     assert by_gpus.exit_code == by_tp.exit_code == 0, by_gpus.stderr
     assert by_gpus.json() == by_tp.json() and "TP 4 x PP 2" in json.dumps(by_gpus.json())
+
+
+@pytest.mark.parametrize("command", [("compare",), ("plan", "--rate", "1")])
+def test_two_gpus_of_one_name_are_refused(cli, tmp_path, command):
+    # a custom GPU file that kept a built-in's name (as `specs show h100-sxm -f yaml` writes it) would print as a
+    # second h100-sxm row with other numbers
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        cli("specs", "show", "h100-sxm", "-f", "yaml").stdout.replace(
+            "price_per_hour_usd: 3.78", "price_per_hour_usd: 2.5"
+        )
+    )
+    r = cli(command[0], "-m", "llama-3.1-8b", "-g", f"h100-sxm,{mine}", *command[1:])
+    assert r.exit_code == 2 and "--gpu: two" in r.stderr and "named 'h100-sxm'" in r.stderr, r.stderr
