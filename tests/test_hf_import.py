@@ -240,7 +240,8 @@ def test_new_dtype_key_and_torch_prefix_are_read():
     cfg = json.loads((HF / "llama.json").read_text())
     del cfg["torch_dtype"]
     assert from_hf_config({**cfg, "dtype": "float16"}, "c.json").dtype == "fp16"  # transformers >= 4.56
-    assert from_hf_config({**cfg, "torch_dtype": "torch.float32"}, "c.json").dtype == "fp32"
+    fp32 = from_hf_config({**cfg, "torch_dtype": "torch.float32"}, "c.json")  # stored so, served at 16 bits
+    assert fp32.dtype == "bf16" and "stored at fp32, priced at 16 bits" in fp32.notes
 
 
 def test_modules_left_unquantized_are_named_in_the_notes():
@@ -411,7 +412,7 @@ def test_an_unknown_family_and_an_fp32_checkpoint_say_so_on_import(cli, tmp_path
     assert r.exit_code == 0, r.output
     notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
     assert any("olmo: counted with Llama's layout" in n for n in notes), r.stderr
-    assert any("stored at fp32" in n and "--weights bf16" in n for n in notes), r.stderr
+    assert any("stored at fp32, priced at 16 bits" in n for n in notes), r.stderr
 
 
 def test_cross_attention_layers_are_refused_not_priced_as_self_attention():

@@ -219,9 +219,10 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     if "expert_dtype" in formats:
         spec["moe"] = {**spec["moe"], "expert_dtype": formats.pop("expert_dtype")}
     notes += [formats.pop("notes")] if "notes" in formats else []
-    if formats.get("dtype") == "fp32":  # as shipped; what a server loads is 16-bit (vLLM's --dtype auto: FP16)
-        notes.append("stored at fp32: serving engines load it at 16 bits (vLLM's --dtype auto picks fp16 for an fp32 "
-                     "checkpoint), so pass --weights bf16 (or fp16) to price that, or set dtype here")  # fmt: skip
+    if formats.get("dtype") == "fp32":  # stored at fp32, served at 16 bits (vLLM's --dtype auto: FP16)
+        formats["dtype"] = "bf16"  # weights, KV, embedding and LM head as a server holds them
+        notes.append("stored at fp32, priced at 16 bits as serving engines load it (vLLM's --dtype auto picks fp16 "
+                     "for an fp32 checkpoint); set dtype: fp32 in an imported spec to price fp32")  # fmt: skip
     return _validated({**spec, **formats, "notes": "; ".join(notes)}, where, keys)
 
 
