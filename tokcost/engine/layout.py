@@ -4,7 +4,8 @@ Conventions (Megatron-LM, vLLM, SGLang and DeepSeek's inference system share the
 - TP splits every attention head group and MLP across `tp` GPUs (Shoeybi et al. 2019); KV heads are split
   too, and replicated when tp exceeds them (vLLM's GQA rule); an MLA latent is replicated on every TP rank.
 - PP splits the layers into `pp` contiguous stages (Huang et al. 2019, GPipe); uneven splits put the extra
-  layer on the first stages, and the slowest stage sets the pace.
+  layer on the first stages; a pass takes every stage once, or m times the slowest when m microbatches keep
+  every stage busy (passcost.pipeline_seconds).
 - DP attention (MoE models only, SGLang `--enable-dp-attention`, DeepSeek-V3 decode): `dp` replicas of the
   attention (each with its own sequences and its own KV cache, `tp`-way inside), whose tokens meet in the
   MoE layers. Dense MLPs and shared experts run data-parallel with the attention.

@@ -1,10 +1,10 @@
 """Exact sums over consecutive integers of lines, their maxima and upper envelopes (the decode mean in closed form).
 
 A decode step's kernels are linear in the context c on a span (features.py), so each kernel's time is the larger
-of two lines in c and a pipeline stage's time is a sum of such maxima; with several pipeline stages the pass runs
-at the slowest. Summing over c = first..last, the integers split where two lines cross and each piece is an
-arithmetic series: n points of a line with end values y0 and y1 sum to n (y0 + y1) / 2. Lines are given by their
-values at the first and last of n points (index 0 and n - 1).
+of two lines in c and a pipeline stage's time is a sum of such maxima; with several pipeline stages the pass takes
+every stage once, or m times the slowest (pipeline_sum). Summing over c = first..last, the integers split where
+two lines cross and each piece is an arithmetic series: n points of a line with end values y0 and y1 sum to
+n (y0 + y1) / 2. Lines are given by their values at the first and last of n points (index 0 and n - 1).
 """
 
 from __future__ import annotations

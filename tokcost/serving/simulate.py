@@ -332,7 +332,7 @@ def _weighted_quantile(pairs: tuple[tuple[float, int], ...], q: float) -> float 
 
 def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int) -> tuple[int, int, float, float, int]:
     """Decode-only step time from `step` on as a line in the step index (contexts grow by 1 a step), up to `last`
-    or the last step before a kernel changes bound, a window fills or another pipeline stage becomes the slowest
+    or the last step before a kernel changes bound, a window fills or the pipeline's pass changes its leading stage
     (the engine's decode lines: exact in between)."""
     seconds, slope, until = steps.decode_line(batch, context)
     ahead = last - step if until - context > last - step else max(math.ceil(until - context) - 1, 0)
