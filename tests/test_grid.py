@@ -296,7 +296,7 @@ def test_a_product_of_two_features_is_refused():
 # ---- pipeline stages on different nodes: the hop rides the network (issue 22) -------------------------------
 
 
-SLOW = Link(kind="slow", gb_s=0.1, latency_us=1_000_000, source="test: 0.1 GB/s, 1 s")
+SLOW = Link(kind="ethernet", gb_s=0.1, latency_us=1_000_000, source="test: 0.1 GB/s, 1 s")
 
 
 def _tpot(layout: dict, network: Link) -> float:

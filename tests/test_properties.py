@@ -107,7 +107,7 @@ def gpus(draw) -> GpuSpec:
             "peak_tflops": {"bf16": bf16, "fp16": bf16, "fp32": bf16 / 8, "fp8": 2 * bf16, "int8": 2 * bf16},
             "tdp_w": draw(st.floats(1, 2000)),
             "link": {
-                "kind": "test",
+                "kind": "nvlink",
                 "gb_s": draw(st.floats(1, 2000)),
                 "latency_us": draw(st.floats(0, 20)),
                 "source": "hypothesis",
@@ -307,7 +307,7 @@ def corners(draw) -> tuple[ModelSpec, GpuSpec, Workload]:
             "memory_bandwidth_gb_s": 1 if low else 1_000_000,
             "peak_tflops": {"bf16": 0.001 if low else 1e6},
             "tdp_w": end(1, 100_000),
-            "link": {"kind": "test", "gb_s": 0.1 if low else 1_000_000, "latency_us": end(0, 1_000_000),
+            "link": {"kind": "nvlink", "gb_s": 0.1 if low else 1_000_000, "latency_us": end(0, 1_000_000),
                      "source": "schema bounds"},
             "price_per_hour_usd": end(0, 100_000),
             "achievable": {"bandwidth": 0.01 if low else 1, "compute": 0.01 if low else 1,

@@ -36,7 +36,7 @@ def _counting_gpu(dtype: str, memory_bytes: float = 1e9) -> GpuSpec:
     """A spec with unit rates, for the engine's counts (bytes, FLOPs, memory) rather than its times."""
     return GpuSpec(name="counts", source="unit rates: counts only", memory_gb=max(memory_bytes / 1e9, 0.1),
                    memory_runtime_mib=max(memory_bytes / MIB, 100), memory_bandwidth_gb_s=1, peak_tflops={dtype: 1},
-                   link=Link(kind="counts", gb_s=1, latency_us=0, source="unit rates: counts only"))  # fmt: skip
+                   link=Link(kind="nvlink", gb_s=1, latency_us=0, source="unit rates: counts only"))  # fmt: skip
 
 
 def workload_of(dtype: str, batch: int, prompt: int, output: int, tp: int = 1) -> Workload:
