@@ -457,3 +457,18 @@ def test_validate_prices_a_row_without_the_rest_of_an_estimate(monkeypatch):
     results = price_rows(rows, models, gpus, shipped_profiles(), folds=load_folds())
     assert len(results) == len(rows) and all(r.expected > 0 and r.ceiling > 0 for r in results)
     assert all(r.held_out and r.held_out > 0 for r in results if r.used)  # each under its left-out fold
+
+
+@pytest.mark.parametrize(("model", "pp"), [("gemma-3-12b", 8), ("llama-3.1-8b", 3)])
+def test_a_prompt_is_not_split_across_microbatches(model, pp):
+    # a step carrying one prompt's chunk beside decodes runs as one microbatch: the prompt passes every stage whole,
+    # so adding decodes never makes the step faster than the prompt alone (it priced 3 decodes + a 1,024-token
+    # prompt at PP 8 as 4 microbatches of 256 prompt tokens each, 3x faster than the prompt alone)
+    d = _deployment(model, "h100-sxm", {"pp": pp})
+    for scenario in ("ceiling", "expected"):
+        bound = d.bound(d.rates(scenario))
+        alone = bound.seconds([Segment(1, 0, 1024)], schedule="fill")
+        beside = bound.seconds([Segment(3, 1100, 1), Segment(1, 0, 1024)], schedule="fill")
+        assert microbatches(d.layout, [Segment(3, 1100, 1), Segment(1, 0, 1024)]) == 1
+        assert beside >= alone
+        assert microbatches(d.layout, [Segment(8, 1100, 1)]) == pp  # decodes alone still fill the pipeline

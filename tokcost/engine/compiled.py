@@ -68,8 +68,12 @@ class Row:
 
 
 def microbatches(layout: Layout, segments: Sequence[Segment]) -> int:
-    """Microbatches a pass splits into: one per pipeline stage, at most one per sequence."""
-    sequences = sum(s.sequences for s in segments)
+    """Microbatches a pass splits into: one per pipeline stage, at most one per sequence of each segment (each
+    microbatch holds its share of every segment, and a prompt is not split: a step that carries one prefill chunk
+    beside the decodes runs as one microbatch, as vLLM schedules a batch of everything not in flight)."""
+    if not segments:
+        return 1
+    sequences = min(s.sequences for s in segments)
     return max(1, min(layout.pp, math.floor(sequences)))
 
 
