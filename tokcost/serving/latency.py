@@ -125,13 +125,34 @@ def _apart_share(pt: LoadPoint) -> float:
 
 
 def _itl_apart(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
-    """Gaps that hold prefill apart: the prefill run a prompt of each grid length starts (its lone prefill,
-    stretched by lambda TPOT / f for the prompts that join the run, so that the gaps hold the prefill time the
-    mean TPOT does: rho of a decoder's time), then the decode step that gives the token."""
+    """Gaps that hold prefill apart: the prefill run a prompt of each grid length starts, then the decode step that
+    gives the token. A run serves its first prompt and every prompt that arrives meanwhile, back to back (an M/D/1
+    busy period): n prompts with the Borel law P(n) = exp(-q n) (q n)^(n - 1) / n!, mean 1 / (1 - q), taken with
+    the mean lambda TPOT / f (so that the gaps hold the prefill time the mean TPOT does: rho of a decoder's time)."""
     f = _apart_share(pt)
     stretch = max(pt.rate_rps * pt.tpot_mean_s / f, 1.0) if f > 0 else 1.0
-    return [(f * prompt.weight, alone * stretch + pt.decode_step_s)
-            for prompt, alone in zip(r.prompts, pt.alone_s, strict=True) if prompt.weight > 0]  # fmt: skip
+    runs = borel(1 - 1 / stretch)
+    return [(f * prompt.weight * p, alone * n + pt.decode_step_s)
+            for prompt, alone in zip(r.prompts, pt.alone_s, strict=True) if prompt.weight > 0
+            for n, p in runs]  # fmt: skip
+
+
+BOREL_MASS = 1 - 1e-5  # the law's terms are summed until this much of it is held (then renormalized)
+BOREL_TERMS = 400
+
+
+def borel(q: float) -> list[tuple[int, float]]:
+    """(n, P(n)) of the Borel law with parameter q in [0, 1): prompts one M/D/1 busy period serves, its load q."""
+    if q <= 0:
+        return [(1, 1.0)]
+    out, held = [], 0.0
+    for n in range(1, BOREL_TERMS + 1):
+        p = math.exp(-q * n + (n - 1) * math.log(q * n) - math.lgamma(n + 1))
+        out.append((n, p))
+        held += p
+        if held >= BOREL_MASS:
+            break
+    return [(n, p / held) for n, p in out]
 
 
 def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:
