@@ -32,10 +32,14 @@ TOLERANCE = 0.15
 # its batch and the batch's swings near saturation cost throughput that the mean-value closed form does not see.
 # At 90% of saturation it is short on TTFT by 21% at one-token prompts (TPOT within 15%) and by 15-16% at p90 on
 # prompts packed four to a step; below 90% every point stays within 15%.
+# And with pipeline stages (Gemma-3-12B in 8 stages, its last holding the LM head): TTFT p90 is 16-18% under the
+# simulation at 50% and 80% of saturation (p50 and TPOT within 15%), the same short tail as the queued prompts above.
 KNOWN_MISS = {("8b-a100-cached-prefix", 0.9, "tpot", 0.9): 0.20, ("8b-one-token-prompts", 0.9, "ttft", 0.5): 0.25,
-              ("70b-tp4-packed-4-per-step", 0.9, "ttft", 0.9): 0.20}  # fmt: skip
+              ("70b-tp4-packed-4-per-step", 0.9, "ttft", 0.9): 0.20,
+              ("gemma-pp8-unbalanced-stages", 0.5, "ttft", 0.9): 0.20,
+              ("gemma-pp8-unbalanced-stages", 0.8, "ttft", 0.9): 0.20}  # fmt: skip
 CASES = {
-    # name: (model, gpu, tp, prompt, output, chunk, cached prefix, length kind, requests, loads)
+    # name: (model, gpu, tp or (tp, pp), prompt, output, chunk, cached prefix, length kind, requests, loads)
     "70b-tp8-chunk-equals-prompt": ("llama-3.1-70b", "h100-sxm", 8, 2048, 300, 2048, 0, "fixed", 3000,
                                     (0.1, 0.3, 0.5, 0.7, 0.9)),
     "8b-l40s-two-chunks": ("llama-3.1-8b", "l40s", 1, 1000, 200, 512, 0, "fixed", 3000, (0.1, 0.3, 0.5, 0.7, 0.9)),
@@ -54,6 +58,9 @@ CASES = {
     "8b-one-token-prompts": ("llama-3.1-8b", "h100-sxm", 1, 1, 3, 2048, 0, "fixed", 30000, (0.02, 0.5, 0.9)),
     "8b-small-prompts-high-rate": ("llama-3.1-8b", "h100-sxm", 1, 16, 64, 512, 0, "exponential", 80000,
                                    (0.1, 0.5, 0.9)),
+    # pipeline stages: a step with a prompt runs as one microbatch, decodes alone as min(pp, batch) (compiled.py)
+    "gemma-pp8-unbalanced-stages": ("gemma-3-12b", "h100-sxm", (1, 8), 1024, 256, 2048, 0, "fixed", 3000,
+                                    (0.1, 0.5, 0.8)),
     "mixtral-tiny-prompts": ("mixtral-8x7b", "h100-sxm", 2, 8, 32, 1024, 0, "fixed", 30000, (0.1, 0.5, 0.9)),
 }  # fmt: skip
 
@@ -63,7 +70,8 @@ def test_closed_form_matches_simulation_from_10_to_90_percent_of_saturation(name
     model, gpu, tp, prompt, output, chunk, prefix, kind, requests, loads = CASES[name]
     traffic = Traffic(LengthDist(kind, prompt - prefix), LengthDist(kind, output), rate_rps=1.0,
                       cached_prefix_tokens=prefix)  # fmt: skip
-    replica = build_replica(load_model(model), Deployment(load_gpu(gpu), Layout(tp)), traffic, chunk, "expected")
+    layout = Layout(*tp) if isinstance(tp, tuple) else Layout(tp)  # (tp, pp) for pipeline stages
+    replica = build_replica(load_model(model), Deployment(load_gpu(gpu), layout), traffic, chunk, "expected")
     saturation = capacity(replica, []).saturation_rps
     misses = []
     for load in loads:
