@@ -76,6 +76,15 @@ def stages_max_sum(stages: Sequence[tuple[float, Sequence[Kernel]]], n: int) -> 
     if len(stages) == 1:
         const, kernels = stages[0]
         return n * const + sum(max_sum(x, y, n) for x, y in kernels)
+    total = 0.0
+    for u, v in _linear_pieces(stages, n):
+        lines = [(_stage_value(c, k, u, n), _stage_value(c, k, v, n)) for c, k in stages]
+        total += envelope_sum(lines, v - u + 1)
+    return total
+
+
+def _linear_pieces(stages: Sequence[tuple[float, Sequence[Kernel]]], n: int) -> list[tuple[int, int]]:
+    """(first, last) index of each piece of 0..n-1 on which no kernel of any stage changes side (each stage linear)."""
     starts = {0}
     for _, kernels in stages:
         for x, y in kernels:
@@ -83,12 +92,7 @@ def stages_max_sum(stages: Sequence[tuple[float, Sequence[Kernel]]], n: int) -> 
             if j is not None:
                 starts.add(j + 1)
     bounds = sorted(starts) + [n]
-    total = 0.0
-    for u, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        v = stop - 1
-        lines = [(_stage_value(c, k, u, n), _stage_value(c, k, v, n)) for c, k in stages]
-        total += envelope_sum(lines, v - u + 1)
-    return total
+    return [(u, stop - 1) for u, stop in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 Variant = tuple[float, Sequence[Kernel]]  # one way to count a stage's time: a constant plus kernels
@@ -118,16 +122,9 @@ def pipeline_sum(stages: Sequence[Sequence[Variant]], n: int, microbatches: int,
         return sum(stages_max_sum(v, n) for v in stages)
     if m >= len(stages):  # m x the slowest is never below the sum of pp stages
         return m * stages_max_sum(every, n)
-    starts = {0}  # between m = 1 and pp either may lead: split where any kernel changes side, then any stage's variant
-    for _, kernels in every:
-        for x, y in kernels:
-            j = crossing(x, y, n)
-            if j is not None:
-                starts.add(j + 1)
-    bounds = sorted(starts) + [n]
-    total = 0.0
-    for u, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        v, k = stop - 1, stop - u
+    total = 0.0  # between m = 1 and pp either may lead: split where any kernel changes side, then any stage's variant
+    for u, v in _linear_pieces(every, n):
+        k = v - u + 1
         lines = [[(_stage_value(c, ks, u, n), _stage_value(c, ks, v, n)) for c, ks in variants] for variants in stages]
         cuts = {0}
         for group in lines:
