@@ -99,6 +99,7 @@ def test_calibrate_tp2_writes_a_measured_link(cli, tmp_path):
     shown = cli("specs", "show", str(out), "--format", "json").json()
     link = shown["link"]
     assert link["gb_s"] > 0 and link["latency_us"] >= 0 and "gloo all-reduce over 2 ranks" in link["source"]
+    assert link["kind"] == "nvlink"  # a fabric no datasheet names is priced in the NVLink class (a kind it knows)
     assert "all-reduce" in shown["provenance"]["link"] and shown["achievable"]["basis"] == "measured"
     est = cli("estimate", "-m", str(spec), "-g", str(out), "--gpus", "2", "--format", "json")
     assert est.exit_code == 0, est.stderr

@@ -95,7 +95,9 @@ def fit_allreduce(rows: list[dict], ranks: int, backend: str) -> dict:
 
 def measured_link(probe: dict[str, Any], base: GpuSpec | None) -> Link:
     """A link whose bandwidth and latency are the all-reduce probe's fit."""
-    kind = base.link.kind if base and base.link else probe["backend"]
+    # the datasheet's fabric where one is known; else the class tokcost prices an unnamed fabric as (one-shot,
+    # two-shot or ring, the cheapest): gloo's shared memory on one host, or NCCL on a GPU no datasheet names
+    kind = base.link.kind if base and base.link else "nvlink"
     gb_s = _measured("the all-reduce's bus bandwidth", probe["bus_gb_s"], MIN_BANDWIDTH_GB_S, "GB/s")
     return Link(
         name=f"measured {probe['backend']} all-reduce over {probe['ranks']} ranks",
