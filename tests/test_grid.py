@@ -472,3 +472,8 @@ def test_a_prompt_is_not_split_across_microbatches(model, pp):
         assert microbatches(d.layout, [Segment(3, 1100, 1), Segment(1, 0, 1024)]) == 1
         assert beside >= alone
         assert microbatches(d.layout, [Segment(8, 1100, 1)]) == pp  # decodes alone still fill the pipeline
+        # prompts count the same packed in one segment or one a segment (the closed form and the simulator)
+        packed = [Segment(8, 1100, 1), Segment(2, 0, 256)]
+        apart = [Segment(8, 1100, 1), Segment(1, 0, 256), Segment(1, 0, 256)]
+        assert microbatches(d.layout, packed) == microbatches(d.layout, apart) == 2
+        assert bound.seconds(packed) == pytest.approx(bound.seconds(apart), rel=1e-9)

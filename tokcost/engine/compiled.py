@@ -68,13 +68,13 @@ class Row:
 
 
 def microbatches(layout: Layout, segments: Sequence[Segment]) -> int:
-    """Microbatches a pass splits into: one per pipeline stage, at most one per sequence of each segment (each
-    microbatch holds its share of every segment, and a prompt is not split: a step that carries one prefill chunk
-    beside the decodes runs as one microbatch, as vLLM schedules a batch of everything not in flight)."""
-    if not segments:
-        return 1
-    sequences = min(s.sequences for s in segments)
-    return max(1, min(layout.pp, math.floor(sequences)))
+    """Microbatches a pass splits into: one per pipeline stage, at most one per prompt and one per decoding
+    sequence, so that each holds whole prompts beside its share of the decodes (a step that carries one prefill
+    chunk beside the decodes runs as one microbatch, as vLLM schedules a batch of everything not in flight). The
+    prompts count the same whether packed in one segment or given one a segment."""
+    counts = [sum(s.sequences for s in segments if (s.new_tokens > 1) is prefill) for prefill in (False, True)]
+    present = [n for n in counts if n > 0]
+    return max(1, min(layout.pp, math.floor(min(present)))) if present else 1
 
 
 def share(segments: Sequence[Segment], m: int) -> list[Segment]:
