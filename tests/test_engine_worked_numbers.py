@@ -367,6 +367,9 @@ def test_pipeline_bubble_for_llama_405b_at_pp2_tp8():
     assert pre.microbatches == 2 and pre.seconds == pytest.approx(sum(pre.every_stage_s) + pre.stage_seconds)
     step = batched.ceiling.decode_step
     assert step.microbatches == 2 and step.seconds == pytest.approx(2 * step.stage_seconds)
+    # the turns the pipeline adds to the slowest stage's one (the journey's count): the other stage and one more
+    # microbatch from empty; one more microbatch in steady decode
+    assert (e.ceiling.prefill.extra_turns, pre.extra_turns, step.extra_turns) == (1, 2, 1)
 
 
 def test_a_token_through_unbalanced_pipeline_stages_pays_each_stage_once():

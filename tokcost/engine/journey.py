@@ -95,7 +95,7 @@ def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list
         rule = "every stage once + (m - 1) x the slowest" if ceiling.schedule == "fill" else (
             "max(every stage once, m x the slowest)")  # fmt: skip
         note = f"{ceiling.pp} stages, {ceiling.microbatches} microbatches, {ceiling.schedule}: {rule}"
-        rows.append(_note("pipeline (other stages' turns)", note, ceiling.pp - 1, "pipeline", extra_c, extra_x,
+        rows.append(_note("pipeline (other stages' turns)", note, ceiling.extra_turns, "pipeline", extra_c, extra_x,
                           total))  # fmt: skip
     if ceiling.overhead_s or expected.overhead_s:
         rows.append(_note("fixed overhead", "launches, scheduling, sampling on the host (expected only)", 1, "host",

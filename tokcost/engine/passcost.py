@@ -160,6 +160,15 @@ class PassCost:
         return pipeline_seconds(self.every_stage_s, self.microbatches, self.schedule)
 
     @property
+    def extra_turns(self) -> int:
+        """Stage-times the pipeline adds to the slowest stage's one: every other stage (and, from an empty pipeline,
+        m - 1 more of the slowest), or m - 1 of the slowest where the slowest serving each microbatch leads."""
+        times, m = self.every_stage_s, self.microbatches
+        if self.schedule == "fill":
+            return len(times) - 1 + m - 1
+        return len(times) - 1 if sum(times) >= m * max(times) else m - 1
+
+    @property
     def pipeline_factor(self) -> float:
         """The pass in slowest-stage times (the breakdown of the slowest stage scales by it to the pass)."""
         return self.pipeline_s / self.stage_seconds if self.stage_seconds else 1.0

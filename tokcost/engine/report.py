@@ -27,8 +27,9 @@ def _pass(cost: PassCost | None) -> dict[str, Any] | None:
             "stages": cost.pp,
             "microbatches": cost.microbatches,
             "schedule": cost.schedule,
-            "stage_times": cost.pipeline_factor,
-            "stage_seconds": cost.stage_seconds,
+            "stage_times": cost.pipeline_factor,  # the pass in slowest-stage times (a ratio once stages differ)
+            "stage_seconds": cost.stage_seconds,  # the slowest stage, one microbatch
+            "every_stage_seconds": list(cost.every_stage_s),  # each stage in order, one microbatch
         },
         "flops_per_gpu": round(cost.flops),
         "bytes_per_gpu": round(cost.bytes),
