@@ -137,22 +137,26 @@ def _itl_apart(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
             for n, p in runs]  # fmt: skip
 
 
-BOREL_MASS = 1 - 1e-5  # the law's terms are summed until this much of it is held (then renormalized)
-BOREL_TERMS = 400
+BOREL_MASS = 1 - 1e-5  # the law's terms are summed until this much of it is held
+BOREL_TERMS = 400  # then the rest of it is one term at its own mean, so the law keeps its mean 1 / (1 - q)
 
 
-def borel(q: float) -> list[tuple[int, float]]:
+def borel(q: float) -> list[tuple[float, float]]:
     """(n, P(n)) of the Borel law with parameter q in [0, 1): prompts one M/D/1 busy period serves, its load q."""
     if q <= 0:
-        return [(1, 1.0)]
-    out, held = [], 0.0
+        return [(1.0, 1.0)]
+    out: list[tuple[float, float]] = []
+    held = mean = 0.0
     for n in range(1, BOREL_TERMS + 1):
         p = math.exp(-q * n + (n - 1) * math.log(q * n) - math.lgamma(n + 1))
-        out.append((n, p))
-        held += p
+        out.append((float(n), p))
+        held, mean = held + p, mean + n * p
         if held >= BOREL_MASS:
             break
-    return [(n, p / held) for n, p in out]
+    rest = 1.0 - held
+    if rest > 0:  # the tail past the last term, at the mean it must have for the whole law's mean to hold
+        out.append((max((1 / (1 - q) - mean) / rest, out[-1][0]), rest))
+    return out
 
 
 def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:
