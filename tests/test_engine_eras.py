@@ -140,6 +140,18 @@ def test_a_user_engine_file_loads_and_spells_its_era(tmp_path):
     assert load_engine(f"{path}@main").step_overhead_us == 100.0
 
 
+def test_specs_show_reads_an_engine_files_era_as_engine_does(cli, tmp_path):
+    # `specs show FILE@ERA` said "not a built-in spec nor a file" where --engine FILE@ERA worked
+    path = _engine_file(tmp_path, GOOD.replace("eras:\n", "eras:\n  slow:\n    step_overhead_us: 900.0\n"))
+    slow = cli("specs", "show", f"{path}@slow", "-f", "json")
+    assert slow.exit_code == 0, slow.stderr
+    assert (slow.json()["era"], slow.json()["step_overhead_us"]) == ("slow", 900.0)
+    main = cli("specs", "show", path, "-f", "json").json()
+    assert (main["era"], main["step_overhead_us"]) == ("main", 100.0)
+    bad = cli("specs", "show", f"{path}@fast")
+    assert bad.exit_code == 2 and "no era 'fast'" in bad.stderr
+
+
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [

@@ -15,7 +15,7 @@ from tokcost.catalog import builtin_names, expect_kind, kind_of, kind_of_name, l
 from tokcost.cli.common import check_yaml_destination
 from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
-from tokcost.eras import builtin_files, load_file
+from tokcost.eras import builtin_files, load_file, split_spelling
 from tokcost.errors import SpecError, TokcostError, UsageError
 from tokcost.files import load_mapping, write_new
 from tokcost.hardware.library import gpu_from, load_gpu, load_network
@@ -103,8 +103,10 @@ def _load_any(name_or_path: str) -> tuple[str, Any]:
     if kind is not None:
         loader = {"models": load_model, "gpus": load_gpu, "networks": load_network, "engines": load_engine}[kind]
         return kind.removesuffix("s"), loader(name_or_path)
-    engine, at, era = name_or_path.partition("@")
-    if at and kind_of_name(engine) == "engines":  # a built-in engine's era, as --engine spells it (vllm@v0)
+    engine, era = split_spelling(name_or_path)
+    if era is not None and kind_of_name(engine) == "engines":  # a built-in engine's era, as --engine spells it
+        return "engine", load_engine(name_or_path)
+    if era is not None and Path(engine).is_file():  # an engine file's era, as --engine spells it (mine.yaml@slow)
         return "engine", load_engine(name_or_path)
     if not looks_like_path(name_or_path):
         every = [name for kind in KINDS for name in builtin_names(kind)]
