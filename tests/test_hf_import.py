@@ -421,3 +421,17 @@ def test_cross_attention_layers_are_refused_not_priced_as_self_attention():
     with pytest.raises(SpecError) as err:
         load("new/llama-3.2-11b-vision")
     assert err.value.field == "text_config.cross_attention_layers" and "not modelled yet" in str(err.value)
+
+
+def test_a_shape_key_the_config_leaves_out_is_said(cli, tmp_path):
+    # a cut or hand-written config takes transformers' class default for a missing shape key: Llama's
+    # intermediate_size 11,008 (Llama-2-7B's) priced a 3.1-8B config as a 6.7B model without a word
+    data = json.loads((HF / "llama.json").read_text())
+    del data["intermediate_size"]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+    r = cli("specs", "import", str(config), "-o", str(tmp_path / "m.yaml"))
+    assert r.exit_code == 0, r.output
+    assert "note: not in the config, so transformers' defaults for llama: intermediate_size 11008" in r.stderr
+    whole = cli("specs", "import", str(HF / "llama.json"), "-o", str(tmp_path / "w.yaml"))
+    assert "not in the config" not in whole.stderr

@@ -213,6 +213,12 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
+    given = (raw_text or data).keys()  # a shape key the file leaves out takes its class's default: say which
+    used = DEFAULTED if spec.get("moe") else DEFAULTED[:-1]  # an expert's width counts only in an MoE
+    defaulted = [f"{key} {getattr(text, key)}" for key in used
+                 if not {key, aliases.get(key)} & given and getattr(text, key, None) is not None]  # fmt: skip
+    if defaulted:
+        notes.append(f"not in the config, so transformers' defaults for {model_type}: {', '.join(defaulted)}")
     keys = _error_keys(prefix, raw_text or data)
     model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
     formats = shipped(data, where, model.hidden_size, moe=model.moe is not None, layers=model.layers)
@@ -224,6 +230,11 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
         notes.append("stored at fp32, priced at 16 bits as serving engines load it (vLLM's --dtype auto picks fp16 "
                      "for an fp32 checkpoint); set dtype: fp32 in an imported spec to price fp32")  # fmt: skip
     return _validated({**spec, **formats, "notes": "; ".join(notes)}, where, keys)
+
+
+# shape keys a config may leave out, whose class default then sets a count (a hand-written or cut file)
+DEFAULTED = ("intermediate_size", "vocab_size", "max_position_embeddings", "num_key_value_heads",
+             "moe_intermediate_size")  # fmt: skip
 
 
 def _tied(data: dict[str, Any], raw_text: dict[str, Any] | None, text: Any) -> bool:
