@@ -47,8 +47,11 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     raw2 = s.var + s.mean**2
     raw3 = s.mu3 + 3 * s.mean * s.var + s.mean**3
     stretch = w + (1 - w) / max(1 - kappa * pt.rho, 1e-6)
-    prefill = Moments(0.0, pt.rate_rps * life * raw2, pt.rate_rps * life * raw3).scaled(kappa * stretch / n)
-    q = decoding_spread(pt.batch, r.users_estimate(pt))  # a closed loop's batch swings binomially, and less
+    users = r.users_estimate(pt)
+    # the prompts that interrupt a decoding request are the others' (a closed loop's N - 1 users: one alone sees none)
+    others = pt.rate_rps * (1 - 1 / users if math.isfinite(users) else 1.0)
+    prefill = Moments(0.0, others * life * raw2, others * life * raw3).scaled(kappa * stretch / n)
+    q = decoding_spread(pt.batch, users)  # a closed loop's batch swings binomially, and less
     swing = Moments(0.0, q * 2 / 3 * r.decode_step_moments(pt.batch)[1])
     spread = (prefill + swing).scaled(1 / (1 - gain * q))
     return Moments(pt.tpot_mean_s + r.transfer_s / n) + spread
