@@ -297,8 +297,9 @@ def plan_space(
     """The search space, every list and knob in range (as the flags are on the command line)."""
     if not gpus:
         raise UsageError(f"{name('gpu', api)}: no GPU given")
-    if repeated_name(gpus) is not None:  # its rows would read as one GPU, and a per-GPU price reach only one
-        raise UsageError(f"{name('gpu', api)}: two GPUs are named {repeated_name(gpus)!r}; give each its own name "
+    twice = repeated_name(gpus)  # its rows would read as one GPU, and a per-GPU price reach only one
+    if twice is not None:
+        raise UsageError(f"{name('gpu', api)}: two GPUs are named {twice!r}; give each its own name "
                          "(a spec file's name: key)")  # fmt: skip
     if mode not in ("aggregated", "disaggregated", "both"):
         raise UsageError(f"{name('mode', api)}: {mode!r} is not one of aggregated, disaggregated, both")

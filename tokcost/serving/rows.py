@@ -99,6 +99,7 @@ class Row:
     pareto: bool = False
     simulated: dict[str, dict[str, float | None] | None] | None = None
     choice: Choice | None = None
+    invalid: bool = False  # a configuration no engine runs (a layout or dtype refused), not one that fails its load
 
     @property
     def price(self) -> float | None:

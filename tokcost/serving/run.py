@@ -36,9 +36,8 @@ def run_plan(
     check_search(model, space, api)
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
     result = search.plan(model, traffic, slos, space)
-    refusals = [row.expected.binding for row in result.rows if row.expected.binding.startswith("--")]
-    if result.rows and len(refusals) == len(result.rows):  # every configuration asked for is one no engine runs
-        raise UsageError(refusals[0])
+    if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
+        raise UsageError(result.rows[0].expected.binding)
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
     result.warnings += tensor_parallel_warnings(result)
     if simulated is not None:

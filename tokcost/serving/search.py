@@ -93,12 +93,13 @@ def _layouts(
     usable, refused = [], []
     for layout in candidates:
         reason = layout.invalid_reason(model, gpu)
-        if reason is None and not _fits(model, deploy(layout), traffic):
-            reason = f"does not fit: {model.name}'s weights leave no room for one request's KV on {layout.gpus} GPU(s)"
-        if reason is None:
+        if reason is not None:
+            refused += [_refused(deploy(layout), reason, invalid=True)] if explicit else []
+        elif not _fits(model, deploy(layout), traffic):
+            fits = f"does not fit: {model.name}'s weights leave no room for one request's KV on {layout.gpus} GPU(s)"
+            refused += [_refused(deploy(layout), fits)] if explicit else []
+        else:
             usable.append(layout)
-        elif explicit:
-            refused.append(_refused(deploy(layout), reason))
     if not usable and space.pps is None and not explicit:  # no node holds it: try pipeline stages of full nodes
         candidates = pipeline_fallback(model, gpu)
         usable = [
@@ -109,8 +110,8 @@ def _layouts(
     return usable, refused
 
 
-def _refused(deployment: Deployment, reason: str) -> Row:
-    return Row("aggregated", deployment, None, None, failed(reason), failed(reason))
+def _refused(deployment: Deployment, reason: str, *, invalid: bool = False) -> Row:
+    return Row("aggregated", deployment, None, None, failed(reason), failed(reason), invalid=invalid)
 
 
 def _replica(
@@ -250,5 +251,5 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
                 if "disaggregated" in modes and layouts:
                     rows.append(_disaggregated(model, deploy, layouts, traffic, slos, space))
             except TokcostError as exc:  # e.g. a compute dtype this GPU lists no peak for
-                rows.append(_refused(deploy(Layout(1)), str(exc)))
+                rows.append(_refused(deploy(Layout(1)), str(exc), invalid=True))
     return rows, warnings
