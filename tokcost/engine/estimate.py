@@ -20,7 +20,14 @@ from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
 from tokcost.engine.memory import MemoryReport, memory_report
 from tokcost.engine.passcost import Bound, PassCost
-from tokcost.engine.roofline import KernelRate, Rates, ceiling_rates, expected_rates, kernel_sides, matmul_path
+from tokcost.engine.roofline import (
+    KernelRate,
+    Rates,
+    ceiling_rates,
+    compute_dtype_applies,
+    expected_rates,
+    kernel_sides,
+)
 from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
@@ -260,15 +267,6 @@ def _scenario(d: Deployment, wl: Workload, rates: Rates, price: float | None) ->
         prefill=prefill,
         decode_step=step,
     )
-
-
-def compute_dtype_applies(p: Precision, rates: Rates) -> bool:
-    """Whether the compute dtype sets any matmul's rate (roofline.matmul_path): 16-bit weights multiply at the
-    16-bit peak whatever it is, and attention runs at FP8 only with an FP8 cache."""
-    if p.compute in ("bf16", "fp16"):
-        return True
-    linear = (matmul_path("matmul", fmt, rates)[0] for fmt in (p.weights, p.attention, p.experts))
-    return "compute" in linear or matmul_path("attention", p.kv, rates)[0] == "attention"
 
 
 def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None) -> tuple[str, ...]:

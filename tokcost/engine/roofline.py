@@ -17,7 +17,7 @@ from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import PassCost as PassCost  # re-exported: plots and serving import it from here
 from tokcost.engine.passcost import Priced, overlapped_sides
 from tokcost.engine.stages import Op, Stage
-from tokcost.engine.workload import same_tensor_rate
+from tokcost.engine.workload import Precision, same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
@@ -245,6 +245,15 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
     if weight_format in ("bf16", "fp16"):
         return ("float16" if rates.float16_flops_per_s else "compute"), False
     return "compute", True
+
+
+def compute_dtype_applies(p: Precision, rates: Rates) -> bool:
+    """Whether the compute dtype sets any matmul's rate (matmul_path): 16-bit weights multiply at the
+    16-bit peak whatever it is, and attention runs at FP8 only with an FP8 cache."""
+    if p.compute in ("bf16", "fp16"):
+        return True
+    linear = (matmul_path("matmul", fmt, rates)[0] for fmt in (p.weights, p.attention, p.experts))
+    return "compute" in linear or matmul_path("attention", p.kv, rates)[0] == "attention"
 
 
 def matmul_dtype(kind: str, weight_format: str, rates: Rates) -> tuple[float, bool]:
