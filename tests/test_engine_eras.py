@@ -152,6 +152,17 @@ def test_specs_show_reads_an_engine_files_era_as_engine_does(cli, tmp_path):
     assert bad.exit_code == 2 and "no era 'fast'" in bad.stderr
 
 
+def test_specs_show_names_the_era_it_shows_and_the_others(cli, tmp_path):
+    # a file of eras showed its newest under the engine's bare name, with no word of the others
+    shown = " ".join(cli("specs", "show", "vllm@0.6").stdout.split())
+    assert "engine spec: vllm@v0" in shown
+    assert "other eras: vllm@eager, vllm@v1 (tokcost specs show vllm@ERA)" in shown
+    path = _engine_file(tmp_path, GOOD.replace("eras:\n", "eras:\n  slow:\n    step_overhead_us: 900.0\n"))
+    mine = " ".join(cli("specs", "show", path).stdout.split())
+    assert "engine spec: mine@main" in mine and "other eras: mine@slow" in mine
+    assert "other eras" not in cli("specs", "show", "sglang").stdout  # one era: nothing else to show
+
+
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [

@@ -237,7 +237,18 @@ def show(
     notes = []
     if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
         notes.append(f"warning: stated params_total differs from the shapes by {spec.params_mismatch:+.1%}")
-    print_tables([Table(f"{kind} spec: {spec.name}", ["field", "value"], rows, notes, prose=True)], "table")
+    title = f"{kind} spec: {spec.name}"
+    if kind == "engine" and spec.era:  # one era of a file of several: say which, and how to see the others
+        title = f"engine spec: {spec.name}@{spec.era}"
+        notes.append(_other_eras(name, spec.era))
+    print_tables([Table(title, ["field", "value"], rows, notes, prose=True)], "table")
+
+
+def _other_eras(name: str, shown_era: str) -> str:
+    """'other eras: vllm@eager, vllm@v0 (tokcost specs show vllm@eager)' for the engine file `name` spells."""
+    engine = load_file(split_spelling(name)[0])[1]
+    others = [f"{engine.name}@{era}" for era in engine.eras if era != shown_era]
+    return f"other eras: {', '.join(others)} (tokcost specs show {split_spelling(name)[0]}@ERA)"
 
 
 def _cell(value: Any) -> str:
