@@ -86,13 +86,20 @@ def stage_seconds(kernels_s: float, serial_s: float, overlapped_s: float, overla
     return max(serial_s + kernels_s + overlapped_s - hidden, launch_s)
 
 
-def pipeline_seconds(stage_times_s: Sequence[float], microbatches: int, schedule: Schedule) -> float:
-    """A pass through the pipeline stages, m microbatches (series.pipeline_sum): from an empty pipeline every stage
-    once plus m - 1 of the slowest; steady decode max(every stage once, m x the slowest)."""
-    slowest, every = max(stage_times_s), sum(stage_times_s)
+def pipeline_pass(stage_times_s: Sequence[float], microbatches: int, schedule: Schedule) -> tuple[float, int]:
+    """(seconds, turns the pipeline adds to the slowest stage's one) of a pass through the pipeline stages, m
+    microbatches (series.pipeline_sum): from an empty pipeline every stage once plus m - 1 of the slowest; steady
+    decode max(every stage once, m x the slowest), whichever leads giving its turns."""
+    slowest, every, m = max(stage_times_s), sum(stage_times_s), microbatches
+    others = len(stage_times_s) - 1
     if schedule == "fill":
-        return every + (microbatches - 1) * slowest
-    return max(every, microbatches * slowest)
+        return every + (m - 1) * slowest, others + m - 1
+    return (every, others) if every >= m * slowest else (m * slowest, m - 1)
+
+
+def pipeline_seconds(stage_times_s: Sequence[float], microbatches: int, schedule: Schedule) -> float:
+    """A pass through the pipeline stages, m microbatches (pipeline_pass)."""
+    return pipeline_pass(stage_times_s, microbatches, schedule)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,17 +163,14 @@ class PassCost:
 
     @property
     def pipeline_s(self) -> float:
-        """The pass through every stage under its schedule (pipeline_seconds), no overhead."""
-        return pipeline_seconds(self.every_stage_s, self.microbatches, self.schedule)
+        """The pass through every stage under its schedule (pipeline_pass), no overhead."""
+        return pipeline_pass(self.every_stage_s, self.microbatches, self.schedule)[0]
 
     @property
     def extra_turns(self) -> int:
         """Stage-times the pipeline adds to the slowest stage's one: every other stage (and, from an empty pipeline,
         m - 1 more of the slowest), or m - 1 of the slowest where the slowest serving each microbatch leads."""
-        times, m = self.every_stage_s, self.microbatches
-        if self.schedule == "fill":
-            return len(times) - 1 + m - 1
-        return len(times) - 1 if sum(times) >= m * max(times) else m - 1
+        return pipeline_pass(self.every_stage_s, self.microbatches, self.schedule)[1]
 
     @property
     def pipeline_factor(self) -> float:
