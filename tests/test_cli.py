@@ -202,6 +202,16 @@ def test_compare_rows(cli):
     assert rows[1]["fits"] is False and rows[1]["min_gpus"] == 2 and rows[2]["fits"] is True
     # same compute, more bandwidth: H200 decodes faster
     assert rows[3]["decode_tokens_per_s"] > rows[2]["decode_tokens_per_s"]
+    assert rows[3]["ceiling_decode_tokens_per_s"] > rows[2]["ceiling_decode_tokens_per_s"]
+    # one convention across the row and with sweep: unprefixed = expected, so its cost is priced on its own TPOT
+    # (the row mixed the ceiling's TPOT with the expected cost under the same names)
+    one = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "json").json()
+    row = rows[2]
+    assert (row["ttft_s"], row["tpot_s"]) == (one["expected"]["ttft_s"], one["expected"]["tpot_s"])
+    assert (row["ceiling_ttft_s"], row["ceiling_tpot_s"]) == (one["ceiling"]["ttft_s"], one["ceiling"]["tpot_s"])
+    # $/1M output = $/hour / 3600 x TPOT / batch x 1e6 (batch 1)
+    usd = row["price_per_hour_usd"] / 3600 * row["tpot_s"] * 1e6
+    assert row["usd_per_million_output_tokens"] == pytest.approx(usd, rel=1e-3)
     table = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,l4")
     assert table.exit_code == 0 and "l4" in table.stdout
 

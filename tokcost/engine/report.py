@@ -196,7 +196,9 @@ def bottleneck(e: Estimate) -> str:
 
 
 def compare_row(e: Estimate) -> dict[str, object]:
-    """The flat record of one (model, GPU) pair: stable keys for JSON and CSV (no cost when it does not fit)."""
+    """The flat record of one (model, GPU) pair: stable keys for JSON and CSV (no cost when it does not fit). As in
+    sweep's points, a figure without a prefix is expected, as its cost and energy are, and `ceiling_` names the
+    bound."""
     c, x, mem = e.ceiling, e.expected, e.memory
     fits = mem.fits
     return {
@@ -209,12 +211,12 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "compute_dtype": e.precision.compute,
         "fits": fits,
         "min_gpus": mem.min_gpus,
-        "ttft_s": c.ttft_s,
-        "tpot_s": c.tpot_s,
-        "decode_tokens_per_s": c.decode_tokens_per_s,
-        "expected_ttft_s": x.ttft_s,
-        "expected_tpot_s": x.tpot_s,
-        "expected_decode_tokens_per_s": x.decode_tokens_per_s,
+        "ttft_s": x.ttft_s,  # unprefixed figures are expected ones, as in sweep's points and the cost columns
+        "tpot_s": x.tpot_s,
+        "decode_tokens_per_s": x.decode_tokens_per_s,
+        "ceiling_ttft_s": c.ttft_s,
+        "ceiling_tpot_s": c.tpot_s,
+        "ceiling_decode_tokens_per_s": c.decode_tokens_per_s,
         **{f"expected_{k}_band": (list(v) if v else None) for k, v in _spans(e).items()},
         "expected_engine": e.deployment.engine.label,
         "expected_provenance": e.gpu.expected_provenance,
