@@ -378,6 +378,11 @@ UNGATED = [  # (fixture, published total, KV bytes per token at 16 bits, tied)
     ("phi-2", 2_779_683_840, 2 * 32 * 32 * 80 * 2, False),  # microsoft/phi-2 safetensors: 2,779,683,840
     ("falcon-7b", 6_921_720_704, 2 * 32 * 1 * 64 * 2, True),  # tiiuae/falcon-7b: 6,921,720,704; one KV head (MQA)
     ("pythia-6.9b", PYTHIA + 2 * 50432 * 4096, 2 * 32 * 32 * 128 * 2, False),  # EleutherAI: 6,857,302,016
+    # Nemotron-4 (Minitron-4B): squared-ReLU MLP, LayerNorm1P with biases; counted gated it was 21.6% over (5.10B):
+    # 32 x (q, o 2 x 3,072^2; k, v 2 x 3,072 x 1,024; up, down 2 x 3,072 x 9,216; two norms 2 x 2 x 3,072)
+    # + final norm 2 x 3,072 + embedding and head 2 x 256,000 x 3,072 = 4,190,509,056 (its card: 4.19B)
+    ("nemotron-4-4b", 32 * (2 * 3072**2 + 2 * 3072 * 1024 + 2 * 3072 * 9216 + 4 * 3072) + 2 * 3072
+     + 2 * 256000 * 3072, 2 * 32 * 8 * 128 * 2, False),
 ]
 
 

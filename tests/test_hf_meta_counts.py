@@ -42,7 +42,7 @@ FAMILIES = [
     # GELU MLPs and LayerNorms: biases as each switches them; Phi-2's and Falcon-7B's one norm per parallel block,
     # Falcon-40B's two; Falcon-7B's one multi-query KV head
     ("new/starcoder2-7b.json", 2, {}), ("new/phi-2.json", 2, {}), ("new/falcon-7b.json", 2, {}),
-    ("new/falcon-40b.json", 2, {}), ("new/pythia-6.9b.json", 2, {}),
+    ("new/falcon-40b.json", 2, {}), ("new/pythia-6.9b.json", 2, {}), ("new/nemotron-4-4b.json", 2, {}),
     ("new/starcoder2-7b.json", 2, {"use_bias": False}), ("new/falcon-7b.json", 2, {"bias": True}),
     ("new/phi-2.json", 2, {"qk_layernorm": True}), ("llama.json", 2, {"mlp_bias": True}),
 ]  # fmt: skip

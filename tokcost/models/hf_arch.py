@@ -48,6 +48,7 @@ FACTS: dict[str, Facts] = {
     "gpt_oss": Facts(attention_sinks=True, router_bias=True, expert_bias=True),
     "llama4_text": Facts(shared_experts=1),  # its q/k norm is an L2 norm without weights
     "nemotron_h": Facts(mlp_gated=False),  # squared-ReLU MLP: up and down projections only
+    "nemotron": Facts(mlp_gated=False, norm_bias=True),  # squared ReLU (up, down); LayerNorm1P has a bias
     # GELU MLPs (up, down) and LayerNorms with biases
     "starcoder2": Facts(bias_key="use_bias", mlp_bias="use_bias", mlp_gated=False, norm_bias=True),
     "phi": Facts(qkv_bias=True, output_bias=True, mlp_bias=True, mlp_gated=False, norm_bias=True, shared_norm=True,
