@@ -409,6 +409,17 @@ def test_mamba_1_state_layers_are_refused_by_name(name):
     assert err.value.field == "layer_types" and "not modelled yet" in str(err.value) and "Mamba-1" in str(err.value)
 
 
+def test_a_text_type_over_a_vision_models_sections_is_refused_in_one_line(cli, tmp_path):
+    # a text model's type at the top level of a vision config (mlc-llm's Ministral-3 preset) left text_config a
+    # raw dict, and the import died on it with a traceback
+    data = json.loads((HF / "new" / "gemma-3-27b.json").read_text())
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**data, "model_type": data["text_config"]["model_type"]}))
+    r = cli("estimate", "-m", str(config), "-g", "h100-sxm")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert "model_type: 'gemma3_text' is a text model's type, but the file has a text_config" in r.stderr
+
+
 def test_an_unknown_family_and_an_fp32_checkpoint_say_so_on_import(cli, tmp_path):
     data = {**json.loads((HF / "llama.json").read_text()), "model_type": "olmo", "torch_dtype": "float32"}
     config = tmp_path / "config.json"

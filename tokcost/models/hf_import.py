@@ -201,6 +201,11 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
         check_types(raw_text, where, prefix)
     config = _read_config(data, model_type, where, mapping, transformers.__version__)
     text = config.get_text_config(decoder=True)
+    if not hasattr(text, "model_type"):  # a text model's type over a vision model's sections: its class leaves them raw
+        arch = ", ".join(map(str, data.get("architectures") or [])) or "the model"
+        raise SpecError(where, f"{model_type!r} is a text model's type, but the file has a text_config (a vision "
+                               f"model's sections); give the type {arch} names at the top level, or the text_config "
+                               f"alone", field="model_type")  # fmt: skip
     _refuse_unknown_state_layers(text, where, prefix)
     if getattr(text, "cross_attention_layers", None):  # Llama-3.2-Vision: not self-attention, not a KV per token
         raise SpecError(where, "cross-attention layers (to the image's tokens, cached once per sequence) are not "
