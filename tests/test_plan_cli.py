@@ -501,3 +501,20 @@ def test_the_csv_header_is_the_same_whatever_the_fleets(cli):
         headers.append(rows[0])
     assert headers[0] == headers[1] == headers[2]
     assert "expected.ttft_s.p90" in headers[0] and "expected.ttft_s" not in headers[0]
+
+
+def test_csv_with_simulate_has_empty_cells_for_the_rows_not_simulated(cli):
+    # --simulate checks the top 3 rows; a fourth row's null 'simulated' made the CSV writer raise (a traceback)
+    import csv
+    import io
+
+    r = cli("plan", "-m", "llama-3.1-8b", "--rate", "30", "--gpu", "h100-sxm,l40s", "--slo", "ttft_p90=300ms",
+            "--simulate", "--requests", "500", "-f", "csv")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    simulated = [row["simulated.ttft_s.p90"] for row in rows]
+    assert len(rows) > 3 and "simulated" not in rows[0]
+    assert all(float(v) > 0 for v in simulated[:3]) and set(simulated[3:]) == {""}
+    as_json = cli("plan", "-m", "llama-3.1-8b", "--rate", "30", "--gpu", "h100-sxm,l40s", "--slo", "ttft_p90=300ms",
+                  "--simulate", "--requests", "500", "-f", "json").json()["configs"]  # fmt: skip
+    assert [float(v) for v in simulated[:3]] == [c["simulated"]["ttft_s"]["p90"] for c in as_json[:3]]

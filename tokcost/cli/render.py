@@ -142,7 +142,8 @@ def print_csv(rows: list[dict[str, Any]]) -> None:
     fields = [f for f in fields if f not in parents or any(row.get(f) is not None for row in rows)]
     writer = csv.DictWriter(buffer, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: _csv_cell(v, k) for k, v in row.items()} for row in rows)
+    kept = set(fields)  # a null parent left out of the header is left out of its row too
+    writer.writerows({k: _csv_cell(v, k) for k, v in row.items() if k in kept} for row in rows)
     sys.stdout.write(buffer.getvalue())
 
 
