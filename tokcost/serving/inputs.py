@@ -37,9 +37,10 @@ MAX_THINK_S = 86_400.0
 DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 256
 MAX_SEARCH_POINTS = 600
 MOE_POINT_WEIGHT = 4
-MIN_REQUESTS, MAX_REQUESTS = 100, 20_000
 MAX_SIMULATED_STEPS = 60_000  # prefill steps over the simulated rows: ~0.2-0.3 ms each
 SIMULATED_ROWS = 3
+# a request counts ceil(P / C) + 1 >= 2 prefill steps (check_simulation), so more than this never fits the bound
+MIN_REQUESTS, MAX_REQUESTS = 100, MAX_SIMULATED_STEPS // (2 * SIMULATED_ROWS)
 
 
 FLAGS = {"chunks": "--chunk", "kv_dtypes": "--kv-dtype", "compute_dtypes": "--compute-dtype", "prices": "--price",
