@@ -42,6 +42,10 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
         (lambda: plan(model=M, gpus=[3], rate_rps=1.0), "gpus[0]: 3 is not a GpuSpec or text or a path"),
         (lambda: plan(model=M, gpus=G, concurrency=True), "concurrency: must be an integer or None (got bool True)"),
         (lambda: compare(models=[], gpus=[G]), "models: an empty list; give at least one value"),
+        # these returned a plan of no rows, where tp=[] was refused
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, weights=[]), "weights: an empty list; give at least one value"),
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, kv_dtypes=[]), "kv_dtypes: an empty list"),
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, compute_dtypes=[]), "compute_dtypes: an empty list"),
         (
             lambda: compare(models=M, gpus=[G], workload={"h100": Workload(tp=2)}),
             "workload: 'h100' is not one of the gpus' names: h100-sxm",

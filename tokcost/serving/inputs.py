@@ -244,8 +244,7 @@ def _ints(values: Sequence[int] | None, key: str, low: int, high: int, api: bool
     """A list of whole numbers, each in [low, high] (a bool is not one), duplicates merged."""
     if values is None:
         return None
-    if not values:
-        raise UsageError(f"{name(key, api)}: an empty list; give at least one value")
+    _not_empty(values, key, api)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             allowed = f"each value must be an integer from {low:,} to {high:,}"
@@ -253,10 +252,17 @@ def _ints(values: Sequence[int] | None, key: str, low: int, high: int, api: bool
     return tuple(dict.fromkeys(values))
 
 
+def _not_empty(values: Sequence[object], key: str, api: bool) -> None:
+    """An empty list is refused, not searched as no configuration at all."""
+    if not values:
+        raise UsageError(f"{name(key, api)}: an empty list; give at least one value")
+
+
 def _formats(values: Sequence[str] | None, key: str, field: str, api: bool) -> tuple[str | None, ...]:
     """Storage formats, each resolved as the Workload resolves it (aliases become their canonical names)."""
     if values is None:
         return (None,)
+    _not_empty(values, key, api)
     out = [getattr(Workload.checked({field: v}, {field: name(key, api)}), field) for v in values]
     return tuple(dict.fromkeys(out))
 
@@ -264,6 +270,7 @@ def _formats(values: Sequence[str] | None, key: str, field: str, api: bool) -> t
 def _compute(values: Sequence[str] | None, api: bool) -> tuple[str | None, ...]:
     if values is None:
         return (None,)
+    _not_empty(values, "compute_dtypes", api)
     for v in values:
         if v not in COMPUTE_DTYPES:
             raise UsageError(f"{name('compute_dtypes', api)}: {v!r} is not one of {', '.join(COMPUTE_DTYPES)}")
