@@ -528,3 +528,16 @@ def test_the_largest_request_count_the_help_offers_is_accepted(cli):
     assert top.exit_code == 0, top.stderr
     over = cli(*args, "--requests", "10001")
     assert over.exit_code == 2 and "--requests: must be in 100..10,000" in over.stderr
+
+
+def test_price_takes_the_gpu_names_in_any_case_as_gpu_does(cli):
+    # --gpu H100-SXM was taken, --price H100-SXM=2 refused as "not one of the --gpu names"
+    args = ["plan", "-m", "llama-3.1-8b", "--gpu", "H100-SXM", "--rate", "5", "--tp", "1", "-f", "json"]
+    upper, lower = (cli(*args, "--price", p).json()["configs"][0] for p in ("H100-SXM=2", "h100-sxm=2"))
+    assert upper == lower and upper["expected"]["usd_per_hour"] == 2.0
+
+
+def test_a_tp_past_the_node_names_the_flag_and_the_range(cli):
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--tp", "16")
+    assert r.exit_code == 2
+    assert "TP 16 (--tp) spans more than one node (8 GPUs per node); TP goes up to 8" in r.stderr

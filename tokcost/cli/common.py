@@ -78,13 +78,15 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
 
     if all("=" in item for item in items):
         out = {}
+        by_key = {n.lower(): n for n in names}  # any case, as --gpu takes the names
         for item in items:
-            name, _, text = item.partition("=")
-            if name.strip() not in names:
-                raise UsageError(f"{flag}: {name.strip()!r} is not one of the --gpu names: {', '.join(names)}")
-            if name.strip() in out:
-                raise UsageError(f"{flag}: {name.strip()} given twice; give each GPU once")
-            out[name.strip()] = parse(text.strip())
+            given, _, text = item.partition("=")
+            name = by_key.get(given.strip().lower())
+            if name is None:
+                raise UsageError(f"{flag}: {given.strip()!r} is not one of the --gpu names: {', '.join(names)}")
+            if name in out:
+                raise UsageError(f"{flag}: {name} given twice; give each GPU once")
+            out[name] = parse(text.strip())
         return out
     if any("=" in item for item in items):
         raise UsageError(f"{flag}: mix of NAME=VALUE and plain values; give one form, e.g. h100-sxm=8,h200=4")
