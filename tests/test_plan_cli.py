@@ -541,3 +541,10 @@ def test_a_tp_past_the_node_names_the_flag_and_the_range(cli):
     r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--tp", "16")
     assert r.exit_code == 2
     assert "TP 16 (--tp) spans more than one node (8 GPUs per node); TP goes up to 8" in r.stderr
+
+
+def test_a_trace_past_the_context_names_the_trace_not_the_length_flags(cli, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"prompt_tokens": 200000, "output_tokens": 10}\n')
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(trace), "--concurrency", "4")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --trace (its mean lengths): a 200,000-token prompt")

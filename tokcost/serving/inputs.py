@@ -149,6 +149,8 @@ def check_context(model: ModelSpec, traffic: Traffic, api: bool = False) -> list
     total = traffic.prompt_mean_tokens + traffic.output.mean
     if total > model.max_context:
         flags = f"{name('prompt_tokens', api)} / {name('output_tokens', api)}"  # either may be the long one
+        if traffic.prompt.kind == "empirical":  # the lengths are the trace's, not the flags'
+            flags = f"{name('trace', api)} (its mean lengths)"
         raise UsageError(f"{flags}: a {traffic.prompt_mean_tokens:,.0f}-token prompt and "
                          f"{traffic.output.mean:,.0f}-token answer exceed {model.name}'s context of "
                          f"{model.max_context:,} tokens")  # fmt: skip
