@@ -218,18 +218,29 @@ class Replica(ReplicaLimits, ReplicaCurves):
         if self.rate_driven:
             return self._prefill_state(load)
         b = load
-        m1, m2, m3 = self.prompt_moments
         if not self.prompts:
             t0 = self._decode_step(b)
             rate = b / (self.decode_steps_mean * t0) if self.decode_steps_mean else 0.0
             return self._point(b, rate, 0.0, t0, t0, t0, t0, 0.0, Moments(0.0), (), ())
+        point = self._solve(b, 1.0)
+        if not self.loop.closed:
+            return point
+        # a closed loop's prompt is interrupted by the others' decodes only: N - 1 of N users (one alone: none)
+        users = self.users_estimate(point)
+        return self._solve(b, 1 - 1 / users) if math.isfinite(users) else point
+
+    def _solve(self, b: float, beside: float) -> LoadPoint:
+        """The steady state at decode batch b, with `beside` x b sequences decoding during a prefill step (1 in an
+        open loop, where an arrival sees the time average; N - 1 of N users in a closed loop)."""
+        m1, m2, m3 = self.prompt_moments
         n, lone = self.decode_steps_mean, None
         for i in range(TAIL_ITERATIONS):
             t0, tc, alpha, (alone, lasts), d, m = self._terms(b, lone)
             e_s = alpha * m1 + d
-            # Little for decodes: b (lambda m + (1 - lambda E[S]) / T0) = lambda n, linear in lambda; prefill steps
-            # apart give no token (m of them count 0): b (1 - lambda E[S]) / T0 = lambda n
-            denominator = n - b * self._tokens_per_prefill_step(m) + b / t0 * e_s
+            # Little for decodes, with f b decoding beside a prefill step and the rest of the batch in decode steps:
+            # b (f lambda m + (1 - f lambda E[S]) / T0) = lambda n, linear in lambda; prefill steps apart give no
+            # token (m of them count 0)
+            denominator = n - beside * b * self._tokens_per_prefill_step(m) + beside * b / t0 * e_s
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
