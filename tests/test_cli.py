@@ -181,6 +181,11 @@ def test_a_compute_dtype_that_no_matmul_runs_at_is_said(cli, extra, changes):
     assert said is not changes
     same = fp8["ceiling"]["ttft_s"] == bf16["ceiling"]["ttft_s"]
     assert same is not changes
+    # what is reported is what the matmuls ran at: the header, the JSON and --explain's ridge said fp8 while every
+    # kernel divided by the bf16 peak
+    assert (fp8["precision"]["compute"] == "fp8") is changes
+    if not changes:
+        assert fp8["precision"] == bf16["precision"] and fp8["critical_batch_compute"] == bf16["critical_batch_compute"]
 
 
 def test_one_output_token_prints_no_tpot(cli):

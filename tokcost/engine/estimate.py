@@ -24,7 +24,6 @@ from tokcost.engine.roofline import (
     KernelRate,
     Rates,
     ceiling_rates,
-    compute_dtype_applies,
     expected_rates,
     kernel_sides,
 )
@@ -284,10 +283,11 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
             f"does not fit: {memory.per_gpu.total / 1e9:,.2f} GB on the fullest GPU of "
             f"{memory.capacity_bytes_per_gpu / 1e9:,.2f} GB; {need}"
         )
-    if wl.compute_dtype and not compute_dtype_applies(d.precision, d.rates("ceiling")):
-        c = d.precision.compute
+    if wl.compute_dtype and wl.compute_dtype != d.precision.compute:  # resolve_precision found no matmul at it
+        c = wl.compute_dtype
         out.append(f"--compute-dtype {c} changes nothing here: 16-bit weights multiply at the 16-bit peak (an {c} "
-                   f"matmul needs weights in a format that runs at {c}: --weights)")  # fmt: skip
+                   f"matmul needs weights in a format that runs at {c}: --weights); priced and shown at "
+                   f"{d.precision.compute}")  # fmt: skip
     replicas = kv_replication(m, d.layout.tp)
     if replicas > 1 and not m.mla:
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")

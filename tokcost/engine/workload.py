@@ -216,7 +216,7 @@ def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None 
     shipped = workload.weights_dtype in (None, model.weights_dtype)  # --weights naming the shipped format: as shipped
     attention = (model.attention_dtype if shipped else None) or weights
     activation = "fp32" if model.dtype == "fp32" else "bf16"
-    return Precision(
+    p = Precision(
         weights=weights,
         attention=attention,
         experts=experts,
@@ -226,3 +226,9 @@ def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None 
         activation=activation,
         state=model.dtype,
     )
+    if workload.compute_dtype and gpu is not None:
+        from tokcost.engine.roofline import ceiling_rates, compute_dtype_applies  # it reads Precision from here
+
+        if not compute_dtype_applies(p, ceiling_rates(gpu, p.compute)):  # no matmul runs at it: report what they do
+            p = p.model_copy(update={"compute": _default_compute(model, workload, gpu)})
+    return p
