@@ -554,3 +554,15 @@ def test_a_trace_past_the_context_names_the_trace_not_the_length_flags(cli, tmp_
     trace.write_text('{"prompt_tokens": 200000, "output_tokens": 10}\n')
     r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(trace), "--concurrency", "4")
     assert r.exit_code == 2 and r.stderr.startswith("error: --trace (its mean lengths): a 200,000-token prompt")
+
+
+def test_a_compute_dtype_no_matmul_runs_at_is_planned_once_and_said(cli):
+    # bf16 weights multiply at the bf16 peak whatever --compute-dtype says: fp32 and bf16 gave two identical rows
+    d = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "2", "--tp", "1", "--compute-dtype",
+            "fp32,bf16", "-f", "json").json()  # fmt: skip
+    assert [(c["layout"], c["compute_dtype"]) for c in d["configs"]] == [("TP1", "bf16")]
+    assert d["warnings"] == ["h100-sxm: --compute-dtype fp32 changes nothing here: no matmul runs at it; planned at "
+                             "bf16"]  # fmt: skip
+    native = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "2", "--tp", "1", "--weights", "fp8",
+                 "--compute-dtype", "fp8,bf16", "-f", "json").json()  # fmt: skip
+    assert sorted(c["compute_dtype"] for c in native["configs"]) == ["bf16", "fp8"] and not native["warnings"]

@@ -25,7 +25,7 @@ import math
 from itertools import product
 
 from tokcost.engine.step import Scenario
-from tokcost.engine.workload import native_compute
+from tokcost.engine.workload import Precision, native_compute
 from tokcost.errors import TokcostError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
@@ -236,6 +236,7 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
     for gpu in space.gpus:
         if space.prices.get(gpu.name, gpu.price_per_hour_usd) is None:
             warnings.append(f"{gpu.name}: no price in its spec; its $ columns say 'no price' (--price {gpu.name}=USD)")
+        seen: set[Precision] = set()
         for weights, kv, compute in product(space.weights, space.kv_dtypes, space.compute_dtypes):
             # the engine's rule (engine/workload.py): fp8/fp4 run natively where the GPU lists that peak
             matmul = compute or (native_compute(weights, gpu) if weights else None)
@@ -244,6 +245,13 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
                 return Deployment(g, layout, w, k, c, space.networks.get(g.name), space.engine)
 
             try:
+                resolved = deploy(Layout(1)).precision(model)
+                if compute and resolved.compute != compute:  # no matmul runs at it (engine/workload.py)
+                    warnings.append(f"{gpu.name}: --compute-dtype {compute} changes nothing here: no matmul runs at "
+                                    f"it; planned at {resolved.compute}")  # fmt: skip
+                if resolved in seen:  # the same formats planned already
+                    continue
+                seen.add(resolved)
                 layouts, refused = _layouts(model, gpu, space, deploy, traffic)
                 rows += refused
                 for layout in layouts if "aggregated" in modes else []:
