@@ -150,14 +150,18 @@ def sendrecv(payload_bytes: float, path: Path) -> CollectiveCost:
     return collective_cost("send/recv", payload_bytes, 2, path)
 
 
-def _path(link: Link, efficiency: bool, nodes: int = 1, inside: Link | None = None) -> Path:
+def _path(link: Link, efficiency: bool, ranks: int, nodes: int = 1, inside: Link | None = None) -> Path:
+    """The path of a group of `ranks` GPUs over `link` (across `nodes`, with `inside` in each): each link's latency at
+    the GPUs it joins (Link.latency_at_s: fewer ring hops in a smaller group)."""
+
     def rate(x: Link) -> float:
         return x.bytes_per_s * (x.efficiency if efficiency else 1.0)
 
-    latency = link.latency_s
+    per_node = -(-ranks // nodes)
+    latency = link.latency_at_s(nodes if nodes > 1 else ranks)
     node = inside or link
     kind = "network" if nodes > 1 else link_class(link.kind)
-    return Path(link.name or link.kind, rate(link), latency, nodes, rate(node), node.latency_s, kind)
+    return Path(link.name or link.kind, rate(link), latency, nodes, rate(node), node.latency_at_s(per_node), kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +190,14 @@ class Links:
                     f"--gpus-per-node: {group} spans {nodes} nodes of {layout.gpus_per_node}, and "
                     "no network is known; pass --network (e.g. ib-ndr-400)"
                 )
-            return _path(self.network, expected, nodes, self._intra(layout.gpus_per_node))
+            return _path(self.network, expected, ranks, nodes, self._intra(layout.gpus_per_node))
         link = self._intra(ranks)
         if link is None:
             raise UsageError(
                 "--tp: this GPU spec has no link (GPU-to-GPU GB/s per direction), so a collective between its GPUs "
                 "can't be priced; use one GPU, or add link: {kind, gb_s, latency_us, source} to a copy of the spec"
             )
-        return _path(link, expected)
+        return _path(link, expected, ranks)
 
     def _intra(self, ranks: int) -> Link | None:
         link = self.intra

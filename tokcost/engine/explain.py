@@ -136,9 +136,11 @@ def _deployment(e: Estimate) -> Section:
     ]
     if d.links.intra:
         link = d.links.intra
+        scaled = (f" at {link.latency_ranks} GPUs, 2 x {link.latency_hop_us:g} us less for each GPU fewer"
+                  if link.latency_ranks and link.latency_hop_us is not None else "")  # fmt: skip
         lines.append(
-            f"link inside a node: {link.kind}, {link.gb_s:g} GB/s per direction, {link.latency_us:g} us per step, "
-            f"efficiency {link.efficiency:g} (expected)"
+            f"link inside a node: {link.kind}, {link.gb_s:g} GB/s per direction, {link.latency_us:g} us per step"
+            f"{scaled}, efficiency {link.efficiency:g} (expected)"
         )
     return "Deployment", lines
 

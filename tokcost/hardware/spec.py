@@ -54,6 +54,10 @@ class Link(BaseModel):
     gb_s: float = Field(ge=MIN_BANDWIDTH_GB_S, le=1_000_000)  # per direction, per GPU, decimal GB/s
     # the fixed cost of one collective step on this link (the small-message floor of nccl-tests / rccl-tests)
     latency_us: float = Field(ge=0, le=1_000_000)
+    # the group size latency_us is stated at, and the latency one ring step adds per GPU pair (NCCL's and RCCL's
+    # cost model: base + 2 (n - 1) hops): a smaller group takes 2 (R - n) fewer hops. None: latency_us at any size
+    latency_ranks: int | None = Field(default=None, ge=2, le=1_000_000)
+    latency_hop_us: float | None = Field(default=None, ge=0, le=1_000_000)
     # fraction of gb_s a large collective reaches (nccl-tests bus bandwidth / gb_s); "expected" only
     efficiency: float = Field(default=1.0, ge=0.01, le=1)
     # the most GPUs this link joins at its full rate (an NVLink bridge: 2); None: every GPU of the node
@@ -70,6 +74,21 @@ class Link(BaseModel):
     def latency_s(self) -> float:
         """Fixed cost of one collective step, in seconds."""
         return self.latency_us * US
+
+    def latency_at_s(self, ranks: int) -> float:
+        """The small-message latency of a group of `ranks` GPUs: latency_us at latency_ranks, less (or more) two
+        hops for each GPU fewer (or more), never below one group of two's."""
+        if self.latency_ranks is None or self.latency_hop_us is None:
+            return self.latency_s
+        n = max(ranks, 2)
+        return max(self.latency_us + 2 * (n - self.latency_ranks) * self.latency_hop_us, 0.0) * US
+
+    @model_validator(mode="after")
+    def _latency_scaling_whole(self) -> Link:
+        if (self.latency_ranks is None) != (self.latency_hop_us is None):
+            raise ValueError("latency_ranks and latency_hop_us go together: the group latency_us is stated at, "
+                             "and one hop's latency")  # fmt: skip
+        return self
 
 
 Platform = Literal["cuda", "rocm"]  # the software stack an engine's kernels are built for (an engine's era may differ)
