@@ -420,6 +420,18 @@ def test_a_text_type_over_a_vision_models_sections_is_refused_in_one_line(cli, t
     assert "model_type: 'gemma3_text' is a text model's type, but the file has a text_config" in r.stderr
 
 
+@pytest.mark.parametrize(("model_type", "why"), [("falcon_h1", "attention and a Mamba-2 mixer side by side"),
+                                                  ("gemma3n_text", "per-layer embeddings"),
+                                                  ("minimax", "lightning attention")])  # fmt: skip
+def test_families_without_kernels_are_refused_by_name(model_type, why):
+    # Falcon-H1 was refused over a layer_types its file does not have (transformers fills it), Gemma-3n over a
+    # list intermediate_size, MiniMax-Text-01 as a state-space model
+    data = {**json.loads((HF / "llama.json").read_text()), "model_type": model_type}
+    with pytest.raises(SpecError) as err:
+        from_hf_config(data, "c.json")
+    assert err.value.field == "model_type" and why in str(err.value) and "not modelled yet" in str(err.value)
+
+
 def test_an_unknown_family_and_an_fp32_checkpoint_say_so_on_import(cli, tmp_path):
     data = {**json.loads((HF / "llama.json").read_text()), "model_type": "olmo", "torch_dtype": "float32"}
     config = tmp_path / "config.json"

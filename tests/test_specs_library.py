@@ -261,3 +261,34 @@ def test_dense_int4_peaks():
         assert peaks["int4"] == 1248 == 2 * peaks["int8"]
     assert load_gpu("a40").peak_tflops["int4"] == pytest.approx(598.7)  # A40 datasheet 598.7 | 1,197.4*
     assert load_gpu("b200").peak_tflops["fp4"] == 9000  # HGX B200 FP4 18 PF sparse
+
+
+@pytest.mark.parametrize("name", REQUIRED_GPUS)
+def test_a_smaller_group_takes_fewer_ring_hops(name):
+    # NCCL's model (base + 2 (n - 1) hops): each link states the group its latency is at and the hop; a pair on an
+    # 8-GPU fabric paid the whole group's latency per all-reduce (B200: 15.0 us where the model gives 7.8)
+    g = load_gpu(name)
+    for link in (g.link, g.host_link):
+        if link is None:
+            continue
+        assert link.latency_ranks in (2, 8) and link.latency_hop_us in (0.6, 0.8, 1.0)
+        assert link.latency_at_s(link.latency_ranks) == pytest.approx(link.latency_s)
+        steps = [link.latency_at_s(n) for n in range(2, link.latency_ranks + 1)]
+        assert all(b - a == pytest.approx(2 * link.latency_hop_us * 1e-6) for a, b in zip(steps, steps[1:]))
+        assert steps[0] > 0 and link.latency_at_s(1) == steps[0]  # one rank prices as a pair, never below
+
+
+def test_group_latencies_by_hand():
+    assert load_gpu("b200").link.latency_at_s(2) == pytest.approx((6.6 + 2 * 0.6) * 1e-6)  # NCCL's own figure at 2
+    assert load_gpu("mi300x").link.latency_at_s(4) == pytest.approx((23.2 - 8 * 0.8) * 1e-6)  # RCCL: 12.0 + 6 x 0.8
+    assert load_gpu("l40s").link.latency_at_s(4) == pytest.approx(12.6e-6)  # the spec's own "12.6 at 4"
+
+
+def test_a_link_states_both_latency_scaling_keys_or_neither(tmp_path):
+    from tokcost.hardware.spec import Link
+
+    base = {"kind": "nvlink4", "gb_s": 450, "latency_us": 12.5, "source": "mine"}
+    assert Link.model_validate({**base, "latency_ranks": 8, "latency_hop_us": 0.6}).latency_at_s(2) > 0
+    assert Link.model_validate(base).latency_at_s(2) == pytest.approx(12.5e-6)  # no scaling stated: as given
+    with pytest.raises(ValueError, match="latency_ranks and latency_hop_us go together"):
+        Link.model_validate({**base, "latency_ranks": 8})

@@ -100,6 +100,22 @@ def _layer_kinds(text: Any, where: str, prefix: str) -> tuple[list[str], list[st
     return mixers, ["dense" if t == "mlp" else "moe" if t == "moe" else "none" for t in types]
 
 
+# decoder families whose layers tokcost has no kernels for, refused by name before a field they fill their own way
+# is read as if it were Llama's (Falcon-H1's layer_types, Gemma-3n's per-layer widths)
+UNMODELLED = {
+    "falcon_h1": "every layer runs attention and a Mamba-2 mixer side by side",
+    "gemma3n_text": "per-layer embeddings, AltUp and LAuReL blocks, and MLP widths that change per layer",
+    "minimax": "lightning attention (a linear attention) in most layers, beside softmax attention",
+}
+
+
+def _refuse_unmodelled(types: tuple[Any, ...], where: str) -> None:
+    for model_type in types:
+        reason = UNMODELLED.get(model_type) if isinstance(model_type, str) else None
+        if reason is not None:
+            raise SpecError(where, f"{model_type}: {reason}; not modelled yet", field="model_type")
+
+
 def _refuse_unknown_state_layers(text: Any, where: str, prefix: str) -> None:
     """transformers calls every state-space mixer `linear_attention`; tokcost reads two: Gated DeltaNet (its
     linear_num_key_heads, Qwen3-Next) and Nemotron-H's Mamba-2 (mamba_num_heads). Any other is refused here,
@@ -195,6 +211,7 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     model_type, note = _resolve_type(data, where, mapping, auto, transformers.__version__)
     raw_text = data.get("text_config") if isinstance(data.get("text_config"), dict) else None
     prefix = "text_config." if raw_text is not None else ""
+    _refuse_unmodelled((data.get("model_type"), (raw_text or {}).get("model_type")), where)
     _check_layer_types(raw_text or data, where, prefix)
     check_types(data, where)
     if raw_text is not None:
