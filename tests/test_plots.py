@@ -178,6 +178,11 @@ def test_plan_figure_marks_the_chosen_configuration(tmp_path):
     text = svg_text(plots.save(plots.plan_figure(points), tmp_path / "p.svg"))
     for label in ["Pareto frontier", "chosen: b", "p90 TPOT (ms)", "p90 TTFT (ms)", "misses an SLO"]:
         assert label in text, label
+    # every point meets the SLOs: no legend entry for a miss; costs within one decade ($4-$30): the minor ticks
+    # read in dollars as the major ones do (matplotlib wrote 3x10^1 beside $10)
+    meeting = [FrontierPoint(n, c, t, t * 10) for n, c, t in (("a", 4.0, 0.02), ("b", 9.0, 0.015), ("c", 30.0, 0.01))]
+    text = svg_text(plots.save(plots.plan_figure(meeting), tmp_path / "q.svg"))
+    assert "misses an SLO" not in text and "$30" in text and "10^" not in text and "\\times" not in text
 
 
 def test_cli_plot_writes_each_picture_and_leaves_the_json_alone(cli, tmp_path):

@@ -73,11 +73,13 @@ def _usable(points: Sequence[FrontierPoint], attr: str) -> list[tuple[FrontierPo
 def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, slo_s: float | None = None) -> None:
     """Every configuration as a labelled dot (grey: misses an SLO), the frontier as a line, the chosen one as a
     star, the SLO as a dashed line."""
-    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415  matplotlib only when drawing
+    from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: PLC0415  matplotlib only when drawing
 
     usable = _usable(points, attr)
     for meets, color in ((False, "0.7"), (True, "tab:blue")):
         group = [(x, y) for p, x, y in usable if p.meets_slo == meets]
+        if not group:  # no entry in the legend for a kind no point is
+            continue
         ax.plot([x for x, _ in group], [y for _, y in group], marker="o", ls="none", color=color, ms=5,
                 label="meets the SLOs" if meets else "misses an SLO")  # fmt: skip
     edge = frontier([(x, y) for p, x, y in usable if p.meets_slo])
@@ -95,9 +97,14 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
     if not usable:  # no configuration has both a price and a p90 (every one refused, or none priced)
         ax.text(0.5, 0.5, f"no configuration has a {USD}/hour and a p90 {what}", transform=ax.transAxes,
                 ha="center", va="center", fontsize=9, color="0.4")  # fmt: skip
+    money = FuncFormatter(lambda v, _: f"{USD}{v:,.0f}" if v >= 1 else f"{USD}{v:.2f}")
     if usable and all(y > 0 for _, _, y in usable):  # costs span decades; a zero price (--price 0) stays linear
         ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{USD}{v:,.0f}" if v >= 1 else f"{USD}{v:.2f}"))
+        # within one decade matplotlib labels the minor ticks itself (3x10^1 beside $10): dollars there too, and none
+        # where the major ticks are enough
+        ys = [y for _, _, y in usable]
+        ax.yaxis.set_minor_formatter(money if max(ys) < 10 * min(ys) else NullFormatter())
+    ax.yaxis.set_major_formatter(money)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.grid(True, alpha=0.25)
 
