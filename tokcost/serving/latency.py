@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tokcost.serving.loop import decoding_spread, group_size
@@ -100,7 +101,8 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     """
     tc = pt.chunk_step_s
     if r.prefill_apart and r.prompts:
-        return _itl_apart(r, pt) + _decode_gaps(r, pt, 1 - _apart_share(pt))
+        share, runs = _apart_runs(r, pt)
+        return _itl_apart(r, pt, share, runs) + _decode_gaps(r, pt, 1 - share)
     f = min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0) if r.prompts else 0.0
     lock = r.loop.locked_share(pt.tpot_mean_s)
     parts: list[tuple[float, float]] = []
@@ -127,15 +129,73 @@ def _apart_share(pt: LoadPoint) -> float:
     return min(max(-math.expm1(-pt.rate_rps * pt.decode_step_s), 0.0), 1.0)
 
 
-def _itl_apart(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
-    """Gaps that hold prefill apart: the prefill run a prompt of each grid length starts, then the decode step that
-    gives the token. A run serves its first prompt and every prompt that arrives meanwhile, back to back (an M/D/1
-    busy period): n prompts with the Borel law P(n) = exp(-q n) (q n)^(n - 1) / n!, mean 1 / (1 - q), taken with
-    the mean lambda TPOT / f (so that the gaps hold the prefill time the mean TPOT does: rho of a decoder's time)."""
+def _apart_runs(r: Replica, pt: LoadPoint) -> tuple[float, list[tuple[float, float]]]:
+    """(share of a decoder's gaps that hold prefill run apart, the law of the prompts such a gap holds).
+
+    Deciding each step at its start: a run serves its first prompt and every prompt that arrives meanwhile, back to
+    back (an M/D/1 busy period): n prompts with the Borel law, taken with the mean lambda TPOT / f (so that the
+    gaps hold the prefill time the mean TPOT does: rho of a decoder's time). Under overlap scheduling the run is
+    _lookahead_runs'."""
+    if r.lookahead:
+        mean_alone = sum(p.weight * a for p, a in zip(r.prompts, pt.alone_s, strict=True))
+        return _lookahead_runs(pt.rate_rps, pt.decode_step_s, mean_alone)
     f = _apart_share(pt)
     stretch = max(pt.rate_rps * pt.tpot_mean_s / f, 1.0) if f > 0 else 1.0
-    runs = borel(1 - 1 / stretch)
-    return [(f * prompt.weight * p, alone * n + pt.decode_step_s)
+    return f, borel(1 - 1 / stretch)
+
+
+LOOKAHEAD_MOST = 8  # prompts one step holds in the chain below (the rest of the Poisson tail lumped there)
+LOOKAHEAD_STEPS = 40  # power iterations of its 81 states: the chain mixes in a few steps at any load it can run
+LOOKAHEAD_FLOOR = 1e-9  # a run's path less likely than this is dropped (the law is renormalized over what is kept)
+
+
+@functools.lru_cache(maxsize=4096)  # one state's percentiles ask for it many times
+def _lookahead_runs(rate: float, t0: float, alone: float) -> tuple[float, list[tuple[float, float]]]:
+    """Overlap scheduling with prefill apart (SGLang without mixed chunks): step k + 1 is chosen as step k starts,
+    so it holds the prompts that arrived during step k - 1: n(k + 1) ~ Poisson(lambda d(k - 1)), d = T0 for a
+    decode step, n x A for a step of n prompts (A a prompt's prefill alone). A prompt that comes during a prefill
+    step runs two steps later, after a decode step has given the decoders a token, so a gap seldom holds more than
+    one prefill step (deciding at each step's start chains them: _apart_runs' Borel run). The chain on the pair
+    (n(k - 1), n(k)) gives, over the gaps a decode step ends, the share that hold prefill and the law of the
+    prompts they hold (a run of prefill steps before the decode step)."""
+    most = LOOKAHEAD_MOST
+
+    def arrivals(d: float) -> list[float]:  # P(n prompts in a step of d seconds), the tail lumped at `most`
+        mu = rate * d
+        p = [math.exp(-mu + n * math.log(mu) - math.lgamma(n + 1)) if mu > 0 else float(n == 0) for n in range(most)]
+        return [*p, max(1.0 - sum(p), 0.0)]
+
+    laws = {n: arrivals(alone * n if n else t0) for n in range(most + 1)}
+    pi = {(0, 0): 1.0}
+    for _ in range(LOOKAHEAD_STEPS):
+        nxt: dict[tuple[int, int], float] = {}
+        for (a, b), w in pi.items():
+            for c, p in enumerate(laws[a]):
+                if p > 0:
+                    nxt[(b, c)] = nxt.get((b, c), 0.0) + w * p
+        pi = nxt
+    ends = {a: w for (a, b), w in pi.items() if b == 0}  # decode steps, each ending one gap of every decoder
+    total = sum(ends.values())
+    runs: dict[float, float] = {}
+    for a, w in ends.items():  # the steps after a decode step up to the next one: the next gap's prefill
+        frontier = {(a, 0, 0): w / total}  # (n two steps back, last n, prompts so far)
+        while frontier:
+            more: dict[tuple[int, int, int], float] = {}
+            for (x, y, m), p in frontier.items():
+                for c, q in enumerate(laws[x]):
+                    if c == 0:
+                        runs[float(m)] = runs.get(float(m), 0.0) + p * q
+                    elif m + c <= 2 * most and p * q > LOOKAHEAD_FLOOR:
+                        more[(y, c, m + c)] = more.get((y, c, m + c), 0.0) + p * q
+            frontier = more
+    held, kept = 1.0 - runs.pop(0.0, 0.0), sum(runs.values())
+    return held, [(m, p / kept) for m, p in sorted(runs.items())] if kept > 0 else [(1.0, 1.0)]
+
+
+def _itl_apart(r: Replica, pt: LoadPoint, share: float, runs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Gaps that hold prefill apart (`share` of them): the prefill run a prompt of each grid length starts, n
+    prompts of it with the law `runs` (_apart_runs), then the decode step that gives the token."""
+    return [(share * prompt.weight * p, alone * n + pt.decode_step_s)
             for prompt, alone in zip(r.prompts, pt.alone_s, strict=True) if prompt.weight > 0
             for n, p in runs]  # fmt: skip
 

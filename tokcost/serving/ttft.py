@@ -16,7 +16,8 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
   + its own step(s), or (T0 - r - c) + its own for the first group of a burst.
 Under overlap scheduling (SGLang from 0.4: the scheduler chooses step k + 1 while step k runs) an arrival that finds
 a step running is first scheduled into the step after the next one, so every branch that lands on a busy server
-also waits out that next step (lookahead_step: a step of the mix); an idle server schedules it at once.
+also waits out that next step (lookahead_steps: a decode step, or with the share of steps that carry prefill, a
+prefill step, as two branches); an idle server schedules it at once.
 Each branch is a constant + a gamma + a uniform, so the tail is a weighted sum of gamma_plus_uniform_tail and
 the moments a mixture.
 """
@@ -61,7 +62,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     fills = r.fill_steps(r.prefill_batch(pt.batch))  # a step's seconds as its prompt tokens grow
     backlog, landing = pt.queue_rho, _landing(pt, p_dec)
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
-    ahead = lookahead_step(r, pt)
+    ahead = lookahead_steps(r, pt)
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         width = final_step_extra(r, pt, prompt)
         # its last step lasts at least a step with its own chunk in it
@@ -80,21 +81,34 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             for p, step in landing:
                 extra = joined(part * step)
                 late = math.hypot(extra, step)  # two uniforms as one alike
-                busy = ahead if step > 0 else 0.0  # overlap scheduling: the next step was chosen before it came
-                out.append((timed * w * p, alone + busy + (extra + step - late) / 2, 0.0, 1.0, late))
+                for q, busy in ahead if step > 0 else IDLE:  # overlap scheduling: the next step was chosen before
+                    out.append((timed * w * p * q, alone + busy + (extra + step - late) / 2, 0.0, 1.0, late))
             t0 = pt.decode_step_s
             both = math.hypot(width, t0)
             out += [(timed * w * backlog * (1 - p_dec), own, theta, shape, width),
                     (timed * w * backlog * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
         if locked_steps > 0:  # lands r + c into the step in progress: waits out the rest, with all who land in it
             for p, step in landing:
-                busy = ahead if step > 0 else 0.0
-                out.append((locked_steps * w * p, alone + busy + r.loop.residual(step), 0.0, 1.0, joined(step)))
+                for q, busy in ahead if step > 0 else IDLE:
+                    out.append((locked_steps * w * p * q, alone + busy + r.loop.residual(step), 0.0, 1.0,
+                                joined(step)))  # fmt: skip
             out.append((locked_steps * w * backlog, own, theta, shape, width))
         if lock > 0:
-            out += [(prompt.weight * lock * share, constant + ahead, 0.0, 1.0, 0.0) for share, constant in
-                    _lock_step(r, pt, prompt, alone, p_dec)]  # fmt: skip
+            out += [(prompt.weight * lock * share * q, constant + busy, 0.0, 1.0, 0.0) for share, constant in
+                    _lock_step(r, pt, prompt, alone, p_dec) for q, busy in ahead]  # fmt: skip
     return _with_admission(_with_window(out, r, pt), pt)
+
+
+IDLE = ((1.0, 0.0),)  # an idle server schedules an arrival at once: no step ahead of it
+
+
+def lookahead_steps(r: Replica, pt: LoadPoint) -> tuple[tuple[float, float], ...]:
+    """(chance, seconds) of the step an arrival also waits out under overlap scheduling: a decode step, or with the
+    share of steps that carry prefill, a prefill step (their mean is lookahead_step); none without it."""
+    if not r.lookahead:
+        return IDLE
+    f = pt.prefill_share
+    return ((1 - f, pt.decode_step_s), (f, pt.prefill_step_s))
 
 
 def lookahead_step(r: Replica, pt: LoadPoint) -> float:
