@@ -381,8 +381,12 @@ UNGATED = [  # (fixture, published total, KV bytes per token at 16 bits, tied)
     # Nemotron-4 (Minitron-4B): squared-ReLU MLP, LayerNorm1P with biases; counted gated it was 21.6% over (5.10B):
     # 32 x (q, o 2 x 3,072^2; k, v 2 x 3,072 x 1,024; up, down 2 x 3,072 x 9,216; two norms 2 x 2 x 3,072)
     # + final norm 2 x 3,072 + embedding and head 2 x 256,000 x 3,072 = 4,190,509,056 (its card: 4.19B)
-    ("nemotron-4-4b", 32 * (2 * 3072**2 + 2 * 3072 * 1024 + 2 * 3072 * 9216 + 4 * 3072) + 2 * 3072
-     + 2 * 256000 * 3072, 2 * 32 * 8 * 128 * 2, False),
+    (
+        "nemotron-4-4b",
+        32 * (2 * 3072**2 + 2 * 3072 * 1024 + 2 * 3072 * 9216 + 4 * 3072) + 2 * 3072 + 2 * 256000 * 3072,
+        2 * 32 * 8 * 128 * 2,
+        False,
+    ),
 ]
 
 

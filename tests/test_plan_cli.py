@@ -309,8 +309,9 @@ def test_a_closed_loop_never_buys_more_replicas_than_its_users_need(cli):
     # p90 TPOT SLO at its lone user's step), the fleet takes one replica a user or fails; it bought 14 replicas for
     # one user
     def rows(users: int, slo: str | None) -> dict:
+        slos = ["--slo", f"tpot_p90={slo}"] if slo else []
         r = cli("plan", "-m", "llama-3.1-70b", "--concurrency", str(users), "--prompt", "2000", "--output", "300",
-                *(["--slo", f"tpot_p90={slo}"] if slo else []), "--gpu", "l40s", "--tp", "4,8", "-f", "json")  # fmt: skip
+                *slos, "--gpu", "l40s", "--tp", "4,8", "-f", "json")  # fmt: skip
         assert r.exit_code == 0, r.stderr
         return {row["layout"]: row["expected"] for row in r.json()["configs"]}
 

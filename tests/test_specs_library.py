@@ -274,7 +274,9 @@ def test_a_smaller_group_takes_fewer_ring_hops(name):
         assert link.latency_ranks in (2, 8) and link.latency_hop_us in (0.6, 0.8, 1.0)
         assert link.latency_at_s(link.latency_ranks) == pytest.approx(link.latency_s)
         steps = [link.latency_at_s(n) for n in range(2, link.latency_ranks + 1)]
-        assert all(b - a == pytest.approx(2 * link.latency_hop_us * 1e-6) for a, b in zip(steps, steps[1:]))
+        assert all(
+            b - a == pytest.approx(2 * link.latency_hop_us * 1e-6) for a, b in zip(steps, steps[1:], strict=False)
+        )
         assert steps[0] > 0 and link.latency_at_s(1) == steps[0]  # one rank prices as a pair, never below
 
 

@@ -111,7 +111,8 @@ def locate(kind: Kind, name_or_path: str) -> tuple[str, dict[str, Any]]:
     if not looks_like_path(name_or_path):
         raise unknown_name(kind, name_or_path)
     if not os.path.lexists(name_or_path):  # say which input it was: a command reads several kinds of spec
-        raise SpecError(name_or_path, f"no such file; the {'GPU' if singular == 'gpu' else singular} is a built-in name or a spec file (tokcost specs "
+        what = "GPU" if singular == "gpu" else singular
+        raise SpecError(name_or_path, f"no such file; the {what} is a built-in name or a spec file (tokcost specs "
                                       f"list --kind {kind})")  # fmt: skip
     return name_or_path, load_mapping(Path(name_or_path))
 

@@ -49,8 +49,10 @@ class Layout:
     def gpu_reason(self, gpu: GpuSpec) -> str | None:
         """Why the GPU cannot host this layout (TP across nodes, a missing link), or None."""
         if self.tp > gpu.gpus_per_node:
-            return (f"TP {self.tp} (--tp) spans more than one node ({gpu.gpus_per_node} GPUs per node); TP goes up to "
-                    f"{gpu.gpus_per_node}, and pipeline stages (--pp) spread a model over more GPUs")
+            return (
+                f"TP {self.tp} (--tp) spans more than one node ({gpu.gpus_per_node} GPUs per node); TP goes up to "
+                f"{gpu.gpus_per_node}, and pipeline stages (--pp) spread a model over more GPUs"
+            )
         if self.gpus > 1 and gpu.link is None:
             return f"{self.label} needs a GPU-to-GPU link and {gpu.name} lists none"
         return None
