@@ -144,9 +144,9 @@ def _apart_runs(r: Replica, pt: LoadPoint) -> tuple[float, list[tuple[float, flo
     return f, borel(1 - 1 / stretch)
 
 
-LOOKAHEAD_MOST = 8  # prompts one step holds in the chain below (the rest of the Poisson tail lumped there)
-LOOKAHEAD_STEPS = 40  # power iterations of its 81 states: the chain mixes in a few steps at any load it can run
-LOOKAHEAD_FLOOR = 1e-9  # a run's path less likely than this is dropped (the law is renormalized over what is kept)
+LOOKAHEAD_MOST = 6  # prompts one step holds in the chain below (the rest of the Poisson tail lumped there)
+LOOKAHEAD_STEPS = 40  # power iterations of its 49 states at most: the chain mixes in a few steps at any load it runs
+LOOKAHEAD_FLOOR = 1e-8  # converged below this change; a run's path less likely is dropped (the law renormalized)
 
 
 @functools.lru_cache(maxsize=4096)  # one state's percentiles ask for it many times
@@ -165,20 +165,31 @@ def _lookahead_runs(rate: float, t0: float, alone: float) -> tuple[float, list[t
         p = [math.exp(-mu + n * math.log(mu) - math.lgamma(n + 1)) if mu > 0 else float(n == 0) for n in range(most)]
         return [*p, max(1.0 - sum(p), 0.0)]
 
-    laws = {n: arrivals(alone * n if n else t0) for n in range(most + 1)}
-    pi = {(0, 0): 1.0}
+    size = most + 1
+    laws = [arrivals(alone * n if n else t0) for n in range(size)]
+    pi = [[float(a == b == 0) for b in range(size)] for a in range(size)]  # P(n(k - 1) = a, n(k) = b)
     for _ in range(LOOKAHEAD_STEPS):
-        nxt: dict[tuple[int, int], float] = {}
-        for (a, b), w in pi.items():
-            for c, p in enumerate(laws[a]):
-                if p > 0:
-                    nxt[(b, c)] = nxt.get((b, c), 0.0) + w * p
+        nxt = [[0.0] * size for _ in range(size)]
+        for a in range(size):
+            law = laws[a]
+            for b in range(size):
+                w, row = pi[a][b], nxt[b]
+                if w > 0:
+                    for c in range(size):
+                        row[c] += w * law[c]
+        moved = max(abs(x - y) for new_row, old_row in zip(nxt, pi, strict=True)
+                    for x, y in zip(new_row, old_row, strict=True))  # fmt: skip
         pi = nxt
-    ends = {a: w for (a, b), w in pi.items() if b == 0}  # decode steps, each ending one gap of every decoder
-    total = sum(ends.values())
+        if moved < LOOKAHEAD_FLOOR:
+            break
+    total = sum(pi[a][0] for a in range(size))  # decode steps, each ending one gap of every decoder
+    if total <= 0:  # prefill without end: no decode step comes (past saturation)
+        return 1.0, [(2.0 * most, 1.0)]
     runs: dict[float, float] = {}
-    for a, w in ends.items():  # the steps after a decode step up to the next one: the next gap's prefill
-        frontier = {(a, 0, 0): w / total}  # (n two steps back, last n, prompts so far)
+    for a in range(size):  # the steps after a decode step up to the next one: the next gap's prefill
+        if pi[a][0] / total <= LOOKAHEAD_FLOOR:
+            continue
+        frontier = {(a, 0, 0): pi[a][0] / total}  # (n two steps back, last n, prompts so far)
         while frontier:
             more: dict[tuple[int, int, int], float] = {}
             for (x, y, m), p in frontier.items():
@@ -186,7 +197,8 @@ def _lookahead_runs(rate: float, t0: float, alone: float) -> tuple[float, list[t
                     if c == 0:
                         runs[float(m)] = runs.get(float(m), 0.0) + p * q
                     elif m + c <= 2 * most and p * q > LOOKAHEAD_FLOOR:
-                        more[(y, c, m + c)] = more.get((y, c, m + c), 0.0) + p * q
+                        key = (y, c, m + c)
+                        more[key] = more.get(key, 0.0) + p * q
             frontier = more
     held, kept = 1.0 - runs.pop(0.0, 0.0), sum(runs.values())
     return held, [(m, p / kept) for m, p in sorted(runs.items())] if kept > 0 else [(1.0, 1.0)]

@@ -227,13 +227,14 @@ class Replica(ReplicaLimits, ReplicaCurves):
             return point
         # a closed loop's prompt is interrupted by the others' decodes only: N - 1 of N users (one alone: none)
         users = self.users_estimate(point)
-        return self._solve(b, 1 - 1 / users) if math.isfinite(users) else point
+        return self._solve(b, 1 - 1 / users, point.last_steps) if math.isfinite(users) else point
 
-    def _solve(self, b: float, beside: float) -> LoadPoint:
+    def _solve(self, b: float, beside: float, start: Lasts | None = None) -> LoadPoint:
         """The steady state at decode batch b, with `beside` x b sequences decoding during a prefill step (1 in an
-        open loop, where an arrival sees the time average; N - 1 of N users in a closed loop)."""
+        open loop, where an arrival sees the time average; N - 1 of N users in a closed loop); the last steps'
+        fixed point starts from `start` (a nearby state's) when given."""
         m1, m2, m3 = self.prompt_moments
-        n, lone = self.decode_steps_mean, None
+        n, lone = self.decode_steps_mean, start
         for i in range(TAIL_ITERATIONS):
             t0, tc, alpha, (alone, lasts), d, m = self._terms(b, lone)
             e_s = alpha * m1 + d
