@@ -115,8 +115,9 @@ def plan_figure(points: Sequence[FrontierPoint], heading: str = "", slos: Mappin
     tpot, ttft = fig.subplots(1, 2)
     draw_panel(tpot, points, "tpot_p90_s", "TPOT", (slos or {}).get("tpot"))
     draw_panel(ttft, points, "ttft_p90_s", "TTFT", (slos or {}).get("ttft"))
-    tpot.legend(fontsize=8, frameon=False)
-    ttft.legend(fontsize=8, frameon=False)
+    for ax in (tpot, ttft):
+        if ax.get_legend_handles_labels()[0]:  # a panel with nothing drawn has no legend to show
+            ax.legend(fontsize=8, frameon=False)
     fig.suptitle(heading or "Configurations searched: the fleet's cost against tail latency", fontsize=9, x=0.01,
                  ha="left")  # fmt: skip
     return fig
