@@ -225,14 +225,17 @@ class Replica(ReplicaLimits, ReplicaCurves):
         point = self._solve(b, 1.0)
         if not self.loop.closed:
             return point
-        # a closed loop's prompt is interrupted by the others' decodes only: N - 1 of N users (one alone: none)
+        # a lone user's prompt runs with no one decoding beside it: none of the batch is there (its own decode is
+        # not); from two users on, the others decode as the time average has it (fewer would let Little's rate
+        # outrun the prefill: a few users with long prompts are queued for it, not decoding), linear between
         users = self.users_estimate(point)
-        return self._solve(b, 1 - 1 / users, point.last_steps) if math.isfinite(users) else point
+        beside = min(max(users - 1, 0.0), 1.0) if math.isfinite(users) else 1.0
+        return self._solve(b, beside, point.last_steps) if beside < 1 else point
 
     def _solve(self, b: float, beside: float, start: Lasts | None = None) -> LoadPoint:
-        """The steady state at decode batch b, with `beside` x b sequences decoding during a prefill step (1 in an
-        open loop, where an arrival sees the time average; N - 1 of N users in a closed loop); the last steps'
-        fixed point starts from `start` (a nearby state's) when given."""
+        """The steady state at decode batch b, with `beside` x b sequences decoding during a prefill step (1: the
+        time average, as an open loop's arrival sees it; 0: a lone user's); the last steps' fixed point starts
+        from `start` (a nearby state's) when given."""
         m1, m2, m3 = self.prompt_moments
         n, lone = self.decode_steps_mean, start
         for i in range(TAIL_ITERATIONS):
@@ -243,6 +246,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
             # token (m of them count 0)
             denominator = n - beside * b * self._tokens_per_prefill_step(m) + beside * b / t0 * e_s
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
+            if beside < 1 and e_s > 0:  # fewer decoding beside a prefill step lets Little's rate outrun the prefill
+                rate = min(rate, 1 / e_s)  # itself: a closed loop's prompts never take more than all of the time
             rho = min(rate * e_s, 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
             # Little's TPOT, b / (lambda n): the formula's own, and never below T0 when rho would pass 1 (every step
