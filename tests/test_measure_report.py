@@ -101,6 +101,13 @@ def test_allreduce_fit_recovers_latency_and_bus_bandwidth():
     assert fit["sizes"][-1]["bus_gb_s"] == pytest.approx(1.5 * 2**24 / (20e-6 + 1.5 * 2**24 / 100e9) / 1e9)
     link = measured_link(fit, load_gpu("h100-sxm"))
     assert (link.kind, link.gb_s, link.latency_us) == (load_gpu("h100-sxm").link.kind, 100.0, 20.0)
+    # measured on 4 ranks: a pair pays 2 hops less (the datasheet link's 0.6 us each), 8 ranks 4 hops more; a
+    # calibrated link charged its own group's latency at every size, the bug built-in specs had
+    assert (link.latency_ranks, link.latency_hop_us) == (4, 0.6)
+    assert link.latency_at_s(2) == pytest.approx((20.0 - 2 * 2 * 0.6) * 1e-6)
+    assert link.latency_at_s(8) == pytest.approx((20.0 + 2 * 4 * 0.6) * 1e-6)
+    bare = measured_link(fit, None)  # no datasheet link: no hop to scale by, the measured figure at every size
+    assert bare.latency_ranks is None and bare.latency_at_s(2) == pytest.approx(20e-6)
 
 
 def test_calibrated_cpu_spec_has_no_power():

@@ -76,8 +76,9 @@ class Link(BaseModel):
         return self.latency_us * US
 
     def latency_at_s(self, ranks: int) -> float:
-        """The small-message latency of a group of `ranks` GPUs: latency_us at latency_ranks, less (or more) two
-        hops for each GPU fewer (or more), never below one group of two's."""
+        """The small-message latency of a group of `ranks` GPUs (for a network link, `ranks` nodes): latency_us at
+        latency_ranks, less (or more) two hops for each GPU fewer (or more); one rank prices as a pair, never below
+        0."""
         if self.latency_ranks is None or self.latency_hop_us is None:
             return self.latency_s
         n = max(ranks, 2)

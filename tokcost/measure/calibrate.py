@@ -99,13 +99,19 @@ def measured_link(probe: dict[str, Any], base: GpuSpec | None) -> Link:
     # two-shot or ring, the cheapest): gloo's shared memory on one host, or NCCL on a GPU no datasheet names
     kind = base.link.kind if base and base.link else "nvlink"
     gb_s = _measured("the all-reduce's bus bandwidth", probe["bus_gb_s"], MIN_BANDWIDTH_GB_S, "GB/s")
+    # the latency is this many ranks'; other group sizes scale by the datasheet link's hop where it states one
+    hop = base.link.latency_hop_us if base and base.link else None
+    ranks = int(probe["ranks"]) if hop is not None and int(probe["ranks"]) >= 2 else None
     return Link(
         name=f"measured {probe['backend']} all-reduce over {probe['ranks']} ranks",
         kind=kind,
         gb_s=gb_s,
         latency_us=round(probe["latency_us"], 3),
-        source=f"measured by tokcost: {probe['summary']}"[:4000],
-    )
+        latency_ranks=ranks,
+        latency_hop_us=hop if ranks is not None else None,
+        source=(f"measured by tokcost: {probe['summary']}" + (f"; the latency at other group sizes: "
+                f"{hop} us a ring hop, the datasheet link's" if ranks is not None else ""))[:4000],
+    )  # fmt: skip
 
 
 class Probe(Protocol):
