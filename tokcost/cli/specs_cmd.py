@@ -246,9 +246,10 @@ def show(
 
 def _other_eras(name: str, shown_era: str) -> str:
     """'other eras: vllm@eager, vllm@v0 (tokcost specs show vllm@eager)' for the engine file `name` spells."""
-    engine = load_file(split_spelling(name)[0])[1]
+    file = split_spelling(name)[0]
+    engine = load_file(file)[1]
     others = [f"{engine.name}@{era}" for era in engine.eras if era != shown_era]
-    return f"other eras: {', '.join(others)} (tokcost specs show {split_spelling(name)[0]}@ERA)"
+    return f"other eras: {', '.join(others)} (tokcost specs show {file}@ERA)"
 
 
 def _cell(value: Any) -> str:

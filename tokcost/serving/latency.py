@@ -24,7 +24,7 @@ import functools
 import math
 
 from tokcost.serving.loop import decoding_spread, group_size
-from tokcost.serving.queueing import Moments, ShiftedGamma, quantile
+from tokcost.serving.queueing import Moments, ShiftedGamma, poisson_pmf, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
 from tokcost.serving.ttft import locked_step, ttft_moments, ttft_tail
@@ -161,8 +161,7 @@ def _lookahead_runs(rate: float, t0: float, alone: float) -> tuple[float, list[t
     most = LOOKAHEAD_MOST
 
     def arrivals(d: float) -> list[float]:  # P(n prompts in a step of d seconds), the tail lumped at `most`
-        mu = rate * d
-        p = [math.exp(-mu + n * math.log(mu) - math.lgamma(n + 1)) if mu > 0 else float(n == 0) for n in range(most)]
+        p = poisson_pmf(rate * d, most)
         return [*p, max(1.0 - sum(p), 0.0)]
 
     size = most + 1

@@ -69,6 +69,14 @@ class Moments:
         return Moments(mean, max(raw[1] - mean**2, 0.0), raw[2] - 3 * mean * raw[1] + 2 * mean**3)
 
 
+def poisson_pmf(mean: float, terms: int) -> list[float]:
+    """P(k) of a Poisson count for k < terms, by the recurrence P(k + 1) = P(k) mean / (k + 1)."""
+    out = [math.exp(-mean)]
+    for k in range(terms - 1):
+        out.append(out[-1] * mean / (k + 1))
+    return out
+
+
 def pollaczek_khinchine_wait(rate: float, service: Moments, utilization: float | None = None) -> float:
     """Mean wait in M/G/1: lambda E[S^2] / (2 (1 - u)); infinite at or past saturation (u >= 1).
 

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tokcost.serving.queueing import poisson_pmf
+
 GAUSS_HERMITE_ABOVE = 60.0  # joiner counts with a larger mean: the normal, not a term-by-term sum
 TAIL_SDS = 12.0  # a term-by-term sum stops this many standard deviations past the mean
 
@@ -50,11 +52,8 @@ class Joiners:
     def pmf(self, terms: int) -> list[float]:
         """P(k) for k < terms: a negative binomial with this mean and variance (Poisson when they agree)."""
         mean, var = self.mean, self.variance
-        if var <= mean * (1 + 1e-9):  # Poisson: P(k + 1) = P(k) mean / (k + 1)
-            out = [math.exp(-mean)]
-            for k in range(terms - 1):
-                out.append(out[-1] * mean / (k + 1))
-            return out
+        if var <= mean * (1 + 1e-9):
+            return poisson_pmf(mean, terms)
         r, q = mean * mean / (var - mean), 1 - mean / var  # NB(r, q): P(k + 1) = P(k) q (r + k) / (k + 1)
         out = [(1 - q) ** r]
         for k in range(terms - 1):

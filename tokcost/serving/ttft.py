@@ -113,12 +113,9 @@ def lookahead_steps(r: Replica, pt: LoadPoint) -> tuple[tuple[float, float], ...
 
 def lookahead_step(r: Replica, pt: LoadPoint) -> float:
     """Overlap scheduling (SGLang's zero-overhead scheduler): the scheduler picks each step's requests while the step
-    before it runs, so an arrival that finds a step running also waits out the next one, chosen without it: a step
-    of the mix, carrying prefill with the share of steps that do (0 when the engine decides each step at its start)."""
-    if not r.lookahead:
-        return 0.0
-    f = pt.prefill_share
-    return (1 - f) * pt.decode_step_s + f * pt.prefill_step_s
+    before it runs, so an arrival that finds a step running also waits out the next one, chosen without it: the mean
+    of lookahead_steps' two (0 when the engine decides each step at its start)."""
+    return sum(q * seconds for q, seconds in lookahead_steps(r, pt))
 
 
 def _landing(pt: LoadPoint, p_dec: float) -> list[tuple[float, float]]:
