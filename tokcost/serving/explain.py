@@ -11,7 +11,7 @@ import math
 from tokcost import fmt
 from tokcost.engine.roofline import PassCost
 from tokcost.serving.capacity import capacity, users_capacity
-from tokcost.serving.fleet import cost_shares
+from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import final_step_extra, lookahead_step, ttft_moments
@@ -247,8 +247,7 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         f"$/hour = {x.gpus} GPUs x ${x.usd_per_hour / x.gpus:g} = ${x.usd_per_hour:,.2f} (what plans rank by)",
         f"$/1M tokens = ${x.usd_per_hour:,.2f} / 3600 / ({rate:g} x {t.prompt_mean_tokens + t.output.mean:,.0f} "
         f"tokens/s) x 1e6 = {fmt.usd(x.usd_per_million_tokens)}",
-        f"busy-time split: prefill kappa rho = {x.point.decode_share:.3f} x {x.point.rho:.3f}, input share "
-        f"{share_in:.1%}, output share {share_out:.1%}",
+        _split_line(r, x.point, share_in, share_out),
         f"$/1M input = ${x.usd_per_hour:,.2f} / 3600 x {share_in:.3f} / ({rate:g} x {t.prompt_mean_tokens:,.0f} "
         f"tokens/s) x 1e6 = {fmt.usd(x.usd_per_million_input_tokens)}",
         f"$/1M output = ${x.usd_per_hour:,.2f} / 3600 x {share_out:.3f} / ({rate:g} x {t.output.mean:,.0f} "
@@ -264,3 +263,16 @@ def explain_lines(plan: Plan) -> list[str]:
         out.append(head)
         out += [f"  {line}" for line in lines]
     return out
+
+
+def _split_line(r: Replica, pt: LoadPoint, share_in: float, share_out: float) -> str:
+    """How the fleet's $/hour splits into input and output (fleet.cost_shares), with its divisor."""
+    shares = f"input share {share_in:.1%}, output share {share_out:.1%}"
+    if r.decode_steps_mean <= 0:
+        return f"busy-time split: one-token answers, the prefill is the whole busy time: {shares}"
+    if lone_split(r, pt):
+        return f"busy-time split: at this load, a lone request's own prefill against its decode steps: {shares}"
+    k, rho = pt.decode_share, pt.rho
+    return (f"busy-time split: prefill kappa rho = {k:.3f} x {rho:.3f} = {k * rho:.4f} over the busy share rho + "
+            f"(1 - rho)(1 - e^-B) = {rho:.3f} + {1 - rho:.3f} x (1 - e^-{pt.batch:.4f}) = {busy_share(pt):.4f}: "
+            f"{shares}")  # fmt: skip

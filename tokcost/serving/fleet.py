@@ -100,13 +100,25 @@ def percentiles(replica: Replica, pt: LoadPoint, metric: str) -> dict[str, float
     return None if all(v is None for v in values.values()) else values
 
 
+def busy_share(pt: LoadPoint) -> float:
+    """The replica's busy share of the time: prefill's rho, and decoding for the rest while any sequence runs
+    (1 - e^-B of it, B the mean decode batch as a Poisson count)."""
+    return pt.rho + (1 - pt.rho) * (1 - math.exp(-pt.batch))
+
+
+def lone_split(replica: Replica, pt: LoadPoint) -> bool:
+    """Whether the split is a lone request's own prefill against its decode (a vanishing load)."""
+    busy = busy_share(pt)
+    return busy <= 1e-9 or pt.decode_share * pt.rho > busy
+
+
 def cost_shares(replica: Replica, pt: LoadPoint) -> tuple[float, float]:
-    """(input, output) shares of a replica's busy time: prefill's marginal share kappa rho, decode the rest."""
+    """(input, output) shares of a replica's busy time: prefill's marginal share kappa rho over the busy share
+    (busy_share), decode the rest."""
     if replica.decode_steps_mean <= 0:  # one-token answers: no decode step, the prefill is the whole busy time
         return 1.0, 0.0
-    prefill = pt.decode_share * pt.rho
-    busy = pt.rho + (1 - pt.rho) * (1 - math.exp(-pt.batch))
-    if busy <= 1e-9 or prefill > busy:  # vanishing load: one request's own prefill against its decode
+    prefill, busy = pt.decode_share * pt.rho, busy_share(pt)
+    if lone_split(replica, pt):  # vanishing load: one request's own prefill against its decode
         alone = sum(p.weight * a for p, a in zip(replica.prompts, pt.alone_s, strict=True))
         decode = replica.decode_steps_mean * pt.decode_step_s
         return (alone / (alone + decode), decode / (alone + decode)) if alone + decode > 0 else (0.5, 0.5)
