@@ -310,6 +310,9 @@ def _journey_table(title: str, rows: list[JourneyRow], seconds: float) -> Table:
             ]
         )
     table.notes.append(f"the rows add up to {fmt.ms(seconds)} (ceiling); host rows sit outside the GPU roofline")
+    if any(r.bound == "interconnect" for r in rows):  # journey._exposed: the pass's clock, not the collective's own
+        table.notes.append("a collective that runs beside the kernels counts only its share not hidden behind them "
+                           "(the ceiling hides all it can); --explain prints each collective's whole time")  # fmt: skip
     return table
 
 

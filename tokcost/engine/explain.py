@@ -499,7 +499,9 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         f"{mark('launch_us') if rates.launch_overhead_s else ''}"
         f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}, "
         f"{rates.request_overhead_s * 1e6:,.0f} us per request{mark('request_us')}; per collective "
-        f"{coll.nvlink:.3g} us NVLink, {coll.pcie:.3g} us PCIe, {coll.network:.3g} us network"
+        f"{coll.nvlink:.3g} us NVLink, {coll.pcie:.3g} us PCIe, {coll.network:.3g} us network, added to the link's "
+        "latency; each collective then runs the cheapest algorithm for its payload at these rates (one-shot, "
+        "two-shot, ring: collectives.cheapest), which may differ from the ceiling's lines above"
     )  # fmt: skip
     if rates.comm_overlap:
         lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")
