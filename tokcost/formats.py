@@ -34,6 +34,11 @@ class Format:
     # its native dtype (DeepSeek-V3's 128x128 FP8 blocks: triton's w8a8_block_fp8_matmul, CUTLASS blockwise,
     # DeepGEMM), priced as its own format family, apart from a per-tensor FP8 GEMM
     block_scaled: bool = False
+    # a GGUF file quantizes the embedding and the output (LM head) too: the llama.cpp table's bits are the average
+    # over every tensor of the file, so these formats hold the embedding and LM head as well (a q4_0 file's output
+    # tensor is Q6_K, llama.cpp src/llama-quant.cpp: under 1% of a 7B's bytes); the other formats leave them at the
+    # model dtype, as the quantizers do
+    whole_model: bool = False
 
     @property
     def bytes(self) -> float:
@@ -71,15 +76,15 @@ FORMATS: Final[dict[str, Format]] = {
         # bitsandbytes' other 4-bit code book (transformers' default bnb_4bit_quant_type): the same blocks as NF4
         Format("bnb-fp4", 4.0 + 32 / 64, None, "bitsandbytes FP4, blocksize 64, fp32 absmax (as NF4)"),
         Format("bnb-fp4-dq", 4.0 + 8 / 64 + 32 / (64 * 256), None, "bitsandbytes FP4 with double quantization"),
-        Format("q8_0", 8.5, None, _GGML_BLOCKS),
-        Format("q4_0", 4.5, None, _GGML_BLOCKS),
-        Format("q4_k_m", 4.84, None, _LLAMA_CPP_TABLE),
-        Format("q4_k_s", 4.58, None, _LLAMA_CPP_TABLE),
-        Format("q5_k_m", 5.68, None, _LLAMA_CPP_TABLE),
-        Format("q5_k_s", 5.52, None, _LLAMA_CPP_TABLE),
-        Format("q6_k", 6.56, None, _LLAMA_CPP_TABLE),
-        Format("q3_k_m", 3.91, None, _LLAMA_CPP_TABLE),
-        Format("q2_k", 3.35, None, _LLAMA_CPP_TABLE),
+        Format("q8_0", 8.5, None, _GGML_BLOCKS, whole_model=True),
+        Format("q4_0", 4.5, None, _GGML_BLOCKS, whole_model=True),
+        Format("q4_k_m", 4.84, None, _LLAMA_CPP_TABLE, whole_model=True),
+        Format("q4_k_s", 4.58, None, _LLAMA_CPP_TABLE, whole_model=True),
+        Format("q5_k_m", 5.68, None, _LLAMA_CPP_TABLE, whole_model=True),
+        Format("q5_k_s", 5.52, None, _LLAMA_CPP_TABLE, whole_model=True),
+        Format("q6_k", 6.56, None, _LLAMA_CPP_TABLE, whole_model=True),
+        Format("q3_k_m", 3.91, None, _LLAMA_CPP_TABLE, whole_model=True),
+        Format("q2_k", 3.35, None, _LLAMA_CPP_TABLE, whole_model=True),
     )
 }
 

@@ -125,7 +125,7 @@ class Precision(BaseModel):
     weights: str  # block linear layers
     attention: str  # attention's projections (q/k/v/o), else equal to weights
     experts: str  # routed and shared experts (MoE), else equal to weights
-    embedding: str  # embedding table and LM head stay at the model dtype
+    embedding: str  # embedding table and LM head: the model dtype, or a GGUF file's format (formats.whole_model)
     kv: str
     compute: str
     activation: str  # activations and all-reduce payloads
@@ -220,7 +220,7 @@ def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None 
         weights=weights,
         attention=attention,
         experts=experts,
-        embedding=model.dtype,
+        embedding=weights if formats.get(weights).whole_model else model.dtype,  # a GGUF file holds them too
         kv=workload.kv_dtype or model.dtype,
         compute=workload.compute_dtype or _default_compute(model, workload, gpu),
         activation=activation,
