@@ -25,7 +25,13 @@ are about software, never about the silicon:
   0.91 of the datasheet: small per-rank shapes pay a fixed kernel time. The centre is the log-middle of the
   measured 0.11-0.73;
 - compute side (GEMM share x efficiency): 0.4-1.1 of the GEMM share, the product within GEMM_PRODUCT (0.40-0.95);
-  prefill attention 0.3-1.1;
+  prefill attention 0.3-1.1, centre 0.8: a flash-attention kernel of its GPU's generation reaches about 0.8 of
+  a GEMM's sustained rate at long sequences (softmax's exponentials and the causal mask's diagonal tiles are work
+  a GEMM has not): FlashAttention-3's forward pass at head dim 128 on an H100 SXM, 565-648 TFLOP/s at 1K-16K
+  tokens (FlashAttention-3 paper, arXiv 2407.08608, figure "Attention forward speed, head dim 128"; 590-621 in
+  pytorch/benchmark PR 2391's rerun, 2024-07), against torch.mm's 791 (the H100 spec's GEMM share 0.80): 0.71-0.82.
+  FlashAttention-2 on the same H100 reached 350-370 (0.44-0.47), Hopper-blind kernels that some eras ran: what their
+  rows identify, not the centre;
 - a platform gap (a CUDA-first engine's ROCm build: untuned GEMMs, triton attention, RCCL): 0.1-1.12 per side
   (memory, GEMM compute, prefill attention compute apart: vLLM 0.6's ROCm prefill at 10-20x its ceiling's time on
   long prompts is its flash attention's, while hipBLASLt GEMMs reach 0.54 of the peak);
@@ -115,7 +121,7 @@ EFFICIENCY_PRIORS: dict[str, Prior] = {
     "m.attention_mla": Prior(0.25, 1.12, 0.53),  # MLA's latent-cache kernel: triton's to FlashMLA (docstring)
     "m.moe": Prior(0.4, 1.12, 1.0),
     "c.gemm": Prior(0.4, 1.1, 1.0),
-    "c.attention": Prior(0.3, 1.1, 1.0),
+    "c.attention": Prior(0.3, 1.1, 0.8),  # prefill attention: FlashAttention-3's share of a GEMM (docstring)
     "c.moe": Prior(0.4, 1.1, 1.0),
     "gap.memory": Prior(0.1, 1.12, 1.0),
     "gap.compute": Prior(0.1, 1.12, 1.0),
