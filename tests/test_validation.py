@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "published.yaml"
 # The leave-one-source-out result validation/README.md records (scripts/fit_expected.py, rows digest in folds.json);
 # a change here is a change of the model or the data, to be explained there, never a retune.
-RECORDED = {"median_of_source_medians": 0.154, "pooled_median": 0.129, "pooled_p90": 0.577}
-RECORDED_UNSTABLE = 16  # (source, value) pairs past issue 19's stability limits, listed in validation/README.md
+RECORDED = {"median_of_source_medians": 0.151, "pooled_median": 0.13, "pooled_p90": 0.576}
+RECORDED_UNSTABLE = 17  # (source, value) pairs past issue 19's stability limits, listed in validation/README.md
 
 if "validate" not in {c.name for c in app.registered_commands}:  # until cli/app.py registers it
     app.command("validate")(validate)
