@@ -12,6 +12,7 @@ from tokcost import fmt
 from tokcost.engine.roofline import PassCost
 from tokcost.serving.capacity import capacity, users_capacity
 from tokcost.serving.fleet import busy_share, cost_shares, lone_split
+from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import final_step_extra, lookahead_step, ttft_moments
@@ -120,6 +121,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     fixed = [
         f"per replica: lambda = {pt.rate_rps:.3f} req/s, E[n] = {n:,.0f}, E[P'] = {r.prompt_moments[0]:,.0f}",
         *_loop_lines(plan, row, r),
+        *_service_lines(r, pt),
         f"rho = lambda E[S] = {pt.rate_rps:.3f} x {fmt.ms(pt.service.mean)} = {pt.rho:.3f}",
         _tpot_line(r, pt),
         f"b = lambda E[n] TPOT = {pt.rate_rps:.3f} x {n:,.0f} x {fmt.ms(pt.tpot_mean_s)} = "
@@ -138,7 +140,9 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         *_admission_lines(pt),
         *_lookahead_lines(r, pt),
         "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s)
-        + "; ITL p50/p90/p99 = " + _triple(x.itl_s) + f"; feedback gain {r.feedback(pt):.2f}",
+        + "; ITL p50/p90/p99 = " + _triple(x.itl_s) + f" (gaps that hold prefill: {prefill_gap_share(r, pt):.2%} of "
+        "all, above ITL's p99 while under 1%; TPOT is each request's mean gap, so its tail can pass ITL's p99)",
+        _feedback_line(r, pt),
     ]  # fmt: skip
     running = f"{r.max_running:,} ({row.choice.max_running_source})" if r.max_running and row.choice else "none"
     limits = r.load_limits() if not r.rate_driven else {}
@@ -163,6 +167,36 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         ("Saturation and goodput", limit),
         ("Fleet and cost", _fleet_lines(plan, row, r)),
     ]
+
+
+def _service_lines(r: Replica, pt: LoadPoint) -> list[str]:
+    """A request's prefill work S (replica._terms): its full chunks alone, then its share of its last chunk's step."""
+    if not r.prompts:
+        return []
+    k = len(r.prompts) // 2
+    prompt, (e, s), alone = r.prompts[k], pt.last_steps[k], pt.alone_s[k]
+    t0, tp = fmt.ms(pt.decode_step_s), fmt.ms(pt.prefill_step_s)
+    kappa = f"kappa = 1 - T0 / Tp = 1 - {t0} / {tp} = {pt.decode_share:.3f}"
+    return [
+        f"S = a prompt's full chunks, run alone, + s, its share of the step of its last chunk (shared with those who "
+        f"join it); the median prompt ({prompt.tokens:,} tokens): {prompt.chunks - 1} full chunk(s), share e = "
+        f"{e:.3f} of its last step, s = {fmt.ms(s)}; alone (nothing queued) it costs A = {fmt.ms(alone)}",
+        f"over the prompt grid: E[S] = {fmt.ms(pt.service.mean)}, m = E[chunks - 1 + e] = {pt.steps_per_request:.3f} "
+        f"prefill steps per request, Tp = E[S] / m = {fmt.ms(pt.prefill_step_s)}; {kappa}",
+    ]  # fmt: skip
+
+
+def _feedback_line(r: Replica, pt: LoadPoint) -> str:
+    """The batch's loop gain (replica.feedback) from its slope."""
+    gain, flow = r.feedback(pt), pt.rate_rps * r.decode_steps_mean
+    if gain <= 0 or flow <= 0:
+        return f"feedback gain {gain:.2f} (no decode batch to feed back)"
+    slope = gain / flow
+    cap = " (capped: the loop's edge)" if gain >= 0.95 else ""
+    return (
+        f"feedback gain = lambda E[n] dTPOT/db = {pt.rate_rps:.3f} x {r.decode_steps_mean:,.0f} x "
+        f"{slope * 1e6:.3g} us per sequence = {gain:.2f}{cap}: a TPOT disturbance returns x 1 / (1 - gain)"
+    )
 
 
 def _tpot_line(r: Replica, pt: LoadPoint) -> str:

@@ -103,7 +103,7 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     if r.prefill_apart and r.prompts:
         share, runs = _apart_runs(r, pt)
         return _itl_apart(r, pt, share, runs) + _decode_gaps(r, pt, 1 - share)
-    f = min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0) if r.prompts else 0.0
+    f = prefill_gap_share(r, pt)
     lock = r.loop.locked_share(pt.tpot_mean_s)
     parts: list[tuple[float, float]] = []
     for prompt, (share, seconds) in zip(r.prompts, pt.last_steps, strict=True):
@@ -114,6 +114,16 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     total = sum(w for w, _ in parts) or 1.0
     out = [(f * w / total, x) for w, x in parts if w > 0]
     return out + _decode_gaps(r, pt, 1 - f)
+
+
+def prefill_gap_share(r: Replica, pt: LoadPoint) -> float:
+    """Share of a decoder's gaps between tokens that hold prefill: lambda m TPOT of its steps carry a chunk (beside
+    the decodes), or the gaps after a decode step that saw an arrival when prefill runs apart (_apart_runs)."""
+    if not r.prompts:
+        return 0.0
+    if r.prefill_apart:
+        return _apart_runs(r, pt)[0]
+    return min(max(pt.rate_rps * pt.steps_per_request * pt.tpot_mean_s, 0.0), 1.0)
 
 
 def _decode_gaps(r: Replica, pt: LoadPoint, share: float) -> list[tuple[float, float]]:
