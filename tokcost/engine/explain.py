@@ -19,10 +19,13 @@ from tokcost.engine.estimate import (
 )
 from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import (
+    LOGIT_BYTES,
     MAX_BATCH,
+    PREFILL_CHUNK_TOKENS,
     RESERVE_FRACTION,
     GpuBytes,
     ReplicaMemory,
+    per_token_activation_bytes,
     stage_kv_bytes,
     stage_state_bytes,
     stage_weight_bytes,
@@ -286,6 +289,19 @@ def _stage_memory(e: Estimate) -> list[str]:
     return lines
 
 
+def _workspace_line(e: Estimate) -> str:
+    """The activation workspace (memory.ReplicaMemory.gpu_bytes): a prefill chunk's live activations and the logits."""
+    m, lay, wl = e.model, e.layout, e.workload
+    seqs = -(-wl.batch // lay.dp)
+    per_token = per_token_activation_bytes(m, e.precision, lay.tp)
+    return (
+        f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,}, {PREFILL_CHUNK_TOKENS:,} chunk) tokens x "
+        f"{per_token:,.0f} B of live activations a token (4 x hidden + 2 x MLP width / tp at "
+        f"{e.precision.activation}) + {seqs:,} x {m.vocab_size:,} / {lay.tp} x {LOGIT_BYTES} B of fp32 logits = "
+        f"{fmt.si(e.memory.per_gpu.workspace, 'B')}"
+    )
+
+
 def _held(b: GpuBytes) -> str:
     """A GPU's bytes as the sum of its parts."""
     state = f"{fmt.si(b.state, 'B')} state + " if b.state else ""
@@ -341,7 +357,9 @@ def _memory(e: Estimate) -> Section:
     )
     return "Memory (fullest GPU)", [
         cap,
-        f"reserve: {RESERVE_FRACTION:g} x {fmt.si(mem.capacity_bytes_per_gpu, 'B')} = {fmt.si(b.reserve, 'B')}",
+        f"reserve: {RESERVE_FRACTION:g} x {fmt.si(mem.capacity_bytes_per_gpu, 'B')} = {fmt.si(b.reserve, 'B')} "
+        "(vLLM's default gpu_memory_utilization 0.9: the CUDA context, NCCL buffers, fragmentation, graph pools)",
+        _workspace_line(e),
         f"used: {_held(b)} -> {'fits' if mem.fits else 'does not fit'}",
         *_limit_lines(e),
         *_stage_memory(e),

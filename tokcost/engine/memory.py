@@ -143,7 +143,7 @@ def stage_state_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: ra
     return layers_state_bytes(model, p, tuple(stage_kinds(model, layers).items()), layout, batch)
 
 
-def _per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> float:
+def per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> float:
     # live activations per token of one layer: residual, normed input, q/k/v/attn out (~4 x hidden; a state
     # layer's in-projection is narrower than that plus the MLP's), gate and up projections (2 x intermediate,
     # split tp-way)
@@ -163,7 +163,7 @@ class ReplicaMemory:
         self.precision = p
         self.state_per_sequence = [layers_state_per_sequence(model, p, kinds, layout.tp) for kinds in self.kinds]
         self.kv_per_token = kv_bytes_per_token_layer(model, p, layout.tp)
-        self.activation_bytes = _per_token_activation_bytes(model, p, layout.tp)
+        self.activation_bytes = per_token_activation_bytes(model, p, layout.tp)
         self.reserve = RESERVE_FRACTION * gpu.memory_bytes if gpu else 0.0
         self.capacity = gpu.memory_bytes if gpu else 0.0
 
