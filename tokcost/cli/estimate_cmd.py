@@ -14,6 +14,7 @@ from tokcost.cli.options import (
     EngineOpt,
     EpOpt,
     ExplainOpt,
+    FlashOpt,
     ForceOpt,
     Format,
     FormatOpt,
@@ -71,6 +72,7 @@ def estimate(
     kv_dtype: KvOpt = None,
     compute_dtype: ComputeOpt = None,
     cached_prefix: PrefixOpt = 0,
+    flash_attention: FlashOpt = True,
     price: PriceOpt = None,
     format: FormatOpt = Format.table,
     explain_: ExplainOpt = False,
@@ -87,6 +89,7 @@ def estimate(
         kv_dtype=kv_dtype,
         compute_dtype=compute_dtype,
         cached_prefix_tokens=cached_prefix,
+        flash_attention=flash_attention,
         price_per_hour_usd=price,
         **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     )

@@ -91,6 +91,14 @@ ComputeListOpt = Annotated[
     typer.Option("--compute-dtype", help="Matmul dtypes, comma-separated (default: as estimate resolves them)."),
 ]
 PrefixOpt = Annotated[int, typer.Option("--cached-prefix", help="Prompt tokens served from a prefix cache.")]
+FlashOpt = Annotated[
+    bool,
+    typer.Option(
+        "--flash-attention/--no-flash-attention",
+        help="Fused attention (default); --no-flash-attention writes the scores out and reads them back "
+        "(llama-bench's -fa 0).",
+    ),
+]
 PriceOpt = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour (default: the GPU spec's).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (rich), markdown, json or csv.")]
 TableFormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="table (rich), markdown or json.")]

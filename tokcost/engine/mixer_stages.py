@@ -70,6 +70,9 @@ def mixer_stages(
     return stages
 
 
+SCORE_BYTES = 16  # unfused attention's traffic per scored pair and head: fp32 written, read, written, read
+
+
 def attention_kernel(model: ModelSpec) -> Kind:
     """The kernel class that reads a model's KV cache: MLA's latent-cache kernel, or paged (GQA / MHA / MQA,
     sliding and chunked windows too) attention."""
@@ -90,6 +93,13 @@ def attention_stages(
     pairs_flops = absorbed * attention_flops_per_pair(model, tp, absorbed=True)
     pairs_flops = pairs_flops + heads * attention_flops_per_pair(model, tp, absorbed=False)
     gate = "; its sigmoid output gate applied in the output projection's prologue" if model.attention_gate else ""
+    # unfused attention (flash attention off) writes each scored pair's fp32 score, softmax reads it and writes the
+    # probability, the PV matmul reads it back: SCORE_BYTES per pair and head (llama.cpp's ggml_mul_mat(k, q) ->
+    # ggml_soft_max_ext -> ggml_mul_mat(v, kq), src/llama-graph.cpp build_attn_mha, scores in F32)
+    scores = 0 if p.fused_attention else (absorbed + heads) * model.attention_heads / tp * SCORE_BYTES / 2
+    fused = ("reads every cached token it attends to once (FlashAttention / paged decode kernels)" if p.fused_attention
+             else f"unfused: each scored pair's fp32 score written, softmaxed and read back, {SCORE_BYTES} B per pair "
+                  "and head (flash attention off)")  # fmt: skip
     qkv = matmul("QKV projection", label, count, qkv_params, t_dp, p.attention, act, h, q_width)
     if mla:  # per head, a cached prefix's latents are up-projected to K and V first (features.mla_absorbs)
         prefix, kv_width = f.prefix_heads[mixer], model.attention_heads / tp * (mla.nope_head_dim + mla.v_head_dim)
@@ -114,11 +124,11 @@ def attention_stages(
             attention_kernel(model),
             count,
             flops=pairs_flops,
-            bytes_read=kv_read * kv_tok + t_dp * q_width * act,
+            bytes_read=kv_read * kv_tok + t_dp * q_width * act + scores,
             kv_bytes=kv_read * kv_tok,
-            bytes_written=t_dp * v_width * act,
+            bytes_written=t_dp * v_width * act + scores,
             weight_format=p.kv,  # the cache's format: FP8 attention kernels need an FP8 cache
-            note="reads every cached token it attends to once (FlashAttention / paged decode kernels)" + gate,
+            note=fused + gate,
         ),
         matmul("output projection", label, count, o_params, t_dp, p.attention, act, v_width, h),
     ]

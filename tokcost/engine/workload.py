@@ -40,6 +40,9 @@ class Workload(BaseModel):
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
+    # False: attention writes its scores out and reads them back (llama.cpp without -fa, llama-bench's default;
+    # eager attention in transformers) instead of a fused flash-attention kernel that keeps them on chip
+    flash_attention: bool = True
 
     def __init__(self, **values: Any) -> None:
         """Validated; the first wrong value is a UsageError naming its keyword and what it allows."""
@@ -132,6 +135,7 @@ class Precision(BaseModel):
     # linear-attention and state-space state, at the model dtype: vLLM's --mamba-cache-dtype "auto" (--kv-dtype
     # does not touch it; vllm/config/cache.py)
     state: str
+    fused_attention: bool = True  # Workload.flash_attention: False writes the scores out and reads them back
 
     @property
     def weight_bytes(self) -> float:
@@ -225,6 +229,7 @@ def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None 
         compute=workload.compute_dtype or _default_compute(model, workload, gpu),
         activation=activation,
         state=model.dtype,
+        fused_attention=workload.flash_attention,
     )
     if workload.compute_dtype and gpu is not None:
         from tokcost.engine.roofline import ceiling_rates, compute_dtype_applies  # it reads Precision from here

@@ -57,6 +57,7 @@ def workload_of(row: Row, batch: int | None = None) -> Workload:
         weights_dtype=None if row.experts is not None else row.weights,  # as shipped: the model's dtypes
         kv_dtype=row.kv,
         compute_dtype=row.compute,
+        flash_attention=row.flash_attention,
     )
 
 

@@ -106,6 +106,8 @@ class Row(BaseModel):
     measured_at: MeasuredAt | None = None  # every shipped row sets it (a test checks); a user's file may leave it out
     scheduler_steps: int | None = Field(default=None, ge=1, le=1024)  # vLLM multi-step: --num-scheduler-steps
     chunked_prefill: bool | None = None  # where the source states it
+    # False where the run kept flash attention off (llama-bench's -fa 0 default, llama.cpp before -fa existed)
+    flash_attention: bool = True
     # The KV cache's capacity in tokens where the run itself states it (vLLM's log: "# GPU blocks" x the block size,
     # or the --max-model-len its "larger than the maximum number of tokens that can be stored in KV cache" error
     # makes a run set): what the engine held beside its weights, so the sequences that run at once are what these
