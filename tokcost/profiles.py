@@ -316,4 +316,6 @@ def load_engine(name_or_path: str) -> EngineProfile:
 
 def engine_for(engine: EngineProfile | str | None = None) -> EngineProfile:
     """The profile given (a profile, a built-in name or a file), else the generic one."""
-    return engine if isinstance(engine, EngineProfile) else load_engine(engine or "generic")
+    if isinstance(engine, EngineProfile):
+        return engine
+    return load_engine("generic" if engine is None else engine)  # an empty name is refused, not taken as none

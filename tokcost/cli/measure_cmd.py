@@ -68,13 +68,27 @@ def check_destination(path: Path, force: bool, flag: str) -> None:
         raise UsageError(f"{flag}: {exc}") from None
 
 
+MIN_OUTPUT = 2  # --output's floor: a decode step needs a first token from prefill and one more
+
+
 def check_context(spec: ModelSpec, prompt: int, output: int) -> None:
     """Refuse, before any work, a prompt and answer past the model's context: the loop would prefill and cache
     every token of them (a 200,000-token prefill of a 4,096-token model runs for minutes, meaning nothing)."""
     if prompt + output <= spec.max_context:
         return
-    room = spec.max_context - output
-    fix = f"give --prompt {room:,} or less" if room >= 1 else f"give --output {spec.max_context - 1:,} or less"
+    ctx = spec.max_context
+    fixes = [f"--prompt {ctx - output:,} or less" if ctx - output >= 1 else "",
+             f"--output {ctx - prompt:,} or less" if ctx - prompt >= MIN_OUTPUT else ""]  # fmt: skip
+    fix = " or ".join(f for f in fixes if f)
+    fix = (
+        f"give {fix}"
+        if fix
+        else (
+            f"give a prompt and output of at most {ctx:,} tokens together (at least 1 + {MIN_OUTPUT})"
+            if ctx > MIN_OUTPUT
+            else "this model's context holds no answer"
+        )
+    )
     raise UsageError(f"--prompt: {prompt:,} prompt + {output:,} output tokens exceed {spec.name}'s context of "
                      f"{spec.max_context:,} tokens; {fix}")  # fmt: skip
 

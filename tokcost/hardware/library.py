@@ -31,8 +31,9 @@ def network_for(gpu: GpuSpec, network: Link | str | None = None) -> Link | None:
     """The network given (a Link, a built-in name or a file), else the GPU spec's default one, else none."""
     if isinstance(network, Link):
         return network
-    name = network or gpu.network
-    return load_network(name) if name else None
+    if network is not None:  # given, even empty: loaded (an empty name is refused, not taken as the default)
+        return load_network(network)
+    return load_network(gpu.network) if gpu.network else None
 
 
 def builtin_gpus() -> list[str]:

@@ -64,7 +64,7 @@ def _lengths(prompt: int, output: int, cached: int, api: bool) -> Workload:
 def _dist(value: str | LengthDist | None, mean: float, key: str, api: bool) -> LengthDist:
     if isinstance(value, LengthDist):
         return LengthDist(value.kind, mean, value.cv, value.values)
-    return parse_dist(value or "fixed", mean, name(key, api))
+    return parse_dist("fixed" if value is None else value, mean, name(key, api))  # an empty one is refused
 
 
 def _load(

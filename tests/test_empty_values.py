@@ -1,0 +1,42 @@
+"""An empty value is a mistake, not "the default": `--engine ''`, `--network ''`, `--prompt-dist ''` ran with the
+generic engine, the GPU's network and fixed lengths, exit 0 (the sweep of 2026-12-03); and measure's advice for a
+prompt and answer past the model's context is advice that works."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tokcost.cli.measure_cmd import MIN_OUTPUT, check_context
+from tokcost.errors import UsageError
+from tokcost.models.library import load_model
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", ""), "no engine given"),
+        (("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--network", ""), "no network given"),
+        (("plan", "-m", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm", "--prompt-dist", ""), "--prompt-dist"),
+        (("plan", "-m", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm", "--output-dist", ""), "--output-dist"),
+    ],
+)
+def test_an_empty_value_is_refused(cli, args, says):
+    out = cli(*args)
+    assert out.exit_code == 2 and says in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("prompt", "output"), [(100, 5000), (100, 4095), (5000, 100), (4000, 4000)])
+def test_measure_s_context_advice_fits(prompt, output):
+    spec = load_model("llama-2-7b")  # 4,096 tokens
+    with pytest.raises(UsageError) as err:
+        check_context(spec, prompt, output)
+    advice = dict(re.findall(r"--(prompt|output) ([\d,]+) or less", str(err.value)))
+    assert advice
+    if "prompt" in advice:  # the prompt it names fits beside the output asked for
+        assert 1 <= int(advice["prompt"].replace(",", "")) and int(advice["prompt"].replace(",", "")) + output == 4096
+    if "output" in advice:
+        assert int(advice["output"].replace(",", "")) >= MIN_OUTPUT
+        assert prompt + int(advice["output"].replace(",", "")) == 4096
