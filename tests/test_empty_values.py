@@ -1,6 +1,7 @@
 """An empty value is a mistake, not "the default": `--engine ''`, `--network ''`, `--prompt-dist ''` ran with the
 generic engine, the GPU's network and fixed lengths, exit 0 (the sweep of 2026-12-03); and measure's advice for a
-prompt and answer past the model's context is advice that works."""
+prompt and answer past the model's context is advice that works; a trace line that repeats or leaves out a length
+says so (it kept the last of two, or read a missing one as None)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,25 @@ def test_measure_s_context_advice_fits(prompt, output):
     if "output" in advice:
         assert int(advice["output"].replace(",", "")) >= MIN_OUTPUT
         assert prompt + int(advice["output"].replace(",", "")) == 4096
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('{"prompt_tokens": 10, "prompt_tokens": 5, "output_tokens": 5}', "key 'prompt_tokens' appears twice"),
+        ('{"prompt_tokens": 10}', "output_tokens: missing"),
+    ],
+)
+def test_a_trace_line_with_a_repeated_or_missing_length_is_named(cli, tmp_path, line, says):
+    # json keeps the last of two equal keys and get() reads a missing one as None: the line says which
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(line + "\n", encoding="utf-8")
+    out = cli("plan", "-m", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm", "--trace", str(trace))
+    assert out.exit_code == 2 and f"{trace}: line 1: {says}" in out.stderr
+
+
+def test_a_trace_keeps_its_own_other_keys(cli, tmp_path):
+    trace = tmp_path / "t.jsonl"  # production traces carry ids and hashes beside the lengths: read, not refused
+    trace.write_text('{"prompt_tokens": 100, "output_tokens": 20, "hash_ids": [1, 2]}\n' * 3, encoding="utf-8")
+    out = cli("plan", "-m", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm", "--trace", str(trace), "-f", "json")
+    assert out.exit_code == 0, out.stderr

@@ -31,7 +31,9 @@ class Trace:
 
 
 def _count(item: dict, key: str, where: str) -> int:
-    value = item.get(key)
+    if key not in item:
+        raise UsageError(f"{where}: {key}: missing; every line gives prompt_tokens and output_tokens")
+    value = item[key]
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
         raise UsageError(f"{where}: {key}: must be an integer from 1 to {MAX_TOKENS:,} (got {value!r:.40})")
     return value
@@ -44,6 +46,24 @@ def _arrival(item: dict, where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
         raise UsageError(f"{where}: arrival_s: must be a number of seconds from 0 (got {value!r:.40})")
     return float(value)
+
+
+class _Twice(Exception):
+    """A key given twice in one line's object (json keeps the last, silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object's pairs as a dict, refusing a repeated key; other keys beside the lengths are a trace's own."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Twice(key)
+        out[key] = value
+    return out
 
 
 def read_trace(path: Path, flag: str = "--trace") -> Trace:
@@ -63,10 +83,12 @@ def read_trace(path: Path, flag: str = "--trace") -> Trace:
         if len(prompts) == MAX_TRACE_ROWS:
             raise UsageError(f"{flag} {path}: more than {MAX_TRACE_ROWS:,} requests; give at most {MAX_TRACE_ROWS:,}")
         try:
-            item = json.loads(line)
+            item = json.loads(line, object_pairs_hook=_unique)
         except (json.JSONDecodeError, RecursionError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
             raise UsageError(f"{where}: not JSON ({reason})") from None
+        except _Twice as exc:
+            raise UsageError(f"{where}: key {exc.key!r:.40} appears twice; give it once") from None
         if not isinstance(item, dict):
             raise UsageError(f"{where}: expected an object with prompt_tokens and output_tokens")
         prompts.append(_count(item, "prompt_tokens", where))
