@@ -7,7 +7,7 @@ a recurrent (SSM) state plus the last `conv_kernel - 1` inputs of the causal dep
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -22,6 +22,13 @@ class GatedDeltaNetSpec(BaseModel):
     key_head_dim: int = Field(ge=1, le=100_000)
     value_head_dim: int = Field(ge=1, le=100_000)
     conv_kernel: int = Field(ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _values_share_keys(self) -> GatedDeltaNetSpec:
+        if self.value_heads % self.key_heads:  # each key head serves value_heads / key_heads value heads (GQA-like)
+            raise ValueError(f"value_heads ({self.value_heads}) must be a multiple of key_heads ({self.key_heads}): "
+                             "each key head serves a whole number of value heads")  # fmt: skip
+        return self
 
     @property
     def conv_channels(self) -> int:
@@ -65,6 +72,13 @@ class MambaSpec(BaseModel):
     proj_bias: bool = False
     # tokens per chunk of the SSD prefill scan (config.json's chunk_size; mamba_ssm's Mamba2 default is 256)
     chunk_tokens: int = Field(default=256, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _groups_divide_heads(self) -> MambaSpec:
+        if self.heads % self.groups:  # each group's B and C are shared by heads / groups heads
+            raise ValueError(f"groups ({self.groups}) must divide heads ({self.heads}): each group's B and C serve "
+                             "a whole number of heads")  # fmt: skip
+        return self
 
     @property
     def inner(self) -> int:

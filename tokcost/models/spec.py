@@ -150,6 +150,11 @@ class ModelSpec(Counts, BaseModel):
             bad = [i for i in sw.layers if not 0 <= i < self.layers]
             if bad:
                 raise ValueError(f"sliding_window.layers: {bad[0]} is outside 0..{self.layers - 1}")
+            twice = sorted({i for i in sw.layers if sw.layers.count(i) > 1})
+            if twice or not sw.layers:  # a layer listed twice, or none: a mistake, not a pattern
+                raise ValueError(f"sliding_window.layers: layer {twice[0]} is listed twice; list each once"
+                                 if twice else "sliding_window.layers: an empty list; list the sliding layers "
+                                 f"(0..{self.layers - 1}), or drop sliding_window")  # fmt: skip
         if sw and (self.layer_pattern is not None or self.window_tokens is not None):
             raise ValueError("sliding_window is the older form of layer_pattern + window_tokens: give one of them")
         self._check_kinds()
