@@ -63,3 +63,15 @@ def test_a_trace_keeps_its_own_other_keys(cli, tmp_path):
     trace.write_text('{"prompt_tokens": 100, "output_tokens": 20, "hash_ids": [1, 2]}\n' * 3, encoding="utf-8")
     out = cli("plan", "-m", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm", "--trace", str(trace), "-f", "json")
     assert out.exit_code == 0, out.stderr
+
+
+@pytest.mark.parametrize("kv", ["q4_k_m", "nf4", "fp8-block"])
+def test_a_weight_only_format_is_no_kv_cache_format(cli, kv):
+    out = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--kv-dtype", kv)
+    assert out.exit_code == 2 and f"--kv-dtype: {kv} quantizes weights, not a KV cache" in out.stderr
+    assert "q8_0" in out.stderr and "fp8," in out.stderr  # the formats a cache takes
+
+
+@pytest.mark.parametrize("kv", ["q8_0", "q4_0", "fp8", "int4", "nvfp4"])
+def test_the_cache_formats_engines_offer_are_taken(cli, kv):
+    assert cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--kv-dtype", kv, "-f", "json").exit_code == 0

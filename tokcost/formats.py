@@ -142,3 +142,22 @@ def _canonical(name: str) -> str:
 
 # A storage format name in a spec or a flag: validated and normalized (lower case) by pydantic.
 FormatName = Annotated[str, AfterValidator(_canonical)]
+
+# Weight formats a KV cache is never stored in: DeepSeek-V3's 128x128-block FP8, llama.cpp's k-quant mixtures (its
+# cache takes q8_0, q4_0 and the like, --cache-type-k) and bitsandbytes' code books, which quantize weights only
+_NOT_KV = (
+    "fp8-block", "nf4", "nf4-dq", "bnb-fp4", "bnb-fp4-dq", "q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k", "q3_k_m",
+    "q2_k",
+)  # fmt: skip
+
+
+def _kv_canonical(name: str) -> str:
+    found = _canonical(name)
+    if found in _NOT_KV:
+        allowed = ", ".join(f for f in FORMATS if f not in _NOT_KV)
+        raise ValueError(f"{found} quantizes weights, not a KV cache; a cache takes {allowed}, or intN-gG")
+    return found
+
+
+# A KV cache's format: a storage format a cache is kept in (not a weight-only mixture or code book).
+KvFormatName = Annotated[str, AfterValidator(_kv_canonical)]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 
 from tokcost import formats
 from tokcost.errors import UsageError
-from tokcost.formats import FormatName
+from tokcost.formats import FormatName, KvFormatName
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.spec_errors import field_message
@@ -36,7 +36,7 @@ class Workload(BaseModel):
     dp: int = Field(default=1, ge=1, le=4096)  # data-parallel attention replicas (MoE)
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)  # None: the GPU spec's
     weights_dtype: FormatName | None = None
-    kv_dtype: FormatName | None = None
+    kv_dtype: KvFormatName | None = None
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
