@@ -36,11 +36,11 @@ def test_measure_s_context_advice_fits(prompt, output):
         check_context(spec, prompt, output)
     advice = dict(re.findall(r"--(prompt|output) ([\d,]+) or less", str(err.value)))
     assert advice
-    if "prompt" in advice:  # the prompt it names fits beside the output asked for
-        assert 1 <= int(advice["prompt"].replace(",", "")) and int(advice["prompt"].replace(",", "")) + output == 4096
-    if "output" in advice:
-        assert int(advice["output"].replace(",", "")) >= MIN_OUTPUT
-        assert prompt + int(advice["output"].replace(",", "")) == 4096
+    named = {k: int(v.replace(",", "")) for k, v in advice.items()}
+    if "prompt" in named:  # the prompt it names fits beside the output asked for
+        assert named["prompt"] >= 1 and named["prompt"] + output == 4096
+    if "output" in named:
+        assert named["output"] >= MIN_OUTPUT and prompt + named["output"] == 4096
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from tokcost.models.library import load_model
 PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 TOKEN = re.compile(
-    r"(?P<max>max\()"
+    r"(?P<max>max\(|min\()"
     r"|(?P<num>\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(?:\s*(?P<unit>[kMGT]?(?:FLOP/s|FLOP/B|FLOP|B/s|B)|ms|us|s|W|J|\$/h|\$)(?![\w/]))?"
     r"|(?P<op> x |[/+\-(),])"
     r"|(?P<word>[A-Za-z_][\w\-.]*)"
@@ -48,12 +48,12 @@ def evaluate(expr: str) -> float:
         assert m, f"cannot read {expr[pos:]!r} in {expr!r}"
         pos = m.end()
         if m["max"]:
-            out.append("max(")
+            out.append(m["max"])
         elif m["num"]:
             out.append(repr(_value(m["num"], m["unit"])))
         elif m["op"]:
             out.append("*" if m["op"] == " x " else m["op"])
-    return float(eval("".join(out), {"__builtins__": {}, "max": max}))  # noqa: S307 - digits and operators only
+    return float(eval("".join(out), {"__builtins__": {}, "max": max, "min": min}))  # noqa: S307 - digits and operators only
 
 
 def checked_lines(lines: list[str]) -> int:

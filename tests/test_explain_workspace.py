@@ -1,5 +1,6 @@
 """--explain derives the activation workspace and the reserve it adds to the memory (the audit of 2026-12-03 found
-"92.79 MB workspace" and "reserve: 0.1 x ..." with neither formula nor source): the printed parts give the total."""
+"92.79 MB workspace" and "reserve: 0.1 x ..." with neither formula nor source): the printed parts give the total.
+(test_explain.py redoes the line's arithmetic in every case; this pins its parts to the model's shapes.)"""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import re
 import pytest
 
 WORKSPACE = re.compile(
-    r"workspace: min\(([\d,]+) x ([\d,]+), ([\d,]+) chunk\) tokens x ([\d,]+) B of live activations a token "
-    r"\(4 x hidden \+ 2 x MLP width / tp at (\w+)\) \+ ([\d,]+) x ([\d,]+) / (\d+) x (\d) B of fp32 logits = "
-    r"([\d.]+) (k|M|G)B"
+    r"workspace: min\(([\d,]+) x ([\d,]+) tokens, ([\d,]+) tokens\) x \(4 x ([\d,]+) \+ 2 x ([\d,]+) / (\d+)\) x "
+    r"(\d) B \+ ([\d,]+) x ([\d,]+) / (\d+) x (\d) B = ([\d.]+) (k|M|G)B"
 )
 SCALE = {"k": 1e3, "M": 1e6, "G": 1e9}
 
@@ -20,20 +20,22 @@ def _n(text: str) -> int:
 
 
 @pytest.mark.parametrize(
-    ("args", "hidden", "mlp"),
+    ("args", "hidden", "mlp", "vocab"),
     [
-        (("-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "-b", "64"), 8192, 28672),
-        (("-m", "llama-3.1-8b", "-g", "l40s", "-b", "2", "-p", "512"), 4096, 14336),
+        (("-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "4", "-b", "64"), 8192, 28672, 128_256),
+        (("-m", "llama-3.1-8b", "-g", "l40s", "-b", "2", "-p", "512"), 4096, 14336, 128_256),
+        (("-m", "mixtral-8x7b", "-g", "h200", "--tp", "2"), 4096, 2 * 14336, 32_000),  # 2 experts a token
     ],
 )
-def test_the_workspace_line_adds_up(cli, args, hidden, mlp):
+def test_the_workspace_line_adds_up(cli, args, hidden, mlp, vocab):
     out = cli("estimate", *args, "--explain")
     assert out.exit_code == 0, out.stderr
     found = WORKSPACE.search(out.stdout.replace("\n", " "))
     assert found, out.stdout
-    seqs, prompt, chunk, per_token, dtype, seqs2, vocab, tp, logit, value, unit = found.groups()
-    assert dtype == "bf16" and _n(chunk) == 8192 and _n(logit) == 4 and seqs == seqs2
-    # live activations a token: residual, normed input, q/k/v/out (4 x hidden) and gate + up (2 x width / tp), 2 B
-    assert _n(per_token) == (4 * hidden + 2 * mlp // int(tp)) * 2
-    total = min(_n(seqs) * _n(prompt), _n(chunk)) * _n(per_token) + _n(seqs) * _n(vocab) / int(tp) * 4
+    seqs, prompt, chunk, h, width, tp, act, seqs2, v, tp2, logit, value, unit = found.groups()
+    assert (_n(h), _n(width), _n(v)) == (hidden, mlp, vocab) and tp == tp2 and seqs == seqs2
+    assert _n(chunk) == 8192 and (act, logit) == ("2", "4")  # bf16 activations, fp32 logits
+    per_token = (4 * hidden + 2 * mlp / int(tp)) * 2
+    total = min(_n(seqs) * _n(prompt), 8192) * per_token + _n(seqs) * vocab / int(tp) * 4
     assert float(value) * SCALE[unit] == pytest.approx(total, rel=2e-3)
+    assert "reserve: 0.1 x" in out.stdout and "gpu_memory_utilization 0.9" in out.stdout

@@ -89,7 +89,7 @@ def models(draw) -> ModelSpec:
         }
     if draw(st.booleans()):
         which = draw(st.sampled_from(["all", "even", "odd", "list"]))
-        chosen = draw(st.lists(st.integers(0, layers - 1), unique=True)) if which == "list" else which
+        chosen = draw(st.lists(st.integers(0, layers - 1), min_size=1, unique=True)) if which == "list" else which
         spec["sliding_window"] = {"window_tokens": draw(st.integers(1, 10_000)), "layers": chosen}
     return ModelSpec.model_validate(spec)
 

@@ -375,6 +375,7 @@ def test_multinode_keys_are_published_keys_plus_the_layout():
     # adopted them yet; its rows are priced on their own, never fitted
     published -= {"engine_version", "graphs", "measured_at", "scheduler_steps", "chunked_prefill"}
     published -= {"kv_tokens"}  # a static run's stated KV capacity: waves of a batch, which multinode rows never run
+    published -= {"flash_attention"}  # off only in llama-bench runs; every multinode engine fuses its attention
     assert published <= set(MultinodeRow.model_fields)
     # published rows carry pp, ep and dp too; batch_scope and the prefill/decode split are tokcost's reading for pricing
     reading = {"batch_scope", "prefill_instances", "decode_instances"}

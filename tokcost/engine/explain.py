@@ -25,7 +25,7 @@ from tokcost.engine.memory import (
     RESERVE_FRACTION,
     GpuBytes,
     ReplicaMemory,
-    per_token_activation_bytes,
+    mlp_width,
     stage_kv_bytes,
     stage_state_bytes,
     stage_weight_bytes,
@@ -291,14 +291,15 @@ def _stage_memory(e: Estimate) -> list[str]:
 
 def _workspace_line(e: Estimate) -> str:
     """The activation workspace (memory.ReplicaMemory.gpu_bytes): a prefill chunk's live activations and the logits."""
-    m, lay, wl = e.model, e.layout, e.workload
+    m, lay, wl, p = e.model, e.layout, e.workload, e.precision
     seqs = -(-wl.batch // lay.dp)
-    per_token = per_token_activation_bytes(m, e.precision, lay.tp)
+    act = get_format(p.activation).bytes
     return (
-        f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,}, {PREFILL_CHUNK_TOKENS:,} chunk) tokens x "
-        f"{per_token:,.0f} B of live activations a token (4 x hidden + 2 x MLP width / tp at "
-        f"{e.precision.activation}) + {seqs:,} x {m.vocab_size:,} / {lay.tp} x {LOGIT_BYTES} B of fp32 logits = "
-        f"{fmt.si(e.memory.per_gpu.workspace, 'B')}"
+        f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {PREFILL_CHUNK_TOKENS:,} tokens) x (4 x "
+        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,} / {lay.tp} x "
+        f"{LOGIT_BYTES} B = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, at most "
+        f"{PREFILL_CHUNK_TOKENS:,} tokens: residual, normed input, q/k/v/out and the MLP's gate and up at "
+        f"{p.activation}; then the fp32 logits)"
     )
 
 

@@ -143,12 +143,17 @@ def stage_state_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: ra
     return layers_state_bytes(model, p, tuple(stage_kinds(model, layers).items()), layout, batch)
 
 
+def mlp_width(model: ModelSpec) -> int:
+    """The widest MLP a token runs: the dense intermediate, or its routed experts' together."""
+    moe_width = model.moe.experts_per_token * model.moe.expert_intermediate_size if model.moe else 0
+    return max(model.dense_intermediate, moe_width)
+
+
 def per_token_activation_bytes(model: ModelSpec, p: Precision, tp: int) -> float:
     # live activations per token of one layer: residual, normed input, q/k/v/attn out (~4 x hidden; a state
     # layer's in-projection is narrower than that plus the MLP's), gate and up projections (2 x intermediate,
     # split tp-way)
-    moe_width = model.moe.experts_per_token * model.moe.expert_intermediate_size if model.moe else 0
-    return (4 * model.hidden_size + 2 * max(model.dense_intermediate, moe_width) / tp) * p.activation_bytes
+    return (4 * model.hidden_size + 2 * mlp_width(model) / tp) * p.activation_bytes
 
 
 class ReplicaMemory:

@@ -240,7 +240,8 @@ class ModelSpec(Counts, BaseModel):
         if self.moe and self.moe.dense_layers > layers:
             data["moe"]["dense_layers"] = layers
         if self.sliding_window_given and isinstance(self.sliding_window_given.layers, list):
-            data["sliding_window"]["layers"] = [i for i in self.sliding_window_given.layers if i < layers]
+            kept_sliding = [i for i in self.sliding_window_given.layers if i < layers]
+            data["sliding_window"] = {**data["sliding_window"], "layers": kept_sliding} if kept_sliding else None
         for key in ("layer_pattern", "mlp_pattern"):
             if isinstance(data[key], list):
                 data[key] = data[key][:layers]
