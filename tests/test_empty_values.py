@@ -75,3 +75,22 @@ def test_a_weight_only_format_is_no_kv_cache_format(cli, kv):
 @pytest.mark.parametrize("kv", ["q8_0", "q4_0", "fp8", "int4", "nvfp4"])
 def test_the_cache_formats_engines_offer_are_taken(cli, kv):
     assert cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--kv-dtype", kv, "-f", "json").exit_code == 0
+
+
+def test_validate_refuses_an_empty_engine(cli):
+    out = cli("validate", "--engine", "")
+    assert out.exit_code == 2 and "no engine given" in out.stderr
+
+
+def test_a_trace_s_own_objects_may_repeat_their_keys(cli, tmp_path):
+    trace = tmp_path / "t.jsonl"  # only the keys tokcost reads must be given once
+    trace.write_text('{"prompt_tokens": 100, "output_tokens": 20, "meta": {"tag": 1, "tag": 2}}\n', encoding="utf-8")
+    out = cli("plan", "-m", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm", "--trace", str(trace), "-f", "json")
+    assert out.exit_code == 0, out.stderr
+
+
+def test_prefill_apart_explains_kappa_as_one(cli):
+    out = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "20", "--prompt", "2048", "--output", "300",
+              "--prefill", "apart", "--explain")  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    assert "kappa = 1 (prefill apart" in out.stdout and "kappa = 1 - T0 / Tp" not in out.stdout

@@ -68,3 +68,22 @@ def test_the_cli_flag(cli):
               "json").json()  # fmt: skip
     assert on["workload"]["flash_attention"] is True and off["workload"]["flash_attention"] is False
     assert off["ceiling"]["ttft_s"] > on["ceiling"]["ttft_s"]
+
+
+def test_unfused_scores_are_traffic_not_cache_so_the_kv_critical_batch_stays():
+    def critical(fa: bool):
+        return estimate(model=load_model("llama-3.1-8b"), gpu="h100-sxm",
+                        workload=Workload(prompt_tokens=8192, flash_attention=fa)).critical_batch_kv  # fmt: skip
+
+    assert critical(False) == critical(True) == 14
+
+
+def test_unfused_attention_holds_a_micro_batch_of_scores_in_memory():
+    # a 512-token micro-batch's fp32 scores against a 120,100-token context, 32 heads: 512 x 120,100 x 32 x 4 B = 7.9 GB
+    def run(fa: bool):
+        wl = Workload(weights_dtype="q4_0", prompt_tokens=120_000, output_tokens=100, flash_attention=fa)
+        return estimate(model=load_model("llama-3.1-8b"), gpu="rtx-4090", workload=wl).memory
+
+    on, off = run(True), run(False)
+    assert off.per_gpu.workspace - on.per_gpu.workspace == pytest.approx(512 * 120_100 * 32 * 4)
+    assert on.fits and not off.fits

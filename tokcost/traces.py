@@ -56,11 +56,15 @@ class _Twice(Exception):
         self.key = key
 
 
+_READ = ("prompt_tokens", "output_tokens", "arrival_s")  # the keys a trace line is read for
+
+
 def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    """An object's pairs as a dict, refusing a repeated key; other keys beside the lengths are a trace's own."""
+    """An object's pairs as a dict, refusing a repeated key that is read; other keys, and what they hold, are the
+    trace's own (any object of the line passes here, nested ones too)."""
     out: dict[str, object] = {}
     for key, value in pairs:
-        if key in out:
+        if key in out and key in _READ:
             raise _Twice(key)
         out[key] = value
     return out

@@ -183,6 +183,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + (f" (attention {p.attention})" if p.attention != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
+        + ("" if p.fused_attention else " · flash attention off (scores through memory)")
     )
     per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
     spans = band_spans(e)

@@ -85,7 +85,7 @@ def run_validation(path: Path, engine: str | None = None) -> tuple[list[RowResul
 
     rows = load_rows(path)
     models, gpus = load_specs(rows, str(path))
-    override = load_engine(engine) if engine else None
+    override = load_engine(engine) if engine is not None else None
     try:
         folds = None if override is not None else load_folds()
         if not folds_apply(folds, rows):  # fitted on other rows: no held-out figure is claimed for these
@@ -101,7 +101,7 @@ def run_multinode(engine: str | None = None) -> list[MultinodeResult]:
     from tokcost.validation.report import multinode_results
     from tokcost.validation.run import shipped_profiles
 
-    override = load_engine(engine) if engine else None
+    override = load_engine(engine) if engine is not None else None
     return multinode_results({}, shipped_profiles(), override)
 
 

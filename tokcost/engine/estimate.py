@@ -181,7 +181,13 @@ def sequence_and_weight_bytes(d: Deployment, rates: Rates, batch: int, cached: f
     `cached` tokens, summed over its slowest stage."""
     x, rows = _slowest_rows(d, rates, batch, cached)
     per_sequence = [row for row, _ in rows if row.stage.kind in (*KV_ATTENTION, "state")]
-    kv = sum(row.stage.count * (Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)) for row in per_sequence)
+
+    def read(row: Row) -> float:  # unfused attention's scores are traffic, not the cache: its KV part alone
+        if not d.precision.fused_attention and row.stage.kind in KV_ATTENTION:
+            return Form.of(row.stage.kv_bytes)(x)
+        return Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)
+
+    kv = sum(row.stage.count * read(row) for row in per_sequence)
     return kv, sum(row.stage.count * row.weight_bytes(x) for row, _ in rows)
 
 

@@ -23,6 +23,8 @@ from tokcost.engine.memory import (
     MAX_BATCH,
     PREFILL_CHUNK_TOKENS,
     RESERVE_FRACTION,
+    SCORE_VALUE_BYTES,
+    UNFUSED_UBATCH_TOKENS,
     GpuBytes,
     ReplicaMemory,
     mlp_width,
@@ -133,7 +135,14 @@ def _deployment(e: Estimate) -> Section:
         f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {lay.nodes} node(s) of {lay.gpus_per_node}",
         f"weights {p.weights} ({w.bits:g} bits: {w.source}); attention's projections {p.attention}; experts "
         f"{p.experts}; KV {p.kv}; "
-        f"matmuls at {p.compute}; embedding and LM head at {p.embedding}",
+        f"matmuls at {p.compute}; embedding and LM head at {p.embedding}"
+        + (" (a GGUF file quantizes them too)" if get_format(p.embedding).whole_model else "")
+        + (
+            ""
+            if p.fused_attention
+            else "; flash attention off: each scored pair's fp32 score is written, softmaxed "
+            "and read back, 16 B per pair and head, on top of the KV read"
+        ),
         f"batch {wl.batch}, prompt {wl.prompt_tokens:,} (cached prefix {wl.cached_prefix_tokens:,}), output "
         f"{wl.output_tokens:,}",
     ]
@@ -294,12 +303,17 @@ def _workspace_line(e: Estimate) -> str:
     m, lay, wl, p = e.model, e.layout, e.workload, e.precision
     seqs = -(-wl.batch // lay.dp)
     act = get_format(p.activation).bytes
+    scores, why = "", ""
+    if not p.fused_attention:  # memory.ReplicaMemory.score_buffer
+        scores = (f" + min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {UNFUSED_UBATCH_TOKENS:,} tokens) x "
+                  f"{wl.total_tokens:,} x {m.attention_heads:,} / {lay.tp} x {SCORE_VALUE_BYTES} B")  # fmt: skip
+        why = "; and, flash attention off, one layer's fp32 scores of a 512-token micro-batch against the context"
     return (
         f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {PREFILL_CHUNK_TOKENS:,} tokens) x (4 x "
         f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,} / {lay.tp} x "
-        f"{LOGIT_BYTES} B = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, at most "
-        f"{PREFILL_CHUNK_TOKENS:,} tokens: residual, normed input, q/k/v/out and the MLP's gate and up at "
-        f"{p.activation}; then the fp32 logits)"
+        f"{LOGIT_BYTES} B{scores} = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, "
+        f"at most {PREFILL_CHUNK_TOKENS:,} tokens: residual, normed input, q/k/v/out and the MLP's gate and up at "
+        f"{p.activation}; then the fp32 logits{why})"
     )
 
 

@@ -36,6 +36,10 @@ RESERVE_FRACTION = 0.10
 PREFILL_CHUNK_TOKENS = 8192
 # Logits are materialized in fp32 for sampling: 4 bytes per vocab entry per sequence.
 LOGIT_BYTES = 4
+# Unfused attention (flash attention off) holds a micro-batch's fp32 scores against the whole context: llama.cpp's
+# -ub default is 512 query tokens (common/common.h n_ubatch), each score 4 bytes (its KQ tensor is F32)
+UNFUSED_UBATCH_TOKENS = 512
+SCORE_VALUE_BYTES = 4
 MAX_PIPELINE_STAGES = 64  # the smallest-layout search stops here
 MAX_BATCH = 10_000_000  # the max-batch search stops here
 Kinds = tuple[tuple[BlockKind, int], ...]  # (block kind, layers) of one pipeline stage
@@ -84,7 +88,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     for kind, count in stage_kinds(model, layers).items():
         mixer_bytes = p.attention_bytes if kind.mixer in KV_MIXERS else p.weight_bytes  # attention as shipped
         layer = mixer_params_per_rank(model, kind.mixer, tp) * mixer_bytes
-        layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.embedding_bytes  # a norm before each part
+        layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.vector_bytes  # a norm before each part
         if kind.mlp == "moe" and model.moe:
             experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
             layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
@@ -96,7 +100,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     if first:
         total += table
     if last:
-        total += h * p.embedding_bytes + (0.0 if model.tied_embeddings and first else table)
+        total += h * p.vector_bytes + (0.0 if model.tied_embeddings and first else table)
     return total
 
 
@@ -186,6 +190,7 @@ class ReplicaMemory:
         workspace = (
             min(seqs * prompt, PREFILL_CHUNK_TOKENS) * self.activation_bytes
             + seqs * self.model.vocab_size / self.layout.tp * LOGIT_BYTES
+            + self.score_buffer(seqs, prompt, tokens)
         )
         best = None
         for weights, kinds, state_per_sequence in zip(self.weights, self.kinds, self.state_per_sequence, strict=True):
@@ -195,6 +200,14 @@ class ReplicaMemory:
                 best = here
         assert best is not None
         return best
+
+    def score_buffer(self, seqs: int, prompt: int, tokens: int) -> float:
+        """Unfused attention's fp32 scores of one layer, kept while softmax and the PV matmul read them: a micro-batch
+        of queries (llama.cpp's -ub 512) against a sequence's whole context, every head of the rank; 0 when fused."""
+        if self.precision.fused_attention:
+            return 0.0
+        heads = self.model.attention_heads / self.layout.tp
+        return min(seqs * prompt, UNFUSED_UBATCH_TOKENS) * tokens * heads * SCORE_VALUE_BYTES
 
     def max_batch(self, wl: Workload) -> int:
         """The most sequences of `wl`'s lengths that fit (0 when one does not)."""

@@ -56,7 +56,7 @@ def mixer_stages(
         return []
     attention = kind.mixer in KV_MIXERS
     name = "attention norm" if attention else "mixer norm"
-    stages = [norm(name, label, count, f.tokens_dp, model.hidden_size, p.embedding)]
+    stages = [norm(name, label, count, f.tokens_dp, model.hidden_size, p.vector_format)]
     if kind.mixer == "linear":
         stages += gated_deltanet_stages(model, p, layout, f, label, count)
     elif kind.mixer == "mamba":
@@ -138,7 +138,7 @@ def _conv(name: str, label: str, count: int, f: Features[N], p: Precision, chann
           bias: bool) -> Stage[N]:  # fmt: skip
     """The depthwise causal convolution: K multiply-adds per channel per token, its window of K - 1 inputs kept."""
     t, act, bias_terms = f.tokens_dp, p.activation_bytes, 1 if bias else 0
-    weights = channels * (kernel + bias_terms) * p.embedding_bytes
+    weights = channels * (kernel + bias_terms) * p.vector_bytes
     window = channels * (kernel - 1) * p.state_bytes  # the conv state of one sequence
     note = "reads each sequence's last K - 1 inputs and writes them back"
     return Stage(name, label, "state", count, flops=(2 * kernel + bias_terms) * channels * t,

@@ -46,9 +46,9 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) 
             "memory",
             1,
             flops=4 * rows * h,
-            bytes_read=h * p.embedding_bytes,
-            weight_bytes=h * p.embedding_bytes,
-            weight_format=p.embedding,
+            bytes_read=h * p.vector_bytes,
+            weight_bytes=h * p.vector_bytes,
+            weight_format=p.vector_format,
         ),
         matmul(
             "LM head",
@@ -60,7 +60,7 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) 
             p.activation_bytes,
             h,
             0.0,
-            note="vocab x hidden, at the model dtype; logits only for each sequence's last token",
+            note=f"vocab x hidden, at {p.embedding}; logits only for each sequence's last token",
         ),
         Stage(
             "sampling",

@@ -136,6 +136,19 @@ class Precision(BaseModel):
     # does not touch it; vllm/config/cache.py)
     state: str
     fused_attention: bool = True  # Workload.flash_attention: False writes the scores out and reads them back
+    # norms, convolution weights and other vectors: the model dtype whatever the weights' format (quantizers leave
+    # them alone; a GGUF file keeps them in F32), never a GGUF file's block format
+    vectors: str = ""
+
+    @property
+    def vector_format(self) -> str:
+        """The format norms and other vectors are held in: `vectors`, or the embedding's where unset."""
+        return self.vectors or self.embedding
+
+    @property
+    def vector_bytes(self) -> float:
+        """Bytes per norm or other vector element."""
+        return formats.get(self.vector_format).bytes
 
     @property
     def weight_bytes(self) -> float:
@@ -230,6 +243,7 @@ def resolve_precision(model: ModelSpec, workload: Workload, gpu: GpuSpec | None 
         activation=activation,
         state=model.dtype,
         fused_attention=workload.flash_attention,
+        vectors=model.dtype,
     )
     if workload.compute_dtype and gpu is not None:
         from tokcost.engine.roofline import ceiling_rates, compute_dtype_applies  # it reads Precision from here

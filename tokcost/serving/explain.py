@@ -176,7 +176,8 @@ def _service_lines(r: Replica, pt: LoadPoint) -> list[str]:
     k = len(r.prompts) // 2
     prompt, (e, s), alone = r.prompts[k], pt.last_steps[k], pt.alone_s[k]
     t0, tp = fmt.ms(pt.decode_step_s), fmt.ms(pt.prefill_step_s)
-    kappa = f"kappa = 1 - T0 / Tp = 1 - {t0} / {tp} = {pt.decode_share:.3f}"
+    kappa = (f"kappa = 1 - T0 / Tp = 1 - {t0} / {tp} = {pt.decode_share:.3f}" if not r.prefill_apart
+             else "kappa = 1 (prefill apart: the decoders wait each prefill step out whole)")  # fmt: skip
     return [
         f"S = a prompt's full chunks, run alone, + s, its share of the step of its last chunk (shared with those who "
         f"join it); the median prompt ({prompt.tokens:,} tokens): {prompt.chunks - 1} full chunk(s), share e = "
@@ -191,11 +192,11 @@ def _feedback_line(r: Replica, pt: LoadPoint) -> str:
     gain, flow = r.feedback(pt), pt.rate_rps * r.decode_steps_mean
     if gain <= 0 or flow <= 0:
         return f"feedback gain {gain:.2f} (no decode batch to feed back)"
-    slope = gain / flow
-    cap = " (capped: the loop's edge)" if gain >= 0.95 else ""
+    if gain >= 0.95:  # replica.feedback's cap: the slope past it is not what the gain says
+        return "feedback gain = lambda E[n] dTPOT/db, capped at 0.95 (the loop's edge, near saturation)"
     return (
         f"feedback gain = lambda E[n] dTPOT/db = {pt.rate_rps:.3f} x {r.decode_steps_mean:,.0f} x "
-        f"{slope * 1e6:.3g} us per sequence = {gain:.2f}{cap}: a TPOT disturbance returns x 1 / (1 - gain)"
+        f"{gain / flow * 1e6:.3g} us per sequence = {gain:.2f}: a TPOT disturbance returns x 1 / (1 - gain)"
     )
 
 

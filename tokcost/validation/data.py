@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
-from tokcost.formats import FormatName
+from tokcost.formats import FormatName, KvFormatName
 from tokcost.spec_errors import validation_error
 from tokcost.validation.cells import Engine, engine_problem
 
@@ -89,7 +89,7 @@ class Row(BaseModel):
     # MoE checkpoints that mix formats (gpt-oss: MXFP4 experts, bf16 attention): the experts' format. A row that
     # sets it ran the checkpoint as shipped, so `weights` and `experts` must be the model spec's dtype and expert_dtype.
     experts: FormatName | None = None
-    kv: FormatName
+    kv: KvFormatName
     compute: str = Field(min_length=1, max_length=16)
     batch: int = Field(ge=1, le=1_000_000)
     prompt_tokens: int = Field(ge=1, le=100_000_000)

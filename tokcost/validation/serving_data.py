@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcost.errors import SpecError
 from tokcost.files import load_mapping
-from tokcost.formats import FormatName
+from tokcost.formats import FormatName, KvFormatName
 from tokcost.validation.cells import Engine, engine_problem
 from tokcost.validation.data import parse_items
 
@@ -95,7 +95,7 @@ class ServingSetup(_Layout):
     # a MoE checkpoint run as shipped with its routed experts in their own format (gpt-oss: MXFP4 experts, bf16
     # attention -> weights bf16, experts fp4), as in published.yaml; null when every weight is in `weights`
     experts: FormatName | None = None
-    kv: FormatName
+    kv: KvFormatName
     engine: Engine
     framework: Framework
     engine_version: str = Field(min_length=1, max_length=200)
@@ -187,7 +187,7 @@ class MultinodeRow(_Layout):
     gpus_per_node: int = Field(ge=1, le=1024)
     network: str = Field(min_length=1, max_length=500)
     weights: FormatName
-    kv: FormatName
+    kv: KvFormatName
     compute: str = Field(min_length=1, max_length=16)
     batch: int | None = Field(default=None, ge=1, le=100_000_000)
     # what `batch` counts: the whole unit's sequences (a client's concurrency), or one GPU's (one DP rank's)
