@@ -182,8 +182,8 @@ def sequence_and_weight_bytes(d: Deployment, rates: Rates, batch: int, cached: f
     x, rows = _slowest_rows(d, rates, batch, cached)
     per_sequence = [row for row, _ in rows if row.stage.kind in (*KV_ATTENTION, "state")]
 
-    def read(row: Row) -> float:  # unfused attention's scores are traffic, not the cache: its KV part alone
-        if not d.precision.fused_attention and row.stage.kind in KV_ATTENTION:
+    def read(row: Row) -> float:  # an attention row's cache read is its kv_bytes (its scores and queries are not)
+        if row.stage.kind in KV_ATTENTION:
             return Form.of(row.stage.kv_bytes)(x)
         return Form.of(row.stage.bytes_read)(x) - row.weight_bytes(x)
 
