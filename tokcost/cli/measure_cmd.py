@@ -133,7 +133,9 @@ def measure(
     device: DeviceOpt = Device.auto,
     batch: Annotated[str, typer.Option("--batch", "-b", help="Batch sizes, comma-separated.")] = "1",
     prompt: Annotated[int, typer.Option("--prompt", "-p", min=1, max=1_000_000, help="Prompt tokens.")] = 512,
-    output: Annotated[int, typer.Option("--output", "-o", min=2, max=1_000_000, help="Output tokens (>= 2).")] = 128,
+    output: Annotated[
+        int, typer.Option("--output", "-o", min=MIN_OUTPUT, max=1_000_000, help="Output tokens (>= 2).")
+    ] = 128,
     dtype: RunDtypeOpt = RunDtype.bf16,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=1000, help="Timed repeats (median).")] = 5,
     mode: ModeOpt = Mode.auto,

@@ -32,7 +32,7 @@ from tokcost.engine.memory import (
     stage_state_bytes,
     stage_weight_bytes,
 )
-from tokcost.engine.mixer_stages import attention_kernel
+from tokcost.engine.mixer_stages import SCORE_BYTES, attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
 from tokcost.engine.roofline import (
     ATTENTION_FLOOR_SOURCE,
@@ -140,8 +140,8 @@ def _deployment(e: Estimate) -> Section:
         + (
             ""
             if p.fused_attention
-            else "; flash attention off: each scored pair's fp32 score is written, softmaxed "
-            "and read back, 16 B per pair and head, on top of the KV read"
+            else f"; flash attention off: each scored pair's fp32 score is written, softmaxed "
+            f"and read back, {SCORE_BYTES} B per pair and head, on top of the KV read"
         ),
         f"batch {wl.batch}, prompt {wl.prompt_tokens:,} (cached prefix {wl.cached_prefix_tokens:,}), output "
         f"{wl.output_tokens:,}",

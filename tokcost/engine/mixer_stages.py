@@ -56,7 +56,7 @@ def mixer_stages(
         return []
     attention = kind.mixer in KV_MIXERS
     name = "attention norm" if attention else "mixer norm"
-    stages = [norm(name, label, count, f.tokens_dp, model.hidden_size, p.vector_format)]
+    stages = [norm(name, label, count, f.tokens_dp, model.hidden_size, p.vectors)]
     if kind.mixer == "linear":
         stages += gated_deltanet_stages(model, p, layout, f, label, count)
     elif kind.mixer == "mamba":

@@ -31,7 +31,7 @@ def mlp_stages(
 
 def norm_stage(model: ModelSpec, p: Precision, f: Features[N], label: str, count: int) -> Stage[N]:
     """The RMSNorm before the MLP."""
-    return norm("MLP norm", label, count, f.tokens_dp, model.hidden_size, p.vector_format)
+    return norm("MLP norm", label, count, f.tokens_dp, model.hidden_size, p.vectors)
 
 
 def dense_mlp_stages(

@@ -48,7 +48,7 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) 
             flops=4 * rows * h,
             bytes_read=h * p.vector_bytes,
             weight_bytes=h * p.vector_bytes,
-            weight_format=p.vector_format,
+            weight_format=p.vectors,
         ),
         matmul(
             "LM head",

@@ -138,17 +138,12 @@ class Precision(BaseModel):
     fused_attention: bool = True  # Workload.flash_attention: False writes the scores out and reads them back
     # norms, convolution weights and other vectors: the model dtype whatever the weights' format (quantizers leave
     # them alone; a GGUF file keeps them in F32), never a GGUF file's block format
-    vectors: str = ""
-
-    @property
-    def vector_format(self) -> str:
-        """The format norms and other vectors are held in: `vectors`, or the embedding's where unset."""
-        return self.vectors or self.embedding
+    vectors: str
 
     @property
     def vector_bytes(self) -> float:
         """Bytes per norm or other vector element."""
-        return formats.get(self.vector_format).bytes
+        return formats.get(self.vectors).bytes
 
     @property
     def weight_bytes(self) -> float:
