@@ -87,3 +87,16 @@ def test_unfused_attention_holds_a_micro_batch_of_scores_in_memory():
     on, off = run(True), run(False)
     assert off.per_gpu.workspace - on.per_gpu.workspace == pytest.approx(512 * 120_100 * 32 * 4)
     assert on.fits and not off.fits
+
+
+def test_compare_and_sweep_take_the_flag_and_say_so(cli):
+    args = ("-m", "llama-2-7b", "-g", "rtx-4090", "-p", "3968", "-o", "64")
+    on, off = (cli("compare", *args, *flag, "-f", "json").json()["rows"][0] for flag in ((), ("--no-flash-attention",)))
+    assert on["flash_attention"] is True and off["flash_attention"] is False
+    assert off["ttft_s"] > on["ttft_s"] and off["tpot_s"] > on["tpot_s"]  # scores through memory, both phases
+    table = cli("compare", *args, "--no-flash-attention", "-f", "markdown").stdout
+    assert "flash attention off (scores through memory)" in table
+    on, off = (cli("sweep", *args, "-b", "1,4", *flag, "-f", "json").json() for flag in ((), ("--no-flash-attention",)))
+    points_on, points_off = on["points"], off["points"]
+    assert [p["flash_attention"] for p in points_off] == [False, False]
+    assert all(b["tpot_s"] > a["tpot_s"] for a, b in zip(points_on, points_off, strict=True))

@@ -16,6 +16,7 @@ from tokcost.cli.options import (
     DpOpt,
     EngineOpt,
     EpOpt,
+    FlashOpt,
     ForceOpt,
     Format,
     FormatOpt,
@@ -60,6 +61,7 @@ def compare(
     kv_dtype: KvListOpt = None,
     compute_dtype: ComputeListOpt = None,
     cached_prefix: PrefixOpt = 0,
+    flash_attention: FlashOpt = True,
     price: Annotated[
         Optional[str],
         typer.Option("--price", help="USD per GPU-hour: one value, one per --gpu, or NAME=USD (default: the spec's)."),
@@ -82,8 +84,8 @@ def compare(
     workloads = {
         (name, i): workload_from_flags(
             batch=batch, prompt_tokens=prompt, output_tokens=output, cached_prefix_tokens=cached_prefix,
-            price_per_hour_usd=prices.get(name), **precision, **layout_flags(counts.get(name), tp, pp, ep, dp,
-                                                                             gpus_per_node),
+            flash_attention=flash_attention, price_per_hour_usd=prices.get(name), **precision,
+            **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node),
         )
         for name in names
         for i, precision in enumerate(formats)
@@ -116,8 +118,9 @@ def _formats(e: Estimate) -> str:
 def compare_table(results: list[Estimate]) -> Table:
     """Formatted purchase table: expected figures, with the ceiling tokens/s for reference."""
     wl = results[0].workload
+    off = "" if wl.flash_attention else " · flash attention off (scores through memory)"
     table = Table(
-        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}",
+        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}{off}",
         [
             "model",
             "gpu",

@@ -26,6 +26,7 @@ from tokcost.cli.options import (
     DpOpt,
     EngineOpt,
     EpOpt,
+    FlashOpt,
     ForceOpt,
     GpuOpt,
     GpusOpt,
@@ -108,6 +109,7 @@ def sweep(
     weights: WeightsListOpt = None,
     kv_dtype: KvListOpt = None,
     compute_dtype: ComputeListOpt = None,
+    flash_attention: FlashOpt = True,
     price: PriceOpt = None,
     format: SweepFormatOpt = SweepFormat.table,
     out: OutOpt = None,
@@ -123,7 +125,8 @@ def sweep(
     limit, hint = _bound(format, streamed)
     formats = format_grid(weights, kv_dtype, compute_dtype)  # each priced in turn, as compare and plan take them
     bases = [workload_from_flags(
-        prompt_tokens=contexts[0], output_tokens=output, price_per_hour_usd=price, **precision,
+        prompt_tokens=contexts[0], output_tokens=output, flash_attention=flash_attention, price_per_hour_usd=price,
+        **precision,
         **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
     ) for precision in formats]  # fmt: skip
     names = {**FLAG_OF_FIELD, "prompt_tokens": "--context"}  # --prompt alone is checked as the base's
@@ -206,8 +209,9 @@ def _destination(out: Path | None, force: bool) -> Iterator[TextIO]:
 
 def sweep_table(points: list[SweepPoint]) -> Table:
     """One formatted row per point; markers for the critical batch and the memory limit."""
+    off = "" if points[0].flash_attention else "; flash attention off: scores through memory"
     table = Table(
-        f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)",
+        f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference{off})",
         ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory/GPU", "bound", "note"],
         drop=("ceiling tok/s", "bound"),  # on a narrow terminal: the reference figures go first, the notes stay
         wrap=("note",),

@@ -209,6 +209,7 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "weights": e.precision.weights,
         "kv_dtype": e.precision.kv,
         "compute_dtype": e.precision.compute,
+        "flash_attention": e.precision.fused_attention,
         "fits": fits,
         "min_gpus": mem.min_gpus,
         "ttft_s": x.ttft_s,  # unprefixed figures are expected ones, as in sweep's points and the cost columns

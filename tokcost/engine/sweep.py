@@ -41,6 +41,7 @@ class SweepPoint:
     weights: str  # the resolved precision: weight format, KV format and compute dtype
     kv_dtype: str
     compute_dtype: str
+    flash_attention: bool  # fused attention (False: scores written out and read back, llama-bench's -fa 0)
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -115,6 +116,7 @@ def iter_sweep(
                 weights=d.precision.weights,
                 kv_dtype=d.precision.kv,
                 compute_dtype=d.precision.compute,
+                flash_attention=d.precision.fused_attention,
                 batch=batch,
                 prompt_tokens=prompt,
                 output_tokens=base.output_tokens,
