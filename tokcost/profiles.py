@@ -223,6 +223,11 @@ class EraFields(BaseModel):
     # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP
     comm_overlap: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     platforms: dict[Platform, PlatformGap] = Field(default_factory=dict)
+    # the class of its prefill attention kernels: "native" (each GPU's own best: FlashAttention-3 or TensorRT-LLM's
+    # FMHA on Hopper) or "flash-attention-2" (Ampere's mma.sync kernels: vllm-flash-attn 2.x, xformers, PyTorch's
+    # SDPA flash backend), which reach the GPU's `sustained.fa2_attention` share of its own on Hopper
+    prefill_attention_kernel: Literal["native", "flash-attention-2"] = "native"
+    prefill_attention_source: str = Field(default="", max_length=2000)  # where the kernel class comes from
     # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     # the prefill token budget of one step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,

@@ -38,6 +38,7 @@ from tokcost.engine.roofline import (
     ATTENTION_FLOOR_SOURCE,
     UNHIDDEN_SOURCE,
     Rates,
+    fa2_share,
     kernel_class,
     kernel_rates,
     matmul_path,
@@ -510,6 +511,12 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
         f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
     ]
+    fa2 = fa2_share(g, engine)
+    if fa2 != 1.0 and hw.fa2_attention is not None:
+        why = engine.prefill_attention_source.split("; ")[0] or "its profile"
+        lines.append(f"prefill attention x{fa2:g} on top: {engine.label}'s kernels are FlashAttention-2-class, "
+                     f"which leave {g.name}'s newer tensor-core paths idle ({why}) "
+                     f"[{hw.fa2_attention.provenance}]")  # fmt: skip
     if rates.unhidden:
         lines.append(f"each kernel: max(compute, memory) + {rates.unhidden:g} x min(compute, memory) (its loads "
                      f"and math overlap imperfectly; the ceiling hides it all) [{UNHIDDEN_SOURCE}]")  # fmt: skip

@@ -163,7 +163,8 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
     engine = engine.per_window(scheduler_steps)
     gap = engine.gap(gpu.platform)
     return hardware_x_engine(
-        gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute, attention_gap=gap.attention,
+        gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute,
+        attention_gap=gap.attention * fa2_share(gpu, engine),
         collectives=engine.collective_overhead_us,
         step_s=engine.step_overhead_us * gap.step * US,
         sequence_s=engine.sequence_overhead_us * gap.step * US,
@@ -171,6 +172,14 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
     )  # fmt: skip
+
+
+def fa2_share(gpu: GpuSpec, engine: EngineProfile) -> float:
+    """Prefill attention's share of the GPU's own flash attention under the engine's kernel class: an Ampere-class
+    kernel (FlashAttention-2) on a GPU whose tensor cores it leaves partly idle (Hopper) reaches the GPU's measured
+    `fa2_attention` share; 1 for native kernels and where the GPU states none."""
+    figure = gpu.hardware.fa2_attention
+    return figure.fraction if engine.prefill_attention_kernel == "flash-attention-2" and figure is not None else 1.0
 
 
 def hardware_x_engine(

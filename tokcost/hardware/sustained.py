@@ -66,6 +66,11 @@ class Sustained(BaseModel):
     copy_bandwidth: SustainedFigure
     # keys are dtypes of the spec's peak_tflops; GpuSpec checks that every listed dtype has one (fp16/bf16 share)
     gemm: dict[str, SustainedFigure] = Field(min_length=1)
+    # FlashAttention-2's prefill rate as a share of this GPU's own flash attention (FlashAttention-3 on Hopper): an
+    # Ampere-class kernel (mma.sync, no TMA or warpgroup MMA) leaves the newer tensor-core paths idle. Engines whose
+    # prefill attention is of that class (EraFields.prefill_attention_kernel) run at this share. None: the GPU's own
+    # kernels are of that class (Ampere, Ada), or no published figure (the share is then 1)
+    fa2_attention: SustainedFigure | None = None
 
     def gemm_for(self, dtype: str) -> SustainedFigure | None:
         """The GEMM share at `dtype`: its own entry, else its 16-bit partner's (fp16 <-> bf16), else None."""
@@ -83,6 +88,8 @@ class Sustained(BaseModel):
         """Where each figure comes from, by name ('copy_bandwidth', 'gemm.bf16', ...)."""
         out = {"copy_bandwidth": self.copy_bandwidth.provenance}
         out.update({f"gemm.{dtype}": figure.provenance for dtype, figure in self.gemm.items()})
+        if self.fa2_attention is not None:
+            out["fa2_attention"] = self.fa2_attention.provenance
         return out
 
 
