@@ -2,10 +2,10 @@
 
 The model: each row's prediction is the engine's own (cases.py) under its cell's parameter values (space.py);
 its error is e = log(predicted time / measured time) (rates inverted). The fit minimizes, over the free
-parameters' log-values z and one offset u per source:
+parameters' log-values z and one offset u per source, engine and platform:
 - sum over rows of Student-t's -log density of (e - u_source), NU degrees of freedom, scale SCALE (robust: a
   row far off pulls far less than under squares);
-- u^2 / (2 TAU^2) per source: each publication may sit a little off as a whole (an unstated GPU variant, clocks,
+- u^2 / (2 TAU^2) per offset: each publication may sit a little off as a whole (an unstated GPU variant, clocks,
   a harness) without moving shared parameters; used only while fitting (a prediction has no offset);
 - |log value - log parent| / scale per free parameter (Laplace shrinkage: era -> engine -> all engines; decode
   attention's engine value and a cost towards its prior centre), smoothed at 0 by EPS;
@@ -61,10 +61,12 @@ class Objective:
 
     def __init__(self, cases: Sequence[Case], space: Space, pricer: Pricer) -> None:
         self.cases, self.space, self.pricer = list(cases), space, pricer
-        # one offset per (source, engine): a publication's unstated variant or harness, per engine it ran
-        self.sources = sorted({f"{c.row.source_id}|{c.cell.engine}" for c in cases})
-        self.source_of = [self.sources.index(f"{c.row.source_id}|{c.cell.engine}") for c in cases]
-        # each engine's offsets sum to zero: its parameters, not the offsets, carry the engine's level
+        # one offset per (source, engine, platform): a publication's unstated variant or harness, per engine it ran
+        # and per platform (its ROCm runs are another build of the engine: AMD's images, a fork, its own Dockerfile)
+        self.sources = sorted({f"{c.row.source_id}|{c.cell.engine}@{c.cell.platform}" for c in cases})
+        self.source_of = [self.sources.index(f"{c.row.source_id}|{c.cell.engine}@{c.cell.platform}") for c in cases]
+        # each engine's offsets on each platform sum to zero: its parameters and its platform gap, not the offsets,
+        # carry the engine's level there
         engines = sorted({k.split("|")[1] for k in self.sources})
         self.groups = [[i for i, k in enumerate(self.sources) if k.endswith(f"|{e}")] for e in engines]
         self.products = space.products(cases)

@@ -190,6 +190,9 @@ def fit_markdown(full: FullFit, rows: Sequence[Row], models: Mapping[str, ModelS
         "GPU family, each gated on its own rows). Gated free but not pinned by the rows (a spread past x2 with its "
         "own prior left out), so back at their parent's value or prior: "
         + (", ".join(f"`{n}`" for n in full.space.loose) or "none")
+        + ". Gated free but moved past issue 19's limit when one source was left out (that source alone set them), so "
+        "back at their parent's value or prior, and every fit run again: "
+        + (", ".join(f"`{n}`" for n in full.space.unstable) or "none")
         + ".",
         "",
         *_headline(summary),

@@ -98,6 +98,7 @@ class Space:
                 self.children.setdefault(p.parent, []).append(p.name)
         self.free: tuple[str, ...] = ()
         self.loose: tuple[str, ...] = ()  # gated free, then found not pinned by the rows (LOOSE_SPREAD)
+        self.unstable: tuple[str, ...] = ()  # gated free, then moved past issue 19's limit by one source (folds.py)
         self.informed: dict[str, list[int]] = {}
 
     def _add(self, engine: str, era: str, key: str) -> None:
@@ -146,10 +147,14 @@ class Space:
                           if n in allowed and identified([cases[i] for i in informed[n]], min_sources))  # fmt: skip
         self.loose = ()
 
-    def demote(self, names: Sequence[str]) -> None:
-        """Take `names` out of the free parameters: each takes its parent's value or its prior centre."""
-        self.loose = tuple(sorted({*self.loose, *names}))
-        self.free = tuple(n for n in self.free if n not in self.loose)
+    def demote(self, names: Sequence[str], *, unstable: bool = False) -> None:
+        """Take `names` out of the free parameters: each takes its parent's value or its prior centre. `unstable`:
+        one source moved them far (folds.fit_folds), else the rows leave them flat."""
+        if unstable:
+            self.unstable = tuple(sorted({*self.unstable, *names}))
+        else:
+            self.loose = tuple(sorted({*self.loose, *names}))
+        self.free = tuple(n for n in self.free if n not in {*self.loose, *self.unstable})
 
     def resolve(self, z: dict[str, float]) -> tuple[dict[str, float], dict[str, str | None]]:
         """(every parameter's value, the free variable it equals or None) for log-values `z` of the free ones."""
