@@ -64,7 +64,7 @@ def test_plan_json_puts_the_band_under_expected(cli):
                                                    x["ttft_s"]["p90"] * band["time_high_factor"]])  # fmt: skip
 
 
-@pytest.mark.parametrize(("gpu", "engine"), [("a40", "llama.cpp"), ("a10", "vllm@v0"), ("l40s", "sglang")])
+@pytest.mark.parametrize(("gpu", "engine"), [("a40", "llama.cpp"), ("l4", "vllm@v0"), ("a40", "sglang")])
 def test_no_end_of_the_band_passes_the_ceiling(gpu, engine):
     # an era whose left-out rows ran faster than its expected (band low < 1) would put its fast end past the ceiling
     # (llama.cpp on an A40: 61.7 tokens/s beside a ceiling of 45.9); no run beats the ceiling, so the band stops there
