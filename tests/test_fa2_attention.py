@@ -73,3 +73,17 @@ def test_explain_names_the_share_and_its_source(cli):
     new = cli("estimate", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--engine", "vllm", "-p", "8192", "--tp", "4",
               "--explain").stdout  # fmt: skip
     assert "FlashAttention-2-class" not in new
+
+
+def test_flash_attention_off_runs_plain_gemms_so_no_fa2_share(cli):
+    # llama-bench's -fa 0: attention's matmuls go through cuBLAS, which uses Hopper's own tensor-core paths
+    def ttft(engine: str, fa: bool) -> float:
+        return estimate(model=load_model("llama-3.1-8b"), gpu="h100-sxm", engine=engine,
+                        workload=Workload(prompt_tokens=16_384, flash_attention=fa)).expected.ttft_s  # fmt: skip
+
+    native = load_engine("llama.cpp").model_copy(update={"prefill_attention_kernel": "native"})
+    assert ttft("llama.cpp", False) == pytest.approx(ttft(native, False), rel=1e-12)
+    assert ttft("llama.cpp", True) > ttft(native, True)
+    off = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", "llama.cpp", "-p", "16384",
+              "--no-flash-attention", "--explain").stdout  # fmt: skip
+    assert "FlashAttention-2-class" not in off

@@ -78,7 +78,9 @@ class Deployment:
             if scenario == "ceiling":
                 found = ceiling_rates(self.gpu, self.precision.compute)
             else:
-                found = expected_rates(self.gpu, self.precision.compute, self.engine)
+                found = expected_rates(
+                    self.gpu, self.precision.compute, self.engine, fused_attention=self.precision.fused_attention
+                )
             self._scenarios[scenario] = found
         return found
 

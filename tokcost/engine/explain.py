@@ -511,7 +511,7 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         f"compute side: GEMM {k.compute.gemm:.3g}{mark('c.gemm')}, prefill attention {k.compute.attention:.3g}"
         f"{mark('c.attention')}, MoE {k.compute.moe:.3g}{mark('c.moe')}",
     ]
-    fa2 = fa2_share(g, engine)
+    fa2 = fa2_share(g, engine) if e.precision.fused_attention else 1.0  # unfused: plain GEMMs
     if fa2 != 1.0 and hw.fa2_attention is not None:
         why = engine.prefill_attention_source.split("; ")[0] or "its profile"
         lines.append(f"prefill attention x{fa2:g} on top: {engine.label}'s kernels are FlashAttention-2-class, "

@@ -154,17 +154,18 @@ def _gemm_share(gpu: GpuSpec, dtype: str, peak: float) -> float:
 
 
 def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC, *, client_side: bool = True,
-                   scheduler_steps: int = 1) -> Rates:  # fmt: skip
+                   scheduler_steps: int = 1, fused_attention: bool = True) -> Rates:  # fmt: skip
     """Hardware x engine: the GPU's sustained shares of its peaks (copy for every HBM stream, the GEMM share of each
     matmul's dtype), the engine era's efficiencies per kernel class and its gap on the GPU's platform (applied per
     kernel by kernel_rate), its host costs, and the expert all-to-all it overlaps. `client_side`: the per-request
     cost is on TTFT (a user's view through an HTTP client); False for an engine-level clock. `scheduler_steps`:
-    multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's work over that many steps."""
+    multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's work over that many steps.
+    `fused_attention` False: attention's matmuls run as plain GEMMs (cuBLAS), whatever the era's flash kernels."""
     engine = engine.per_window(scheduler_steps)
     gap = engine.gap(gpu.platform)
     return hardware_x_engine(
         gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute,
-        attention_gap=gap.attention * fa2_share(gpu, engine),
+        attention_gap=gap.attention * (fa2_share(gpu, engine) if fused_attention else 1.0),
         collectives=engine.collective_overhead_us,
         step_s=engine.step_overhead_us * gap.step * US,
         sequence_s=engine.sequence_overhead_us * gap.step * US,

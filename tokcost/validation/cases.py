@@ -225,7 +225,8 @@ class Pricer:
     def rates(self, case: Case, values: Mapping[str, float]) -> Rates:
         """The case's expected Rates under `values` (its cell's keys; a key missing keeps the profile's value)."""
         got = tuple(values.get(k) for k in case.keys)
-        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, got)
+        fused = case.deployment.precision.fused_attention
+        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, fused, got)
         found = self._rates.get(key)
         if found is None:
             if len(self._rates) >= CACHE_LIMIT:
@@ -234,7 +235,8 @@ class Pricer:
             mine = {k: v for k, v in zip(case.keys, got, strict=True) if v is not None}
             profile = candidate_profile(case.profile, mine, case.cell.platform)
             found = self._rates[key] = expected_rates(case.gpu, case.deployment.precision.compute, profile,
-                                                      client_side=case.client, scheduler_steps=case.steps)  # fmt: skip
+                                                      client_side=case.client, scheduler_steps=case.steps,
+                                                      fused_attention=fused)  # fmt: skip
         return found
 
     def table(self, case: Case, rates: Rates) -> RateTable:

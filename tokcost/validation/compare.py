@@ -170,7 +170,8 @@ def row_rates(row: Row, d: Deployment, engine: EngineProfile | None) -> Rates:
     if engine is None:
         return d.rates("ceiling")
     return expected_rates(d.gpu, d.precision.compute, engine, client_side=row.measured_at == "client",
-                          scheduler_steps=row.scheduler_steps or 1)  # fmt: skip
+                          scheduler_steps=row.scheduler_steps or 1,
+                          fused_attention=d.precision.fused_attention)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
