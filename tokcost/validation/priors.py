@@ -82,8 +82,9 @@ its family's published figure, not a pool of other engines' rows (their pool is 
   GQA 8, reached 15-47% of the datasheet at 32-256 tokens (microsoft/onnxruntime PR 21414, 2024-08). Centre 0.41
   (a copy's rate over 2-3, the log-middle): TGI (the 2024 ROCm builds its rows ran call vLLM's paged kernels).
   FlashInfer's author wrote in 2025-07 that every engine's kernels have since taken the same optimizations (packed
-  KV, tensor cores; flashinfer-ai/flashinfer issue 1244), so vLLM, whose newest era runs FlashAttention-3's paged
-  decode and whose rows identify its own value in every fit, keeps the generic centre 1.0;
+  KV, tensor cores; flashinfer-ai/flashinfer issue 1244): vLLM's eras before V1 (its PagedAttention v1/v2 kernels
+  before 0.4, FlashAttention-2's paged decode in 0.4-0.7) take this family's centre as their own, apart from the
+  engine's value, and V1 (FlashAttention-3's paged decode on Hopper, after those optimizations) the generic 1.0;
 - SGLang's triton decode (its ROCm builds, and where `--attention-backend triton` is asked) is 2-3x FlashInfer's
   time at small batches and contexts, 1.25x at batch 4 x 4K tokens (sgl-project/sglang PR 2467, 2024-12): its
   fixed cost is the kernel gap's (`kernel_us`), its stream near FlashInfer's; SGLang keeps the centre 1.0;
@@ -182,6 +183,8 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
 # decode attention's kernel family by engine (the module docstring): its prior centre where its rows identify nothing
 PAGED_KERNELS = Prior(0.3, 1.12, 0.41)  # vLLM's PagedAttention / FlashAttention's paged decode
 ATTENTION_BY_ENGINE: dict[str, Prior] = {"tgi": PAGED_KERNELS}
+# eras whose decode attention is a kernel family of its own, apart from their engine's pooled value (the docstring)
+ATTENTION_BY_ERA: dict[tuple[str, str], Prior] = {("vllm", "eager"): PAGED_KERNELS, ("vllm", "v0"): PAGED_KERNELS}
 UNPOOLED = frozenset({"m.attention", "m.attention_mla"})  # classes an engine never takes from other engines' rows
 EAGER_CELLS = frozenset(cell for cell, costs in COST_PRIORS.items() if "launch_us" in costs)
 
@@ -191,6 +194,11 @@ def efficiency_prior(key: str) -> Prior:
     if key in EFFICIENCY_PRIORS:
         return EFFICIENCY_PRIORS[key]
     return EFFICIENCY_PRIORS["m.wo" if key.startswith("m.wo.") else key]
+
+
+def own_family(engine: str, era: str, key: str) -> bool:
+    """Whether this era's decode attention is a kernel family of its own (ATTENTION_BY_ERA): no engine value above."""
+    return key == "m.attention" and (engine, era) in ATTENTION_BY_ERA
 
 
 def engine_efficiency_prior(engine: str, key: str) -> Prior:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from tokcost.validation.cases import Case, Pricer, is_cost
 from tokcost.validation.priors import (
+    ATTENTION_BY_ERA,
     BANDWIDTH_PRODUCT,
     COST_SCALE,
     GEMM_PRODUCT,
@@ -35,6 +36,7 @@ from tokcost.validation.priors import (
     Prior,
     cost_prior,
     engine_efficiency_prior,
+    own_family,
 )  # fmt: skip
 
 # host costs the rows cannot tell apart from the others: the per-sequence cost moves only the large-batch rows, where
@@ -76,9 +78,12 @@ def _gap_key(key: str) -> str:
 
 
 def param_prior(engine: str, era: str, key: str) -> Prior:
-    """The range and centre of one era's parameter (an efficiency's by its engine's kernel family where it has one)."""
+    """The range and centre of one era's parameter (an efficiency's by its era's or its engine's kernel family where
+    it has one)."""
     if is_cost(key):
         return cost_prior(engine, era, key)
+    if own_family(engine, era, key):
+        return ATTENTION_BY_ERA[(engine, era)]
     return engine_efficiency_prior(engine, key if key.startswith(("m.", "c.")) else _gap_key(key))
 
 
@@ -108,6 +113,9 @@ class Space:
         prior = param_prior(engine, era, key)
         if is_cost(key):
             self.params[name] = Param(name, key, prior, None, COST_SCALE, "era")
+            return
+        if own_family(engine, era, key):  # its kernel family's figure is its parent, not its engine's other eras
+            self.params[name] = Param(name, key, prior, None, SHRINK_SCALE, "era")
             return
         self.params[name] = Param(name, key, prior, f"{engine}.{key}", SHRINK_SCALE, "era")
         pool = None if key in UNPOOLED else f"all.{key}"  # an unpooled class: the engine's family prior is its parent

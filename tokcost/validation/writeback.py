@@ -15,7 +15,7 @@ from typing import Any
 from tokcost.profiles import WEIGHT_ONLY_FAMILIES, Band
 from tokcost.validation.cases import COST_KEYS, GAP_SIDES
 from tokcost.validation.folds import DIGITS
-from tokcost.validation.priors import EAGER_CELLS, cost_prior
+from tokcost.validation.priors import EAGER_CELLS, cost_prior, own_family
 from tokcost.validation.space import Space, param_prior
 
 EFFICIENCY_KEYS = ("m.gemv", "m.attention", "m.attention_mla", "m.moe", "c.gemm", "c.attention", "c.moe")
@@ -38,11 +38,10 @@ def resolved(space: Space, values: Mapping[str, float], engine: str, era: str, k
         if name in free:
             return values[name], "fitted"
         return (values[name] if name in values else cost_prior(engine, era, key).centre), "prior"
-    for name, label in (
-        (f"{engine}.{era}.{key}", "fitted"),
-        (f"{engine}.{key}", "engine"),
-        (f"all.{key}", "all engines"),
-    ):
+    chain = [(f"{engine}.{era}.{key}", "fitted")]
+    if not own_family(engine, era, key):  # an era of its own kernel family takes nothing of its engine's other eras
+        chain += [(f"{engine}.{key}", "engine"), (f"all.{key}", "all engines")]
+    for name, label in chain:
         if name in free:
             return values[name], label
     return param_prior(engine, era, key).centre, "prior"
