@@ -28,7 +28,7 @@ from tokcost.validation.space import LOOSE_SPREAD, Space
 NU = 4.0  # Student-t degrees of freedom
 SCALE = 0.15  # Student-t scale on log error
 TAU = 0.2  # a source's offset: its spread in log (an unstated variant or clock: +-20%)
-ZERO_SUM = 0.01  # an engine's offsets sum to zero within this (in log): the offsets carry no engine's level
+ZERO_SUM = 0.01  # an engine's offsets on a platform sum to zero within this (in log): they carry no engine's level
 EPS = 0.02  # smoothing of |x| at 0
 STEP = 0.01  # forward-difference step in log
 MAX_ITERATIONS = 80
@@ -43,7 +43,7 @@ class FitResult:
     values: dict[str, float]  # every parameter (free, or its parent's / prior centre's value)
     free: tuple[str, ...]
     informed: dict[str, int]  # rows each parameter informs
-    offsets: dict[str, float]  # per source, fitting only
+    offsets: dict[str, float]  # per source, engine and platform ("source|engine@platform"), fitting only
     objective: float
     iterations: int
 

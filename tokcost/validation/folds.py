@@ -4,10 +4,10 @@
 (leave-one-source-out, LOSO: each source predicted by a fit that never read it) and with one GPU family's rows left
 out (leave-one-family-out). A fold frees the full fit's free parameters that its own rows still identify (2 sources
 left of the 3 the full fit needs: space.py), and starts where the full fit starts, at the priors' centres: a fold
-warm-started from the full fit would carry the left-out source's pull along every direction its own rows leave
-flat (with the full fit's values and offsets as its start, the median of per-source medians read 13.7%; from the
-priors, 15.1%). A free value that one left-out source moves past issue 19's limit goes back to its parent or
-prior, and the full fit and the folds run again (`fit_folds`, STABILITY_ROUNDS at most). What is stored
+warm-started from the full fit would carry the left-out source's pull along every direction its own rows leave flat
+(when this was chosen, the median of per-source medians read 13.7% warm-started from the full fit's values and
+offsets, 15.1% from the priors). A free value that one left-out source moves past issue 19's limit goes back to its
+parent or prior, and the full fit and the folds run again (`fit_folds`, STABILITY_ROUNDS at most). What is stored
 (folds.json, written by scripts/fit_expected.py) is, per fold, every cell's parameter values (the fold's fitted
 values, or the parents' and priors' they fall back to) and the digest of the rows they were fitted on; `tokcost
 validate` writes each fold's values into the cell's shipped profile and re-prices the left-out rows with the engine.
