@@ -87,3 +87,23 @@ def test_flash_attention_off_runs_plain_gemms_so_no_fa2_share(cli):
     off = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", "llama.cpp", "-p", "16384",
               "--no-flash-attention", "--explain").stdout  # fmt: skip
     assert "FlashAttention-2-class" not in off
+
+
+def test_flash_attention_2_has_no_fp8_path_so_an_fp8_cache_is_multiplied_at_16_bits():
+    gpu = load_gpu("h100-sxm")
+    old, new = (expected_rates(gpu, "fp8", load_engine(e)) for e in ("vllm@0.6", "vllm"))
+    v0 = load_engine("vllm@0.6")
+    native = expected_rates(gpu, "fp8", v0.model_copy(update={"prefill_attention_kernel": "native"}))
+    # the native class multiplies an FP8 cache at the FP8 peak; FlashAttention-2 at the 16-bit peak, then x0.58
+    fa2, fp8 = kernel_rate("attention", "fp8", old), kernel_rate("attention", "fp8", native)
+    sixteen = kernel_rate("attention", "bf16", native)
+    assert fp8.flops_per_s == pytest.approx(2 * sixteen.flops_per_s, rel=0.05)  # H100: FP8 dense = 2 x BF16
+    assert fa2.flops_per_s == pytest.approx(0.58 * sixteen.flops_per_s)
+    assert kernel_rate("attention", "fp8", new).flops_per_s > fa2.flops_per_s * 3
+
+
+def test_explain_says_an_fp8_cache_is_multiplied_at_16_bits_under_flash_attention_2(cli):
+    args = ("estimate", "-m", "llama-3.1-70b", "-g", "l40s", "--tp", "4", "--weights", "fp8", "--kv-dtype", "fp8",
+            "-p", "8192", "--explain", "--engine")  # fmt: skip
+    assert "attention at 16 bits: vllm@v0's kernels" in cli(*args, "vllm@0.6").stdout  # Ada: no FA2 share, still
+    assert "attention at 16 bits" not in cli(*args, "vllm").stdout

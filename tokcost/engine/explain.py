@@ -517,6 +517,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         lines.append(f"prefill attention x{fa2:g} on top: {engine.label}'s kernels are FlashAttention-2-class, "
                      f"which leave {g.name}'s newer tensor-core paths idle ({why}) "
                      f"[{hw.fa2_attention.provenance}]")  # fmt: skip
+    fp8_cache = peak.compute_dtype == "fp8" and matmul_path("attention", e.precision.kv, peak)[0] == "attention"
+    if fp8_cache and not rates.fp8_attention:
+        lines.append(f"attention at 16 bits: {engine.label}'s kernels are FlashAttention-2-class, which have no FP8 "
+                     "path, so the FP8 cache is multiplied at the 16-bit rate (the ceiling: at FP8)")  # fmt: skip
     if rates.unhidden:
         lines.append(f"each kernel: max(compute, memory) + {rates.unhidden:g} x min(compute, memory) (its loads "
                      f"and math overlap imperfectly; the ceiling hides it all) [{UNHIDDEN_SOURCE}]")  # fmt: skip

@@ -84,6 +84,7 @@ class Rates:
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
     unhidden: float = 0.0  # share of a kernel's shorter roofline side not hidden behind its longer (0: the ceiling)
     attention_floor_s: float = 0.0  # an attention kernel's fixed time on the GPU, whatever its work (0: the ceiling)
+    fp8_attention: bool = True  # attention takes FP8 operands with an FP8 cache (FlashAttention-2-class kernels: no)
 
     def host_s(self, sequences: float) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
@@ -172,6 +173,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
+        fp8_attention=engine.prefill_attention_kernel != "flash-attention-2",  # FlashAttention-2 has no FP8 path
     )  # fmt: skip
 
 
@@ -188,7 +190,7 @@ def hardware_x_engine(
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
-    unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
+    unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S, fp8_attention: bool = True,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -217,6 +219,7 @@ def hardware_x_engine(
         comm_overlap=overlap,
         unhidden=unhidden,
         attention_floor_s=attention_floor_s,
+        fp8_attention=fp8_attention,
     )
 
 
@@ -245,7 +248,7 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
     other formats dequantized into the compute dtype; attention multiplies activations by the cache at FP8 with an
     FP8 cache under FP8 compute, else at 16 bits."""
     if kind in KV_ATTENTION:
-        fp8 = rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
+        fp8 = rates.fp8_attention and rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         return ("attention" if fp8 or not rates.float16_flops_per_s else "float16"), False
     if not weight_format:
         return "compute", False
