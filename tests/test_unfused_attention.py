@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import tokcost
 from tokcost import Workload, estimate, load_model
 from tokcost.engine.mixer_stages import SCORE_BYTES
+from tokcost.errors import UsageError
 from tokcost.validation.data import load_rows
 
 DATA = Path(__file__).resolve().parents[1] / "tokcost" / "validation" / "published.yaml"
@@ -100,3 +102,20 @@ def test_compare_and_sweep_take_the_flag_and_say_so(cli):
     points_on, points_off = on["points"], off["points"]
     assert [p["flash_attention"] for p in points_off] == [False, False]
     assert all(b["tpot_s"] > a["tpot_s"] for a, b in zip(points_on, points_off, strict=True))
+
+
+def test_plan_takes_the_flag_in_the_cli_and_the_api(cli):
+    args = ("plan", "-m", "llama-2-7b", "-g", "rtx-4090", "--engine", "llama.cpp", "--rate", "0.5", "-p", "3000",
+            "-o", "200", "-f", "json")  # fmt: skip
+    on, off = (cli(*args, *flag).json() for flag in ((), ("--no-flash-attention",)))
+    assert on["workload"]["flash_attention"] is True and off["workload"]["flash_attention"] is False
+    first_on, first_off = on["configs"][0]["expected"], off["configs"][0]["expected"]
+    assert first_off["ttft_s"]["p90"] > first_on["ttft_s"]["p90"]  # a 3,000-token prompt's scores through memory
+    api = tokcost.plan(model="llama-2-7b", gpus="rtx-4090", engine="llama.cpp", rate_rps=0.5, prompt_tokens=3000,
+                       output_tokens=200, flash_attention=False).to_dict()  # fmt: skip
+    assert api["workload"]["flash_attention"] is False
+    assert api["configs"][0]["expected"]["ttft_s"] == first_off["ttft_s"]
+    table = cli(*args[:-2], "--no-flash-attention").stdout
+    assert "flash attention off (scores through memory)" in table
+    with pytest.raises(UsageError, match="(?i)flash_attention: must be true or false"):
+        tokcost.plan(model="llama-2-7b", gpus="rtx-4090", rate_rps=0.5, flash_attention="no")  # type: ignore[arg-type]

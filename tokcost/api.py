@@ -313,6 +313,7 @@ def plan(
     simulate: bool = False,
     requests: int | None = None,
     seed: int = 0,
+    flash_attention: bool = True,
 ) -> PlanResult:
     """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...];
     `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both)."""
@@ -336,7 +337,7 @@ def plan(
     lists["chunks"] = chunks if chunks is None or isinstance(chunks, str) else _several(chunks, int)  # 'search' too
     space = plan_space(
         gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, prefill=prefill,
-        mode=mode, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True,
+        mode=mode, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True, flash_attention=flash_attention,
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
     result = run_plan(_model(model), traffic, [parse_slo(s, "slos") for s in _several(slos, str)], space,

@@ -13,7 +13,7 @@ import typer
 from tokcost import plots
 from tokcost.cli.common import int_list, per_gpu_values, split_list
 from tokcost.cli.deploy import warn
-from tokcost.cli.options import EngineOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
+from tokcost.cli.options import EngineOpt, FlashOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
 from tokcost.cli.render import flatten, print_csv, print_json, print_tables
 from tokcost.errors import UsageError
@@ -102,6 +102,7 @@ def plan(
     compute_dtype: Annotated[
         Optional[str], typer.Option("--compute-dtype", help="Matmul dtypes (default: fp8/fp4 where native).")
     ] = None,
+    flash_attention: FlashOpt = True,
     chunk: Annotated[
         Optional[str],
         typer.Option(
@@ -173,6 +174,7 @@ def plan(
         headroom=headroom,
         prices=per_gpu_values(price, [g.name for g in gpus], "--price", float),  # type: ignore[arg-type]
         networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
+        flash_attention=flash_attention,
     )  # fmt: skip
     result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
                       seed=seed or 0)  # fmt: skip

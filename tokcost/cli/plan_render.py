@@ -106,7 +106,9 @@ def header(result: Plan) -> str:
     slos = ", ".join(_slo_text(s) for s in result.slos) or "none (latencies at the offered load, and saturation)"
     prefix = f" · cached prefix {t.cached_prefix_tokens:,}" if t.cached_prefix_tokens else ""
     lengths = f"prompt {t.prompt_mean_tokens:,.0f} ({t.prompt.label}) · output {t.output.mean:,.0f} ({t.output.label})"
-    return f"{result.model.name} · {load} · {lengths}{prefix} · SLO {slos} · headroom {result.space.headroom:.0%}"
+    off = "" if result.space.flash_attention else " · flash attention off (scores through memory)"
+    return (f"{result.model.name} · {load} · {lengths}{prefix} · SLO {slos} · headroom {result.space.headroom:.0%}"
+            f"{off}")  # fmt: skip
 
 
 def _slo_text(slo: Slo) -> str:

@@ -303,6 +303,7 @@ def plan_space(
     max_running: int | None = None,
     prefill: str = "engine", mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
     prices: Mapping[str, float] | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
+    flash_attention: bool = True,
 ) -> Space:  # fmt: skip
     """The search space, every list and knob in range (as the flags are on the command line)."""
     if not gpus:
@@ -320,6 +321,8 @@ def plan_space(
         raise UsageError(
             f"{name('headroom', api)}: must be a fraction from 0 to 10 (got {headroom!r:.20}); 0.2 keeps 20% free"
         )
+    if not isinstance(flash_attention, bool):
+        raise UsageError(f"{name('flash_attention', api)}: must be true or false (got {flash_attention!r:.20})")
     cap = _ints([max_running] if max_running is not None else None, "max_running", 1, 10_000_000, api)
     most = _ints([max_gpus] if max_gpus is not None else None, "max_gpus", 1, 1_000_000, api)
     return Space(
@@ -330,5 +333,5 @@ def plan_space(
         chunks=_chunk_budgets(chunks, api), max_running=cap[0] if cap else None,
         prefill_apart=PREFILL[prefill], mode=mode,  # type: ignore[arg-type]
         max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
-        networks=dict(networks or {}),
+        networks=dict(networks or {}), flash_attention=flash_attention,
     )  # fmt: skip

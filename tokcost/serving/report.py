@@ -81,7 +81,7 @@ def config_dict(row: Row) -> dict[str, Any]:
     }
 
 
-def workload_dict(traffic: Traffic, headroom: float) -> dict[str, Any]:
+def workload_dict(traffic: Traffic, headroom: float, flash_attention: bool = True) -> dict[str, Any]:
     """The traffic as planned (prompt_tokens: the mean full prompt, cached prefix included)."""
     return {
         "rate_rps": traffic.rate_rps,
@@ -94,6 +94,7 @@ def workload_dict(traffic: Traffic, headroom: float) -> dict[str, Any]:
         "cached_prefix_tokens": traffic.cached_prefix_tokens,
         "client_rtt_s": traffic.client_rtt_s if traffic.concurrency else None,
         "headroom": headroom,
+        "flash_attention": flash_attention,
     }
 
 
@@ -102,7 +103,7 @@ def plan_dict(plan: Plan, explain: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "model": plan.model.name,
-        "workload": workload_dict(plan.traffic, plan.space.headroom),
+        "workload": workload_dict(plan.traffic, plan.space.headroom, plan.space.flash_attention),
         "slo": {slo.label: slo.seconds for slo in plan.slos},
         "configs": [config_dict(row) for row in plan.rows],
         "load": plan.load,

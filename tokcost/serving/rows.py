@@ -46,6 +46,7 @@ class Space:
     headroom: float = 0.2
     prices: Mapping[str, float] = field(default_factory=dict)
     networks: Mapping[str, Link] = field(default_factory=dict)  # GPU name -> its network between nodes
+    flash_attention: bool = True  # fused attention; False: scores through memory (llama-bench's -fa 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,7 +242,9 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
             matmul = compute or (native_compute(weights, gpu) if weights else None)
 
             def deploy(layout: Layout, g: GpuSpec = gpu, w=weights, k=kv, c=matmul) -> Deployment:  # noqa: ANN001
-                return Deployment(g, layout, w, k, c, space.networks.get(g.name), space.engine)
+                return Deployment(
+                    g, layout, w, k, c, space.networks.get(g.name), space.engine, flash_attention=space.flash_attention
+                )
 
             try:
                 resolved = deploy(Layout(1)).precision(model)

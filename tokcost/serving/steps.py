@@ -38,6 +38,7 @@ class Deployment:
     compute_dtype: str | None = None
     network: Link | None = None  # between nodes, for layouts that span them
     engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
+    flash_attention: bool = True  # fused attention; False: the scores go through memory
 
     def workload(self, batch: int = 1, prompt: int = 1024, output: int = 256, cached: int = 0) -> Workload:
         """The engine's Workload for this deployment: its layout, precision and lengths."""
@@ -45,7 +46,7 @@ class Deployment:
         return Workload(
             batch=batch, prompt_tokens=prompt, output_tokens=output, tp=lay.tp, pp=lay.pp, ep=lay.ep, dp=lay.dp,
             weights_dtype=self.weights, kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype,
-            cached_prefix_tokens=cached,
+            cached_prefix_tokens=cached, flash_attention=self.flash_attention,
         )  # fmt: skip
 
     def precision(self, model: ModelSpec) -> Precision:
