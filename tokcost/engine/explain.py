@@ -519,8 +519,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
                      f"[{hw.fa2_attention.provenance}]")  # fmt: skip
     fp8_cache = peak.compute_dtype == "fp8" and matmul_path("attention", e.precision.kv, peak)[0] == "attention"
     if fp8_cache and not rates.fp8_attention:
-        lines.append(f"attention at 16 bits: {engine.label}'s kernels are FlashAttention-2-class, which have no FP8 "
-                     "path, so the FP8 cache is multiplied at the 16-bit rate (the ceiling: at FP8)")  # fmt: skip
+        why = ("its kernels are FlashAttention-2-class, which have no FP8 path" if e.precision.fused_attention
+               else "its attention kernels are FlashAttention-2-class, and it runs no FP8 attention")  # fmt: skip
+        lines.append(f"attention at 16 bits: {engine.label} multiplies the FP8 cache at the 16-bit rate ({why}; the "
+                     "ceiling: at FP8)")  # fmt: skip
     if rates.unhidden:
         lines.append(f"each kernel: max(compute, memory) + {rates.unhidden:g} x min(compute, memory) (its loads "
                      f"and math overlap imperfectly; the ceiling hides it all) [{UNHIDDEN_SOURCE}]")  # fmt: skip
