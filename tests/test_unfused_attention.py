@@ -119,3 +119,14 @@ def test_plan_takes_the_flag_in_the_cli_and_the_api(cli):
     assert "flash attention off (scores through memory)" in table
     with pytest.raises(UsageError, match="(?i)flash_attention: must be true or false"):
         tokcost.plan(model="llama-2-7b", gpus="rtx-4090", rate_rps=0.5, flash_attention="no")  # type: ignore[arg-type]
+
+
+def test_predict_takes_the_flag_for_one_replica():
+    from tokcost.serving.predict import predict
+
+    def p90_ttft(fa: bool) -> float:
+        got = predict(LLAMA2, tokcost.load_gpu("rtx-4090"), tp=1, prompt_tokens=3000, output_tokens=200, rate_rps=0.2,
+                      engine=tokcost.load_engine("llama.cpp"), flash_attention=fa)  # fmt: skip
+        return got.ttft_s["p90"]
+
+    assert p90_ttft(False) > p90_ttft(True)
