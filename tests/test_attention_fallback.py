@@ -8,13 +8,20 @@ family's prior centre, labelled "prior" in the profile; never the engine with mo
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tokcost.cli.validate_cmd import load_specs
 from tokcost.profiles import EFFICIENCY_RANGE
 from tokcost.validation.cases import Pricer, prepare
 from tokcost.validation.data import parse_rows
-from tokcost.validation.priors import ATTENTION_BY_ENGINE, EFFICIENCY_PRIORS, engine_efficiency_prior
+from tokcost.validation.priors import (
+    ATTENTION_BY_ENGINE,
+    ATTENTION_BY_ERA,
+    EFFICIENCY_PRIORS,
+    engine_efficiency_prior,
+)
 from tokcost.validation.run import shipped_profiles
 from tokcost.validation.space import Space, param_prior
 from tokcost.validation.writeback import resolved
@@ -81,3 +88,26 @@ def test_attention_priors_are_physical(engine):
     if engine in ATTENTION_BY_ENGINE:
         # FlashInfer's tensor-core GQA decode is 2-3x vLLM's PagedAttention (flashinfer.ai, 2024-02-02, figure 9)
         assert 2.0 <= generic.centre / prior.centre <= 3.0
+
+
+def test_vllm_before_v1_takes_its_paged_kernels_figure_never_its_engines_pooled_value():
+    # V1 rows from 3 sources identify vLLM's decode attention; a V0 row of its own still reads PagedAttention's 0.41
+    shapes = ((32, 8_000), (64, 8_000), (128, 8_000))
+    rows = [_row(i, source=s, engine="vllm", version="0.10.0", batch=b, prompt=p)
+            for i, ((b, p), s) in enumerate(zip(shapes, ("a", "b", "c"), strict=True))]  # fmt: skip
+    rows.append(_row(9, source="d", engine="vllm", version="0.6.3", batch=64, prompt=8_000))
+    parsed = parse_rows({"rows": rows}, "t.yaml")
+    models, gpus = load_specs(parsed, "t.yaml")
+    cases = prepare(parsed, models, gpus, shipped_profiles())
+    space = Space(cases)
+    space.gate(cases, Pricer())
+    assert space.params["vllm.v0.m.attention"].parent is None  # its own kernel family: no engine value above it
+    assert space.params["vllm.v1.m.attention"].parent == "vllm.m.attention"
+    assert "vllm.m.attention" in space.free and "vllm.v0.m.attention" not in space.free  # one source
+    values, _ = space.resolve({"vllm.m.attention": math.log(FITTED)})
+    paged = ATTENTION_BY_ERA[("vllm", "v0")].centre
+    assert paged == pytest.approx(0.41) and values["vllm.v0.m.attention"] == pytest.approx(paged)
+    assert values["vllm.v1.m.attention"] == pytest.approx(FITTED)
+    assert resolved(space, values, "vllm", "v0", "m.attention") == (paged, "prior")
+    assert resolved(space, values, "vllm", "eager", "m.attention") == (paged, "prior")  # no rows: its family too
+    assert resolved(space, values, "vllm", "v1", "m.attention")[1] in ("fitted", "engine")

@@ -7,7 +7,9 @@ Shrinkage: an era's value is drawn towards its engine's, an engine's towards all
 Decode attention (`m.attention`, `m.attention_mla`: priors.UNPOOLED) has no all-engines value: the engines run
 different kernel families for it, so an engine's value is drawn towards its family's prior centre
 (priors.engine_efficiency_prior), and an engine whose rows do not identify it takes that centre, never other
-engines' rows.
+engines' rows. An era whose decode kernels are a family of their own (priors.ATTENTION_BY_ERA: vLLM before V1) has
+no parent for it either: its value is drawn towards its family's centre, never towards its engine's other eras. A
+free value that one left-out source moves past issue 19's limit is sent back the same way (folds.fit_folds).
 
 The gate, decided on the rows a fit may read before any value moves: a parameter is free only when the rows it
 informs (a probe, x 0.8 on a share or + PROBE_US on a cost, moves their prediction by 5% or more) come from at least

@@ -1,7 +1,8 @@
 """What the fit writes into the engine files: each era's values, whether each was fitted or fell back, its band.
 
 Every era of every engine file gets every parameter: its own fitted value where its rows identified it, else its
-engine's pooled value, else every engine's (never for decode attention: its kernel family's), else its prior centre
+engine's pooled value, else every engine's (never for decode attention: its kernel family's; an era of its own
+decode family, priors.ATTENTION_BY_ERA, takes nothing from its engine either), else its prior centre
 (space.py), each labelled in `basis` (fitted, engine, all engines, prior). Hand-kept keys (summary, versions,
 scheduler defaults, notes, sources) are never touched. The generated keys are written in one order so that a refit
 on the same rows rewrites nothing.
