@@ -31,7 +31,7 @@ from tokcost.cli.options import (
     TpOpt,
     WeightsListOpt,
 )
-from tokcost.cli.render import Table, print_csv, print_json, print_tables
+from tokcost.cli.render import Table, flash_note, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
 from tokcost.engine.report import compare_row
 from tokcost.hardware.library import load_gpu, network_for
@@ -118,9 +118,8 @@ def _formats(e: Estimate) -> str:
 def compare_table(results: list[Estimate]) -> Table:
     """Formatted purchase table: expected figures, with the ceiling tokens/s for reference."""
     wl = results[0].workload
-    off = "" if wl.flash_attention else " · flash attention off (scores through memory)"
     table = Table(
-        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}{off}",
+        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}{flash_note(wl.flash_attention)}",
         [
             "model",
             "gpu",

@@ -34,7 +34,7 @@ from tokcost.cli.options import (
     TpOpt,
     WeightsOpt,
 )
-from tokcost.cli.render import Table, flatten, print_csv, print_json, print_tables
+from tokcost.cli.render import Table, flash_note, flatten, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.journey import Journey, JourneyRow, journey
@@ -183,7 +183,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + (f" (attention {p.attention})" if p.attention != p.weights else "")
         + f" · KV {p.kv} · compute {p.compute}"
-        + ("" if p.fused_attention else " · flash attention off (scores through memory)")
+        + flash_note(p.fused_attention)
     )
     per_seq = [fmt.rate(s.decode_tokens_per_s / wl.batch if s.decode_tokens_per_s else None) for s in (c, x)]
     spans = band_spans(e)

@@ -4,7 +4,7 @@ rest after it, so a narrow terminal leaves out the detail and never the answer; 
 from __future__ import annotations
 
 from tokcost import fmt
-from tokcost.cli.render import Table
+from tokcost.cli.render import Table, flash_note
 from tokcost.engine.band import band_of
 from tokcost.serving.fleet import Fleet
 from tokcost.serving.search import Plan, Row, precision_parts, row_label, short_label
@@ -106,9 +106,8 @@ def header(result: Plan) -> str:
     slos = ", ".join(_slo_text(s) for s in result.slos) or "none (latencies at the offered load, and saturation)"
     prefix = f" · cached prefix {t.cached_prefix_tokens:,}" if t.cached_prefix_tokens else ""
     lengths = f"prompt {t.prompt_mean_tokens:,.0f} ({t.prompt.label}) · output {t.output.mean:,.0f} ({t.output.label})"
-    off = "" if result.space.flash_attention else " · flash attention off (scores through memory)"
     return (f"{result.model.name} · {load} · {lengths}{prefix} · SLO {slos} · headroom {result.space.headroom:.0%}"
-            f"{off}")  # fmt: skip
+            f"{flash_note(result.space.flash_attention)}")  # fmt: skip
 
 
 def _slo_text(slo: Slo) -> str:

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 PIPED_WIDTH = 200
+FLASH_OFF = " · flash attention off (scores through memory)"  # every title of a workload priced unfused
+
+
+def flash_note(fused: bool) -> str:
+    """What a table's title adds for a workload priced with flash attention off ('' when fused)."""
+    return "" if fused else FLASH_OFF
+
+
 RICH_ROWS = 200  # rich lays a table out at ~0.6 ms a row: a longer one prints as plain aligned text
 
 

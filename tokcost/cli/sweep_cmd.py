@@ -41,7 +41,7 @@ from tokcost.cli.options import (
     TpOpt,
     WeightsListOpt,
 )  # fmt: skip
-from tokcost.cli.render import RICH_ROWS, Table, json_text, markdown, print_tables, write_rows
+from tokcost.cli.render import RICH_ROWS, Table, flash_note, json_text, markdown, print_tables, write_rows
 from tokcost.engine.estimate import deployment
 from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
@@ -209,9 +209,9 @@ def _destination(out: Path | None, force: bool) -> Iterator[TextIO]:
 
 def sweep_table(points: list[SweepPoint]) -> Table:
     """One formatted row per point; markers for the critical batch and the memory limit."""
-    off = "" if points[0].flash_attention else "; flash attention off: scores through memory"
     table = Table(
-        f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference{off})",
+        f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)"
+        + flash_note(points[0].flash_attention),
         ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory/GPU", "bound", "note"],
         drop=("ceiling tok/s", "bound"),  # on a narrow terminal: the reference figures go first, the notes stay
         wrap=("note",),

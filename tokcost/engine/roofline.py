@@ -173,7 +173,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
-        fp8_attention=engine.prefill_attention_kernel != "flash-attention-2",  # FlashAttention-2 has no FP8 path
+        fp8_attention=not engine.fa2_kernels,  # FlashAttention-2 has no FP8 path
     )  # fmt: skip
 
 
@@ -182,7 +182,7 @@ def fa2_share(gpu: GpuSpec, engine: EngineProfile) -> float:
     kernel (FlashAttention-2) on a GPU whose tensor cores it leaves partly idle (Hopper) reaches the GPU's measured
     `fa2_attention` share; 1 for native kernels and where the GPU states none."""
     figure = gpu.hardware.fa2_attention
-    return figure.fraction if engine.prefill_attention_kernel == "flash-attention-2" and figure is not None else 1.0
+    return figure.fraction if engine.fa2_kernels and figure is not None else 1.0
 
 
 def hardware_x_engine(
