@@ -218,6 +218,11 @@ class EraFields(BaseModel):
     launch_overhead_us: Microseconds = 0.0  # per launched kernel, eager eras only (a CUDA graph launches them all)
     # per kernel on the GPU, every era: the idle gap between consecutive kernels and each one's ramp-up and tail
     kernel_overhead_us: Microseconds = 0.0
+    # kernels the era launches per stage row of tokcost's pass (a dense Llama layer is 7 rows: two norms, QKV, KV
+    # write, attention, output, MLP), on which the launch and gap costs above are paid: 1 where its fused kernels
+    # match the rows; more for an unfused graph (llama.cpp's ggml ops, each a kernel)
+    kernels_per_row: Annotated[float, Field(ge=1, le=20, allow_inf_nan=False)] = 1.0
+    kernels_per_row_source: str = Field(default="", max_length=2000)  # where the count comes from
     request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission
     collective_overhead_us: CollectiveCosts = CollectiveCosts()
     # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP

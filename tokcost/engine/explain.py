@@ -46,7 +46,7 @@ from tokcost.engine.roofline import (
 from tokcost.formats import get as get_format
 from tokcost.models.layers import KV_MIXERS, MIXERS
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import KernelEfficiency, kernel_family
+from tokcost.profiles import EngineProfile, KernelEfficiency, kernel_family
 from tokcost.units import MIB
 
 ATTENTION_NAME = {"attention": "paged GQA / MHA", "attention_mla": "MLA latent cache"}  # --explain's names
@@ -93,8 +93,9 @@ def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
     lines = [_stage_line(p, rates) for p in cost.stages if p.seconds > 0]
     total = " + ".join(fmt.seconds(p.seconds) for p in cost.stages if p.seconds > 0)
     kernels = sum(p.stage.count for p in cost.stages)
-    if cost.gap_s:  # the GPU's idle gap between kernels, every era
-        total += f" + {kernels} x {fmt.seconds(cost.gap_s / kernels)}"
+    if cost.gap_s:  # the GPU's idle gap between kernels, every era (per stage row: its kernels x the gap of one)
+        per_row = f"{rates.kernels_per_row:.3g} kernels x " if rates.kernels_per_row != 1 else ""
+        total += f" + {kernels} x {per_row}{fmt.seconds(cost.gap_s / kernels / rates.kernels_per_row)}"
     if cost.hidden_s:  # collectives overlapped with the kernels (the ceiling: all of them)
         total += f" - {fmt.seconds(cost.hidden_s)} hidden"
     if cost.launch_s:  # the host launches every kernel (eager eras): no faster than that
@@ -467,6 +468,12 @@ def explain(e: Estimate) -> list[Section]:
     return sections
 
 
+def _kernel_count(engine: EngineProfile) -> str:
+    """How many kernels the era launches per stage row, and whence (EraFields.kernels_per_row)."""
+    why = engine.kernels_per_row_source.split("; ")[0] or "its profile"
+    return f" x {engine.kernels_per_row:.3g} kernels per stage row ({why})"
+
+
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
     """The weight-only (dequantizing) class of each format this deployment's matmuls read that way, or ''."""
     ceiling = e.deployment.rates("ceiling")
@@ -543,7 +550,8 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         f"{rates.sequence_overhead_s * 1e6:.3g} us per sequence in it{mark('seq_us')}, "
         f"{rates.launch_overhead_s * 1e6:.3g} us per launched kernel"
         f"{mark('launch_us') if rates.launch_overhead_s else ''}"
-        f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}, "
+        f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}"
+        f"{_kernel_count(engine) if rates.kernels_per_row != 1 else ''}, "
         f"{rates.request_overhead_s * 1e6:,.0f} us per request{mark('request_us')}; per collective "
         f"{coll.nvlink:.3g} us NVLink, {coll.pcie:.3g} us PCIe, {coll.network:.3g} us network, added to the link's "
         "latency; each collective then runs the cheapest algorithm for its payload at these rates (one-shot, "

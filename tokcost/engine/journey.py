@@ -59,11 +59,12 @@ def _exposed(p: Priced | None, cost: PassCost) -> float:
     return p.seconds * (1 - cost.hidden_s / overlapped)
 
 
-def _stage_terms(ceiling: PassCost, expected: PassCost, total: float) -> list[JourneyRow]:
+def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: float) -> list[JourneyRow]:
     """What a stage adds to its kernels' sum (passcost.stage_seconds): the GPU's gap between kernels and the host's
-    launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed)."""
+    launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed).
+    `per_row`: the kernels the engine launches per stage row (EraFields.kernels_per_row)."""
     out = []
-    kernels = sum(p.stage.count for p in ceiling.stages)
+    kernels = round(sum(p.stage.count for p in ceiling.stages) * per_row)
     if ceiling.gap_s or expected.gap_s:
         out.append(_note("gaps between kernels", "each kernel's ramp-up, tail and the idle time before the next "
                          "(the engine's per-kernel cost, expected only)", kernels, "gpu", ceiling.gap_s,
@@ -75,7 +76,7 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float) -> list[Jo
     return out
 
 
-def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list[JourneyRow]:
+def _rows(ceiling: PassCost, expected: PassCost, per_row: float, cached_tokens: int = 0) -> list[JourneyRow]:
     total = ceiling.seconds
     rows = [_note("tokenize", "on the CPU, outside the GPU roofline (text -> token ids)")]
     if cached_tokens:
@@ -88,7 +89,7 @@ def _rows(ceiling: PassCost, expected: PassCost, cached_tokens: int = 0) -> list
         rows.append(JourneyRow(st.name, st.block, st.count, st.count * st.flops, st.count * st.bytes_read,
                                st.count * st.bytes_written, c_s, x_s, c_s / total if total else 0.0,
                                (c or x).bound, st.note))  # type: ignore[union-attr]  # fmt: skip
-    rows += _stage_terms(ceiling, expected, total)
+    rows += _stage_terms(ceiling, expected, total, per_row)
     extra_c = ceiling.pipeline_s - ceiling.stage_seconds
     if extra_c:
         extra_x = expected.pipeline_s - expected.stage_seconds
@@ -117,7 +118,7 @@ class Journey:
 
 def journey(e: Estimate) -> Journey:
     """The journey of `e`'s tokens through its deployment."""
-    c, x = e.ceiling, e.expected
-    decode = _rows(c.decode_step, x.decode_step) if c.decode_step and x.decode_step else None
-    prefill = _rows(c.prefill, x.prefill, e.workload.cached_prefix_tokens)
+    c, x, per_row = e.ceiling, e.expected, e.deployment.engine.kernels_per_row
+    decode = _rows(c.decode_step, x.decode_step, per_row) if c.decode_step and x.decode_step else None
+    prefill = _rows(c.prefill, x.prefill, per_row, e.workload.cached_prefix_tokens)
     return Journey(decode, prefill, c.decode_step.seconds if c.decode_step else None, c.prefill.seconds)

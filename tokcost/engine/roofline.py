@@ -79,6 +79,8 @@ class Rates:
     sequence_overhead_s: float = 0.0  # per sequence in the pass, on the host: its inputs, sampling, output
     launch_overhead_s: float = 0.0  # per kernel the host launches (eager eras): a pass is no faster than that
     kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
+    # kernels the engine launches per stage row of a pass (EraFields.kernels_per_row): launches and gaps scale by it
+    kernels_per_row: float = 1.0
     request_overhead_s: float = 0.0  # once per request (HTTP, tokenization, admission), on TTFT
     comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
@@ -89,6 +91,16 @@ class Rates:
     def host_s(self, sequences: float) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
         return self.step_overhead_s + self.sequence_overhead_s * sequences
+
+    @property
+    def row_launch_s(self) -> float:
+        """The host's time to launch one stage row's kernels (eager eras): their count x the cost of one."""
+        return self.launch_overhead_s * self.kernels_per_row
+
+    @property
+    def row_gap_s(self) -> float:
+        """The GPU's idle time around one stage row's kernels: their count x the gap each one leaves."""
+        return self.kernel_overhead_s * self.kernels_per_row
 
     def cap(self, value: float, peak: float) -> float:
         """A rate never above its datasheet figure (unset: no cap, the ceiling's own rates)."""
@@ -171,6 +183,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         step_s=engine.step_overhead_us * gap.step * US,
         sequence_s=engine.sequence_overhead_us * gap.step * US,
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
+        kernels_per_row=engine.kernels_per_row,
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
         fp8_attention=not engine.fa2_kernels,  # FlashAttention-2 has no FP8 path
@@ -189,8 +202,9 @@ def hardware_x_engine(
     gpu: GpuSpec, compute_dtype: str, kernels: KernelEfficiency, *, memory_gap: float = 1.0,
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
-    launch_s: float = 0.0, kernel_s: float = 0.0, request_s: float = 0.0, overlap: float = 0.0,
-    unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S, fp8_attention: bool = True,
+    launch_s: float = 0.0, kernel_s: float = 0.0, kernels_per_row: float = 1.0, request_s: float = 0.0,
+    overlap: float = 0.0, unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
+    fp8_attention: bool = True,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -215,6 +229,7 @@ def hardware_x_engine(
         sequence_overhead_s=sequence_s,
         launch_overhead_s=launch_s,
         kernel_overhead_s=kernel_s,
+        kernels_per_row=kernels_per_row,
         request_overhead_s=request_s,
         comm_overlap=overlap,
         unhidden=unhidden,

@@ -67,8 +67,8 @@ class RateTable:
     collectives: tuple[CollectiveRate, ...]
     overlap: float = 0.0  # share of the overlapped collectives hidden behind kernels (Rates.comm_overlap)
     overlap_ops: frozenset[str] = frozenset()
-    launch_s: float = 0.0  # the host's time per launched kernel (Rates.launch_overhead_s)
-    gap_s: float = 0.0  # the GPU's idle time per kernel (Rates.kernel_overhead_s)
+    launch_s: float = 0.0  # the host's time to launch one stage row's kernels (Rates.row_launch_s)
+    gap_s: float = 0.0  # the GPU's idle time around one stage row's kernels (Rates.row_gap_s)
 
     @staticmethod
     def of(
@@ -82,8 +82,8 @@ class RateTable:
             ),
             rates.comm_overlap,
             frozenset(rates.overlap_ops),
-            rates.launch_overhead_s,
-            rates.kernel_overhead_s,
+            rates.row_launch_s,
+            rates.row_gap_s,
         )
 
 

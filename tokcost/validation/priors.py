@@ -41,7 +41,11 @@ are about software, never about the silicon:
 Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section 4, and the sources below):
 - per step: graph-captured eras 50-1,000 us (vLLM V1's blog: the CPU work between forward passes matters when a
   Llama-8B step on an H100 is ~5 ms on the GPU, so it is well under that); V0 0.2-5 ms (Python scheduler and
-  sampling); eager eras 0.5-10 ms; C++ engines (TensorRT-LLM, LMDeploy TurboMind, MLC) 20-1,000 us;
+  sampling); eager eras 0.5-10 ms; C++ engines (TensorRT-LLM, LMDeploy TurboMind, MLC) 20-1,000 us; llama.cpp with
+  CUDA graphs still builds its ggml graph, splits it and checks the captured graph against it on the CPU every token:
+  10-15% of the time per token on its critical path for Llama-2 7B and 13B Q4_K_M on A100 and H100 (ggml-org/llama.cpp
+  issue 7456, 2024-05, the CUDA graphs author's timings; the H100 PCIe's 7B runs at 163.8 tokens/s with graphs, issue
+  6763), so 600-900 us: centre 700;
 - per running sequence per step (the step's host time grows with the batch: each request's slot in the inputs and
   block tables, its sampling parameters, its sampled token turned into a Python object, its output and
   detokenization): Python engines 1-100 us. vLLM before its V1 rewrite left "5-13 ms of GPU bubble" per decode step
@@ -171,7 +175,7 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
         **_CLIENT,
     },  # fmt: skip
     ("llama.cpp", "graphs"): {
-        "step_us": Prior(50, 2000, 300),
+        "step_us": Prior(50, 2000, 700),  # llama.cpp issue 7456 (the module docstring)
         **_SEQ_CPP,
         **_LLAMA_CPP_COLL,
         **_CLIENT,
