@@ -33,12 +33,12 @@ def test_fused_engines_launch_one_kernel_per_row(engine):
     assert load_engine(engine).kernels_per_row == 1.0
 
 
-def test_the_rates_scale_the_gap_and_the_launch_by_the_count():
+def test_the_rates_count_kernel_rows_by_the_era_and_collectives_once():
     engine = load_engine("llama.cpp@eager")
     rates = expected_rates(GPU, "fp16", engine)
     assert rates.kernels_per_row == pytest.approx(4.3)
-    assert rates.row_gap_s == pytest.approx(engine.kernel_overhead_us * 1e-6 * 4.3)
-    assert rates.row_launch_s == pytest.approx(engine.launch_overhead_us * 1e-6 * 4.3)
+    assert rates.launched(10, 0) == pytest.approx(43.0)
+    assert rates.launched(10, 3) == pytest.approx(46.0)  # an all-reduce is one kernel, whatever the engine's graph
 
 
 def _decode(per_row: float):
@@ -83,4 +83,20 @@ def test_explain_names_the_count_and_its_source(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0, out
     line = next(x for x in out.splitlines() if "GPU gap per kernel" in x)
-    assert re.search(r"x 4\.3 kernels per stage row \(llama\.cpp's ggml graph launches about 30 kernels", line)
+    assert re.search(
+        r"\(both paid on 4\.3 kernels per kernel row, one per collective: llama\.cpp's ggml graph "
+        r"launches about 30 kernels a Llama layer",
+        line,
+    )
+
+
+def test_collectives_count_once_under_tensor_parallelism():
+    work = Workload(prompt_tokens=512, output_tokens=64, weights_dtype="q4_k_m", tp=2)
+    for per_row in (1.0, 4.3):
+        engine = load_engine("llama.cpp").model_copy(update={"kernels_per_row": per_row})
+        step = estimate(LLAMA7, GPU, work, engine=engine).expected.decode_step
+        kernels = sum(p.stage.count for p in step.stages if p.collective is None)
+        collectives = sum(p.stage.count for p in step.stages if p.collective is not None)
+        assert collectives == 2 * LLAMA7.layers  # an all-reduce after attention and after the MLP, every layer
+        gap = engine.kernel_overhead_us * 1e-6
+        assert step.gap_s == pytest.approx((kernels * per_row + collectives) * gap)

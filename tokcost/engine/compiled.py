@@ -208,10 +208,14 @@ class BoundPass:
         )
         self.overhead_s = rates.step_overhead_s
         # the host's time to launch each stage's kernels and collectives (eager eras; 0 with graphs)
-        counts = [sum(row.stage.count for row in rows) for rows in compiled.stages]
-        self.launch_s = tuple(n * rates.row_launch_s for n in counts)
+        counts = [
+            rates.launched(sum(r.stage.count for r in rows if r.payload is None),
+                           sum(r.stage.count for r in rows if r.payload is not None))
+            for rows in compiled.stages
+        ]  # fmt: skip
+        self.launch_s = tuple(n * rates.launch_overhead_s for n in counts)
         # the GPU's idle time between each stage's kernels (every era: a graph replays them back to back, not free)
-        self.gap_s = tuple(n * rates.row_gap_s for n in counts)
+        self.gap_s = tuple(n * rates.kernel_overhead_s for n in counts)
 
     def stage_seconds(self, x: Sequence[float]) -> list[float]:
         """One microbatch through each pipeline stage at feature vector x (each row's work priced as it is read;

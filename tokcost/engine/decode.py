@@ -206,15 +206,16 @@ def _stage(
         n = row.stage.count
         (c0, m0), (c1, m1) = kernel_seconds(f0, w0, o0, rate), kernel_slopes(f1, w1, o1, rate)
         moving.append(_Moving((n * c0, n * c1), (n * m0, n * m1)))
-    count = sum(row.stage.count for row, _ in stage)
-    kernels_s = fixed["memory"] + fixed["compute"] + count * rates.row_gap_s
+    collectives = sum(row.stage.count for row, rate in stage if isinstance(rate, CollectiveRate))
+    count = rates.launched(sum(row.stage.count for row, _ in stage) - collectives, collectives)
+    kernels_s = fixed["memory"] + fixed["compute"] + count * rates.kernel_overhead_s
     serial, o = fixed["interconnect"] - overlapped, rates.comm_overlap
     variants = [_Stage(fixed, serial + kernels_s + (1 - o) * overlapped, tuple(moving))]
     if o and overlapped:  # the collectives lead: the kernels hide behind them
         led = tuple(_Moving(_scaled(k.compute, 1 - o), _scaled(k.memory, 1 - o)) for k in moving)
         variants.append(_Stage(fixed, serial + overlapped + (1 - o) * kernels_s, led))
     if rates.launch_overhead_s:  # the host's launches: a floor on the stage's time
-        variants.append(_Stage(fixed, count * rates.row_launch_s, ()))
+        variants.append(_Stage(fixed, count * rates.launch_overhead_s, ()))
     return tuple(variants)
 
 

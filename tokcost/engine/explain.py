@@ -93,9 +93,8 @@ def _pass_lines(cost: PassCost, rates: Rates) -> list[str]:
     lines = [_stage_line(p, rates) for p in cost.stages if p.seconds > 0]
     total = " + ".join(fmt.seconds(p.seconds) for p in cost.stages if p.seconds > 0)
     kernels = sum(p.stage.count for p in cost.stages)
-    if cost.gap_s:  # the GPU's idle gap between kernels, every era (per stage row: its kernels x the gap of one)
-        per_row = f"{rates.kernels_per_row:.3g} kernels x " if rates.kernels_per_row != 1 else ""
-        total += f" + {kernels} x {per_row}{fmt.seconds(cost.gap_s / kernels / rates.kernels_per_row)}"
+    if cost.gap_s:  # the GPU's idle gap between kernels, every era
+        total += f" + {kernels} x {fmt.seconds(cost.gap_s / kernels)}"
     if cost.hidden_s:  # collectives overlapped with the kernels (the ceiling: all of them)
         total += f" - {fmt.seconds(cost.hidden_s)} hidden"
     if cost.launch_s:  # the host launches every kernel (eager eras): no faster than that
@@ -471,7 +470,7 @@ def explain(e: Estimate) -> list[Section]:
 def _kernel_count(engine: EngineProfile) -> str:
     """How many kernels the era launches per stage row, and whence (EraFields.kernels_per_row)."""
     why = engine.kernels_per_row_source.split("; ")[0] or "its profile"
-    return f" x {engine.kernels_per_row:.3g} kernels per stage row ({why})"
+    return f" (both paid on {engine.kernels_per_row:.3g} kernels per kernel row, one per collective: {why})"
 
 
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:

@@ -64,7 +64,9 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: f
     launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed).
     `per_row`: the kernels the engine launches per stage row (EraFields.kernels_per_row)."""
     out = []
-    kernels = round(sum(p.stage.count for p in ceiling.stages) * per_row)
+    # the expected pass's slowest stage, whose gaps these are: kernel rows as the engine launches them, collectives one
+    rows = sum(p.stage.count for p in expected.stages if p.collective is None)
+    kernels = round(rows * per_row + sum(p.stage.count for p in expected.stages if p.collective is not None))
     if ceiling.gap_s or expected.gap_s:
         out.append(_note("gaps between kernels", "each kernel's ramp-up, tail and the idle time before the next "
                          "(the engine's per-kernel cost, expected only)", kernels, "gpu", ceiling.gap_s,

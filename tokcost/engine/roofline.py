@@ -92,15 +92,10 @@ class Rates:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
         return self.step_overhead_s + self.sequence_overhead_s * sequences
 
-    @property
-    def row_launch_s(self) -> float:
-        """The host's time to launch one stage row's kernels (eager eras): their count x the cost of one."""
-        return self.launch_overhead_s * self.kernels_per_row
-
-    @property
-    def row_gap_s(self) -> float:
-        """The GPU's idle time around one stage row's kernels: their count x the gap each one leaves."""
-        return self.kernel_overhead_s * self.kernels_per_row
+    def launched(self, kernel_rows: float, collective_rows: float) -> float:
+        """The kernels a pass's rows launch: each kernel row as the engine's kernels_per_row, each collective one
+        (an all-reduce is one NCCL or custom kernel); the per-kernel launch and gap costs are paid on these."""
+        return kernel_rows * self.kernels_per_row + collective_rows
 
     def cap(self, value: float, peak: float) -> float:
         """A rate never above its datasheet figure (unset: no cap, the ceiling's own rates)."""

@@ -42,10 +42,11 @@ class StageWork:
     moving: tuple[Moving, ...]
     collectives: tuple[Collective, ...]
 
-    @property
-    def launches(self) -> int:
-        """Kernels (and collectives) the host launches for one microbatch through this stage."""
-        return sum(e[1] for e in self.fixed) + sum(e[1] for e in self.moving) + sum(e[1] for e in self.collectives)
+    def launches(self, kernels_per_row: float) -> float:
+        """Kernels (collectives included) launched for one microbatch through this stage: each kernel row as the
+        engine's kernels_per_row (Rates.launched), each collective one."""
+        rows = sum(e[1] for e in self.fixed) + sum(e[1] for e in self.moving)
+        return rows * kernels_per_row + sum(e[1] for e in self.collectives)
 
 
 def kernel_key(stage: Stage) -> KernelKey:
@@ -67,8 +68,9 @@ class RateTable:
     collectives: tuple[CollectiveRate, ...]
     overlap: float = 0.0  # share of the overlapped collectives hidden behind kernels (Rates.comm_overlap)
     overlap_ops: frozenset[str] = frozenset()
-    launch_s: float = 0.0  # the host's time to launch one stage row's kernels (Rates.row_launch_s)
-    gap_s: float = 0.0  # the GPU's idle time around one stage row's kernels (Rates.row_gap_s)
+    launch_s: float = 0.0  # the host's time per launched kernel (Rates.launch_overhead_s)
+    gap_s: float = 0.0  # the GPU's idle time per kernel (Rates.kernel_overhead_s)
+    kernels_per_row: float = 1.0  # kernels the engine launches per kernel row (Rates.kernels_per_row)
 
     @staticmethod
     def of(
@@ -82,8 +84,9 @@ class RateTable:
             ),
             rates.comm_overlap,
             frozenset(rates.overlap_ops),
-            rates.row_launch_s,
-            rates.row_gap_s,
+            rates.launch_overhead_s,
+            rates.kernel_overhead_s,
+            rates.kernels_per_row,
         )
 
 
@@ -122,12 +125,13 @@ def stage_times(work: Work, table: RateTable) -> list[float]:
     """Each pipeline stage's time at the work's first point."""
     out = []
     for stage in work.stages:
-        kernels = _kernel_seconds(stage.fixed, table) + stage.launches * table.gap_s
+        launches = stage.launches(table.kernels_per_row)
+        kernels = _kernel_seconds(stage.fixed, table) + launches * table.gap_s
         for slot, n, flops, _, weights, _, other, _ in stage.moving:
             compute_s, memory_s = kernel_seconds(flops, weights, other, table.kernels[slot])
             kernels += n * (compute_s if compute_s > memory_s else memory_s)
         serial, overlapped = _collective_seconds(stage, table)
-        out.append(stage_seconds(kernels, serial, overlapped, table.overlap, stage.launches * table.launch_s))
+        out.append(stage_seconds(kernels, serial, overlapped, table.overlap, launches * table.launch_s))
     return out
 
 
@@ -145,14 +149,15 @@ def pass_sum(work: Work, table: RateTable, schedule: Schedule) -> float:
             ca, ma = kernel_seconds(fa, wa, oa, rate)
             cb, mb = kernel_seconds(fb, wb, ob, rate)
             kernels.append(((n * ca, n * cb), (n * ma, n * mb)))
-        fixed = _kernel_seconds(stage.fixed, table) + stage.launches * table.gap_s
+        launches = stage.launches(table.kernels_per_row)
+        fixed = _kernel_seconds(stage.fixed, table) + launches * table.gap_s
         serial, overlapped = _collective_seconds(stage, table)
         variants: list[Variant] = [(serial + fixed + (1 - o) * overlapped, kernels)]
         if o and overlapped:  # the collectives lead: the kernels hide behind them
             scaled = [((1 - o) * x0, (1 - o) * x1) for x0, x1 in (line for pair in kernels for line in pair)]
             led = [(scaled[i], scaled[i + 1]) for i in range(0, len(scaled), 2)]
             variants.append((serial + overlapped + (1 - o) * fixed, led))
-        if stage.launches and table.launch_s:  # the host's launches: a floor on the stage's time
-            variants.append((stage.launches * table.launch_s, []))
+        if launches and table.launch_s:  # the host's launches: a floor on the stage's time
+            variants.append((launches * table.launch_s, []))
         stages.append(variants)
     return pipeline_sum(stages, work.points, work.microbatches, fill=schedule == "fill")

@@ -262,8 +262,8 @@ class Pricer:
                                                                       crosses_nodes=crosses)  # fmt: skip
                 collectives.append(path)
             found = self._tables[key] = RateTable(tuple(kernels), tuple(collectives), rates.comm_overlap,
-                                                  frozenset(rates.overlap_ops), rates.row_launch_s,
-                                                  rates.row_gap_s)  # fmt: skip
+                                                  frozenset(rates.overlap_ops), rates.launch_overhead_s,
+                                                  rates.kernel_overhead_s, rates.kernels_per_row)  # fmt: skip
         return found
 
     def predict(self, case: Case, values: Mapping[str, float]) -> float:

@@ -45,7 +45,7 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
   CUDA graphs still builds its ggml graph, splits it and checks the captured graph against it on the CPU every token:
   10-15% of the time per token on its critical path for Llama-2 7B and 13B Q4_K_M on A100 and H100 (ggml-org/llama.cpp
   issue 7456, 2024-05, the CUDA graphs author's timings; the H100 PCIe's 7B runs at 163.8 tokens/s with graphs, issue
-  6763), so 600-900 us: centre 700;
+  6763), so 600-900 us there: centre 700 (the range stays 50-2,000 us for other CPUs and models);
 - per running sequence per step (the step's host time grows with the batch: each request's slot in the inputs and
   block tables, its sampling parameters, its sampled token turned into a Python object, its output and
   detokenization): Python engines 1-100 us. vLLM before its V1 rewrite left "5-13 ms of GPU bubble" per decode step
