@@ -234,11 +234,6 @@ class EraFields(BaseModel):
     prefill_attention_kernel: Literal["native", "flash-attention-2"] = "native"
     prefill_attention_source: str = Field(default="", max_length=2000)  # where the kernel class comes from
 
-    @property
-    def fa2_kernels(self) -> bool:
-        """Whether its attention kernels are FlashAttention-2-class (Ampere's mma.sync, no FP8 path)."""
-        return self.prefill_attention_kernel == "flash-attention-2"
-
     # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     # the prefill token budget of one step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
@@ -263,6 +258,11 @@ class EraFields(BaseModel):
     # what tensor parallelism is in this engine where its own multi-GPU default is something else (llama.cpp splits
     # by layer): a warning wherever a layout prices tp > 1
     tensor_parallel_note: str = Field(default="", max_length=500)
+
+    @property
+    def fa2_kernels(self) -> bool:
+        """Whether its attention kernels are FlashAttention-2-class (Ampere's mma.sync, no FP8 path)."""
+        return self.prefill_attention_kernel == "flash-attention-2"
 
 
 class EngineProfile(EraFields):

@@ -469,8 +469,15 @@ def explain(e: Estimate) -> list[Section]:
 
 def _kernel_count(engine: EngineProfile) -> str:
     """How many kernels the era launches per stage row, and whence (EraFields.kernels_per_row)."""
-    why = engine.kernels_per_row_source.split("; ")[0] or "its profile"
-    return f" (both paid on {engine.kernels_per_row:.3g} kernels per kernel row, one per collective: {why})"
+    return (
+        f" (both paid on {engine.kernels_per_row:.3g} kernels per kernel row, one per collective: "
+        f"{_first_clause(engine.kernels_per_row_source)})"
+    )
+
+
+def _first_clause(source: str) -> str:
+    """A profile source's first clause, for a one-line why (its full text is in the engine file)."""
+    return source.split("; ")[0] or "its profile"
 
 
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
@@ -519,7 +526,7 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     ]
     fa2 = fa2_share(g, engine) if e.precision.fused_attention else 1.0  # unfused: plain GEMMs
     if fa2 != 1.0 and hw.fa2_attention is not None:
-        why = engine.prefill_attention_source.split("; ")[0] or "its profile"
+        why = _first_clause(engine.prefill_attention_source)
         lines.append(f"prefill attention x{fa2:g} on top: {engine.label}'s kernels are FlashAttention-2-class, "
                      f"which leave {g.name}'s newer tensor-core paths idle ({why}) "
                      f"[{hw.fa2_attention.provenance}]")  # fmt: skip

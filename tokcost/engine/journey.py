@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tokcost.engine.estimate import Estimate
 from tokcost.engine.passcost import PassCost, Priced
+from tokcost.engine.roofline import kernels_launched
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,9 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: f
     out = []
     # the expected pass's slowest stage, whose gaps these are: kernel rows as the engine launches them, collectives one
     rows = sum(p.stage.count for p in expected.stages if p.collective is None)
-    kernels = round(rows * per_row + sum(p.stage.count for p in expected.stages if p.collective is not None))
+    kernels = round(
+        kernels_launched(rows, sum(p.stage.count for p in expected.stages if p.collective is not None), per_row)
+    )
     if ceiling.gap_s or expected.gap_s:
         out.append(_note("gaps between kernels", "each kernel's ramp-up, tail and the idle time before the next "
                          "(the engine's per-kernel cost, expected only)", kernels, "gpu", ceiling.gap_s,

@@ -93,13 +93,18 @@ class Rates:
         return self.step_overhead_s + self.sequence_overhead_s * sequences
 
     def launched(self, kernel_rows: float, collective_rows: float) -> float:
-        """The kernels a pass's rows launch: each kernel row as the engine's kernels_per_row, each collective one
-        (an all-reduce is one NCCL or custom kernel); the per-kernel launch and gap costs are paid on these."""
-        return kernel_rows * self.kernels_per_row + collective_rows
+        """The kernels a pass's rows launch under these rates (kernels_launched)."""
+        return kernels_launched(kernel_rows, collective_rows, self.kernels_per_row)
 
     def cap(self, value: float, peak: float) -> float:
         """A rate never above its datasheet figure (unset: no cap, the ceiling's own rates)."""
         return min(value, peak) if peak else value
+
+
+def kernels_launched(kernel_rows: float, collective_rows: float, kernels_per_row: float) -> float:
+    """The kernels a pass's rows launch: each kernel row as the engine's kernels_per_row, each collective one (an
+    all-reduce is one NCCL or custom kernel); the per-kernel launch and gap costs are paid on these."""
+    return kernel_rows * kernels_per_row + collective_rows
 
 
 def _peak(gpu: GpuSpec, dtype: str) -> float:

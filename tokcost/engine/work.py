@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from tokcost.engine.collectives import Links
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import Schedule, pipeline_seconds, stage_seconds
-from tokcost.engine.roofline import CollectiveRate, KernelRate, Rates, collective_rate, kernel_rate, kernel_seconds
+from tokcost.engine.roofline import (
+    CollectiveRate,
+    KernelRate,
+    Rates,
+    collective_rate,
+    kernel_rate,
+    kernel_seconds,
+    kernels_launched,
+)
 from tokcost.engine.series import Kernel, Variant, pipeline_sum
 from tokcost.engine.stages import Op, Stage
 
@@ -43,10 +51,9 @@ class StageWork:
     collectives: tuple[Collective, ...]
 
     def launches(self, kernels_per_row: float) -> float:
-        """Kernels (collectives included) launched for one microbatch through this stage: each kernel row as the
-        engine's kernels_per_row (Rates.launched), each collective one."""
+        """Kernels (collectives included) launched for one microbatch through this stage (kernels_launched)."""
         rows = sum(e[1] for e in self.fixed) + sum(e[1] for e in self.moving)
-        return rows * kernels_per_row + sum(e[1] for e in self.collectives)
+        return kernels_launched(rows, sum(e[1] for e in self.collectives), kernels_per_row)
 
 
 def kernel_key(stage: Stage) -> KernelKey:
