@@ -226,7 +226,10 @@ class Pricer:
         """The case's expected Rates under `values` (its cell's keys; a key missing keeps the profile's value)."""
         got = tuple(values.get(k) for k in case.keys)
         fused = case.deployment.precision.fused_attention
-        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, fused, got)
+        # the keys' names too: two cases of one cell may read different keys at equal values (m.wo.int4 in one,
+        # m.wo.int8 in the other), and must not share Rates
+        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, fused, case.keys,
+               got)  # fmt: skip
         found = self._rates.get(key)
         if found is None:
             if len(self._rates) >= CACHE_LIMIT:
