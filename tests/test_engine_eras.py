@@ -35,7 +35,9 @@ def test_every_builtin_engine_has_a_file_with_its_newest_era():
         ("vllm@v0", "vllm@v0"),
         ("vllm@0.6", "vllm@v0"),
         ("vllm@0.6.3.post1", "vllm@v0"),
-        ("vllm@0.5.4", "vllm@eager"),
+        ("vllm@0.5.4", "vllm@v0"),
+        ("vllm@0.2.1", "vllm@eager"),
+        ("vllm@0.2.6", "vllm@v0"),  # CUDA graphs by default from here (PR 1926, 2023-12-17)
         ("vllm@0.10.1", "vllm@v1"),
         ("tensorrt-llm@0.9", "tensorrt-llm@static"),
         ("tensorrt-llm@0.10", "tensorrt-llm@inflight"),
@@ -52,7 +54,8 @@ def test_an_unknown_era_lists_the_known_ones():
     with pytest.raises(SpecError) as err:
         load_profile("vllm@v9")
     text = str(err.value)
-    assert "no era 'v9' of vllm" in text and "vllm@eager (before 0.6, or eager)" in text and "vllm@v1 (0.8 on)" in text
+    assert "no era 'v9' of vllm" in text and "vllm@eager (before 0.2.6, or eager)" in text
+    assert "vllm@v1 (0.8 on)" in text
     # a built-in's era is named as spelled, not by the file inside tokcost that lists its eras
     assert text.startswith("vllm@v9: no era") and "engines/vllm.yaml" not in text and err.value.field is None
 
