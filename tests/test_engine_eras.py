@@ -37,6 +37,7 @@ def test_every_builtin_engine_has_a_file_with_its_newest_era():
         ("vllm@0.6.3.post1", "vllm@v0"),
         ("vllm@0.5.4", "vllm@v0"),
         ("vllm@0.2.1", "vllm@eager"),
+        ("vllm@enforce-eager", "vllm@enforce-eager"),
         ("vllm@0.2.6", "vllm@v0"),  # CUDA graphs by default from here (PR 1926, 2023-12-17)
         ("vllm@0.10.1", "vllm@v1"),
         ("tensorrt-llm@0.9", "tensorrt-llm@static"),
@@ -54,7 +55,8 @@ def test_an_unknown_era_lists_the_known_ones():
     with pytest.raises(SpecError) as err:
         load_profile("vllm@v9")
     text = str(err.value)
-    assert "no era 'v9' of vllm" in text and "vllm@eager (before 0.2.6, or eager)" in text
+    assert "no era 'v9' of vllm" in text and "vllm@eager (before 0.2.6)" in text
+    assert "vllm@enforce-eager (0.2.6 on, or eager)" in text
     assert "vllm@v1 (0.8 on)" in text
     # a built-in's era is named as spelled, not by the file inside tokcost that lists its eras
     assert text.startswith("vllm@v9: no era") and "engines/vllm.yaml" not in text and err.value.field is None
@@ -83,7 +85,7 @@ def test_every_published_row_maps_to_an_era_its_engine_file_has():
         assert cell.platform == gpus[row.gpu].platform, row.id
         seen.add((cell.engine, cell.era))
     # the data speaks for the eras the issue names: vLLM eager, V0 and V1; TensorRT-LLM static and in-flight
-    assert {("vllm", "eager"), ("vllm", "v0"), ("vllm", "v1"), ("tensorrt-llm", "static"),
+    assert {("vllm", "eager"), ("vllm", "enforce-eager"), ("vllm", "v0"), ("vllm", "v1"), ("tensorrt-llm", "static"),
             ("tensorrt-llm", "inflight")} <= seen  # fmt: skip
 
 
@@ -100,8 +102,11 @@ def test_every_serving_setup_maps_to_an_era():
 @pytest.mark.parametrize(
     ("framework", "version", "graphs", "platform", "cell"),
     [
-        ("vllm", "0.5.3", None, "cuda", ("vllm", "eager")),
-        ("vllm", "0.6.3.post1", False, "cuda", ("vllm", "eager")),  # --enforce-eager
+        ("vllm", "0.5.3", None, "cuda", ("vllm", "v0")),  # CUDA graphs by default from 0.2.6
+        ("vllm", "0.2.1", None, "cuda", ("vllm", "eager")),  # 2023: no graphs to turn on
+        ("vllm", "acbed3e (a 2023-10 commit of the 0.2 series)", False, "cuda", ("vllm", "eager")),
+        ("vllm", "0.6.3.post1", False, "cuda", ("vllm", "enforce-eager")),  # --enforce-eager
+        ("vllm", None, False, "rocm", ("vllm", "enforce-eager")),  # an unstated build run without graphs
         ("vllm", "0.6.3.post1", True, "rocm", ("vllm", "v0")),
         ("vllm", "0.8.5", None, "cuda", ("vllm", "v1")),
         ("tensorrt-llm", "0.9.0", None, "cuda", ("tensorrt-llm", "static")),
@@ -159,7 +164,7 @@ def test_specs_show_names_the_era_it_shows_and_the_others(cli, tmp_path):
     # a file of eras showed its newest under the engine's bare name, with no word of the others
     shown = " ".join(cli("specs", "show", "vllm@0.6").stdout.split())
     assert "engine spec: vllm@v0" in shown
-    assert "other eras: vllm@eager, vllm@v1 (tokcost specs show vllm@ERA)" in shown
+    assert "other eras: vllm@eager, vllm@enforce-eager, vllm@v1 (tokcost specs show vllm@ERA)" in shown
     path = _engine_file(tmp_path, GOOD.replace("eras:\n", "eras:\n  slow:\n    step_overhead_us: 900.0\n"))
     mine = " ".join(cli("specs", "show", path).stdout.split())
     assert "engine spec: mine@main" in mine and "other eras: mine@slow" in mine

@@ -3,9 +3,9 @@
 One function, `cell_of`, for every published row (published.yaml) and every serving setup (serving.yaml), from
 what the source states: the framework, its version as printed, CUDA/HIP graphs or eager, and the GPU's platform
 (the harness, `measured_at`, decides only whether the per-request cost applies). The rules, engine by engine:
-- vLLM: eager when run without graphs (`--enforce-eager`, or a build before 0.2.6, when CUDA graphs became the
-  default: PR 1926); V0 from 0.2.6, V1 from 0.8 (the default engine from 0.8.0); an unstated version is V0 (every
-  such row in the data is a 2024 run, the notes say);
+- vLLM: eager for a build before 0.2.6, when CUDA graphs became the default (PR 1926); enforce-eager for a later
+  build run without graphs (`--enforce-eager`); else V0 from 0.2.6, V1 from 0.8 (the default engine from 0.8.0); an
+  unstated version is V0, or enforce-eager without graphs (every such row in the data is a 2024 run, the notes say);
 - TensorRT-LLM: static batching through 0.9, in-flight from 0.10; NIM's TensorRT-LLM profiles are in-flight;
 - llama.cpp: eager on ROCm (its HIP builds launch every kernel), or without CUDA graphs (graphs: false, or a build
   before b2800); graphs otherwise (an unstated CUDA build of 2024-05 on has them);
@@ -81,9 +81,14 @@ def _build_of(text: str | None) -> int | None:
     return int(found.group(1) or found.group(2)) if found else None
 
 
+VLLM_GRAPHS = (0, 2, 6)  # CUDA graphs by default from vLLM 0.2.6 (PR 1926, merged 2023-12-17)
+
+
 def _vllm(version: tuple[int, ...] | None, graphs: bool | None) -> str:
-    if graphs is False or (version is not None and version < (0, 6)):
-        return "eager"
+    if version is not None and version < VLLM_GRAPHS:
+        return "eager"  # a 2023 build: no graphs to turn on, the model run from Python throughout
+    if graphs is False:
+        return "enforce-eager"  # a build with graphs, run without them (an unstated build: the data's are 2024)
     return "v1" if version is not None and version >= (0, 8) else "v0"
 
 

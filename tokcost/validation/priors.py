@@ -62,7 +62,13 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
   host's work while the GPU runs, from 0.4) and LMDeploy's PyTorch engine. C++ runtimes (TensorRT-LLM, TurboMind,
   MLC, llama.cpp, gpt-fast's loop): 0.1-10 us, centre 1;
 - per launched kernel, eager eras only: 2-30 us (cudaLaunchKernel 1-3 us plus PyTorch's dispatch, 5-25 us per op
-  in eager mode; llama.cpp launches from C++: 2-20 us);
+  in eager mode; llama.cpp launches from C++: 2-20 us). vLLM before 0.2.6 (2023, before CUDA graphs) spent far more
+  a stage row, its model code and its workers' per-step handling all Python: on Llama-2-7B at batch 1 (5 prompt and
+  100 output tokens, one GPU) a step took 12.0 ms eager against 10.5 ms with the CUDA graph its PR captured
+  (vllm-project/vllm PR 1440, 2023-10: 1.2 s against 1.05 s); eager decode at batch 1 is host-bound (a graph gains
+  only where the host, not the GPU, sets the pace), so the host spent about 12.0 ms a step: less the era's 2.0 ms
+  step prior, 10.0 ms over Llama-2-7B's 228 launched stage rows, about 44 us a row (range 10-100). vLLM from 0.2.6
+  run with --enforce-eager keeps the generic 2-30 us, centre 10;
 - per collective on top of the link's own latency: NVLink/xGMI custom all-reduce 2-30 us, NCCL over PCIe or the
   network 10-100 us (llama.cpp's 2023 row split gathers partial results on the main GPU: 50-1,000 us);
 - per request on a client-side harness: 0.5-50 ms (HTTP, tokenization, admission; at low concurrency a few
@@ -154,6 +160,15 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
     ("vllm", "eager"): {
         "step_us": Prior(500, 10_000, 2000),
         **_SEQ_V0,
+        "launch_us": Prior(10, 100, 44),  # vLLM PR 1440's eager step on Llama-2-7B (the module docstring)
+        "coll.nvlink": Prior(2, 30, 15),
+        "coll.pcie": Prior(10, 100, 50),
+        "coll.network": Prior(10, 100, 50),
+        **_CLIENT,
+    },  # fmt: skip
+    ("vllm", "enforce-eager"): {
+        "step_us": Prior(500, 10_000, 2000),
+        **_SEQ_V0,
         "launch_us": Prior(2, 30, 10),
         "coll.nvlink": Prior(2, 30, 15),
         "coll.pcie": Prior(10, 100, 50),
@@ -188,7 +203,11 @@ COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
 PAGED_KERNELS = Prior(0.3, 1.12, 0.41)  # vLLM's PagedAttention / FlashAttention's paged decode
 ATTENTION_BY_ENGINE: dict[str, Prior] = {"tgi": PAGED_KERNELS}
 # eras whose decode attention is a kernel family of its own, apart from their engine's pooled value (the docstring)
-ATTENTION_BY_ERA: dict[tuple[str, str], Prior] = {("vllm", "eager"): PAGED_KERNELS, ("vllm", "v0"): PAGED_KERNELS}
+ATTENTION_BY_ERA: dict[tuple[str, str], Prior] = {
+    ("vllm", "eager"): PAGED_KERNELS,
+    ("vllm", "enforce-eager"): PAGED_KERNELS,
+    ("vllm", "v0"): PAGED_KERNELS,
+}
 UNPOOLED = frozenset({"m.attention", "m.attention_mla"})  # classes an engine never takes from other engines' rows
 EAGER_CELLS = frozenset(cell for cell, costs in COST_PRIORS.items() if "launch_us" in costs)
 
