@@ -2,11 +2,11 @@
 
 An engine file (tokcost/specs/engines/<name>.yaml) lists the engine's eras, oldest first; `newest` is the era
 `--engine <name>` means. An era is spelled by its name (`vllm@v1`, `tensorrt-llm@static`) or by a version it covers
-(`vllm@0.6.3` is v0): each era states the versions it covers (`since`, `before`), and an eager era also takes every
-run without CUDA/HIP graphs (`--enforce-eager`) whatever its version. An unknown era lists the known ones. A file
-without `eras` (a profile written before eras) is one era of its own keys. Files are strict: a number is a number
-(never `true` or "100"), every key is one the schema knows (a format family, a link class, a platform), every source
-is text that is not blank.
+(`vllm@0.6.3` is v0): each era states the versions it covers (`since`, `before`), and an eager era also takes the
+runs without CUDA/HIP graphs (`--enforce-eager`) that the data's cell rules send it (validation/cells.py). An unknown
+era lists the known ones. A file without `eras` (a profile written before eras) is one era of its own keys. Files
+are strict: a number is a number (never `true` or "100"), every key is one the schema knows (a format family, a link
+class, a platform), every source is text that is not blank.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class EraSpec(EraFields):
     """One era as its file states it: its values, the versions it covers, and whether eager runs map to it."""
 
     versions: Versions = Versions()
-    eager: bool = False  # runs without CUDA/HIP graphs (--enforce-eager) map here whatever their version
+    eager: bool = False  # runs without CUDA/HIP graphs (--enforce-eager) map here (by the cell rules)
 
 
 class EngineFile(BaseModel):
@@ -141,10 +141,32 @@ class EngineFile(BaseModel):
         found = found or [name for name, era in self.eras.items() if era.versions.cover(version)]
         return found[-1] if found else None
 
+    def covers(self, name: str) -> str:
+        """What maps to an era, in words: its versions, and for an eager era the runs without graphs ('0.2.6 on,
+        without graphs' where those versions run with graphs in another era; 'before b2800, or without graphs'
+        where the versions alone map here)."""
+        era = self.eras[name]
+        text = era.versions.text
+        if not era.eager:
+            return text
+        return f"{text}, {'without' if self._taken(era.versions) else 'or without'} graphs"
+
+    def _taken(self, versions: Versions) -> bool:
+        """Whether eras that are not eager cover every version of `versions` (so only a graphs setting maps here)."""
+        low = version_key(versions.since) if versions.since else ()
+        high = version_key(versions.before) if versions.before else None
+        while high is None or low < high:
+            found = [e.versions for e in self.eras.values() if not e.eager and e.versions.cover(low)]  # type: ignore[arg-type]
+            if not found:
+                return False
+            if found[0].before is None:
+                return True
+            low = version_key(found[0].before)  # type: ignore[assignment]
+        return True
+
     def known(self) -> str:
         """The eras and what spells them, for an error or a listing."""
-        return "; ".join(f"{self.name}@{name} ({era.versions.text}{', or eager' if era.eager else ''})"
-                         for name, era in self.eras.items())  # fmt: skip
+        return "; ".join(f"{self.name}@{name} ({self.covers(name)})" for name in self.eras)
 
     def profile(self, era: str | None = None) -> EngineProfile:
         """One era's profile (the newest when `era` is None)."""

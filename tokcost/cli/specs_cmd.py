@@ -205,8 +205,7 @@ def engines_table() -> Table:
             spelled = (
                 name if len(engine.eras) == 1 else f"{name}@{era}" + (" (default)" if era == engine.newest else "")
             )
-            covers = spec.versions.text + (", or eager" if spec.eager else "")
-            rows.append([spelled, covers, spec.summary or "-"])
+            rows.append([spelled, engine.covers(era), spec.summary or "-"])
     return Table("Engines (--engine NAME or NAME@ERA; an era also by a version it covers, e.g. vllm@0.6.3)",
                  ["engine", "versions", "what it is"], rows, prose=True)  # fmt: skip
 

@@ -67,8 +67,9 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
   100 output tokens, one GPU) a step took 12.0 ms eager against 10.5 ms with the CUDA graph its PR captured
   (vllm-project/vllm PR 1440, 2023-10: 1.2 s against 1.05 s); eager decode at batch 1 is host-bound (a graph gains
   only where the host, not the GPU, sets the pace), so the host spent about 12.0 ms a step: less the era's 2.0 ms
-  step prior, 10.0 ms over Llama-2-7B's 228 launched stage rows, about 44 us a row (range 10-100). vLLM from 0.2.6
-  run with --enforce-eager keeps the generic 2-30 us, centre 10;
+  step prior, 10.0 ms over Llama-2-7B's 228 launched stage rows, about 44 us a row (37 us if, on an A100, the graph
+  run's own 3.5 ms of host time beyond the GPU's 7 ms is taken out instead; the PR names no GPU; range 10-100).
+  vLLM from 0.2.6 run with --enforce-eager keeps the generic 2-30 us, centre 10;
 - per collective on top of the link's own latency: NVLink/xGMI custom all-reduce 2-30 us, NCCL over PCIe or the
   network 10-100 us (llama.cpp's 2023 row split gathers partial results on the main GPU: 50-1,000 us);
 - per request on a client-side harness: 0.5-50 ms (HTTP, tokenization, admission; at low concurrency a few
