@@ -157,25 +157,19 @@ _LLAMA_CPP_COLL = {
     "coll.network": Prior(50, 1000, 300),
 }
 KERNEL_GAP = Prior(0.3, 5, 1.5)  # us per kernel on the GPU, every era (see the module docstring)
+# vLLM without graphs, either era: a Python scheduler, NCCL from Python; the two differ in their launch cost
+_VLLM_EAGER = {
+    "step_us": Prior(500, 10_000, 2000),
+    **_SEQ_V0,
+    "coll.nvlink": Prior(2, 30, 15),
+    "coll.pcie": Prior(10, 100, 50),
+    "coll.network": Prior(10, 100, 50),
+    **_CLIENT,
+}
 COST_PRIORS: dict[tuple[str, str], dict[str, Prior]] = {
-    ("vllm", "eager"): {
-        "step_us": Prior(500, 10_000, 2000),
-        **_SEQ_V0,
-        "launch_us": Prior(10, 100, 44),  # vLLM PR 1440's eager step on Llama-2-7B (the module docstring)
-        "coll.nvlink": Prior(2, 30, 15),
-        "coll.pcie": Prior(10, 100, 50),
-        "coll.network": Prior(10, 100, 50),
-        **_CLIENT,
-    },  # fmt: skip
-    ("vllm", "enforce-eager"): {
-        "step_us": Prior(500, 10_000, 2000),
-        **_SEQ_V0,
-        "launch_us": Prior(2, 30, 10),
-        "coll.nvlink": Prior(2, 30, 15),
-        "coll.pcie": Prior(10, 100, 50),
-        "coll.network": Prior(10, 100, 50),
-        **_CLIENT,
-    },  # fmt: skip
+    # before 0.2.6: vLLM PR 1440's eager step on Llama-2-7B (the module docstring)
+    ("vllm", "eager"): {**_VLLM_EAGER, "launch_us": Prior(10, 100, 44)},
+    ("vllm", "enforce-eager"): {**_VLLM_EAGER, "launch_us": Prior(2, 30, 10)},
     ("vllm", "v0"): {"step_us": Prior(200, 5000, 1000), **_SEQ_V0, **_NVLINK_COLL, **_CLIENT},
     ("vllm", "v1"): {**_GRAPHS_PY, **_SEQ_V1, **_NVLINK_COLL, **_CLIENT},
     ("tensorrt-llm", "static"): {"step_us": Prior(20, 500, 100), **_SEQ_CPP, **_NVLINK_COLL, **_CLIENT},
