@@ -39,7 +39,7 @@ from tokcost.engine.estimate import Estimate
 from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.journey import Journey, JourneyRow, journey
 from tokcost.engine.passcost import PassCost
-from tokcost.engine.report import band_dict, bottleneck, estimate_dict, journey_dict, journey_row_dict
+from tokcost.engine.report import band_dict, bottleneck, estimate_dict, host_bound, journey_dict, journey_row_dict
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -215,6 +215,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         ],  # fmt: skip
         notes=[
             bottleneck(e),
+            *filter(None, [host_bound(e)]),
             f"expected: {e.gpu.expected_provenance}; engine {e.deployment.engine.label}",
             f"80% band: {e.band.basis}",
             *_past_context(e),

@@ -44,6 +44,7 @@ class _Stage:
     fixed: dict[Bound, float]
     fixed_s: float
     moving: tuple[_Moving, ...]
+    host: bool = False  # the host's launches (an eager era's floor), not the GPU's kernels
 
 
 def _at(line: Line, c: float) -> float:
@@ -124,7 +125,7 @@ class DecodeLines:
 
     def at(self, cached: float) -> tuple[float, Bound]:
         """One step at `cached` tokens: its time, and what holds most of its slowest stage's time."""
-        best: tuple[float, dict[Bound, float]] | None = None
+        best: tuple[float, Bound] | None = None
         times = []
         for group in self._regime(cached):
             stage = group[0]  # what holds the time: the kernels as priced (passcost.PassCost.bound)
@@ -132,14 +133,17 @@ class DecodeLines:
             for k in stage.moving:
                 compute_s, memory_s = _at(k.compute, cached), _at(k.memory, cached)
                 time["compute" if compute_s > memory_s else "memory"] += max(compute_s, memory_s)
-            total = max(v.fixed_s + sum(max(_at(k.compute, cached), _at(k.memory, cached)) for k in v.moving)
-                        for v in group)  # fmt: skip
+            each = [
+                v.fixed_s + sum(max(_at(k.compute, cached), _at(k.memory, cached)) for k in v.moving) for v in group
+            ]
+            total = max(each)
+            gpu = max((t for t, v in zip(each, group, strict=True) if not v.host), default=0.0)
+            bound: Bound = "host" if total > gpu else max(time, key=lambda k: time[k])  # launches past the GPU
             times.append(total)
             if best is None or total > best[0]:
-                best = (total, time)
+                best = (total, bound)
         assert best is not None
-        _, time = best
-        return pipeline_seconds(times, self.microbatches, "steady") + self.overhead_s, max(time, key=lambda k: time[k])
+        return pipeline_seconds(times, self.microbatches, "steady") + self.overhead_s, best[1]
 
 
 def _overtaken(lines: list[Line], cached: float, until: float) -> tuple[Line, float]:
@@ -215,7 +219,7 @@ def _stage(
         led = tuple(_Moving(_scaled(k.compute, 1 - o), _scaled(k.memory, 1 - o)) for k in moving)
         variants.append(_Stage(fixed, serial + overlapped + (1 - o) * kernels_s, led))
     if rates.launch_overhead_s:  # the host's launches: a floor on the stage's time
-        variants.append(_Stage(fixed, count * rates.launch_overhead_s, ()))
+        variants.append(_Stage(fixed, count * rates.launch_overhead_s, (), host=True))
     return tuple(variants)
 
 

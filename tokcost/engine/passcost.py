@@ -13,7 +13,7 @@ from typing import Literal
 from tokcost.engine.collectives import CollectiveCost
 from tokcost.engine.stages import Stage
 
-Bound = Literal["compute", "memory", "interconnect"]
+Bound = Literal["compute", "memory", "interconnect", "host"]  # host: an eager era's kernel launches outlast the GPU
 Schedule = Literal["steady", "fill"]
 
 
@@ -219,7 +219,10 @@ class PassCost:
 
     @property
     def bound(self) -> Bound:
-        """What holds most of the pass's time: compute-bound kernels, memory-bound kernels, or collectives."""
+        """What holds most of the pass's time: compute-bound kernels, memory-bound kernels, or collectives; the host
+        where an eager era's kernel launches outlast them all (stage_seconds' floor)."""
+        if self.launch_bound:
+            return "host"
         time: dict[Bound, float] = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
         for s in self.stages:
             time[s.bound] += s.seconds

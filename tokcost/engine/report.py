@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokcost import fmt
 from tokcost.engine.band import scenario_band
 from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.journey import Journey, JourneyRow
@@ -193,6 +194,18 @@ def bottleneck(e: Estimate) -> str:
             f" (the {target} and their activations)" if target else " (activations)"
         )
     return f"{phase} is {step.bound}-bound: {share:.0%} of each {'step' if phase == 'decode' else 'pass'} is {what}"
+
+
+def host_bound(e: Estimate) -> str | None:
+    """A sentence where an eager era's kernel launches, not the GPU, set expected's decode step (else None): the
+    launches' time against the GPU's (passcost.PassCost.launch_bound)."""
+    step = e.expected.decode_step
+    if step is None or not step.launch_bound:
+        return None
+    gpu_s = sum(step.parts_seconds) - step.hidden_s
+    launches, label = fmt.ms(step.launch_s), e.deployment.engine.label
+    return (f"expected decode is host-bound: the host launches the kernels one by one, {launches} a step against "
+            f"the GPU's {fmt.ms(gpu_s)} ({label}; --journey counts the kernels)")  # fmt: skip
 
 
 def compare_row(e: Estimate) -> dict[str, object]:

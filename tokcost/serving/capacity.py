@@ -26,7 +26,8 @@ from tokcost.serving.traffic import Slo
 GOODPUT_SCAN = 8  # loads tried from zero to the limit before bisecting
 RELATIVE_TOLERANCE = 1e-3
 ZERO_LOAD = 1e-6  # "vanishing load": a millionth of a sequence (or of a request per second)
-BOUND_LABEL = {"compute": "compute", "memory": "memory bandwidth", "interconnect": "interconnect"}
+BOUND_LABEL = {"compute": "compute", "memory": "memory bandwidth", "interconnect": "interconnect",
+               "host": "host launches"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,7 @@ class Capacity:
     max_rate_rps: float
     saturation_rps: float
     load: float  # the load (mean decode batch, or rate for a prefill instance) at the goodput
-    binding: str  # "ttft_p90 SLO", "KV memory", "compute", "memory bandwidth", "interconnect"
+    binding: str  # "ttft_p90 SLO", "KV memory", "compute", "memory bandwidth", "interconnect", "host launches"
     broken_at_zero_load: tuple[Slo, ...] = ()  # SLOs missed even at vanishing load (goodput 0)
 
 
