@@ -80,7 +80,8 @@ class DecodeLines:
             slope = [b - a for a, b in zip(at_start, after, strict=True)]
             const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
             rates = self.bound.rates
-            found = tuple(_stage(stage, self.x, self.context, const, slope, rates) for stage in self.bound.stages)
+            found = tuple(_stage(stage, self.x, self.context, const, slope, rates, launch_s)
+                          for stage, launch_s in zip(self.bound.stages, self.bound.launch_s, strict=True))  # fmt: skip
             self.regimes[start] = found
         return found
 
@@ -186,6 +187,7 @@ def _stage(
     const: list[float],
     slope: list[float],
     rates: Rates,
+    launch_s: float,
 ) -> tuple[_Stage, ...]:
     """A stage's kernels split into those the context moves (as lines in c) and the rest (timed once), as the
     variants whose largest is the stage's time (passcost.stage_seconds): its kernels, their gaps and its collectives
@@ -218,8 +220,8 @@ def _stage(
     if o and overlapped:  # the collectives lead: the kernels hide behind them
         led = tuple(_Moving(_scaled(k.compute, 1 - o), _scaled(k.memory, 1 - o)) for k in moving)
         variants.append(_Stage(fixed, serial + overlapped + (1 - o) * kernels_s, led))
-    if rates.launch_overhead_s:  # the host's launches: a floor on the stage's time
-        variants.append(_Stage(fixed, count * rates.launch_overhead_s, (), host=True))
+    if launch_s:  # the host's launches (BoundPass.launch_s): a floor on the stage's time
+        variants.append(_Stage(fixed, launch_s, (), host=True))
     return tuple(variants)
 
 

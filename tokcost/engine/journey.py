@@ -60,10 +60,12 @@ def _exposed(p: Priced | None, cost: PassCost) -> float:
     return p.seconds * (1 - cost.hidden_s / overlapped)
 
 
-def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: float) -> list[JourneyRow]:
+def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: float, host_gpus: int = 1
+                 ) -> list[JourneyRow]:  # fmt: skip
     """What a stage adds to its kernels' sum (passcost.stage_seconds): the GPU's gap between kernels and the host's
     launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed).
-    `per_row`: the kernels the engine launches per stage row (EraFields.kernels_per_row)."""
+    `per_row`: the kernels the engine launches per stage row (EraFields.kernels_per_row); `host_gpus`: the GPUs whose
+    kernels one host thread launches (EraFields.one_host_thread: the TP group's)."""
     out = []
     # the expected pass's slowest stage, whose gaps these are: kernel rows as the engine launches them, collectives one
     rows = sum(p.stage.count for p in expected.stages if p.collective is None)
@@ -76,12 +78,14 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: f
                          expected.gap_s, total))  # fmt: skip
     excess = [max(0.0, p.launch_s - sum(p.parts_seconds) + p.hidden_s) for p in (ceiling, expected)]
     if any(excess):
-        out.append(_note("host launches past the GPU", "an eager era launches every kernel from the host: the pass "
-                         "takes the launches' time", kernels, "host", excess[0], excess[1], total))  # fmt: skip
+        every = f", one host thread for each of the TP group's {host_gpus} GPUs in turn" if host_gpus > 1 else ""
+        out.append(_note("host launches past the GPU", f"an eager era launches every kernel from the host{every}: the "
+                         "pass takes the launches' time", kernels, "host", excess[0], excess[1], total))  # fmt: skip
     return out
 
 
-def _rows(ceiling: PassCost, expected: PassCost, per_row: float, cached_tokens: int = 0) -> list[JourneyRow]:
+def _rows(ceiling: PassCost, expected: PassCost, per_row: float, cached_tokens: int = 0, host_gpus: int = 1
+          ) -> list[JourneyRow]:  # fmt: skip
     total = ceiling.seconds
     rows = [_note("tokenize", "on the CPU, outside the GPU roofline (text -> token ids)")]
     if cached_tokens:
@@ -94,7 +98,7 @@ def _rows(ceiling: PassCost, expected: PassCost, per_row: float, cached_tokens: 
         rows.append(JourneyRow(st.name, st.block, st.count, st.count * st.flops, st.count * st.bytes_read,
                                st.count * st.bytes_written, c_s, x_s, c_s / total if total else 0.0,
                                (c or x).bound, st.note))  # type: ignore[union-attr]  # fmt: skip
-    rows += _stage_terms(ceiling, expected, total, per_row)
+    rows += _stage_terms(ceiling, expected, total, per_row, host_gpus)
     extra_c = ceiling.pipeline_s - ceiling.stage_seconds
     if extra_c:
         extra_x = expected.pipeline_s - expected.stage_seconds
@@ -123,7 +127,8 @@ class Journey:
 
 def journey(e: Estimate) -> Journey:
     """The journey of `e`'s tokens through its deployment."""
-    c, x, per_row = e.ceiling, e.expected, e.deployment.engine.kernels_per_row
-    decode = _rows(c.decode_step, x.decode_step, per_row) if c.decode_step and x.decode_step else None
-    prefill = _rows(c.prefill, x.prefill, per_row, e.workload.cached_prefix_tokens)
+    c, x, engine = e.ceiling, e.expected, e.deployment.engine
+    per_row, gpus = engine.kernels_per_row, e.layout.tp if engine.one_host_thread else 1
+    decode = _rows(c.decode_step, x.decode_step, per_row, 0, gpus) if c.decode_step and x.decode_step else None
+    prefill = _rows(c.prefill, x.prefill, per_row, e.workload.cached_prefix_tokens, gpus)
     return Journey(decode, prefill, c.decode_step.seconds if c.decode_step else None, c.prefill.seconds)

@@ -81,6 +81,7 @@ class Rates:
     kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
     # kernels the engine launches per stage row of a pass (EraFields.kernels_per_row): launches and gaps scale by it
     kernels_per_row: float = 1.0
+    one_host_thread: bool = False  # one host thread launches every GPU's kernels of a TP group (EraFields)
     request_overhead_s: float = 0.0  # once per request (HTTP, tokenization, admission), on TTFT
     comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
@@ -91,6 +92,12 @@ class Rates:
     def host_s(self, sequences: float) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
         return self.step_overhead_s + self.sequence_overhead_s * sequences
+
+    def launch_s(self, tp: int) -> float:
+        """The host's time per kernel of one GPU's pass: the era's launch cost, times the TP group's GPUs where one
+        host thread launches every GPU's kernels in turn (their launches serialize); a process per GPU launches its
+        own beside the others'."""
+        return self.launch_overhead_s * (tp if self.one_host_thread else 1)
 
     def launched(self, kernel_rows: float, collective_rows: float) -> float:
         """The kernels a pass's rows launch under these rates (kernels_launched)."""
@@ -183,7 +190,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         step_s=engine.step_overhead_us * gap.step * US,
         sequence_s=engine.sequence_overhead_us * gap.step * US,
         launch_s=engine.launch_overhead_us * US, kernel_s=engine.kernel_overhead_us * US,
-        kernels_per_row=engine.kernels_per_row,
+        kernels_per_row=engine.kernels_per_row, one_host_thread=engine.one_host_thread,
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
         fp8_attention=not engine.fa2_kernels,  # FlashAttention-2 has no FP8 path
@@ -202,7 +209,8 @@ def hardware_x_engine(
     gpu: GpuSpec, compute_dtype: str, kernels: KernelEfficiency, *, memory_gap: float = 1.0,
     compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
-    launch_s: float = 0.0, kernel_s: float = 0.0, kernels_per_row: float = 1.0, request_s: float = 0.0,
+    launch_s: float = 0.0, kernel_s: float = 0.0, kernels_per_row: float = 1.0, one_host_thread: bool = False,
+    request_s: float = 0.0,
     overlap: float = 0.0, unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
     fp8_attention: bool = True,
 ) -> Rates:  # fmt: skip
@@ -230,6 +238,7 @@ def hardware_x_engine(
         launch_overhead_s=launch_s,
         kernel_overhead_s=kernel_s,
         kernels_per_row=kernels_per_row,
+        one_host_thread=one_host_thread,
         request_overhead_s=request_s,
         comm_overlap=overlap,
         unhidden=unhidden,

@@ -75,7 +75,7 @@ class RateTable:
     collectives: tuple[CollectiveRate, ...]
     overlap: float = 0.0  # share of the overlapped collectives hidden behind kernels (Rates.comm_overlap)
     overlap_ops: frozenset[str] = frozenset()
-    launch_s: float = 0.0  # the host's time per launched kernel (Rates.launch_overhead_s)
+    launch_s: float = 0.0  # the host's time per launched kernel of one GPU's pass (Rates.launch_s)
     gap_s: float = 0.0  # the GPU's idle time per kernel (Rates.kernel_overhead_s)
     kernels_per_row: float = 1.0  # kernels the engine launches per kernel row (Rates.kernels_per_row)
 
@@ -91,7 +91,7 @@ class RateTable:
             ),
             rates.comm_overlap,
             frozenset(rates.overlap_ops),
-            rates.launch_overhead_s,
+            rates.launch_s(layout.tp),
             rates.kernel_overhead_s,
             rates.kernels_per_row,
         )

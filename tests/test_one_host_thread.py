@@ -1,0 +1,86 @@
+"""One host thread for every GPU: llama.cpp drives all the GPUs of its row split from one process and one thread,
+so in an eager era the host launches each GPU's kernels in turn, and a TP group of n GPUs costs the host n launches
+per kernel of one GPU's pass. Engines with a process per GPU launch side by side. Every path that prices a pass (the
+compiled pass, the decode lines, the rate table, the fit's pricer) reads the same Rates.launch_s."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tokcost import Workload, load_gpu, load_model
+from tokcost.cli.app import app
+from tokcost.engine.decode import DecodeLines
+from tokcost.engine.estimate import estimate
+from tokcost.profiles import load_engine
+
+LLAMA70 = load_model("llama-2-70b")
+A100_PCIE = load_gpu("a100-80gb-pcie")
+LLAMACPP = load_engine("llama.cpp@eager")
+
+
+def _estimate(tp: int, engine=LLAMACPP):
+    wl = Workload(prompt_tokens=8, output_tokens=256, tp=tp)
+    return estimate(LLAMA70, A100_PCIE, wl, engine=engine)
+
+
+def _launched(e) -> float:
+    step = e.expected.decode_step
+    rates = e.deployment.rates("expected")
+    return rates.launched(sum(p.stage.count for p in step.stages if p.collective is None),
+                          sum(p.stage.count for p in step.stages if p.collective is not None))  # fmt: skip
+
+
+def test_the_host_launches_every_gpu_of_the_group_in_turn():
+    assert LLAMACPP.one_host_thread and "ggml_cuda_op_mul_mat" in LLAMACPP.one_host_thread_source
+    e = _estimate(8)
+    rates = e.deployment.rates("expected")
+    step = e.expected.decode_step
+    # by hand: one GPU's pass launches (80 x 7 + 4) kernel rows x 4.3 + 80 x 2 all-reduces; the host launches them for
+    # each of the 8 GPUs, so the floor is 8 x that x the era's launch cost
+    assert _launched(e) == pytest.approx(564 * 4.3 + 160)
+    assert step.launch_s == pytest.approx(_launched(e) * 8 * LLAMACPP.launch_overhead_us * 1e-6)
+    assert rates.launch_s(8) == pytest.approx(8 * rates.launch_s(1))
+    assert step.launch_bound and e.expected.decode_bound == "host"
+    assert step.seconds == pytest.approx(step.launch_s + step.overhead_s)
+    # a process per GPU (the same era but one_host_thread off) launches side by side: an eighth of it
+    apart = _estimate(8, LLAMACPP.model_copy(update={"one_host_thread": False}))
+    assert apart.expected.decode_step.launch_s == pytest.approx(step.launch_s / 8)
+
+
+def test_more_gpus_in_the_row_split_can_be_slower_as_published():
+    # MLC's llama.cpp runs of Llama-2-70B fp16 on A100 PCIe: 11.1 tokens/s on 4 GPUs, 9.4 on 8 (tokcost's data):
+    # the weight reads halve, the host's launches double; with a launch per GPU side by side, 8 would beat 4
+    x4, x8 = _estimate(4), _estimate(8)
+    assert x8.expected.tpot_s > x4.expected.tpot_s
+    side_by_side = LLAMACPP.model_copy(update={"one_host_thread": False})
+    assert _estimate(8, side_by_side).expected.tpot_s < _estimate(4, side_by_side).expected.tpot_s
+
+
+def test_one_gpu_is_unchanged():
+    one = _estimate(1)
+    apart = _estimate(1, LLAMACPP.model_copy(update={"one_host_thread": False}))
+    assert one.expected.tpot_s == apart.expected.tpot_s
+
+
+def test_every_pricing_path_reads_the_same_launches():
+    e = _estimate(8)
+    d, rates = e.deployment, e.deployment.rates("expected")
+    bound = d.bound(rates)
+    assert bound.table.launch_s == rates.launch_s(8)  # the rate table the grid and the fit's pricer read
+    assert bound.launch_s[0] == pytest.approx(_launched(e) * rates.launch_s(8))
+    cached = e.mean_decode_context
+    assert cached is not None
+    seconds, bound_name = DecodeLines(bound, 1).at(cached)
+    assert seconds == pytest.approx(e.expected.decode_step.seconds, rel=1e-9)
+    assert bound_name == "host"
+
+
+def test_explain_states_the_serialized_launches():
+    args = ["estimate", "-m", "llama-2-70b", "-g", "a100-80gb-pcie", "--gpus", "8", "--engine", "llama.cpp@eager",
+            "--prompt", "8", "--output", "256", "--explain"]  # fmt: skip
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if "one host thread launches the kernels of all 8 GPUs" in x)
+    each = LLAMACPP.launch_overhead_us
+    assert f"8 x {each:.4g} us = {8 * each:.4g} us" in line
