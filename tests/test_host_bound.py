@@ -24,8 +24,9 @@ LLAMA7 = load_model("llama-2-7b")
 A100 = load_gpu("a100-80gb-sxm")
 
 
-def _estimate(engine: str, batch: int = 1):
-    return estimate(LLAMA7, A100, Workload(batch=batch, prompt_tokens=5, output_tokens=100), engine=load_engine(engine))
+def _estimate(engine: str, batch: int = 1, model=LLAMA7, gpu=A100, **layout: int):
+    wl = Workload(batch=batch, prompt_tokens=5, output_tokens=100, **layout)
+    return estimate(model, gpu, wl, engine=load_engine(engine))
 
 
 def test_an_eager_step_past_the_gpu_is_host_bound_and_says_both_times():
@@ -52,18 +53,46 @@ def test_graphs_or_a_large_batch_give_the_bound_back_to_the_gpu():
     assert big.expected.decode_bound in ("memory", "compute") and host_bound(big) is None
 
 
-@pytest.mark.parametrize(("engine", "batch"), [("vllm@0.2.1", 1), ("vllm@0.2.1", 64), ("llama.cpp@eager", 1),
-                                               ("vllm@v1", 8)])  # fmt: skip
-def test_decode_lines_agree_with_the_priced_pass(engine: str, batch: int):
-    e = _estimate(engine, batch)
+LLAMA1B, H100 = load_model("llama-3.2-1b"), load_gpu("h100-sxm")
+AGREE = [  # (engine, batch, model, gpu, layout, host-bound as priced)
+    ("vllm@0.2.1", 1, LLAMA7, A100, {}, True),
+    ("vllm@0.2.1", 64, LLAMA7, A100, {}, False),
+    ("llama.cpp@eager", 1, LLAMA7, A100, {}, False),
+    ("llama.cpp@eager", 1, LLAMA1B, H100, {}, True),  # 2.8 ms of launches against 2.0 on the GPU
+    ("llama.cpp@eager", 1, LLAMA1B, H100, {"pp": 4}, True),  # the slowest of 4 stages
+    ("llama.cpp@eager", 4, LLAMA7, A100, {"tp": 2, "pp": 2}, True),  # one host thread: 2 GPUs' launches a stage
+    ("vllm@v1", 8, LLAMA7, A100, {}, False),
+]
+
+
+@pytest.mark.parametrize(("engine", "batch", "model", "gpu", "layout", "host"), AGREE)
+def test_decode_lines_agree_with_the_priced_pass(engine, batch, model, gpu, layout, host):
+    e = _estimate(engine, batch, model, gpu, **layout)
     step = e.expected.decode_step
-    assert step is not None
+    assert step is not None and step.launch_bound == host
     cached = e.mean_decode_context
     assert cached is not None
     lines = DecodeLines(e.deployment.bound(e.deployment.rates("expected")), batch)
     seconds, bound = lines.at(cached)
     assert seconds == pytest.approx(step.seconds, rel=1e-9)
-    assert bound == step.bound
+    assert bound == step.bound == ("host" if host else bound)
+
+
+def test_the_note_names_the_stage_under_a_pipeline():
+    note = host_bound(_estimate("llama.cpp@eager", 1, LLAMA1B, H100, pp=4))
+    assert note is not None and "a microbatch on the slowest of 4 pipeline stages" in note
+
+
+def test_sweep_reports_the_expected_bound_as_estimate_does():
+    args = ["sweep", "-m", "llama-2-7b", "-g", "a100-80gb-sxm", "--engine", "vllm@0.2.1", "-b", "1,64", "-p", "5",
+            "--output", "100", "--format", "json"]  # fmt: skip
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    points = data["points"] if isinstance(data, dict) else data
+    bounds = {p["batch"]: p["decode_bound"] for p in points}
+    assert bounds == {b: _estimate("vllm@0.2.1", b).expected.decode_bound for b in (1, 64)}
+    assert bounds[1] == "host"
 
 
 def test_every_bound_has_a_plan_label():

@@ -14,7 +14,7 @@ from tokcost.engine.estimate import Estimate, Scenario
 from tokcost.engine.journey import Journey, JourneyRow
 from tokcost.engine.passcost import PassCost
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: a bound may read "host" (an eager era's launches past the GPU)
 
 
 def _pass(cost: PassCost | None) -> dict[str, Any] | None:
@@ -204,7 +204,8 @@ def host_bound(e: Estimate) -> str | None:
         return None
     gpu_s = sum(step.parts_seconds) - step.hidden_s
     launches, label = fmt.ms(step.launch_s), e.deployment.engine.label
-    return (f"expected decode is host-bound: the host launches the kernels one by one, {launches} a step against "
+    where = "a step" if step.pp == 1 else f"a microbatch on the slowest of {step.pp} pipeline stages"
+    return (f"expected decode is host-bound: the host launches the kernels one by one, {launches} {where} against "
             f"the GPU's {fmt.ms(gpu_s)} ({label}; --journey counts the kernels)")  # fmt: skip
 
 

@@ -133,7 +133,7 @@ def iter_sweep(
                 max_batch=max_batch,
                 critical_batch_compute=compute,
                 critical_batch_kv=kv,
-                decode_bound=lines[1].at(mean_context)[1],
+                decode_bound=lines[0].at(mean_context)[1],  # expected, as the point's TPOT
             )
 
 

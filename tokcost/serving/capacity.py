@@ -11,7 +11,7 @@ over b, where each state is a closed form, instead of over the rate, where each 
 - the state at an offered rate, or at N closed-loop users with think time Z (N = lambda (E2E + Z), Little),
   by bisection on the load.
 The binding constraint is what breaks just past the goodput: an SLO, the KV cache, or (when no SLO binds)
-saturation, named by the bound of the steps that saturate: compute, memory bandwidth or interconnect.
+saturation, named by the bound of the steps that saturate: compute, memory bandwidth, interconnect or host launches.
 """
 
 from __future__ import annotations
