@@ -98,8 +98,8 @@ CASE_PARAMS = [
 ]
 
 
-def _deployment(model: str, gpu: str, layout: dict) -> Deployment:
-    return deployment(load_model(model), load_gpu(gpu), Workload(**layout), NETWORK, VLLM)
+def _deployment(model: str, gpu: str, layout: dict, engine=VLLM) -> Deployment:
+    return deployment(load_model(model), load_gpu(gpu), Workload(**layout), NETWORK, engine)
 
 
 def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedule: Schedule) -> PassCost:
@@ -111,7 +111,10 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
     # each stage with its overlapped collectives, its kernels' gaps and its host launches (passcost.stage_seconds)
     costs = []
     for stage in priced:
-        n = sum(p.stage.count for p in stage)
+        # the kernels the era launches (collectives one each), and the host's time for each (one thread for a
+        # stage's GPUs where the era says so)
+        n = rates.launched(sum(p.stage.count for p in stage if p.collective is None),
+                           sum(p.stage.count for p in stage if p.collective is not None))  # fmt: skip
         costs.append(
             PassCost(
                 stage,
@@ -121,7 +124,7 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
                 schedule,
                 rates.comm_overlap,
                 frozenset(rates.overlap_ops),
-                n * rates.launch_overhead_s,
+                n * rates.launch_s(d.layout.stage_gpus),
                 n * rates.kernel_overhead_s,
             )
         )
@@ -159,6 +162,24 @@ def test_grid_path_equals_the_stage_by_stage_path(model, gpu, layout):
             cost = bound.cost(segments, schedule=schedule)  # what --explain and the breakdown show
             assert cost.seconds == pytest.approx(point.seconds, rel=1e-12)
             assert [p.seconds for p in cost.stages] == pytest.approx([p.seconds for p in point.stages], rel=1e-12)
+
+
+@pytest.mark.parametrize(("model", "gpu", "layout"), [("llama-3.2-1b", "h100-sxm", {}),
+                                                     ("llama-3.1-8b", "a100-80gb-sxm", {"tp": 4}),
+                                                     ("llama-3.1-8b", "h100-sxm", {"tp": 2, "pp": 2}),
+                                                     ("mixtral-8x7b", "h100-sxm", {"tp": 2, "ep": 2})])  # fmt: skip
+def test_grid_path_equals_the_stage_by_stage_path_for_one_host_thread(model, gpu, layout):
+    # an eager era whose one host thread launches every GPU's kernels of a stage (llama.cpp): its launches, counted
+    # as it launches kernels and paid per GPU of the stage, set some of these passes
+    d = _deployment(model, gpu, layout, load_engine("llama.cpp@eager"))
+    rates = d.rates("expected")
+    assert rates.one_host_thread and rates.launch_s(d.layout.stage_gpus) > 0
+    bound, floors = d.bound(rates), 0
+    for name, segments, schedule in [*PASSES, ("decode, one sequence", [Segment(1, 200, 1)], "steady")]:
+        point = stage_by_stage(d, rates, segments, schedule)
+        assert bound.seconds(segments, schedule=schedule) == pytest.approx(point.seconds, rel=1e-12), name
+        floors += point.launch_bound
+    assert floors  # the launches bind somewhere, so the comparison sees them
 
 
 def _brute_mean(d: Deployment, rates: Rates, batch: float, first: int, last: int) -> float:

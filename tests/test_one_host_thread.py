@@ -10,9 +10,14 @@ from typer.testing import CliRunner
 
 from tokcost import Workload, load_gpu, load_model
 from tokcost.cli.app import app
+from tokcost.cli.validate_cmd import DEFAULT_DATA, load_specs
 from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import estimate
 from tokcost.profiles import load_engine
+from tokcost.validation.cases import Pricer, prepare
+from tokcost.validation.data import load_rows
+from tokcost.validation.folds import load_folds
+from tokcost.validation.run import cell_label, price_rows, shipped_profiles
 
 LLAMA70 = load_model("llama-2-70b")
 A100_PCIE = load_gpu("a100-80gb-pcie")
@@ -84,3 +89,19 @@ def test_explain_states_the_serialized_launches():
     line = next(x for x in out.output.splitlines() if "one host thread launches the kernels of all 8 GPUs" in x)
     each = LLAMACPP.launch_overhead_us
     assert f"8 x {each:.4g} us = {8 * each:.4g} us" in line
+
+
+def test_the_fits_pricer_reads_the_serialized_launches():
+    # MLC's 2023 llama.cpp rows on 2, 4 and 8 GPUs: the fit's fast pricer, under the shipped values, gives what
+    # validate prints for each (it builds its own rate tables, so it must read Rates.launch_s too)
+    rows = [r for r in load_rows(DEFAULT_DATA) if r.source_id == "mlc-llm-perf-bench" and r.framework == "llama.cpp"
+            and r.gpus > 1]  # fmt: skip
+    assert {r.gpus for r in rows} == {2, 4, 8}
+    models, gpus = load_specs(rows, str(DEFAULT_DATA))
+    profiles, folds = shipped_profiles(), load_folds()
+    expected = {r.row.id: r.expected for r in price_rows(rows, models, gpus, profiles)}
+    pricer = Pricer()
+    for case in prepare(rows, models, gpus, profiles):
+        assert case.profile.one_host_thread
+        values = folds.full.get(cell_label(case.cell), {})
+        assert pricer.predict(case, values) == pytest.approx(expected[case.row.id], rel=1e-9), case.row.id

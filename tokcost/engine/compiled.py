@@ -213,7 +213,7 @@ class BoundPass:
                            sum(r.stage.count for r in rows if r.payload is not None))
             for rows in compiled.stages
         ]  # fmt: skip
-        self.launch_s = tuple(n * rates.launch_s(compiled.layout.tp) for n in counts)
+        self.launch_s = tuple(n * rates.launch_s(compiled.layout.stage_gpus) for n in counts)
         # the GPU's idle time between each stage's kernels (every era: a graph replays them back to back, not free)
         self.gap_s = tuple(n * rates.kernel_overhead_s for n in counts)
 

@@ -563,10 +563,11 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         "latency; each collective then runs the cheapest algorithm for its payload at these rates (one-shot, "
         "two-shot, ring: collectives.cheapest), which may differ from the ceiling's lines above"
     )  # fmt: skip
-    if rates.launch_overhead_s and rates.one_host_thread and e.layout.tp > 1:
-        lines.append(f"launches: one host thread launches the kernels of all {e.layout.tp} GPUs of the TP group, one "
-                     f"GPU after another, so each of one GPU's kernels costs the host {e.layout.tp} x "
-                     f"{fmt.seconds(rates.launch_overhead_s)} = {fmt.seconds(rates.launch_s(e.layout.tp))} "
+    gpus = e.layout.stage_gpus
+    if rates.launch_overhead_s and rates.one_host_thread and gpus > 1:
+        lines.append(f"launches: one host thread launches the kernels of all {gpus} GPUs of a pipeline stage, one "
+                     f"GPU after another, so each of one GPU's kernels costs the host {gpus} x "
+                     f"{fmt.seconds(rates.launch_overhead_s)} = {fmt.seconds(rates.launch_s(gpus))} "
                      f"({_first_clause(engine.one_host_thread_source)})")  # fmt: skip
     if rates.comm_overlap:
         lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")

@@ -65,7 +65,7 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: f
     """What a stage adds to its kernels' sum (passcost.stage_seconds): the GPU's gap between kernels and the host's
     launches where they outlast the GPU (eager eras); hidden collective time comes off its rows (_exposed).
     `per_row`: the kernels the engine launches per stage row (EraFields.kernels_per_row); `host_gpus`: the GPUs whose
-    kernels one host thread launches (EraFields.one_host_thread: the TP group's)."""
+    kernels one host thread launches (EraFields.one_host_thread: a pipeline stage's)."""
     out = []
     # the expected pass's slowest stage, whose gaps these are: kernel rows as the engine launches them, collectives one
     rows = sum(p.stage.count for p in expected.stages if p.collective is None)
@@ -78,7 +78,7 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: f
                          expected.gap_s, total))  # fmt: skip
     excess = [max(0.0, p.launch_s - sum(p.parts_seconds) + p.hidden_s) for p in (ceiling, expected)]
     if any(excess):
-        every = f", one host thread for each of the TP group's {host_gpus} GPUs in turn" if host_gpus > 1 else ""
+        every = f", one host thread for each of a stage's {host_gpus} GPUs in turn" if host_gpus > 1 else ""
         out.append(_note("host launches past the GPU", f"an eager era launches every kernel from the host{every}: the "
                          "pass takes the launches' time", kernels, "host", excess[0], excess[1], total))  # fmt: skip
     return out
@@ -128,7 +128,7 @@ class Journey:
 def journey(e: Estimate) -> Journey:
     """The journey of `e`'s tokens through its deployment."""
     c, x, engine = e.ceiling, e.expected, e.deployment.engine
-    per_row, gpus = engine.kernels_per_row, e.layout.tp if engine.one_host_thread else 1
+    per_row, gpus = engine.kernels_per_row, e.layout.stage_gpus if engine.one_host_thread else 1
     decode = _rows(c.decode_step, x.decode_step, per_row, 0, gpus) if c.decode_step and x.decode_step else None
     prefill = _rows(c.prefill, x.prefill, per_row, e.workload.cached_prefix_tokens, gpus)
     return Journey(decode, prefill, c.decode_step.seconds if c.decode_step else None, c.prefill.seconds)

@@ -93,11 +93,11 @@ class Rates:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
         return self.step_overhead_s + self.sequence_overhead_s * sequences
 
-    def launch_s(self, tp: int) -> float:
-        """The host's time per kernel of one GPU's pass: the era's launch cost, times the TP group's GPUs where one
-        host thread launches every GPU's kernels in turn (their launches serialize); a process per GPU launches its
-        own beside the others'."""
-        return self.launch_overhead_s * (tp if self.one_host_thread else 1)
+    def launch_s(self, gpus: int) -> float:
+        """The host's time per kernel of one GPU's pass: the era's launch cost, times the `gpus` of a pipeline stage
+        (Layout.stage_gpus) where one host thread launches every GPU's kernels in turn (their launches serialize);
+        a process per GPU launches its own beside the others'."""
+        return self.launch_overhead_s * (gpus if self.one_host_thread else 1)
 
     def launched(self, kernel_rows: float, collective_rows: float) -> float:
         """The kernels a pass's rows launch under these rates (kernels_launched)."""

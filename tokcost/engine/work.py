@@ -91,7 +91,7 @@ class RateTable:
             ),
             rates.comm_overlap,
             frozenset(rates.overlap_ops),
-            rates.launch_s(layout.tp),
+            rates.launch_s(layout.stage_gpus),
             rates.kernel_overhead_s,
             rates.kernels_per_row,
         )

@@ -265,7 +265,7 @@ class Pricer:
                                                                       crosses_nodes=crosses)  # fmt: skip
                 collectives.append(path)
             found = self._tables[key] = RateTable(tuple(kernels), tuple(collectives), rates.comm_overlap,
-                                                  frozenset(rates.overlap_ops), rates.launch_s(d.layout.tp),
+                                                  frozenset(rates.overlap_ops), rates.launch_s(d.layout.stage_gpus),
                                                   rates.kernel_overhead_s, rates.kernels_per_row)  # fmt: skip
         return found
 
