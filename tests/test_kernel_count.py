@@ -93,7 +93,7 @@ def test_explain_names_the_count_and_its_source(capsys, monkeypatch):
 def test_collectives_count_once_under_tensor_parallelism():
     work = Workload(prompt_tokens=512, output_tokens=64, weights_dtype="q4_k_m", tp=2)
     for per_row in (1.0, 4.3):
-        engine = load_engine("llama.cpp").model_copy(update={"kernels_per_row": per_row})
+        engine = load_engine("llama.cpp@eager").model_copy(update={"kernels_per_row": per_row})
         step = estimate(LLAMA7, GPU, work, engine=engine).expected.decode_step
         kernels = sum(p.stage.count for p in step.stages if p.collective is None)
         collectives = sum(p.stage.count for p in step.stages if p.collective is not None)

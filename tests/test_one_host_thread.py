@@ -5,6 +5,8 @@ compiled pass, the decode lines, the rate table, the fit's pricer) reads the sam
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -13,8 +15,9 @@ from tokcost.cli.app import app
 from tokcost.cli.validate_cmd import DEFAULT_DATA, load_specs
 from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import estimate
+from tokcost.errors import SpecError
 from tokcost.profiles import load_engine
-from tokcost.validation.cases import Pricer, prepare
+from tokcost.validation.cases import Pricer, prepare, row_cell
 from tokcost.validation.data import load_rows
 from tokcost.validation.folds import load_folds
 from tokcost.validation.run import cell_label, price_rows, shipped_profiles
@@ -105,3 +108,29 @@ def test_the_fits_pricer_reads_the_serialized_launches():
         assert case.profile.one_host_thread
         values = folds.full.get(cell_label(case.cell), {})
         assert pricer.predict(case, values) == pytest.approx(expected[case.row.id], rel=1e-9), case.row.id
+
+
+def test_a_row_split_runs_as_the_eager_era_whatever_the_build():
+    # ggml-cuda turns CUDA graphs off for a split buffer, so llama.cpp's newest era prices a row split as its eager
+    # era (tensor_split_era), one GPU as itself
+    newest = load_engine("llama.cpp")
+    assert newest.label == "llama.cpp@graphs" and newest.tensor_split is not None
+    split, eager = _estimate(8, newest), _estimate(8)
+    assert split.deployment.engine.label == "llama.cpp@eager"
+    assert split.expected.tpot_s == eager.expected.tpot_s
+    assert _estimate(1, newest).deployment.engine.label == "llama.cpp@graphs"
+    # a published row of a graphs build on 2 GPUs is priced, and fitted, in the eager era's cell
+    row = next(r for r in load_rows(DEFAULT_DATA) if r.source_id == "mlc-llm-perf-bench" and r.framework == "llama.cpp"
+               and r.gpus == 2)  # fmt: skip
+    later = row.model_copy(update={"engine_version": "b3000", "graphs": True})
+    gpu = load_gpu(row.gpu)
+    assert row_cell(later, gpu).era == "eager"
+    assert row_cell(later.model_copy(update={"gpus": 1}), gpu).era == "graphs"
+
+
+def test_a_split_era_must_be_another_era_of_the_file(tmp_path):
+    text = (Path(__file__).resolve().parents[1] / "tokcost/specs/engines/llama.cpp.yaml").read_text()
+    bad = tmp_path / "llama.cpp.yaml"
+    bad.write_text(text.replace("tensor_split_era: eager", "tensor_split_era: graphs"))
+    with pytest.raises(SpecError, match="tensor_split_era"):
+        load_engine(str(bad))

@@ -123,6 +123,11 @@ class EngineFile(BaseModel):
     def _newest_is_an_era(self) -> EngineFile:
         if self.newest not in self.eras:
             raise ValueError(f"newest: {self.newest!r} is not one of the eras: {', '.join(self.eras)}")
+        for name, era in self.eras.items():
+            split = era.tensor_split_era
+            if split is not None and (split not in self.eras or self.eras[split].tensor_split_era is not None):
+                raise ValueError(f"eras.{name}.tensor_split_era: {split!r} is not one of the other eras that names "
+                                 f"none itself: {', '.join(e for e in self.eras if e != name)}")  # fmt: skip
         return self
 
     def era_of(self, spelled: str) -> str | None:
@@ -173,9 +178,10 @@ class EngineFile(BaseModel):
         name = era or self.newest
         fields = self.eras[name].model_dump(exclude={"versions", "eager"})
         notes = "\n".join(n for n in (self.notes, fields.pop("notes")) if n)
+        split = self.profile(fields["tensor_split_era"]) if fields["tensor_split_era"] else None
         return EngineProfile.model_validate(
             {**fields, "name": self.name, "era": name if len(self.eras) > 1 else "", "source": self.source,
-             "fit": self.fit, "notes": notes}, strict=False
+             "fit": self.fit, "notes": notes, "tensor_split": split}, strict=False
         )  # fmt: skip
 
 

@@ -262,6 +262,9 @@ class EraFields(BaseModel):
     # what tensor parallelism is in this engine where its own multi-GPU default is something else (llama.cpp splits
     # by layer): a warning wherever a layout prices tp > 1
     tensor_parallel_note: str = Field(default="", max_length=500)
+    # the era a layout that splits a pipeline stage across GPUs (tp x dp > 1) runs as, where the split changes how the
+    # engine runs (llama.cpp: a split buffer turns its CUDA graphs off, so a row split runs eager); None: this era
+    tensor_split_era: str | None = Field(default=None, min_length=1, max_length=100)
 
     @property
     def fa2_kernels(self) -> bool:
@@ -276,6 +279,7 @@ class EngineProfile(EraFields):
     era: str = Field(default="", max_length=100)
     source: str = Field(min_length=1, max_length=4000)
     fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the rows)
+    tensor_split: EngineProfile | None = None  # the profile of tensor_split_era (eras.EngineFile.profile)
 
     @property
     def label(self) -> str:
@@ -290,6 +294,11 @@ class EngineProfile(EraFields):
         k = scheduler_steps
         return self.model_copy(update={"step_overhead_us": self.step_overhead_us / k,
                                        "sequence_overhead_us": self.sequence_overhead_us / k})  # fmt: skip
+
+    def for_layout(self, stage_gpus: int) -> EngineProfile:
+        """The profile a layout runs under: the tensor-split era's where a stage spans several GPUs and the era
+        names one (llama.cpp's row split runs eager), else this one."""
+        return self.tensor_split if self.tensor_split is not None and stage_gpus > 1 else self
 
     def gap(self, platform: str) -> PlatformGap:
         """The era's gap on `platform` (none on CUDA or where the file states none)."""

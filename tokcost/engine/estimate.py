@@ -111,6 +111,7 @@ def deployment(
     problem = layout_problem(model, layout)
     if problem:
         raise UsageError(problem)
+    engine = engine.for_layout(layout.stage_gpus)  # a split stage may run as another era (llama.cpp's row split: eager)
     return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 

@@ -40,6 +40,12 @@ class Deployment:
     engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
     flash_attention: bool = True  # fused attention; False: the scores go through memory
 
+    def __post_init__(self) -> None:
+        # the era this layout runs as (a llama.cpp row split runs eager), as the engine's deployment() resolves it,
+        # so that the band, the warnings and the host costs name the profile that priced it
+        stage = self.layout.engine(self.gpu.gpus_per_node).stage_gpus
+        object.__setattr__(self, "engine", self.engine.for_layout(stage))
+
     def workload(self, batch: int = 1, prompt: int = 1024, output: int = 256, cached: int = 0) -> Workload:
         """The engine's Workload for this deployment: its layout, precision and lengths."""
         lay = self.layout
