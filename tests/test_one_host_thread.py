@@ -134,3 +134,14 @@ def test_a_split_era_must_be_another_era_of_the_file(tmp_path):
     bad.write_text(text.replace("tensor_split_era: eager", "tensor_split_era: graphs"))
     with pytest.raises(SpecError, match="tensor_split_era"):
         load_engine(str(bad))
+
+
+def test_validate_with_one_engine_prices_a_split_row_as_its_era():
+    # `tokcost validate --engine llama.cpp`: MLC's 8-GPU rows run as llama.cpp@eager, as an estimate of them does
+    rows = [r for r in load_rows(DEFAULT_DATA) if r.source_id == "mlc-llm-perf-bench" and r.framework == "llama.cpp"
+            and r.gpus == 8]  # fmt: skip
+    models, gpus = load_specs(rows, str(DEFAULT_DATA))
+    newest = price_rows(rows, models, gpus, shipped_profiles(), engine=load_engine("llama.cpp"))
+    eager = price_rows(rows, models, gpus, shipped_profiles(), engine=load_engine("llama.cpp@eager"))
+    assert [r.engine for r in newest] == ["llama.cpp@eager"] * len(rows)
+    assert [r.expected for r in newest] == [r.expected for r in eager]

@@ -126,8 +126,9 @@ class EngineFile(BaseModel):
         for name, era in self.eras.items():
             split = era.tensor_split_era
             if split is not None and (split not in self.eras or self.eras[split].tensor_split_era is not None):
+                others = [e for e, spec in self.eras.items() if e != name and spec.tensor_split_era is None]
                 raise ValueError(f"eras.{name}.tensor_split_era: {split!r} is not one of the other eras that names "
-                                 f"none itself: {', '.join(e for e in self.eras if e != name)}")  # fmt: skip
+                                 f"none itself: {', '.join(others) or 'none (drop the key)'}")  # fmt: skip
         return self
 
     def era_of(self, spelled: str) -> str | None:

@@ -279,7 +279,9 @@ class EngineProfile(EraFields):
     era: str = Field(default="", max_length=100)
     source: str = Field(min_length=1, max_length=4000)
     fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the rows)
-    tensor_split: EngineProfile | None = None  # the profile of tensor_split_era (eras.EngineFile.profile)
+    # the profile of tensor_split_era, attached by eras.EngineFile.profile (never dumped: the file names the era);
+    # a copy of this profile with other values (model_copy) leaves it as it was, so tweak the era a layout runs as
+    tensor_split: EngineProfile | None = Field(default=None, exclude=True, repr=False)
 
     @property
     def label(self) -> str:

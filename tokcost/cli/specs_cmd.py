@@ -62,7 +62,8 @@ def spec_yaml(kind: str, spec: Any) -> str:
         flag = "-g h100-sxm -m"
     else:
         # an engine's template is one era as a file of its own: the era's name is the file's (--engine FILE)
-        body = spec.model_dump(exclude_none=True, exclude={"era"} if kind == "engine" else None)
+        # (and without the era a split runs as: a file of one era has no other to name)
+        body = spec.model_dump(exclude_none=True, exclude={"era", "tensor_split_era"} if kind == "engine" else None)
         if isinstance(spec, GpuSpec) and "achievable" not in spec.model_fields_set:  # absent: expected = ceiling
             body.pop("achievable")
         flag = {"gpu": "-m llama-3.1-8b -g", "network": "-m llama-3.1-70b -g h100-sxm --tp 16 --network",

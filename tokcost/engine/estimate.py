@@ -300,7 +300,7 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
     replicas = kv_replication(m, d.layout.tp)
     if replicas > 1 and not m.mla:
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
-    if d.layout.tp > 1 and d.engine.tensor_parallel_note:
+    if d.layout.stage_gpus > 1 and d.engine.tensor_parallel_note:
         out.append(f"{d.engine.label}: {d.engine.tensor_parallel_note}")
     if g.sustained is None:  # expected rests on stated anchors, not on what this GPU was measured to sustain
         out.append(f"expected for {g.name}: {g.expected_provenance}")

@@ -91,7 +91,7 @@ def predict(
     )  # fmt: skip
     deployment = Deployment(gpu, Layout(tp, pp, ep, dp), weights, kv_dtype, compute_dtype, network, engine,
                             flash_attention=flash_attention)  # fmt: skip
-    sched = engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)
+    sched = deployment.engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)  # the era it runs as
     replica = build_replica(
         model, deployment, traffic, chunk or sched.chunk_tokens or DEFAULT_CHUNK, scenario,
         max_running=max_running or sched.max_running_sequences, client_side=client_side,

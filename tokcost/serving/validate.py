@@ -102,6 +102,7 @@ def predict_row(
     reason = _skip_reason(setup, row)
     if reason:
         return ServingResult(row, setup, None, reason)
+    engine = engine.for_layout(setup.tp * setup.dp)  # the era the layout runs as (predict resolves it too)
     load: dict[str, float | int | None] = {"rate_rps": None, "concurrency": None}
     if row.arrival == "poisson":
         load["rate_rps"] = (row.request_rate_rps or 0.0) / setup.instances

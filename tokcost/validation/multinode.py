@@ -167,7 +167,8 @@ def _end_to_end(
     wl = _workload(row, math.ceil(row.batch / decoders), prompt + output // 2, 2)
     d = deployment(model, gpu, wl, net, engine)
     held = ReplicaMemory(model, gpu, d.precision, d.layout).max_batch(wl)
-    cap = engine.max_running_sequences * row.dp if engine.max_running_sequences else held
+    cap_each = d.engine.max_running_sequences  # the era the layout runs as (deployment resolves it)
+    cap = cap_each * row.dp if cap_each else held
     running = max(1, min(wl.batch, held, cap))
     per_pass = max(1, PREFILL_TOKENS_PER_RANK // prompt) * row.dp
     out = []

@@ -15,6 +15,7 @@ from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
+from tokcost.validation.cases import row_cell
 from tokcost.validation.cells import cell_of
 from tokcost.validation.compare import RowResult, percentile, price_row
 from tokcost.validation.data import Row
@@ -89,8 +90,7 @@ def _families(full: FullFit, rows: Sequence[Row], models: Mapping[str, ModelSpec
         for row in rows:
             if row.exclude is None and (family_of(row.gpu) or row.gpu) == family:
                 gpu = gpus[row.gpu]
-                cell = cell_of(framework=row.framework, engine=row.engine, version=row.engine_version,
-                               graphs=row.graphs, platform=gpu.platform)  # fmt: skip
+                cell = row_cell(row, gpu)  # as the fit reads it (a split stage's era included)
                 profile = fold_profile(profiles[(cell.engine, cell.era)], fold, cell)
                 errors.append(abs(price_row(row, models[row.model], gpu, cell, profile).error))
         lines.append(f"| {family} | {len(errors)} | {statistics.median(errors):.1%} | {percentile(errors, 90):.1%} |")

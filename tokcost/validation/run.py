@@ -53,8 +53,8 @@ def price_rows(
     for row in rows:
         model, gpu = models[row.model], gpus[row.gpu]
         if engine is not None:
-            cell = Cell(engine.name, engine.era, gpu.platform)
-            out.append(price_row(row, model, gpu, cell, engine))
+            eng = engine.for_layout(row.gpus // row.pp)  # a split stage runs as its era says (llama.cpp: eager)
+            out.append(price_row(row, model, gpu, Cell(eng.name, eng.era, gpu.platform), eng))
             continue
         cell = row_cell(row, gpu)
         profile = profiles[(cell.engine, cell.era)]
