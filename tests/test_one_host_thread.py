@@ -5,6 +5,7 @@ compiled pass, the decode lines, the rate table, the fit's pricer) reads the sam
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def test_explain_states_the_serialized_launches():
     line = next(x for x in out.output.splitlines() if "one host thread launches the kernels of all 8 GPUs" in x)
     each = LLAMACPP.launch_overhead_us
     assert f"8 x {each:.4g} us = {8 * each:.4g} us" in line
+    # the decode step by hand from the printed terms: the launches (kernels x each) set it, plus the host's costs,
+    # and the table's TPOT is that (every step of the answer is host-bound, so the mean is the same)
+    step = next(x for x in out.output.splitlines() if "decode step at the mean context" in x)
+    m = re.search(r"the GPU's ([\d.]+) ms, ([\d,]+) kernels x ([\d.]+) us = ([\d.]+) ms of launches\): the launches "
+                  r"set it, then \+ ([\d.]+) us on the host", step)  # fmt: skip
+    assert m is not None, step
+    gpu_ms, kernels, per_us, launches_ms, host_us = (float(g.replace(",", "")) for g in m.groups())
+    assert kernels * per_us / 1e3 == pytest.approx(launches_ms, rel=1e-3) and gpu_ms < launches_ms
+    tpot = next(x for x in out.output.splitlines() if x.startswith("│ TPOT"))
+    expected_ms = float(tpot.split("│")[3].split()[0])
+    assert launches_ms + host_us / 1e3 == pytest.approx(expected_ms, rel=2e-3)
 
 
 def test_the_fits_pricer_reads_the_serialized_launches():
