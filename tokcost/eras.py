@@ -153,9 +153,11 @@ class EngineFile(BaseModel):
         where the versions alone map here)."""
         era = self.eras[name]
         text = era.versions.text
-        if not era.eager:
-            return text
-        return f"{text}, {'without' if self._taken(era.versions) else 'or without'} graphs"
+        if era.eager:
+            text = f"{text}, {'without' if self._taken(era.versions) else 'or without'} graphs"
+        if any(e.tensor_split_era == name for e in self.eras.values()):  # another era's split stages run here
+            text += ", or split across GPUs"
+        return text
 
     def _taken(self, versions: Versions) -> bool:
         """Whether eras that are not eager cover every version of `versions` (so only a graphs setting maps here)."""
