@@ -223,8 +223,9 @@ class EraFields(BaseModel):
     # match the rows; more for an unfused graph (llama.cpp's ggml ops, each a kernel)
     kernels_per_row: Annotated[float, Field(ge=1, le=20, allow_inf_nan=False)] = 1.0
     kernels_per_row_source: str = Field(default="", max_length=2000)  # where the count comes from
-    # one host thread launches the kernels of every GPU in a tensor-parallel group, one GPU after another (llama.cpp's
-    # row split); False: a process per GPU launches its own side by side (vLLM, SGLang, TGI, TensorRT-LLM)
+    # one host thread launches the kernels of every GPU of a pipeline stage (tp x dp), one GPU after another
+    # (llama.cpp's row split: Rates.launch_s); False: a process per GPU launches its own side by side (vLLM, SGLang,
+    # TGI, TensorRT-LLM)
     one_host_thread: bool = False
     one_host_thread_source: str = Field(default="", max_length=2000)  # where that comes from
     request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission

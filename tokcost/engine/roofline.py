@@ -81,7 +81,7 @@ class Rates:
     kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
     # kernels the engine launches per stage row of a pass (EraFields.kernels_per_row): launches and gaps scale by it
     kernels_per_row: float = 1.0
-    one_host_thread: bool = False  # one host thread launches every GPU's kernels of a TP group (EraFields)
+    one_host_thread: bool = False  # one host thread launches every GPU's kernels of a pipeline stage (EraFields)
     request_overhead_s: float = 0.0  # once per request (HTTP, tokenization, admission), on TTFT
     comm_overlap: float = 0.0  # share of the overlapped collectives' time hidden behind the kernels
     overlap_ops: frozenset[Op] = OVERLAPPABLE  # which collectives overlap (the ceiling: all of them, fully)
