@@ -571,11 +571,9 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
                      f"({_first_clause(engine.one_host_thread_source)})")  # fmt: skip
     step = e.expected.decode_step
     if step is not None and step.launch_s:  # the host's launches as a floor on the decode step (eager eras)
-        launched = rates.launched(sum(p.stage.count for p in step.stages if p.collective is None),
-                                  sum(p.stage.count for p in step.stages if p.collective is not None))  # fmt: skip
-        gpu_s = sum(step.parts_seconds) - step.hidden_s
+        launched, gpu = rates.launched(*step.rows), fmt.seconds(step.gpu_s)
         sets = "the launches set" if step.launch_bound else "the GPU sets"
-        lines.append(f"decode step at the mean context: max(the GPU's {fmt.seconds(gpu_s)}, {launched:,.0f} kernels x "
+        lines.append(f"decode step at the mean context: max(the GPU's {gpu}, {launched:,.0f} kernels x "
                      f"{fmt.seconds(rates.launch_s(gpus))} = {fmt.seconds(step.launch_s)} of launches): {sets} it, "
                      f"then + {fmt.seconds(step.overhead_s)} on the host")  # fmt: skip
     if rates.comm_overlap:

@@ -68,15 +68,12 @@ def _stage_terms(ceiling: PassCost, expected: PassCost, total: float, per_row: f
     kernels one host thread launches (EraFields.one_host_thread: a pipeline stage's)."""
     out = []
     # the expected pass's slowest stage, whose gaps these are: kernel rows as the engine launches them, collectives one
-    rows = sum(p.stage.count for p in expected.stages if p.collective is None)
-    kernels = round(
-        kernels_launched(rows, sum(p.stage.count for p in expected.stages if p.collective is not None), per_row)
-    )
+    kernels = round(kernels_launched(*expected.rows, per_row))
     if ceiling.gap_s or expected.gap_s:
         out.append(_note("gaps between kernels", "each kernel's ramp-up, tail and the idle time before the next "
                          "(the engine's per-kernel cost, expected only)", kernels, "gpu", ceiling.gap_s,
                          expected.gap_s, total))  # fmt: skip
-    excess = [max(0.0, p.launch_s - sum(p.parts_seconds) + p.hidden_s) for p in (ceiling, expected)]
+    excess = [max(0.0, p.launch_s - p.gpu_s) for p in (ceiling, expected)]
     if any(excess):
         every = f", one host thread for each of a stage's {host_gpus} GPUs in turn" if host_gpus > 1 else ""
         out.append(_note("host launches past the GPU", f"an eager era launches every kernel from the host{every}: the "

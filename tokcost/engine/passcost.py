@@ -147,10 +147,21 @@ class PassCost:
         return self.hidden_s * self.pipeline_factor
 
     @property
+    def gpu_s(self) -> float:
+        """One microbatch through the slowest stage on the GPU alone: its kernels, gaps and collectives less the
+        hidden share (stage_seconds without the host's launch floor)."""
+        return sum(self.parts_seconds) - self.hidden_s
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """(kernel rows, collective rows) of the slowest stage: what Rates.launched counts kernels from."""
+        kernels = sum(p.stage.count for p in self.stages if p.collective is None)
+        return kernels, sum(p.stage.count for p in self.stages) - kernels
+
+    @property
     def launch_bound(self) -> bool:
         """The host's kernel launches, not the GPU, set the stage's time (an eager era on a small model)."""
-        kernels, serial, overlapped = self.parts_seconds
-        return self.launch_s > serial + kernels + overlapped - self.hidden_s
+        return self.launch_s > self.gpu_s
 
     @property
     def every_stage_s(self) -> tuple[float, ...]:

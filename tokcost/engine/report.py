@@ -202,11 +202,10 @@ def host_bound(e: Estimate) -> str | None:
     step = e.expected.decode_step
     if step is None or not step.launch_bound:
         return None
-    gpu_s = sum(step.parts_seconds) - step.hidden_s
     launches, label = fmt.ms(step.launch_s), e.deployment.engine.label
     where = "a step" if step.pp == 1 else f"a microbatch on the slowest of {step.pp} pipeline stages"
     return (f"expected decode is host-bound: the host launches the kernels one by one, {launches} {where} against "
-            f"the GPU's {fmt.ms(gpu_s)} ({label}; --journey counts the kernels)")  # fmt: skip
+            f"the GPU's {fmt.ms(step.gpu_s)} ({label}; --journey counts the kernels)")  # fmt: skip
 
 
 def compare_row(e: Estimate) -> dict[str, object]:
