@@ -227,6 +227,24 @@ def test_bridged_pairs_carry_a_host_link():
     assert load_gpu("h100-nvl").link.gb_s == 600 / 2
 
 
+def test_an_eight_l40s_ring_crosses_the_cpu_sockets():
+    # flashinfer PR #4870: 8 x L40S as two 4-GPU islands under two sockets, no PCIe switch; bare copies at a ring's own
+    # pattern: 25.46 GB/s a rank within an island, 20.75 across all 8 ranks. NCCL #1530: 42.14 us at 8 B on 8 x AD102
+    from tokcost.engine.collectives import links_of
+    from tokcost.engine.layout import Layout
+
+    g = load_gpu("l40s")
+    assert g.link is not None and g.link.domain_gpus == 4
+    assert g.host_link is not None and g.host_link.efficiency == pytest.approx(20.75 / 32, abs=0.005)
+    assert g.host_link.latency_us == pytest.approx(42.1)
+    links = links_of(g, None)
+    island = links.path(4, Layout(tp=4), expected=True)
+    node = links.path(8, Layout(tp=8), expected=True)
+    # within a socket: NCCL's model (6.6 + 6 hops x 1.0 us) at 0.75 of 32 GB/s; across the sockets the measured ring
+    assert island.latency_s == pytest.approx(12.6e-6) and island.bytes_per_s == pytest.approx(0.75 * 32e9)
+    assert node.latency_s == pytest.approx(42.1e-6) and node.bytes_per_s == pytest.approx(0.65 * 32e9)
+
+
 def test_link_figures_from_published_runs():
     # NVIDIA/nccl-tests #212: ring busbw ~370 of the 450 GB/s NVLink4 line rate
     assert load_gpu("h100-sxm").link.efficiency == pytest.approx(370 / 450, abs=0.005)
