@@ -101,6 +101,17 @@ its family's published figure, not a pool of other engines' rows (their pool is 
   fixed cost is the kernel gap's (`kernel_us`), its stream near FlashInfer's; SGLang keeps the centre 1.0;
 - llama.cpp's own CUDA/HIP kernels, gpt-fast's SDPA over a static (unpaged) cache, LMDeploy TurboMind's decode: no
   published bandwidth figure found; the generic centre 1.0 (a kernel streaming at a copy's rate), said as "prior".
+Dequantizing GEMV by kernel family, where an engine's int4 path is one kernel of its own: torch.compile'd loops
+(gpt-fast's int4, torchao's int4_weight_only) call PyTorch's tinygemm (`aten._weight_int4pack_mm`), not the Marlin,
+AWQ or GPTQ kernels the serving engines run, so its rows say nothing of theirs and theirs nothing of its own (never
+pooled: WEIGHT_ONLY_BY_ENGINE). At batch 1 tinygemm (bf16, group 128) runs 2.06x and 2.33x faster than fp16
+torch.matmul at 4096^2 and 8192^2 on an A100 SXM4, 2.32x and 2.26x on an H100, while it reads 0.266 of the bytes (4
+bits and a bf16 scale and zero per 128 weights against 16 bits): it streams 0.55-0.62 of what the fp16 GEMV streams
+(mobiusml/gemlite README, images/4bit_gs=128_*_{A100,H100}.svg, 2024-10-29: triton do_bench, L2 flushed, minimum of
+the runs; read off the plots). Centre 0.58, their log-middle, of a GEMV at a copy's rate (the m.wo centre); the range
+is m.wo's. The same kernel library run on an A5000's 768 GB/s GDDR6 reached 0.87-0.94 (facebookresearch/any4
+README.md, "Microbenchmark Results": 3.26x at 4096, 3.52x at 8192): a narrower bus a GEMV fills more easily, not the
+HBM GPUs the rows ran on.
 The centre is where a parameter stays when no rows identify it ("prior", and it says so in the profile).
 """
 
@@ -204,6 +215,9 @@ ATTENTION_BY_ERA: dict[tuple[str, str], Prior] = {
     ("vllm", "v0"): PAGED_KERNELS,
 }
 UNPOOLED = frozenset({"m.attention", "m.attention_mla"})  # classes an engine never takes from other engines' rows
+# an engine's dequantizing GEMV that is a kernel of its own (the module docstring): its prior, and no all-engines pool
+TINYGEMM_INT4 = Prior(0.5, 1.12, 0.58)
+WEIGHT_ONLY_BY_ENGINE: dict[tuple[str, str], Prior] = {("torch-compile", "m.wo.int4"): TINYGEMM_INT4}
 EAGER_CELLS = frozenset(cell for cell, costs in COST_PRIORS.items() if "launch_us" in costs)
 
 
@@ -220,10 +234,17 @@ def own_family(engine: str, era: str, key: str) -> bool:
 
 
 def engine_efficiency_prior(engine: str, key: str) -> Prior:
-    """An engine's prior for an efficiency or gap key: its decode-attention kernel family's, else the key's."""
+    """An engine's prior for an efficiency or gap key: its decode-attention or dequantizing kernel family's, else the
+    key's."""
     if key == "m.attention":
         return ATTENTION_BY_ENGINE.get(engine, EFFICIENCY_PRIORS["m.attention"])
-    return efficiency_prior(key)
+    return WEIGHT_ONLY_BY_ENGINE.get((engine, key)) or efficiency_prior(key)
+
+
+def unpooled(engine: str, key: str) -> bool:
+    """Whether an engine's value of `key` has no all-engines parent: decode attention for every engine, and a
+    dequantizing kernel of the engine's own (WEIGHT_ONLY_BY_ENGINE); its family's prior centre stands in."""
+    return key in UNPOOLED or (engine, key) in WEIGHT_ONLY_BY_ENGINE
 
 
 def cost_prior(engine: str, era: str, key: str) -> Prior:

@@ -7,9 +7,11 @@ Shrinkage: an era's value is drawn towards its engine's, an engine's towards all
 Decode attention (`m.attention`, `m.attention_mla`: priors.UNPOOLED) has no all-engines value: the engines run
 different kernel families for it, so an engine's value is drawn towards its family's prior centre
 (priors.engine_efficiency_prior), and an engine whose rows do not identify it takes that centre, never other
-engines' rows. An era whose decode kernels are a family of their own (priors.ATTENTION_BY_ERA: vLLM before V1) has
-no parent for it either: its value is drawn towards its family's centre, never towards its engine's other eras. A
-free value that one left-out source moves past issue 19's limit is sent back the same way (folds.fit_folds).
+engines' rows; so is an engine's dequantizing GEMV where it is a kernel of its own (priors.WEIGHT_ONLY_BY_ENGINE:
+torch.compile's int4 is PyTorch's tinygemm). An era whose decode kernels are a family of their own
+(priors.ATTENTION_BY_ERA: vLLM before V1) has no parent for it either: its value is drawn towards its family's
+centre, never towards its engine's other eras. A free value that one left-out source moves past issue 19's limit
+is sent back the same way (folds.fit_folds).
 
 The gate, decided on the rows a fit may read before any value moves: a parameter is free only when the rows it
 informs (a probe, x 0.8 on a share or + PROBE_US on a cost, moves their prediction by 5% or more) come from at least
@@ -34,11 +36,11 @@ from tokcost.validation.priors import (
     COST_SCALE,
     GEMM_PRODUCT,
     SHRINK_SCALE,
-    UNPOOLED,
     Prior,
     cost_prior,
     engine_efficiency_prior,
     own_family,
+    unpooled,
 )  # fmt: skip
 
 # host costs the rows cannot tell apart from the others: the per-sequence cost moves only the large-batch rows, where
@@ -120,7 +122,7 @@ class Space:
             self.params[name] = Param(name, key, prior, None, SHRINK_SCALE, "era")
             return
         self.params[name] = Param(name, key, prior, f"{engine}.{key}", SHRINK_SCALE, "era")
-        pool = None if key in UNPOOLED else f"all.{key}"  # an unpooled class: the engine's family prior is its parent
+        pool = None if unpooled(engine, key) else f"all.{key}"  # unpooled: the engine's family prior is its parent
         self.params.setdefault(f"{engine}.{key}", Param(f"{engine}.{key}", key, prior, pool, SHRINK_SCALE, "engine"))
         if pool is None:
             return

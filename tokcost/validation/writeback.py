@@ -16,7 +16,7 @@ from typing import Any
 from tokcost.profiles import WEIGHT_ONLY_FAMILIES, Band
 from tokcost.validation.cases import COST_KEYS, GAP_SIDES
 from tokcost.validation.folds import DIGITS
-from tokcost.validation.priors import EAGER_CELLS, cost_prior, own_family
+from tokcost.validation.priors import EAGER_CELLS, cost_prior, own_family, unpooled
 from tokcost.validation.space import Space, param_prior
 
 EFFICIENCY_KEYS = ("m.gemv", "m.attention", "m.attention_mla", "m.moe", "c.gemm", "c.attention", "c.moe")
@@ -41,7 +41,8 @@ def resolved(space: Space, values: Mapping[str, float], engine: str, era: str, k
         return (values[name] if name in values else cost_prior(engine, era, key).centre), "prior"
     chain = [(f"{engine}.{era}.{key}", "fitted")]
     if not own_family(engine, era, key):  # an era of its own kernel family takes nothing of its engine's other eras
-        chain += [(f"{engine}.{key}", "engine"), (f"all.{key}", "all engines")]
+        chain.append((f"{engine}.{key}", "engine"))
+        chain += [] if unpooled(engine, key) else [(f"all.{key}", "all engines")]  # nor other engines' kernels
     for name, label in chain:
         if name in free:
             return values[name], label
