@@ -238,3 +238,18 @@ def test_journey_csv_closes_each_phase_with_the_pass_time_its_rows_add_up_to(cli
         (total,) = [x for x in rows if x["phase"] == phase and x["name"] == "total"]
         parts = sum(float(x["ceiling_s"]) for x in rows if x["phase"] == phase and x["name"] != "total")
         assert float(total["ceiling_s"]) == pytest.approx(parts, rel=1e-9)
+
+
+@pytest.mark.parametrize(("gpu", "tp", "beyond"), [("l40s", 8, 4), ("a40", 4, 2)])
+def test_a_group_beyond_the_links_domain_names_the_link_it_crosses(gpu, tp, beyond):
+    # an 8 x L40S ring crosses the CPU sockets and an A40 group beyond its bridged pair crosses PCIe: the deployment
+    # lines give that link's figures, and the all-reduce lines use its latency at the group's size
+    g = load_gpu(gpu)
+    e = estimate(load_model("llama-3.1-70b"), g, Workload(tp=tp))
+    lines = [x.strip() for x in explanation_lines(e)]
+    host = g.host_link
+    assert host is not None
+    assert f"a group of more than {beyond} GPUs: {host.kind}, {host.gb_s:g} GB/s per direction, " \
+           f"{host.latency_us:g} us per step" in "\n".join(lines)  # fmt: skip
+    reduce = next(x for x in lines if x.startswith("attention all-reduce (dense layer): 80 x ("))
+    assert f"({host.latency_at_s(tp) * 1e6:.2f} us + " in reduce and f"{tp} GPUs over {host.kind}" in reduce

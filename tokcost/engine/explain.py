@@ -44,6 +44,7 @@ from tokcost.engine.roofline import (
     matmul_path,
 )
 from tokcost.formats import get as get_format
+from tokcost.hardware.spec import Link
 from tokcost.models.layers import KV_MIXERS, MIXERS
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile, KernelEfficiency, kernel_family
@@ -147,15 +148,20 @@ def _deployment(e: Estimate) -> Section:
         f"batch {wl.batch}, prompt {wl.prompt_tokens:,} (cached prefix {wl.cached_prefix_tokens:,}), output "
         f"{wl.output_tokens:,}",
     ]
-    if d.links.intra:
-        link = d.links.intra
-        scaled = (f" at {link.latency_ranks} GPUs, 2 x {link.latency_hop_us:g} us less for each GPU fewer"
-                  if link.latency_ranks and link.latency_hop_us is not None else "")  # fmt: skip
-        lines.append(
-            f"link inside a node: {link.kind}, {link.gb_s:g} GB/s per direction, {link.latency_us:g} us per step"
-            f"{scaled}, efficiency {link.efficiency:g} (expected)"
-        )
+    intra = d.links.intra
+    if intra:
+        lines.append(f"link inside a node: {_link_figures(intra)}")
+        if intra.domain_gpus is not None and d.links.host is not None:  # a bridged pair, a PCIe card's CPU socket
+            lines.append(f"a group of more than {intra.domain_gpus} GPUs: {_link_figures(d.links.host)}")
     return "Deployment", lines
+
+
+def _link_figures(link: Link) -> str:
+    """A link's rate, latency at its stated group, hop scaling and efficiency, as one line of the deployment."""
+    scaled = (f" at {link.latency_ranks} GPUs, 2 x {link.latency_hop_us:g} us less for each GPU fewer"
+              if link.latency_ranks and link.latency_hop_us is not None else "")  # fmt: skip
+    return (f"{link.kind}, {link.gb_s:g} GB/s per direction, {link.latency_us:g} us per step{scaled}, efficiency "
+            f"{link.efficiency:g} (expected)")  # fmt: skip
 
 
 def _peaks(e: Estimate) -> Section:
