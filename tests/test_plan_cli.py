@@ -569,3 +569,15 @@ def test_a_compute_dtype_no_matmul_runs_at_is_planned_once_and_said(cli):
     native = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "2", "--tp", "1", "--weights", "fp8",
                  "--compute-dtype", "fp8,bf16", "-f", "json").json()  # fmt: skip
     assert sorted(c["compute_dtype"] for c in native["configs"]) == ["bf16", "fp8"] and not native["warnings"]
+
+
+def test_a_gpu_with_no_fleet_says_why_its_largest_layout_misses_not_that_one_gpu_cannot_hold_the_model(cli):
+    # Llama-3.1-70B on L40S: TP1 cannot hold it, TP8 (a ring across the CPU sockets) fits but misses a 300 ms TTFT:
+    # the buyer's row names the SLO, not the smaller layout's memory
+    r = cli("plan", "-m", "llama-3.1-70b", "--rate", "1", "--prompt", "2048", "--output", "300", "--slo",
+            "ttft_p90=300ms", "--gpu", "h100-sxm,l40s", "--tp", "1,8", "--format", "markdown")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    table = r.stdout.split("**Cheapest per GPU type (expected)**")[1].split("\n\n")[1]
+    l40s = next(line for line in table.splitlines() if line.startswith("| l40s |"))
+    cells = [c.strip() for c in l40s.strip("|").split("|")]
+    assert cells[1] == "none" and cells[6] == "ttft_p90 SLO missed even at zero load"

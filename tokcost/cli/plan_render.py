@@ -163,8 +163,9 @@ def best_per_gpu(result: Plan) -> Table:
     for gpu in result.space.gpus:
         rows = [r for r in result.rows if r.deployment.gpu.name == gpu.name]
         best = next((r for r in rows if r.expected.meets_slo), None)
-        if best is None:
-            why = rows[0].expected.binding if rows else "no configuration"
+        if best is None:  # why: a sized layout's miss (the SLO it breaks) before a smaller one that does not fit
+            sized = [r for r in rows if r.replica is not None]
+            why = (sized or rows)[0].expected.binding if rows else "no configuration"
             table.rows.append([gpu.name, "none", "-", "-", "-", "-", why, "-"])
             continue
         x = best.expected
