@@ -112,3 +112,15 @@ def test_a_user_datasheet_without_sustained_keeps_only_the_probed_peak():
                            provenance={}, base=base, probes=probes(copy=2.7e12, gemm=7.5e14))  # fmt: skip
     assert spec.peak_tflops == {"bf16": 989.4, "fp16": 989.4}  # a GEMM share exists for these only
     assert spec.sustained is not None and set(spec.sustained.gemm) == {"bf16"}
+
+
+@pytest.mark.parametrize("name", ["l40s", "a40", "h100-nvl"])
+def test_a_calibrated_spec_keeps_the_host_link_its_domain_needs(name):
+    # the link joins only its domain (a CPU socket's 4 L40S, a bridged pair): a larger group rides the host link, so a
+    # calibrated copy that kept the link but dropped the host link priced TP8 on one socket's ring, or refused TP4
+    base = load_gpu(name)
+    spec = spec_from_rates(H100, "bf16", bytes_per_s=8.0e11, flops_per_s=3.0e14, step_overhead_s=1e-4,
+                           provenance={}, base=base, today=DAY)  # fmt: skip
+    assert spec.link == base.link and spec.link is not None and spec.link.domain_gpus is not None
+    assert spec.host_link == base.host_link and spec.host_link is not None
+    assert GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec))).host_link == base.host_link

@@ -581,3 +581,15 @@ def test_a_gpu_with_no_fleet_says_why_its_largest_layout_misses_not_that_one_gpu
     l40s = next(line for line in table.splitlines() if line.startswith("| l40s |"))
     cells = [c.strip() for c in l40s.strip("|").split("|")]
     assert cells[1] == "none" and cells[6] == "ttft_p90 SLO missed even at zero load"
+
+
+def test_kv_between_pools_takes_the_link_their_gpus_span():
+    # a prefill pool of 4 and a decode pool of 4 L40S sit under two CPU sockets: the KV hand-off crosses them
+    from types import SimpleNamespace
+
+    from tokcost.serving.search import _link_for
+
+    space = SimpleNamespace(networks={})
+    l40s, a40 = load_gpu("l40s"), load_gpu("a40")
+    assert _link_for(l40s, space, 4) == l40s.link and _link_for(l40s, space, 8) == l40s.host_link  # type: ignore[arg-type]
+    assert _link_for(a40, space, 2) == a40.link and _link_for(a40, space, 4) == a40.host_link  # type: ignore[arg-type]

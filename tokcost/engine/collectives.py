@@ -190,8 +190,8 @@ class Links:
                     f"--gpus-per-node: {group} spans {nodes} nodes of {layout.gpus_per_node}, and "
                     "no network is known; pass --network (e.g. ib-ndr-400)"
                 )
-            return _path(self.network, expected, ranks, nodes, self._intra(layout.gpus_per_node))
-        link = self._intra(ranks)
+            return _path(self.network, expected, ranks, nodes, self.within(layout.gpus_per_node))
+        link = self.within(ranks)
         if link is None:
             raise UsageError(
                 "--tp: this GPU spec has no link (GPU-to-GPU GB/s per direction), so a collective between its GPUs "
@@ -199,7 +199,9 @@ class Links:
             )
         return _path(link, expected, ranks)
 
-    def _intra(self, ranks: int) -> Link | None:
+    def within(self, ranks: int) -> Link | None:
+        """The link a group of `ranks` GPUs inside one node talks over: the intra link within its domain (an NVLink
+        bridge's pair, a PCIe card's CPU socket), else the host link."""
         link = self.intra
         if link is not None and link.domain_gpus is not None and ranks > link.domain_gpus:
             return self.host  # a bridged pair talks NVLink, larger groups fall back to PCIe

@@ -159,6 +159,7 @@ def spec_from_rates(
         memory_gb=round(facts.memory_bytes / GB, 3), memory_runtime_mib=round(facts.memory_bytes / MIB, 1),
         memory_bandwidth_gb_s=bandwidth_gb_s, peak_tflops=_peaks(dtype, peak_tflops, base),
         tdp_w=facts.power_limit_w or (base.tdp_w if base else None), link=link or (base.link if base else None),
+        host_link=base.host_link if base and not link else None,
         network=base.network if base else None, gpus_per_node=base.gpus_per_node if base else 8,
         price_per_hour_usd=base.price_per_hour_usd if base else None,
         price_range_usd=base.price_range_usd if base else None, achievable=achievable,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from itertools import product
 
+from tokcost.engine.collectives import links_of
 from tokcost.engine.step import Scenario
 from tokcost.engine.workload import Precision, native_compute
 from tokcost.errors import TokcostError
@@ -156,9 +157,10 @@ def _aggregated(model: ModelSpec, deployment: Deployment, traffic: Traffic, slos
 
 
 def _link_for(gpu: GpuSpec, space: Space, gpus: int) -> Link | None:
-    """The path KV takes between pools: the GPU's own link inside one node, else its network."""
+    """The path KV takes between pools: the GPU's own link inside one node (its host link where the two pools span
+    more GPUs than the link joins: a bridged pair, a PCIe card's CPU socket), else its network."""
     if gpus <= gpu.gpus_per_node and gpu.link is not None:
-        return gpu.link
+        return links_of(gpu, None).within(gpus)
     return space.networks.get(gpu.name)
 
 
