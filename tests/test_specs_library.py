@@ -235,14 +235,15 @@ def test_an_eight_l40s_ring_crosses_the_cpu_sockets():
 
     g = load_gpu("l40s")
     assert g.link is not None and g.link.domain_gpus == 4
-    assert g.host_link is not None and g.host_link.efficiency == pytest.approx(20.75 / 32, abs=0.005)
+    # NCCL's model within a socket, times the measured cost of the crossing (the 8-rank ring over a one-island ring)
+    assert g.host_link is not None and g.host_link.efficiency == pytest.approx(0.75 * 20.75 / 25.46, abs=0.005)
     assert g.host_link.latency_us == pytest.approx(42.1)
     links = links_of(g, None)
     island = links.path(4, Layout(tp=4), expected=True)
     node = links.path(8, Layout(tp=8), expected=True)
     # within a socket: NCCL's model (6.6 + 6 hops x 1.0 us) at 0.75 of 32 GB/s; across the sockets the measured ring
     assert island.latency_s == pytest.approx(12.6e-6) and island.bytes_per_s == pytest.approx(0.75 * 32e9)
-    assert node.latency_s == pytest.approx(42.1e-6) and node.bytes_per_s == pytest.approx(0.65 * 32e9)
+    assert node.latency_s == pytest.approx(42.1e-6) and node.bytes_per_s == pytest.approx(0.61 * 32e9)
 
 
 def test_link_figures_from_published_runs():

@@ -3,8 +3,8 @@
 gpt-fast's and torchao's int4 weight-only paths call `aten._weight_int4pack_mm` (tinygemm), not the Marlin, AWQ or
 GPTQ kernels of the serving engines. At batch 1 it streams 0.55-0.62 of what fp16 torch.matmul streams at LLM shapes
 on an A100 and an H100 (gemlite's README plots, priors.py): that is its prior, and the fit never hands it another
-engine's int4 value. Before, it sat at the generic centre (a copy's rate) and the four int4 rows of gpt-fast and
-torchao came out 46-57% faster than measured.
+engine's int4 value. Before, it sat at the generic centre (a copy's rate) and the six int4 rows of gpt-fast and
+torchao came out 17-57% faster than measured.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class WeightOnly(BaseModel):
 
     model_config = _FROZEN
 
-    int4: Efficiency | None = None  # AWQ, GPTQ, tinygemm, MLC q4f16 (Marlin-class kernels)
+    int4: Efficiency | None = None  # AWQ, GPTQ, MLC q4f16 (Marlin-class); torch.compile: tinygemm, a kernel apart
     int8: Efficiency | None = None
     fp8: Efficiency | None = None  # FP8 weights on a GPU without FP8 tensor cores (Marlin FP8)
     # FP8 with a scale per 128x128 block (DeepSeek-V3/R1) at FP8 compute: triton's w8a8_block_fp8_matmul, CUTLASS

@@ -108,10 +108,12 @@ pooled: WEIGHT_ONLY_BY_ENGINE). At batch 1 tinygemm (bf16, group 128) runs 2.06x
 torch.matmul at 4096^2 and 8192^2 on an A100 SXM4, 2.32x and 2.26x on an H100, while it reads 0.266 of the bytes (4
 bits and a bf16 scale and zero per 128 weights against 16 bits): it streams 0.55-0.62 of what the fp16 GEMV streams
 (mobiusml/gemlite README, images/4bit_gs=128_*_{A100,H100}.svg, 2024-10-29: triton do_bench, L2 flushed, minimum of
-the runs; read off the plots). Centre 0.58, their log-middle, of a GEMV at a copy's rate (the m.wo centre); the range
-is m.wo's. The same kernel library run on an A5000's 768 GB/s GDDR6 reached 0.87-0.94 (facebookresearch/any4
-README.md, "Microbenchmark Results": 3.26x at 4096, 3.52x at 8192): a narrower bus a GEMV fills more easily, not the
-HBM GPUs the rows ran on.
+the runs; read off the plots). Centre 0.58, their log-middle, as a share of a copy: every family's prior is stated
+against a GEMV at a copy's rate (m.wo's centre, 1.0), not against the era's fitted GEMV (torch.compile's 0.92 would
+give 0.53), so that a refit of the GEMV never moves a kernel's published figure; the range is m.wo's. gemlite measured
+group 128; gpt-fast's int4 runs group 32, whose extra scale bytes the format's bits already count. The same kernel
+library run on an A5000's 768 GB/s GDDR6 reached 0.87-0.94 (facebookresearch/any4 README.md, "Microbenchmark
+Results": 3.26x at 4096, 3.52x at 8192): a narrower bus a GEMV fills more easily, not the HBM GPUs the rows ran on.
 The centre is where a parameter stays when no rows identify it ("prior", and it says so in the profile).
 """
 
