@@ -78,7 +78,7 @@ def row_cell(row: Row, gpu: GpuSpec) -> Cell:
             raise SpecError(f"row {row.id}", f"{cell.engine} {row.engine_version} is in none of its eras' versions: "
                                              f"{engine.known()}", field="engine_version")  # fmt: skip
     split = _engine_files()[cell.engine].eras[cell.era].tensor_split_era if cell.engine != "generic" else None
-    if split is not None and row.gpus // row.pp > 1:  # a split stage runs as that era (EngineProfile.for_layout)
+    if split is not None and row.stage_gpus > 1:  # a split stage runs as that era (EngineProfile.for_layout)
         return Cell(cell.engine, split, cell.platform)
     return cell
 

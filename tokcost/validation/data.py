@@ -154,6 +154,11 @@ class Row(BaseModel):
         return self.gpus // (self.pp * self.dp)
 
     @property
+    def stage_gpus(self) -> int:
+        """The GPUs one pipeline stage spans (tp x dp): what decides the era a split stage runs as."""
+        return self.gpus // self.pp
+
+    @property
     def higher_is_better(self) -> bool:
         """True for rates (tokens/s), False for latencies (ms)."""
         return self.metric in HIGHER_IS_BETTER

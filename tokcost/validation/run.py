@@ -53,7 +53,7 @@ def price_rows(
     for row in rows:
         model, gpu = models[row.model], gpus[row.gpu]
         if engine is not None:
-            eng = engine.for_layout(row.gpus // row.pp)  # a split stage runs as its era says (llama.cpp: eager)
+            eng = engine.for_layout(row.stage_gpus)  # a split stage runs as its era says (llama.cpp: eager)
             out.append(price_row(row, model, gpu, Cell(eng.name, eng.era, gpu.platform), eng))
             continue
         cell = row_cell(row, gpu)
