@@ -42,6 +42,7 @@ from tokcost.engine.roofline import (
     kernel_class,
     kernel_rates,
     matmul_path,
+    mma_sync_share,
 )
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import Link
@@ -488,9 +489,9 @@ def _first_clause(source: str) -> str:
 
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
     """The weight-only (dequantizing) class of each format this deployment's matmuls read that way, or ''."""
-    ceiling = e.deployment.rates("ceiling")
+    rates = e.deployment.rates("expected")  # the era's kernel classes (an Ampere grouped GEMM dequantizes FP8 experts)
     formats = dict.fromkeys(f for kind, f in e.deployment.compiled.kernel_keys
-                            if kernel_class(kind, matmul_path(kind, f, ceiling)[1]) == "weight_only")  # fmt: skip
+                            if kernel_class(kind, matmul_path(kind, f, rates)[1]) == "weight_only")  # fmt: skip
     return "".join(f", weight-only {f} {k.memory_of('weight_only', f):.3g}{mark('m.wo.' + kernel_family(f))}"
                    for f in formats)  # fmt: skip
 
@@ -536,6 +537,12 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         lines.append(f"prefill attention x{fa2:g} on top: {engine.label}'s kernels are FlashAttention-2-class, "
                      f"which leave {g.name}'s newer tensor-core paths idle ({why}) "
                      f"[{hw.fa2_attention.provenance}]")  # fmt: skip
+    moe = mma_sync_share(g, engine) if e.model.moe else 1.0
+    if moe != 1.0 and hw.mma_sync_gemm is not None:
+        why = _first_clause(engine.moe_gemm_source)
+        lines.append(f"routed experts' compute x{moe:g} on top: {engine.label}'s MoE grouped GEMM is an Ampere/Ada-"
+                     f"generation (mma.sync) kernel, which leaves {g.name}'s warpgroup MMA idle ({why}) "
+                     f"[{hw.mma_sync_gemm.provenance}]")  # fmt: skip
     fp8_cache = peak.compute_dtype == "fp8" and matmul_path("attention", e.precision.kv, peak)[0] == "attention"
     if fp8_cache and not rates.fp8_attention:
         why = ("its kernels are FlashAttention-2-class, which have no FP8 path" if e.precision.fused_attention

@@ -70,6 +70,7 @@ class Rates:
     memory_gap: float = 1.0  # the engine's platform gap on every memory-side efficiency (1 on CUDA)
     compute_gap: float = 1.0  # ... on the compute side of GEMMs
     attention_gap: float = 1.0  # ... and on prefill attention's compute side
+    moe_compute_gap: float = 1.0  # routed experts' compute side under an older kernel class (mma_sync_share)
     peak_bytes_per_s: float = 0.0  # the datasheet: no kernel streams faster (0: bytes_per_s is the datasheet)
     peak_flops_per_s: float = 0.0  # the dense peaks of the three matmul paths, likewise
     peak_attention_flops_per_s: float = 0.0
@@ -88,6 +89,8 @@ class Rates:
     unhidden: float = 0.0  # share of a kernel's shorter roofline side not hidden behind its longer (0: the ceiling)
     attention_floor_s: float = 0.0  # an attention kernel's fixed time on the GPU, whatever its work (0: the ceiling)
     fp8_attention: bool = True  # attention takes FP8 operands with an FP8 cache (FlashAttention-2-class kernels: no)
+    # routed experts multiply at the compute dtype (an Ampere grouped GEMM, EraFields.moe_gemm_kernel: at 16 bits only)
+    narrow_experts: bool = True
 
     def host_s(self, sequences: float) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
@@ -186,6 +189,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
     return hardware_x_engine(
         gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute,
         attention_gap=gap.attention * (fa2_share(gpu, engine) if fused_attention else 1.0),
+        moe_compute_gap=mma_sync_share(gpu, engine),
         collectives=engine.collective_overhead_us,
         step_s=engine.step_overhead_us * gap.step * US,
         sequence_s=engine.sequence_overhead_us * gap.step * US,
@@ -194,6 +198,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
         fp8_attention=not engine.fa2_kernels,  # FlashAttention-2 has no FP8 path
+        narrow_experts=engine.moe_gemm_kernel == "native",  # CUTLASS's Sm80 grouped GEMM takes 16-bit activations
     )  # fmt: skip
 
 
@@ -205,14 +210,23 @@ def fa2_share(gpu: GpuSpec, engine: EngineProfile) -> float:
     return figure.fraction if engine.fa2_kernels and figure is not None else 1.0
 
 
+def mma_sync_share(gpu: GpuSpec, engine: EngineProfile) -> float:
+    """Routed experts' compute share of the GPU's own GEMM under the engine's MoE kernel class: an Ampere/Ada-
+    generation grouped GEMM (mma.sync) on a GPU whose warpgroup MMA it leaves idle (Hopper) reaches the GPU's
+    measured `mma_sync_gemm` share; 1 for native kernels and where the GPU states none."""
+    figure = gpu.hardware.mma_sync_gemm
+    return figure.fraction if engine.moe_gemm_kernel == "mma-sync" and figure is not None else 1.0
+
+
 def hardware_x_engine(
     gpu: GpuSpec, compute_dtype: str, kernels: KernelEfficiency, *, memory_gap: float = 1.0,
-    compute_gap: float = 1.0, attention_gap: float = 1.0, collectives: CollectiveCosts = NO_COLLECTIVE_COST,
+    compute_gap: float = 1.0, attention_gap: float = 1.0, moe_compute_gap: float = 1.0,
+    collectives: CollectiveCosts = NO_COLLECTIVE_COST,
     step_s: float = 0.0, sequence_s: float = 0.0,
     launch_s: float = 0.0, kernel_s: float = 0.0, kernels_per_row: float = 1.0, one_host_thread: bool = False,
     request_s: float = 0.0,
     overlap: float = 0.0, unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
-    fp8_attention: bool = True,
+    fp8_attention: bool = True, narrow_experts: bool = True,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap."""
@@ -228,6 +242,7 @@ def hardware_x_engine(
         memory_gap=memory_gap,
         compute_gap=compute_gap,
         attention_gap=attention_gap,
+        moe_compute_gap=moe_compute_gap,
         peak_bytes_per_s=peak.bytes_per_s,
         peak_flops_per_s=peak.flops_per_s,
         peak_attention_flops_per_s=peak.attention_flops_per_s,
@@ -244,6 +259,7 @@ def hardware_x_engine(
         unhidden=unhidden,
         attention_floor_s=attention_floor_s,
         fp8_attention=fp8_attention,
+        narrow_experts=narrow_experts,
     )
 
 
@@ -270,13 +286,17 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
     """(which FLOP rate, a format's own kernel?) of a kernel: native formats at the compute peak (block-scaled ones
     in a kernel of their own), 16-bit weights at the 16-bit peak (an FP8 deployment keeps its LM head in bf16),
     other formats dequantized into the compute dtype; attention multiplies activations by the cache at FP8 with an
-    FP8 cache under FP8 compute, else at 16 bits."""
+    FP8 cache under FP8 compute, else at 16 bits; routed experts under an Ampere grouped GEMM (Rates.narrow_experts
+    False) at 16 bits, their narrower weights dequantized."""
     if kind in KV_ATTENTION:
         fp8 = rates.fp8_attention and rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         return ("attention" if fp8 or not rates.float16_flops_per_s else "float16"), False
     if not weight_format:
         return "compute", False
     native, block_scaled = _native(weight_format)
+    if kind == "experts" and not rates.narrow_experts and rates.compute_dtype not in ("bf16", "fp16"):
+        # an Ampere grouped GEMM multiplies 16-bit activations: narrower expert weights are dequantized into them
+        return ("float16" if rates.float16_flops_per_s else "compute"), weight_format not in ("bf16", "fp16")
     if same_tensor_rate(native, rates.compute_dtype):
         return "compute", block_scaled
     if weight_format in ("bf16", "fp16"):
@@ -327,8 +347,8 @@ def kernel_efficiency(kind: str, weight_format: str, rates: Rates, dequantizing:
         return 1.0, 1.0
     k = rates.kernels
     memory, compute = k.memory_of(group, weight_format), k.compute_of(group)
-    if kind == "experts":  # grouped GEMM over the routed experts, on top of its format's class
-        memory, compute = memory * k.memory.moe, compute * k.compute.moe
+    if kind == "experts":  # grouped GEMM over the routed experts, on top of its format's class (and its generation)
+        memory, compute = memory * k.memory.moe, compute * k.compute.moe * rates.moe_compute_gap
     gap = rates.attention_gap if group in KV_ATTENTION else rates.compute_gap
     return memory * rates.memory_gap, compute * gap
 

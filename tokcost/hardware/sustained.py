@@ -71,6 +71,11 @@ class Sustained(BaseModel):
     # prefill attention is of that class (EraFields.prefill_attention_kernel) run at this share. None: the GPU's own
     # kernels are of that class (Ampere, Ada), or no published figure (the share is then 1)
     fa2_attention: SustainedFigure | None = None
+    # an Ampere/Ada-generation grouped GEMM's rate (mma.sync, no TMA or warpgroup MMA) as a share of this GPU's own
+    # GEMM: engines whose MoE experts run in a kernel of that class (EraFields.moe_gemm_kernel) reach this share on
+    # the experts' compute side. None: the GPU's own kernels are of that class (Ampere, Ada), or no published figure
+    # (the share is then 1)
+    mma_sync_gemm: SustainedFigure | None = None
 
     def gemm_for(self, dtype: str) -> SustainedFigure | None:
         """The GEMM share at `dtype`: its own entry, else its 16-bit partner's (fp16 <-> bf16), else None."""
@@ -90,6 +95,8 @@ class Sustained(BaseModel):
         out.update({f"gemm.{dtype}": figure.provenance for dtype, figure in self.gemm.items()})
         if self.fa2_attention is not None:
             out["fa2_attention"] = self.fa2_attention.provenance
+        if self.mma_sync_gemm is not None:
+            out["mma_sync_gemm"] = self.mma_sync_gemm.provenance
         return out
 
 

@@ -1,0 +1,97 @@
+"""TensorRT-LLM 0.9's MoE plugin runs its experts in CUTLASS's Sm80 grouped GEMM on Hopper too (mma.sync, 16-bit
+activations only: no FP8 runner until 0.10). The share such a kernel reaches of a Hopper GPU's own grouped GEMM is
+the GPU's (`sustained.mma_sync_gemm`, measured on an H100: tgale96/grouped_gemm PR 37), the kernel class is the era's
+(`moe_gemm_kernel`); it moves routed experts' compute side alone, and the ceiling keeps the GPU's own kernels."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pytest
+
+from tokcost import Workload, estimate, load_gpu, load_model
+from tokcost.engine.roofline import expected_rates, kernel_rate, mma_sync_share
+from tokcost.profiles import load_engine
+
+MIXTRAL = load_model("mixtral-8x7b")
+HOPPER = ("h100-sxm", "h200", "h100-pcie", "h100-nvl")
+# CUTLASS Sm80 grouped GEMM against its Sm90 cooperative one on an H100, TFLOP/s at three routing skews (PR 37)
+SM80_TFLOPS, SM90_TFLOPS = (116.9, 109.2, 113.2), (160.5, 151.5, 154.3)
+
+
+@pytest.mark.parametrize("gpu", HOPPER)
+def test_hopper_states_the_share_with_its_basis(gpu):
+    figure = load_gpu(gpu).hardware.mma_sync_gemm
+    ratios = [a / b for a, b in zip(SM80_TFLOPS, SM90_TFLOPS, strict=True)]
+    assert figure is not None and figure.fraction == pytest.approx(statistics.mean(ratios), abs=0.005)
+    assert max(ratios) - min(ratios) <= figure.uncertainty  # the three skews lie inside the stated spread
+    assert figure.basis == ("measured" if gpu == "h100-sxm" else "anchor")
+    assert "grouped_gemm PR 37" in figure.source
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "l40s", "mi300x", "b200"])
+def test_gpus_whose_own_kernels_are_of_that_class_or_unmeasured_take_none(gpu):
+    assert load_gpu(gpu).hardware.mma_sync_gemm is None
+    assert mma_sync_share(load_gpu(gpu), load_engine("tensorrt-llm@0.9")) == 1.0
+
+
+@pytest.mark.parametrize(("engine", "share"), [("tensorrt-llm@0.9", 0.73), ("tensorrt-llm@0.10", 1.0),
+                                               ("tensorrt-llm", 1.0), ("vllm", 1.0), ("generic", 1.0)])  # fmt: skip
+def test_the_share_follows_the_era_s_kernel_class(engine, share):
+    assert mma_sync_share(load_gpu("h100-sxm"), load_engine(engine)) == pytest.approx(share)
+
+
+def test_fp8_experts_multiply_at_16_bits_times_the_share_and_read_fp8_bytes():
+    gpu = load_gpu("h100-sxm")
+    old = load_engine("tensorrt-llm@0.9")
+    native = old.model_copy(update={"moe_gemm_kernel": "native"})
+    a, b = expected_rates(gpu, "fp8", old), expected_rates(gpu, "fp8", native)
+    slow, fast = kernel_rate("experts", "fp8", a), kernel_rate("experts", "fp8", b)
+    k = old.kernels
+    # by hand: the 16-bit rate (bf16 peak x its GEMM share) x the era's GEMM and MoE shares x 0.73
+    assert slow.flops_per_s == pytest.approx(a.float16_flops_per_s * k.compute.gemm * k.compute.moe * 0.73)
+    # native: the FP8 rate, twice the 16-bit peak on an H100, at the FP8 GEMM share
+    assert fast.flops_per_s == pytest.approx(b.flops_per_s * k.compute.gemm * k.compute.moe)
+    assert fast.flops_per_s > 2 * slow.flops_per_s
+    # the weights stay 8 bits in memory: dequantized in the kernel (the weight-only FP8 class) on the memory side
+    assert slow.weight_bytes_per_s == pytest.approx(a.bytes_per_s * k.memory_of("weight_only", "fp8") * k.memory.moe)
+    # dense matmuls and attention keep the era's FP8 path
+    assert kernel_rate("matmul", "fp8", a) == kernel_rate("matmul", "fp8", b)
+    assert kernel_rate("attention", "fp8", a) == kernel_rate("attention", "fp8", b)
+
+
+def test_sixteen_bit_experts_on_ampere_are_unchanged():
+    gpu = load_gpu("a100-80gb-sxm")
+    old = load_engine("tensorrt-llm@0.9")
+    native = old.model_copy(update={"moe_gemm_kernel": "native"})
+    a, b = expected_rates(gpu, "fp16", old), expected_rates(gpu, "fp16", native)
+    assert kernel_rate("experts", "fp16", a) == kernel_rate("experts", "fp16", b)
+
+
+def _mixtral(engine, prompt: int, gpu: str = "h100-sxm"):
+    return estimate(model=MIXTRAL, gpu=gpu, engine=engine,
+                    workload=Workload(prompt_tokens=prompt, output_tokens=16, tp=2, weights_dtype="fp8", kv_dtype="fp8",
+                                      compute_dtype="fp8"))  # fmt: skip
+
+
+def test_a_long_prompt_s_ttft_rises_the_ceiling_stays_a_bound():
+    old = load_engine("tensorrt-llm@0.9")
+    native = old.model_copy(update={"moe_gemm_kernel": "native"})
+    slow, fast = _mixtral(old, 2048), _mixtral(native, 2048)
+    assert slow.expected.ttft_s > 1.4 * fast.expected.ttft_s  # 16 bits (x0.5) and x0.73 on most of its FLOPs
+    assert slow.ceiling.ttft_s == fast.ceiling.ttft_s  # the ceiling runs the GPU's own FP8 grouped GEMM
+    assert slow.ceiling.ttft_s < slow.expected.ttft_s
+
+
+def test_explain_names_the_share_and_its_source(cli):
+    args = ("estimate", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--tp", "2", "--weights", "fp8", "--kv-dtype", "fp8",
+            "--compute-dtype", "fp8", "-p", "2048", "--explain", "--engine")  # fmt: skip
+    old = cli(*args, "tensorrt-llm@0.9").stdout
+    line = next(x for x in old.splitlines() if "MoE grouped GEMM" in x)
+    assert re.search(r"routed experts' compute x0\.73 on top: tensorrt-llm@static's MoE grouped GEMM", line)
+    assert "measured: CUTLASS grouped GEMM built for Sm80" in line
+    assert re.search(r"weight-only fp8 [\d.]+", old)  # its FP8 experts read as a dequantizing class
+    assert "MoE grouped GEMM is an Ampere" not in cli(*args, "tensorrt-llm").stdout
+    dense = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", "tensorrt-llm@0.9", "--explain").stdout
+    assert "MoE grouped GEMM is an Ampere" not in dense  # no routed experts, no line
