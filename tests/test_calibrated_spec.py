@@ -124,3 +124,17 @@ def test_a_calibrated_spec_keeps_the_host_link_its_domain_needs(name):
     assert spec.link == base.link and spec.link is not None and spec.link.domain_gpus is not None
     assert spec.host_link == base.host_link and spec.host_link is not None
     assert GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec))).host_link == base.host_link
+
+
+def test_a_calibrated_hopper_keeps_the_older_kernel_classes_shares():
+    # the copy and GEMM probes measure the GPU's own kernels; FlashAttention-2's and an Sm80 grouped GEMM's share of
+    # them stay the base spec's, so vLLM 0.6's prefill and TensorRT-LLM 0.9's experts do not go native on a
+    # calibrated H100
+    base = load_gpu("h100-sxm")
+    spec = spec_from_rates(H100, "bf16", bytes_per_s=2.7e12, flops_per_s=7.5e14, step_overhead_s=1e-4, today=DAY,
+                           provenance={}, base=base, probes=probes(copy=2.7e12, gemm=7.5e14))  # fmt: skip
+    assert spec.sustained is not None and base.sustained is not None
+    assert spec.sustained.fa2_attention == base.sustained.fa2_attention is not None
+    assert spec.sustained.mma_sync_gemm == base.sustained.mma_sync_gemm is not None
+    again = GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec)))
+    assert again.sustained is not None and again.sustained.mma_sync_gemm == base.sustained.mma_sync_gemm

@@ -42,56 +42,94 @@ def test_the_share_follows_the_era_s_kernel_class(engine, share):
     assert mma_sync_share(load_gpu("h100-sxm"), load_engine(engine)) == pytest.approx(share)
 
 
-def test_fp8_experts_multiply_at_16_bits_times_the_share_and_read_fp8_bytes():
-    gpu = load_gpu("h100-sxm")
-    old = load_engine("tensorrt-llm@0.9")
-    native = old.model_copy(update={"moe_gemm_kernel": "native"})
-    a, b = expected_rates(gpu, "fp8", old), expected_rates(gpu, "fp8", native)
+OLD = load_engine("tensorrt-llm@0.9")
+NATIVE = OLD.model_copy(update={"moe_gemm_kernel": "native"})  # the same era with the GPU's own grouped GEMM
+
+
+def _both(gpu: str, dtype: str):
+    """The era's expected rates with its Sm80 grouped GEMM and with a native one, on one GPU at one compute dtype."""
+    return expected_rates(load_gpu(gpu), dtype, OLD), expected_rates(load_gpu(gpu), dtype, NATIVE)
+
+
+def test_fp8_experts_multiply_at_16_bits_times_the_share_and_stream_as_stored():
+    a, b = _both("h100-sxm", "fp8")
     slow, fast = kernel_rate("experts", "fp8", a), kernel_rate("experts", "fp8", b)
-    k = old.kernels
+    k = OLD.kernels
     # by hand: the 16-bit rate (bf16 peak x its GEMM share) x the era's GEMM and MoE shares x 0.73
     assert slow.flops_per_s == pytest.approx(a.float16_flops_per_s * k.compute.gemm * k.compute.moe * 0.73)
     # native: the FP8 rate, twice the 16-bit peak on an H100, at the FP8 GEMM share
     assert fast.flops_per_s == pytest.approx(b.flops_per_s * k.compute.gemm * k.compute.moe)
     assert fast.flops_per_s > 2 * slow.flops_per_s
-    # the weights stay 8 bits in memory: dequantized in the kernel (the weight-only FP8 class) on the memory side
-    assert slow.weight_bytes_per_s == pytest.approx(a.bytes_per_s * k.memory_of("weight_only", "fp8") * k.memory.moe)
+    # the 8-bit weights stream as the native class streams them: the kernel moves the compute side alone
+    assert (
+        slow.weight_bytes_per_s
+        == fast.weight_bytes_per_s
+        == pytest.approx(a.bytes_per_s * k.memory.gemv * k.memory.moe)
+    )
     # dense matmuls and attention keep the era's FP8 path
     assert kernel_rate("matmul", "fp8", a) == kernel_rate("matmul", "fp8", b)
     assert kernel_rate("attention", "fp8", a) == kernel_rate("attention", "fp8", b)
 
 
-def test_sixteen_bit_experts_on_ampere_are_unchanged():
-    gpu = load_gpu("a100-80gb-sxm")
-    old = load_engine("tensorrt-llm@0.9")
-    native = old.model_copy(update={"moe_gemm_kernel": "native"})
-    a, b = expected_rates(gpu, "fp16", old), expected_rates(gpu, "fp16", native)
-    assert kernel_rate("experts", "fp16", a) == kernel_rate("experts", "fp16", b)
+def test_decode_of_a_small_batch_is_no_faster_under_the_older_kernel():
+    # a memory-bound step streams the same bytes at the same rate: the older kernel never speeds anything up
+    for batch in (1, 8):
+        slow, fast = _mixtral(OLD, 128, batch=batch), _mixtral(NATIVE, 128, batch=batch)
+        assert slow.expected.tpot_s >= fast.expected.tpot_s
 
 
-def _mixtral(engine, prompt: int, gpu: str = "h100-sxm"):
+def test_sixteen_bit_experts_take_the_share_alone():
+    # the case the share was measured on: bf16 experts in an Sm80 against an Sm90 grouped GEMM
+    a, b = _both("h100-sxm", "bf16")
+    slow, fast = kernel_rate("experts", "bf16", a), kernel_rate("experts", "bf16", b)
+    assert slow.flops_per_s == pytest.approx(0.73 * fast.flops_per_s)
+    assert slow.weight_bytes_per_s == fast.weight_bytes_per_s
+
+
+def test_without_the_gpu_s_figure_fp8_experts_still_multiply_at_16_bits():
+    # an L40S states no share for the older kernel (its own kernels are of that generation), but the 0.9 kernel
+    # still takes 16-bit activations only
+    a = expected_rates(load_gpu("l40s"), "fp8", OLD)
+    k = OLD.kernels
+    rate = kernel_rate("experts", "fp8", a)
+    assert rate.flops_per_s == pytest.approx(a.float16_flops_per_s * k.compute.gemm * k.compute.moe)
+    assert kernel_rate("matmul", "fp8", a).flops_per_s > 1.5 * rate.flops_per_s
+
+
+def _mixtral(engine, prompt: int, gpu: str = "h100-sxm", batch: int = 1):
     return estimate(model=MIXTRAL, gpu=gpu, engine=engine,
-                    workload=Workload(prompt_tokens=prompt, output_tokens=16, tp=2, weights_dtype="fp8", kv_dtype="fp8",
-                                      compute_dtype="fp8"))  # fmt: skip
+                    workload=Workload(batch=batch, prompt_tokens=prompt, output_tokens=16, tp=2, weights_dtype="fp8",
+                                      kv_dtype="fp8", compute_dtype="fp8"))  # fmt: skip
 
 
 def test_a_long_prompt_s_ttft_rises_the_ceiling_stays_a_bound():
-    old = load_engine("tensorrt-llm@0.9")
-    native = old.model_copy(update={"moe_gemm_kernel": "native"})
-    slow, fast = _mixtral(old, 2048), _mixtral(native, 2048)
+    slow, fast = _mixtral(OLD, 2048), _mixtral(NATIVE, 2048)
     assert slow.expected.ttft_s > 1.4 * fast.expected.ttft_s  # 16 bits (x0.5) and x0.73 on most of its FLOPs
     assert slow.ceiling.ttft_s == fast.ceiling.ttft_s  # the ceiling runs the GPU's own FP8 grouped GEMM
     assert slow.ceiling.ttft_s < slow.expected.ttft_s
 
 
 def test_explain_names_the_share_and_its_source(cli):
-    args = ("estimate", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--tp", "2", "--weights", "fp8", "--kv-dtype", "fp8",
-            "--compute-dtype", "fp8", "-p", "2048", "--explain", "--engine")  # fmt: skip
-    old = cli(*args, "tensorrt-llm@0.9").stdout
-    line = next(x for x in old.splitlines() if "MoE grouped GEMM" in x)
+    args = ("estimate", "-m", "mixtral-8x7b", "--tp", "2", "--weights", "fp8", "--kv-dtype", "fp8",
+            "--compute-dtype", "fp8", "-p", "2048", "--explain", "-g")  # fmt: skip
+    old = cli(*args, "h100-sxm", "--engine", "tensorrt-llm@0.9").stdout
+    line = next(x for x in old.splitlines() if "MoE grouped GEMM is an Ampere" in x)
     assert re.search(r"routed experts' compute x0\.73 on top: tensorrt-llm@static's MoE grouped GEMM", line)
     assert "measured: CUTLASS grouped GEMM built for Sm80" in line
-    assert re.search(r"weight-only fp8 [\d.]+", old)  # its FP8 experts read as a dequantizing class
-    assert "MoE grouped GEMM is an Ampere" not in cli(*args, "tensorrt-llm").stdout
-    dense = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", "tensorrt-llm@0.9", "--explain").stdout
-    assert "MoE grouped GEMM is an Ampere" not in dense  # no routed experts, no line
+    sixteen = next(x for x in old.splitlines() if x.strip().startswith("routed experts at 16 bits"))
+    assert "under tensorrt-llm@static (TensorRT-LLM 0.9's MoE plugin runs its experts" in sixteen
+    assert sixteen.count("(") == sixteen.count(")")  # the source's first clause stands on its own
+    assert "the routed experts" in next(x for x in old.splitlines() if "matmuls that stay 16-bit" in x)
+    new = cli(*args, "h100-sxm", "--engine", "tensorrt-llm").stdout
+    assert "routed experts at 16 bits" not in new and "MoE grouped GEMM is an Ampere" not in new
+    # no figure on an L40S, but the 16-bit line still says why the experts are slower
+    ada = cli(*args, "l40s", "--engine", "tensorrt-llm@0.9").stdout
+    assert "routed experts at 16 bits" in ada and "MoE grouped GEMM is an Ampere" not in ada
+    dense = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", "tensorrt-llm@0.9", "--weights", "fp8",
+                "--compute-dtype", "fp8", "--explain").stdout  # fmt: skip
+    assert "routed experts at 16 bits" not in dense  # no routed experts, no line
+
+
+def test_an_older_kernel_class_names_its_source():
+    with pytest.raises(ValueError, match="moe_gemm_source: required"):
+        OLD.model_validate({**OLD.model_dump(), "moe_gemm_source": ""})

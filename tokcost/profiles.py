@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcost.formats import get as get_format
 
@@ -271,6 +271,15 @@ class EraFields(BaseModel):
     # the era a layout that splits a pipeline stage across GPUs (tp x dp > 1) runs as, where the split changes how the
     # engine runs (llama.cpp: a split buffer turns its CUDA graphs off, so a row split runs eager); None: this era
     tensor_split_era: str | None = Field(default=None, min_length=1, max_length=100)
+
+    @model_validator(mode="after")
+    def _kernel_classes_say_where_they_come_from(self) -> EraFields:
+        """An older kernel class than the GPU's own is a claim about the engine's code: it names its source."""
+        if self.prefill_attention_kernel != "native" and not self.prefill_attention_source:
+            raise ValueError("prefill_attention_source: required where prefill_attention_kernel is not native")
+        if self.moe_gemm_kernel != "native" and not self.moe_gemm_source:
+            raise ValueError("moe_gemm_source: required where moe_gemm_kernel is not native")
+        return self
 
     @property
     def fa2_kernels(self) -> bool:

@@ -36,6 +36,7 @@ from tokcost.engine.mixer_stages import SCORE_BYTES, attention_kernel
 from tokcost.engine.passcost import PassCost, Priced
 from tokcost.engine.roofline import (
     ATTENTION_FLOOR_SOURCE,
+    NARROW_COMPUTE,
     UNHIDDEN_SOURCE,
     Rates,
     fa2_share,
@@ -518,8 +519,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         lines.append(f"GEMM ({e.precision.compute}): {fmt.si(peak.flops_per_s, 'FLOP/s')} x {gemm.fraction:g} = "
                      f"{fmt.si(rates.flops_per_s, 'FLOP/s')} [{gemm.provenance}]")  # fmt: skip
     half = hw.gemm_for("bf16")
+    wide_experts = e.model.moe is not None and not rates.narrow_experts and rates.compute_dtype in NARROW_COMPUTE
     if half is not None and gemm is not half and rates.float16_flops_per_s:  # attention, the LM head at 16 bits
-        lines.append(f"GEMM (bf16, for the matmuls that stay 16-bit: attention, a 16-bit LM head): "
+        stay = "attention, a 16-bit LM head" + (", the routed experts" if wide_experts else "")
+        lines.append(f"GEMM (bf16, for the matmuls that stay 16-bit: {stay}): "
                      f"{fmt.si(peak.float16_flops_per_s, 'FLOP/s')} x {half.fraction:g} = "
                      f"{fmt.si(rates.float16_flops_per_s, 'FLOP/s')} [{half.provenance}]")  # fmt: skip
     lines += [
@@ -537,11 +540,13 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         lines.append(f"prefill attention x{fa2:g} on top: {engine.label}'s kernels are FlashAttention-2-class, "
                      f"which leave {g.name}'s newer tensor-core paths idle ({why}) "
                      f"[{hw.fa2_attention.provenance}]")  # fmt: skip
+    if wide_experts:
+        lines.append(f"routed experts at 16 bits under {engine.label} ({_first_clause(engine.moe_gemm_source)}); the "
+                     f"ceiling: at {rates.compute_dtype}")  # fmt: skip
     moe = mma_sync_share(g, engine) if e.model.moe else 1.0
     if moe != 1.0 and hw.mma_sync_gemm is not None:
-        why = _first_clause(engine.moe_gemm_source)
         lines.append(f"routed experts' compute x{moe:g} on top: {engine.label}'s MoE grouped GEMM is an Ampere/Ada-"
-                     f"generation (mma.sync) kernel, which leaves {g.name}'s warpgroup MMA idle ({why}) "
+                     f"generation (mma.sync) kernel, which leaves {g.name}'s warpgroup MMA idle "
                      f"[{hw.mma_sync_gemm.provenance}]")  # fmt: skip
     fp8_cache = peak.compute_dtype == "fp8" and matmul_path("attention", e.precision.kv, peak)[0] == "attention"
     if fp8_cache and not rates.fp8_attention:

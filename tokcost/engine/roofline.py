@@ -280,6 +280,7 @@ def native_compute(weight_format: str) -> str | None:
 
 
 MatmulPath = Literal["compute", "float16", "attention"]
+NARROW_COMPUTE = frozenset({"fp8", "int8", "fp4", "int4"})  # compute dtypes under 16 bits (units.COMPUTE_DTYPES)
 
 
 def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath, bool]:
@@ -287,16 +288,16 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
     in a kernel of their own), 16-bit weights at the 16-bit peak (an FP8 deployment keeps its LM head in bf16),
     other formats dequantized into the compute dtype; attention multiplies activations by the cache at FP8 with an
     FP8 cache under FP8 compute, else at 16 bits; routed experts under an Ampere grouped GEMM (Rates.narrow_experts
-    False) at 16 bits, their narrower weights dequantized."""
+    False) at 16 bits where the compute is narrower, their weights streamed as the native class streams them."""
     if kind in KV_ATTENTION:
         fp8 = rates.fp8_attention and rates.compute_dtype == "fp8" and native_compute(weight_format) == "fp8"
         return ("attention" if fp8 or not rates.float16_flops_per_s else "float16"), False
     if not weight_format:
         return "compute", False
     native, block_scaled = _native(weight_format)
-    if kind == "experts" and not rates.narrow_experts and rates.compute_dtype not in ("bf16", "fp16"):
-        # an Ampere grouped GEMM multiplies 16-bit activations: narrower expert weights are dequantized into them
-        return ("float16" if rates.float16_flops_per_s else "compute"), weight_format not in ("bf16", "fp16")
+    if kind == "experts" and not rates.narrow_experts and rates.compute_dtype in NARROW_COMPUTE:
+        # an Ampere grouped GEMM multiplies 16-bit activations; the weights stream as stored (the native class)
+        return ("float16" if rates.float16_flops_per_s else "compute"), False
     if same_tensor_rate(native, rates.compute_dtype):
         return "compute", block_scaled
     if weight_format in ("bf16", "fp16"):
@@ -309,7 +310,8 @@ def compute_dtype_applies(p: Precision, rates: Rates) -> bool:
     16-bit peak whatever it is, and attention runs at FP8 only with an FP8 cache."""
     if p.compute in ("bf16", "fp16"):
         return True
-    linear = (matmul_path("matmul", fmt, rates)[0] for fmt in (p.weights, p.attention, p.experts))
+    linear = (matmul_path(kind, fmt, rates)[0] for kind, fmt in
+              (("matmul", p.weights), ("matmul", p.attention), ("experts", p.experts)))  # fmt: skip
     return "compute" in linear or matmul_path("attention", p.kv, rates)[0] == "attention"
 
 

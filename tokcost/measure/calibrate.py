@@ -223,6 +223,9 @@ def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, band
             source=f"tokcost calibrate GEMM probe ({gemm.size}, {dtype}) {where}: {gemm.value / 1e12:,.4g} TFLOP/s "
                    f"over {peak / 1e12:,.4g} TFLOP/s, {over}; uncertainty: half the spread of its repeats",
         )},
+        # what no probe here measures stays the base spec's: an older kernel class's share of the GPU's own
+        fa2_attention=base.sustained.fa2_attention if base is not None and base.sustained is not None else None,
+        mma_sync_gemm=base.sustained.mma_sync_gemm if base is not None and base.sustained is not None else None,
     )  # fmt: skip
 
 
