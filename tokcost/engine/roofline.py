@@ -296,8 +296,9 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
         return "compute", False
     native, block_scaled = _native(weight_format)
     if kind == "experts" and not rates.narrow_experts and rates.compute_dtype in NARROW_COMPUTE:
-        # an Ampere grouped GEMM multiplies 16-bit activations; the weights stream as stored (the native class)
-        return ("float16" if rates.float16_flops_per_s else "compute"), False
+        # an Ampere grouped GEMM multiplies 16-bit activations; the weights stream in the class the native path gives
+        own = block_scaled if same_tensor_rate(native, rates.compute_dtype) else weight_format not in ("bf16", "fp16")
+        return ("float16" if rates.float16_flops_per_s else "compute"), own
     if same_tensor_rate(native, rates.compute_dtype):
         return "compute", block_scaled
     if weight_format in ("bf16", "fp16"):
