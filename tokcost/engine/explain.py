@@ -490,9 +490,9 @@ def _first_clause(source: str) -> str:
 
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
     """The weight-only (dequantizing) class of each format this deployment's matmuls read that way, or ''."""
-    rates = e.deployment.rates("expected")  # the era's kernel classes (an Ampere grouped GEMM dequantizes FP8 experts)
+    ceiling = e.deployment.rates("ceiling")
     formats = dict.fromkeys(f for kind, f in e.deployment.compiled.kernel_keys
-                            if kernel_class(kind, matmul_path(kind, f, rates)[1]) == "weight_only")  # fmt: skip
+                            if kernel_class(kind, matmul_path(kind, f, ceiling)[1]) == "weight_only")  # fmt: skip
     return "".join(f", weight-only {f} {k.memory_of('weight_only', f):.3g}{mark('m.wo.' + kernel_family(f))}"
                    for f in formats)  # fmt: skip
 

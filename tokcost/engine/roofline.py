@@ -295,15 +295,17 @@ def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath
     if not weight_format:
         return "compute", False
     native, block_scaled = _native(weight_format)
-    if kind == "experts" and not rates.narrow_experts and rates.compute_dtype in NARROW_COMPUTE:
-        # an Ampere grouped GEMM multiplies 16-bit activations; the weights stream in the class the native path gives
-        own = block_scaled if same_tensor_rate(native, rates.compute_dtype) else weight_format not in ("bf16", "fp16")
-        return ("float16" if rates.float16_flops_per_s else "compute"), own
+    sixteen: MatmulPath = "float16" if rates.float16_flops_per_s else "compute"
+    path: MatmulPath
     if same_tensor_rate(native, rates.compute_dtype):
-        return "compute", block_scaled
-    if weight_format in ("bf16", "fp16"):
-        return ("float16" if rates.float16_flops_per_s else "compute"), False
-    return "compute", True
+        path, own = "compute", block_scaled
+    elif weight_format in ("bf16", "fp16"):
+        path, own = sixteen, False
+    else:
+        path, own = "compute", True
+    if kind == "experts" and not rates.narrow_experts and rates.compute_dtype in NARROW_COMPUTE:
+        path = sixteen  # an Ampere grouped GEMM multiplies 16-bit activations; the weights stream in their own class
+    return path, own
 
 
 def compute_dtype_applies(p: Precision, rates: Rates) -> bool:

@@ -129,9 +129,9 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
         | ({"request_us"} if client else set())
         | ({"launch_us"} if cell_key(cell) in EAGER_CELLS else set())
     )
-    rates = d.rates("expected")  # the era's kernel classes (an Ampere grouped GEMM dequantizes FP8 experts)
+    ceiling = d.rates("ceiling")
     for kind, fmt in d.compiled.kernel_keys:
-        group = kernel_class(kind, matmul_path(kind, fmt, rates)[1])
+        group = kernel_class(kind, matmul_path(kind, fmt, ceiling)[1])
         if group in KV_ATTENTION:  # paged GQA or MLA's latent cache: apart on the memory side
             keys |= {f"m.{group}", "c.attention"}
         elif group == "weight_only":
