@@ -80,6 +80,13 @@ def test_most_used_skus_are_measured_not_assumed(name):
         ("a100-80gb-sxm", "gemm.bf16", 264.53, 312),
         # nvfp4 torch._scaled_mm at 8192^3 on B200 (pytorch/ao PR #2427), FLOP/s over 9 PFLOP/s
         ("b200", "gemm.fp4", 5.37, 9.0),
+        # torch.mm on two H20 rows (zzc0721, as above): the compute-starved part reaches 0.96 of its 148
+        ("h20", "gemm.bf16", (141.86 + 142.25) / 2, 148),
+        # rocprofiler-compute's memcopy on MI325X (ROCm/rocm-systems test_metric_validation.py), GB/s over 6000
+        ("mi325x", "copy_bandwidth", 4287.31, 6000),
+        ("mi325x", "gemm.bf16", 784.9, 1307.4),  # MAMF torch.matmul (stas00/ml-engineering)
+        ("mi355x", "gemm.fp4", 5775, 10066.3),  # MXFP4 GEMM peak on MI355X (ROCm/aiter PR #2037)
+        ("rtx-5090", "gemm.fp8", 388.91, 419),  # rowwise torch._scaled_mm at 4096^3 (pytorch/pytorch PR #155991)
     ],
 )
 def test_measured_fractions_are_the_published_figures_over_the_datasheet(name, key, published, datasheet):

@@ -54,6 +54,10 @@ REQUIRED_GPUS = [
     "mi300x",
     "b200",
     "a40",
+    "h20",
+    "mi325x",
+    "mi355x",
+    "rtx-5090",
 ]
 
 
@@ -131,6 +135,14 @@ def test_datasheet_figures():
     assert load_gpu("h200").memory_bandwidth_gb_s == 4800
     # RTX 4090: the FP32-accumulate rate (what PyTorch matmuls use), not the FP16-accumulate 330
     assert load_gpu("rtx-4090").peak_tflops["bf16"] == pytest.approx(165.2)
+    # RTX 5090 likewise: 209.5 with FP32 accumulate, not the 419 (FP16 accumulate, or 2:4 sparse)
+    assert load_gpu("rtx-5090").peak_tflops["bf16"] == pytest.approx(209.5)
+    # H20: 148 dense bf16 (torch.mm reaches 142, which a sparse 148 would rule out), 4.0 TB/s
+    h20 = load_gpu("h20")
+    assert h20.peak_tflops["bf16"] == pytest.approx(148) and h20.memory_bandwidth_gb_s == 4000
+    # MI325X: the MI300X's compute die with 256 GB at 6 TB/s; MI355X: 2,400 MHz x 256 CUs x 4,096 FLOP/clk
+    assert load_gpu("mi325x").peak_tflops["bf16"] == load_gpu("mi300x").peak_tflops["bf16"]
+    assert load_gpu("mi355x").peak_tflops["bf16"] == pytest.approx(2.4e9 * 256 * 4096 / 1e12, abs=0.1)
 
 
 @pytest.mark.parametrize("kind", ["models", "gpus", "networks"])
@@ -174,6 +186,20 @@ def _looks_numeric(text: str) -> bool:
         ("NVIDIA A40", "a40"),
         ("NVIDIA RTX A4000", None),
         ("Intel Xeon", None),
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA H200", "h200"),  # the whole name, though "NVIDIA H20" is inside it
+        ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+        ("AMD Instinct MI325X", "mi325x"),
+        ("AMD Instinct MI355X", "mi355x"),
+        ("AMD Instinct MI300X VF", "mi300x"),  # a virtual function of the same part: the longest name it holds
+        # another part whose name holds a spec's: no spec rather than the wrong one (sibling_device_names)
+        ("NVIDIA H20-3e", None),  # 141 GB HBM3e, not the 96 GB H20
+        ("NVIDIA H200 NVL", None),  # the 600 W PCIe part, not the H200 SXM (and not the H20)
+        ("NVIDIA L40", None),  # not the L4
+        ("NVIDIA A100-PCIE-40GB", None),  # not the A10
+        ("NVIDIA GeForce RTX 4090 D", None),
+        ("NVIDIA GeForce RTX 5090 D", None),
+        ("AMD Instinct MI350X", None),  # the 1,000 W sibling of the MI355X
     ],
 )
 def test_runtime_names_match_the_right_spec(runtime_name, spec):
@@ -189,6 +215,9 @@ def test_runtime_names_match_the_right_spec(runtime_name, spec):
         ("a100-80gb-sxm", 81_920),  # thamada/nvidia-smi gls/A100SXMx4_smi.py
         ("a40", 46_068),  # thamada/nvidia-smi gls/A40x10_smi.py; vllm-project/vllm issue #6623
         ("b200", 183_359),  # NVIDIA/TensorRT-LLM issue #10278
+        ("h20", 97_871),  # NVIDIA/nvtrust issue #128: "0MiB /  97871MiB" on 8x NVIDIA H20
+        ("mi325x", 262_128),  # ROCm/ROCm issue #6023: rocminfo's pool of 268,419,072 KB
+        ("rtx-5090", 32_607),  # nvidia-smi on NVIDIA GeForce RTX 5090 (club-3090 issues #617, #1261)
     ],
 )
 def test_runtime_memory_is_the_printed_total(name, mib):

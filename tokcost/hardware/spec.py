@@ -124,6 +124,9 @@ class GpuSpec(BaseModel):
     achievable: Achievable = Achievable()
     sustained: Sustained | None = None  # what the hardware itself sustains; None: not stated (a user's spec)
     device_names: list[str] = Field(default_factory=list)
+    # runtime names of other parts that contain one of device_names and must never resolve to this spec (the H200
+    # NVL is not the H200 SXM, the 141 GB "H20-3e" not the 96 GB H20): match_device_name skips the spec for them
+    sibling_device_names: list[str] = Field(default_factory=list)
     provenance: dict[str, str] = Field(default_factory=dict)
     notes: str = Field(default="", max_length=10_000)
 
