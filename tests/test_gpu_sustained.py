@@ -86,6 +86,7 @@ def test_most_used_skus_are_measured_not_assumed(name):
         ("mi325x", "copy_bandwidth", 4287.31, 6000),
         ("mi325x", "gemm.bf16", 784.9, 1307.4),  # MAMF torch.matmul (stas00/ml-engineering)
         ("mi355x", "gemm.fp4", 5775, 10066.3),  # MXFP4 GEMM peak on MI355X (ROCm/aiter PR #2037)
+        ("mi355x", "gemm.bf16", 1565.0, 2516.6),  # MAMF torch.matmul (stas00/ml-engineering, commit d3439bd)
         ("rtx-5090", "gemm.fp8", 388.91, 419),  # rowwise torch._scaled_mm at 4096^3 (pytorch/pytorch PR #155991)
     ],
 )

@@ -58,6 +58,8 @@ REQUIRED_GPUS = [
     "mi325x",
     "mi355x",
     "rtx-5090",
+    "b300",
+    "gb200",
 ]
 
 
@@ -200,6 +202,10 @@ def _looks_numeric(text: str) -> bool:
         ("NVIDIA GeForce RTX 4090 D", None),
         ("NVIDIA GeForce RTX 5090 D", None),
         ("AMD Instinct MI350X", None),  # the 1,000 W sibling of the MI355X
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", None),  # an AD103 with 16 GB
+        ("AMD Instinct MI300X HF", None),  # its own product name in amdgpu.ids
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("NVIDIA GB200", "gb200"),  # not the B200: "NVIDIA B200" is not inside it
     ],
 )
 def test_runtime_names_match_the_right_spec(runtime_name, spec):
@@ -224,6 +230,16 @@ def test_runtime_memory_is_the_printed_total(name, mib):
     g = load_gpu(name)
     assert g.memory_runtime_mib == mib
     assert g.memory_bytes == mib * 2**20
+
+
+@pytest.mark.parametrize("name", REQUIRED_GPUS)
+def test_a_sibling_name_says_which_part_it_is(name):
+    g = load_gpu(name)
+    if g.sibling_device_names:
+        where = g.provenance.get("sibling_device_names", "")
+        assert all(sibling.split()[-1] in where for sibling in g.sibling_device_names), name
+        # a sibling holds one of the spec's own names (else it could never pick this spec anyway)
+        assert all(any(own.lower() in sib.lower() for own in g.device_names) for sib in g.sibling_device_names), name
 
 
 @pytest.mark.parametrize("name", REQUIRED_GPUS)

@@ -11,7 +11,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h20"),
     "ampere": ("a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "a10", "a10g", "a40"),
     "ada": ("l40s", "l4", "rtx-4090"),
-    "blackwell": ("b200",),
+    "blackwell": ("b200", "b300", "gb200"),
     "blackwell-geforce": ("rtx-5090",),  # GB202 with GDDR7, sm_120: not the B200's HBM3e and sm_100 kernels
     "cdna3": ("mi300x", "mi325x"),  # AMD Instinct MI300X and MI325X: ROCm (hipBLASLt, RCCL) rather than CUDA
     "cdna4": ("mi355x",),  # AMD Instinct MI355X: gfx950, its own hipBLASLt and aiter kernels
