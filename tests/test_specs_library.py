@@ -60,6 +60,7 @@ REQUIRED_GPUS = [
     "rtx-5090",
     "b300",
     "gb200",
+    "h800",
 ]
 
 
@@ -206,6 +207,8 @@ def _looks_numeric(text: str) -> bool:
         ("AMD Instinct MI300X HF", None),  # its own product name in amdgpu.ids
         ("NVIDIA B300 SXM6 AC", "b300"),
         ("NVIDIA GB200", "gb200"),  # not the B200: "NVIDIA B200" is not inside it
+        ("NVIDIA H800", "h800"),
+        ("NVIDIA H800 PCIe", None),  # the PCIe card, not the SXM5 part
     ],
 )
 def test_runtime_names_match_the_right_spec(runtime_name, spec):

@@ -212,7 +212,7 @@ def test_cli_json_reproduces_the_summary(cli, validation):
     assert data["summary"]["violations"] == []
     loso = data["summary"]["leave_one_source_out"]
     assert loso["pooled_median"] == pytest.approx(summary.headline.pooled_median)
-    assert {m["id"] for m in data["multinode"] if m["not_priced"] and "h800" in m["not_priced"]}
+    assert not {m["id"] for m in data["multinode"] if m["not_priced"] and "no built-in GPU spec" in m["not_priced"]}
     assert not [m["id"] for m in data["multinode"] if m["violation"]]
 
 

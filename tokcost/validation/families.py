@@ -8,7 +8,7 @@ a fit that never saw that family).
 from __future__ import annotations
 
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h20"),
+    "hopper": ("h100-sxm", "h100-pcie", "h100-nvl", "h200", "h20", "h800"),
     "ampere": ("a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "a10", "a10g", "a40"),
     "ada": ("l40s", "l4", "rtx-4090"),
     "blackwell": ("b200", "b300", "gb200"),

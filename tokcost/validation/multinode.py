@@ -11,7 +11,8 @@ default). Each metric is read as one phase of that instance:
   instances emit (batch / TPOT each) and what its prefill instances admit (prompts/s x output tokens), the decode
   instances each running the unit's concurrency share, capped by the KV cache and the engine's cap per DP rank.
 Per node and per GPU divide by the pool's nodes or GPUs. A row without the lengths or the concurrency its metric
-needs, or on a GPU with no built-in spec (h800), is listed with the reason and not priced.
+needs, or on a GPU with no built-in spec (GPUS_NOT_BUILT_IN: none since the h800 spec), is listed with the reason and
+not priced.
 """
 
 from __future__ import annotations
