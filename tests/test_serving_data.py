@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from tokcost.errors import SpecError
-from tokcost.hardware.library import load_gpu
+from tokcost.hardware.library import builtin_gpus, load_gpu
 from tokcost.models.library import load_model
 from tokcost.validation.data import Row as PublishedRow
 from tokcost.validation.serving_data import (
-    GPUS_NOT_BUILT_IN,
     PERCENTILE_ORDER,
     THROUGHPUT_METRICS,
     MultinodeRow,
@@ -386,7 +385,7 @@ def test_multinode_parses_with_unique_ids_and_known_specs(multinode):
     assert len({r.id for r in multinode}) == len(multinode)
     for row in multinode:
         load_model(row.model)
-        if row.gpu not in GPUS_NOT_BUILT_IN:
+        if row.gpu in builtin_gpus():
             load_gpu(row.gpu)
         else:
             assert "not a tokcost built-in" in row.notes, row.id

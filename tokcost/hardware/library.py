@@ -42,8 +42,8 @@ def builtin_gpus() -> list[str]:
 
 
 def match_device_name(device_name: str) -> str | None:
-    """The built-in GPU whose `device_names` best matches a runtime name: the whole name where a spec lists it, else
-    the longest listed name it contains, skipping a spec whose `sibling_device_names` (another part's name) it holds."""
+    """The built-in GPU whose `device_names` best matches a runtime name: the longest listed name it contains (the
+    whole name where a spec lists it), skipping a spec whose `sibling_device_names` (another part's name) it holds."""
     runtime = device_name.strip().lower()
     best: tuple[int, str] | None = None
     for name in builtin_gpus():
@@ -51,8 +51,6 @@ def match_device_name(device_name: str) -> str | None:
         if any(sibling.lower() in runtime for sibling in spec.sibling_device_names):
             continue  # another part whose name contains this spec's (H20-3e holds "H20")
         for listed in spec.device_names:
-            if listed.lower() == runtime:
-                return name
             if listed.lower() in runtime and (best is None or len(listed) > best[0]):
                 best = (len(listed), name)
     return best[1] if best else None

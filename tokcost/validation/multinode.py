@@ -11,8 +11,8 @@ default). Each metric is read as one phase of that instance:
   instances emit (batch / TPOT each) and what its prefill instances admit (prompts/s x output tokens), the decode
   instances each running the unit's concurrency share, capped by the KV cache and the engine's cap per DP rank.
 Per node and per GPU divide by the pool's nodes or GPUs. A row without the lengths or the concurrency its metric
-needs, or on a GPU with no built-in spec (GPUS_NOT_BUILT_IN: none since the h800 spec), is listed with the reason and
-not priced.
+needs, or on a GPU with no built-in spec (recorded under its published name), is listed with the reason and not
+priced.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from tokcost.engine.estimate import deployment, times
 from tokcost.engine.memory import ReplicaMemory
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
-from tokcost.hardware.library import load_network
+from tokcost.hardware.library import builtin_gpus, load_network
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
-from tokcost.validation.serving_data import GPUS_NOT_BUILT_IN, MultinodeRow
+from tokcost.validation.serving_data import MultinodeRow
 
 # Tokens one DP rank prefills per pass when the row does not say: vLLM's and SGLang's default token budget per
 # scheduler step (max_num_batched_tokens / chunked_prefill_size, 8192).
@@ -95,7 +95,7 @@ def _both(
 
 def _missing(row: MultinodeRow) -> str | None:
     """Why a row cannot be priced, or None."""
-    if row.gpu in GPUS_NOT_BUILT_IN:
+    if row.gpu not in builtin_gpus():
         return f"{row.gpu} has no built-in GPU spec"
     if row.metric == "request_throughput_rps" and (row.prompt_tokens is None or row.output_tokens is None):
         return "request lengths not stated (ShareGPT means not published for this run)"

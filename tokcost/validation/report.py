@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tokcost.hardware.library import load_gpu
+from tokcost.hardware.library import builtin_gpus, load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
@@ -23,7 +23,7 @@ from tokcost.validation.families import family_of
 from tokcost.validation.folds import COST_MOVE, FRACTION_MOVE, FullFit, unstable
 from tokcost.validation.multinode import MultinodeResult, price_multinode
 from tokcost.validation.run import Profiles, fold_profile
-from tokcost.validation.serving_data import GPUS_NOT_BUILT_IN, load_multinode
+from tokcost.validation.serving_data import load_multinode
 from tokcost.validation.summary import Summary, inside_bands, summarize
 
 MULTINODE = Path(__file__).resolve().parent / "multinode.yaml"
@@ -135,7 +135,7 @@ def multinode_results(models: Mapping[str, ModelSpec], profiles: Profiles, engin
 
     rows = load_multinode(MULTINODE)
     all_models = {**{r.model: load_model(r.model) for r in rows if r.model not in models}, **models}
-    gpus = {r.gpu: load_gpu(r.gpu) for r in rows if r.gpu not in GPUS_NOT_BUILT_IN}
+    gpus = {r.gpu: load_gpu(r.gpu) for r in rows if r.gpu in builtin_gpus()}
     out = []
     for r in rows:
         platform = gpus[r.gpu].platform if r.gpu in gpus else "cuda"

@@ -43,8 +43,6 @@ THROUGHPUT_METRICS: frozenset[str] = frozenset(
 )
 # Percentiles in rising order: within one load point of one metric, the values must not fall along this order.
 PERCENTILE_ORDER: tuple[str, ...] = ("p1", "p10", "p25", "p50", "p75", "p90", "p95", "p99")
-# GPUs measured in multinode.yaml that tokcost has no built-in spec for, recorded under their published name.
-GPUS_NOT_BUILT_IN: frozenset[str] = frozenset()
 
 _ID = r"^[a-z0-9][a-z0-9.\-]*$"
 
