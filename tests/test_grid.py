@@ -16,7 +16,7 @@ from tokcost.engine.decode import DecodeLines
 from tokcost.engine.estimate import Deployment, deployment
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
-from tokcost.engine.layout import Layout, layout_problem, tp_degrees
+from tokcost.engine.layout import Layout, layout_problem, per_dp, tp_degrees
 from tokcost.engine.passcost import PassCost, Schedule, pipeline_seconds
 from tokcost.engine.roofline import CollectiveRate, Rates, price_stage
 from tokcost.engine.series import at, pipeline_sum
@@ -118,7 +118,9 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
         costs.append(
             PassCost(
                 stage,
-                rates.step_overhead_s + rates.sequence_overhead_s * sum(s.sequences for s in segments),  # the host
+                # the host: per step, and per sequence of the busiest DP rank (each schedules its own)
+                rates.step_overhead_s
+                + rates.sequence_overhead_s * per_dp(sum(s.sequences for s in segments), d.layout.dp),
                 d.layout.pp,
                 m,
                 schedule,

@@ -308,7 +308,16 @@ def multinode():
 def test_multinode_rows_not_built_in_or_unstated_are_listed_with_the_reason(multinode):
     assert "production traffic" in (multinode["deepseek-day6-prefill-input-per-node"].reason or "")
     assert "lengths not stated" in (multinode["vllm-blog-mi300x-405b-tp8-default-qps16"].reason or "")
-    assert multinode["sglang-large-ep-decode-ep72-in2000"].reason.startswith("layout: --ep: 72")
+
+
+@pytest.mark.parametrize("row_id", ["sglang-large-ep-decode-ep72-in2000", "sglang-large-ep-decode-ep72-simulated-mtp",
+                                    "rtp-llm-dsv3-decode-ep144-c13200-per-gpu"])  # fmt: skip
+def test_ep_72_and_144_decode_rows_are_priced_over_their_pool_of_288(multinode, row_id):
+    # 256 experts + 32 copies (EPLB): EP 72 holds 4 slots a GPU, EP 144 two; without the copies neither divides 256
+    m = multinode[row_id]
+    assert m.row.redundant_experts == 32 and m.reason is None and not m.violation
+    assert m.expected is not None and m.ceiling is not None and m.expected <= m.ceiling
+    assert m.row.value == pytest.approx(m.expected, rel=0.5)  # within a factor of 1.5 of what was measured
 
 
 def test_an_h800_prefill_row_is_priced_per_gpu_and_bounded(multinode):

@@ -298,6 +298,7 @@ def plan(
     pp: int | Sequence[int] | None = None,
     ep: int | Sequence[int] | None = None,
     dp: int | Sequence[int] | None = None,
+    redundant_experts: int = 0,
     weights: str | Sequence[str] | None = None,
     kv_dtypes: str | Sequence[str] | None = None,
     compute_dtypes: str | Sequence[str] | None = None,
@@ -338,6 +339,7 @@ def plan(
     space = plan_space(
         gpus=gpu_specs, engine=engine_for(_path(engine)), **lists, max_running=max_running, prefill=prefill,
         mode=mode, max_gpus=max_gpus, headroom=headroom, prices=prices, api=True, flash_attention=flash_attention,
+        redundant_experts=redundant_experts,
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
     result = run_plan(_model(model), traffic, [parse_slo(s, "slos") for s in _several(slos, str)], space,

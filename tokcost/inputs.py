@@ -26,7 +26,7 @@ FLAG_OF_FIELD = {
     "batch": "--batch", "prompt_tokens": "--prompt", "output_tokens": "--output", "gpus": "--gpus", "tp": "--tp",
     "pp": "--pp", "ep": "--ep", "dp": "--dp", "gpus_per_node": "--gpus-per-node", "weights_dtype": "--weights",
     "kv_dtype": "--kv-dtype", "compute_dtype": "--compute-dtype", "cached_prefix_tokens": "--cached-prefix",
-    "price_per_hour_usd": "--price",
+    "price_per_hour_usd": "--price", "redundant_experts": "--redundant-experts",
 }  # fmt: skip
 _FLAG = re.compile(r"^(--[a-z-]+)(?=:)")
 

@@ -28,6 +28,7 @@ from tokcost.cli.options import (
     PpOpt,
     PrefixOpt,
     PromptOpt,
+    RedundantOpt,
     TpOpt,
     WeightsListOpt,
 )
@@ -51,6 +52,7 @@ def compare(
     pp: PpOpt = 1,
     ep: EpOpt = 1,
     dp: DpOpt = 1,
+    redundant_experts: RedundantOpt = 0,
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
     engine: EngineOpt = None,
@@ -85,7 +87,7 @@ def compare(
         (name, i): workload_from_flags(
             batch=batch, prompt_tokens=prompt, output_tokens=output, cached_prefix_tokens=cached_prefix,
             flash_attention=flash_attention, price_per_hour_usd=prices.get(name), **precision,
-            **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node),
+            **layout_flags(counts.get(name), tp, pp, ep, dp, gpus_per_node, redundant_experts),
         )
         for name in names
         for i, precision in enumerate(formats)

@@ -18,9 +18,12 @@ from tokcost.errors import UsageError
 from tokcost.inputs import FLAG_OF_FIELD, keyword_message
 
 
-def layout_flags(gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gpus_per_node: int | None) -> dict:
+def layout_flags(
+    gpus: int | None, tp: int | None, pp: int, ep: int, dp: int, gpus_per_node: int | None, redundant: int = 0
+) -> dict:
     """The workload keys of the layout flags (`--gpus` alone is the shorthand for `--tp`)."""
-    return {"gpus": gpus, "tp": tp, "pp": pp, "ep": ep, "dp": dp, "gpus_per_node": gpus_per_node}
+    return {"gpus": gpus, "tp": tp, "pp": pp, "ep": ep, "dp": dp, "gpus_per_node": gpus_per_node,
+            "redundant_experts": redundant}  # fmt: skip
 
 
 @contextmanager

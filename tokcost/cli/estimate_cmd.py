@@ -31,6 +31,7 @@ from tokcost.cli.options import (
     PrefixOpt,
     PriceOpt,
     PromptOpt,
+    RedundantOpt,
     TpOpt,
     WeightsOpt,
 )
@@ -62,6 +63,7 @@ def estimate(
     pp: PpOpt = 1,
     ep: EpOpt = 1,
     dp: DpOpt = 1,
+    redundant_experts: RedundantOpt = 0,
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
     engine: EngineOpt = None,
@@ -91,7 +93,7 @@ def estimate(
         cached_prefix_tokens=cached_prefix,
         flash_attention=flash_attention,
         price_per_hour_usd=price,
-        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
+        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node, redundant_experts),
     )
     gpu_spec = load_gpu(gpu)
     with degree_named_as_given(gpus, tp, pp, dp):

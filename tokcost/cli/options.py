@@ -52,6 +52,12 @@ TpOpt = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degr
 PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline stages (contiguous layer ranges).")]
 EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel degree over a stage's tp x dp GPUs (MoE).")]
 DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel attention replicas inside the expert group (MoE).")]
+RedundantOpt = Annotated[
+    int,
+    typer.Option(
+        "--redundant-experts", help="Expert copies spread with the experts over the EP ranks (EPLB; MoE, --ep > 1)."
+    ),
+]
 GpusPerNodeOpt = Annotated[
     Optional[int], typer.Option("--gpus-per-node", help="GPUs per node / NVLink domain (default: the GPU spec's, 8).")
 ]

@@ -93,6 +93,10 @@ def plan(
         Optional[str], typer.Option("--ep", help="Expert-parallel degrees (default for MoE: 1 and the stage's GPUs).")
     ] = None,
     dp: Annotated[Optional[str], typer.Option("--dp", help="Data-parallel attention replicas (MoE).")] = None,
+    redundant_experts: Annotated[
+        int,
+        typer.Option("--redundant-experts", help="Expert copies on every layout with --ep > 1 (EPLB; MoE)."),
+    ] = 0,
     engine: EngineOpt = None,
     network: NetworkOpt = None,
     plot: PlotOpt = None,
@@ -174,7 +178,7 @@ def plan(
         headroom=headroom,
         prices=per_gpu_values(price, [g.name for g in gpus], "--price", float),  # type: ignore[arg-type]
         networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
-        flash_attention=flash_attention,
+        flash_attention=flash_attention, redundant_experts=redundant_experts,
     )  # fmt: skip
     result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
                       seed=seed or 0)  # fmt: skip

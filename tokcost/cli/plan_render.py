@@ -127,6 +127,12 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
         "$/hour vs p90 TPOT or p90 TTFT. $/1M tok spreads $/hour over every token served; $/1M in and out split it "
         "by busy time (prefill vs decode)."
     )
+    spare = result.space.redundant_experts
+    if spare:
+        out.append(
+            f"EP..+{spare}: {spare} redundant expert copies (EPLB) spread with the experts over the EP ranks "
+            "of each layout with EP > 1; they cost memory and weight reads, and routing is priced uniform."
+        )
     top = passing[0] if passing else None
     if top is not None and top.choice is not None:
         c = top.choice

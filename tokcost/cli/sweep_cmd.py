@@ -38,6 +38,7 @@ from tokcost.cli.options import (
     PlotOpt,
     PpOpt,
     PriceOpt,
+    RedundantOpt,
     TpOpt,
     WeightsListOpt,
 )  # fmt: skip
@@ -99,6 +100,7 @@ def sweep(
     pp: PpOpt = 1,
     ep: EpOpt = 1,
     dp: DpOpt = 1,
+    redundant_experts: RedundantOpt = 0,
     gpus_per_node: GpusPerNodeOpt = None,
     network: NetworkOpt = None,
     engine: EngineOpt = None,
@@ -127,7 +129,7 @@ def sweep(
     bases = [workload_from_flags(
         prompt_tokens=contexts[0], output_tokens=output, flash_attention=flash_attention, price_per_hour_usd=price,
         **precision,
-        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node),
+        **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node, redundant_experts),
     ) for precision in formats]  # fmt: skip
     names = {**FLAG_OF_FIELD, "prompt_tokens": "--context"}  # --prompt alone is checked as the base's
     more = (("formats", formats),) if len(formats) > 1 else ()

@@ -249,12 +249,12 @@ class BoundPass:
 
     def host_s(self, segments: Sequence[Segment]) -> float:
         """The host's serial time for a pass over `segments`: per step plus per sequence (Rates.host_s)."""
-        return self.rates.host_s(sum(s.sequences for s in segments))
+        return self.rates.host_s(sum(s.sequences for s in segments), self.compiled.layout.dp)
 
     def decode_mean(self, *, batch: float, first: int, last: int) -> float:
         """The mean decode step of `batch` sequences over cached contexts first..last, exactly."""
         spans = self.compiled.decode_work(batch, first, last)
-        return mean_step_seconds(spans, self.table, overhead_s=self.rates.host_s(batch))
+        return mean_step_seconds(spans, self.table, overhead_s=self.rates.host_s(batch, self.compiled.layout.dp))
 
     def cost(self, segments: Sequence[Segment], *, schedule: Schedule, extra_overhead_s: float = 0.0) -> PassCost:
         """The same pass with every stage priced, on its slowest pipeline stage (the breakdown and --explain)."""

@@ -59,7 +59,7 @@ class DecodeLines:
         space = compiled.space
         self.microbatches = microbatches(compiled.layout, [Segment(batch, 0, 1)])
         self.share = share = batch / self.microbatches
-        self.overhead_s = bound.rates.host_s(batch)
+        self.overhead_s = bound.rates.host_s(batch, compiled.layout.dp)
         self.bound, self.pieces = bound, space.pieces
         self.context = space.context_indices
         self.x = space.vector([Segment(share, 0, 1)])  # the features the context does not move

@@ -107,7 +107,14 @@ def deployment(
     model: ModelSpec, gpu: GpuSpec, workload: Workload, network: Link | None = None, engine: EngineProfile = GENERIC
 ) -> Deployment:
     """The deployment a workload asks for; a layout the model cannot run is refused with the valid choices."""
-    layout = Layout(workload.tp, workload.pp, workload.ep, workload.dp, workload.gpus_per_node or gpu.gpus_per_node)
+    layout = Layout(
+        workload.tp,
+        workload.pp,
+        workload.ep,
+        workload.dp,
+        workload.gpus_per_node or gpu.gpus_per_node,
+        workload.redundant_experts,
+    )
     problem = layout_problem(model, layout)
     if problem:
         raise UsageError(problem)

@@ -131,12 +131,32 @@ def _pipeline_terms(cost: PassCost) -> tuple[str, str]:
     return f"max({every}, {m} x {slowest})", f"{where}, steady: every stage once, or m x the slowest)"
 
 
+def _expert_pool(e: Estimate) -> str:
+    """How the routed experts sit on the EP ranks, when there is more than one: `; experts: 256 + 32 redundant =
+    288 slots, 4 on each of 72 EP ranks`."""
+    moe, lay = e.model.moe, e.deployment.layout
+    if moe is None or lay.ep == 1:
+        return ""
+    pool = (
+        f"{moe.experts} + {lay.redundant_experts} redundant = {lay.expert_slots(moe.experts)} slots"
+        if (lay.redundant_experts)
+        else f"{moe.experts}"
+    )
+    return f"; experts: {pool}, {lay.slots_per_rank(moe.experts)} on each of {lay.ep} EP ranks, routed uniformly"
+
+
+def _per_rank(dp: int) -> str:
+    """How the per-sequence host cost counts under DP attention: each rank's scheduler takes its own sequences."""
+    return f" (the busiest of {dp} DP ranks' share: each schedules its own)" if dp > 1 else ""
+
+
 def _deployment(e: Estimate) -> Section:
     d, wl, p = e.deployment, e.workload, e.precision
     lay = d.layout
     w = get_format(p.weights)
     lines = [
-        f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {lay.nodes} node(s) of {lay.gpus_per_node}",
+        f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {lay.nodes} node(s) of {lay.gpus_per_node}"
+        + _expert_pool(e),
         f"weights {p.weights} ({w.bits:g} bits: {w.source}); attention's projections {p.attention}; experts "
         f"{p.experts}; KV {p.kv}; "
         f"matmuls at {p.compute}; embedding and LM head at {p.embedding}"
@@ -571,7 +591,8 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     coll = rates.collective_costs
     lines.append(
         f"host costs: {rates.step_overhead_s * 1e6:,.0f} us per step{mark('step_us')} + "
-        f"{rates.sequence_overhead_s * 1e6:.3g} us per sequence in it{mark('seq_us')}, "
+        f"{rates.sequence_overhead_s * 1e6:.3g} us per sequence in it{mark('seq_us')}"
+        f"{_per_rank(e.layout.dp)}, "
         f"{rates.launch_overhead_s * 1e6:.3g} us per launched kernel"
         f"{mark('launch_us') if rates.launch_overhead_s else ''}"
         f", {rates.kernel_overhead_s * 1e6:.3g} us GPU gap per kernel{mark('kernel_us')}"

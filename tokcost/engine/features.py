@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 from tokcost.engine.attend import AttentionKind, Pieces, attention_kinds, causal_pairs, has_state, kv_read_tokens
 from tokcost.engine.blocks import attention_flops_per_pair, mla_prefix_flops_per_token
 from tokcost.engine.forms import Form
-from tokcost.engine.layout import Layout
+from tokcost.engine.layout import Layout, per_dp
 from tokcost.models.spec import ModelSpec
 
 N = TypeVar("N", float, Form)
@@ -87,11 +87,6 @@ def busiest_rank_pairs(experts: int, top_k: int, tokens: float, ep: int) -> floa
         return mean
     variance = tokens * top_k * (1 / ep) * (1 - 1 / ep) * (experts - top_k) / max(experts - 1, 1)
     return min(mean + math.sqrt(variance) * math.sqrt(2 * math.log(ep)), tokens * min(top_k, experts / ep))
-
-
-def per_dp(sequences: float, dp: int) -> float:
-    """Sequences of the busiest of `dp` attention replicas (whole sequences: the split rounds up)."""
-    return sequences if dp == 1 else math.ceil(sequences / dp - 1e-9)
 
 
 # ---- the feature vector -------------------------------------------------------------------------------------
@@ -200,9 +195,10 @@ class FeatureSpace:
         v[EMBEDDING_ROWS] = min(v[TOKENS_DP], model.vocab_size)
         if model.moe:
             moe, ep = model.moe, self.layout.ep
-            v[EXPERT_PAIRS] = busiest_rank_pairs(moe.experts, moe.experts_per_token, v[TOKENS], ep)
-            distinct = expected_distinct_experts(moe.experts, moe.experts_per_token, v[TOKENS])
-            v[EXPERTS_TOUCHED] = busiest_rank_experts(moe.experts // ep, v[EXPERT_PAIRS], distinct / ep)
+            slots = self.layout.expert_slots(moe.experts)  # uniform routing over every copy (layout.py)
+            v[EXPERT_PAIRS] = busiest_rank_pairs(slots, moe.experts_per_token, v[TOKENS], ep)
+            distinct = expected_distinct_experts(slots, moe.experts_per_token, v[TOKENS])
+            v[EXPERTS_TOUCHED] = busiest_rank_experts(slots // ep, v[EXPERT_PAIRS], distinct / ep)
         return v
 
     def _context(self, v: list[float], sequences_dp: float, cached: float, new: float) -> None:

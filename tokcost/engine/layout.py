@@ -10,7 +10,11 @@ Conventions (Megatron-LM, vLLM, SGLang and DeepSeek's inference system share the
   attention (each with its own sequences and its own KV cache, `tp`-way inside), whose tokens meet in the
   MoE layers. Dense MLPs and shared experts run data-parallel with the attention.
 - EP spreads the routed experts over `ep` of the tp x dp GPUs of a stage; the remaining (tp x dp) / ep factor
-  splits each expert tensor-parallel.
+  splits each expert tensor-parallel. Redundant experts (DeepSeek's EPLB, SGLang's and vLLM's
+  `--ep-num-redundant-experts` / `--num-redundant-experts`) add copies: a pool of E + R expert slots, ep of
+  which divide it (256 + 32 = 288 slots make EP 72 and 144 possible, lmsys blog 2025-05-05). Routing stays
+  uniform, now over the slots: copies cost memory and weight reads, and the balance they buy against real skew
+  is not priced (tokcost routes uniformly, with no skew to cure).
 GPUs per replica = tp x pp x dp. `--gpus N` is the shorthand for `--tp N`.
 """
 
@@ -31,6 +35,7 @@ class Layout:
     ep: int = 1
     dp: int = 1
     gpus_per_node: int = 8
+    redundant_experts: int = 0  # expert copies beyond the model's experts (EPLB), spread with them over the EP ranks
 
     @property
     def gpus(self) -> int:
@@ -46,6 +51,14 @@ class Layout:
     def expert_tp(self) -> int:
         """Tensor-parallel split of each routed expert: the stage's GPUs per expert-parallel rank."""
         return self.stage_gpus // self.ep
+
+    def expert_slots(self, experts: int) -> int:
+        """Expert slots across the EP ranks: the model's experts and their redundant copies."""
+        return experts + self.redundant_experts
+
+    def slots_per_rank(self, experts: int) -> int:
+        """Expert slots one EP rank holds (the layout checks that ep divides the pool)."""
+        return self.expert_slots(experts) // self.ep
 
     @property
     def nodes(self) -> int:
@@ -68,7 +81,13 @@ class Layout:
         parts += (
             [f"PP {self.pp}"] * (self.pp > 1) + [f"DP {self.dp}"] * (self.dp > 1) + [f"EP {self.ep}"] * (self.ep > 1)
         )
-        return " x ".join(parts)
+        spare = f" (+{self.redundant_experts} redundant experts)" if self.redundant_experts else ""
+        return " x ".join(parts) + spare
+
+
+def per_dp(sequences: float, dp: int) -> float:
+    """Sequences of the busiest of `dp` attention replicas (whole sequences: the split rounds up)."""
+    return sequences if dp == 1 else math.ceil(sequences / dp - 1e-9)
 
 
 def divisors(n: int, limit: int) -> list[int]:
@@ -120,6 +139,8 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     if pp > model.layers:
         return f"--pp: {pp} stages exceed {model.name}'s {model.layers} layers; valid: 1..{model.layers}"
     if not model.moe:
+        if layout.redundant_experts:
+            return f"--redundant-experts: {model.name} has no routed experts to copy (use --redundant-experts 0)"
         if ep > 1:
             return f"--ep: {model.name} has no routed experts; expert parallelism needs an MoE model (use --ep 1)"
         if dp > 1:
@@ -128,13 +149,18 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
                 f"{model.name} is dense: run independent replicas instead (use --dp 1)"
             )
         return None
-    group = layout.stage_gpus
+    group, experts, spare = layout.stage_gpus, model.moe.experts, layout.redundant_experts
+    slots = layout.expert_slots(experts)
+    valid = ", ".join(str(d) for d in divisors(group, group) if slots % d == 0)
     if group % ep:
-        valid = ", ".join(str(d) for d in divisors(group, group) if model.moe.experts % d == 0)
         return f"--ep: {ep} must divide the stage's tp x dp = {group} GPUs; valid: {valid}"
-    if model.moe.experts % ep:
-        valid = ", ".join(str(d) for d in divisors(group, group) if model.moe.experts % d == 0)
-        return f"--ep: {ep} does not divide {model.name}'s {model.moe.experts} experts; valid for {group} GPUs: {valid}"
+    if spare and ep == 1:
+        return (f"--redundant-experts: copies of experts spread over expert-parallel ranks; with --ep 1 every GPU "
+                f"holds all {experts} experts (use --redundant-experts 0, or --ep > 1)")  # fmt: skip
+    if slots % ep:
+        pool = f"{experts} experts" + (f" + {spare} redundant = {slots} slots" if spare else "")
+        hint = "" if spare else " (redundant experts, --redundant-experts, enlarge the pool)"
+        return f"--ep: {ep} does not divide {model.name}'s {pool}; valid for {group} GPUs: {valid}{hint}"
     return None
 
 

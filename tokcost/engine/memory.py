@@ -90,7 +90,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
         layer = mixer_params_per_rank(model, kind.mixer, tp) * mixer_bytes
         layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.vector_bytes  # a norm before each part
         if kind.mlp == "moe" and model.moe:
-            experts = model.moe.experts // layout.ep * model.params_per_expert / layout.expert_tp
+            experts = layout.slots_per_rank(model.moe.experts) * model.params_per_expert / layout.expert_tp
             layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
             layer += model.params_router_per_layer * p.weight_bytes
         else:

@@ -72,7 +72,7 @@ def moe_stages(
         shared = model.params_shared_experts_per_layer / tp
         stages.append(matmul("shared experts", label, count, shared, t_dp, p.experts, act, h, h))
     pairs, touched = f.expert_pairs, f.experts_touched
-    local = moe.experts // ep
+    local = layout.slots_per_rank(moe.experts)
     inter = moe.expert_intermediate_size / etp
     # pairs routed to this rank from the other ranks; across nodes a token crosses the network once per node that
     # hosts any of its experts, then NVLink forwards it (DeepEP's dispatch, DeepSeek-V3 report section 3.2.2)
@@ -86,6 +86,7 @@ def moe_stages(
         stages.append(collective("expert dispatch (all-to-all)", label, count, "all-to-all", dispatch,
                                  layout.stage_gpus, note=note))  # fmt: skip
     weight = touched * 3 * h * inter * get_format(p.experts).bytes
+    what = "expert slots" if layout.redundant_experts else "experts"
     stages.append(
         Stage(
             "routed experts",
@@ -97,7 +98,7 @@ def moe_stages(
             bytes_written=pairs * (inter + h) * act,
             weight_bytes=weight,
             weight_format=p.experts,
-            note=f"{touched:,.2f} of {local} experts on the busiest rank touched, {pairs:,.1f} token-expert pairs",
+            note=f"{touched:,.2f} of {local} {what} on the busiest rank touched, {pairs:,.1f} token-expert pairs",
         )
     )
     if ep > 1:

@@ -93,6 +93,7 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
             "pp": lay.pp,
             "ep": lay.ep,
             "dp": lay.dp,
+            "redundant_experts": lay.redundant_experts,
             "gpus": lay.gpus,
             "gpus_per_node": lay.gpus_per_node,
             "nodes": lay.nodes,

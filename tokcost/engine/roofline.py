@@ -13,7 +13,7 @@ from typing import Literal
 
 from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
 from tokcost.engine.kernels import KV_ATTENTION
-from tokcost.engine.layout import Layout
+from tokcost.engine.layout import Layout, per_dp
 from tokcost.engine.passcost import PassCost as PassCost  # re-exported: plots and serving import it from here
 from tokcost.engine.passcost import Priced, overlapped_sides
 from tokcost.engine.stages import Op, Stage
@@ -92,9 +92,11 @@ class Rates:
     # routed experts multiply at the compute dtype (an Ampere grouped GEMM, EraFields.moe_gemm_kernel: at 16 bits only)
     narrow_experts: bool = True
 
-    def host_s(self, sequences: float) -> float:
-        """The host's serial time for one pass of `sequences` sequences: per step plus per sequence."""
-        return self.step_overhead_s + self.sequence_overhead_s * sequences
+    def host_s(self, sequences: float, dp: int = 1) -> float:
+        """The host's serial time for one pass of `sequences` sequences: per step plus per sequence, the sequences
+        of the busiest of `dp` attention replicas (each DP rank schedules its own: SGLang's DP-attention schedulers,
+        vLLM's engine core per DP rank), so the ranks' host work runs side by side."""
+        return self.step_overhead_s + self.sequence_overhead_s * per_dp(sequences, dp)
 
     def launch_s(self, gpus: int) -> float:
         """The host's time per kernel of one GPU's pass: the era's launch cost, times the `gpus` of a pipeline stage

@@ -34,6 +34,7 @@ class Workload(BaseModel):
     pp: int = Field(default=1, ge=1, le=1024)  # pipeline stages
     ep: int = Field(default=1, ge=1, le=4096)  # expert parallel (within the tp x dp GPUs of a stage)
     dp: int = Field(default=1, ge=1, le=4096)  # data-parallel attention replicas (MoE)
+    redundant_experts: int = Field(default=0, ge=0, le=4096)  # expert copies over the EP ranks (EPLB; MoE, ep > 1)
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)  # None: the GPU spec's
     weights_dtype: FormatName | None = None
     kv_dtype: KvFormatName | None = None

@@ -303,7 +303,7 @@ def plan_space(
     max_running: int | None = None,
     prefill: str = "engine", mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
     prices: Mapping[str, float] | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
-    flash_attention: bool = True,
+    flash_attention: bool = True, redundant_experts: int = 0,
 ) -> Space:  # fmt: skip
     """The search space, every list and knob in range (as the flags are on the command line)."""
     if not gpus:
@@ -325,6 +325,7 @@ def plan_space(
         raise UsageError(f"{name('flash_attention', api)}: must be true or false (got {flash_attention!r:.20})")
     cap = _ints([max_running] if max_running is not None else None, "max_running", 1, 10_000_000, api)
     most = _ints([max_gpus] if max_gpus is not None else None, "max_gpus", 1, 1_000_000, api)
+    spare = _ints([redundant_experts], "redundant_experts", 0, 4096, api)[0]  # type: ignore[index]
     return Space(
         gpus=gpus, tps=_ints(tp, "tp", 1, 64, api), pps=_ints(pp, "pp", 1, 64, api), eps=_ints(ep, "ep", 1, 4096, api),
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
@@ -333,5 +334,5 @@ def plan_space(
         chunks=_chunk_budgets(chunks, api), max_running=cap[0] if cap else None,
         prefill_apart=PREFILL[prefill], mode=mode,  # type: ignore[arg-type]
         max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
-        networks=dict(networks or {}), flash_attention=flash_attention,
+        networks=dict(networks or {}), flash_attention=flash_attention, redundant_experts=spare,
     )  # fmt: skip

@@ -27,6 +27,7 @@ class Layout:
     pp: int = 1
     ep: int = 1
     dp: int = 1
+    redundant_experts: int = 0  # expert copies over the EP ranks (EPLB)
 
     @property
     def gpus(self) -> int:
@@ -35,12 +36,13 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """'TP4', 'TP8xPP2', 'DP16xEP16': the engine's label, compact."""
-        return self.engine(1).label().replace(" ", "")
+        """'TP4', 'TP8xPP2', 'DP16xEP16', 'DP72xEP72+32': the engine's label, compact (+R: R redundant experts)."""
+        spare = f"+{self.redundant_experts}" if self.redundant_experts else ""
+        return EngineLayout(self.tp, self.pp, self.ep, self.dp, 1).label().replace(" ", "") + spare
 
     def engine(self, gpus_per_node: int) -> EngineLayout:
         """The engine's layout on nodes of `gpus_per_node`."""
-        return EngineLayout(self.tp, self.pp, self.ep, self.dp, gpus_per_node)
+        return EngineLayout(self.tp, self.pp, self.ep, self.dp, gpus_per_node, self.redundant_experts)
 
     def invalid_reason(self, model: ModelSpec, gpu: GpuSpec) -> str | None:
         """Why this layout cannot run `model` on `gpu`, or None when it can."""

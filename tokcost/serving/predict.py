@@ -70,7 +70,7 @@ def predict(
     pp: int = 1, ep: int = 1, dp: int = 1, engine: EngineProfile = GENERIC, network: Link | None = None,
     scheduler_steps: int | None = None, max_running: int | None = None, client_side: bool = True,
     lookahead: bool | None = None, prefill_apart: bool | None = None, requests: int | None = None,
-    flash_attention: bool = True,
+    flash_attention: bool = True, redundant_experts: int = 0,
 ) -> Prediction:  # fmt: skip
     """One replica (tp x pp x dp GPUs) under the row's load (exactly one of rate_rps and concurrency); `requests`:
     a finite run of that many requests (rate_rps may then be math.inf: all sent at t = 0), else the steady state."""
@@ -89,8 +89,8 @@ def predict(
         rate_rps=rate_rps, concurrency=concurrency, think_time_s=think_time_s,
         cached_prefix_tokens=cached_prefix_tokens,
     )  # fmt: skip
-    deployment = Deployment(gpu, Layout(tp, pp, ep, dp), weights, kv_dtype, compute_dtype, network, engine,
-                            flash_attention=flash_attention)  # fmt: skip
+    deployment = Deployment(gpu, Layout(tp, pp, ep, dp, redundant_experts), weights, kv_dtype, compute_dtype, network,
+                            engine, flash_attention=flash_attention)  # fmt: skip
     sched = deployment.engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)  # the era it runs as
     replica = build_replica(
         model, deployment, traffic, chunk or sched.chunk_tokens or DEFAULT_CHUNK, scenario,

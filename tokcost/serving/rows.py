@@ -34,6 +34,7 @@ class Space:
     pps: tuple[int, ...] | None = None  # None: 1, and 2..4 stages of a full node when no single node holds it
     eps: tuple[int, ...] | None = None  # None: 1, and for MoE models every expert-parallel degree = the stage's GPUs
     dps: tuple[int, ...] = (1,)  # data-parallel attention replicas (MoE)
+    redundant_experts: int = 0  # expert copies on every layout with EP > 1 (EPLB); none at EP 1
     engine: EngineProfile = GENERIC  # the serving engine whose profile shapes "expected"
     weights: tuple[str | None, ...] = (None,)
     kv_dtypes: tuple[str | None, ...] = (None,)

@@ -71,7 +71,7 @@ def candidate_layouts(model: ModelSpec, gpu: GpuSpec, space: Space) -> list[Layo
     out = []
     for tp, pp, dp in product(tps, pps, space.dps):
         eps = space.eps or ((1, tp * dp) if model.moe and tp * dp > 1 else (1,))
-        out += [Layout(tp, pp, ep, dp) for ep in dict.fromkeys(eps)]
+        out += [Layout(tp, pp, ep, dp, space.redundant_experts if ep > 1 else 0) for ep in dict.fromkeys(eps)]
     return sorted(dict.fromkeys(out), key=lambda lay: (lay.gpus, lay.pp, lay.ep, lay.tp))
 
 

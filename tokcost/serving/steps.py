@@ -51,6 +51,7 @@ class Deployment:
         lay = self.layout
         return Workload(
             batch=batch, prompt_tokens=prompt, output_tokens=output, tp=lay.tp, pp=lay.pp, ep=lay.ep, dp=lay.dp,
+            redundant_experts=lay.redundant_experts,
             weights_dtype=self.weights, kv_dtype=self.kv_dtype, compute_dtype=self.compute_dtype,
             cached_prefix_tokens=cached, flash_attention=self.flash_attention,
         )  # fmt: skip

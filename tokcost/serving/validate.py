@@ -114,6 +114,7 @@ def predict_row(
     seqs = SEQS_FLAG.search(setup.engine_flags)
     p: Prediction = predict(
         model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
+        redundant_experts=setup.redundant_experts,
         prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
         prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean, setup.prompt_tokens_range),
         output_dist=_length(setup.output_dist, row.output_tokens_mean, setup.output_tokens_range),

@@ -278,7 +278,7 @@ class Pricer:
         table = self.table(case, rates)
         times = []
         for w in case.waves:
-            host = rates.host_s(w.batch)  # the host's serial time per pass of the wave's sequences
+            host = rates.host_s(w.batch, case.deployment.layout.dp)  # per pass of the wave's sequences
             ttft = pass_seconds(w.prefill, table, schedule="fill", overhead_s=host + rates.request_overhead_s)
             tpot = mean_step_seconds(w.decode, table, overhead_s=host) if w.decode else None
             times.append(WaveTimes(w.batch, w.count, ttft, tpot))

@@ -81,8 +81,8 @@ def _instance_batch(row: MultinodeRow) -> int:
 
 def _workload(row: MultinodeRow, batch: int, prompt: int, output: int) -> Workload:
     return Workload(batch=batch, prompt_tokens=prompt, output_tokens=output, tp=row.tp, pp=row.pp, ep=row.ep,
-                    dp=row.dp, gpus_per_node=row.gpus_per_node, weights_dtype=row.weights, kv_dtype=row.kv,
-                    compute_dtype=row.compute)  # fmt: skip
+                    dp=row.dp, redundant_experts=row.redundant_experts, gpus_per_node=row.gpus_per_node,
+                    weights_dtype=row.weights, kv_dtype=row.kv, compute_dtype=row.compute)  # fmt: skip
 
 
 def _both(
@@ -115,7 +115,7 @@ def price_multinode(
         return MultinodeResult(row, None, None, row.network, reason)
     try:
         return _price(row, models[row.model], gpus[row.gpu], engine)
-    except UsageError as exc:  # a layout tokcost cannot build (e.g. EP over redundant experts)
+    except UsageError as exc:  # a layout tokcost cannot build
         return MultinodeResult(row, None, None, row.network, f"layout: {exc}")
 
 

@@ -57,6 +57,7 @@ class _Layout(BaseModel):
     pp: int = Field(default=1, ge=1, le=1024)
     ep: int = Field(default=1, ge=1, le=100_000)
     dp: int = Field(default=1, ge=1, le=100_000)
+    redundant_experts: int = Field(default=0, ge=0, le=4096)  # expert copies over the EP ranks (EPLB), as stated
     instances: int = Field(default=1, ge=1, le=100_000)
     nodes: int = Field(ge=1, le=100_000)
     prefill_decode: PrefillDecode
