@@ -325,7 +325,9 @@ def plan_space(
         raise UsageError(f"{name('flash_attention', api)}: must be true or false (got {flash_attention!r:.20})")
     cap = _ints([max_running] if max_running is not None else None, "max_running", 1, 10_000_000, api)
     most = _ints([max_gpus] if max_gpus is not None else None, "max_gpus", 1, 1_000_000, api)
-    spare = _ints([redundant_experts], "redundant_experts", 0, 4096, api)[0]  # type: ignore[index]
+    spare = redundant_experts
+    if isinstance(spare, bool) or not isinstance(spare, int) or not 0 <= spare <= 4096:
+        raise UsageError(f"{name('redundant_experts', api)}: must be an integer from 0 to 4,096 (got {spare!r:.20})")
     return Space(
         gpus=gpus, tps=_ints(tp, "tp", 1, 64, api), pps=_ints(pp, "pp", 1, 64, api), eps=_ints(ep, "ep", 1, 4096, api),
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
