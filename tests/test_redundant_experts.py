@@ -36,24 +36,24 @@ def test_ep_72_needs_the_pool_of_288_and_the_refusal_says_how():
     with pytest.raises(
         UsageError,
         match=r"--ep: 72 does not divide deepseek-v3's 256 experts; valid for 72 GPUs: "
-        r"1, 2, 4, 8 \(redundant experts, --redundant-experts, enlarge the pool\)",
+        r"1, 2, 4, 8 \(redundant experts enlarge the pool: use --redundant-experts R\)",
     ):
         estimate(DSV3, H100, _wl(dp=72, ep=72))
     assert layout_problem(DSV3, Layout(1, 1, 72, 72, 8, 32)) is None
-    # with 32 copies, 288 = 2^5 x 3^2 slots: every divisor of 72 = 2^3 x 3^2 spreads them evenly
+    # with 32 copies, 288 = 2^5 x 3^2 slots: every divisor of 72 = 2^3 x 3^2 spreads them evenly (EP 1 holds no copies)
     assert (layout_problem(DSV3, Layout(1, 1, 5, 72, 8, 32)) or "").endswith(
-        "valid: 1, 2, 3, 4, 6, 8, 9, 12, 18, 24, 36, 72"
+        "valid: 2, 3, 4, 6, 8, 9, 12, 18, 24, 36, 72"
     )
-    # 287 = 7 x 41 slots: no EP degree of 72 GPUs but 1 divides them
+    # 287 = 7 x 41 slots: no EP degree of 72 GPUs above 1 divides them
     message = layout_problem(DSV3, Layout(1, 1, 72, 72, 8, 31)) or ""
-    assert message.endswith("256 experts + 31 redundant = 287 slots; valid for 72 GPUs: 1")
+    assert message.endswith("256 experts + 31 redundant = 287 slots; valid for 72 GPUs: none")
 
 
 @pytest.mark.parametrize(
     ("model", "layout", "words"),
     [
         ("llama-3.1-8b", Layout(1, redundant_experts=32), "llama-3.1-8b has no routed experts to copy"),
-        ("deepseek-v3", Layout(8, redundant_experts=32), "with --ep 1 every GPU holds all 256 experts"),
+        ("deepseek-v3", Layout(8, redundant_experts=32), "at one EP rank every GPU holds all 256 experts"),
     ],
 )
 def test_copies_without_expert_ranks_to_hold_them_are_refused(model, layout, words):

@@ -310,7 +310,7 @@ def test_multinode_rows_not_built_in_or_unstated_are_listed_with_the_reason(mult
     assert "lengths not stated" in (multinode["vllm-blog-mi300x-405b-tp8-default-qps16"].reason or "")
 
 
-@pytest.mark.parametrize("row_id", ["sglang-large-ep-decode-ep72-in2000", "sglang-large-ep-decode-ep72-simulated-mtp",
+@pytest.mark.parametrize("row_id", ["sglang-large-ep-decode-ep72-in2000", "rtp-llm-dsv3-decode-ep144-c13200-per-user",
                                     "rtp-llm-dsv3-decode-ep144-c13200-per-gpu"])  # fmt: skip
 def test_ep_72_and_144_decode_rows_are_priced_over_their_pool_of_288(multinode, row_id):
     # 256 experts + 32 copies (EPLB): EP 72 holds 4 slots a GPU, EP 144 two; without the copies neither divides 256

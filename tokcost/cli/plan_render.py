@@ -128,11 +128,10 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
         "by busy time (prefill vs decode)."
     )
     spare = result.space.redundant_experts
-    if spare:
-        out.append(
-            f"EP..+{spare}: {spare} redundant expert copies (EPLB) spread with the experts over the EP ranks "
-            "of each layout with EP > 1; they cost memory and weight reads, and routing is priced uniform."
-        )
+    if spare and any(row.deployment.layout.redundant_experts for row in result.rows):
+        out.append(f"'+{spare}' in a layout (DP16xEP16+{spare}): {spare} redundant expert copies (EPLB) spread with "
+                   "the experts over its EP ranks (EP > 1 only); they cost memory and weight reads, and routing is "
+                   "priced uniform over them.")  # fmt: skip
     top = passing[0] if passing else None
     if top is not None and top.choice is not None:
         c = top.choice

@@ -140,7 +140,7 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
         return f"--pp: {pp} stages exceed {model.name}'s {model.layers} layers; valid: 1..{model.layers}"
     if not model.moe:
         if layout.redundant_experts:
-            return f"--redundant-experts: {model.name} has no routed experts to copy (use --redundant-experts 0)"
+            return f"--redundant-experts: {model.name} has no routed experts to copy"
         if ep > 1:
             return f"--ep: {model.name} has no routed experts; expert parallelism needs an MoE model (use --ep 1)"
         if dp > 1:
@@ -151,15 +151,15 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
         return None
     group, experts, spare = layout.stage_gpus, model.moe.experts, layout.redundant_experts
     slots = layout.expert_slots(experts)
-    valid = ", ".join(str(d) for d in divisors(group, group) if slots % d == 0)
+    valid = ", ".join(str(d) for d in divisors(group, group) if slots % d == 0 and (d > 1 or not spare)) or "none"
     if group % ep:
         return f"--ep: {ep} must divide the stage's tp x dp = {group} GPUs; valid: {valid}"
     if spare and ep == 1:
-        return (f"--redundant-experts: copies of experts spread over expert-parallel ranks; with --ep 1 every GPU "
-                f"holds all {experts} experts (use --redundant-experts 0, or --ep > 1)")  # fmt: skip
+        return (f"--redundant-experts: copies of experts spread over expert-parallel ranks, and at one EP rank every "
+                f"GPU holds all {experts} experts: give EP above 1, or use --redundant-experts 0")  # fmt: skip
     if slots % ep:
         pool = f"{experts} experts" + (f" + {spare} redundant = {slots} slots" if spare else "")
-        hint = "" if spare else " (redundant experts, --redundant-experts, enlarge the pool)"
+        hint = "" if spare else " (redundant experts enlarge the pool: use --redundant-experts R)"
         return f"--ep: {ep} does not divide {model.name}'s {pool}; valid for {group} GPUs: {valid}{hint}"
     return None
 

@@ -19,6 +19,7 @@ from tokcost.serving.inputs import (
     check_search,
     check_simulation,
     check_slos,
+    name,
 )
 from tokcost.serving.search import Plan, Space
 from tokcost.serving.simulate import simulate_replica
@@ -34,6 +35,8 @@ def run_plan(
     context_warnings = check_context(model, traffic, api)
     check_mode(traffic, space, api)
     check_search(model, space, api)
+    if space.redundant_experts and model.moe is None:  # as estimate refuses it: no expert to copy
+        raise UsageError(f"{name('redundant_experts', api)}: {model.name} has no routed experts to copy")
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
     result = search.plan(model, traffic, slos, space)
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs

@@ -110,7 +110,7 @@ def price_multinode(
     row: MultinodeRow, models: Mapping[str, ModelSpec], gpus: Mapping[str, GpuSpec], engine: EngineProfile
 ) -> MultinodeResult:
     """One multinode row under the ceiling and under its engine's expected rates (see the module docstring)."""
-    reason = _missing(row)
+    reason = f"excluded: {row.exclude}" if row.exclude else _missing(row)
     if reason is not None:
         return MultinodeResult(row, None, None, row.network, reason)
     try:

@@ -151,7 +151,9 @@ def _multinode(results: list[MultinodeResult]) -> list[str]:
     ]
     for m in results:
         r = m.row
-        layout = f"{r.gpus} x {r.gpu}, tp{r.tp} ep{r.ep} dp{r.dp}, {r.instances} inst., {r.nodes} node(s), {m.network}"
+        spare = f"+{r.redundant_experts}" if r.redundant_experts else ""  # redundant experts over the EP ranks
+        layout = (f"{r.gpus} x {r.gpu}, tp{r.tp} ep{r.ep}{spare} dp{r.dp}, {r.instances} inst., {r.nodes} node(s), "
+                  f"{m.network}")  # fmt: skip
         if m.expected is None:
             lines.append(f"| {r.id} | {layout} | {r.metric} | {r.value:,.6g} | - | - | not priced: {m.reason} |")
             continue
