@@ -137,11 +137,8 @@ def _expert_pool(e: Estimate) -> str:
     moe, lay = e.model.moe, e.deployment.layout
     if moe is None or lay.ep == 1:
         return ""
-    pool = (
-        f"{moe.experts} + {lay.redundant_experts} redundant = {lay.expert_slots(moe.experts)} slots"
-        if (lay.redundant_experts)
-        else f"{moe.experts}"
-    )
+    spare = lay.redundant_experts
+    pool = f"{moe.experts} + {spare} redundant = {lay.expert_slots(moe.experts)} slots" if spare else f"{moe.experts}"
     return f"; experts: {pool}, {lay.slots_per_rank(moe.experts)} on each of {lay.ep} EP ranks, routed uniformly"
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tokcost.engine.layout import Layout, layout_problem
 from tokcost.errors import UsageError
+from tokcost.inputs import keyword_message
 from tokcost.models.spec import ModelSpec
 from tokcost.serving import search
 from tokcost.serving.fleet import REPORTED
@@ -19,7 +21,6 @@ from tokcost.serving.inputs import (
     check_search,
     check_simulation,
     check_slos,
-    name,
 )
 from tokcost.serving.search import Plan, Space
 from tokcost.serving.simulate import simulate_replica
@@ -35,8 +36,9 @@ def run_plan(
     context_warnings = check_context(model, traffic, api)
     check_mode(traffic, space, api)
     check_search(model, space, api)
-    if space.redundant_experts and model.moe is None:  # as estimate refuses it: no expert to copy
-        raise UsageError(f"{name('redundant_experts', api)}: {model.name} has no routed experts to copy")
+    if space.redundant_experts and model.moe is None:  # the engine's own refusal, as estimate gives it
+        problem = layout_problem(model, Layout(redundant_experts=space.redundant_experts)) or ""
+        raise UsageError(keyword_message(problem) if api else problem)
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
     result = search.plan(model, traffic, slos, space)
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
