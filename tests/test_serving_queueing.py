@@ -110,3 +110,27 @@ def test_a_gamma_without_spread_plus_a_uniform_is_the_uniform_shifted():
     assert gamma_plus_uniform_tail(0.25, 0.2, math.inf, 0.1) == pytest.approx(0.5)
     assert gamma_plus_uniform_tail(0.1, 0.2, math.inf, 0.1) == 1.0
     assert gamma_plus_uniform_tail(0.35, 0.2, math.inf, 0.1) == 0.0
+
+
+def _flat_step(tokens: float) -> float:
+    return 0.010  # a step bound by reading the weights: 10 ms whatever it carries
+
+
+@pytest.mark.parametrize("wait_mean, shape", [(1e3, 1.0), (1e5, 1.0), (1e5, 0.5), (1e5, 4.0)])
+def test_a_prompt_behind_an_endless_backlog_runs_in_a_full_step(wait_mean, shape):
+    from tokcost.serving.sharing import Joiners, step_share
+
+    # 200-token prompts, 2,048-token budget: 10 joiners fill its step. After a wait with 1,000 or more joiners on
+    # average, the chance that fewer than 10 came is under 1% for these shapes, so its share is l / C = 200 / 2048
+    # and it accounts for that share of the step (a normal's lower node would clamp to no joiner: alone 1 time in 6)
+    e, s = step_share(200, 2048, 200.0, Joiners(0.0, wait_mean, shape), _flat_step)
+    assert e == pytest.approx(200 / 2048, rel=0.02) and s == pytest.approx(0.010 * 200 / 2048, rel=0.02)
+
+
+def test_a_poisson_count_of_joiners_keeps_its_normal_nodes():
+    from tokcost.serving.sharing import Joiners, step_share
+
+    # 100 joiners of 1 token on average, no wait: the step holds 1 + k tokens, k ~ Poisson(100) ~ N(100, 10);
+    # the share of a 1-token prompt is E[1 / (1 + k)] ~ 1 / 101 (1 + 100 / 101^2) by the delta method
+    e, _ = step_share(1, 8192, 1.0, Joiners(100.0), _flat_step)
+    assert e == pytest.approx(1 / 101 * (1 + 100 / 101**2), rel=0.01)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -53,11 +55,34 @@ def test_vanishing_load_equals_estimate_batch_1(model, gpu, tp, weights, prompt,
     assert percentile(r, pt, "tpot", 0.5) == pytest.approx(side.tpot_s, rel=0.01)
 
 
+def _rounded_exponential(mean: float) -> tuple[float, float]:
+    """(E[K], E[K^2]) of K = max(1, round(X)), X exponential: P(K > k) = P(X >= k + 1/2) = r q^k with q = e^(-1/m),
+    r = e^(-1/(2m)), so E[K] = 1 + r q / (1 - q) and E[K^2] = 1 + r (2 q / (1 - q)^2 + q / (1 - q))."""
+    q, r = math.exp(-1 / mean), math.exp(-0.5 / mean)
+    return 1 + r * q / (1 - q), 1 + r * (2 * q / (1 - q) ** 2 + q / (1 - q))
+
+
+@pytest.mark.parametrize("mean", [0.5, 1.0, 3.0, 20.0, 201.0, 5000.0])
+def test_length_moments_are_the_drawn_token_counts(mean):
+    # the closed form counts the tokens the simulator draws, max(1, round(X)): a 1-token-mean exponential prompt is
+    # 1.35 tokens on average, which the steps run and the queue must see (else it saturates below saturation)
+    k1, k2 = _rounded_exponential(mean)
+    law = LengthDist("exponential", mean)
+    # counts to 1,024 summed one by one; past them the continuous law, whose rounding would add under 1e-6
+    assert law.moment(1) == pytest.approx(k1, rel=1e-6) and law.moment(2) == pytest.approx(k2, rel=1e-6)
+    if mean > 100:  # rounding and the floor at 1 move a long law's mean by under 1 / m of a token: the continuous one
+        assert law.moment(1) == pytest.approx(mean, rel=1e-4) and law.moment(3) == pytest.approx(6 * mean**3, rel=1e-4)
+    assert LengthDist("fixed", 2.4).moment(2) == 4 and LengthDist("fixed", 0.3).moment(1) == 1
+
+
 def test_decode_context_is_estimates_mean_context_for_fixed_lengths():
     assert decode_context(FIXED) == pytest.approx(2048 + 300 / 2)
-    # exponential outputs weigh long answers more: E[n^2] / E[n] ~ 2 E[n]
+    # exponential outputs weigh long answers more: E[n^2] / E[n] ~ 2 E[n] (n = K - 1 over the drawn counts K)
     t = Traffic(LengthDist("fixed", 1000), LengthDist("exponential", 201))
-    assert decode_context(t) == pytest.approx(1000 + (2 * 201**2 - 2 * 201 + 1 + 200) / (2 * 200))
+    k1, k2 = _rounded_exponential(201)
+    n1, n2 = k1 - 1, k2 - 2 * k1 + 1
+    assert decode_context(t) == pytest.approx(1000 + (n2 + n1) / (2 * n1), rel=1e-6)
+    assert decode_context(t) == pytest.approx(1000 + (2 * 201**2 - 2 * 201 + 1 + 200) / (2 * 200), rel=1e-5)
 
 
 @pytest.mark.parametrize("b", [0.5, 5, 40, 120])
@@ -205,7 +230,8 @@ def test_predicted_means_are_the_closed_forms_own():
     assert means is not None and p.ttft_s is not None and p.e2e_s is not None
     # Little: a request's mean TPOT is the mean gap a decoding sequence waits; a mean adds: E2E = TTFT + E[n] TPOT
     assert means["tpot_s"] == pytest.approx(p.itl_mean_s)
-    assert means["e2e_s"] == pytest.approx(means["ttft_s"] + (200 - 1) * means["tpot_s"])
+    steps = _rounded_exponential(200)[0] - 1  # E[n]: the drawn answer less its first token
+    assert means["e2e_s"] == pytest.approx(means["ttft_s"] + steps * means["tpot_s"])
     # waits and long prompts skew TTFT and E2E to the right: each mean above its median
     assert means["ttft_s"] > p.ttft_s["p50"] and means["e2e_s"] > p.e2e_s["p50"]
 
@@ -238,6 +264,26 @@ def test_below_saturation_every_percentile_is_finite(prompt, output, kind, chunk
                 assert metric in ("tpot", "itl") and not r.decodes
                 continue
             assert 0 <= value < 3600, (metric, q, value)
+
+
+@pytest.mark.parametrize(
+    "kind, prompt, output, chunk, share",
+    [("exponential", 1, 2, 64, 0.9), ("exponential", 1, 5, 512, 0.95), ("fixed", 200, 2, 2048, 0.99),
+     ("fixed", 60, 2, 512, 0.99), ("exponential", 20, 2, 2048, 0.99)],
+)  # fmt: skip
+def test_short_prompts_have_a_steady_state_up_to_saturation(kind, prompt, output, chunk, share):
+    # the cases that once had none: exponential prompts of mean 1 are 1.35 tokens as drawn, which the queue counted
+    # as 1 (its budget ran out at 73% of saturation); behind a long backlog a normal's lower node left a prompt
+    # alone in its step 1 time in 6, and the last steps' fixed point cycled, the rate jumping by 3%
+    traffic = Traffic(LengthDist(kind, prompt), LengthDist(kind, output), rate_rps=1.0)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, chunk)
+    saturation = capacity(r, []).saturation_rps
+    point = state_at_rate(r, share * saturation)
+    assert point is not None and point.rate_rps == pytest.approx(share * saturation, rel=1e-6)
+    assert point.queue_rho < 1 and math.isfinite(point.wait_mean_s)
+    # the budget at the load limit: prompt tokens per second never above C per full chunk step, and near it there
+    budget = r.chunk / (r.prompt_moments[0] * r.state(r.load_limit()).chunk_step_s)
+    assert saturation <= budget * 1.0001 and saturation >= 0.95 * budget
 
 
 @pytest.mark.parametrize("rate, steps", [(1.0, 1.0), (228.0, 1.5), (2000.0, 1.5)])

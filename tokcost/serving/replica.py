@@ -54,6 +54,7 @@ Role = Literal["both", "prefill", "decode"]
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
 TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for how full each prompt's last step is
 TAIL_TOLERANCE = 1e-4
+RATE_BISECTIONS = 24  # halvings of the rate when the last steps' fixed point cycles (near saturation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,17 @@ class LoadPoint:
 
 
 Lasts = tuple[tuple[float, float], ...]  # (e, s) per prompt grid point: share of its last step, seconds of it
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """One pass of the steady state's fixed point: the rate, the last steps it leads to, and its LoadPoint."""
+
+    rate: float
+    lasts: Lasts
+    point: Callable[[Lasts | None], LoadPoint]
+
+
 Alone = tuple[tuple[float, ...], tuple[float, ...]]  # lone prefill cost A per grid point, and its last step's part
 
 
@@ -235,12 +247,46 @@ class Replica(ReplicaLimits, ReplicaCurves):
     def _solve(self, b: float, beside: float, start: Lasts | None = None) -> LoadPoint:
         """The steady state at decode batch b, with `beside` x b sequences decoding during a prefill step (1: the
         time average, as an open loop's arrival sees it; 0: a lone user's); the last steps' fixed point starts
-        from `start` (a nearby state's) when given."""
-        m1, m2, m3 = self.prompt_moments
-        n, lone = self.decode_steps_mean, start
+        from `start` (a nearby state's) when given.
+
+        Near saturation the fixed point can cycle: fuller last steps lower the rate, which empties the backlog,
+        which leaves the last steps less full. The map is continuous but steep as the budget's use nears 1, so
+        then the rate itself is bisected: at a fixed rate the last steps settle, and the rate they imply by
+        Little falls as the rate rises (RATE_BISECTIONS halvings of the bracket the cycle spans)."""
+        lone, rates = start, []
         for i in range(TAIL_ITERATIONS):
-            t0, tc, alpha, (alone, lasts), d, m = self._terms(b, lone)
-            e_s = alpha * m1 + d
+            sweep = self._sweep(b, beside, lone)
+            rates.append(sweep.rate)
+            lone, done = _damped(lone, sweep.lasts, i)
+            if done:
+                return sweep.point(lone)
+        lo, hi = min(rates[-4:]), max(rates[-4:])
+        if not (0 < lo < hi < math.inf):
+            return sweep.point(lone)
+        for _ in range(RATE_BISECTIONS):
+            mid = (lo + hi) / 2
+            lone = self._settle(b, beside, lone, mid)
+            lo, hi = (mid, hi) if self._sweep(b, beside, lone).rate > mid else (lo, mid)
+        rate = (lo + hi) / 2
+        lone = self._settle(b, beside, lone, rate)
+        return self._sweep(b, beside, lone, rate).point(lone)
+
+    def _settle(self, b: float, beside: float, lasts: Lasts | None, rate: float) -> Lasts | None:
+        """The last steps' fixed point with the rate held at `rate`."""
+        for i in range(TAIL_ITERATIONS):
+            lasts, done = _damped(lasts, self._sweep(b, beside, lasts, rate).lasts, i)
+            if done:
+                break
+        return lasts
+
+    def _sweep(self, b: float, beside: float, lasts: Lasts | None, rate: float | None = None) -> _Sweep:
+        """One pass at batch b from last steps `lasts`: the rate Little gives (or `rate`, held), the queue it
+        feeds and the last steps that queue leaves."""
+        m1, m2, m3 = self.prompt_moments
+        n = self.decode_steps_mean
+        t0, tc, alpha, (alone, prev), d, m = self._terms(b, lasts)
+        e_s = alpha * m1 + d
+        if rate is None:
             # Little for decodes, with f b decoding beside a prefill step and the rest of the batch in decode steps:
             # b (f lambda m + (1 - f lambda E[S]) / T0) = lambda n, linear in lambda; prefill steps apart give no
             # token (m of them count 0)
@@ -248,19 +294,20 @@ class Replica(ReplicaLimits, ReplicaCurves):
             rate = (b / t0 / denominator if denominator > 0 else math.inf) if b > 0 else 0.0
             if beside < 1 and e_s > 0:  # fewer decoding beside a prefill step lets Little's rate outrun the prefill
                 rate = min(rate, 1 / e_s)  # itself: a closed loop's prompts never take more than all of the time
-            rho = min(rate * e_s, 1.0)
-            service = _affine_moments(alpha, d, m1, m2, m3)
-            # Little's TPOT, b / (lambda n): the formula's own, and never below T0 when rho would pass 1 (every step
-            # carrying prefill is no saturation: tiny prompts share each step)
-            tpot = b / (rate * n) if 0 < rate < math.inf else t0
-            busy = e_s / (1 - min(rho, 0.99))  # M/G/1 mean busy period
-            q_rate = self.loop.queue_rate(rate, step_s=tpot, prefill_step_s=e_s / m, busy_s=busy)
-            queue = Queue(q_rate, min(q_rate * e_s, 1.0), min(q_rate * alpha * m1, 1.0), -math.expm1(-b))
-            new = self._last_steps(queue, alpha, b, lasts, steps=(t0, e_s / m, tpot))
-            lone, done = _damped(lone, new, i)
-            if done:
-                break
-        return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, queue)
+        rho = min(rate * e_s, 1.0)
+        service = _affine_moments(alpha, d, m1, m2, m3)
+        # Little's TPOT, b / (lambda n): the formula's own, and never below T0 when rho would pass 1 (every step
+        # carrying prefill is no saturation: tiny prompts share each step)
+        tpot = b / (rate * n) if 0 < rate < math.inf else t0
+        busy = e_s / (1 - min(rho, 0.99))  # M/G/1 mean busy period
+        q_rate = self.loop.queue_rate(rate, step_s=tpot, prefill_step_s=e_s / m, busy_s=busy)
+        queue = Queue(q_rate, min(q_rate * e_s, 1.0), min(q_rate * alpha * m1, 1.0), -math.expm1(-b))
+        new = self._last_steps(queue, alpha, b, prev, steps=(t0, e_s / m, tpot))
+
+        def point(lone: Lasts | None) -> LoadPoint:
+            return self._point(b, rate, rho, t0, tc, e_s / m, tpot, m, service, alone, lone, queue)
+
+        return _Sweep(rate, new, point)
 
     def _tokens_per_prefill_step(self, m: float) -> float:
         """Tokens a decoding sequence gets from a request's m prefill steps: m when they decode too, none apart."""

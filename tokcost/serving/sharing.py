@@ -12,7 +12,8 @@ The joiners arrive in a window: the step in progress (or what is left of it), th
 chunks. With W = 0 they are Poisson(lambda c); with W a gamma of shape s and mean theta, Poisson(lambda c) plus a
 negative binomial (a Poisson whose mean is gamma), counted here by one negative binomial with the same mean and
 variance, exact at k = 0 (so a prompt that nothing can join, l + E[P'] > C, keeps the exact chance of running
-alone). Counts with a mean above GAUSS_HERMITE_ABOVE use the normal (3-point Gauss-Hermite) instead of a sum.
+alone). Counts with a mean above GAUSS_HERMITE_ABOVE use 3 Gauss-Hermite nodes instead of a sum: of the normal for a
+Poisson count, of the log-normal with the same mean and variance after a wait (skewed, never below 0).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from tokcost.serving.queueing import poisson_pmf
 
 GAUSS_HERMITE_ABOVE = 60.0  # joiner counts with a larger mean: the normal, not a term-by-term sum
+GAUSS_HERMITE_3 = ((1 / 6, -math.sqrt(3)), (4 / 6, 0.0), (1 / 6, math.sqrt(3)))  # (weight, z) of a standard normal
 TAIL_SDS = 12.0  # a term-by-term sum stops this many standard deviations past the mean
 
 
@@ -79,10 +81,15 @@ def step_share(
     if full == 1:  # nobody fits beside it but the next prompt's first chunk: alone, or full
         p0, packed = joiners.none(), last_tokens / chunk
         return p0 + (1 - p0) * packed, p0 * step_s(last_tokens) + (1 - p0) * packed * step_s(chunk)
-    mean, sd = joiners.mean, math.sqrt(joiners.variance)
-    if mean > GAUSS_HERMITE_ABOVE:
-        spread = math.sqrt(3) * sd
-        nodes = [(1 / 6, at(mean - spread)), (4 / 6, at(mean)), (1 / 6, at(mean + spread))]
+    mean, var = joiners.mean, joiners.variance
+    sd = math.sqrt(var)
+    if mean > GAUSS_HERMITE_ABOVE and var <= mean * (1 + 1e-9):  # a Poisson count: near normal, none below 0
+        nodes = [(w, at(mean + z * sd)) for w, z in GAUSS_HERMITE_3]
+    elif mean > GAUSS_HERMITE_ABOVE:  # after a wait: skewed, its mass never below 0 however wide (a normal's lower
+        # node would clamp to 0 and leave a prompt alone in 1 step of 6 behind an endless backlog): the log-normal
+        # of the same mean and variance, at its 3 Gauss-Hermite nodes
+        s = math.sqrt(math.log1p(var / mean**2))
+        nodes = [(w, at(mean * math.exp(z * s - s * s / 2))) for w, z in GAUSS_HERMITE_3]
     else:
         terms = min(full, math.ceil(mean + TAIL_SDS * sd + 20))
         nodes = [(p, at(k)) for k, p in enumerate(joiners.pmf(terms))]

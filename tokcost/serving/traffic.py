@@ -2,13 +2,15 @@
 
 A length distribution is given by its mean and shape; the closed form needs its raw moments E[X^k] (k = 1..3,
 exact for every kind) and a small grid of equal-weight mid-quantile points for terms that are not polynomial
-in the length (chunk counts, a lone prompt's step times). The simulation draws integer token counts from it.
+in the length (chunk counts, a lone prompt's step times). The simulation draws integer token counts from it,
+max(1, round(X)), and the moments are that law's, so short prompts count the tokens the steps run.
 Lognormal with mean m and coefficient of variation c: sigma^2 = ln(1 + c^2), mu = ln m - sigma^2 / 2,
 E[X^k] = exp(k mu + k^2 sigma^2 / 2). Exponential with mean m: E[X^k] = k! m^k.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass, replace
@@ -20,6 +22,7 @@ from tokcost.errors import UsageError
 DistKind = Literal["fixed", "exponential", "lognormal", "empirical"]
 PROMPT_GRID_POINTS = 32  # mid-quantile points of a prompt distribution (a quarter of them priced by curves)
 OUTPUT_GRID_POINTS = 32  # of an output distribution (arithmetic only; E2E follows its quantiles closely)
+ROUNDED_UP_TO = 1024  # token counts summed one by one for a law's moments; past them rounding moves nothing
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 METRICS = ("ttft", "tpot", "e2e", "itl")  # itl: the gap between two tokens, pooled over every gap
 # A closed-loop client sends its next request this long after its last token reaches it: a round trip on the
@@ -41,15 +44,34 @@ class LengthDist:
             object.__setattr__(self, "values", tuple(sorted(self.values)))
 
     def moment(self, k: int) -> float:
-        """Raw moment E[X^k]."""
+        """Raw moment E[K^k] of the token counts served, K = max(1, round(X)) (what `sample` draws and the grid
+        prices): the counts up to ROUNDED_UP_TO one by one, the continuous law's partial moment past them (rounding
+        them would add about P(tail) / (12 m) to the mean: under 1e-6 of it). A prompt of mean 1 is 1.35 tokens on
+        average when exponential, not 1: the queue and the steps must count the same tokens."""
         if self.kind == "fixed":
-            return self.mean**k
+            return max(1, round(self.mean)) ** k
+        if self.kind == "empirical":
+            return sum(v**k for v in self.values) / len(self.values)
+        return _rounded_moment(self.kind, self.mean, self.cv, k)
+
+    def cdf(self, x: float) -> float:
+        """P(X <= x) of the continuous law (exponential or lognormal)."""
+        if x <= 0:
+            return 0.0
         if self.kind == "exponential":
-            return math.factorial(k) * self.mean**k
-        if self.kind == "lognormal":
-            s2 = math.log1p(self.cv**2)
-            return math.exp(k * (math.log(self.mean) - s2 / 2) + k * k * s2 / 2)
-        return sum(v**k for v in self.values) / len(self.values)
+            return -math.expm1(-x / self.mean)
+        s = math.sqrt(math.log1p(self.cv**2))
+        return NormalDist().cdf((math.log(x) - math.log(self.mean) + s * s / 2) / s)
+
+    def tail_moment(self, k: int, x: float) -> float:
+        """E[X^k; X > x] of the continuous law (exponential: incomplete gamma; lognormal: a shifted normal)."""
+        if self.kind == "exponential":
+            m = self.mean
+            return math.exp(-x / m) * sum(math.factorial(k) / math.factorial(i) * x**i * m ** (k - i)
+                                          for i in range(k + 1))  # fmt: skip
+        s2 = math.log1p(self.cv**2)
+        mu, s = math.log(self.mean) - s2 / 2, math.sqrt(s2)
+        return math.exp(k * mu + k * k * s2 / 2) * NormalDist().cdf((mu + k * s2 - math.log(x)) / s)
 
     def quantile(self, u: float) -> float:
         """The u-quantile (0 < u < 1)."""
@@ -92,6 +114,19 @@ class LengthDist:
     def label(self) -> str:
         """How the distribution reads in outputs: 'fixed', 'exponential', 'lognormal:0.5', 'trace'."""
         return {"lognormal": f"lognormal:{self.cv:g}", "empirical": "trace"}.get(self.kind, self.kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _rounded_moment(kind: DistKind, mean: float, cv: float, k: int) -> float:
+    """E[max(1, round(X))^k] for a continuous law: each count to ROUNDED_UP_TO weighted by the mass that rounds
+    to it (1 takes everything below 1.5), the continuous tail past it."""
+    law = LengthDist(kind, mean, cv)
+    below, total = 0.0, 0.0
+    for t in range(1, ROUNDED_UP_TO + 1):
+        upper = law.cdf(t + 0.5)
+        total += t**k * (upper - below)
+        below = upper
+    return total + law.tail_moment(k, ROUNDED_UP_TO + 0.5)
 
 
 @dataclass(frozen=True, slots=True)
