@@ -215,3 +215,13 @@ def test_write_rows_refuses_a_non_finite_number():
     out = io.StringIO()
     assert write_rows([(1, None), (2, 0.5)], ["a", "b"], "csv", out) == 2
     assert out.getvalue() == "a,b\n1,\n2,0.5\n"
+
+
+def test_each_point_names_its_layout_and_engine_as_compare_does(cli):
+    # a pasted row must say what it priced: the same figure at TP 8 and at DP 8 x EP 8 with copies differs
+    args = ("-m", "deepseek-v3", "-g", "h200", "--tp", "8", "--ep", "8", "--redundant-experts", "8", "--engine", "vllm")
+    rows = _csv(cli("sweep", *args, "-b", "1", "-f", "csv").stdout)
+    pair = cli("compare", *args, "-f", "json").json()["rows"][0]
+    assert rows[0]["layout"] == pair["layout"] == "TP 8 x EP 8 (+8 redundant experts)"
+    assert rows[0]["expected_engine"] == pair["expected_engine"] != "generic"
+    assert float(rows[0]["tpot_s"]) > float(rows[0]["ceiling_tpot_s"])

@@ -38,6 +38,8 @@ class SweepPoint:
     model: str
     gpu: str
     gpus: int
+    layout: str  # the parallel layout as compare and estimate label it: "TP8", "DP8xEP8+32"
+    expected_engine: str  # the engine profile expected's figures are for (compare's key)
     weights: str  # the resolved precision: weight format, KV format and compute dtype
     kv_dtype: str
     compute_dtype: str
@@ -93,7 +95,7 @@ def iter_sweep(
     memory = ReplicaMemory(model, gpu, d.precision, d.layout)
     price = base.price_per_hour_usd if base.price_per_hour_usd is not None else gpu.price_per_hour_usd
     cache: dict[int, tuple[DecodeLines, DecodeLines]] | None = {} if len(batches) <= MAX_CACHED_BATCHES else None
-    gpus, capacity = d.layout.gpus, round(gpu.memory_bytes)
+    gpus, capacity, layout = d.layout.gpus, round(gpu.memory_bytes), d.layout.label()
     for prompt in prompts:
         at_context = _workload(base, prompt_tokens=prompt, batch=1)
         first, last = decode_contexts(at_context) or (prompt, prompt)
@@ -113,6 +115,8 @@ def iter_sweep(
                 model=model.name,
                 gpu=gpu.name,
                 gpus=gpus,
+                layout=layout,
+                expected_engine=engine.label,
                 weights=d.precision.weights,
                 kv_dtype=d.precision.kv,
                 compute_dtype=d.precision.compute,
