@@ -54,25 +54,6 @@ class LengthDist:
             return sum(v**k for v in self.values) / len(self.values)
         return _rounded_moment(self.kind, self.mean, self.cv, k)
 
-    def cdf(self, x: float) -> float:
-        """P(X <= x) of the continuous law (exponential or lognormal)."""
-        if x <= 0:
-            return 0.0
-        if self.kind == "exponential":
-            return -math.expm1(-x / self.mean)
-        s = math.sqrt(math.log1p(self.cv**2))
-        return NormalDist().cdf((math.log(x) - math.log(self.mean) + s * s / 2) / s)
-
-    def tail_moment(self, k: int, x: float) -> float:
-        """E[X^k; X > x] of the continuous law (exponential: incomplete gamma; lognormal: a shifted normal)."""
-        if self.kind == "exponential":
-            m = self.mean
-            return math.exp(-x / m) * sum(math.factorial(k) / math.factorial(i) * x**i * m ** (k - i)
-                                          for i in range(k + 1))  # fmt: skip
-        s2 = math.log1p(self.cv**2)
-        mu, s = math.log(self.mean) - s2 / 2, math.sqrt(s2)
-        return math.exp(k * mu + k * k * s2 / 2) * NormalDist().cdf((mu + k * s2 - math.log(x)) / s)
-
     def quantile(self, u: float) -> float:
         """The u-quantile (0 < u < 1)."""
         if self.kind == "fixed":
@@ -118,15 +99,33 @@ class LengthDist:
 
 @functools.lru_cache(maxsize=256)
 def _rounded_moment(kind: DistKind, mean: float, cv: float, k: int) -> float:
-    """E[max(1, round(X))^k] for a continuous law: each count to ROUNDED_UP_TO weighted by the mass that rounds
-    to it (1 takes everything below 1.5), the continuous tail past it."""
-    law = LengthDist(kind, mean, cv)
+    """E[max(1, round(X))^k] for an exponential or lognormal X: each count to ROUNDED_UP_TO weighted by the mass
+    that rounds to it (1 takes everything below 1.5), the continuous law's partial moment past it."""
     below, total = 0.0, 0.0
     for t in range(1, ROUNDED_UP_TO + 1):
-        upper = law.cdf(t + 0.5)
+        upper = _cdf(kind, mean, cv, t + 0.5)
         total += t**k * (upper - below)
         below = upper
-    return total + law.tail_moment(k, ROUNDED_UP_TO + 0.5)
+    return total + _tail_moment(kind, mean, cv, k, ROUNDED_UP_TO + 0.5)
+
+
+def _cdf(kind: DistKind, mean: float, cv: float, x: float) -> float:
+    """P(X <= x), x > 0: exponential 1 - e^(-x/m); lognormal Phi((ln x - mu) / sigma)."""
+    if kind == "exponential":
+        return -math.expm1(-x / mean)
+    s = math.sqrt(math.log1p(cv**2))
+    return NormalDist().cdf((math.log(x) - math.log(mean) + s * s / 2) / s)
+
+
+def _tail_moment(kind: DistKind, mean: float, cv: float, k: int, x: float) -> float:
+    """E[X^k; X > x]: exponential, the incomplete gamma e^(-x/m) sum_i k! / i! x^i m^(k-i); lognormal,
+    E[X^k] Phi((mu + k sigma^2 - ln x) / sigma)."""
+    if kind == "exponential":
+        return math.exp(-x / mean) * sum(math.factorial(k) / math.factorial(i) * x**i * mean ** (k - i)
+                                         for i in range(k + 1))  # fmt: skip
+    s2 = math.log1p(cv**2)
+    mu = math.log(mean) - s2 / 2
+    return math.exp(k * mu + k * k * s2 / 2) * NormalDist().cdf((mu + k * s2 - math.log(x)) / math.sqrt(s2))
 
 
 @dataclass(frozen=True, slots=True)
