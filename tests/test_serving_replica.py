@@ -110,7 +110,10 @@ def test_saturation_batch_is_every_step_full_of_prefill():
     # E[n] C / E[P'] decode sequences: each request's 299 decode steps share steps with its prompt's chunks
     assert _replica(chunk=512).saturation_batch == pytest.approx(299 * 512 / 2048)
     r = _replica(chunk=512)
-    assert r.state(r.load_limit()).rho == pytest.approx(1.0, abs=1e-3)
+    # the limit is where the queue's budget runs out, 0.2% short of it here: a prompt's own chunks (roofline steps,
+    # not linear in the offset) cost a little less than its tokens at the packed chunk's rate
+    assert r.stable_batch == pytest.approx(r.saturation_batch, rel=5e-3) and r.stable_batch < r.saturation_batch
+    assert r.state(r.load_limit()).rho == pytest.approx(1.0, abs=2e-3)
 
 
 @pytest.mark.parametrize(
@@ -269,12 +272,14 @@ def test_below_saturation_every_percentile_is_finite(prompt, output, kind, chunk
 @pytest.mark.parametrize(
     "kind, prompt, output, chunk, share",
     [("exponential", 1, 2, 64, 0.9), ("exponential", 1, 5, 512, 0.95), ("fixed", 200, 2, 2048, 0.99),
-     ("fixed", 60, 2, 512, 0.99), ("exponential", 20, 2, 2048, 0.99)],
+     ("fixed", 60, 2, 512, 0.99), ("exponential", 20, 2, 2048, 0.99), ("fixed", 13109, 1, 8192, 0.99),
+     ("exponential", 14817, 1, 2048, 0.99)],
 )  # fmt: skip
-def test_short_prompts_have_a_steady_state_up_to_saturation(kind, prompt, output, chunk, share):
+def test_prompts_have_a_steady_state_up_to_saturation(kind, prompt, output, chunk, share):
     # the cases that once had none: exponential prompts of mean 1 are 1.35 tokens as drawn, which the queue counted
     # as 1 (its budget ran out at 73% of saturation); behind a long backlog a normal's lower node left a prompt
-    # alone in its step 1 time in 6, and the last steps' fixed point cycled, the rate jumping by 3%
+    # alone in its step 1 time in 6, and the last steps' fixed point cycled, the rate jumping by 3%; long prompts'
+    # own chunks cost less than the packed chunk's rate, so the rate at "every step full" outran the budget
     traffic = Traffic(LengthDist(kind, prompt), LengthDist(kind, output), rate_rps=1.0)
     r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, chunk)
     saturation = capacity(r, []).saturation_rps

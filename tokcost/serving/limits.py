@@ -1,11 +1,12 @@
 """Where one replica's load must stop, and what stops it: the KV cache, the engine's running cap, saturation.
 
 The load is the mean decode batch b. Its bounds: prefill saturation (every step full of prefill, b -> E[n] C /
-E[P']); the KV cache, whose p99 batch b + 2.33 sqrt(b) of private contexts must fit beside the shared prefix (an
-open loop's batch swings as a Poisson count), or, in a closed loop, the sequences it holds whole; the engine's cap
-on running sequences (decoding or part-prefilled: a request holds its slot for its prompt's chunk steps and its
-decode steps, so the decoding share of the cap is E[n] / (E[n] + E[chunks])). An open loop's request
-that finds every slot taken waits for one: M/M/c with c the cap (Erlang C), each slot held for a request's life.
+E[P'], or a little below where the prefill queue's budget runs out first); the KV cache, whose p99 batch
+b + 2.33 sqrt(b) of private contexts must fit beside the shared prefix (an open loop's batch swings as a Poisson
+count), or, in a closed loop, the sequences it holds whole; the engine's cap on running sequences (decoding or
+part-prefilled: a request holds its slot for its prompt's chunk steps and its decode steps, so the decoding share of
+the cap is E[n] / (E[n] + E[chunks])). An open loop's request that finds every slot taken waits for one: M/M/c with
+c the cap (Erlang C), each slot held for a request's life.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tokcost.serving.queueing import erlang_c
 
 Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
 SATURATION_MARGIN = 1 - 1e-6
+STABLE_TOLERANCE = 1e-5  # relative width at which the stable batch's bisection stops
 CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
 
 
@@ -59,12 +61,33 @@ class ReplicaLimits:
         cap = self.running_cap()
         running = cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
         margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
-        out = {"saturation": self.saturation_batch * margin, "cap": max(running, 0.0)}
+        out = {"saturation": min(self.saturation_batch * margin, self.stable_batch), "cap": max(running, 0.0)}
         if not self.loop.closed:
             out["KV memory"] = self.kv_batch_limit()
         elif self.max_running is None or self.kv_slots() < self.max_running:
             out["KV memory"], out["cap"] = out["cap"], math.inf
         return out
+
+    def queue_stable_batch(self) -> float:
+        """The largest batch whose prefill queue has a steady state, where it falls short of the saturation batch
+        (else infinity). At E[n] C / E[P'] Little's rate assumes E[S] = alpha E[P'] (full steps); a prompt's own
+        chunks can cost less than the packed chunk at its mean offset, and that rate then outruns the budget a
+        backlog drains, lambda alpha E[P'] < 1. Bisected on the states once the curves cover the batch."""
+        margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
+        top = self.saturation_batch * margin
+        if self.rate_driven or not self.prompts or not math.isfinite(top) or math.isfinite(self.state(top).wait_mean_s):
+            return math.inf
+        lo, hi = 0.0, top
+        for short in (1e-3, 1e-2, 1e-1):  # it falls short by a fraction of a percent: bracket it from the top down
+            below = top * (1 - short)
+            if math.isfinite(self.state(below).wait_mean_s):
+                lo = below
+                break
+            hi = below
+        while hi - lo > STABLE_TOLERANCE * hi:
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if math.isfinite(self.state(mid).wait_mean_s) else (lo, mid)
+        return lo
 
     def load_limit(self) -> float:
         """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
@@ -72,7 +95,9 @@ class ReplicaLimits:
             if self.kv_capacity_tokens < self.kv_shared + self.prompt_moments[0]:
                 return 0.0
             _, _, alpha, _, d, _ = self._terms(0.0, None)  # saturated: every step full
-            return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + d)
+            # both below 1: the steps' time, lambda E[S], and the packed budget a backlog drains, lambda alpha E[P']
+            # (a prompt's own full chunks, cheaper than the packed chunk's mean offset, can make E[S] the smaller)
+            return SATURATION_MARGIN / (alpha * self.prompt_moments[0] + max(d, 0.0))
         return min(self.load_limits().values())
 
     def limit_kind(self) -> str:

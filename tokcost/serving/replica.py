@@ -194,6 +194,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         # decode nothing then, so the batch grows without bound as rho -> 1 (the KV cache or the cap stops it)
         mixed = e1 and decodes and not prefill_apart
         self.saturation_batch = self.decode_steps_mean * chunk / e1 if mixed else math.inf
+        self.stable_batch = math.inf  # where the prefill queue's budget runs out first (build_replica sets it)
         model = steps.model
         self.kv_shared = model.attended_tokens(p0)
         self.kv_private = model.attended_tokens(steps.decode_context) - self.kv_shared if decodes else 0.0
@@ -409,6 +410,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
             return None
         locked = copy.copy(self)
         locked.loop = replace(self.loop, locked=True)
+        locked.stable_batch = math.inf
+        locked.stable_batch = locked.queue_stable_batch()
         return locked
 
     def users_estimate(self, pt: LoadPoint) -> float:
@@ -508,4 +511,5 @@ def build_replica(
     replica.scheduler_steps, replica.lookahead = scheduler_steps, lookahead
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
+    replica.stable_batch = replica.queue_stable_batch()  # the curves now cover every batch it may try
     return replica
