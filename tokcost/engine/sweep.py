@@ -38,7 +38,7 @@ class SweepPoint:
     model: str
     gpu: str
     gpus: int
-    layout: str  # the parallel layout as compare and estimate label it: "TP8", "DP8xEP8+32"
+    layout: str  # the parallel layout as compare labels it: "TP 8", "TP 8 x EP 8 (+8 redundant experts)"
     expected_engine: str  # the engine profile expected's figures are for (compare's key)
     weights: str  # the resolved precision: weight format, KV format and compute dtype
     kv_dtype: str

@@ -60,21 +60,23 @@ class ReplicaLimits:
         """Each bound on the mean decode batch, by what imposes it."""
         cap = self.running_cap()
         running = cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
-        margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
-        out = {"saturation": min(self.saturation_batch * margin, self.stable_batch), "cap": max(running, 0.0)}
+        out = {"saturation": min(self.saturation_top(), self.stable_batch), "cap": max(running, 0.0)}
         if not self.loop.closed:
             out["KV memory"] = self.kv_batch_limit()
         elif self.max_running is None or self.kv_slots() < self.max_running:
             out["KV memory"], out["cap"] = out["cap"], math.inf
         return out
 
+    def saturation_top(self) -> float:
+        """The last admissible share of the saturation batch (a closed loop's users past it queue for admission)."""
+        return self.saturation_batch * (CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN)
+
     def queue_stable_batch(self) -> float:
         """The largest batch whose prefill queue has a steady state, where it falls short of the saturation batch
         (else infinity). At E[n] C / E[P'] Little's rate assumes E[S] = alpha E[P'] (full steps); a prompt's own
         chunks can cost less than the packed chunk at its mean offset, and that rate then outruns the budget a
         backlog drains, lambda alpha E[P'] < 1. Bisected on the states once the curves cover the batch."""
-        margin = CLOSED_SATURATION if self.loop.closed else SATURATION_MARGIN
-        top = self.saturation_batch * margin
+        top = self.saturation_top()
         if self.rate_driven or not self.prompts or not math.isfinite(top) or math.isfinite(self.state(top).wait_mean_s):
             return math.inf
         lo, hi = 0.0, top

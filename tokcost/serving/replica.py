@@ -410,8 +410,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
             return None
         locked = copy.copy(self)
         locked.loop = replace(self.loop, locked=True)
-        locked.stable_batch = math.inf
-        locked.stable_batch = locked.queue_stable_batch()
+        locked.stable_batch = locked.queue_stable_batch()  # its own loop's (the steady states never read it)
         return locked
 
     def users_estimate(self, pt: LoadPoint) -> float:

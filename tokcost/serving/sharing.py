@@ -51,10 +51,15 @@ class Joiners:
         """P(k = 0), exact: exp(-lambda c) (1 + lambda theta / s)^-s."""
         return math.exp(-self.poisson_mean) * (1 + self.wait_mean / self.wait_shape) ** -self.wait_shape
 
+    @property
+    def poisson(self) -> bool:
+        """No wait to mix it: the count is Poisson (variance = mean)."""
+        return self.variance <= self.mean * (1 + 1e-9)
+
     def pmf(self, terms: int) -> list[float]:
         """P(k) for k < terms: a negative binomial with this mean and variance (Poisson when they agree)."""
         mean, var = self.mean, self.variance
-        if var <= mean * (1 + 1e-9):
+        if self.poisson:
             return poisson_pmf(mean, terms)
         r, q = mean * mean / (var - mean), 1 - mean / var  # NB(r, q): P(k + 1) = P(k) q (r + k) / (k + 1)
         out = [(1 - q) ** r]
@@ -83,7 +88,7 @@ def step_share(
         return p0 + (1 - p0) * packed, p0 * step_s(last_tokens) + (1 - p0) * packed * step_s(chunk)
     mean, var = joiners.mean, joiners.variance
     sd = math.sqrt(var)
-    if mean > GAUSS_HERMITE_ABOVE and var <= mean * (1 + 1e-9):  # a Poisson count: near normal, none below 0
+    if mean > GAUSS_HERMITE_ABOVE and joiners.poisson:  # near normal, none below 0
         nodes = [(w, at(mean + z * sd)) for w, z in GAUSS_HERMITE_3]
     elif mean > GAUSS_HERMITE_ABOVE:  # after a wait: skewed, its mass never below 0 however wide (a normal's lower
         # node would clamp to 0 and leave a prompt alone in 1 step of 6 behind an endless backlog): the log-normal
