@@ -11,12 +11,13 @@
 # Each file is created once (a timestamp in its name): nothing is replaced. Never edit the figures by hand.
 set -uo pipefail
 out="${1:-docs/measurements}"
-budget_s="${GPU_CHECK_BUDGET_S:-470}"  # stop starting new steps past this (the lender allows 8 minutes)
+budget_s="${GPU_CHECK_BUDGET_S:-400}"  # stop starting new steps past this (the lender allows 8 minutes)
+py="${PYTHON:-$(command -v python3 || command -v python)}"  # GPU images often ship python3 alone; PYTHON= overrides
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:-.}"
-gpus=$(python -c "import torch; print(torch.cuda.device_count())")
+gpus=$("$py" -c "import torch; print(torch.cuda.device_count())")
 if [ "${gpus:-0}" -lt 1 ]; then echo "gpu_check: torch sees no CUDA GPU" >&2; exit 2; fi
-device=$(python -c "import torch; print(torch.cuda.get_device_name(0))" | tr -c 'A-Za-z0-9.\n' '-' | tr -s '-')
+device=$("$py" -c "import torch; print(torch.cuda.get_device_name(0))" | tr -c 'A-Za-z0-9.\n' '-' | tr -s '-')
 stem="$out/$(date -u +%Y-%m-%dT%H%MZ)-${device}"
 log="$stem-gpu-check.log"
 start=$SECONDS
@@ -31,23 +32,23 @@ run() {  # run LIMIT_S NAME CMD...: one step, time-limited, logged; a failed ste
 }
 
 { nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,power.limit,clocks.max.memory --format=csv || true
-  python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } >>"$log" 2>&1
+  "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } >>"$log" 2>&1
 
-run 240 "measure llama-3.1-8b" python -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
+run 220 "measure llama-3.1-8b" "$py" -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
     --batch 1,8,32,64 --prompt 512 --output 128 --repeats 5 --save "$stem-llama-3.1-8b.json" --format markdown \
     >"$stem-llama-3.1-8b.md"
-run 90 "calibrate" python -m tokcost calibrate --device cuda --model llama-3.1-8b --out "$stem-calibrated.yaml"
-run 150 "gpu tests" sh -c "python -m pytest -q -m gpu tests/ | tail -5 >'$stem-gpu-tests.txt'"
+run 80 "calibrate" "$py" -m tokcost calibrate --device cuda --model llama-3.1-8b --out "$stem-calibrated.yaml"
+run 120 "gpu tests" sh -c "'$py' -m pytest -q -m gpu tests/ | tail -5 >'$stem-gpu-tests.txt'"
 if [ "$gpus" -ge 2 ]; then
-  run 150 "measure llama-3.1-8b --tp 2" python -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
+  run 150 "measure llama-3.1-8b --tp 2" "$py" -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
       --tp 2 --batch 1,8 --prompt 512 --output 64 --repeats 3 --save "$stem-llama-3.1-8b-tp2.json" \
       --format markdown >"$stem-llama-3.1-8b-tp2.md"
 fi
-run 90 "measure batch 1, graph mode" python -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
+run 70 "measure batch 1, graph mode" "$py" -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
     --mode graph --batch 1 --prompt 512 --output 128 --repeats 3 --save "$stem-llama-3.1-8b-graph.json" \
     --format markdown >"$stem-llama-3.1-8b-graph.md"
 if [ -f "$stem-calibrated.yaml" ]; then
-  python -m tokcost estimate --model llama-3.1-8b --gpu "$stem-calibrated.yaml" --batch 1 --prompt 512 --output 128 \
+  "$py" -m tokcost estimate --model llama-3.1-8b --gpu "$stem-calibrated.yaml" --batch 1 --prompt 512 --output 128 \
       --format markdown >>"$stem-llama-3.1-8b.md" 2>>"$log"
 fi
 echo "gpu_check: $((SECONDS - start)) s; files: $stem-*" | tee -a "$log"
