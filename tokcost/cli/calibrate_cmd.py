@@ -78,7 +78,7 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     base = datasheet_for(facts, gpu, notes)
     link = _link_probe(spec, resolved, dtype, batch, threads, tp, say) if tp > 1 else None
     try:
-        from tokcost.measure.probes import calibrate_rates
+        from tokcost.measure.probes import calibrate_rates, stream_label
 
         reference = run_probes(resolved, dtype, say)
         say(f"probe: {spec.name}'s linears at M = {batch}, and its prefill GEMMs")
@@ -94,9 +94,9 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     cache = rates["cache_bytes"]
     provenance = {
         "step_overhead_us": f"{spec.name}: {how}",
-        "bandwidth": f"{stream['matrices']} linears with {spec.name}'s shapes at M = {batch} "
+        "bandwidth": f"{stream_label(stream)} with {spec.name}'s shapes at M = {batch} "
                      f"({stream['bytes'] / 2**20:,.0f} MiB, >= {8} x the {_size(cache)} last-level cache), "
-                     f"net of the same number of near-zero linears",
+                     f"net of the same calls at near-zero width",
         "peak_tflops": f"{spec.name}'s per-layer linears at M = {compute['rows']} rows (the prefill's GEMMs)",
         "copy_bandwidth": f"device copy of {reference['copy'].size}: {reference['copy'].value / 1e9:,.1f} GB/s",
         "gemv_bandwidth": f"GEMV {reference['stream'].size}: {reference['stream'].value / 1e9:,.1f} GB/s",

@@ -12,6 +12,7 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -189,13 +190,54 @@ def last_level_cache_bytes(device: torch.device | str) -> int | None:
     return max(sizes.values()) if sizes else None
 
 
-def _linears_seconds(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> list[float]:
-    """Seconds per pass of F.linear(x [rows, 1, in], W) over `weights`, shaped as the decode step calls them."""
+@dataclass(frozen=True)
+class ExpertStack:
+    """One MoE layer's routed experts as the loop multiplies them: F.grouped_mm over the experts tokens chose.
+
+    Timed per expert as separate F.linear calls they ran at 0.9-1.1 TB/s on an H200 (2026-12-04, qwen3-30b-a3b)
+    while the loop's grouped kernel streamed them near 2 TB/s: the probe runs the loop's own kernel.
+    """
+
+    gate: torch.Tensor  # [E, I, hidden]
+    up: torch.Tensor  # [E, I, hidden]
+    down: torch.Tensor  # [E, hidden, I]
+    touched: int  # distinct experts the step's tokens are routed to (the first `touched` of the stack)
+    slots: int  # token-expert pairs (tokens x top-k), spread over the touched experts
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the step reads: the touched experts' three matrices."""
+        return self.touched * sum(w[0].numel() * w.element_size() for w in (self.gate, self.up, self.down))
+
+    def calls(self) -> list[Callable[[], object]]:
+        """The three grouped matmuls of one decode step (gate, up, down), on constant inputs."""
+        e, inter, hidden = self.gate.shape
+        counts = [self.slots // self.touched + (i < self.slots % self.touched) for i in range(self.touched)]
+        offs = torch.tensor(counts + [0] * (e - self.touched), device=self.gate.device).cumsum(0, dtype=torch.int32)
+        xs = torch.ones(self.slots, hidden, dtype=self.gate.dtype, device=self.gate.device)
+        act = torch.ones(self.slots, inter, dtype=self.gate.dtype, device=self.gate.device)
+        grouped = torch.nn.functional.grouped_mm
+        return [partial(grouped, xs, self.gate.transpose(-2, -1), offs=offs),
+                partial(grouped, xs, self.up.transpose(-2, -1), offs=offs),
+                partial(grouped, act, self.down.transpose(-2, -1), offs=offs)]  # fmt: skip
+
+    def tiny(self) -> ExpertStack:
+        """The same groups at near-zero width: the per-call cost the skeleton's step already holds."""
+        zeros = torch.zeros(self.gate.shape[0], _TINY, _TINY, dtype=self.gate.dtype, device=self.gate.device)
+        return ExpertStack(zeros, zeros, zeros, self.touched, self.slots)
+
+
+def _pass_seconds(
+    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: list[ExpertStack] = ()
+) -> list[float]:  # fmt: skip
+    """Seconds per pass of F.linear(x [rows, 1, in], W) over `weights` and each stack's grouped matmuls."""
     inputs = {w.shape[1]: torch.ones(rows, 1, w.shape[1], dtype=w.dtype, device=dev) for w in weights}
+    calls = [partial(torch.nn.functional.linear, inputs[w.shape[1]], w) for w in weights]
+    calls += [call for stack in stacks for call in stack.calls()]
 
     def one_pass() -> None:
-        for w in weights:
-            torch.nn.functional.linear(inputs[w.shape[1]], w)
+        for call in calls:
+            call()
 
     return _median_seconds(dev, _replayed(one_pass) if dev.type == "cuda" else one_pass, repeats, warmup=1)
 
@@ -218,44 +260,60 @@ def _replayed(fn: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
-def linear_stream_rate(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> dict:
-    """Bytes/s of the weight stream at M = rows: (real pass - same number of near-zero linears) / bytes."""
-    nbytes = sum(w.numel() * w.element_size() for w in weights)
-    real = statistics.median(_linears_seconds(dev, weights, rows, repeats))
-    tiny_w = torch.zeros(_TINY, _TINY, dtype=weights[0].dtype, device=dev)
-    tiny = statistics.median(_linears_seconds(dev, [tiny_w] * len(weights), rows, repeats))
+def linear_stream_rate(
+    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: list[ExpertStack] = ()
+) -> dict:  # fmt: skip
+    """Bytes/s of the weight stream at M = rows: (real pass - the same calls at near-zero width) / bytes."""
+    nbytes = sum(w.numel() * w.element_size() for w in weights) + sum(s.nbytes for s in stacks)
+    real = statistics.median(_pass_seconds(dev, weights, rows, repeats, stacks))
+    tiny_w = torch.zeros(_TINY, _TINY, dtype=(weights or [stacks[0].gate])[0].dtype, device=dev)
+    tiny = statistics.median(_pass_seconds(dev, [tiny_w] * len(weights), rows, repeats, [s.tiny() for s in stacks]))
     net = real - tiny if real - tiny > 0.1 * real else real  # the call cost is in the skeleton's step time
     return {"bytes_per_s": nbytes / net, "bytes": nbytes, "seconds": real, "call_seconds": tiny,
-            "matrices": len(weights), "rows": rows}  # fmt: skip
+            "matrices": len(weights) + 3 * sum(s.touched for s in stacks), "grouped_layers": len(stacks),
+            "rows": rows}  # fmt: skip
+
+
+def stream_label(stream: dict) -> str:
+    """What a stream rate timed, for provenance: 'N linears', with the grouped expert layers where any ran."""
+    grouped = stream.get("grouped_layers", 0)
+    return f"{stream['matrices']} linears" + (f" (the routed experts of {grouped} layers as grouped matmuls)"
+                                              if grouped else "")  # fmt: skip
 
 
 def linear_compute_rate(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> dict:
     """FLOP/s of the prefill's GEMMs: 2 x rows x weight elements per pass / time."""
     params = sum(w.numel() for w in weights)
     rows = min(rows, max(256, int(_PREFILL_FLOPS_CAP[dev.type] / (2 * params))))  # >= 256: a GEMM, not a GEMV
-    seconds = statistics.median(_linears_seconds(dev, weights, rows, repeats))
+    seconds = statistics.median(_pass_seconds(dev, weights, rows, repeats))
     return {"flops_per_s": 2 * rows * params / seconds, "rows": rows, "seconds": seconds, "matrices": len(weights)}
 
 
-def decode_matrices(model, experts_per_layer: float | None) -> list[torch.Tensor]:
-    """The weight matrices one decode step multiplies by, in order (routed experts: the distinct ones read)."""
+def decode_reads(model, batch: int, experts_per_layer: float | None) -> tuple[list[torch.Tensor], list[ExpertStack]]:
+    """The weight matrices one decode step multiplies by, in order, and its grouped expert stacks (routed experts:
+    the distinct ones read; where the loop runs one matmul per expert, those matrices instead)."""
     from tokcost.measure.moe import Experts
 
     out: list[torch.Tensor] = []
+    stacks: list[ExpertStack] = []
     for block in model.layers:
         out += [m.weight for m in block.attention.modules() if isinstance(m, torch.nn.Linear)]
         mlp = block.mlp
         out += [m.weight for m in mlp.modules() if isinstance(m, torch.nn.Linear)]
         if isinstance(mlp, Experts):
             touched = round(experts_per_layer) if experts_per_layer is not None else mlp.n_experts
-            out += [w[e] for e in range(touched) for w in (mlp.w_gate, mlp.w_up, mlp.w_down)]
-    return [*out, model.output.weight]
+            if mlp.grouped:
+                stacks.append(ExpertStack(mlp.w_gate, mlp.w_up, mlp.w_down, touched, max(batch * mlp.top_k, touched)))
+            else:
+                out += [w[e] for e in range(touched) for w in (mlp.w_gate, mlp.w_up, mlp.w_down)]
+    return [*out, model.output.weight], stacks
 
 
 def loop_rates(model, batch: int, prompt_tokens: int, experts_per_layer: float | None, repeats: int = 5) -> dict:
     """The built model's own linears: weight-stream bytes/s at M = batch, GEMM FLOP/s at the prefill's rows."""
     dev = model.output.weight.device
-    stream = linear_stream_rate(dev, decode_matrices(model, experts_per_layer), batch, repeats)
+    weights, stacks = decode_reads(model, batch, experts_per_layer)
+    stream = linear_stream_rate(dev, weights, batch, repeats, stacks)
     block = [m.weight for m in model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
     compute = linear_compute_rate(dev, block, batch * prompt_tokens, max(3, repeats // 2))
     return {"stream": stream, "compute": compute}
@@ -267,10 +325,7 @@ _CACHE_MULTIPLE = 8  # the working set is at least this many last-level caches
 
 def layer_matrices(spec, device: torch.device, dtype: torch.dtype, min_bytes: int | None) -> list[torch.Tensor]:
     """The spec's per-layer weight matrices (the loop's linear shapes): one layer, or repeated to min_bytes."""
-    from tokcost.measure.model import Decoder
-
-    with torch.device("meta"):
-        layer = Decoder(spec.truncated(1)).layers[0]
+    layer = _probe_layer(spec)
     shapes = [tuple(p.shape[-2:]) for p in layer.parameters() if p.dim() >= 2
               for _ in range(p.shape[0] if p.dim() == 3 else 1)]  # fmt: skip
     out, total = [], 0
@@ -281,14 +336,58 @@ def layer_matrices(spec, device: torch.device, dtype: torch.dtype, min_bytes: in
     return out
 
 
+def _probe_layer(spec) -> torch.nn.Module:
+    """The layer whose shapes the probes use, on the meta device: the first with routed experts, if any."""
+    from tokcost.measure.model import Decoder
+
+    first = spec.moe.dense_layers if spec.moe is not None else 0
+    with torch.device("meta"):
+        return Decoder(spec.truncated(min(first + 1, spec.layers))).layers[-1]
+
+
+def layer_reads(spec, device: torch.device, dtype: torch.dtype, batch: int,
+                min_bytes: int) -> tuple[list[torch.Tensor], list[ExpertStack]]:  # fmt: skip
+    """One layer's decode reads at `batch` tokens, repeated to min_bytes: its 2-D matrices, and its routed experts
+    as a grouped stack of the experts `batch` tokens touch under uniform routing (the engine's count)."""
+    from tokcost.engine.features import expected_distinct_experts
+    from tokcost.measure.moe import Experts
+
+    layer = _probe_layer(spec)
+    moe = layer.mlp if isinstance(layer.mlp, Experts) and _grouped_runs(device, dtype) else None
+    if moe is None:
+        return layer_matrices(spec, device, dtype, min_bytes), []
+    shapes = [tuple(p.shape) for p in layer.parameters() if p.dim() == 2]
+    touched = max(1, round(expected_distinct_experts(moe.n_experts, moe.top_k, batch)))
+    weights: list[torch.Tensor] = []
+    stacks: list[ExpertStack] = []
+    total = 0
+    while total < min_bytes:
+        weights += [torch.empty(r, c, dtype=dtype, device=device).uniform_(-0.02, 0.02) for r, c in shapes]
+        gate, up, down = (torch.empty(touched, *w.shape[1:], dtype=dtype, device=device).uniform_(-0.02, 0.02)
+                          for w in (moe.w_gate, moe.w_up, moe.w_down))  # fmt: skip
+        stacks.append(ExpertStack(gate, up, down, touched, max(batch * moe.top_k, touched)))
+        total = sum(w.numel() * w.element_size() for w in weights) + sum(x.nbytes for x in stacks)
+    return weights, stacks
+
+
+def _grouped_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether F.grouped_mm runs here (the loop falls back to one matmul per expert where it does not)."""
+    x = torch.ones(2, _TINY, dtype=dtype, device=device)
+    w = torch.ones(2, _TINY, _TINY, dtype=dtype, device=device)
+    try:
+        torch.nn.functional.grouped_mm(x, w, offs=torch.tensor([1, 2], dtype=torch.int32, device=device))
+    except RuntimeError:
+        return False
+    return True
+
+
 def calibrate_rates(spec, device: str, dtype: str, batch: int, prompt_tokens: int, repeats: int | None = None) -> dict:
     """The loop's stream rate over a working set of >= 8 last-level caches, and its prefill GEMM rate."""
     dev, tdtype = _setup(device, dtype)
     cache = last_level_cache_bytes(dev)
     working = max(_CACHE_MULTIPLE * (cache or 0), _WORKING_SET_FLOOR[dev.type])
     with torch.inference_mode():
-        stream = linear_stream_rate(
-            dev, layer_matrices(spec, dev, tdtype, working), batch, repeats or _REPEATS[dev.type]
-        )
+        weights, stacks = layer_reads(spec, dev, tdtype, batch, working)
+        stream = linear_stream_rate(dev, weights, batch, repeats or _REPEATS[dev.type], stacks)
         compute = linear_compute_rate(dev, layer_matrices(spec, dev, tdtype, None), batch * prompt_tokens, 3)
     return {"stream": stream, "compute": compute, "cache_bytes": cache, "working_set_bytes": working}

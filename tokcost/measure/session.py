@@ -203,11 +203,13 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
                    datasheet: GpuSpec | None, notes: list[str],
                    probes: dict[str, Any] | None = None) -> tuple[GpuSpec | None, dict[str, Any]]:  # fmt: skip
     """The spec this loop's own measurements give (the device's probes as its sustained block), and the figures."""
+    from tokcost.measure.probes import stream_label  # torch: only once a loop ran
+
     stream, compute = loop.loop_rates["stream"], loop.loop_rates["compute"]
     step_s, how = step_overhead(overhead)
     provenance = {
         "step_overhead_us": how,
-        "bandwidth": f"the model's {stream['matrices']} linears at M = {stream['rows']}: "
+        "bandwidth": f"the model's {stream_label(stream)} at M = {stream['rows']}: "
         f"{stream['bytes'] / 1e6:,.1f} MB "
                      f"in {(stream['seconds'] - stream['call_seconds']) * 1e3:,.3f} ms net of per-call cost",
         "peak_tflops": f"one block's {compute['matrices']} linears at M = {compute['rows']} rows",
