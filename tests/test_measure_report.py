@@ -12,9 +12,10 @@ from tokcost.engine.estimate import estimate
 from tokcost.hardware.library import load_gpu
 from tokcost.measure import nvml
 from tokcost.measure.calibrate import DeviceFacts, fit_allreduce, measured_link, skeleton, spec_from_rates
-from tokcost.measure.report import memory_fit, run_dict, run_report, workload_of
+from tokcost.measure.report import loop_profile, memory_fit, run_dict, run_report, workload_of
 from tokcost.measure.stats import spread
 from tokcost.models.library import load_model
+from tokcost.profiles import GENERIC
 
 
 def fake_loop(batch=1, prompt=512, output=128, ttft_s=0.05, tpot_s=0.01, cv=0.01, contexts=None, tp=1, **kw):
@@ -65,6 +66,21 @@ def test_predictions_price_the_loops_own_steps():
     d = run_dict(r)
     assert set(d["predicted"]) == {"datasheet", "datasheet_expected", "calibrated"}
     assert set(d["predicted"]["datasheet"]["terms_s"]) == {"weights", "attention", "communication", "other", "overhead"}
+
+
+def test_a_compiled_gpu_loop_is_expected_as_the_torch_compile_engine():
+    # the loop in compile mode is a torch.compile'd decode loop with CUDA graphs (gpt-fast's kind): "expected" is that
+    # profile's, not the hardware alone; on a CPU or in graph/eager mode no profile describes the loop
+    spec, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    compiled = loop_profile("compile", on_gpu=True)
+    assert compiled.name == "torch-compile"
+    assert loop_profile("graph", on_gpu=True) is GENERIC and loop_profile("compile", on_gpu=False) is GENERIC
+    r = run_report(spec, fake_loop(tpot_s=0.01), datasheet=h100, calibrated=None, copy_bytes_per_s=None,
+                   expected_engine=compiled)  # fmt: skip
+    e = estimate(spec, h100, workload_of("bf16", 1, 513, 128), engine=compiled)
+    assert r.datasheet_expected.tpot_s == pytest.approx(e.expected.tpot_s, rel=1e-9)
+    assert r.datasheet_expected.tpot_s > estimate(spec, h100, workload_of("bf16", 1, 513, 128)).expected.tpot_s
+    assert run_dict(r)["expected_engine"] == "torch-compile"
 
 
 def test_bucketed_reads_are_priced_as_read():

@@ -81,7 +81,9 @@ def _mean_step(spec: ModelSpec, gpu: GpuSpec, wl: Workload, scenario: str, conte
         cost = step_cost(spec, gpu, wl, segments=[Segment(wl.batch, context, 1)], scenario=scenario, engine=engine)  # type: ignore[arg-type]
         for c in cost.components:
             totals[c.name] = totals.get(c.name, 0.0) + n * c.seconds
-        totals["overhead"] += n * cost.overhead_s
+        # the rest of the engine's own step time: host cost, the idle gaps between kernels (an engine's per-kernel
+        # gap, e.g. torch-compile's), a launch floor, less communication hidden under compute
+        totals["overhead"] += n * (cost.seconds - sum(c.seconds for c in cost.components))
     return {k: v / len(contexts) for k, v in totals.items()}
 
 
@@ -152,11 +154,13 @@ class RunReport:
     datasheet: Prediction | None
     datasheet_expected: Prediction | None
     calibrated: Prediction | None
+    expected_engine: str = GENERIC.name  # the profile datasheet_expected is priced with
     calibration: dict[str, Any] = field(default_factory=dict)
 
 
 def run_report(spec: ModelSpec, loop: Any, *, datasheet: GpuSpec | None, calibrated: GpuSpec | None,
-               copy_bytes_per_s: float | None, calibration: dict[str, Any] | None = None) -> RunReport:  # fmt: skip
+               copy_bytes_per_s: float | None, calibration: dict[str, Any] | None = None,
+               expected_engine: EngineProfile = GENERIC) -> RunReport:  # fmt: skip
     """Compare one LoopResult with the engine's predictions under the datasheet and calibrated specs."""
     noisy = loop.step.noisy
     step_bytes = loop.weight_read_bytes + loop.kv_read_bytes
@@ -175,7 +179,8 @@ def run_report(spec: ModelSpec, loop: Any, *, datasheet: GpuSpec | None, calibra
         mfu_prefill=flops / loop.ttft_s / peak if peak else None,
         noisy=noisy,
         datasheet=predict(spec, datasheet, "ceiling", loop, noisy) if datasheet else None,
-        datasheet_expected=predict(spec, datasheet, "expected", loop, noisy) if datasheet else None,
+        datasheet_expected=predict(spec, datasheet, "expected", loop, noisy, expected_engine) if datasheet else None,
+        expected_engine=expected_engine.name,
         calibrated=predict(spec, calibrated, "expected", loop, noisy, loop_engine(calibrated)) if calibrated else None,
         calibration=calibration or {},
     )
@@ -184,6 +189,15 @@ def run_report(spec: ModelSpec, loop: Any, *, datasheet: GpuSpec | None, calibra
 def _pred(x: Prediction | None) -> dict[str, Any] | None:
     return None if x is None else {"ttft_s": x.ttft_s, "tpot_s": x.tpot_s, "ttft_error": x.ttft_error,
                                    "tpot_error": x.tpot_error, "terms_s": x.terms}  # fmt: skip
+
+
+def loop_profile(mode: str, on_gpu: bool) -> EngineProfile:
+    """The engine profile this loop is: in compile mode on a GPU a torch.compile'd decode loop with CUDA graphs, as
+    gpt-fast's (the torch-compile profile, fitted on published rows only); otherwise none fits, and "expected" is the
+    hardware alone (generic)."""
+    from tokcost.profiles import load_engine
+
+    return load_engine("torch-compile") if mode == "compile" and on_gpu else GENERIC
 
 
 def run_dict(r: RunReport) -> dict[str, Any]:
@@ -207,6 +221,7 @@ def run_dict(r: RunReport) -> dict[str, Any]:
             "engine": r.engine_bytes,
             "experts_per_layer": lp.experts_per_layer,
         },
+        "expected_engine": r.expected_engine,
         "predicted": {"datasheet": _pred(r.datasheet), "datasheet_expected": _pred(r.datasheet_expected),
                       "calibrated": _pred(r.calibrated)},
         "calibration": r.calibration,

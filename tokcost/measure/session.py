@@ -16,7 +16,7 @@ from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
 from tokcost.measure.buildable import check_buildable
 from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates, step_overhead
-from tokcost.measure.report import RunReport, memory_fit, run_dict, run_report
+from tokcost.measure.report import RunReport, loop_profile, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
 
 INSTALL_HINT = (
@@ -266,8 +266,10 @@ def measure(
             outcome.device.update(mode=loop.mode, threads=loop.threads)
             outcome.notes.extend(n for n in loop.notes if n not in outcome.notes)
             copy = outcome.probes["copy"].value if outcome.probes else None
+            engine = loop_profile(loop.mode, facts.kind != "cpu")
             outcome.runs.append(run_report(spec, loop, datasheet=datasheet, calibrated=calibrated,
-                                           copy_bytes_per_s=copy, calibration=figures))  # fmt: skip
+                                           copy_bytes_per_s=copy, calibration=figures,
+                                           expected_engine=engine))  # fmt: skip
             if on_update:
                 on_update(outcome)
         elif kind in ("oom", "error"):
