@@ -66,6 +66,8 @@ def test_most_used_skus_are_measured_not_assumed(name):
         ("a100-80gb-sxm", "copy_bandwidth", 1737, 2039),
         ("h100-pcie", "copy_bandwidth", 1704, 2000),
         ("mi300x", "copy_bandwidth", 3997, 5300),
+        # tokcost's own copy probe on one H200 SXM, median of 8 runs (docs/measurements/, 2026-12-04)
+        ("h200", "copy_bandwidth", 4232, 4800),
         # cub::DeviceTransform "add" on B200 (NVIDIA/cccl PR #7391), TB/s over 8 TB/s
         ("b200", "copy_bandwidth", 6.721, 8.0),
         # AMD's Max-Achievable FLOPs with hipBLASLt (ROCm blog, 2025-02-28), TFLOPS over the dense peak
