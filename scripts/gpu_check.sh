@@ -6,7 +6,8 @@
 #   2. tokcost calibrate (llama-3.1-8b shapes and depth) -> a measured GPU spec;
 #   3. the GPU-marked tests (CUDA graphs and compile agree with eager, MoE and windows included);
 #   4. with 2 or more GPUs: tokcost measure --tp 2 over NCCL, with the all-reduce probe;
-#   5. if time is left: batch 1 in graph mode (unfused), for the fused-vs-unfused gap.
+#   5. if time is left: batch 1 in graph mode (unfused), for the fused-vs-unfused gap;
+#   6. if time is left: qwen3-30b-a3b at batch 1 and 8 (routed experts through grouped matmuls, calibrated).
 # Needs torch with CUDA and this project importable (pip install -e ".[measure]" or PYTHONPATH=.).
 # Each file is created once (a timestamp in its name): nothing is replaced. Never edit the figures by hand.
 set -uo pipefail
@@ -47,6 +48,9 @@ fi
 run 70 "measure batch 1, graph mode" "$py" -m tokcost measure --model llama-3.1-8b --device cuda --dtype bf16 \
     --mode graph --batch 1 --prompt 512 --output 128 --repeats 3 --save "$stem-llama-3.1-8b-graph.json" \
     --format markdown >"$stem-llama-3.1-8b-graph.md"
+run 150 "measure qwen3-30b-a3b" "$py" -m tokcost measure --model qwen3-30b-a3b --device cuda --dtype bf16 \
+    --batch 1,8 --prompt 512 --output 64 --repeats 3 --save "$stem-qwen3-30b-a3b.json" \
+    --format markdown >"$stem-qwen3-30b-a3b.md"
 if [ -f "$stem-calibrated.yaml" ]; then
   "$py" -m tokcost estimate --model llama-3.1-8b --gpu "$stem-calibrated.yaml" --batch 1 --prompt 512 --output 128 \
       --format markdown >>"$stem-llama-3.1-8b.md" 2>>"$log"

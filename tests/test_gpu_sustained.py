@@ -66,8 +66,9 @@ def test_most_used_skus_are_measured_not_assumed(name):
         ("a100-80gb-sxm", "copy_bandwidth", 1737, 2039),
         ("h100-pcie", "copy_bandwidth", 1704, 2000),
         ("mi300x", "copy_bandwidth", 3997, 5300),
-        # tokcost's own copy probe on one H200 SXM, median of 8 runs (docs/measurements/, 2026-12-04)
-        ("h200", "copy_bandwidth", 4232, 4800),
+        # Azure AI-benchmarking-guide's HBM Copy, TB/s over the datasheet TB/s: one harness for both Hopper parts
+        ("h100-sxm", "copy_bandwidth", 2.90, 3.35),
+        ("h200", "copy_bandwidth", 4.01, 4.8),
         # cub::DeviceTransform "add" on B200 (NVIDIA/cccl PR #7391), TB/s over 8 TB/s
         ("b200", "copy_bandwidth", 6.721, 8.0),
         # AMD's Max-Achievable FLOPs with hipBLASLt (ROCm blog, 2025-02-28), TFLOPS over the dense peak
@@ -103,9 +104,11 @@ def test_a_ranged_figure_covers_the_figures_it_spans():
     # B200 bf16: two torch.mm runs, 0.631 (pytorch/ao #2427, 8192^3) and 0.754 (zzc0721): 0.69 +- 0.07
     f = load_gpu("b200").sustained.gemm["bf16"]  # type: ignore[union-attr]
     assert f.fraction - f.uncertainty <= 1.42e15 / 2.25e15 and f.fraction + f.uncertainty >= 1696.03 / 2250
-    # H100 SXM copy: cudaMemcpy 0.74-0.75 (nccl #1264) up to a copy kernel's 0.85 (the PCIe part in gpu-benches)
-    c = load_gpu("h100-sxm").sustained.copy_bandwidth  # type: ignore[union-attr]
-    assert c.fraction - c.uncertainty <= 2475 / 3350 and c.fraction + c.uncertainty >= 0.85
+    # H100 SXM and H200 copy from one harness (Azure's), so the pair ranks like for like; H200's band reaches tokcost's
+    # own probe on an H200 (torch copy_, median 4,232 GB/s), another method
+    h100, h200 = (load_gpu(n).sustained.copy_bandwidth for n in ("h100-sxm", "h200"))  # type: ignore[union-attr]
+    assert h200.fraction / h100.fraction == pytest.approx((4.01 / 4.8) / (2.90 / 3.35), abs=0.01)
+    assert h200.fraction + h200.uncertainty >= 4232 / 4800
 
 
 def test_fp16_falls_back_to_bf16_and_back():

@@ -33,7 +33,7 @@ from tokcost.validation.space import FOLD_MIN_SOURCES, Space
 FOLDS = Path(__file__).resolve().parent / "folds.json"
 DIGITS = 5  # significant digits stored: far below any figure printed
 CellValues = dict[str, dict[str, float]]  # "vllm@v1" -> {"m.gemv": 0.81, "step_us": 312.0, ...}
-STABILITY_ROUNDS = 2  # refits after sending back the values one source moves far (each: a full fit and its folds)
+STABILITY_ROUNDS = 6  # refits after sending back the values one source moves far (each: a full fit and its folds)
 FRACTION_MOVE = 0.1  # issue 19: dropping one source moves no shared efficiency by more than this ...
 COST_MOVE = 2.0  # ... nor a host cost by more than this factor
 
