@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -194,8 +194,8 @@ def last_level_cache_bytes(device: torch.device | str) -> int | None:
 class ExpertStack:
     """One MoE layer's routed experts as the loop multiplies them: F.grouped_mm over the experts tokens chose.
 
-    Timed per expert as separate F.linear calls they ran at 0.9-1.1 TB/s on an H200 (2026-12-04, qwen3-30b-a3b)
-    while the loop's grouped kernel streamed them near 2 TB/s: the probe runs the loop's own kernel.
+    Timed per expert as separate F.linear calls they ran at 0.9-1.1 TB/s on an H200 (2026-12-04, qwen3-30b-a3b),
+    while the loop's step less its skeleton's implied about 2 TB/s for its reads: the probe runs the loop's kernel.
     """
 
     gate: torch.Tensor  # [E, I, hidden]
@@ -228,11 +228,11 @@ class ExpertStack:
 
 
 def _pass_seconds(
-    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: list[ExpertStack] = ()
+    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: Sequence[ExpertStack] = ()
 ) -> list[float]:  # fmt: skip
     """Seconds per pass of F.linear(x [rows, 1, in], W) over `weights` and each stack's grouped matmuls."""
     inputs = {w.shape[1]: torch.ones(rows, 1, w.shape[1], dtype=w.dtype, device=dev) for w in weights}
-    calls = [partial(torch.nn.functional.linear, inputs[w.shape[1]], w) for w in weights]
+    calls: list[Callable[[], object]] = [partial(torch.nn.functional.linear, inputs[w.shape[1]], w) for w in weights]
     calls += [call for stack in stacks for call in stack.calls()]
 
     def one_pass() -> None:
@@ -261,7 +261,7 @@ def _replayed(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def linear_stream_rate(
-    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: list[ExpertStack] = ()
+    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: Sequence[ExpertStack] = ()
 ) -> dict:  # fmt: skip
     """Bytes/s of the weight stream at M = rows: (real pass - the same calls at near-zero width) / bytes."""
     nbytes = sum(w.numel() * w.element_size() for w in weights) + sum(s.nbytes for s in stacks)
@@ -328,7 +328,8 @@ def layer_matrices(spec, device: torch.device, dtype: torch.dtype, min_bytes: in
     layer = _probe_layer(spec)
     shapes = [tuple(p.shape[-2:]) for p in layer.parameters() if p.dim() >= 2
               for _ in range(p.shape[0] if p.dim() == 3 else 1)]  # fmt: skip
-    out, total = [], 0
+    out: list[torch.Tensor] = []
+    total = 0
     while (total < min_bytes) if min_bytes is not None else len(out) < len(shapes):
         rows, cols = shapes[len(out) % len(shapes)]
         out.append(torch.empty(rows, cols, dtype=dtype, device=device).uniform_(-0.02, 0.02))
