@@ -2,28 +2,32 @@
 
 Efficiencies are shares of what the hardware sustains (the GPU's measured copy and GEMM shares), so their ranges
 are about software, never about the silicon:
-- memory side (GEMV over native or dequantizing weights): 0.5-1.12 of a plain copy; a tuned GEMV streams a little
-  more than cudaMemcpy (the H100 SXM's copy share 0.79 is cudaMemcpy's; copy kernels reach 0.85-0.92,
-  RRZE-HPC/gpu-benches), a naive one half of it. Across the GPUs an era ran on, the GEMV's share of the datasheet
-  (copy x efficiency) must stay in BANDWIDTH_PRODUCT (0.70-0.95): a hinge on the product, per GPU;
+- memory side (GEMV over native or dequantizing weights): 0.5-1.12 of a plain copy; a tuned GEMV streams about
+  what a copy kernel does (the copy shares are copy kernels': H100 SXM 0.87 in Azure's harness, 0.85-0.92 in
+  RRZE-HPC/gpu-benches; cudaMemcpy streams less, 0.745 on H100 SXM), a naive one half of it. Across the GPUs an
+  era ran on, the GEMV's share of the datasheet (copy x efficiency) must stay in BANDWIDTH_PRODUCT (0.70-0.95): a
+  hinge on the product, per GPU;
 - decode attention (paged KV reads, many small blocks): 0.3-1.12, centred per engine on its kernel family, never
-  pooled across engines (below); MoE grouped GEMM on top of its class: 0.4-1.12;
+  pooled across engines (below); MoE grouped GEMM on top of its class: 0.4-1.12, centre 1.0: vLLM's triton
+  fused_moe in bf16 at Mixtral-8x7B's TP-2 shapes on an H100 SXM ran 144 us at batch 1 (2 experts, 352 MB) and
+  435-483 us at batch 8-64 (7.2-8 experts, 1.27-1.41 GB): 0.73 and 0.87 of the datasheet, 0.84 and 1.0 of a copy
+  (vllm-project/vllm PR 24700, 2025-09, tuned configs);
 - MLA's decode attention apart (another kernel: one latent row per token shared by every head, absorbed into the
   query; DeepSeek-V2/V3, Kimi-K2): 0.25-1.12, centre 0.53 (the range's log-middle). The top is FlashMLA's "up to
   3000 GB/s in memory-bound configuration" on an H800 SXM5 (deepseek-ai/FlashMLA README, 2025-02; 0.90 of its
-  3.35 TB/s, about 1.1 of a copy). The bottom is the triton MLA decode that early-2025 engines ran by default
-  (vLLM V0's TRITON_MLA: FlashMLA only in V1, vllm-project/vllm issue 14882; SGLang's triton backend unless
+  3.35 TB/s, about 1.03 of a copy at h800's 0.87). The bottom is the triton MLA decode that early-2025 engines ran
+  by default (vLLM V0's TRITON_MLA: FlashMLA only in V1, vllm-project/vllm issue 14882; SGLang's triton backend unless
   --enable-flashinfer-mla): FlashInfer's MLA kernel gave 3.9x the throughput of triton's at 32K-token prompts
   (sgl-project/sglang PR 3550, 2025-02), so triton reached about 1.12 / 3.9 = 0.29 of a copy there. Which of the
   two an era runs is what rows would identify; until 3 sources do, every era sits at the centre and says "prior".
   Like paged attention (below), it is never pooled across engines: FlashInfer's MLA and triton's are 3.9x apart;
-- block-scaled FP8 (DeepSeek-V3's 128x128 blocks at FP8 compute, its own kernel: m.wo.fp8_block): 0.1-1.0 of a
-  copy, centre 0.3. On an H100 SXM (copy share 0.79) at DeepSeek-V3's shapes, DeepGEMM streamed 1,934 GB/s at
-  m=64, n=7168, k=18432 (0.73 of a copy) but 286-439 GB/s at n=4096, k=7168 (0.11-0.17; vllm-project/vllm PR 13917,
+- block-scaled FP8 (DeepSeek-V3's 128x128 blocks at FP8 compute, its own kernel: m.wo.fp8_block): 0.09-1.0 of a
+  copy, centre 0.26. On an H100 SXM (copy share 0.87) at DeepSeek-V3's shapes, DeepGEMM streamed 1,934 GB/s at
+  m=64, n=7168, k=18432 (0.66 of a copy) but 286-439 GB/s at n=4096, k=7168 (0.10-0.15; vllm-project/vllm PR 13917,
   2025-02-26), and the tuned triton w8a8_block_fp8_matmul 1.30 TFLOP/s at batch 1 for n=2112, k=7168, i.e.
-  0.65 TB/s (0.25; CUTLASS blockwise 0.89 TFLOP/s; PR 23280, 2025-09), where a bf16 GEMV of that shape streams
+  0.65 TB/s (0.22; CUTLASS blockwise 0.89 TFLOP/s; PR 23280, 2025-09), where a bf16 GEMV of that shape streams
   0.91 of the datasheet: small per-rank shapes pay a fixed kernel time. The centre is the log-middle of the
-  measured 0.11-0.73;
+  measured 0.10-0.66 (it was 0.3 while H100 SXM's copy share was 0.79);
 - compute side (GEMM share x efficiency): 0.4-1.1 of the GEMM share, the product within GEMM_PRODUCT (0.40-0.95);
   prefill attention 0.3-1.1, centre 0.8: a flash-attention kernel of its GPU's generation reaches about 0.8 of
   a GEMM's sustained rate at long sequences (softmax's exponentials and the causal mask's diagonal tiles are work
@@ -83,7 +87,7 @@ its family's published figure, not a pool of other engines' rows (their pool is 
   FlashInfer", 2024-02-02, figures 5 and 12); its batch decode at batch 128, 128 query / 16 KV heads, page 128, bf16
   on an H20 (4.0 TB/s) reads 1.07 GB in 0.339 ms at 1K tokens and 2.15 GB in 0.633 ms at 2K (3.2-3.4 TB/s, 0.79-0.85
   of the datasheet; flashinfer-ai/flashinfer issue 1753, 2025-09) and 17.2 GB in 5.10 ms at 16K (0.84; Dao-AILab/
-  flash-attention issue 1572, 2025-04): about 1.0 of a copy (a copy streams 0.79-0.9 of the datasheet). Centre 1.0:
+  flash-attention issue 1572, 2025-04): about 1.0 of a copy (a copy streams 0.82-0.9 of the datasheet). Centre 1.0:
   SGLang (FlashInfer by default on CUDA through 0.4), MLC (FlashInfer in its CUDA backend), TensorRT-LLM (XQA);
 - vLLM's PagedAttention kernels (v1/v2, and their ROCm port that TGI's ROCm builds call), like the FlashAttention
   paged decode it moved to, stream far less for GQA: FlashInfer's tensor-core decode is "up to 2-3x" faster than
@@ -141,7 +145,7 @@ class Prior:
 EFFICIENCY_PRIORS: dict[str, Prior] = {
     "m.gemv": Prior(0.5, 1.12, 1.0),
     "m.wo": Prior(0.5, 1.12, 1.0),  # each format family (m.wo.int4, ...): centre = the era's GEMV
-    "m.wo.fp8_block": Prior(0.1, 1.0, 0.3),  # block-scaled FP8 GEMV at DeepSeek-V3's shapes (docstring)
+    "m.wo.fp8_block": Prior(0.09, 1.0, 0.26),  # block-scaled FP8 GEMV at DeepSeek-V3's shapes (docstring)
     "m.attention": Prior(0.3, 1.12, 1.0),
     "m.attention_mla": Prior(0.25, 1.12, 0.53),  # MLA's latent-cache kernel: triton's to FlashMLA (docstring)
     "m.moe": Prior(0.4, 1.12, 1.0),
