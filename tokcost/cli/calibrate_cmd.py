@@ -61,7 +61,14 @@ def calibrate(
 
 def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threads: int | None, tp: int):
     """Probe, time the skeleton, and build the spec's YAML and a one-line summary."""
-    from tokcost.measure.calibrate import measured_link, skeleton, spec_from_rates, spec_yaml, step_overhead
+    from tokcost.measure.calibrate import (
+        measured_link,
+        skeleton,
+        spec_from_rates,
+        spec_yaml,
+        step_overhead,
+        stream_label,
+    )
     from tokcost.measure.loop import measure_decode
     from tokcost.measure.session import datasheet_for, device_facts, import_torch, resolve_device, run_probes
 
@@ -78,7 +85,7 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     base = datasheet_for(facts, gpu, notes)
     link = _link_probe(spec, resolved, dtype, batch, threads, tp, say) if tp > 1 else None
     try:
-        from tokcost.measure.probes import calibrate_rates, stream_label
+        from tokcost.measure.probes import calibrate_rates
 
         reference = run_probes(resolved, dtype, say)
         say(f"probe: {spec.name}'s linears at M = {batch}, and its prefill GEMMs")

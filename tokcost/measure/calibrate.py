@@ -57,6 +57,13 @@ def step_overhead(skeleton_loop: Any) -> tuple[float, str]:
     return net, how
 
 
+def stream_label(stream: dict) -> str:
+    """What a stream rate timed, for provenance: 'N linears', with the grouped expert layers where any ran."""
+    grouped = stream.get("grouped_layers", 0)
+    return f"{stream['matrices']} linears" + (f" (the routed experts of {grouped} layers as grouped matmuls)"
+                                              if grouped else "")  # fmt: skip
+
+
 def skeleton(spec: ModelSpec, tp: int = 1) -> ModelSpec:
     """The same depth, layer kinds, experts and windows at near-zero width: its step time is the overhead."""
     w = SKELETON_WIDTH * tp

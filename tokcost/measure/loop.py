@@ -185,15 +185,14 @@ def _moe_dispatch(model: Decoder, dev: torch.device, dtype: str, mode: str, note
     experts = model.experts()
     if not experts:
         return mode
-    try:
-        experts[0].routed(torch.zeros(2, model.spec.hidden_size, dtype=TORCH_DTYPES[dtype], device=dev),
-                          torch.zeros(2, experts[0].top_k, dtype=torch.long, device=dev),
-                          torch.ones(2, experts[0].top_k, dtype=TORCH_DTYPES[dtype], device=dev))  # fmt: skip
+    from tokcost.measure.moe import grouped_mm_error
+
+    why = grouped_mm_error(dev, TORCH_DTYPES[dtype])
+    if why is None:
         return mode
-    except RuntimeError as exc:
-        for e in experts:
-            e.grouped = False
-        notes.append(f"grouped expert matmuls do not run here ({first_line(exc)}): one matmul per routed expert")
+    for e in experts:
+        e.grouped = False
+    notes.append(f"grouped expert matmuls do not run here ({why}): one matmul per routed expert")
     if mode != "eager":
         notes.append("per-expert matmuls need the counts on the host: the decode step runs eagerly")
     return "eager"

@@ -15,9 +15,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tokcost.measure.faults import first_line
 from tokcost.measure.layers import FeedForward
 from tokcost.measure.shard import Shard
 from tokcost.models.spec import MoeSpec
+
+
+def grouped_mm_error(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why F.grouped_mm does not run here (CUDA before sm80, a dtype it refuses), or None where it does."""
+    x = torch.ones(2, 16, dtype=dtype, device=device)
+    w = torch.ones(2, 16, 16, dtype=dtype, device=device)
+    try:
+        F.grouped_mm(x, w, offs=torch.tensor([1, 2], dtype=torch.int32, device=device))
+    except RuntimeError as exc:
+        return first_line(exc)
+    return None
 
 
 class Experts(nn.Module):

@@ -274,13 +274,6 @@ def linear_stream_rate(
             "rows": rows}  # fmt: skip
 
 
-def stream_label(stream: dict) -> str:
-    """What a stream rate timed, for provenance: 'N linears', with the grouped expert layers where any ran."""
-    grouped = stream.get("grouped_layers", 0)
-    return f"{stream['matrices']} linears" + (f" (the routed experts of {grouped} layers as grouped matmuls)"
-                                              if grouped else "")  # fmt: skip
-
-
 def linear_compute_rate(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> dict:
     """FLOP/s of the prefill's GEMMs: 2 x rows x weight elements per pass / time."""
     params = sum(w.numel() for w in weights)
@@ -351,10 +344,10 @@ def layer_reads(spec, device: torch.device, dtype: torch.dtype, batch: int,
     """One layer's decode reads at `batch` tokens, repeated to min_bytes: its 2-D matrices, and its routed experts
     as a grouped stack of the experts `batch` tokens touch under uniform routing (the engine's count)."""
     from tokcost.engine.features import expected_distinct_experts
-    from tokcost.measure.moe import Experts
+    from tokcost.measure.moe import Experts, grouped_mm_error
 
     layer = _probe_layer(spec)
-    moe = layer.mlp if isinstance(layer.mlp, Experts) and _grouped_runs(device, dtype) else None
+    moe = layer.mlp if isinstance(layer.mlp, Experts) and grouped_mm_error(device, dtype) is None else None
     if moe is None:
         return layer_matrices(spec, device, dtype, min_bytes), []
     shapes = [tuple(p.shape) for p in layer.parameters() if p.dim() == 2]
@@ -369,17 +362,6 @@ def layer_reads(spec, device: torch.device, dtype: torch.dtype, batch: int,
         stacks.append(ExpertStack(gate, up, down, touched, max(batch * moe.top_k, touched)))
         total = sum(w.numel() * w.element_size() for w in weights) + sum(x.nbytes for x in stacks)
     return weights, stacks
-
-
-def _grouped_runs(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether F.grouped_mm runs here (the loop falls back to one matmul per expert where it does not)."""
-    x = torch.ones(2, _TINY, dtype=dtype, device=device)
-    w = torch.ones(2, _TINY, _TINY, dtype=dtype, device=device)
-    try:
-        torch.nn.functional.grouped_mm(x, w, offs=torch.tensor([1, 2], dtype=torch.int32, device=device))
-    except RuntimeError:
-        return False
-    return True
 
 
 def calibrate_rates(spec, device: str, dtype: str, batch: int, prompt_tokens: int, repeats: int | None = None) -> dict:

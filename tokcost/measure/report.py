@@ -26,7 +26,15 @@ from tokcost.engine.step import Segment, step_cost
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import EFFICIENCY_RANGE, GENERIC, ComputeSide, EngineProfile, KernelEfficiency, MemorySide
+from tokcost.profiles import (
+    EFFICIENCY_RANGE,
+    GENERIC,
+    ComputeSide,
+    EngineProfile,
+    KernelEfficiency,
+    MemorySide,
+    load_engine,
+)
 from tokcost.units import MIB
 
 TERMS = ("weights", "attention", "communication", "other", "overhead")
@@ -195,8 +203,6 @@ def loop_profile(mode: str, on_gpu: bool) -> EngineProfile:
     """The engine profile this loop is: in compile mode on a GPU a torch.compile'd decode loop with CUDA graphs, as
     gpt-fast's (the torch-compile profile, fitted on published rows only); otherwise none fits, and "expected" is the
     hardware alone (generic)."""
-    from tokcost.profiles import load_engine
-
     return load_engine("torch-compile") if mode == "compile" and on_gpu else GENERIC
 
 

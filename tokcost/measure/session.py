@@ -15,7 +15,14 @@ from tokcost.errors import MeasureError, UsageError
 from tokcost.hardware.library import load_gpu, match_device_name
 from tokcost.hardware.spec import GpuSpec
 from tokcost.measure.buildable import check_buildable
-from tokcost.measure.calibrate import DeviceFacts, measured_link, skeleton, spec_from_rates, step_overhead
+from tokcost.measure.calibrate import (
+    DeviceFacts,
+    measured_link,
+    skeleton,
+    spec_from_rates,
+    step_overhead,
+    stream_label,
+)
 from tokcost.measure.report import RunReport, loop_profile, memory_fit, run_dict, run_report
 from tokcost.models.spec import ModelSpec
 
@@ -203,8 +210,6 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
                    datasheet: GpuSpec | None, notes: list[str],
                    probes: dict[str, Any] | None = None) -> tuple[GpuSpec | None, dict[str, Any]]:  # fmt: skip
     """The spec this loop's own measurements give (the device's probes as its sustained block), and the figures."""
-    from tokcost.measure.probes import stream_label  # torch: only once a loop ran
-
     stream, compute = loop.loop_rates["stream"], loop.loop_rates["compute"]
     step_s, how = step_overhead(overhead)
     provenance = {
