@@ -232,7 +232,8 @@ def sweep(
     net, profile = network_for(gpu_spec, _path(network)), engine_for(_path(engine))
     points = _sweep.sweep(model_spec, gpu_spec, base, batches=batch_list, prompts=contexts, network=net,
                           engine=profile)  # fmt: skip
-    warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, prompts=contexts, network=net, engine=profile)
+    warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, prompts=contexts, network=net, engine=profile,
+                                     batches=batch_list)  # fmt: skip
     return SweepResult(model_spec, gpu_spec, tuple(points), tuple(warnings))
 
 

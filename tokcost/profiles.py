@@ -187,6 +187,9 @@ class SchedulerTier(BaseModel):
     min_memory_gib: float = Field(ge=0, le=100_000)
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)
     chunk_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
+    # the largest decode batch its CUDA graphs capture (EraFields.graph_batch_cap), below TP 4 and from TP 4
+    graph_batch_cap: int | None = Field(default=None, ge=1, le=1_000_000)
+    graph_batch_cap_tp4: int | None = Field(default=None, ge=1, le=1_000_000)
     except_gpus: tuple[str, ...] = Field(
         default=(), strict=False
     )  # YAML lists: GPU names (substrings, as the engine matches device names) kept off the tier
@@ -202,6 +205,7 @@ class Scheduler(BaseModel):
     scheduler_steps: int = 1  # multi-step scheduling: decode steps per scheduling decision
     overlap: bool = False  # the next step's requests are chosen while this step runs: a late arrival waits one more
     prefill_apart: bool = False  # prefill runs in steps of its own: every decoding sequence waits each one out
+    graph_batch_cap: int | None = None  # the largest decode batch its CUDA graphs capture (None: no cap stated)
 
 
 class EraFields(BaseModel):
@@ -262,6 +266,13 @@ class EraFields(BaseModel):
         default=(), strict=False
     )  # defaults by GPU memory, the largest tier that applies wins
     scheduler_source: str = Field(default="", max_length=4000)  # where the scheduler defaults come from
+    # the largest decode batch the era's CUDA graphs capture by default, below TP 4 and from TP 4 (a tier may raise
+    # them): a larger batch decodes outside the graphs, each kernel launched from the host, which tokcost does not
+    # price, so estimate and plan say so (graph_note); None: no cap stated (graphs cover the running cap, or none)
+    graph_batch_cap: int | None = Field(default=None, ge=1, le=1_000_000)
+    graph_batch_cap_tp4: int | None = Field(default=None, ge=1, le=1_000_000)
+    graph_batch_flag: str = Field(default="", max_length=100)  # the engine's flag that sets the cap
+    graph_batch_source: str = Field(default="", max_length=4000)  # where the caps come from
     basis: dict[str, Basis] = Field(default_factory=dict)  # each fitted parameter: fitted, or left at its prior
     band: Band | None = None  # None: no left-out rows speak for it (the CLI then shows the widest band)
     notes: str = Field(default="", max_length=10_000)
@@ -279,6 +290,10 @@ class EraFields(BaseModel):
             raise ValueError("prefill_attention_source: required where prefill_attention_kernel is not native")
         if self.moe_gemm_kernel != "native" and not self.moe_gemm_source:
             raise ValueError("moe_gemm_source: required where moe_gemm_kernel is not native")
+        stated = (self.graph_batch_cap, self.graph_batch_cap_tp4,
+                  *(c for t in self.scheduler_tiers for c in (t.graph_batch_cap, t.graph_batch_cap_tp4)))  # fmt: skip
+        if any(c is not None for c in stated) and not self.graph_batch_source:
+            raise ValueError("graph_batch_source: required where a CUDA-graph batch cap is stated")
         return self
 
     @property
@@ -303,6 +318,19 @@ class EngineProfile(EraFields):
         """'vllm@v1' (the name alone for a single-era engine such as generic)."""
         return f"{self.name}@{self.era}" if self.era else self.name
 
+    def graph_note(self, batch: float, *, gpu_name: str, memory_bytes: float, tp: int) -> str | None:
+        """What the reader should know where `batch` decoding sequences pass the largest batch the era's CUDA graphs
+        capture by default on this GPU and TP: those steps run eager, which no price here includes."""
+        cap = self.scheduler(gpu_name=gpu_name, memory_bytes=memory_bytes, tp=tp).graph_batch_cap
+        if cap is None or batch <= cap:
+            return None
+        flag = f" ({self.graph_batch_flag})" if self.graph_batch_flag else ""
+        return (
+            f"{self.label}: a decode batch of {batch:,.0f} passes the {cap:,} sequences its CUDA graphs capture "
+            f"by default on this GPU and TP{flag}; past it each step runs eager, every kernel launched from the "
+            "host, which these figures do not price: raise the cap to the batch, or expect slower decode steps"
+        )
+
     def per_window(self, scheduler_steps: int) -> EngineProfile:
         """Multi-step scheduling (vLLM 0.6's --num-scheduler-steps k): the host schedules, prepares inputs and
         processes outputs once per window of k decode steps, so its per-step and per-sequence costs are shared by k."""
@@ -326,20 +354,24 @@ class EngineProfile(EraFields):
         own = self.gap(platform).band
         return own if own is not None else self.band
 
-    def scheduler(self, *, gpu_name: str, memory_bytes: float) -> Scheduler:
-        """The scheduler defaults on one GPU: the base values, overridden by the largest memory tier it reaches."""
+    def scheduler(self, *, gpu_name: str, memory_bytes: float, tp: int = 1) -> Scheduler:
+        """The scheduler defaults on one GPU of a TP `tp` layout: the base values, overridden by the largest memory
+        tier it reaches (the CUDA-graph batch cap by TP too: below 4, or from 4)."""
         cap, chunk = self.max_running_sequences, self.chunk_tokens
+        graphs = (self.graph_batch_cap, self.graph_batch_cap_tp4)
         gib = memory_bytes / 2**30
         for tier in sorted(self.scheduler_tiers, key=lambda t: t.min_memory_gib):
             if gib >= tier.min_memory_gib and not any(name in gpu_name for name in tier.except_gpus):
                 cap = tier.max_running_sequences or cap
                 chunk = tier.chunk_tokens or chunk
+                graphs = (tier.graph_batch_cap or graphs[0], tier.graph_batch_cap_tp4 or graphs[1])
         return Scheduler(
             max_running_sequences=cap,
             chunk_tokens=chunk,
             scheduler_steps=self.scheduler_steps,
             overlap=self.overlap_scheduling_since is not None,
             prefill_apart=self.prefill_steps_apart,
+            graph_batch_cap=(graphs[1] or graphs[0]) if tp >= 4 else graphs[0],
         )  # the era's newest build: plan's engine
 
 

@@ -137,9 +137,13 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
         c = top.choice
         cap = f"{c.max_running:,} ({c.max_running_source})" if c.max_running else "none: the KV cache caps it"
         prefill = "apart: the decodes wait out each prompt step" if c.prefill_apart else "beside the decodes"
+        d = top.deployment
+        graphs = d.engine.scheduler(gpu_name=d.gpu.name, memory_bytes=d.gpu.memory_bytes, tp=d.layout.tp)
+        captured = (f", CUDA graphs up to {graphs.graph_batch_cap:,} decoding sequences ({d.engine.name} default)"
+                    if graphs.graph_batch_cap else "")  # fmt: skip
         out.append(f"Scheduler of #1: chunk {top.chunk:,} tokens per step ({c.chunk_source}), running cap {cap}, "
-                   f"prefill {prefill} ({c.prefill_source}). p99 ITL: the gap between two tokens, steps that carry "
-                   "a prefill chunk included.")  # fmt: skip
+                   f"prefill {prefill} ({c.prefill_source}){captured}. p99 ITL: the gap between two tokens, steps "
+                   "that carry a prefill chunk included.")  # fmt: skip
         if c.chunk_source.endswith("default") and any(s.metric in ("tpot", "itl") for s in result.slos):
             out.append("A smaller chunk trades TTFT for TPOT and ITL: --chunk search tries 256 to 8,192 tokens.")
     if top is not None and top.replica is not None:

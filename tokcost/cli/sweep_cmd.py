@@ -149,7 +149,7 @@ def sweep(
     points = chain([first], points)
     held = None if streamed else list(points)  # table, markdown, json and --plot hold every point
     warnings = list(dict.fromkeys(w for base in bases for w in sweep_warnings(
-        spec_model, spec, base, prompts=contexts, network=net, engine=profile)))  # fmt: skip
+        spec_model, spec, base, prompts=contexts, network=net, engine=profile, batches=batches)))  # fmt: skip
     if format != SweepFormat.json:  # JSON carries its warnings inside
         warn(warnings)
     with _destination(out, force) as handle:

@@ -309,6 +309,9 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
     if d.layout.stage_gpus > 1 and d.engine.tensor_parallel_note:
         out.append(f"{d.engine.label}: {d.engine.tensor_parallel_note}")
+    graphs = d.engine.graph_note(wl.batch, gpu_name=g.name, memory_bytes=g.memory_bytes, tp=d.layout.tp)
+    if graphs:
+        out.append(graphs)
     if g.sustained is None:  # expected rests on stated anchors, not on what this GPU was measured to sustain
         out.append(f"expected for {g.name}: {g.expected_provenance}")
     if g.memory_runtime_mib is None:

@@ -9,7 +9,7 @@ yields the points in prompt-major order as they are computed, in bounded memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
 from tokcost.engine.decode import DecodeLines
@@ -163,10 +163,14 @@ def sweep_warnings(
     prompts: list[int],
     network: Link | None = None,
     engine: EngineProfile = GENERIC,
+    batches: Sequence[int] = (),
 ) -> list[str]:
-    """The deployment's warnings at each swept context (a point that does not fit says so in its own row)."""
+    """The deployment's warnings at each swept context (a point that does not fit says so in its own row), and at
+    the largest swept batch where it passes the engine's CUDA-graph cap."""
     d = deployment(model, gpu, _workload(base, batch=1), network, engine)
     out: list[str] = []
     for prompt in prompts:
         out += deployment_warnings(d, _workload(base, prompt_tokens=prompt, batch=1), None)
-    return list(dict.fromkeys(out))
+    graphs = engine.graph_note(max(batches), gpu_name=gpu.name, memory_bytes=gpu.memory_bytes,
+                               tp=d.layout.tp) if batches else None  # fmt: skip
+    return list(dict.fromkeys(out + ([graphs] if graphs else [])))

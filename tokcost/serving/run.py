@@ -44,7 +44,7 @@ def run_plan(
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
         raise UsageError(result.rows[0].expected.binding)
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
-    result.warnings += tensor_parallel_warnings(result)
+    result.warnings += tensor_parallel_warnings(result) + graph_warnings(result)
     if simulated is not None:
         simulate_rows(result, SIMULATED_ROWS, simulated, seed)
     return result
@@ -78,6 +78,17 @@ def tensor_parallel_warnings(result: Plan) -> list[str]:
     if top is None or engine is None or top.deployment.layout.tp <= 1 or not engine.tensor_parallel_note:
         return []
     return [f"{search.row_label(top)}: {engine.label}: {engine.tensor_parallel_note}"]
+
+
+def graph_warnings(result: Plan) -> list[str]:
+    """Where the top fleet's mean decode batch per replica passes its engine's default CUDA-graph cap (unpriced)."""
+    top = next((row for row in result.rows if row.expected.meets_slo), None)
+    point = top.expected.point if top is not None else None
+    if top is None or point is None:
+        return []
+    d = top.deployment
+    note = d.engine.graph_note(point.batch, gpu_name=d.gpu.name, memory_bytes=d.gpu.memory_bytes, tp=d.layout.tp)
+    return [f"{search.row_label(top)}: {note}"] if note else []
 
 
 def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:

@@ -1,0 +1,92 @@
+"""SGLang's CUDA-graph batch cap: decode batches past it run eager, which no price includes, so estimate, sweep and
+plan say so (EraFields.graph_batch_cap, EngineProfile.graph_note)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from tokcost.cli.app import main
+from tokcost.hardware.library import load_gpu
+from tokcost.profiles import ENGINES, EngineProfile, load_engine
+
+SGLANG = load_engine("sglang")
+
+
+def _run(args: list[str]) -> tuple[int, dict, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return code, json.loads(out.getvalue()) if code == 0 else {}, err.getvalue()
+
+
+def _cap(gpu: str, tp: int) -> int | None:
+    spec = load_gpu(gpu)
+    return SGLANG.scheduler(gpu_name=spec.name, memory_bytes=spec.memory_bytes, tp=tp).graph_batch_cap
+
+
+@pytest.mark.parametrize(
+    ("gpu", "below_tp4", "from_tp4"),
+    [("rtx-4090", 24, 80), ("l40s", 32, 160), ("a100-80gb-sxm", 256, 512), ("h100-sxm", 256, 512),
+     ("h200", 256, 512), ("b200", 512, 512), ("mi300x", 512, 512)],
+)  # fmt: skip
+def test_sglang_caps_follow_its_memory_tiers_and_tp(gpu, below_tp4, from_tp4):
+    # server_args.py's _handle_gpu_memory_settings: under 35 GiB, under 60, under 160, above; below TP 4 and from 4
+    assert [_cap(gpu, tp) for tp in (1, 2, 4, 8)] == [below_tp4, below_tp4, from_tp4, from_tp4]
+
+
+def test_a_note_only_past_the_cap_and_only_where_a_cap_is_stated():
+    h100 = load_gpu("h100-sxm")
+    where = {"gpu_name": h100.name, "memory_bytes": h100.memory_bytes}
+    assert SGLANG.graph_note(256, tp=1, **where) is None  # the cap itself is captured
+    note = SGLANG.graph_note(257, tp=1, **where)
+    assert note is not None and "256" in note and "--cuda-graph-max-bs" in note and "eager" in note
+    assert SGLANG.graph_note(512, tp=4, **where) is None and SGLANG.graph_note(513, tp=4, **where) is not None
+    stated = [n for n in ENGINES if load_engine(n).scheduler(tp=1, **where).graph_batch_cap is not None]
+    assert stated == ["sglang"]  # the one engine whose default cap has a source here
+
+
+def test_a_stated_cap_needs_its_source():
+    with pytest.raises(ValidationError, match="graph_batch_source"):
+        EngineProfile(name="mine", source="a test", graph_batch_cap=64)
+    stated = EngineProfile(name="mine", source="a test", graph_batch_cap=64, graph_batch_source="its docs")
+    assert stated.graph_batch_cap == 64
+
+
+def test_estimate_and_sweep_warn_past_the_cap():
+    base = ["-m", "llama-3.1-8b", "-g", "h100-sxm", "--engine", "sglang", "-p", "512", "-o", "64", "-f", "json"]
+    code, at_cap, _ = _run(["estimate", *base, "-b", "256"])
+    assert code == 0 and not any("CUDA graphs" in w for w in at_cap["warnings"])
+    code, past, _ = _run(["estimate", *base, "-b", "257"])
+    assert code == 0 and sum("CUDA graphs" in w and "257" in w for w in past["warnings"]) == 1
+    code, swept, _ = _run(["sweep", *base, "-b", "1,64,300"])
+    assert code == 0 and sum("a decode batch of 300" in w for w in swept["warnings"]) == 1
+    code, vllm, _ = _run(["estimate", *base[:5], "vllm", *base[6:], "-b", "300"])
+    assert code == 0 and not any("CUDA graphs" in w for w in vllm["warnings"])
+
+
+def test_plan_warns_where_the_top_fleets_batch_passes_the_cap():
+    args = ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--engine", "sglang", "-p", "500", "-o", "500",
+            "-f", "json"]  # fmt: skip
+    code, busy, _ = _run([*args, "--concurrency", "600"])
+    assert code == 0
+    notes = [w for w in busy["warnings"] if "CUDA graphs" in w]
+    assert len(notes) == 1 and notes[0].startswith("h100-sxm TP1") and "passes the 256 sequences" in notes[0]
+    batch = int(re.search(r"a decode batch of ([\d,]+)", notes[0])[1].replace(",", ""))  # type: ignore[index]
+    assert 256 < batch <= 600  # the top fleet's mean decode batch per replica, past the cap, within its users
+    code, light, _ = _run([*args, "--concurrency", "64"])
+    assert code == 0 and not any("CUDA graphs" in w for w in light["warnings"])
+
+
+def test_plans_scheduler_note_names_the_cap():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", "-m", "llama-3.1-8b", "-g", "h200", "--tp", "4", "--engine", "sglang", "-p", "500",
+                     "-o", "500", "--concurrency", "64", "-f", "markdown"])  # fmt: skip
+    assert code == 0, err.getvalue()
+    assert "CUDA graphs up to 512 decoding sequences (sglang default)" in " ".join(out.getvalue().split())
