@@ -436,12 +436,17 @@ class Replica(ReplicaLimits, ReplicaCurves):
             slope = self._main_curves()[0].slope(pt.batch + 1)
         else:
             slope = (self._tpot_at(hi, pt) - self._tpot_at(lo, pt)) / (hi - lo)
+        if math.isnan(slope):  # both sides past the prefill's saturation: the gain is at its cap
+            return 0.95
         return min(max(pt.rate_rps * self.decode_steps_mean * slope, 0.0), 0.95)
 
     def _tpot_at(self, b: float, pt: LoadPoint) -> float:
         t0, _, alpha, _, d, m = self._terms(b, pt.last_steps)
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
-        return 1 / (pt.rate_rps * self._tokens_per_prefill_step(m) + (1 - rho) / t0)
+        # tokens a decoding sequence gets per second: in the prefill steps, and in the decode-only share
+        tokens_per_s = pt.rate_rps * self._tokens_per_prefill_step(m) + (1 - rho) / t0
+        # every step carries prefill (rho = 1) and none of them gives the decodes a token (prefill apart): no end
+        return 1 / tokens_per_s if tokens_per_s > 0 else math.inf
 
 
 def _damped(old: Lasts | None, new: Lasts, i: int) -> tuple[Lasts, bool]:

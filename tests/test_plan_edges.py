@@ -1,0 +1,31 @@
+"""Plans at the edge of a replica's range: a prompt so long that one user's prefill fills nearly every step."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from tokcost.cli.app import main
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "engine", "users"),
+    [("llama-3.1-8b", "h100-sxm", "sglang", 1), ("llama-3.1-8b", "h100-sxm", "sglang", 2),
+     ("llama-3.1-8b", "h100-sxm", "vllm@0.6", 1), ("qwen2.5-72b", "a100-40gb-sxm", "sglang", 1)],
+)  # fmt: skip
+def test_a_tpot_slo_past_the_prefills_saturation_is_answered_not_raised(model, gpu, engine, users):
+    # prefill apart (SGLang, vLLM V0): at the TPOT probe's batch every step carries prefill and none gives the
+    # decodes a token, so TPOT there is unbounded; the plan must rank on, not divide by zero
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", "-m", model, "-g", gpu, "--concurrency", str(users), "-p", "100000", "--slo",
+                     "tpot_p99=200ms", "--engine", engine, "-f", "json"])  # fmt: skip
+    assert code == 0, err.getvalue()
+    configs = json.loads(out.getvalue())["configs"]
+    assert configs
+    for config in configs:
+        tpot = config["expected"]["tpot_s"]
+        assert tpot is None or all(v is None or v > 0 for v in tpot.values())
