@@ -207,3 +207,16 @@ def test_a_read_only_folder_is_refused_before_and_during_the_write(cli, tmp_path
     r = cli("specs", "import", str(CONFIG), "-o", str(out))
     assert (r.exit_code, r.stderr) == (2, f"error: {out}: cannot write: Permission denied\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_never_replaces_an_input_even_with_force(cli, tmp_path):
+    spec = tmp_path / "model.yaml"
+    assert cli("specs", "import", str(CONFIG), "-o", str(spec)).exit_code == 0
+    before = spec.read_bytes()
+    sweep = ("sweep", "-m", str(spec), "-g", "h100-sxm", "-b", "1,8", "-f", "csv", "--force", "--out")
+    r = cli(*sweep, str(spec))
+    assert r.exit_code == 2
+    assert r.stderr == f"error: {spec}: is a file this command reads; write the output under another name\n"
+    assert spec.read_bytes() == before and _leftovers(tmp_path) == []
+    assert cli(*sweep, str(tmp_path / "sweep.csv")).exit_code == 0  # another name is written
+    assert (tmp_path / "sweep.csv").read_text().startswith("model,")

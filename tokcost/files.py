@@ -36,6 +36,15 @@ PACKAGE = Path(__file__).resolve().parent
 BUILTIN_FOLDERS = (PACKAGE / "specs", PACKAGE / "validation")
 
 
+# the files this process has read (device, inode): no output replaces one, --force or not (forget_reads: per command)
+_READ: set[tuple[int, int]] = set()
+
+
+def forget_reads() -> None:
+    """Start a command afresh: the files read before it are no longer its inputs."""
+    _READ.clear()
+
+
 def is_builtin(path: Path) -> bool:
     """Whether `path` is one of tokcost's own data files (package data), which BuiltinLoader reads."""
     real = path.resolve()
@@ -49,13 +58,15 @@ def read_text(
     where = str(path)
     try:  # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the descriptor
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
             what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, pipe or socket)"
             raise SpecError(where, f"is {what}; give a {expect}")
         with os.fdopen(fd, "rb") as handle:
             raw = handle.read(max_bytes + 1)  # never more: the file may grow while we read
+        _READ.add((info.st_dev, info.st_ino))
     except FileNotFoundError:
         raise SpecError(where, "no such file") from None
     except OSError as exc:
@@ -151,6 +162,8 @@ def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
         raise FileExistsRefusal(f"{path}: is a directory; give a file name")
     if not stat.S_ISREG(target.st_mode):
         raise FileExistsRefusal(f"{path}: is not a regular file (a FIFO, device or socket); tokcost writes only files")
+    if (target.st_dev, target.st_ino) in _READ:  # what the user wrote is never lost, even with --force
+        raise FileExistsRefusal(f"{path}: is a file this command reads; write the output under another name")
     if not force:
         raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name")
     return target

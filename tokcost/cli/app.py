@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from tokcost import files
 from tokcost.cli.commands import COMMANDS
 from tokcost.cli.launch import fail as _fail
 from tokcost.cli.launch import print_version
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # a character the terminal cannot encode prints as '?', not a crash
         sys.stdout.reconfigure(errors="replace")
     command = cli_command()
+    files.forget_reads()  # this command's inputs, not an earlier one's in the same process
     try:
         result = command.main(args=argv, prog_name="tokcost", standalone_mode=False)
     except Interrupted as exc:  # the command already said what it kept: its line, and the interrupt's code
