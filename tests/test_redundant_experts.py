@@ -22,6 +22,7 @@ from tokcost.models.library import load_model
 from tokcost.profiles import load_engine
 
 DSV3 = load_model("deepseek-v3")
+MIXTRAL = load_model("mixtral-8x7b")
 H100 = load_gpu("h100-sxm")
 EXPERT_BYTES_FP8 = 3 * 7168 * 2048  # gate, up and down of one routed expert at 1 byte a weight
 MOE_LAYERS = 58  # 61 layers, the first 3 dense
@@ -46,7 +47,18 @@ def test_ep_72_needs_the_pool_of_288_and_the_refusal_says_how():
     )
     # 287 = 7 x 41 slots: no EP degree of 72 GPUs above 1 divides them
     message = layout_problem(DSV3, Layout(1, 1, 72, 72, 8, 31)) or ""
-    assert message.endswith("256 experts + 31 redundant = 287 slots; valid for 72 GPUs: none")
+    # ... so it names the copies that would: 256 + R divisible by 72 first at R = 32 (288), then every 72 more
+    assert message.endswith("256 experts + 31 redundant = 287 slots; valid for 72 GPUs: none (or "
+                            "--redundant-experts 32, 104, ...: experts + copies divisible by EP 72)")  # fmt: skip
+
+
+def test_more_copies_than_every_rank_holding_every_expert_are_refused():
+    # at EP 2, 8 experts fill 16 slots when each rank holds all 8: a ninth copy would put an expert twice on a rank
+    assert layout_problem(MIXTRAL, Layout(1, 1, 2, 2, 8, 8)) is None
+    assert layout_problem(MIXTRAL, Layout(1, 1, 2, 2, 8, 10)) == (
+        "--redundant-experts: 10 copies put an expert twice on one of 2 EP ranks (mixtral-8x7b has 8 experts); "
+        "valid: 0..8"
+    )
 
 
 @pytest.mark.parametrize(

@@ -157,9 +157,14 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     if spare and ep == 1:
         return (f"--redundant-experts: copies of experts spread over expert-parallel ranks, and at one EP rank every "
                 f"GPU holds all {experts} experts: give EP above 1, or use --redundant-experts 0")  # fmt: skip
+    if spare > experts * (ep - 1):  # past one copy of every expert on every rank, a rank holds an expert twice
+        return (f"--redundant-experts: {spare} copies put an expert twice on one of {ep} EP ranks ({model.name} has "
+                f"{experts} experts); valid: 0..{experts * (ep - 1)}")  # fmt: skip
     if slots % ep:
         pool = f"{experts} experts" + (f" + {spare} redundant = {slots} slots" if spare else "")
-        hint = "" if spare else " (redundant experts enlarge the pool: use --redundant-experts R)"
+        first = (-experts) % ep or ep  # the fewest copies that make the pool divide by this EP
+        hint = (f" (or --redundant-experts {first}, {first + ep}, ...: experts + copies divisible by EP {ep})" if spare
+                else " (redundant experts enlarge the pool: use --redundant-experts R)")  # fmt: skip
         return f"--ep: {ep} does not divide {model.name}'s {pool}; valid for {group} GPUs: {valid}{hint}"
     return None
 
