@@ -54,7 +54,16 @@ def allowed(field: FieldInfo) -> str:
     if isinstance(base, type) and issubclass(base, BaseModel):
         return f"a mapping with keys: {', '.join(_keys(base))}"
     if get_origin(base) is list:
-        return "a list of " + {int: "integers", str: "names"}.get(get_args(base)[0], "values")
+        item = get_args(base)[0]
+        plain = {int: "integers", str: "names"}.get(item)
+        counts = [getattr(m, k, None) for m in [*field.metadata, *inner] for k in ("min_length", "max_length")]
+        low = max((c for c in counts[::2] if c is not None), default=None)
+        high = min((c for c in counts[1::2] if c is not None), default=None)
+        size = (f"{low} " if low is not None and low == high else f"{low} to {high} " if low and high else
+                f"at least {low} " if low else f"at most {high} " if high else "")  # fmt: skip
+        if plain:
+            return f"a list of {size}{plain}"
+        return f"a list of {size}values" + ("" if item is Any else f", each {allowed(FieldInfo.from_annotation(item))}")
     if get_origin(base) is dict:
         least = any(getattr(m, "min_length", None) for m in [*field.metadata, *inner])
         return ("a non-empty " if least else "a ") + "mapping of keys to values"
@@ -102,7 +111,7 @@ def _shown(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping" if value else "an empty mapping"
     if isinstance(value, (list, tuple, set, frozenset)):
-        return "a list" if value else "an empty list"
+        return f"a list of {len(value)}" if value else "an empty list"
     if isinstance(value, str) and len(value) > 40:
         return repr(value[:40]) + "..."
     return f"{value!r:.60}"
