@@ -29,3 +29,17 @@ def test_a_tpot_slo_past_the_prefills_saturation_is_answered_not_raised(model, g
     for config in configs:
         tpot = config["expected"]["tpot_s"]
         assert tpot is None or all(v is None or v > 0 for v in tpot.values())
+
+
+def test_a_list_flags_impossible_values_are_named_not_dropped_silently():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "1", "--ep", "8,1", "--tp", "1,2",
+                     "-f", "json"])  # fmt: skip
+    assert code == 0, err.getvalue()
+    data = json.loads(out.getvalue())
+    left = [w for w in data["warnings"] if w.startswith("left out")]
+    # EP 8 on a dense model, at TP 1 and TP 2: two configurations, one reason (what --ep 8 alone is refused with)
+    assert left == ["left out 2 configurations: --ep: llama-3.1-8b has no routed experts; expert parallelism needs "
+                    "an MoE model (use --ep 1)"]  # fmt: skip
+    assert {c["tp"] for c in data["configs"]} == {1, 2}  # EP 1 planned at both TPs

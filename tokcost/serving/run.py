@@ -6,6 +6,7 @@ other's `to_dict()` are the same object.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from tokcost.engine.layout import Layout, layout_problem
@@ -44,7 +45,7 @@ def run_plan(
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
         raise UsageError(result.rows[0].expected.binding)
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
-    result.warnings += tensor_parallel_warnings(result) + graph_warnings(result)
+    result.warnings += tensor_parallel_warnings(result) + graph_warnings(result) + left_out_warnings(result)
     if simulated is not None:
         simulate_rows(result, SIMULATED_ROWS, simulated, seed)
     return result
@@ -78,6 +79,13 @@ def tensor_parallel_warnings(result: Plan) -> list[str]:
     if top is None or engine is None or top.deployment.layout.tp <= 1 or not engine.tensor_parallel_note:
         return []
     return [f"{search.row_label(top)}: {engine.label}: {engine.tensor_parallel_note}"]
+
+
+def left_out_warnings(result: Plan) -> list[str]:
+    """The configurations a list of flag values asked for that no engine runs (`--ep 8,1` on a dense model), by
+    reason: a value given alone is refused; in a list the others are planned, and this says what was dropped."""
+    reasons = Counter(row.expected.binding for row in result.rows if row.invalid)
+    return [f"left out {n} configuration{'s' if n > 1 else ''}: {why}" for why, n in reasons.items()]
 
 
 def graph_warnings(result: Plan) -> list[str]:
