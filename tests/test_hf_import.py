@@ -467,3 +467,18 @@ def test_a_shape_key_the_config_leaves_out_is_said(cli, tmp_path):
     assert "note: not in the config, so transformers' defaults for llama: intermediate_size 11008" in r.stderr
     whole = cli("specs", "import", str(HF / "llama.json"), "-o", str(tmp_path / "w.yaml"))
     assert "not in the config" not in whole.stderr
+
+
+def test_estimate_and_validate_say_it_too(cli, tmp_path):
+    # a config read straight by estimate or checked by validate is the same guess as an import: they say so
+    data = json.loads((HF / "llama.json").read_text())
+    del data["intermediate_size"]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+    said = "not in the config, so transformers' defaults for llama: intermediate_size 11008"
+    r = cli("estimate", "-m", str(config), "-g", "h100-sxm", "-f", "json")
+    assert r.exit_code == 0 and [w for w in r.json()["warnings"] if said in w] == [f"{tmp_path.name}: {said}"]
+    r = cli("specs", "validate", str(config))
+    assert r.exit_code == 0 and r.stdout.strip().endswith(f"(warning: {said})")
+    whole = cli("estimate", "-m", str(HF / "llama.json"), "-g", "h100-sxm", "-f", "json")
+    assert not any("not in the config" in w for w in whole.json()["warnings"])

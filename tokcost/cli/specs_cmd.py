@@ -22,7 +22,7 @@ from tokcost.hardware.library import gpu_from, load_gpu, load_network
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.hf_import import from_hf_config
 from tokcost.models.library import load_model, model_from, name_from_path
-from tokcost.models.spec import ModelSpec
+from tokcost.models.spec import DEFAULTED_NOTE, ModelSpec
 from tokcost.profiles import load_engine
 
 app = typer.Typer(help="List, show, validate and import model and GPU specs.", no_args_is_help=True)
@@ -290,6 +290,8 @@ def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="S
             extra = ""
             if isinstance(spec, ModelSpec) and spec.params_mismatch is not None and abs(spec.params_mismatch) > 0.02:
                 extra = f" (warning: params_total differs from the shapes by {spec.params_mismatch:+.1%})"
+            if isinstance(spec, ModelSpec):  # an HF config that leaves shape keys out: which defaults it took
+                extra += "".join(f" (warning: {n})" for n in spec.notes.split("; ") if n.startswith(DEFAULTED_NOTE))
             sys.stdout.write(f"{path}: OK ({kind} {shown(spec.name, 200)}){extra}\n")
         except TokcostError as exc:
             failed += 1

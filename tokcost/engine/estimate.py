@@ -31,7 +31,7 @@ from tokcost.engine.stages import Segment
 from tokcost.engine.workload import Precision, Workload, resolve_precision
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
-from tokcost.models.spec import ModelSpec
+from tokcost.models.spec import DEFAULTED_NOTE, ModelSpec
 from tokcost.profiles import GENERIC, Band, EngineProfile
 
 SECONDS_PER_HOUR = 3600
@@ -290,6 +290,9 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
     m, g, out = d.model, d.gpu, []
     if wl.total_tokens > m.max_context:
         out.append(f"prompt + output ({wl.total_tokens:,}) exceeds {m.name}'s max_context ({m.max_context:,})")
+    defaulted = next((n for n in m.notes.split("; ") if n.startswith(DEFAULTED_NOTE)), None)
+    if defaulted:  # an HF config that leaves a shape key out: the count rests on its class's default
+        out.append(f"{m.name}: {defaulted}")
     mismatch = m.params_mismatch
     if mismatch is not None and abs(mismatch) > 0.02:
         out.append(f"{m.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")

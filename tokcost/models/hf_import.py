@@ -21,7 +21,7 @@ from tokcost.models.hf_arch import FACTS, READERS, TOWERS, Facts, encoder_params
 from tokcost.models.hf_keys import FROM_SPEC, REQUIRED, check_types
 from tokcost.models.hf_quant import shipped
 from tokcost.models.layers import shortest_pattern
-from tokcost.models.spec import ModelSpec
+from tokcost.models.spec import DEFAULTED_NOTE, ModelSpec
 from tokcost.spec_errors import validation_error
 
 EXTRA = "reading a HuggingFace config.json needs transformers: pip install 'tokcost[hf]'"
@@ -240,7 +240,7 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     defaulted = [f"{key} {getattr(text, key)}" for key in used
                  if not {key, aliases.get(key)} & given and getattr(text, key, None) is not None]  # fmt: skip
     if defaulted:
-        notes.append(f"not in the config, so transformers' defaults for {model_type}: {', '.join(defaulted)}")
+        notes.append(f"{DEFAULTED_NOTE} {model_type}: {', '.join(defaulted)}")
     keys = _error_keys(prefix, raw_text or data)
     model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
     formats = shipped(data, where, model.hidden_size, moe=model.moe is not None, layers=model.layers)

@@ -81,6 +81,10 @@ _LEGACY_LAYERS = {"all": "1 sliding", "even": "1 sliding : 1 global", "odd": "1 
 _NEEDS = {"sliding": "window_tokens", "chunked": "chunk_tokens", "linear": "linear_attention", "mamba": "mamba"}
 
 
+# how an imported HF config's note names the shape keys it left out (hf_import; estimate repeats it as a warning)
+DEFAULTED_NOTE = "not in the config, so transformers' defaults for"
+
+
 class ModelSpec(Counts, BaseModel):
     """A decoder-only transformer's shapes; derived counts are exact integers."""
 
