@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokcost.catalog import builtin_names, expect_kind, locate, looks_like_path, spelling
-from tokcost.errors import SpecError
+from tokcost.errors import SpecError, UsageError
 from tokcost.profiles import EngineProfile, EraFields
 from tokcost.spec_errors import validated
 
@@ -193,6 +193,8 @@ def split_spelling(text: str) -> tuple[str, str | None]:
     name, at, era = text.rpartition("@")
     if not at or not name or os.path.exists(text) or looks_like_path(era):  # a file whose name holds an '@'
         return text, None
+    if "@" in name and not os.path.exists(name) and not looks_like_path(name):  # 'vllm@0.6@x': two eras named
+        raise UsageError(f"--engine: {text!r} names more than one era; spell it NAME or NAME@ERA (vllm@0.6)")
     return name, era
 
 

@@ -169,6 +169,8 @@ def plan(
     )  # fmt: skip
     slos = [parse_slo(s) for s in slo or []]
     names = builtin_gpus() if gpu.strip().lower() == "all" else split_list(gpu, "--gpu")
+    if len(names) > 1 and any(n.strip().lower() == "all" for n in names):  # 'all,h100-sxm'
+        raise UsageError("--gpu: 'all' stands alone (every built-in GPU); drop it, or give only it")
     gpus = tuple(load_gpu(name) for name in names)
     space = plan_space(
         gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),
