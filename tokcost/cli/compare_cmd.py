@@ -35,6 +35,7 @@ from tokcost.cli.options import (
 from tokcost.cli.render import Table, flash_note, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
 from tokcost.engine.report import compare_row
+from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.inputs import check_grid
 from tokcost.models.library import load_model
@@ -73,6 +74,8 @@ def compare(
     force: ForceOpt = False,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
+    if force and plot is None:  # as plan and sweep refuse it: a flag that would be ignored
+        raise UsageError("--force: replaces an existing --plot file; give it with --plot, or drop it")
     model_names, gpu_names = split_list(model, "--model"), split_list(gpu, "--gpu")
     formats = format_grid(weights, kv_dtype, compute_dtype)  # every combination, as plan takes them
     check_grid(("--model", model_names), ("--gpu", gpu_names), ("formats", formats))
