@@ -482,3 +482,19 @@ def test_estimate_and_validate_say_it_too(cli, tmp_path):
     assert r.exit_code == 0 and r.stdout.strip().endswith(f"(warning: {said})")
     whole = cli("estimate", "-m", str(HF / "llama.json"), "-g", "h100-sxm", "-f", "json")
     assert not any("not in the config" in w for w in whole.json()["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("keys", "said"),
+    [({"decoder_sparse_step": 1000}, "decoder_sparse_step: the config has 128 experts, but decoder_sparse_step "
+      "leaves none of its 48 layers an MoE layer"),
+     ({"mlp_only_layers": list(range(48))}, "mlp_only_layers: the config has 128 experts, but mlp_only_layers leaves "
+      "none of its 48 layers an MoE layer"),
+     ({"mlp_only_layers": [999, -1]}, "mlp_only_layers: layer 999 is outside 0..47 (the model has 48 layers)")],
+)  # fmt: skip
+def test_layer_rules_that_drop_every_expert_or_name_missing_layers_are_refused(keys, said):
+    # Qwen3-MoE's experts: 128, over 48 layers; rules that route no layer to them priced a dense 3.3B model
+    q3 = json.loads((HF / "qwen3_moe.json").read_text())
+    with pytest.raises(SpecError) as err:
+        from_hf_config({**q3, **keys}, "c.json")
+    assert str(err.value) == f"c.json: {said}"

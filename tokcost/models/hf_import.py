@@ -163,6 +163,16 @@ def _mlp_kinds(text: Any, n: int) -> list[str]:
     return ["moe" if i >= first and (i + 1) % step == 0 and i not in only else "dense" for i in range(n)]
 
 
+def _refuse_layers_outside(text: Any, n: int, where: str, prefix: str) -> None:
+    """A layer list (Qwen's mlp_only_layers, Llama-4's moe_layers) names layers 0..n-1 only."""
+    for key in ("mlp_only_layers", "moe_layers"):
+        listed = getattr(text, key, None)
+        if isinstance(listed, list) and any(not isinstance(i, int) or not 0 <= i < n for i in listed):
+            bad = next(i for i in listed if not isinstance(i, int) or not 0 <= i < n)
+            raise SpecError(where, f"layer {bad!r:.20} is outside 0..{n - 1} (the model has {n} layers)",
+                            field=prefix + key)  # fmt: skip
+
+
 def _experts(text: Any) -> int | None:
     return next((getattr(text, k) for k in ("num_local_experts", "num_experts", "n_routed_experts")
                  if getattr(text, k, None)), None)  # fmt: skip
@@ -273,6 +283,8 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
     facts = FACTS.get(text.model_type, Facts())
     n = text.num_hidden_layers
     mixers, blocks = _layer_kinds(text, where, prefix)
+    if not blocks:
+        _refuse_layers_outside(text, n, where, prefix)
     mlps = blocks or _mlp_kinds(text, n)
     bias = bool(getattr(text, facts.bias_key, False))
     mla = getattr(text, "kv_lora_rank", None)
@@ -304,6 +316,15 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
     first = getattr(text, "first_k_dense_replace", None)
     if _experts(text) and isinstance(first, int) and first > n:
         raise SpecError(where, f"{prefix}first_k_dense_replace ({first}) exceeds {prefix}num_hidden_layers ({n})")
+    # experts declared, and the layer rules route none of the layers to them (a block pattern, as Nemotron-H's, says
+    # per layer what it is; its class default of 8 experts is not a claim of the checkpoint)
+    if _experts(text) and not blocks and "moe" not in mlps:
+        keys = [k for k in ("moe_layers", "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers")
+                if getattr(text, k, None) not in (None, [], 0, 1)]  # fmt: skip
+        named = " and ".join(keys) or "its layer rules"
+        verb = "leaves" if len(keys) == 1 else "leave"
+        raise SpecError(where, f"the config has {_experts(text)} experts, but {named} {verb} none of its {n} layers "
+                               "an MoE layer", field=prefix + (keys[0] if keys else ""))  # fmt: skip
     if "moe" in mlps:
         spec["moe"] = _moe(text, facts)
         if "dense" in mlps:
