@@ -97,6 +97,12 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
     return {name: parse(text) for name, text in zip(names, items, strict=True)}
 
 
+def check_force_with_plot(force: bool, plot: Path | None) -> None:
+    """--force replaces an existing --plot file; without --plot it would be ignored, so it is refused."""
+    if force and plot is None:
+        raise UsageError("--force: replaces an existing --plot file; give it with --plot, or drop it")
+
+
 def check_yaml_destination(path: Path, flag: str) -> None:
     """Refuse a .json name for a spec written as YAML: tokcost reads a .json file back as JSON, so it would not load."""
     if path.suffix.lower() == ".json":

@@ -7,7 +7,14 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import fmt, plots
-from tokcost.cli.common import check_distinct_names, format_grid, per_gpu_values, split_list, workload_from_flags
+from tokcost.cli.common import (
+    check_distinct_names,
+    check_force_with_plot,
+    format_grid,
+    per_gpu_values,
+    split_list,
+    workload_from_flags,
+)
 from tokcost.cli.deploy import degree_named_as_given, layout_flags, unused_network, warn
 from tokcost.cli.estimate_cmd import band_spans
 from tokcost.cli.options import (
@@ -35,7 +42,6 @@ from tokcost.cli.options import (
 from tokcost.cli.render import Table, flash_note, print_csv, print_json, print_tables
 from tokcost.engine.estimate import Estimate, estimate
 from tokcost.engine.report import compare_row
-from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.inputs import check_grid
 from tokcost.models.library import load_model
@@ -74,8 +80,7 @@ def compare(
     force: ForceOpt = False,
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
-    if force and plot is None:  # as plan and sweep refuse it: a flag that would be ignored
-        raise UsageError("--force: replaces an existing --plot file; give it with --plot, or drop it")
+    check_force_with_plot(force, plot)
     model_names, gpu_names = split_list(model, "--model"), split_list(gpu, "--gpu")
     formats = format_grid(weights, kv_dtype, compute_dtype)  # every combination, as plan takes them
     check_grid(("--model", model_names), ("--gpu", gpu_names), ("formats", formats))

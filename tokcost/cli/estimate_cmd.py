@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tokcost import fmt, plots
-from tokcost.cli.common import workload_from_flags
+from tokcost.cli.common import check_force_with_plot, workload_from_flags
 from tokcost.cli.deploy import degree_named_as_given, layout_flags, unused_network, warn
 from tokcost.cli.options import (
     BatchOpt,
@@ -41,7 +41,6 @@ from tokcost.engine.estimate import estimate as run_estimate
 from tokcost.engine.journey import Journey, JourneyRow, journey
 from tokcost.engine.passcost import PassCost
 from tokcost.engine.report import band_dict, bottleneck, estimate_dict, host_bound, journey_dict, journey_row_dict
-from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -84,8 +83,7 @@ def estimate(
     force: ForceOpt = False,
 ) -> None:
     """Estimate TTFT, TPOT, throughput, memory and cost. Example: tokcost estimate -m llama-3.1-8b -g h100-sxm"""
-    if force and plot is None:  # as plan and sweep refuse it: a flag that would be ignored
-        raise UsageError("--force: replaces an existing --plot file; give it with --plot, or drop it")
+    check_force_with_plot(force, plot)
     workload = workload_from_flags(
         batch=batch,
         prompt_tokens=prompt,

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import plots
-from tokcost.cli.common import int_list, per_gpu_values, split_list
+from tokcost.cli.common import check_force_with_plot, int_list, per_gpu_values, split_list
 from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, FlashOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
@@ -158,8 +158,7 @@ def plan(
     started = time.perf_counter()
     if seed is not None and not simulate:  # a flag that would change nothing is refused, as --requests is
         raise UsageError("--seed: seeds the simulation; give it with --simulate, or drop it")
-    if force and plot is None:
-        raise UsageError("--force: replaces an existing --plot file; give it with --plot, or drop it")
+    check_force_with_plot(force, plot)
     rows = read_trace(trace) if trace is not None else None
     traffic = plan_traffic(
         rate=rate, concurrency=concurrency, think_time_s=_think(think_time), prompt_tokens=prompt,

@@ -167,9 +167,9 @@ def _refuse_layers_outside(text: Any, n: int, where: str, prefix: str) -> None:
     """A layer list (Qwen's mlp_only_layers, Llama-4's moe_layers) names layers 0..n-1 only."""
     for key in ("mlp_only_layers", "moe_layers"):
         listed = getattr(text, key, None)
-        if isinstance(listed, list) and any(not isinstance(i, int) or not 0 <= i < n for i in listed):
-            bad = next(i for i in listed if not isinstance(i, int) or not 0 <= i < n)
-            raise SpecError(where, f"layer {bad!r:.20} is outside 0..{n - 1} (the model has {n} layers)",
+        outside = [i for i in listed if not isinstance(i, int) or not 0 <= i < n] if isinstance(listed, list) else []
+        if outside:
+            raise SpecError(where, f"layer {outside[0]!r:.20} is outside 0..{n - 1} (the model has {n} layers)",
                             field=prefix + key)  # fmt: skip
 
 
