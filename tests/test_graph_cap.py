@@ -1,5 +1,5 @@
-"""SGLang's CUDA-graph batch cap: decode batches past it run eager, which no price includes, so estimate, sweep and
-plan say so (EraFields.graph_batch_cap, EngineProfile.graph_note)."""
+"""The CUDA-graph batch caps of SGLang and vLLM: decode batches past them run eager, which no price includes, so
+estimate, sweep and plan say so (EraFields.graph_batch_cap, EngineProfile.graph_note)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,37 @@ def test_a_note_only_past_the_cap_and_only_where_a_cap_is_stated():
     assert note is not None and "256" in note and "--cuda-graph-max-bs" in note and "eager" in note
     assert SGLANG.graph_note(512, tp=4, **where) is None and SGLANG.graph_note(513, tp=4, **where) is not None
     stated = [n for n in ENGINES if load_engine(n).scheduler(tp=1, **where).graph_batch_cap is not None]
-    assert stated == ["sglang"]  # the one engine whose default cap has a source here
+    assert stated == ["vllm", "sglang"]  # the engines whose default cap has a source here
+
+
+@pytest.mark.parametrize(("era", "cap"), [("vllm", 512), ("vllm@v0", 256), ("vllm@enforce-eager", None)])
+def test_vllm_caps_by_era(era, cap):
+    # V1: min(max_num_seqs x 2, 512) (VllmConfig._set_cudagraph_sizes); V0: its fixed list up to 256; eager: no graphs
+    profile = load_engine(era)
+    for gpu in ("h100-sxm", "a100-80gb-sxm", "l40s"):
+        spec = load_gpu(gpu)
+        assert profile.scheduler(gpu_name=spec.name, memory_bytes=spec.memory_bytes, tp=1).graph_batch_cap == cap
+
+
+def test_vllm_v1_passes_its_cap_only_where_its_running_cap_allows():
+    # 1,024 running sequences on an H100 (max_num_seqs) against 512 captured: batches 513-1,024 run eager; an A100 runs
+    # at most 256, so its cap of 512 is never passed
+    v1 = load_engine("vllm")
+    for gpu, running in (("h100-sxm", 1024), ("a100-80gb-sxm", 256)):
+        spec = load_gpu(gpu)
+        sched = v1.scheduler(gpu_name=spec.name, memory_bytes=spec.memory_bytes, tp=1)
+        assert sched.max_running_sequences == running
+        passes = v1.graph_note(running, gpu_name=spec.name, memory_bytes=spec.memory_bytes, tp=1) is not None
+        assert passes == (running > 512)
+
+
+def test_a_cap_no_flag_raises_says_so():
+    h100 = load_gpu("h100-sxm")
+    where = {"gpu_name": h100.name, "memory_bytes": h100.memory_bytes, "tp": 1}
+    v0 = load_engine("vllm@v0").graph_note(300, **where)
+    assert v0 is not None and "256" in v0 and "no flag raises it" in v0 and "raise the cap" not in v0
+    v1 = load_engine("vllm").graph_note(600, **where)
+    assert v1 is not None and "512" in v1 and "raise the cap to the batch (--cuda-graph-sizes" in v1
 
 
 def test_a_stated_cap_needs_its_source():
@@ -67,7 +97,9 @@ def test_estimate_and_sweep_warn_past_the_cap():
     code, swept, _ = _run(["sweep", *base, "-b", "1,64,300"])
     assert code == 0 and sum("a decode batch of 300" in w for w in swept["warnings"]) == 1
     code, vllm, _ = _run(["estimate", *base[:5], "vllm", *base[6:], "-b", "300"])
-    assert code == 0 and not any("CUDA graphs" in w for w in vllm["warnings"])
+    assert code == 0 and not any("CUDA graphs" in w for w in vllm["warnings"])  # V1 captures up to 512
+    code, vllm, _ = _run(["estimate", *base[:5], "vllm", *base[6:], "-b", "513"])
+    assert code == 0 and sum("vllm@v1" in w and "passes the 512" in w for w in vllm["warnings"]) == 1
 
 
 def test_plan_warns_where_the_top_fleets_batch_passes_the_cap():
@@ -90,3 +122,15 @@ def test_plans_scheduler_note_names_the_cap():
                      "-o", "500", "--concurrency", "64", "-f", "markdown"])  # fmt: skip
     assert code == 0, err.getvalue()
     assert "CUDA graphs up to 512 decoding sequences (sglang default)" in " ".join(out.getvalue().split())
+
+
+def test_plan_warns_where_vllm_v1_runs_past_its_captured_batches():
+    # short requests let an H100 run up to its 1,024 running sequences, past the 512 V1 captures
+    args = ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--engine", "vllm", "-p", "128", "-o", "128",
+            "-f", "json"]  # fmt: skip
+    code, busy, _ = _run([*args, "--concurrency", "2000"])
+    assert code == 0
+    notes = [w for w in busy["warnings"] if "CUDA graphs" in w]
+    assert len(notes) == 1 and "vllm@v1" in notes[0] and "passes the 512 sequences" in notes[0]
+    batch = int(re.search(r"a decode batch of ([\d,]+)", notes[0])[1].replace(",", ""))  # type: ignore[index]
+    assert 512 < batch <= 1024  # past the captured batches, within the running cap

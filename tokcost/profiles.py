@@ -324,11 +324,12 @@ class EngineProfile(EraFields):
         cap = self.scheduler(gpu_name=gpu_name, memory_bytes=memory_bytes, tp=tp).graph_batch_cap
         if cap is None or batch <= cap:
             return None
-        flag = f" ({self.graph_batch_flag})" if self.graph_batch_flag else ""
+        remedy = (f"raise the cap to the batch ({self.graph_batch_flag})" if self.graph_batch_flag
+                  else "no flag raises it, so keep the running batch under it")  # fmt: skip
         return (
             f"{self.label}: a decode batch of {batch:,.0f} passes the {cap:,} sequences its CUDA graphs capture "
-            f"by default on this GPU and TP{flag}; past it each step runs eager, every kernel launched from the "
-            "host, which these figures do not price: raise the cap to the batch, or expect slower decode steps"
+            "by default on this GPU and TP; past it each step runs eager, every kernel launched from the host, "
+            f"which these figures do not price: {remedy}, or expect slower decode steps"
         )
 
     def per_window(self, scheduler_steps: int) -> EngineProfile:
