@@ -64,6 +64,18 @@ def test_an_unknown_era_lists_the_known_ones():
     assert text.startswith("vllm@v9: no era") and "engines/vllm.yaml" not in text and err.value.field is None
 
 
+def test_a_version_that_several_eras_cover_names_none_of_them():
+    # lmdeploy's two backends state no versions, so a version cannot tell them apart (it picked the last one, turbomind)
+    assert builtin_files()["lmdeploy"].eras_covering("0.6") == ["pytorch", "turbomind"]
+    with pytest.raises(SpecError) as err:
+        load_profile("lmdeploy@0.6")
+    text = str(err.value)
+    assert text.startswith("lmdeploy@0.6: version 0.6 lies in 2 of lmdeploy's eras (pytorch, turbomind)")
+    assert "name one" in text and "lmdeploy@turbomind (every version)" in text
+    assert load_profile("lmdeploy@turbomind").label == "lmdeploy@turbomind"
+    assert load_profile("mlc@0.1").label == "mlc"  # one era that covers every version: the version is no choice
+
+
 def test_versions_compare_as_numbers():
     assert version_key("0.10.1") > version_key("0.9.2") and version_key("v1.0.0rc4") == (1, 0, 0)
     assert version_key("abc123") is None

@@ -132,20 +132,27 @@ class EngineFile(BaseModel):
         return self
 
     def era_of(self, spelled: str) -> str | None:
-        """The era `spelled` names: an era's name, or a version one era covers (eager eras aside); else None."""
+        """The era `spelled` names: an era's name, or a version one era covers (eager eras aside); else None (a
+        version that several eras cover, as lmdeploy's two backends that state no range, names none of them)."""
         key = spelled.strip().lower()
         if key in self.eras:
             return key
+        found = self.eras_covering(key)
+        return found[0] if len(found) == 1 else None
+
+    def eras_covering(self, spelled: str) -> list[str]:
+        """The eras whose versions cover the version `spelled` (`0.6.3`, `v0.6.3`, llama.cpp's `b3891`): those with
+        graphs first, an eager era only where none other does; [] where it is no version."""
+        key = spelled.strip().lower()
         build = key[:1] == "b" and key[1:].isdigit()  # a build tag (llama.cpp's b3891) is its build number
         dotted = key[:1] == "v" and key[1:2].isdigit() and "." in key  # v0.6.3 is 0.6.3 (v9 would be an era's name)
         if build or dotted:
             key = key[1:]
         version = version_key(key) if key[:1].isdigit() else None  # `v9` is a name (none such), `0.9` a version
         if version is None:
-            return None
+            return []
         found = [name for name, era in self.eras.items() if not era.eager and era.versions.cover(version)]
-        found = found or [name for name, era in self.eras.items() if era.versions.cover(version)]
-        return found[-1] if found else None
+        return found or [name for name, era in self.eras.items() if era.versions.cover(version)]
 
     def covers(self, name: str) -> str:
         """What maps to an era, in words: its versions, and for an eager era the runs without graphs ('0.2.6 on,
@@ -228,7 +235,14 @@ def load_profile(spelled: str) -> EngineProfile:
     chosen = found.era_of(era)
     if chosen is None:  # a built-in's era is named as the user spelled it (no file of theirs to point at)
         builtin = name in builtin_names("engines")
-        raise SpecError(spelled if builtin else where, f"no era {era!r} of {found.name}; known: {found.known()}",
+        several = found.eras_covering(era)
+        why = (
+            f"version {era} lies in {len(several)} of {found.name}'s eras ({', '.join(several)}), which state no "
+            "versions to tell them apart: name one"
+            if len(several) > 1
+            else f"no era {era!r} of {found.name}"
+        )
+        raise SpecError(spelled if builtin else where, f"{why}; known: {found.known()}",
                         field=None if builtin else "eras")  # fmt: skip
     return found.profile(chosen)
 
