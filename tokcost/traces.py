@@ -22,7 +22,7 @@ MAX_TOKENS = 100_000_000
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """A trace's requests: their lengths and (when every line has one) their arrival times, sorted."""
+    """A trace's requests: their lengths and (when every line has one) their arrival times, in arrival order."""
 
     path: Path
     prompts: tuple[int, ...]
@@ -106,4 +106,8 @@ def read_trace(path: Path, flag: str = "--trace") -> Trace:
         raise UsageError(
             f"{flag} {path}: arrival_s on {len(arrivals):,} of {len(prompts):,} lines; give it on all or none"
         )
-    return Trace(path, tuple(prompts), tuple(outputs), tuple(sorted(arrivals)))
+    if arrivals:  # in arrival order, each request keeping its own lengths
+        order = sorted(range(len(arrivals)), key=arrivals.__getitem__)
+        prompts, outputs = [prompts[i] for i in order], [outputs[i] for i in order]
+        arrivals = [arrivals[i] for i in order]
+    return Trace(path, tuple(prompts), tuple(outputs), tuple(arrivals))

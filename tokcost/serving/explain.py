@@ -92,6 +92,9 @@ def _disaggregated_section(row: Row) -> tuple[str, list[str]]:
     )
 
 
+PAIRED = "E[n P'] / E[n] (each of the trace's prompts weighed by its own answer's decode steps)"
+
+
 def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     r, x = row.replica, row.expected
     assert r is not None and x.point is not None and x.capacity is not None
@@ -99,8 +102,9 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     t = plan.traffic
     load = f"{t.rate_rps:g} req/s" if t.rate_rps is not None else f"{t.concurrency} users"
     head = f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected ({load})"
+    prompt_term = PAIRED if t.pairs else "E[P']"
     steps = [
-        f"decode context c = p0 + E[P'] + (E[n^2] + E[n]) / (2 E[n]) = {r.steps.decode_context:,.0f} tokens",
+        f"decode context c = p0 + {prompt_term} + (E[n^2] + E[n]) / (2 E[n]) = {r.steps.decode_context:,.0f} tokens",
         _pass(f"decode-only step at batch b + 1 = {pt.batch + 1:,.1f}", r.steps.pass_cost(pt.batch + 1, ())),
         f"T0 = the decode-only step a sequence sees, averaged over the Poisson(b) others it shares a step with = "
         f"{fmt.ms(pt.decode_step_s)} (the step at b + 1 where the step is a line in the batch)",

@@ -117,19 +117,20 @@ def plan_traffic(
                              f"{trace_name or 'the trace'} ({min(prompts)} tokens)")  # fmt: skip
         prompt_len = LengthDist("empirical", sum(prompts) / len(prompts), values=prompts)
         output_len = LengthDist("empirical", sum(outputs) / len(outputs), values=outputs)
+        pairs = tuple(zip((p - cached_prefix_tokens for p in prompts), outputs, strict=True))
     else:
         prompt_tokens = DEFAULT_PROMPT if prompt_tokens is None else prompt_tokens  # 0 is checked, not defaulted
         output_tokens = DEFAULT_OUTPUT if output_tokens is None else output_tokens
         wl = _lengths(prompt_tokens, output_tokens, cached_prefix_tokens, api)
         prompt_len = _dist(prompt_dist, wl.prompt_tokens, "prompt_dist", api)
         output_len = _dist(output_dist, wl.output_tokens, "output_dist", api)
-        arrivals = ()
+        arrivals, pairs = (), ()
     if rate is None and concurrency is None:
         raise UsageError(f"{name('rate', api)} / {name('concurrency', api)}: give exactly one (requests/s, or users)")
     rate, concurrency, think = _load(rate, concurrency, think_time_s, api)
     return Traffic(
         prompt=prompt_len.shifted(cached_prefix_tokens), output=output_len, rate_rps=rate, concurrency=concurrency,
-        think_time_s=think, cached_prefix_tokens=cached_prefix_tokens, arrivals_s=arrivals,
+        think_time_s=think, cached_prefix_tokens=cached_prefix_tokens, arrivals_s=arrivals, pairs=pairs,
     )  # fmt: skip
 
 

@@ -475,8 +475,15 @@ def decode_context(traffic: Traffic) -> float:
 
     Step j of a request's n decode steps attends over its prompt + j tokens; averaged over the time every
     request spends decoding, longer answers weigh more (length-biased), hence E[n^2] / E[n]. For fixed
-    lengths this is P + O / 2, estimate's mean decode context.
+    lengths this is P + O / 2, estimate's mean decode context. A trace's lengths come in pairs, so its prompt term
+    is E[n P'] / E[n]: the prompts of long answers, which are the ones decoding most of the time.
     """
+    if traffic.pairs:  # a trace: each request's prompt weighed by its own decode steps, E[n P'] / E[n]
+        steps = [(prompt, output - 1) for prompt, output in traffic.pairs]
+        total = sum(n for _, n in steps)
+        if total > 0:
+            prompt = sum(n * p for p, n in steps) / total  # long answers weigh their own prompts more
+            return traffic.cached_prefix_tokens + prompt + sum(n * n + n for _, n in steps) / (2 * total)
     o1, o2 = traffic.output.moment(1), traffic.output.moment(2)
     n1, n2 = o1 - 1, o2 - 2 * o1 + 1
     progress = (n2 + n1) / (2 * n1) if n1 > 0 else 1.0

@@ -198,11 +198,19 @@ class _Run:
         """Requests that have arrived by the step boundary `t` join the queue."""
         while self.arrivals and self.arrivals[0][0] <= t:
             time, i = heapq.heappop(self.arrivals)
-            r = _Request(i, time, self.traffic.prompt.sample(self.rng), self.traffic.output.sample(self.rng))
+            r = _Request(i, time, *self.lengths(i))
             self.reqs[i] = r
             s.queue.append(r)
             if not self.traffic.concurrency and not self.traffic.arrivals_s:
                 self.new_request(time + self.rng.expovariate(self.rate))  # type: ignore[arg-type]
+
+    def lengths(self, i: int) -> tuple[int, int]:
+        """Request i's (computed prompt, output): a trace's own pair (the i-th in arrival order where it gives
+        times, else one drawn whole), or one draw from each length's law."""
+        t = self.traffic
+        if t.pairs:
+            return t.pairs[i % len(t.pairs)] if t.arrivals_s else self.rng.choice(t.pairs)
+        return t.prompt.sample(self.rng), t.output.sample(self.rng)
 
     def one_step(self, s: _Server, t: float) -> tuple[float, bool, list[_Request], float]:
         """The next step, or a stretch of decode-only steps: (seconds, whether it carried prefill, prompts done,

@@ -134,6 +134,9 @@ class Traffic:
 
     `prompt` is the distribution of the prompt beyond the cached prefix (what prefill computes); the full
     prompt is `cached_prefix_tokens` + that. `arrivals_s` holds a trace's arrival times for the simulation.
+    `pairs` holds a trace's requests as (prompt beyond the prefix, output), in arrival order where it gives times:
+    the joint law of the two lengths (a long prompt with a short answer is not a long prompt with a long one), which
+    the decode context weighs and the simulation draws from; empty for lengths given as two separate laws.
     """
 
     prompt: LengthDist
@@ -144,6 +147,7 @@ class Traffic:
     cached_prefix_tokens: int = 0
     arrivals_s: tuple[float, ...] = ()
     client_rtt_s: float = CLIENT_RTT_S  # closed loop: last token to the next request's send
+    pairs: tuple[tuple[int, int], ...] = ()
 
     @property
     def prompt_mean_tokens(self) -> float:
