@@ -11,7 +11,10 @@ closed form cannot speak to are skipped with the reason: disaggregated setups, p
 and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-scheduler-steps`); a setup that
 runs multi-step scheduling makes a new request wait for the running window (serving.predict), and one whose
 engine schedules one step ahead (SGLang's overlap scheduler) makes a request that finds a step running wait the
-next one too. Lengths: fixed; a uniform law as uniform over its stated range; a dataset's as an exponential.
+next one too. The prefill budget per step is the flags' (`--max-num-batched-tokens`, `--chunked-prefill-size`)
+or else the engine profile's default on that GPU, as `plan` takes it (until stop 47 every setup without the flag
+ran at 2,048 tokens, a budget plan never prices for engines that state one). Lengths: fixed; a uniform law as
+uniform over its stated range; a dataset's as an exponential.
 A row that states its run's request count is priced as that finite run (serving.predict's `requests`): the
 throughput a harness prints is its N requests over the run's span, and past saturation the run still ends.
 """
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
-from tokcost.serving.predict import DEFAULT_CHUNK, Prediction, predict
+from tokcost.serving.predict import Prediction, predict
 from tokcost.serving.traffic import LengthDist
 from tokcost.validation.cells import version_of
 from tokcost.validation.serving_data import ServingRow, ServingSetup
@@ -118,7 +121,7 @@ def predict_row(
         prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
         prompt_dist=_length(setup.prompt_dist, row.prompt_tokens_mean, setup.prompt_tokens_range),
         output_dist=_length(setup.output_dist, row.output_tokens_mean, setup.output_tokens_range),
-        weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else DEFAULT_CHUNK,
+        weights=setup.weights, kv_dtype=setup.kv, chunk=int(found[1]) if found else None,  # None: the engine's
         scheduler_steps=int(steps[1]) if steps else 1, max_running=int(seqs[1]) if seqs else None,
         client_side=setup.measured_at == "client", lookahead=_lookahead(setup, engine),
         prefill_apart=_prefill_apart(setup, engine), **load,  # type: ignore[arg-type]
