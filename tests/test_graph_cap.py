@@ -102,15 +102,20 @@ def test_estimate_and_sweep_warn_past_the_cap():
     assert code == 0 and sum("vllm@v1" in w and "passes the 512" in w for w in vllm["warnings"]) == 1
 
 
-def test_plan_warns_where_the_top_fleets_batch_passes_the_cap():
-    args = ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--engine", "sglang", "-p", "500", "-o", "500",
-            "-f", "json"]  # fmt: skip
-    code, busy, _ = _run([*args, "--concurrency", "600"])
+@pytest.mark.parametrize(
+    ("engine", "tokens", "users", "cap", "most"),
+    [("sglang", "500", 600, 256, 600),  # SGLang's 256 below TP 4 on an H100: the top fleet's batch passes it
+     ("vllm", "128", 2000, 512, 1024)],  # short requests let V1 run its 1,024 sequences, past the 512 it captures
+)  # fmt: skip
+def test_plan_warns_where_the_top_fleets_batch_passes_the_cap(engine, tokens, users, cap, most):
+    args = ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--engine", engine, "-p", tokens, "-o",
+            tokens, "-f", "json"]  # fmt: skip
+    code, busy, _ = _run([*args, "--concurrency", str(users)])
     assert code == 0
     notes = [w for w in busy["warnings"] if "CUDA graphs" in w]
-    assert len(notes) == 1 and notes[0].startswith("h100-sxm TP1") and "passes the 256 sequences" in notes[0]
+    assert len(notes) == 1 and notes[0].startswith("h100-sxm TP1") and f"passes the {cap} sequences" in notes[0]
     batch = int(re.search(r"a decode batch of ([\d,]+)", notes[0])[1].replace(",", ""))  # type: ignore[index]
-    assert 256 < batch <= 600  # the top fleet's mean decode batch per replica, past the cap, within its users
+    assert cap < batch <= most  # the top fleet's mean decode batch per replica, past the cap, within its users/cap
     code, light, _ = _run([*args, "--concurrency", "64"])
     assert code == 0 and not any("CUDA graphs" in w for w in light["warnings"])
 
@@ -122,15 +127,3 @@ def test_plans_scheduler_note_names_the_cap():
                      "-o", "500", "--concurrency", "64", "-f", "markdown"])  # fmt: skip
     assert code == 0, err.getvalue()
     assert "CUDA graphs up to 512 decoding sequences (sglang default)" in " ".join(out.getvalue().split())
-
-
-def test_plan_warns_where_vllm_v1_runs_past_its_captured_batches():
-    # short requests let an H100 run up to its 1,024 running sequences, past the 512 V1 captures
-    args = ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--engine", "vllm", "-p", "128", "-o", "128",
-            "-f", "json"]  # fmt: skip
-    code, busy, _ = _run([*args, "--concurrency", "2000"])
-    assert code == 0
-    notes = [w for w in busy["warnings"] if "CUDA graphs" in w]
-    assert len(notes) == 1 and "vllm@v1" in notes[0] and "passes the 512 sequences" in notes[0]
-    batch = int(re.search(r"a decode batch of ([\d,]+)", notes[0])[1].replace(",", ""))  # type: ignore[index]
-    assert 512 < batch <= 1024  # past the captured batches, within the running cap
