@@ -26,7 +26,7 @@ Closed loop (N users, think time Z, client round trip r; Schweitzer-Bard mean-va
   on the spread against the steps: users who return during a long prefill step wait for it and join the next
   one together (a convoy), which re-forms groups. Published closed-loop runs with fixed lengths (NIM's AIPerf
   sweeps in validation/serving.yaml) measure TTFT between the two ends where they differ most (500-token
-  prompts, 5 users: 127 ms measured, 164 ms locked, 62 ms unlocked): real engines and clients lock only
+  prompts, 5 users: 127 ms measured, 204 ms locked, 67 ms unlocked): real engines and clients lock only
   partly. The primary figure is the unlocked one (each user's next request lands r + c into the step then
   running, with whoever else lands there: the closed form varying lengths use, checked against the simulation),
   and lock-step is the other end of a range (`Loop.lockable`, `Replica.lock_step`), printed beside it.
