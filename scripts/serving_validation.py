@@ -48,11 +48,12 @@ def results() -> tuple[list[ServingResult], dict[str, EngineProfile]]:
     gpus = {s.gpu: load_gpu(s.gpu) for s in setups.values()}
     eras = {k: era_profile(s, gpus[s.gpu].platform) for k, s in setups.items()}
     networks = {name: load_network(g.network) if g.network else None for name, g in gpus.items()}
-    graded = []
-    for row in rows:  # each row with its own setup's era (validate_serving reads the profile by engine name)
-        setup = setups[row.setup]
-        graded += validate_serving({row.setup: setup}, [row], models, gpus, {setup.engine: eras[row.setup]}, networks)
-    return graded, {p.label: p for p in eras.values()}
+    graded = {}
+    for key, setup in setups.items():  # each setup with its own era (validate_serving reads it by engine name)
+        own = [row for row in rows if row.setup == key]
+        found = validate_serving({key: setup}, own, models, gpus, {setup.engine: eras[key]}, networks)
+        graded.update({result.row.id: result for result in found})
+    return [graded[row.id] for row in rows], {p.label: p for p in eras.values()}
 
 
 def render() -> str:

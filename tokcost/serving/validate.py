@@ -99,9 +99,16 @@ def _length(kind: str, mean: float, span: tuple[int, int] | None) -> LengthDist:
 
 
 def predict_row(
-    setup: ServingSetup, row: ServingRow, model: ModelSpec, gpu: GpuSpec, engine: EngineProfile, network: Link | None
+    setup: ServingSetup,
+    row: ServingRow,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineProfile,
+    network: Link | None,
+    memo: dict[tuple[object, ...], Prediction] | None = None,
 ) -> ServingResult:
-    """The row's metric as the closed form predicts it, or the reason it is skipped."""
+    """The row's metric as the closed form predicts it, or the reason it is skipped. `memo` keeps one prediction
+    per load point of one setup (a point's metrics share it: a finite run is simulated once, not once a metric)."""
     reason = _skip_reason(setup, row)
     if reason:
         return ServingResult(row, setup, None, reason)
@@ -115,7 +122,17 @@ def predict_row(
         load["rate_rps"] = math.inf
     found, steps = CHUNK_FLAG.search(setup.engine_flags), STEPS_FLAG.search(setup.engine_flags)
     seqs = SEQS_FLAG.search(setup.engine_flags)
-    p: Prediction = predict(
+    point = (
+        setup.id,
+        row.arrival,
+        row.request_rate_rps,
+        row.concurrency,
+        row.prompt_tokens_mean,
+        row.output_tokens_mean,
+        row.num_requests,
+    )  # everything below reads of the row
+    p = memo.get(point) if memo is not None else None
+    p = p or predict(
         model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
         redundant_experts=setup.redundant_experts,
         prompt_tokens=row.prompt_tokens_mean, output_tokens=row.output_tokens_mean,
@@ -127,6 +144,8 @@ def predict_row(
         prefill_apart=_prefill_apart(setup, engine), **load,  # type: ignore[arg-type]
         requests=max(round(row.num_requests / setup.instances), 1) if row.num_requests else None,
     )  # fmt: skip
+    if memo is not None:
+        memo[point] = p
     if row.metric in LATENCY:
         values = getattr(p, LATENCY[row.metric])
         stat = row.statistic if row.statistic in PERCENTILES else "p50"
@@ -153,12 +172,12 @@ def validate_serving(
     engines: Mapping[str, EngineProfile],
     networks: Mapping[str, Link | None],
 ) -> list[ServingResult]:
-    """Every row predicted (or skipped with its reason)."""
-    out = []
+    """Every row predicted (or skipped with its reason), each load point of a setup once."""
+    out, memo = [], {}
     for row in rows:
         setup = setups[row.setup]
         out.append(predict_row(setup, row, models[setup.model], gpus[setup.gpu], engines[setup.engine],
-                               networks.get(setup.gpu)))  # fmt: skip
+                               networks.get(setup.gpu), memo))  # fmt: skip
     return out
 
 
