@@ -130,7 +130,7 @@ def predict_row(
         row.prompt_tokens_mean,
         row.output_tokens_mean,
         row.num_requests,
-    )  # everything below reads of the row
+    )  # all that the prediction reads of the row: its load point
     p = memo.get(point) if memo is not None else None
     p = p or predict(
         model, gpu, tp=setup.tp, pp=setup.pp, ep=setup.ep, dp=setup.dp, engine=engine, network=network,
