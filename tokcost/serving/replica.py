@@ -478,16 +478,13 @@ def decode_context(traffic: Traffic) -> float:
     lengths this is P + O / 2, estimate's mean decode context. A trace's lengths come in pairs, so its prompt term
     is E[n P'] / E[n]: the prompts of long answers, which are the ones decoding most of the time.
     """
-    if traffic.pairs:  # a trace: each request's prompt weighed by its own decode steps, E[n P'] / E[n]
-        steps = [(prompt, output - 1) for prompt, output in traffic.pairs]
-        total = sum(n for _, n in steps)
-        if total > 0:
-            prompt = sum(n * p for p, n in steps) / total  # long answers weigh their own prompts more
-            return traffic.cached_prefix_tokens + prompt + sum(n * n + n for _, n in steps) / (2 * total)
     o1, o2 = traffic.output.moment(1), traffic.output.moment(2)
     n1, n2 = o1 - 1, o2 - 2 * o1 + 1
     progress = (n2 + n1) / (2 * n1) if n1 > 0 else 1.0
-    return traffic.cached_prefix_tokens + traffic.prompt.mean + progress
+    prompt = traffic.prompt.mean
+    if traffic.pairs and n1 > 0:  # a trace: each request's prompt weighed by its own decode steps, E[n P'] / E[n]
+        prompt = sum((o - 1) * p for p, o in traffic.pairs) / (n1 * len(traffic.pairs))
+    return traffic.cached_prefix_tokens + prompt + progress
 
 
 def held_kv_tokens(kv_beside: Callable[[float], float], per_sequence: float) -> float:

@@ -12,9 +12,8 @@ and vLLM ITL under multi-step scheduling (tokens stream in bursts of `--num-sche
 runs multi-step scheduling makes a new request wait for the running window (serving.predict), and one whose
 engine schedules one step ahead (SGLang's overlap scheduler) makes a request that finds a step running wait the
 next one too. The prefill budget per step is the flags' (`--max-num-batched-tokens`, `--chunked-prefill-size`)
-or else the engine profile's default on that GPU, as `plan` takes it (until stop 47 every setup without the flag
-ran at 2,048 tokens, a budget plan never prices for engines that state one). Lengths: fixed; a uniform law as
-uniform over its stated range; a dataset's as an exponential.
+or else the engine profile's default on that GPU, as `plan` takes it. Lengths: fixed; a uniform law as uniform
+over its stated range; a dataset's as an exponential.
 A row that states its run's request count is priced as that finite run (serving.predict's `requests`): the
 throughput a harness prints is its N requests over the run's span, and past saturation the run still ends.
 """
