@@ -49,6 +49,9 @@ CASES = {
     "70b-tp4-fixed": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "fixed", 0.0, (0.1, 0.3, 0.8)),
     "8b-packed-fixed": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 4096, "fixed", 0.0, (0.1, 0.3, 0.8)),
     "mixtral-tp2-fixed": ("mixtral-8x7b", "h100-sxm", 2, 1024, 256, 1024, "fixed", 0.0, (0.1, 0.8)),
+    # prompts longer than the chunk: a returning prompt lands in a full chunk of the one ahead and straddles steps
+    "8b-long-prompts-fixed": ("llama-3.1-8b", "h100-sxm", 1, 7000, 300, 2048, "fixed", 0.0, (0.1, 0.3, 0.8)),
+    "70b-tp4-long-prompts-fixed": ("llama-3.1-70b", "h100-sxm", 4, 5000, 500, 4096, "fixed", 0.0, (0.1, 0.5)),
     "8b-exponential": ("llama-3.1-8b", "h100-sxm", 1, 1000, 250, 1024, "exponential", 0.0, (0.1, 0.3, 0.6)),
     "mixtral-tp2-exponential": ("mixtral-8x7b", "h100-sxm", 2, 1024, 256, 2048, "exponential", 0.0, (0.3, 0.6)),
     "70b-tp4-lognormal": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "lognormal", 0.0, (0.3, 0.6)),

@@ -18,9 +18,11 @@ Closed loop (N users, think time Z, client round trip r; Schweitzer-Bard mean-va
 - fixed lengths and no think time: benchmark clients start together, the first prompts are packed g =
   floor(C / P') to a step, and since every request then lives exactly as many steps as the others, each group
   comes back together, one step after the group before it, and stays in lock-step (the phase locking that
-  Poisson arrivals never show). Each group's prompts run in one step (or, when P' > C, its own chunks with the
-  last one part-filled), arriving during the previous group's last step: TTFT = (that step - r - c) + its own
-  steps, the same for every request of a burst but the first, whose predecessor step is decode-only. Tokens
+  Poisson arrivals never show). Each group's prompts run in one step, arriving during the previous group's last
+  step: TTFT = (that step - r - c) + its own step. A prompt longer than the chunk (one a group) comes back while
+  the one ahead still fills whole chunks, so it lands in a full chunk step and is packed behind that prompt's
+  tail: TTFT = (Tc - r - c) + ceil(P' / C) Tc, the full steps its tokens straddle. The same for every request of
+  a burst but the first, whose predecessor step is decode-only (it runs its own chunks alone). Tokens
   come as deterministically: TPOT has the mean of the step mix and no spread.
   The simulator (simulate.py) locks so. Whether a spread on the clients' round trips breaks its groups depends
   on the spread against the steps: users who return during a long prefill step wait for it and join the next

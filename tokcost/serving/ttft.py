@@ -13,7 +13,8 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
   r + c after a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when others
   decode), and the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
 - lock-step groups (a closed loop with fixed lengths: the share w): (the previous group's last step - r - c)
-  + its own step(s), or (T0 - r - c) + its own for the first group of a burst.
+  + its own step; a prompt past the chunk, (Tc - r - c) + ceil(P' / C) Tc, packed behind the one ahead in full
+  steps (loop.py); or (T0 - r - c) + its own for the first group of a burst.
 Under overlap scheduling (SGLang from 0.4: the scheduler chooses step k + 1 while step k runs) an arrival that finds
 a step running is first scheduled into the step after the next one, so every branch that lands on a busy server
 also waits out that next step (lookahead_steps: a decode step, or with the share of steps that carry prefill, a
@@ -171,11 +172,16 @@ def _lock_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_d
     """(share, TTFT) of lock-step groups: the first of a burst, and the rest, each after the group before it."""
     t0 = pt.decode_step_s
     last = locked_step(r, pt, prompt, alone)
-    own = alone if prompt.tokens > r.chunk else last  # one prompt a group and its own chunks, or g in one step
+    own = alone if prompt.tokens > r.chunk else last  # a burst's first: its own chunks alone, or g in one step
     users = pt.batch + pt.rate_rps * (own + r.loop.offset_s)  # decoding, or on their way to a first token
     first = min(1.0, group_size(prompt.tokens, r.chunk, pt.batch) / max(users, 1.0))
-    return [(first * (1 - p_dec), own), (first * p_dec, own + r.loop.residual(t0)),
-            (1 - first, own + r.loop.residual(last))]  # fmt: skip
+    # a returning group lands in the last step of the one before it; a prompt past the chunk lands in a full chunk
+    # of the one ahead and is packed behind its tail: ceil(P' / C) full steps of its own (loop.py)
+    if prompt.tokens > r.chunk:
+        behind = r.loop.residual(pt.chunk_step_s) + pt.chunk_step_s * math.ceil(prompt.tokens / r.chunk)
+    else:
+        behind = own + r.loop.residual(last)
+    return [(first * (1 - p_dec), own), (first * p_dec, own + r.loop.residual(t0)), (1 - first, behind)]
 
 
 def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
