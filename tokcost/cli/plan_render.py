@@ -7,6 +7,7 @@ from tokcost import fmt
 from tokcost.cli.render import Table, flash_note
 from tokcost.engine.band import band_of
 from tokcost.serving.fleet import Fleet
+from tokcost.serving.loop import PARTIAL_LOCK
 from tokcost.serving.search import Plan, Row, precision_parts, row_label, short_label
 from tokcost.serving.traffic import Slo
 
@@ -155,7 +156,8 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
     if t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
         out.append(
             "Fixed lengths and no think time: users can fall into lock-step, each group waiting out the one before "
-            "it; p90 TTFT is for users who do not, and lock-step is their p90 TTFT (where they differ by over 10%)."
+            f"it; p90 TTFT prices {PARTIAL_LOCK:.0%} of them so (published runs lock partly), lock-step all of them "
+            "(where they differ by over 10%)."
         )
     if top is not None:
         band = band_of(top.deployment.engine, top.deployment.gpu.platform)

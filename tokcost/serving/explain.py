@@ -35,8 +35,9 @@ SERVING_MODEL = [
     "decode step on average; closed loop: the whole step less the client's round trip) + the M/G/1 wait on packed "
     "prefill work behind a backlog (chance lambda E[P'] Tc / C: a step takes every waiting prompt up to C tokens; "
     "Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks + "
-    "the tokens packed beside it in its last step. Fixed lengths in a closed loop: users who stay in lock-step "
-    "groups (each waiting out the group before it) are the other end of the range, shown as lock-step.",
+    "the tokens packed beside it in its last step. Fixed lengths in a closed loop: a stated share of the users "
+    "comes back in lock-step groups (each waiting out the group before it; published runs lock partly), and all "
+    "of them locked is the other end of the range, shown as lock-step.",
     "TPOT per request = T0 + kappa x prefill time in its lifetime / n, kappa = 1 - T0/Tp (1 with prefill apart): "
     "a compound Poisson sum (variance "
     "lambda L E[S^2]) plus the batch's swing (Poisson; binomial for N users), amplified by the batch's feedback "
@@ -239,8 +240,9 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
              f"{t.think_time_s:g} s) = {users:,.1f} per replica"]  # fmt: skip
     step = pt.tpot_mean_s
     if r.loop.lockable and r.loop.step_share(step) > 0.5:
-        lines.append("fixed lengths, no think time: users may come back in lock-step groups, each waiting out the "
-                     "group before it (the lock-step TTFT); the primary figures are for users who do not")  # fmt: skip
+        lines.append(f"fixed lengths, no think time: users come back partly in lock-step groups, each waiting out the "
+                     f"group before it; the primary figures price {r.loop.locked:.0%} of them so (a stated share: "
+                     "published closed loops measure between the ends), the lock-step TTFT all of them")  # fmt: skip
     if r.loop.step_share(step) > 0.5:
         lines.append(f"no think time: each request lands {fmt.ms(r.loop.offset_s)} after a step boundary and waits "
                      "out that step; the prefill queue sees arrivals per step, not per second")  # fmt: skip

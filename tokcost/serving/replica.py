@@ -409,7 +409,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         if not self.loop.lockable:
             return None
         locked = copy.copy(self)
-        locked.loop = replace(self.loop, locked=True)
+        locked.loop = replace(self.loop, locked=1.0)
         locked.stable_batch = locked.queue_stable_batch()  # its own loop's (the steady states never read it)
         return locked
 

@@ -9,12 +9,12 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
   after its own, uniform up to what arrives before that step starts (at most `align` of a chunk on average
   when a backlog fills every step). M/G/1 on prefill work uses the variance of the prompt lengths (M/D/1
   when they are fixed);
-- step-locked (a closed loop whose lengths vary: the share w = T / (T + Z)): the same, but the request lands
-  r + c after a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when others
-  decode), and the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
-- lock-step groups (a closed loop with fixed lengths: the share w): (the previous group's last step - r - c)
-  + its own step; a prompt past the chunk, (Tc - r - c) + ceil(P' / C) Tc, packed behind the one ahead in full
-  steps (loop.py); or (T0 - r - c) + its own for the first group of a burst.
+- step-locked (a closed loop: the share w = T / (T + Z), less its lock-step groups): the same, but the request
+  lands r + c after a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when
+  others decode), and the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
+- lock-step groups (fixed lengths: w x the locked share, loop.PARTIAL_LOCK): (the previous group's last step
+  - r - c) + its own step; a prompt past the chunk, (Tc - r - c) + ceil(P' / C) Tc, packed behind the one ahead
+  in full steps (loop.py); or (T0 - r - c) + its own for the first group of a burst.
 Under overlap scheduling (SGLang from 0.4: the scheduler chooses step k + 1 while step k runs) an arrival that finds
 a step running is first scheduled into the step after the next one, so every branch that lands on a busy server
 also waits out that next step (lookahead_steps: a decode step, or with the share of steps that carry prefill, a
@@ -94,9 +94,10 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
                     out.append((locked_steps * w * p * q, alone + busy + r.loop.residual(step), 0.0, 1.0,
                                 joined(step)))  # fmt: skip
             out.append((locked_steps * w * backlog, own, theta, shape, width))
-        if lock > 0:
-            out += [(prompt.weight * lock * share * q, constant + busy, 0.0, 1.0, 0.0) for share, constant in
-                    _lock_step(r, pt, prompt, alone, p_dec) for q, busy in ahead]  # fmt: skip
+        if lock > 0:  # the first of a burst finds an idle server when nobody decodes: no step chosen before it
+            out += [(prompt.weight * lock * share * q, constant + busy, 0.0, 1.0, 0.0)
+                    for share, constant, found_busy in _lock_step(r, pt, prompt, alone, p_dec)
+                    for q, busy in (ahead if found_busy else IDLE)]  # fmt: skip
     return _with_admission(_with_window(out, r, pt), pt)
 
 
@@ -168,8 +169,11 @@ def locked_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float | N
     return alone + (tc - alone) * (g - 1) * prompt.tokens / span if span > 0 else alone
 
 
-def _lock_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_dec: float) -> list[tuple[float, float]]:
-    """(share, TTFT) of lock-step groups: the first of a burst, and the rest, each after the group before it."""
+def _lock_step(
+    r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_dec: float
+) -> list[tuple[float, float, bool]]:
+    """(share, TTFT, whether it lands on a running step) of lock-step groups: the first of a burst, and the rest,
+    each after the group before it."""
     t0 = pt.decode_step_s
     last = locked_step(r, pt, prompt, alone)
     own = alone if prompt.tokens > r.chunk else last  # a burst's first: its own chunks alone, or g in one step
@@ -181,7 +185,11 @@ def _lock_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_d
         behind = r.loop.residual(pt.chunk_step_s) + pt.chunk_step_s * math.ceil(prompt.tokens / r.chunk)
     else:
         behind = own + r.loop.residual(last)
-    return [(first * (1 - p_dec), own), (first * p_dec, own + r.loop.residual(t0)), (1 - first, behind)]
+    return [
+        (first * (1 - p_dec), own, False),
+        (first * p_dec, own + r.loop.residual(t0), True),
+        (1 - first, behind, True),
+    ]
 
 
 def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
