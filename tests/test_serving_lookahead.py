@@ -105,7 +105,8 @@ def test_one_user_finds_an_idle_server_so_nothing_changes():
     plain, ahead = _replica(traffic, lookahead=False), _replica(traffic, lookahead=True)
     a, b = state_at_users(plain, 1, 0.0), state_at_users(ahead, 1, 0.0)
     for q in (0.5, 0.9, 0.99):
-        assert percentile(ahead, b, "ttft", q) == pytest.approx(percentile(plain, a, "ttft", q), rel=1e-9)
+        # the same tail: its percentiles agree to the search's bracket (queueing.QUANTILE_TOLERANCE, 1e-7)
+        assert percentile(ahead, b, "ttft", q) == pytest.approx(percentile(plain, a, "ttft", q), rel=1e-6)
     with_, without = (simulate(r.steps, traffic, 2048, requests=200, lookahead=la)
                       for r, la in ((ahead, True), (plain, False)))  # fmt: skip
     assert with_.ttft_s == pytest.approx(without.ttft_s, rel=1e-12)

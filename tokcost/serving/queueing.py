@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 EPS = 1e-12
 NORMAL_SHAPE = 1e4  # gamma shapes above this are read as normal
-QUANTILE_TOLERANCE = 1e-5  # relative width at which a percentile's bisection stops
+QUANTILE_TOLERANCE = 1e-7  # relative width of the bracket at which a percentile's search stops
 WILSON_HILFERTY_SHAPE = 30.0  # above it the gamma tail comes from Wilson-Hilferty's cube-root normal (error < 1e-3)
 
 
@@ -266,9 +266,26 @@ def quantile(tail: Callable[[float], float], q: float, lo: float, hi: float) -> 
         hi *= 2
     else:  # still above the target 2^200 times past the guess: the mass beyond it never arrives
         return math.inf
+    return _regula_falsi(tail, target, lo, hi)
+
+
+def _regula_falsi(tail: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    """The bracket [lo, hi] (tail(lo) > target >= tail(hi)) closed to QUANTILE_TOLERANCE of hi by regula falsi with
+    the Illinois step (an end that stays has its distance from the target halved, so both ends close in; a step that
+    rounds onto an end takes the midpoint): the same answer as bisection, hi, in about a third of its tail
+    evaluations (each a sum over the latency's branches)."""
+    f_lo, f_hi, side = tail(lo) - target, tail(hi) - target, 0
     for _ in range(100):
         if hi - lo <= QUANTILE_TOLERANCE * hi:
             break
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if tail(mid) <= target else (mid, hi)
+        x = lo + (hi - lo) * f_lo / (f_lo - f_hi) if f_lo != f_hi else (lo + hi) / 2
+        if not lo < x < hi:
+            x = (lo + hi) / 2
+        f = tail(x) - target
+        if f <= 0:
+            hi, f_hi = x, f
+            f_lo, side = (f_lo / 2 if side == 1 else f_lo), 1  # the low end stayed: halve its distance
+        else:
+            lo, f_lo = x, f
+            f_hi, side = (f_hi / 2 if side == -1 else f_hi), -1
     return hi
