@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, replace
 
 from tokcost.serving.latency import broken_slos, e2e_mean
+from tokcost.serving.queueing import regula_falsi
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
 
@@ -90,33 +91,18 @@ def capacity(replica: Replica, slos: list[Slo]) -> Capacity:
 
 
 def _bisect_load(replica: Replica, measure, target: float) -> LoadPoint | None:  # noqa: ANN001
-    """The state whose increasing `measure(state)` equals target, or None at or past the load limit.
-
-    Regula falsi with the Illinois step (an end that stays has its excess halved, so both ends close in) within a
-    bracket of the load (a step that rounds onto an end takes bisection's midpoint). It stops
-    when the bracket is within 1e-9 of the load, as bisection did, or when a state meets the target within 1e-10 of
-    it (that state is the answer): a handful of steady-state solves where bisection took about 30."""
+    """The state whose increasing `measure(state)` equals target, or None at or past the load limit: the load
+    bracketed to 1e-9 of itself, or one meeting the target to 1e-10 (queueing.regula_falsi: a handful of
+    steady-state solves where bisection took ~30)."""
     limit = replica.load_limit()
     high = measure(replica.state(limit)) - target if limit > 0 else 0.0
     if limit <= 0 or high <= 0:
         return None
-    lo, hi, f_lo, f_hi, side = 0.0, limit, measure(replica.state(0.0)) - target, high, 0
-    for _ in range(60):
-        if hi - lo <= 1e-9 * hi:
-            break
-        x = lo + (hi - lo) * f_lo / (f_lo - f_hi)
-        if not lo < x < hi:  # rounding at a converged end
-            x = (lo + hi) / 2
-        pt = replica.state(x)
-        f = measure(pt) - target
-        if abs(f) <= 1e-10 * abs(target):
-            return pt
-        if f < 0:
-            lo, f_lo = x, f
-            f_hi, side = (f_hi / 2 if side == -1 else f_hi), -1  # the high end stayed: halve its excess
-        else:
-            hi, f_hi = x, f
-            f_lo, side = (f_lo / 2 if side == 1 else f_lo), 1
+
+    def excess(load: float) -> float:
+        return measure(replica.state(load)) - target
+
+    lo, hi = regula_falsi(excess, 0.0, limit, excess(0.0), high, 1e-9, g_tolerance=1e-10 * abs(target))
     return replica.state((lo + hi) / 2)
 
 

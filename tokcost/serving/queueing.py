@@ -266,26 +266,40 @@ def quantile(tail: Callable[[float], float], q: float, lo: float, hi: float) -> 
         hi *= 2
     else:  # still above the target 2^200 times past the guess: the mass beyond it never arrives
         return math.inf
-    return _regula_falsi(tail, target, lo, hi)
+
+    def below(t: float) -> float:  # increasing in t: negative while the tail is still above the target
+        return target - tail(t)
+
+    return regula_falsi(below, lo, hi, below(lo), below(hi), QUANTILE_TOLERANCE)[1]
 
 
-def _regula_falsi(tail: Callable[[float], float], target: float, lo: float, hi: float) -> float:
-    """The bracket [lo, hi] (tail(lo) > target >= tail(hi)) closed to QUANTILE_TOLERANCE of hi by regula falsi with
-    the Illinois step (an end that stays has its distance from the target halved, so both ends close in; a step that
-    rounds onto an end takes the midpoint): the same answer as bisection, hi, in about a third of its tail
-    evaluations (each a sum over the latency's branches)."""
-    f_lo, f_hi, side = tail(lo) - target, tail(hi) - target, 0
+def regula_falsi(
+    g: Callable[[float], float],
+    lo: float,
+    hi: float,
+    g_lo: float,
+    g_hi: float,
+    rel_width: float,
+    g_tolerance: float = 0.0,
+) -> tuple[float, float]:
+    """The bracket [lo, hi] of an increasing g's sign change (g(lo) < 0 <= g(hi)) closed to rel_width of hi, or
+    (x, x) at the first x with |g(x)| <= g_tolerance: regula falsi with the Illinois step (an end that stays has its
+    g halved, so both ends close in; a step that rounds onto an end takes the midpoint). The same bracket bisection
+    closes, in about a third of its evaluations of g."""
+    side = 0
     for _ in range(100):
-        if hi - lo <= QUANTILE_TOLERANCE * hi:
+        if hi - lo <= rel_width * hi:
             break
-        x = lo + (hi - lo) * f_lo / (f_lo - f_hi) if f_lo != f_hi else (lo + hi) / 2
+        x = lo + (hi - lo) * g_lo / (g_lo - g_hi) if g_lo != g_hi else (lo + hi) / 2
         if not lo < x < hi:
             x = (lo + hi) / 2
-        f = tail(x) - target
-        if f <= 0:
-            hi, f_hi = x, f
-            f_lo, side = (f_lo / 2 if side == 1 else f_lo), 1  # the low end stayed: halve its distance
+        value = g(x)
+        if abs(value) <= g_tolerance:
+            return x, x
+        if value < 0:
+            lo, g_lo = x, value
+            g_hi, side = (g_hi / 2 if side == -1 else g_hi), -1  # the high end stayed: halve its g
         else:
-            lo, f_lo = x, f
-            f_hi, side = (f_hi / 2 if side == -1 else f_hi), -1
-    return hi
+            hi, g_hi = x, value
+            g_lo, side = (g_lo / 2 if side == 1 else g_lo), 1
+    return lo, hi
