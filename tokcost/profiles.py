@@ -242,10 +242,12 @@ class EraFields(BaseModel):
     # SDPA flash backend), which reach the GPU's `sustained.fa2_attention` share of its own on Hopper
     prefill_attention_kernel: Literal["native", "flash-attention-2"] = "native"
     prefill_attention_source: str = Field(default="", max_length=2000)  # where the kernel class comes from
-    # the class of its MoE grouped GEMM: "native" (each GPU's own: warpgroup MMA on Hopper) or "mma-sync" (an
+    # the class of its MoE grouped GEMM: "native" (each GPU's own: warpgroup MMA on Hopper), "mma-sync" (an
     # Ampere/Ada-generation CUTLASS grouped GEMM), whose experts reach the GPU's `sustained.mma_sync_gemm` share of
-    # its own GEMM on the compute side on Hopper
-    moe_gemm_kernel: Literal["native", "mma-sync"] = "native"
+    # its own GEMM on the compute side on Hopper, or "fused-moe" (a fused-MoE kernel that gathers each expert's token
+    # rows: vLLM's and SGLang's Triton fused_moe, AITER's on ROCm), which pays the GPU's `sustained.expert_rows` pace
+    # on top of its math
+    moe_gemm_kernel: Literal["native", "mma-sync", "fused-moe"] = "native"
     moe_gemm_source: str = Field(default="", max_length=2000)  # where the kernel class comes from
 
     # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it

@@ -39,6 +39,8 @@ from tokcost.engine.roofline import (
     NARROW_COMPUTE,
     UNHIDDEN_SOURCE,
     Rates,
+    expert_row_dtype,
+    expert_row_pace,
     fa2_share,
     kernel_class,
     kernel_rates,
@@ -508,10 +510,28 @@ def _first_clause(source: str) -> str:
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
     """The weight-only (dequantizing) class of each format this deployment's matmuls read that way, or ''."""
     ceiling = e.deployment.rates("ceiling")
-    formats = dict.fromkeys(f for kind, f in e.deployment.compiled.kernel_keys
+    formats = dict.fromkeys(f for kind, f, _ in e.deployment.compiled.kernel_keys
                             if kernel_class(kind, matmul_path(kind, f, ceiling)[1]) == "weight_only")  # fmt: skip
     return "".join(f", weight-only {f} {k.memory_of('weight_only', f):.3g}{mark('m.wo.' + kernel_family(f))}"
                    for f in formats)  # fmt: skip
+
+
+def _expert_rows_line(e: Estimate, rates: Rates) -> list[str]:
+    """The routed experts' gathered rows at the GPU's pace, where it states one (roofline.kernel_rate), or none."""
+    experts = next(((f, rf) for kind, f, rf in e.deployment.compiled.kernel_keys if kind == "experts" and rf), None)
+    if experts is None or e.deployment.engine.moe_gemm_kernel != "fused-moe":
+        return []
+    fmt_, row_flops = experts
+    path = matmul_path("experts", fmt_, rates)[0]
+    pace, figure = expert_row_pace(path, rates), e.gpu.hardware.expert_rows.get(expert_row_dtype(path, rates))
+    if not pace or figure is None:
+        return [f"routed experts' gathered rows: {e.deployment.engine.label}'s fused-MoE kernel has no pace published "
+                f"for {e.gpu.name} at {expert_row_dtype(path, rates)}, none priced"]  # fmt: skip
+    return [f"routed experts' gathered rows: {fmt.si(pace, 'elements/s')} in {e.deployment.engine.label}'s "
+            f"fused-MoE kernel, on top of their math (a token-expert "
+            f"pair's row is hidden + width elements, {row_flops:,.0f} FLOPs each through both GEMMs; 1 / rate is "
+            f"1 / GEMM rate + 1 / {fmt.si(row_flops * pace, 'FLOP/s')}); the ceiling: none "
+            f"[{figure.provenance}]"]  # fmt: skip
 
 
 def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
@@ -565,6 +585,7 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         lines.append(f"routed experts' compute x{moe:g} on top: {engine.label}'s MoE grouped GEMM is an Ampere/Ada-"
                      f"generation (mma.sync) kernel, which leaves {g.name}'s warpgroup MMA idle "
                      f"[{hw.mma_sync_gemm.provenance}]")  # fmt: skip
+    lines += _expert_rows_line(e, rates)
     fp8_cache = peak.compute_dtype == "fp8" and matmul_path("attention", e.precision.kv, peak)[0] == "attention"
     if fp8_cache and not rates.fp8_attention:
         why = ("its kernels are FlashAttention-2-class, which have no FP8 path" if e.precision.fused_attention

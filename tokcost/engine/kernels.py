@@ -45,6 +45,9 @@ class Stage(Generic[N]):
     ranks: int = 1  # GPUs the collective spans
     note: str = ""  # how the numbers were counted, for --explain and --journey
     crosses_nodes: bool = False  # a send/recv between pipeline stages on different nodes (rides the network)
+    # FLOPs per element of the rows a grouped GEMM gathers (routed experts: each token-expert pair's row through
+    # both expert GEMMs), whose elements it pays at the GPU's row pace on top of its math (0: not such a kernel)
+    row_flops: float = 0.0
 
     @property
     def bytes(self) -> N | float:

@@ -99,6 +99,7 @@ def moe_stages(
             weight_bytes=weight,
             weight_format=p.experts,
             note=f"{touched:,.2f} of {local} {what} on the busiest rank touched, {pairs:,.1f} token-expert pairs",
+            row_flops=6 * h * inter / (h + inter),  # each pair's row: h into gate/up (2 x inter), inter into down (h)
         )
     )
     if ep > 1:

@@ -91,6 +91,10 @@ class Rates:
     fp8_attention: bool = True  # attention takes FP8 operands with an FP8 cache (FlashAttention-2-class kernels: no)
     # routed experts multiply at the compute dtype (an Ampere grouped GEMM, EraFields.moe_gemm_kernel: at 16 bits only)
     narrow_experts: bool = True
+    # a grouped GEMM's gathered expert rows, in elements per second, at 16 bits and narrower (sustained.RowPace; 0:
+    # none priced, as on the ceiling)
+    expert_rows_per_s: float = 0.0
+    narrow_expert_rows_per_s: float = 0.0
 
     def host_s(self, sequences: float, dp: int = 1) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence, the sequences
@@ -200,7 +204,8 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         request_s=engine.request_overhead_us * US if client_side else 0.0,
         overlap=engine.comm_overlap,
         fp8_attention=not engine.fa2_kernels,  # FlashAttention-2 has no FP8 path
-        narrow_experts=engine.moe_gemm_kernel == "native",  # CUTLASS's Sm80 grouped GEMM takes 16-bit activations
+        narrow_experts=engine.moe_gemm_kernel != "mma-sync",  # CUTLASS's Sm80 grouped GEMM takes 16-bit activations
+        expert_rows=engine.moe_gemm_kernel == "fused-moe",
     )  # fmt: skip
 
 
@@ -228,10 +233,11 @@ def hardware_x_engine(
     launch_s: float = 0.0, kernel_s: float = 0.0, kernels_per_row: float = 1.0, one_host_thread: bool = False,
     request_s: float = 0.0,
     overlap: float = 0.0, unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
-    fp8_attention: bool = True, narrow_experts: bool = True,
+    fp8_attention: bool = True, narrow_experts: bool = True, expert_rows: bool = False,
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
-    candidates): every datasheet figure is the cap."""
+    candidates): every datasheet figure is the cap. `expert_rows`: the engine's fused-MoE kernel pays the GPU's row
+    paces (sustained.expert_rows)."""
     peak, copy = ceiling_rates(gpu, compute_dtype), gpu.hardware.copy_bandwidth.fraction
     return Rates(
         flops_per_s=peak.flops_per_s * _gemm_share(gpu, compute_dtype, peak.flops_per_s),
@@ -262,7 +268,15 @@ def hardware_x_engine(
         attention_floor_s=attention_floor_s,
         fp8_attention=fp8_attention,
         narrow_experts=narrow_experts,
+        expert_rows_per_s=_row_pace(gpu, "bf16") if expert_rows else 0.0,
+        narrow_expert_rows_per_s=_row_pace(gpu, "fp8") if expert_rows else 0.0,
     )
+
+
+def _row_pace(gpu: GpuSpec, dtype: Literal["bf16", "fp8"]) -> float:
+    """The GPU's measured pace of gathered expert rows at `dtype`'s class, in elements per second (0: none)."""
+    pace = gpu.hardware.expert_rows.get(dtype)
+    return pace.g_elements_per_s * 1e9 if pace is not None else 0.0
 
 
 _NATIVE: dict[str, tuple[str | None, bool]] = {}
@@ -371,20 +385,37 @@ class KernelRate:
     floor_s: float = 0.0  # fixed time of each occurrence, whatever its work (an attention kernel's: Rates)
 
 
-def kernel_rate(kind: str, weight_format: str, rates: Rates) -> KernelRate:
+def kernel_rate(kind: str, weight_format: str, rates: Rates, row_flops: float = 0.0) -> KernelRate:
     """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`:
-    the hardware's rate on each side times the engine's efficiency there, capped at the datasheet."""
+    the hardware's rate on each side times the engine's efficiency there, capped at the datasheet. A grouped GEMM
+    over gathered expert rows (`row_flops` FLOPs per element of them, Stage.row_flops) pays each element at the
+    GPU's row pace on top of its math."""
     path, dequantizing = matmul_path(kind, weight_format, rates)
     flops_per_s, peak_flops = _path_flops(rates, path)
     memory, compute = kernel_efficiency(kind, weight_format, rates, dequantizing)
     bytes_per_s = rates.cap(rates.bytes_per_s * memory, rates.peak_bytes_per_s)
     floor = rates.attention_floor_s if kind in KV_ATTENTION else 0.0
-    return KernelRate(rates.cap(flops_per_s * compute, peak_flops), bytes_per_s, bytes_per_s, rates.unhidden, floor)
+    flops_per_s = rates.cap(flops_per_s * compute, peak_flops)
+    pace = expert_row_pace(path, rates) if row_flops else 0.0
+    if pace:  # per FLOP: the math's time plus its share of a gathered row's elements at their pace
+        flops_per_s = 1 / (1 / flops_per_s + 1 / (row_flops * pace))
+    return KernelRate(flops_per_s, bytes_per_s, bytes_per_s, rates.unhidden, floor)
+
+
+def expert_row_pace(path: MatmulPath, rates: Rates) -> float:
+    """The row pace (elements/s) of experts multiplied on `path` (expert_row_dtype's)."""
+    return rates.narrow_expert_rows_per_s if expert_row_dtype(path, rates) == "fp8" else rates.expert_rows_per_s
+
+
+def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8"]:
+    """Which of a GPU's row paces (sustained.expert_rows) experts multiplied on `path` take: the narrow one at an
+    8-bit-or-narrower compute, else the 16-bit one."""
+    return "fp8" if path == "compute" and rates.compute_dtype in NARROW_COMPUTE else "bf16"
 
 
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
     """(FLOP/s, weight-stream B/s, other B/s) one stage's kernel runs at under `rates`."""
-    r = kernel_rate(stage.kind, stage.weight_format, rates)
+    r = kernel_rate(stage.kind, stage.weight_format, rates, stage.row_flops)
     return r.flops_per_s, r.weight_bytes_per_s, r.bytes_per_s
 
 
@@ -442,7 +473,7 @@ def stage_rate(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Kern
     """What one stage runs at: its kernel class's rates, or its collective's path."""
     if stage.collective is not None:
         return collective_rate(stage.collective, stage.ranks, rates, links, layout, crosses_nodes=stage.crosses_nodes)
-    return kernel_rate(stage.kind, stage.weight_format, rates)
+    return kernel_rate(stage.kind, stage.weight_format, rates, stage.row_flops)
 
 
 def priced(stage: Stage[float], rate: KernelRate | CollectiveRate) -> Priced:

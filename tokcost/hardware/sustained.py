@@ -43,10 +43,34 @@ class SustainedFigure(BaseModel):
     @property
     def provenance(self) -> str:
         """'measured: <short source>' or 'anchor: <assumption>', for --explain."""
-        first = self.source.split("; ")[0].strip().removeprefix("assumption: ")  # 'anchor:' says it already
-        if len(first) > SHORT_SOURCE_CHARS:
-            first = first[: SHORT_SOURCE_CHARS - 3].rstrip() + "..."
-        return f"{self.basis}: {first}"
+        return provenance(self.basis, self.source)
+
+
+def provenance(basis: str, source: str) -> str:
+    """'<basis>: <the source's first clause, clipped>' (an anchor's 'assumption: ' dropped: the basis says it)."""
+    first = source.split("; ")[0].strip().removeprefix("assumption: ")
+    if len(first) > SHORT_SOURCE_CHARS:
+        first = first[: SHORT_SOURCE_CHARS - 3].rstrip() + "..."
+    return f"{basis}: {first}"
+
+
+class RowPace(BaseModel):
+    """How fast a grouped GEMM over routed experts takes its gathered rows on this GPU: elements of the rows' inner
+    dimensions per second, a cost per token-expert pair on top of its math (roofline.kernel_rate). Read off a
+    published fused-MoE microbenchmark's time against tokens, where it grows linearly: the time per pair less its
+    FLOPs at the GPU's GEMM rate, over the elements each pair's row carries through both GEMMs (hidden + width)."""
+
+    model_config = _FROZEN
+
+    g_elements_per_s: float = Field(gt=0, le=100_000)  # billions of row elements per second
+    uncertainty: float = Field(ge=0, le=1)  # +- relative, from the sources' spread
+    basis: Literal["measured", "anchor"]
+    source: str = Field(min_length=1, max_length=4000)
+
+    @property
+    def provenance(self) -> str:
+        """'measured: <short source>' or 'anchor: <assumption>', for --explain."""
+        return provenance(self.basis, self.source)
 
 
 # Stated anchors for a spec without a `sustained` block: at or below the median of the built-in SKUs' measured
@@ -77,6 +101,9 @@ class Sustained(BaseModel):
     # the experts' compute side. None: the GPU's own kernels are of that class (Ampere, Ada), or no published figure
     # (the share is then 1)
     mma_sync_gemm: SustainedFigure | None = None
+    # the pace of a grouped GEMM over gathered expert rows (RowPace), by the dtype its experts multiply at: "bf16"
+    # for 16-bit, "fp8" for narrower compute. Missing: no published figure, and no such cost is priced
+    expert_rows: dict[Literal["bf16", "fp8"], RowPace] = Field(default_factory=dict)
 
     def gemm_for(self, dtype: str) -> SustainedFigure | None:
         """The GEMM share at `dtype`: its own entry, else its 16-bit partner's (fp16 <-> bf16), else None."""
@@ -98,6 +125,7 @@ class Sustained(BaseModel):
             out["fa2_attention"] = self.fa2_attention.provenance
         if self.mma_sync_gemm is not None:
             out["mma_sync_gemm"] = self.mma_sync_gemm.provenance
+        out.update({f"expert_rows.{dtype}": pace.provenance for dtype, pace in self.expert_rows.items()})
         return out
 
 

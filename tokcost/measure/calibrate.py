@@ -233,6 +233,7 @@ def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, band
         # what no probe here measures stays the base spec's: an older kernel class's share of the GPU's own
         fa2_attention=base.sustained.fa2_attention if base is not None and base.sustained is not None else None,
         mma_sync_gemm=base.sustained.mma_sync_gemm if base is not None and base.sustained is not None else None,
+        expert_rows=dict(base.sustained.expert_rows) if base is not None and base.sustained is not None else {},
     )  # fmt: skip
 
 

@@ -1,0 +1,139 @@
+"""A fused-MoE kernel (vLLM's and SGLang's Triton fused_moe, AITER's: `moe_gemm_kernel: fused-moe`) pays each
+gathered row's elements at the GPU's row pace on top of its math (`sustained.expert_rows`, read off published fused-MoE
+timings: the time per token-expert pair less its FLOPs at the GEMM rate). Fine-grained experts (a narrow width per
+GPU) are slowed most; decode, bound by the weights, hardly at all; the ceiling and other kernel classes pay none."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokcost.engine.estimate import deployment, estimate
+from tokcost.engine.roofline import ceiling_rates, expected_rates, hardware_x_engine, kernel_rate, kernel_slopes
+from tokcost.engine.workload import Workload
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+from tokcost.profiles import IDENTITY, load_engine
+
+QWEN3_30B = load_model("qwen3-30b-a3b")
+
+
+def _experts(model, gpu: str, tp: int, tokens: int):
+    """The routed experts' stage of one prefill pass of `tokens` tokens at TP `tp`."""
+    d = deployment(model, load_gpu(gpu), Workload(tp=tp))
+    cost = d.prefill(d.rates("ceiling"), batch=1, prompt=tokens, cached=0)
+    return next(p.stage for p in cost.stages if p.stage.name == "routed experts")
+
+
+def test_row_flops_are_both_gemms_over_the_elements_each_pair_carries():
+    stage = _experts(QWEN3_30B, "h100-sxm", 1, 256)
+    h, i = QWEN3_30B.hidden_size, QWEN3_30B.moe.expert_intermediate_size  # 2048, 768
+    # each pair: 2 x 3 x h x i FLOPs over h elements into gate/up and i into down
+    assert stage.row_flops == pytest.approx(6 * 2048 * 768 / (2048 + 768))
+    assert (h, i) == (2048, 768)
+    wide = _experts(QWEN3_30B, "h100-sxm", 2, 256)  # a TP shard halves the width each row meets
+    assert wide.row_flops == pytest.approx(6 * 2048 * 384 / (2048 + 384))
+
+
+def test_the_rate_is_the_math_plus_the_rows_by_hand():
+    gpu = load_gpu("h200")
+    rates = expected_rates(gpu, "bf16", load_engine("vllm"))
+    plain = kernel_rate("experts", "bf16", rates)
+    row_flops = 6 * 2048 * 768 / 2816
+    slowed = kernel_rate("experts", "bf16", rates, row_flops)
+    pace = gpu.hardware.expert_rows["bf16"].g_elements_per_s * 1e9  # 296 G/s, vLLM PR 44818
+    assert pace == pytest.approx(296e9)
+    assert 1 / slowed.flops_per_s == pytest.approx(1 / plain.flops_per_s + 1 / (row_flops * pace))
+    assert slowed.weight_bytes_per_s == plain.weight_bytes_per_s  # the weight stream is untouched
+
+
+def test_fp8_experts_take_the_narrow_pace():
+    gpu = load_gpu("h100-sxm")
+    rates = expected_rates(gpu, "fp8", load_engine("vllm"))
+    row_flops = 6 * 7168 * 256 / (7168 + 256)
+    slowed, plain = kernel_rate("experts", "fp8", rates, row_flops), kernel_rate("experts", "fp8", rates)
+    assert 1 / slowed.flops_per_s - 1 / plain.flops_per_s == pytest.approx(1 / (row_flops * 72e9))
+    # the same engine's experts at 16 bits take the 16-bit pace (Triton's BF16 kernel: 296 G/s on Hopper)
+    sixteen = expected_rates(gpu, "bf16", load_engine("vllm"))
+    slow16, plain16 = kernel_rate("experts", "bf16", sixteen, row_flops), kernel_rate("experts", "bf16", sixteen)
+    assert 1 / slow16.flops_per_s - 1 / plain16.flops_per_s == pytest.approx(1 / (row_flops * 296e9))
+
+
+@pytest.mark.parametrize("engine", ["tensorrt-llm", "tensorrt-llm@0.9", "generic", "llama.cpp", "vllm@eager"])
+def test_other_kernel_classes_pay_no_rows(engine):
+    rates = expected_rates(load_gpu("h100-sxm"), "fp8", load_engine(engine))
+    assert kernel_rate("experts", "fp8", rates, 3000.0) == kernel_rate("experts", "fp8", rates)
+
+
+ERA_KERNELS = [("vllm", "fused-moe"), ("vllm@0.6", "fused-moe"), ("vllm@enforce-eager", "fused-moe"),
+               ("sglang", "fused-moe"), ("tensorrt-llm", "native"), ("tensorrt-llm@0.9", "mma-sync")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("engine", "kernel"), ERA_KERNELS)
+def test_each_era_states_its_moe_kernel_class_and_why(engine, kernel):
+    era = load_engine(engine)
+    assert era.moe_gemm_kernel == kernel
+    assert kernel == "native" or "grouped GEMM" in era.moe_gemm_source or "fused" in era.moe_gemm_source
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "mi300x", "l40s"])
+def test_the_ceiling_and_other_kernels_pay_no_rows(gpu):
+    g = load_gpu(gpu)
+    ceiling = ceiling_rates(g, "fp8" if "fp8" in g.peak_tflops else "bf16")
+    assert kernel_rate("experts", "bf16", ceiling, 1000.0) == kernel_rate("experts", "bf16", ceiling)
+    expected = expected_rates(g, "bf16", load_engine("vllm"))
+    assert kernel_rate("matmul", "bf16", expected, 0.0) == kernel_rate("matmul", "bf16", expected)
+
+
+def test_a_gpu_without_a_published_pace_pays_none():
+    g = load_gpu("b200")
+    assert g.hardware.expert_rows == {}
+    rates = expected_rates(g, "fp8", load_engine("vllm"))
+    assert kernel_rate("experts", "fp8", rates, 3000.0) == kernel_rate("experts", "fp8", rates)
+
+
+# AITER's tuned fused MoE on an MI300X at BF16, Qwen3-235B-A22B's experts (E 128, K 4096, top 8), us at 16,384 and
+# 32,768 tokens (ROCm/aiter qwen3_235b_bf16_tuned_fmoe.csv): one pace (315 G/s) stands for both widths
+AITER_MI300X = {192: (2874.94, 5610.76), 384: (4216.91, 7767.44)}
+
+
+@pytest.mark.parametrize("width", sorted(AITER_MI300X))
+def test_one_pace_gives_both_published_widths_slopes(width):
+    gpu = load_gpu("mi300x")
+    rates = hardware_x_engine(gpu, "bf16", IDENTITY, expert_rows=True)  # the kernel's time as its table reads it
+    k, per_token = 8, (AITER_MI300X[width][1] - AITER_MI300X[width][0]) * 1e-6 / 16384
+    flops = 2 * k * 3 * 4096 * width  # a token's FLOPs through its 8 experts
+    rate = kernel_rate("experts", "bf16", rates, 6 * 4096 * width / (4096 + width))
+    compute_s, _ = kernel_slopes(flops, 0.0, 0.0, rate)  # per token: the call's fixed time apart
+    assert compute_s == pytest.approx(per_token, rel=0.06)
+
+
+def test_fine_grained_experts_slow_prefill_far_more_than_decode():
+    def times(gpu: str):
+        r = estimate(load_model("deepseek-r1"), gpu, Workload(batch=8, prompt_tokens=2048, output_tokens=256, tp=8),
+                     engine=load_engine("sglang"))  # fmt: skip
+        return r.expected.ttft_s, r.expected.tpot_s
+
+    (ttft, tpot), (ttft0, tpot0) = times(load_gpu("h200")), times(without_row_paces("h200"))
+    assert ttft / ttft0 > 2.0  # 16,384 tokens through 256 experts of width 256 at 60 G/s
+    assert 1.0 <= tpot / tpot0 < 1.05  # eight sequences: the weight stream hides the rows
+
+
+def test_explain_prints_the_pace_its_bound_and_its_source(cli):
+    out = cli("estimate", "-m", "deepseek-r1", "-g", "h200", "--tp", "8", "--engine", "sglang", "--explain").stdout
+    line = next(x for x in out.splitlines() if "routed experts' gathered rows" in x)
+    row_flops = 6 * 7168 * 256 / (7168 + 256)  # 1,483 FLOPs per element at TP 8
+    assert f"{row_flops:,.0f} FLOPs each" in line
+    assert f"1 / {row_flops * 72e9 / 1e12:.4g} TFLOP/s" in line  # 106.8: the rows alone at 72 G elements/s
+    assert "72.00 Gelements/s" in line and "anchor: the H100 SXM's figure" in line
+    bare = cli("estimate", "-m", "qwen3-30b-a3b", "-g", "b200", "--engine", "vllm", "--explain").stdout
+    assert "vllm@v1's fused-MoE kernel has no pace published for b200 at bf16, none priced" in bare
+    cutlass = cli("estimate", "-m", "deepseek-r1", "-g", "h200", "--tp", "8", "--engine", "tensorrt-llm", "--explain")
+    assert "gathered rows" not in cutlass.stdout
+    dense = cli("estimate", "-m", "llama-3.1-8b", "-g", "h200", "--explain").stdout
+    assert "gathered rows" not in dense
+
+
+def without_row_paces(name: str):
+    """The built-in GPU without its row paces (sustained.expert_rows): no gathered-row cost."""
+    g = load_gpu(name)
+    return g.model_copy(update={"sustained": g.hardware.model_copy(update={"expert_rows": {}})})
