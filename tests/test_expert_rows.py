@@ -5,6 +5,8 @@ GPU) are slowed most; decode, bound by the weights, hardly at all; the ceiling a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tokcost.engine.estimate import deployment, estimate
@@ -15,6 +17,7 @@ from tokcost.models.library import load_model
 from tokcost.profiles import IDENTITY, load_engine
 
 QWEN3_30B = load_model("qwen3-30b-a3b")
+ROOT_SPECS = Path(__file__).resolve().parents[1] / "tokcost" / "specs" / "gpus"
 
 
 def _experts(model, gpu: str, tp: int, tokens: int):
@@ -137,3 +140,17 @@ def without_row_paces(name: str):
     """The built-in GPU without its row paces (sustained.expert_rows): no gathered-row cost."""
     g = load_gpu(name)
     return g.model_copy(update={"sustained": g.hardware.model_copy(update={"expert_rows": {}})})
+
+
+def test_a_pace_for_a_dtype_with_no_such_kernel_class_is_refused_in_one_line(cli, tmp_path):
+    text = (ROOT_SPECS / "h200.yaml").read_text().replace("  expert_rows:\n    bf16:", "  expert_rows:\n    fp4:", 1)
+    path = tmp_path / "my-h200.yaml"
+    path.write_text(text.replace("name: h200", "name: my-h200", 1))
+    before = path.read_text()
+    r = cli("estimate", "-m", "qwen3-30b-a3b", "-g", str(path))
+    assert r.exit_code == 2
+    assert (
+        r.stderr.strip()
+        == f"error: {path}: sustained.expert_rows.fp4.[key]: Input should be 'bf16' or 'fp8' (got 'fp4')"
+    )
+    assert path.read_text() == before  # nothing the user wrote is touched
