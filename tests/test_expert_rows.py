@@ -154,3 +154,12 @@ def test_a_pace_for_a_dtype_with_no_such_kernel_class_is_refused_in_one_line(cli
         == f"error: {path}: sustained.expert_rows.fp4.[key]: Input should be 'bf16' or 'fp8' (got 'fp4')"
     )
     assert path.read_text() == before  # nothing the user wrote is touched
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h800"])
+def test_gh100_siblings_take_the_h100_s_paces_as_anchors_with_their_sources(gpu):
+    own, h100 = load_gpu(gpu).hardware.expert_rows, load_gpu("h100-sxm").hardware.expert_rows
+    assert {k: v.g_elements_per_s for k, v in own.items()} == {k: v.g_elements_per_s for k, v in h100.items()}
+    assert {k: (v.g_elements_per_s, v.basis) for k, v in h100.items()} == {"bf16": (296.0, "anchor"),
+                                                                        "fp8": (72.0, "measured")}  # fmt: skip
+    assert own["fp8"].basis == "anchor" and "vLLM PR 24700" in own["fp8"].source
