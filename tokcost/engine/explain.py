@@ -523,10 +523,11 @@ def _expert_rows_line(e: Estimate, rates: Rates) -> list[str]:
         return []
     fmt_, row_flops = experts
     path = matmul_path("experts", fmt_, rates)[0]
-    pace, figure = expert_row_pace(path, rates), e.gpu.hardware.expert_rows.get(expert_row_dtype(path, rates))
-    if not pace or figure is None:
+    dtype = expert_row_dtype(path, rates)
+    figure, pace = e.gpu.hardware.expert_rows.get(dtype), expert_row_pace(path, rates)  # the rates hold the figure's
+    if figure is None:
         return [f"routed experts' gathered rows: {e.deployment.engine.label}'s fused-MoE kernel has no pace published "
-                f"for {e.gpu.name} at {expert_row_dtype(path, rates)}, none priced"]  # fmt: skip
+                f"for {e.gpu.name} at {dtype}, none priced"]  # fmt: skip
     return [f"routed experts' gathered rows: {fmt.si(pace, 'elements/s')} in {e.deployment.engine.label}'s "
             f"fused-MoE kernel, on top of their math (a token-expert "
             f"pair's row is hidden + width elements, {row_flops:,.0f} FLOPs each through both GEMMs; 1 / rate is "
