@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tokcost.errors import SpecError
 from tokcost.models.hf_import import TESTED, from_hf_config
@@ -309,6 +310,24 @@ def test_a_folder_name_becomes_a_one_line_name_of_at_most_200_characters():
     cfg = json.loads((HF / "llama.json").read_text())
     assert from_hf_config(cfg, "c.json", name="my\nmodel\t v2").name == "my model v2"
     assert from_hf_config(cfg, "c.json", name="x" * 240).name == "x" * 200
+
+
+def test_a_name_given_stays_whole_and_a_configs_own_path_gives_its_last_part():
+    cfg = json.loads((HF / "llama.json").read_text())
+    assert from_hf_config(cfg, "c.json", name="meta-llama/Llama-3.1-8B").name == "meta-llama/Llama-3.1-8B"
+    assert from_hf_config({**cfg, "_name_or_path": "/ckpt/org/My-Model/"}, "c.json").name == "My-Model"
+    assert from_hf_config({k: v for k, v in cfg.items() if k != "_name_or_path"}, "c.json").name == "llama"
+
+
+def test_import_names_the_spec_as_given_or_after_the_configs_folder(cli, tmp_path, monkeypatch):
+    folder = tmp_path / "Qwen3-Tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF / "llama.json").read_text())
+    monkeypatch.chdir(folder)
+    named = cli("specs", "import", "config.json", "--name", "org/Qwen3-Tiny-v2")
+    assert named.exit_code == 0 and yaml.safe_load(named.stdout)["name"] == "org/Qwen3-Tiny-v2"
+    plain = cli("specs", "import", "config.json")  # no folder in the path: the working one
+    assert plain.exit_code == 0 and yaml.safe_load(plain.stdout)["name"] == "Qwen3-Tiny"
 
 
 # ---- issue 22: one strict rule for a config value's type; contradictory quantization flags refused ----

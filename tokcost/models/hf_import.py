@@ -241,7 +241,8 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     for key in REQUIRED:
         if not {key, aliases.get(key)} & (raw_text or data).keys():
             raise SpecError(where, "required key is missing", field=prefix + key)
-    spec = _spec(text, where, prefix, name or data.get("_name_or_path"), model_type)
+    label = _one_line(name) if name is not None else _clean_name(data.get("_name_or_path"))  # a name given stays whole
+    spec = _spec(text, where, prefix, label, model_type)
     spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
@@ -278,7 +279,7 @@ def _tied(data: dict[str, Any], raw_text: dict[str, Any] | None, text: Any) -> b
     return getattr(text, "tie_word_embeddings", None) is True
 
 
-def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dict[str, Any]:
+def _spec(text: Any, where: str, prefix: str, name: str | None, model_type: str) -> dict[str, Any]:
     """ModelSpec fields from the decoder's normalized config attributes and its architecture's facts."""
     facts = FACTS.get(text.model_type, Facts())
     n = text.num_hidden_layers
@@ -289,7 +290,7 @@ def _spec(text: Any, where: str, prefix: str, name: Any, model_type: str) -> dic
     bias = bool(getattr(text, facts.bias_key, False))
     mla = getattr(text, "kv_lora_rank", None)
     spec: dict[str, Any] = {
-        "name": _clean_name(name) or model_type,
+        "name": name or model_type,
         "source": where.encode("utf-8", "backslashreplace").decode()[:2000],  # a path's undecodable bytes as \udcxx
         "layers": n, "hidden_size": text.hidden_size, "attention_heads": text.num_attention_heads,
         "kv_heads": getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
@@ -354,10 +355,13 @@ def _error_keys(prefix: str, raw: dict[str, Any]) -> dict[str, str]:
 
 
 def _clean_name(value: Any) -> str | None:
-    """A name on one line: the last part of a path or repo id, whitespace runs as one space, at most 200."""
-    if not isinstance(value, str):
-        return None
-    flat = " ".join(value.rstrip("/").rpartition("/")[2].split())
+    """A config's own `_name_or_path` as a name: the last part of its path or repo id, on one line."""
+    return _one_line(value.rstrip("/").rpartition("/")[2]) if isinstance(value, str) else None
+
+
+def _one_line(value: str) -> str | None:
+    """A name on one line: whitespace runs as one space, printable characters only, at most 200."""
+    flat = " ".join(value.split())
     return "".join(c for c in flat if c.isprintable())[:200] or None
 
 

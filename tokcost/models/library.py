@@ -28,7 +28,8 @@ def model_from(where: str, data: dict[str, Any], name: str | None = None) -> Mod
 def name_from_path(path: str) -> str:
     """A model's default name: the folder of a `config.json` (any case), else the file's stem."""
     p = Path(path)
-    return p.parent.name if p.name.lower() == "config.json" and p.parent.name else p.stem
+    folder = p.absolute().parent.name  # `config.json` in the working folder: that folder's name
+    return folder if p.name.lower() == "config.json" and folder else p.stem
 
 
 def builtin_models() -> list[str]:
