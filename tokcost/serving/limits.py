@@ -17,7 +17,7 @@ from tokcost.serving.queueing import erlang_c
 
 Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
 SATURATION_MARGIN = 1 - 1e-6
-STABLE_TOLERANCE = 1e-5  # relative width at which the stable batch's bisection stops
+STABLE_TOLERANCE = 1e-3  # the stable batch's bracket, relative: the rate there is flat in the batch (1e-5: 1e-4)
 CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
 
 

@@ -95,9 +95,14 @@ def step_share(
         # of the same mean and variance, at its 3 Gauss-Hermite nodes
         s = math.sqrt(math.log1p(var / mean**2))
         nodes = [(w, at(mean * math.exp(z * s - s * s / 2))) for w, z in GAUSS_HERMITE_3]
-    else:
+    else:  # k joiners put l + k E[P'] tokens in the step (under C: `terms` stops short of the k that fill it)
         terms = min(full, math.ceil(mean + TAIL_SDS * sd + 20))
-        nodes = [(p, at(k)) for k, p in enumerate(joiners.pmf(terms))]
-        nodes.append((max(1 - sum(p for p, _ in nodes), 0.0), at(terms)))  # steps the joiners fill, or nearly
-    share = sum(p * last_tokens / x for p, x in nodes)
-    return share, sum(p * step_s(x) * last_tokens / x for p, x in nodes)
+        pmf = joiners.pmf(terms)
+        nodes = [(p, last_tokens + k * joiner_tokens) for k, p in enumerate(pmf)]
+        nodes.append((max(1 - sum(pmf), 0.0), at(terms)))  # steps the joiners fill, or nearly
+    share = seconds = 0.0
+    for p, x in nodes:  # one pass: both sums in the order the nodes come
+        part = p * last_tokens / x
+        share += part
+        seconds += p * step_s(x) * last_tokens / x
+    return share, seconds
