@@ -18,6 +18,7 @@ from tokcost.serving.queueing import erlang_c
 Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
 SATURATION_MARGIN = 1 - 1e-6
 STABLE_TOLERANCE = 1e-3  # the stable batch's bracket, relative: the rate there is flat in the batch (1e-5: 1e-4)
+QUEUE_FULL = 1 - 1e-6  # a backlog's share of the budget past which its queue has no steady state (waits of 1e6 s)
 CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
 
 
@@ -75,21 +76,28 @@ class ReplicaLimits:
         """The largest batch whose prefill queue has a steady state, where it falls short of the saturation batch
         (else infinity). At E[n] C / E[P'] Little's rate assumes E[S] = alpha E[P'] (full steps); a prompt's own
         chunks can cost less than the packed chunk at its mean offset, and that rate then outruns the budget a
-        backlog drains, lambda alpha E[P'] < 1. Bisected on the states once the curves cover the batch."""
+        backlog drains, lambda alpha E[P'] < 1. Bisected on the states once the curves cover the batch, on that
+        share itself (QUEUE_FULL): past the batch where it reaches 1, the steady-state solve has two branches, one
+        with the share at 1 and one a hair under it (waits of 1e9 s), so a finite wait alone is no test."""
         top = self.saturation_top()
-        if self.rate_driven or not self.prompts or not math.isfinite(top) or math.isfinite(self.state(top).wait_mean_s):
+        if self.rate_driven or not self.prompts or not math.isfinite(top) or self._queue_holds(top):
             return math.inf
         lo, hi = 0.0, top
         for short in (1e-3, 1e-2, 1e-1):  # it falls short by a fraction of a percent: bracket it from the top down
             below = top * (1 - short)
-            if math.isfinite(self.state(below).wait_mean_s):
+            if self._queue_holds(below):
                 lo = below
                 break
             hi = below
         while hi - lo > STABLE_TOLERANCE * hi:
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if math.isfinite(self.state(mid).wait_mean_s) else (lo, mid)
+            lo, hi = (mid, hi) if self._queue_holds(mid) else (lo, mid)
         return lo
+
+    def _queue_holds(self, load: float) -> bool:
+        """Whether the prefill queue has a steady state at `load`: its backlog uses under QUEUE_FULL of the budget."""
+        point = self.state(load)
+        return point.queue_rho < QUEUE_FULL and math.isfinite(point.wait_mean_s)
 
     def load_limit(self) -> float:
         """Largest admissible load: the mean decode batch (the rate for a prefill instance)."""
