@@ -2,4 +2,5 @@
 
 from tokcost.cli.launch import run
 
-run()
+if __name__ == "__main__":  # a worker process started by import (plan's search, where fork is not the start) runs none
+    run()

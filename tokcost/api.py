@@ -316,9 +316,11 @@ def plan(
     requests: int | None = None,
     seed: int = 0,
     flash_attention: bool = True,
+    jobs: int | None = None,
 ) -> PlanResult:
     """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...];
-    `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both)."""
+    `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both;
+    `jobs`: worker processes for the search, 1 for none; by default one per CPU where lengths vary)."""
     from tokcost.serving.inputs import plan_space, plan_traffic
     from tokcost.serving.run import run_plan
     from tokcost.serving.traffic import parse_slo
@@ -344,5 +346,5 @@ def plan(
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
     result = run_plan(_model(model), traffic, [parse_slo(s, "slos") for s in _several(slos, str)], space,
-                      simulate=simulate, requests=requests, seed=seed, api=True)  # fmt: skip
+                      simulate=simulate, requests=requests, seed=seed, api=True, jobs=jobs)  # fmt: skip
     return PlanResult(result)

@@ -23,6 +23,7 @@ from tokcost.profiles import engine_for
 from tokcost.serving.explain import explain_lines, explain_plan
 from tokcost.serving.fleet import REPORTED
 from tokcost.serving.inputs import (
+    MAX_JOBS,
     MAX_REQUESTS,
     MAX_SIMULATED_STEPS,
     MIN_REQUESTS,
@@ -150,6 +151,16 @@ def plan(
         ),
     ] = None,  # fmt: skip
     seed: Annotated[Optional[int], typer.Option("--seed", help="Simulation seed (default 0).")] = None,
+    jobs: Annotated[
+        Optional[int],
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            max=MAX_JOBS,
+            help="Worker processes for the search (default: one per CPU where lengths vary; 1: none).",
+        ),
+    ] = None,
     top: Annotated[int, typer.Option("--top", help="Rows shown in the tables.", min=1, max=10_000)] = 10,
     format: FormatOpt = Format.table,
     explain_: Annotated[bool, typer.Option("--explain", help="Show the serving model and its arithmetic.")] = False,
@@ -182,7 +193,7 @@ def plan(
         flash_attention=flash_attention, redundant_experts=redundant_experts,
     )  # fmt: skip
     result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
-                      seed=seed or 0)  # fmt: skip
+                      seed=seed or 0, jobs=jobs)  # fmt: skip
     elapsed = time.perf_counter() - started
     _render(result, format, explain_, top, elapsed)
     if plot is not None:  # $/hour against p90 TPOT and TTFT, labelled, SLOs dashed, the chosen configuration starred

@@ -243,6 +243,16 @@ def check_simulation(
     return n
 
 
+MAX_JOBS = 1024  # worker processes a plan's search may start
+
+
+def check_jobs(jobs: int | None, api: bool = False) -> int | None:
+    """The worker processes asked for (None: the default), a whole number in 1..MAX_JOBS."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS):
+        raise UsageError(f"{name('jobs', api)}: must be a whole number in 1..{MAX_JOBS:,} (got {jobs!r})")
+    return jobs
+
+
 def _ints(values: Sequence[int] | None, key: str, low: int, high: int, api: bool) -> tuple[int, ...] | None:
     """A list of whole numbers, each in [low, high] (a bool is not one), duplicates merged."""
     if values is None:

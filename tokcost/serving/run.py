@@ -18,6 +18,7 @@ from tokcost.serving.fleet import REPORTED
 from tokcost.serving.inputs import (
     SIMULATED_ROWS,
     check_context,
+    check_jobs,
     check_mode,
     check_search,
     check_simulation,
@@ -30,7 +31,7 @@ from tokcost.serving.traffic import QUANTILES, Slo, Traffic
 
 def run_plan(
     model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, *, simulate: bool = False,
-    requests: int | None = None, seed: int = 0, api: bool = False,
+    requests: int | None = None, seed: int = 0, api: bool = False, jobs: int | None = None,
 ) -> Plan:  # fmt: skip
     """Check the inputs and the work they ask for, search, warn, and simulate the top rows when asked."""
     slos = check_slos(slos, api)
@@ -41,7 +42,7 @@ def run_plan(
         problem = layout_problem(model, Layout(redundant_experts=space.redundant_experts)) or ""
         raise UsageError(keyword_message(problem) if api else problem)
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
-    result = search.plan(model, traffic, slos, space)
+    result = search.plan(model, traffic, slos, space, check_jobs(jobs, api))
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
         raise UsageError(result.rows[0].expected.binding)
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)

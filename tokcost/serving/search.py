@@ -22,7 +22,14 @@ formats stay weight-only unless --compute-dtype says otherwise).
 from __future__ import annotations
 
 import math
-from itertools import product
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from itertools import product, repeat
 
 from tokcost.engine.collectives import links_of
 from tokcost.engine.step import Scenario
@@ -223,17 +230,30 @@ def _size_pair(
     return fleet, decode, prefill
 
 
-def plan(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> Plan:
-    """Every configuration of `space` sized for `traffic` under `slos`, ranked, with the load table."""
-    rows, warnings = _rows(model, traffic, slos, space)
+def plan(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, jobs: int | None = None) -> Plan:
+    """Every configuration of `space` sized for `traffic` under `slos`, ranked, with the load table. `jobs`: worker
+    processes that size the aggregated configurations (None: one per CPU where lengths vary, else none)."""
+    rows, warnings = _rows(model, traffic, slos, space, jobs)
     rows.sort(key=rank)
     mark_pareto(rows)
     return Plan(model, traffic, slos, space, rows, load_table(rows, traffic, space), warnings)
 
 
-def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> tuple[list[Row], list[str]]:
-    rows: list[Row] = []
+@dataclass
+class _Block:
+    """One GPU and precision: the layouts refused outright, the ones to size, and the rest of its work."""
+
+    deploy: Callable[[Layout], Deployment]
+    refused: list[Row]
+    sized: list[Deployment]  # aggregated configurations, in layout order
+    layouts: list[Layout]  # for the disaggregated pairing (none: aggregated only)
+
+
+def _rows(
+    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, jobs: int | None = None
+) -> tuple[list[Row], list[str]]:
     warnings: list[str] = []
+    blocks: list[_Block | Row] = []
     modes = ["aggregated", "disaggregated"] if space.mode == "both" else [space.mode]
     for gpu in space.gpus:
         if space.prices.get(gpu.name, gpu.price_per_hour_usd) is None:
@@ -257,11 +277,63 @@ def _rows(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space) -> 
                     continue
                 seen.add(resolved)
                 layouts, refused = _layouts(model, gpu, space, deploy, traffic)
-                rows += refused
-                for layout in layouts if "aggregated" in modes else []:
-                    rows.append(_aggregated(model, deploy(layout), traffic, slos, space))
-                if "disaggregated" in modes and layouts:
-                    rows.append(_disaggregated(model, deploy, layouts, traffic, slos, space))
+                sized = [deploy(layout) for layout in layouts] if "aggregated" in modes else []
+                blocks.append(_Block(deploy, refused, sized, layouts if "disaggregated" in modes else []))
             except TokcostError as exc:  # e.g. a compute dtype this GPU lists no peak for
-                rows.append(_refused(deploy(Layout(1)), str(exc), invalid=True))
+                blocks.append(_refused(deploy(Layout(1)), str(exc), invalid=True))
+    sized = _size_all(model, traffic, slos, space, [d for b in blocks if isinstance(b, _Block) for d in b.sized], jobs)
+    rows: list[Row] = []
+    for block in blocks:  # in the order the loops met them; a block's first error ends it, as one pass would
+        if not isinstance(block, _Block):
+            rows.append(block)
+            continue
+        rows += block.refused
+        try:
+            for _ in block.sized:
+                row = next(sized)
+                if isinstance(row, str):
+                    raise TokcostError(row)
+                rows.append(row)
+            if block.layouts:
+                rows.append(_disaggregated(model, block.deploy, block.layouts, traffic, slos, space))
+        except TokcostError as exc:
+            rows.append(_refused(block.deploy(Layout(1)), str(exc), invalid=True))
     return rows, warnings
+
+
+def _size_all(
+    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, deployments: list[Deployment], jobs: int | None
+) -> Iterator[Row | str]:
+    """Each aggregated configuration sized (or its error's message), in order: in worker processes when asked, or
+    by default where lengths vary (a grid of prompt lengths makes each one seconds); one process otherwise. Each is
+    pure, so the rows are the same either way (tests/test_plan_jobs.py)."""
+    workers = _workers(jobs, len(deployments), traffic)
+    args = (repeat(model), deployments, repeat(traffic), repeat(slos), repeat(space))
+    if workers > 1:
+        try:  # fork where the platform has it (no re-import); elsewhere the default start, which imports tokcost
+            context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+            with ProcessPoolExecutor(workers, mp_context=context) as pool:
+                return iter(list(pool.map(_sized, *args, chunksize=1)))
+        except (OSError, BrokenProcessPool):  # no processes to be had here (a sandbox): the same work in this one
+            pass
+    return map(_sized, *args)
+
+
+def _workers(jobs: int | None, configurations: int, traffic: Traffic) -> int:
+    """Worker processes for `configurations` sizings: `jobs` (1: none), or by default one per CPU this process may
+    run on where prompt or output lengths vary, none where they are fixed (each sizing then takes milliseconds)."""
+    if jobs is not None:
+        return max(1, min(jobs, configurations))
+    if traffic.prompt.kind == "fixed" and traffic.output.kind == "fixed" or configurations < 2:
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, configurations))
+
+
+def _sized(model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], space: Space) -> Row | str:
+    """One aggregated configuration sized, or the message of the error that stops it (sent back across processes
+    as text, the way the one-process pass reports it)."""
+    try:
+        return _aggregated(model, deployment, traffic, slos, space)
+    except TokcostError as exc:
+        return str(exc)

@@ -1,0 +1,65 @@
+"""plan's search in worker processes (`--jobs`, `plan(jobs=...)`): each aggregated configuration is sized by a pure
+function, so any number of workers gives the rows one process gives, in the same order; by default the search
+takes one worker per CPU where lengths vary (each sizing then prices a grid of prompt lengths) and none where
+they are fixed."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+
+import pytest
+
+from tokcost import plan
+from tokcost.errors import UsageError
+from tokcost.serving import search
+from tokcost.serving.traffic import LengthDist, Traffic
+
+ASKED = dict(model="llama-3.2-3b", gpus=["h100-sxm", "l40s", "a100-80gb-sxm"], rate_rps=2.0, prompt_dist="lognormal:1",
+             tp=[1, 2], weights=["bf16", "fp8"], slos=["ttft_p90=2s"])  # fmt: skip
+
+
+def test_workers_give_the_rows_one_process_gives_in_its_order():
+    one = plan(**ASKED, jobs=1).to_dict()
+    three = plan(**ASKED, jobs=3).to_dict()
+    assert json.dumps(three, sort_keys=True) == json.dumps(one, sort_keys=True)
+    assert len(one["configs"]) >= 8  # the search had work to share: 3 GPUs x 2 formats x 2 layouts, less refusals
+
+
+def test_the_default_takes_workers_only_where_lengths_vary(monkeypatch):
+    monkeypatch.setattr(search.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    fixed = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 200), rate_rps=1.0)
+    varied = Traffic(LengthDist("lognormal", 1000, 1.0), LengthDist("fixed", 200), rate_rps=1.0)
+    assert search._workers(None, 40, fixed) == 1  # milliseconds a sizing: a pool's start would cost more
+    assert search._workers(None, 40, varied) == 16  # one per CPU this process may run on
+    assert search._workers(None, 5, varied) == 5  # never more than the configurations
+    assert search._workers(None, 1, varied) == 1
+    assert search._workers(4, 40, fixed) == 4 and search._workers(4, 2, varied) == 2  # as asked, up to the work
+
+
+@pytest.mark.parametrize(
+    ("jobs", "said"),
+    [
+        (0, r"must be a whole number in 1\.\.1,024 \(got 0\)"),
+        (-3, r"must be a whole number in 1\.\.1,024 \(got -3\)"),
+        (2000, r"must be a whole number in 1\.\.1,024 \(got 2000\)"),
+        (1.5, r"must be an integer or None \(got 1\.5\)"),  # the API's own type check, before the range
+        (True, r"must be an integer or None \(got bool True\)"),
+    ],
+)
+def test_a_worker_count_outside_1_to_1024_is_refused_by_name(jobs, said):
+    with pytest.raises(UsageError, match=rf"^jobs: {said}$"):
+        plan(**ASKED, jobs=jobs)
+
+
+def test_the_flag_refuses_zero_in_one_line_with_exit_2(cli):
+    r = cli("plan", "-m", "llama-3.2-3b", "-g", "h100-sxm", "--rate", "1", "--jobs", "0")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "--jobs" in r.stderr and "greater than or equal to 1" in r.stderr
+
+
+def test_running_the_package_as_a_module_by_import_starts_no_cli(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["tokcost", "--version"])  # what a spawned worker would re-run
+    runpy.run_module("tokcost", run_name="__mp_main__")
+    assert capsys.readouterr().out == ""
