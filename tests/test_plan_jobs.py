@@ -29,6 +29,8 @@ def test_workers_give_the_rows_one_process_gives_in_its_order():
 
 def test_the_default_takes_workers_only_where_lengths_vary(monkeypatch):
     monkeypatch.setattr(search.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    monkeypatch.setattr(search.sys, "platform", "linux")
+    monkeypatch.setattr(search.threading, "active_count", lambda: 1)
     fixed = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 200), rate_rps=1.0)
     varied = Traffic(LengthDist("lognormal", 1000, 1.0), LengthDist("fixed", 200), rate_rps=1.0)
     assert search._workers(None, 40, fixed) == 1  # milliseconds a sizing: a pool's start would cost more
@@ -36,6 +38,18 @@ def test_the_default_takes_workers_only_where_lengths_vary(monkeypatch):
     assert search._workers(None, 5, varied) == 5  # never more than the configurations
     assert search._workers(None, 1, varied) == 1
     assert search._workers(4, 40, fixed) == 4 and search._workers(4, 2, varied) == 2  # as asked, up to the work
+
+
+def test_the_default_forks_no_threaded_process_and_none_off_linux(monkeypatch):
+    varied = Traffic(LengthDist("lognormal", 1000, 1.0), LengthDist("fixed", 200), rate_rps=1.0)
+    monkeypatch.setattr(search.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    monkeypatch.setattr(search.sys, "platform", "linux")
+    monkeypatch.setattr(search.threading, "active_count", lambda: 3)  # a notebook's kernel: forking it can deadlock
+    assert search._workers(None, 40, varied) == 1
+    monkeypatch.setattr(search.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(search.sys, "platform", "darwin")  # a spawned worker would import the caller's script
+    assert search._workers(None, 40, varied) == 1
+    assert search._workers(8, 40, varied) == 8  # asked for: taken anywhere
 
 
 @pytest.mark.parametrize(

@@ -320,7 +320,8 @@ def plan(
 ) -> PlanResult:
     """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...];
     `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both;
-    `jobs`: worker processes for the search, 1 for none; by default one per CPU where lengths vary)."""
+    `jobs`: worker processes for the search, 1 for none; by default, on Linux and from a process of one thread, one
+    per CPU where lengths vary)."""
     from tokcost.serving.inputs import plan_space, plan_traffic
     from tokcost.serving.run import run_plan
     from tokcost.serving.traffic import parse_slo

@@ -158,7 +158,7 @@ def plan(
             "-j",
             min=1,
             max=MAX_JOBS,
-            help="Worker processes for the search (default: one per CPU where lengths vary; 1: none).",
+            help="Worker processes for the search (default on Linux: one per CPU where lengths vary; 1: none).",
         ),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Rows shown in the tables.", min=1, max=10_000)] = 10,

@@ -25,6 +25,7 @@ import math
 import multiprocessing
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -321,10 +322,14 @@ def _size_all(
 
 def _workers(jobs: int | None, configurations: int, traffic: Traffic) -> int:
     """Worker processes for `configurations` sizings: `jobs` (1: none), or by default one per CPU this process may
-    run on where prompt or output lengths vary, none where they are fixed (each sizing then takes milliseconds)."""
+    run on where prompt or output lengths vary, none where they are fixed (each sizing then takes milliseconds).
+    The default forks, so it takes workers only on Linux and from a process of one thread: a fork of a threaded
+    host (a notebook's kernel) can deadlock, and elsewhere a worker starts by importing the caller's script."""
     if jobs is not None:
         return max(1, min(jobs, configurations))
     if traffic.prompt.kind == "fixed" and traffic.output.kind == "fixed" or configurations < 2:
+        return 1
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(cpus, configurations))
