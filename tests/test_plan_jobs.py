@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import runpy
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,23 @@ def test_running_the_package_as_a_module_by_import_starts_no_cli(monkeypatch, ca
     monkeypatch.setattr(sys, "argv", ["tokcost", "--version"])  # what a spawned worker would re-run
     runpy.run_module("tokcost", run_name="__mp_main__")
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_configuration_that_fails_mid_gpu_ends_that_gpus_rows_only(tmp_path, jobs):
+    """A GPU with no network, 2 to a node: its 3-stage pipeline's send cannot leave the node, which stops its rows
+    (refused in one row, as one pass stops there); the next GPU's rows are its own, every one of them."""
+    spec = (Path(__file__).parents[1] / "tokcost/specs/gpus/h100-sxm.yaml").read_text(encoding="utf-8")
+    lines = [line for line in spec.splitlines() if not line.startswith("network:")]
+    nonet = tmp_path / "nonet.yaml"
+    nonet.write_text("\n".join(line.replace("name: h100-sxm", "name: nonet", 1) if line.startswith("name:") else line
+                               for line in lines) + "\ngpus_per_node: 2\n", encoding="utf-8")  # fmt: skip
+    out = plan(model="llama-3.1-8b", gpus=[str(nonet), "h100-sxm"], tp=[1, 2], pp=[1, 2, 3], rate_rps=5.0,
+               jobs=jobs).to_dict()  # fmt: skip
+    by_gpu = {}
+    for config in out["configs"]:
+        by_gpu.setdefault(config["gpu"], []).append(config)
+    assert sorted(c["layout"] for c in by_gpu["h100-sxm"]) == ["PP2", "PP3", "TP1", "TP2", "TP2xPP2", "TP2xPP3"]
+    assert not any("network" in json.dumps(c) and "no network" in json.dumps(c) for c in by_gpu["h100-sxm"])
+    refused = [c for c in by_gpu["nonet"] if "no network is known" in json.dumps(c)]
+    assert len(refused) == 1 and len(by_gpu["nonet"]) == 4  # TP1, TP2 and PP2 sized, then the refusal

@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -284,14 +284,15 @@ def _rows(
                 blocks.append(_refused(deploy(Layout(1)), str(exc), invalid=True))
     sized = _size_all(model, traffic, slos, space, [d for b in blocks if isinstance(b, _Block) for d in b.sized], jobs)
     rows: list[Row] = []
+    start = 0
     for block in blocks:  # in the order the loops met them; a block's first error ends it, as one pass would
         if not isinstance(block, _Block):
             rows.append(block)
             continue
         rows += block.refused
+        mine, start = sized[start : start + len(block.sized)], start + len(block.sized)  # its own, whatever it keeps
         try:
-            for _ in block.sized:
-                row = next(sized)
+            for row in mine:
                 if isinstance(row, str):
                     raise TokcostError(row)
                 rows.append(row)
@@ -304,7 +305,7 @@ def _rows(
 
 def _size_all(
     model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, deployments: list[Deployment], jobs: int | None
-) -> Iterator[Row | str]:
+) -> list[Row | str]:
     """Each aggregated configuration sized (or its error's message), in order: in worker processes when asked, or
     by default where lengths vary (a grid of prompt lengths makes each one seconds); one process otherwise. Each is
     pure, so the rows are the same either way (tests/test_plan_jobs.py)."""
@@ -314,10 +315,10 @@ def _size_all(
         try:  # fork where the platform has it (no re-import); elsewhere the default start, which imports tokcost
             context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
             with ProcessPoolExecutor(workers, mp_context=context) as pool:
-                return iter(list(pool.map(_sized, *args, chunksize=1)))
+                return list(pool.map(_sized, *args, chunksize=1))
         except (OSError, BrokenProcessPool):  # no processes to be had here (a sandbox): the same work in this one
             pass
-    return map(_sized, *args)
+    return list(map(_sized, *args))
 
 
 def _workers(jobs: int | None, configurations: int, traffic: Traffic) -> int:
