@@ -179,7 +179,19 @@ def test_tp_degrees_divide_the_state_heads_too():
     gdn = dict(key_heads=2, value_heads=4, key_head_dim=32, value_head_dim=32, conv_kernel=4)
     m = ModelSpec(**base, linear_attention=gdn)
     assert tp_degrees(m) == [1, 2]
-    assert "(8 KV heads, 2 state heads, 4 state heads); valid degrees: 1, 2" in layout_problem(m, Layout(tp=4))
+    assert layout_problem(m, Layout(tp=4)) == "--tp: 4 does not divide tiny's 2 state heads; valid degrees: 1, 2"
+
+
+def test_a_tp_degree_is_refused_for_the_rule_it_breaks():
+    """It divides the attention heads but splits a KV head across ranks without being a multiple of them: the message
+    names that rule (it said the attention heads were not divided, which was false)."""
+    m = load_model("llama-3.2-3b")  # 24 attention heads, 8 KV heads
+    assert layout_problem(m, Layout(tp=3)) == (
+        "--tp: 3 neither divides llama-3.2-3b's 8 KV heads nor is a multiple of them (a rank holds whole KV heads, "
+        "or a copy of one); valid degrees: 1, 2, 4, 8, 24"
+    )
+    assert layout_problem(m, Layout(tp=24)) is None  # 3 ranks to a copy of each KV head
+    assert layout_problem(m, Layout(tp=5)).startswith("--tp: 5 does not divide llama-3.2-3b's 24 attention heads;")
 
 
 # ---- the hybrid at long context (the acceptance of issue 23) -----------------------------------------------

@@ -122,6 +122,18 @@ def tp_degrees(model: ModelSpec, limit: int = 64) -> list[int]:
             and (groups == 1 or groups % d == 0)]  # fmt: skip
 
 
+def _tp_rule_broken(model: ModelSpec, tp: int) -> str:
+    """Which of tp_degrees' rules `tp` breaks, in words (the first it breaks)."""
+    kv = model.kv_heads
+    if model.attention_heads % tp:
+        return f"does not divide {model.name}'s {model.attention_heads} attention heads"
+    if kv % tp if tp <= kv else tp % kv:
+        return (f"neither divides {model.name}'s {kv} KV heads nor is a multiple of them (a rank holds whole KV heads, "
+                f"or a copy of one)")  # fmt: skip
+    state = next(n for n in _state_heads(model) if n % tp)
+    return f"does not divide {model.name}'s {state} state heads"
+
+
 def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     """Why `layout` cannot run `model` (with the valid choices listed), or None when it can."""
     tp, pp, ep, dp = layout.tp, layout.pp, layout.ep, layout.dp
@@ -131,11 +143,7 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
                 f"vLLM's MambaMixer2 does); valid degrees: {', '.join(str(d) for d in tp_degrees(model))}")  # fmt: skip
     if tp not in tp_degrees(model, limit=max(tp, 1)):
         valid = ", ".join(str(d) for d in tp_degrees(model))
-        state = "".join(f", {n} state heads" for n in dict.fromkeys(_state_heads(model)))
-        return (
-            f"--tp: {tp} does not divide {model.name}'s {model.attention_heads} attention heads "
-            f"({model.kv_heads} KV heads{state}); valid degrees: {valid}"
-        )
+        return f"--tp: {tp} {_tp_rule_broken(model, tp)}; valid degrees: {valid}"
     if pp > model.layers:
         return f"--pp: {pp} stages exceed {model.name}'s {model.layers} layers; valid: 1..{model.layers}"
     if not model.moe:
