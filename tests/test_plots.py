@@ -185,6 +185,21 @@ def test_plan_figure_marks_the_chosen_configuration(tmp_path):
     assert "misses an SLO" not in text and "$30" in text and "10^" not in text and "\\times" not in text
 
 
+def test_plan_figure_ticks_and_slo_lines_keep_the_decimals_their_spacing_needs(tmp_path):
+    """Latency ticks 2.5 ms apart read 192.5 (not 192, then 195); a sub-millisecond SLO reads 0.500 ms, not 0."""
+    points = [FrontierPoint(n, c, t, f) for n, c, t, f in
+              (("a", 4.0, 0.0004, 0.190), ("b", 9.0, 0.0006, 0.2), ("c", 30.0, 0.0009, 0.21))]  # fmt: skip
+    figure = plots.plan_figure(points, slos={"tpot": 0.0005, "ttft": 0.2})
+    tpot, ttft = figure.axes[:2]
+    figure.canvas.draw()
+    ttft_ticks = [t.get_text() for t in ttft.get_xticklabels() if t.get_text()]
+    tpot_ticks = [t.get_text() for t in tpot.get_xticklabels() if t.get_text()]
+    assert len(set(ttft_ticks)) == len(ttft_ticks) and "192.5" in ttft_ticks, ttft_ticks
+    assert len(set(tpot_ticks)) == len(tpot_ticks) and all(t != "0" for t in tpot_ticks[1:]), tpot_ticks
+    text = svg_text(plots.save(figure, tmp_path / "s.svg"))
+    assert "p90 TPOT SLO 0.500 ms" in text and "p90 TTFT SLO 200.0 ms" in text
+
+
 def test_cli_plot_writes_each_picture_and_leaves_the_json_alone(cli, tmp_path):
     base = ["estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"]
     plain = cli(*base)

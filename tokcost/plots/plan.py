@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tokcost import fmt
 from tokcost.plots.canvas import USD, new_figure
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def _usable(points: Sequence[FrontierPoint], attr: str) -> list[tuple[FrontierPo
 def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, slo_s: float | None = None) -> None:
     """Every configuration as a labelled dot (grey: misses an SLO), the frontier as a line, the chosen one as a
     star, the SLO as a dashed line."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: PLC0415  matplotlib only when drawing
+    from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter  # noqa: PLC0415  only when drawing
 
     usable = _usable(points, attr)
     for meets, color in ((False, "0.7"), (True, "tab:blue")):
@@ -91,7 +92,7 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
         if p.chosen:
             ax.plot([x], [y], marker="*", ms=16, color="tab:orange", mec="black", ls="none", label=f"chosen: {p.label}")
     if slo_s is not None:
-        ax.axvline(slo_s * MS, color="tab:red", ls="--", lw=1, label=f"p90 {what} SLO {slo_s * MS:,.0f} ms")
+        ax.axvline(slo_s * MS, color="tab:red", ls="--", lw=1, label=f"p90 {what} SLO {fmt.ms(slo_s)}")
     ax.set_xlabel(f"p90 {what} (ms)")
     ax.set_ylabel(f"fleet {USD}/hour")
     if not usable:  # no configuration has both a price and a p90 (every one refused, or none priced)
@@ -105,7 +106,9 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
         ys = [y for _, _, y in usable]
         ax.yaxis.set_minor_formatter(money if max(ys) < 10 * min(ys) else NullFormatter())
     ax.yaxis.set_major_formatter(money)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ticks = ScalarFormatter(useOffset=False)  # its decimals follow the ticks' spacing: 2.5 ms apart reads 192.5
+    ticks.set_scientific(False)
+    ax.xaxis.set_major_formatter(ticks)
     ax.grid(True, alpha=0.25)
 
 
