@@ -138,3 +138,10 @@ def test_a_request_past_the_context_says_so_in_the_table(cli):
     inside = cli("estimate", "-m", M, "-g", G, "-p", "130000", "-o", "1000")
     assert "past the context: prompt + output (131,000 tokens)" not in inside.stdout
     assert "past the context" not in cli("estimate", "-m", M, "-g", G).stdout
+
+
+def test_a_gpu_listed_twice_in_two_cases_is_refused_with_what_to_do(cli):
+    r = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,H100-SXM")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == ("error: --gpu: two specs are named 'h100-sxm': list each once (names match in any case), and "
+                        "give a spec file a name of its own (its name: key)\n")  # fmt: skip

@@ -113,4 +113,5 @@ def check_distinct_names(specs: Iterable[Any], flag: str) -> None:
     """Refuse two specs of one name: their rows would read as one (catalog.repeated_name)."""
     name = repeated_name(specs)
     if name is not None:
-        raise UsageError(f"{flag}: two specs are named {name!r}; give each its own name (a spec file's name: key)")
+        raise UsageError(f"{flag}: two specs are named {name!r}: list each once (names match in any case), and give a "
+                         f"spec file a name of its own (its name: key)")  # fmt: skip

@@ -304,7 +304,10 @@ def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="S
 def import_config(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A HuggingFace config.json.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the YAML here (default: stdout).")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Name of the model (default: the folder's).")] = None,
+    name: Annotated[
+        Optional[str],
+        typer.Option("--name", help="Name of the model (default: a config.json's folder, else the file's name)."),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Convert a HuggingFace config.json to a tokcost model YAML. Example: tokcost specs import config.json -o m.yaml"""
