@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -517,3 +519,13 @@ def test_layer_rules_that_drop_every_expert_or_name_missing_layers_are_refused(k
     with pytest.raises(SpecError) as err:
         from_hf_config({**q3, **keys}, "c.json")
     assert str(err.value) == f"c.json: {said}"
+
+
+def test_import_refuses_an_existing_out_before_it_loads_transformers(tmp_path):
+    """The refusal comes before the import's work (transformers' seconds), and the file keeps what the user wrote."""
+    out = tmp_path / "mine.yaml"
+    out.write_text("keep: me\n")
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "tokcost", "specs", "import", str(HF / "llama.json"),
+                        "-o", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and f"error: {out}: already exists; pass --force to replace it" in r.stderr
+    assert "transformers" not in r.stderr and out.read_text() == "keep: me\n"

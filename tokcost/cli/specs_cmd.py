@@ -17,7 +17,7 @@ from tokcost.cli.options import ForceOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.eras import builtin_files, load_file, split_spelling
 from tokcost.errors import SpecError, TokcostError, UsageError
-from tokcost.files import load_mapping, write_new
+from tokcost.files import check_destination, load_mapping, write_new
 from tokcost.hardware.library import gpu_from, load_gpu, load_network
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.hf_import import from_hf_config
@@ -320,6 +320,7 @@ def import_config(
         raise UsageError("--force: replaces an existing --out file; give it with --out, or drop it")
     if out is not None:
         check_yaml_destination(out, "--out")
+        check_destination(out, force=force)  # before the import's seconds (transformers), as at the write
     spec = from_hf_config(data, str(config), name=name or name_from_path(str(config)))
     body = spec.model_dump(by_alias=True, exclude_none=True)
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
