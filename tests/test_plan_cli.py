@@ -363,7 +363,7 @@ def test_plot_draws_the_frontier_the_plan_ranked(cli, tmp_path):
     svg = out.read_text()
     # labelled points, the SLO as a line on its own axis, the cost plans rank by, the chosen one named
     assert "p90 TPOT (ms)" in svg and "fleet $/hour" in svg and "chosen: h100-sxm TP1 bf16" in svg
-    assert "p90 TPOT SLO 40 ms" in svg and "l40s TP1 bf16" in svg
+    assert "p90 TPOT SLO 40.0 ms" in svg and "l40s TP1 bf16" in svg
     traffic = Traffic(LengthDist("fixed", 1024), LengthDist("fixed", 256), rate_rps=5)
     space = search.Space(gpus=(load_gpu("h100-sxm"), load_gpu("l40s")), tps=(1, 2), prices={"l40s": 1.0})
     plan = search.plan(load_model("llama-3.1-8b"), traffic, [Slo("tpot", "p90", 0.04)], space)
