@@ -100,9 +100,5 @@ def step_share(
         pmf = joiners.pmf(terms)
         nodes = [(p, last_tokens + k * joiner_tokens) for k, p in enumerate(pmf)]
         nodes.append((max(1 - sum(pmf), 0.0), at(terms)))  # steps the joiners fill, or nearly
-    share = seconds = 0.0
-    for p, x in nodes:  # one pass: both sums in the order the nodes come
-        part = p * last_tokens / x
-        share += part
-        seconds += p * step_s(x) * last_tokens / x
-    return share, seconds
+    share = sum(p * last_tokens / x for p, x in nodes)
+    return share, sum(p * step_s(x) * last_tokens / x for p, x in nodes)
