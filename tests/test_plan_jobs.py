@@ -6,6 +6,7 @@ they are fixed."""
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -98,3 +99,30 @@ def test_a_configuration_that_fails_mid_gpu_ends_that_gpus_rows_only(tmp_path, j
     assert not any("network" in json.dumps(c) and "no network" in json.dumps(c) for c in by_gpu["h100-sxm"])
     refused = [c for c in by_gpu["nonet"] if "no network is known" in json.dumps(c)]
     assert len(refused) == 1 and len(by_gpu["nonet"]) == 4  # TP1, TP2 and PP2 sized, then the refusal
+
+
+def _pid(*_args):  # noqa: ANN002  stands in for a sizing: which process ran it
+    return os.getpid()
+
+
+def _workers_seen_from_a_daemon(_):  # noqa: ANN001
+    varied = Traffic(LengthDist("lognormal", 1000, 1.0), LengthDist("fixed", 200), rate_rps=1.0)
+    return search._workers(4, 10, varied), search._workers(None, 10, varied)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux")
+def test_asked_for_workers_the_sizings_run_in_other_processes(monkeypatch):
+    monkeypatch.setattr(search, "_sized", _pid)  # a forked worker inherits the stand-in
+    fixed = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 10), rate_rps=1.0)
+    pids = search._size_all(None, fixed, [], None, [None] * 6, jobs=2)  # type: ignore[arg-type]
+    assert len(pids) == 6 and os.getpid() not in pids  # not a silent fall back to this process
+    assert search._size_all(None, fixed, [], None, [None] * 3, jobs=1) == [os.getpid()] * 3  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pool forks on Linux")
+def test_a_daemonic_process_takes_no_workers_even_when_asked():
+    """A multiprocessing.Pool's worker may not start children: plan(...) called there sizes in that process."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.map(_workers_seen_from_a_daemon, [0]) == [(1, 1)]
