@@ -192,6 +192,7 @@ def test_a_tp_degree_is_refused_for_the_rule_it_breaks():
     )
     assert layout_problem(m, Layout(tp=24)) is None  # 3 ranks to a copy of each KV head
     assert layout_problem(m, Layout(tp=5)).startswith("--tp: 5 does not divide llama-3.2-3b's 24 attention heads;")
+    assert layout_problem(m, Layout(tp=0)).startswith("--tp: 0 is not a degree: give 1 or more;")  # no exception
 
 
 # ---- the hybrid at long context (the acceptance of issue 23) -----------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 from tokcost.errors import SpecError
 from tokcost.models.hf_import import TESTED, from_hf_config
 from tokcost.models.hf_quant import attention_kept
-from tokcost.models.library import load_model
+from tokcost.models.library import load_model, name_from_path
 
 HF = Path(__file__).parent / "assets" / "hf"
 
@@ -529,3 +530,17 @@ def test_import_refuses_an_existing_out_before_it_loads_transformers(tmp_path):
                         "-o", str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2 and f"error: {out}: already exists; pass --force to replace it" in r.stderr
     assert "transformers" not in r.stderr and out.read_text() == "keep: me\n"
+
+
+def test_a_model_loads_and_a_config_is_named_when_the_working_folder_is_gone(monkeypatch, tmp_path):
+    (tmp_path / "My-Model").mkdir()
+    (tmp_path / "My-Model" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "My-Model" / "sub")
+    assert name_from_path("../config.json") == "My-Model"  # the folder the path names, not ".."
+
+    def gone() -> str:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(os, "getcwd", gone)
+    assert load_model("llama-3.1-8b").name == "llama-3.1-8b"  # a built-in name asks nothing of the folder
+    assert name_from_path("config.json") == "config" and name_from_path("a/b/config.json") == "b"

@@ -125,6 +125,8 @@ def tp_degrees(model: ModelSpec, limit: int = 64) -> list[int]:
 def _tp_rule_broken(model: ModelSpec, tp: int) -> str:
     """Which of tp_degrees' rules `tp` breaks, in words (the first it breaks)."""
     kv = model.kv_heads
+    if tp < 1:
+        return "is not a degree: give 1 or more"
     if model.attention_heads % tp:
         return f"does not divide {model.name}'s {model.attention_heads} attention heads"
     if kv % tp if tp <= kv else tp % kv:

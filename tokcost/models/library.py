@@ -28,8 +28,13 @@ def model_from(where: str, data: dict[str, Any], name: str | None = None) -> Mod
 def name_from_path(path: str) -> str:
     """A model's default name: the folder of a `config.json` (any case), else the file's stem."""
     p = Path(path)
-    folder = p.absolute().parent.name  # `config.json` in the working folder: that folder's name
-    return folder if p.name.lower() == "config.json" and folder else p.stem
+    if p.name.lower() != "config.json":
+        return p.stem
+    try:  # `config.json` in the working folder, or `../config.json`: the folder's own name
+        folder = p.resolve().parent.name
+    except OSError:  # the working folder is gone: the path as given
+        folder = p.parent.name
+    return folder or p.stem
 
 
 def builtin_models() -> list[str]:
