@@ -198,6 +198,10 @@ def test_plan_figure_ticks_and_slo_lines_keep_the_decimals_their_spacing_needs(t
     assert len(set(tpot_ticks)) == len(tpot_ticks) and all(t != "0" for t in tpot_ticks[1:]), tpot_ticks
     text = svg_text(plots.save(figure, tmp_path / "s.svg"))
     assert "p90 TPOT SLO 0.500 ms" in text and "p90 TTFT SLO 200.0 ms" in text
+    wide = plots.plan_figure([FrontierPoint("a", 4.0, 0.03, 1.0), FrontierPoint("b", 9.0, 0.3, 14.0)])
+    wide.canvas.draw()
+    labels = [t.get_text() for t in wide.axes[1].get_xticklabels() if t.get_text()]
+    assert "10,000" in labels and not any(t.isdigit() and len(t) > 3 for t in labels), labels  # grouped as printed
 
 
 def test_cli_plot_writes_each_picture_and_leaves_the_json_alone(cli, tmp_path):

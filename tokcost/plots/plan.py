@@ -106,10 +106,22 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
         ys = [y for _, _, y in usable]
         ax.yaxis.set_minor_formatter(money if max(ys) < 10 * min(ys) else NullFormatter())
     ax.yaxis.set_major_formatter(money)
-    ticks = ScalarFormatter(useOffset=False)  # its decimals follow the ticks' spacing: 2.5 ms apart reads 192.5
+
+    class Grouped(ScalarFormatter):  # its decimals follow the ticks' spacing (2.5 ms apart reads 192.5), grouped
+        def __call__(self, x: float, pos: int | None = None) -> str:  # by thousands as tokcost prints (14,000)
+            return _thousands(super().__call__(x, pos))
+
+    ticks = Grouped(useOffset=False)
     ticks.set_scientific(False)
     ax.xaxis.set_major_formatter(ticks)
     ax.grid(True, alpha=0.25)
+
+
+def _thousands(label: str) -> str:
+    """A tick's label with its whole part grouped by thousands (14000 -> 14,000; 192.5 and -0.5 as they are)."""
+    whole, dot, rest = label.partition(".")
+    sign, digits = (whole[:1], whole[1:]) if whole[:1] in ("-", "\N{MINUS SIGN}") else ("", whole)
+    return f"{sign}{int(digits):,}{dot}{rest}" if digits.isdigit() else label
 
 
 def plan_figure(points: Sequence[FrontierPoint], heading: str = "", slos: Mapping[str, float] | None = None) -> Figure:
