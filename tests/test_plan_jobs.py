@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tokcost import plan
+from tokcost import plan, workers
 from tokcost.errors import UsageError
 from tokcost.serving import search
 from tokcost.serving.traffic import LengthDist, Traffic
@@ -30,9 +30,9 @@ def test_workers_give_the_rows_one_process_gives_in_its_order():
 
 
 def test_the_default_takes_workers_only_where_lengths_vary(monkeypatch):
-    monkeypatch.setattr(search.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
-    monkeypatch.setattr(search.sys, "platform", "linux")
-    monkeypatch.setattr(search.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: 16)  # this process may use 16, whatever the box
+    monkeypatch.setattr(workers.sys, "platform", "linux")
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 1)
     fixed = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 200), rate_rps=1.0)
     varied = Traffic(LengthDist("lognormal", 1000, 1.0), LengthDist("fixed", 200), rate_rps=1.0)
     assert search._workers(None, 40, fixed) == 1  # milliseconds a sizing: a pool's start would cost more
@@ -44,12 +44,12 @@ def test_the_default_takes_workers_only_where_lengths_vary(monkeypatch):
 
 def test_the_default_forks_no_threaded_process_and_none_off_linux(monkeypatch):
     varied = Traffic(LengthDist("lognormal", 1000, 1.0), LengthDist("fixed", 200), rate_rps=1.0)
-    monkeypatch.setattr(search.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
-    monkeypatch.setattr(search.sys, "platform", "linux")
-    monkeypatch.setattr(search.threading, "active_count", lambda: 3)  # a notebook's kernel: forking it can deadlock
+    monkeypatch.setattr(workers, "usable_cpus", lambda: 16)  # this process may use 16, whatever the box
+    monkeypatch.setattr(workers.sys, "platform", "linux")
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 3)  # a notebook's kernel: forking it can deadlock
     assert search._workers(None, 40, varied) == 1
-    monkeypatch.setattr(search.threading, "active_count", lambda: 1)
-    monkeypatch.setattr(search.sys, "platform", "darwin")  # a spawned worker would import the caller's script
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(workers.sys, "platform", "darwin")  # a spawned worker would import the caller's script
     assert search._workers(None, 40, varied) == 1
     assert search._workers(8, 40, varied) == 8  # asked for: taken anywhere
 
@@ -126,3 +126,17 @@ def test_a_daemonic_process_takes_no_workers_even_when_asked():
 
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.map(_workers_seen_from_a_daemon, [0]) == [(1, 1)]
+
+
+@pytest.mark.parametrize(("cpu_max", "cpus"), [("200000 100000\n", 2), ("max 100000\n", 16), ("50000 100000\n", 1)])
+def test_a_containers_cpu_quota_caps_the_cpus_a_plan_counts(monkeypatch, cpu_max, cpus):
+    class Quota:  # /sys/fs/cgroup/cpu.max as a container's cgroup v2 states it
+        def __init__(self, path: str) -> None:
+            assert path == "/sys/fs/cgroup/cpu.max"
+
+        def read_text(self, encoding: str) -> str:
+            return cpu_max
+
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    monkeypatch.setattr(workers, "Path", Quota)
+    assert workers.usable_cpus() == cpus

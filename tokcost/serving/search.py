@@ -22,15 +22,11 @@ formats stay weight-only unless --compute-dtype says otherwise).
 from __future__ import annotations
 
 import math
-import os
-import signal
-import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product, repeat
-from pathlib import Path
 
+from tokcost import workers
 from tokcost.engine.collectives import links_of
 from tokcost.engine.step import Scenario
 from tokcost.engine.workload import Precision, native_compute
@@ -305,79 +301,20 @@ def _rows(
 def _size_all(
     model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, deployments: list[Deployment], jobs: int | None
 ) -> list[Row | str]:
-    """Each aggregated configuration sized (or its error's message), in order: in worker processes when asked, or
-    by default where lengths vary (a grid of prompt lengths makes each one seconds); one process otherwise. Each is
-    pure, so the rows are the same either way (tests/test_plan_jobs.py)."""
-    workers = _workers(jobs, len(deployments), traffic)
+    """Each aggregated configuration sized (or its error's message), in order, in worker processes (workers.py) as
+    `_workers` counts them. Each is pure, so the rows are the same either way (tests/test_plan_jobs.py)."""
     args = (repeat(model), deployments, repeat(traffic), repeat(slos), repeat(space))
-    if workers > 1:
-        import multiprocessing  # noqa: PLC0415  only a search that takes workers
-        from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
-        from concurrent.futures.process import BrokenProcessPool  # noqa: PLC0415
-
-        # fork where the platform has it (no re-import); elsewhere the default start, which imports tokcost
-        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
-        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_quiet_worker)
-        try:
-            try:  # a worker starts here, or no process can be had (a sandbox): then the same work in this one
-                pool.submit(int).result()
-            except (OSError, BrokenProcessPool):
-                return list(map(_sized, *args))
-            return list(pool.map(_sized, *args, chunksize=1))
-        finally:  # Ctrl-C in the plan: what is queued is dropped, a sizing under way ends (seconds at most)
-            pool.shutdown(wait=True, cancel_futures=True)
-    return list(map(_sized, *args))
-
-
-def _quiet_worker() -> None:
-    """A worker leaves Ctrl-C to the plan that started it, ends on SIGTERM without the CLI's handler (which turns it
-    into KeyboardInterrupt and a traceback in each worker as the pool shuts down), and on Linux gets that SIGTERM
-    when the plan's process dies (killed with -9, or out of memory), so that no worker waits on for work forever."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes  # noqa: PLC0415
-
-            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-        except (OSError, AttributeError):  # no prctl to be had: the worker lives as long as its pool
-            pass
+    return workers.pure_map(_sized, *args, workers=_workers(jobs, len(deployments), traffic))
 
 
 def _workers(jobs: int | None, configurations: int, traffic: Traffic) -> int:
-    """Worker processes for `configurations` sizings: `jobs` (1: none), or by default one per CPU this process may
-    use where prompt or output lengths vary, none where they are fixed (each sizing then takes milliseconds).
-    The default forks, so it takes workers only on Linux and from a process of one thread: a fork of a threaded
-    host (a notebook's kernel) can deadlock, and elsewhere a worker starts by importing the caller's script. A
-    daemonic process (a multiprocessing.Pool's worker) may start none at all."""
-    if _daemonic():
-        return 1
+    """Worker processes for `configurations` sizings: `jobs` (1: none), or by default workers.by_default's where
+    prompt or output lengths vary, none where they are fixed (each sizing then takes milliseconds)."""
     if jobs is not None:
-        return max(1, min(jobs, configurations))
+        return workers.asked(jobs, configurations)
     if traffic.prompt.kind == "fixed" and traffic.output.kind == "fixed" or configurations < 2:
         return 1
-    if not sys.platform.startswith("linux") or threading.active_count() > 1:
-        return 1
-    return max(1, min(usable_cpus(), configurations))
-
-
-def _daemonic() -> bool:
-    """Whether this process is a daemon (no children allowed); multiprocessing only if something loaded it."""
-    process = sys.modules.get("multiprocessing.process")
-    return bool(process is not None and process.current_process().daemon)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may use: its affinity set, capped by a cgroup v2 CPU quota (a container's limit, which
-    the affinity set does not show)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text(encoding="ascii").split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, int(int(quota) / int(period))))
-    except (OSError, ValueError):  # no cgroup v2 file (not Linux, or v1): the affinity set alone
-        pass
-    return cpus
+    return workers.by_default(configurations)
 
 
 def _sized(model: ModelSpec, deployment: Deployment, traffic: Traffic, slos: list[Slo], space: Space) -> Row | str:
