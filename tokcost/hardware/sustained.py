@@ -13,7 +13,7 @@ engine's efficiency, roofline.expected_rates). A spec with no `sustained` block 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,17 +23,16 @@ SIXTEEN_BIT_PARTNER = {"bf16": "fp16", "fp16": "bf16"}
 SHORT_SOURCE_CHARS = 100  # what `provenance` keeps of a source: its first clause, clipped
 
 
-class SustainedFigure(BaseModel):
-    """One sustained share of a datasheet figure, with its spread and where it comes from."""
+class _Sourced(BaseModel):
+    """A figure with its basis and source (each subclass declares `basis` and `source` among its own fields, in
+    the order a spec writes them): the source may not be blank, and --explain prints its provenance."""
 
     model_config = _FROZEN
+    if TYPE_CHECKING:  # each subclass's own fields (a field here would come first in its dump)
+        basis: str
+        source: str
 
-    fraction: float = Field(gt=0, le=1)  # of the datasheet figure; a measurement above it lifts the ceiling
-    uncertainty: float = Field(ge=0, le=0.5)  # +- absolute, from the sources' spread or the method
-    basis: Literal["measured", "anchor"]
-    source: str = Field(min_length=1, max_length=4000)  # URL or repo+path, the figure as printed, the arithmetic
-
-    @field_validator("source")
+    @field_validator("source", check_fields=False)
     @classmethod
     def _source_not_blank(cls, value: str) -> str:
         if not value.strip():
@@ -42,35 +41,33 @@ class SustainedFigure(BaseModel):
 
     @property
     def provenance(self) -> str:
-        """'measured: <short source>' or 'anchor: <assumption>', for --explain."""
-        return provenance(self.basis, self.source)
+        """'<basis>: <the source's first clause, clipped>' (an anchor's 'assumption: ' dropped: the basis says it),
+        for --explain."""
+        first = self.source.split("; ")[0].strip().removeprefix("assumption: ")
+        if len(first) > SHORT_SOURCE_CHARS:
+            first = first[: SHORT_SOURCE_CHARS - 3].rstrip() + "..."
+        return f"{self.basis}: {first}"
 
 
-def provenance(basis: str, source: str) -> str:
-    """'<basis>: <the source's first clause, clipped>' (an anchor's 'assumption: ' dropped: the basis says it)."""
-    first = source.split("; ")[0].strip().removeprefix("assumption: ")
-    if len(first) > SHORT_SOURCE_CHARS:
-        first = first[: SHORT_SOURCE_CHARS - 3].rstrip() + "..."
-    return f"{basis}: {first}"
+class SustainedFigure(_Sourced):
+    """One sustained share of a datasheet figure, with its spread and where it comes from."""
+
+    fraction: float = Field(gt=0, le=1)  # of the datasheet figure; a measurement above it lifts the ceiling
+    uncertainty: float = Field(ge=0, le=0.5)  # +- absolute, from the sources' spread or the method
+    basis: Literal["measured", "anchor"]
+    source: str = Field(min_length=1, max_length=4000)  # URL or repo+path, the figure as printed, the arithmetic
 
 
-class RowPace(BaseModel):
+class RowPace(_Sourced):
     """How fast a grouped GEMM over routed experts takes its gathered rows on this GPU: elements of the rows' inner
     dimensions per second, a cost per token-expert pair on top of its math (roofline.kernel_rate). Read off a
     published fused-MoE microbenchmark's time against tokens, where it grows linearly: the time per pair less its
     FLOPs at the GPU's GEMM rate, over the elements each pair's row carries through both GEMMs (hidden + width)."""
 
-    model_config = _FROZEN
-
     g_elements_per_s: float = Field(gt=0, le=100_000)  # billions of row elements per second
     uncertainty: float = Field(ge=0, le=1)  # +- relative, from the sources' spread
     basis: Literal["measured", "anchor"]
     source: str = Field(min_length=1, max_length=4000)
-
-    @property
-    def provenance(self) -> str:
-        """'measured: <short source>' or 'anchor: <assumption>', for --explain."""
-        return provenance(self.basis, self.source)
 
 
 # Stated anchors for a spec without a `sustained` block: at or below the median of the built-in SKUs' measured
