@@ -145,3 +145,28 @@ def test_a_gpu_listed_twice_in_two_cases_is_refused_with_what_to_do(cli):
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr == ("error: --gpu: two specs are named 'h100-sxm': list each once (names match in any case), and "
                         "give a spec file a name of its own (its name: key)\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "what"),
+    [
+        (("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,h100-sxm", "--gpus", "1,2"), "--gpu", "specs"),
+        (("compare", "-m", "llama-3.1-8b,llama-3.1-8b", "-g", "h100-sxm"), "--model", "specs"),
+        (("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm,h100-sxm", "--rate", "1"), "--gpu", "GPUs"),
+    ],
+)
+def test_a_spec_listed_twice_in_one_case_is_refused_as_in_two(cli, args, flag, what):
+    # it was merged without a word, so `--gpus 1,2` then read "2 values for 1 GPUs", and a second price was lost
+    r = cli(*args)
+    assert r.exit_code == 2 and r.stdout == ""
+    name = "llama-3.1-8b" if flag == "--model" else "h100-sxm"
+    assert r.stderr.startswith(
+        f"error: {flag}: two {what} are named {name!r}: list each once (names match in any case)"
+    )
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_names_differing_only_in_the_list_still_compare(cli):
+    r = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,h200", "--gpus", "1,2", "-f", "json")
+    assert r.exit_code == 0
+    assert sorted((row["gpu"], row["gpus"]) for row in r.json()["rows"]) == [("h100-sxm", 1), ("h200", 2)]

@@ -33,7 +33,7 @@ from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.hardware.spec import GpuSpec, Link
-from tokcost.inputs import check_grid, sweep_grid
+from tokcost.inputs import check_distinct_names, check_grid, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile, engine_for
@@ -169,13 +169,16 @@ def compare(
     gpu_list = _several(gpus, (GpuSpec, str, os.PathLike))
     check_grid(("models", model_list), ("gpus", gpu_list))
     gpu_specs, profile = [_gpu(g) for g in gpu_list], engine_for(_path(engine))
+    model_specs = [_model(m) for m in model_list]
+    check_distinct_names(model_specs, "models")
+    check_distinct_names(gpu_specs, "gpus")
     if isinstance(workload, Mapping):  # one per GPU name: a key naming no GPU would silently take the default
         names = [g.name for g in gpu_specs]
         stray = [k for k in workload if k not in names]
         if stray:
             raise UsageError(f"workload: {stray[0]!r} is not one of the gpus' names: {', '.join(names)}")
     results = []
-    for m in (_model(m) for m in model_list):
+    for m in model_specs:
         for g in gpu_specs:
             wl = workload.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
             e = _estimate.estimate(m, g, wl, network_for(g, _path(network)), profile)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tokcost.catalog import repeated_name
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 
@@ -52,6 +53,14 @@ def api_message(message: str) -> str:
     for cli, api in _API_WORDS.items():
         message = message.replace(cli, api)
     return message
+
+
+def check_distinct_names(specs: Iterable[Any], flag: str) -> None:
+    """Refuse two specs of one name: their rows would read as one (catalog.repeated_name)."""
+    name = repeated_name(specs)
+    if name is not None:
+        raise UsageError(f"{flag}: two specs are named {name!r}: list each once (names match in any case), and give a "
+                         f"spec file a name of its own (its name: key)")  # fmt: skip
 
 
 def check_grid(*axes: tuple[str, Sequence[Any]], limit: int = MAX_GRID_POINTS, hint: str = "") -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from itertools import product
 from pathlib import Path
 from typing import Any
 
-from tokcost.catalog import repeated_name
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.inputs import FLAG_OF_FIELD
@@ -26,13 +24,15 @@ def workload_from_flags(**flags: Any) -> Workload:
     return Workload.checked({k: _value(v) for k, v in flags.items() if v is not None}, FLAG_OF_FIELD)
 
 
-def split_list(value: str, flag: str) -> list[str]:
-    """`a,b,a` -> ['a', 'b']: items stripped, duplicates merged (first kept), empty items and lists refused."""
+def split_list(value: str, flag: str, *, merge: bool = True) -> list[str]:
+    """`a,b,a` -> ['a', 'b']: items stripped, duplicates merged (first kept), empty items and lists refused.
+    merge=False keeps a repeat (spec names: the caller refuses two specs of one name, as it does `a,A`, so that a
+    list aligned with it, such as --gpus 1,2, is never read against a shorter one)."""
     items = [v.strip() for v in value.split(",")]
     if not all(items):
         what = "no value" if not value.strip() else f"an empty item in {value[:60]!r}"
         raise UsageError(f"{flag}: {what}; give a comma-separated list like a,b")
-    return list(dict.fromkeys(items))
+    return list(dict.fromkeys(items)) if merge else items
 
 
 def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> list[int]:
@@ -107,11 +107,3 @@ def check_yaml_destination(path: Path, flag: str) -> None:
     """Refuse a .json name for a spec written as YAML: tokcost reads a .json file back as JSON, so it would not load."""
     if path.suffix.lower() == ".json":
         raise UsageError(f"{flag}: {path.name!r}: the spec is written as YAML; name it .yaml or .yml")
-
-
-def check_distinct_names(specs: Iterable[Any], flag: str) -> None:
-    """Refuse two specs of one name: their rows would read as one (catalog.repeated_name)."""
-    name = repeated_name(specs)
-    if name is not None:
-        raise UsageError(f"{flag}: two specs are named {name!r}: list each once (names match in any case), and give a "
-                         f"spec file a name of its own (its name: key)")  # fmt: skip

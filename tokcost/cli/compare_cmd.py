@@ -8,7 +8,6 @@ import typer
 
 from tokcost import fmt, plots
 from tokcost.cli.common import (
-    check_distinct_names,
     check_force_with_plot,
     format_grid,
     per_gpu_values,
@@ -43,7 +42,7 @@ from tokcost.cli.render import Table, flash_note, print_csv, print_json, print_t
 from tokcost.engine.estimate import Estimate, estimate
 from tokcost.engine.report import compare_row
 from tokcost.hardware.library import load_gpu, network_for
-from tokcost.inputs import check_grid
+from tokcost.inputs import check_distinct_names, check_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 
@@ -81,13 +80,14 @@ def compare(
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
     check_force_with_plot(force, plot)
-    model_names, gpu_names = split_list(model, "--model"), split_list(gpu, "--gpu")
+    model_names, gpu_names = split_list(model, "--model", merge=False), split_list(gpu, "--gpu", merge=False)
     formats = format_grid(weights, kv_dtype, compute_dtype)  # every combination, as plan takes them
     check_grid(("--model", model_names), ("--gpu", gpu_names), ("formats", formats))
     models = [load_model(m) for m in model_names]
-    gpu_specs = {name: load_gpu(name) for name in gpu_names}
+    gpu_list = [load_gpu(name) for name in gpu_names]
     check_distinct_names(models, "--model")
-    check_distinct_names(gpu_specs.values(), "--gpu")
+    check_distinct_names(gpu_list, "--gpu")
+    gpu_specs = dict(zip(gpu_names, gpu_list, strict=True))
     names = list(gpu_specs)
     counts = per_gpu_values(gpus, names, "--gpus", int)
     prices = per_gpu_values(price, names, "--price", float)

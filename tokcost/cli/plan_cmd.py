@@ -178,7 +178,7 @@ def plan(
         trace_name=str(rows.path) if rows else "",
     )  # fmt: skip
     slos = [parse_slo(s) for s in slo or []]
-    names = builtin_gpus() if gpu.strip().lower() == "all" else split_list(gpu, "--gpu")
+    names = builtin_gpus() if gpu.strip().lower() == "all" else split_list(gpu, "--gpu", merge=False)
     if len(names) > 1 and any(n.strip().lower() == "all" for n in names):  # 'all,h100-sxm'
         raise UsageError("--gpu: 'all' stands alone (every built-in GPU); drop it, or give only it")
     gpus = tuple(load_gpu(name) for name in names)

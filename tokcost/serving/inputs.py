@@ -321,8 +321,8 @@ def plan_space(
         raise UsageError(f"{name('gpu', api)}: no GPU given")
     twice = repeated_name(gpus)  # its rows would read as one GPU, and a per-GPU price reach only one
     if twice is not None:
-        raise UsageError(f"{name('gpu', api)}: two GPUs are named {twice!r}; give each its own name "
-                         "(a spec file's name: key)")  # fmt: skip
+        raise UsageError(f"{name('gpu', api)}: two GPUs are named {twice!r}: list each once (names match in any "
+                         "case), and give a spec file a name of its own (its name: key)")  # fmt: skip
     if mode not in ("aggregated", "disaggregated", "both"):
         raise UsageError(f"{name('mode', api)}: {mode!r} is not one of aggregated, disaggregated, both")
     if prefill not in PREFILL:
