@@ -177,6 +177,21 @@ def test_plan_to_dict_is_the_cli_json(cli):
     assert top.meets_slo and top.tpot_s["p90"] <= 0.05 and top.usd_per_hour is not None
 
 
+def test_plan_takes_one_price_for_every_gpu_as_the_flag_does(cli):
+    # `--price 2` prices every GPU; prices=2.0 was refused as not a mapping
+    from tokcost import plan
+
+    printed = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm,h200", "--rate", "1", "--tp", "1", "--price", "2",
+                  "-f", "json")  # fmt: skip
+    assert printed.exit_code == 0, printed.stderr
+    result = plan(model="llama-3.1-8b", gpus=["h100-sxm", "h200"], rate_rps=1, tp=1, prices=2.0)
+    assert as_json(result.to_dict()) == printed.json()
+    assert {(c["gpu"], c["expected"]["usd_per_hour"] / c["expected"]["gpus"]) for c in printed.json()["configs"]} == {
+        ("h100-sxm", 2.0),
+        ("h200", 2.0),
+    }
+
+
 def test_plan_takes_every_search_flag_as_a_keyword(cli):
     # pipeline stages, both modes, a compute dtype and the chunk search: the same JSON as the command line
     from tokcost import plan

@@ -312,7 +312,7 @@ def plan(
     mode: str = "aggregated",
     headroom: float = 0.2,
     max_gpus: int | None = None,
-    prices: Mapping[str, float] | None = None,
+    prices: Mapping[str, float] | float | None = None,
     network: NetworkLike = None,
     engine: EngineLike = None,
     simulate: bool = False,
@@ -322,7 +322,8 @@ def plan(
     jobs: int | None = None,
 ) -> PlanResult:
     """The cheapest fleet for a traffic and SLOs, as `tokcost plan` finds it (`slos`: ["ttft_p90=500ms", ...];
-    `chunks="search"` tries the chunk budgets `--chunk search` does; `mode`: aggregated, disaggregated or both;
+    `chunks="search"` tries the chunk budgets `--chunk search` does; `prices`: USD per GPU-hour by GPU name, or one
+    number for every GPU, as `--price` takes them; `mode`: aggregated, disaggregated or both;
     `jobs`: worker processes for the search, 1 for none; by default, on Linux and from a process of one thread, one
     per CPU where lengths vary)."""
     from tokcost.serving.inputs import plan_space, plan_traffic

@@ -290,8 +290,11 @@ def _compute(values: Sequence[str] | None, api: bool) -> tuple[str | None, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def _prices(prices: Mapping[str, float] | None, gpus: tuple[GpuSpec, ...], api: bool) -> dict[str, float]:
+def _prices(prices: Mapping[str, float] | float | None, gpus: tuple[GpuSpec, ...], api: bool) -> dict[str, float]:
+    """{gpu name: USD per GPU-hour}: a mapping by name, or one number for every GPU (as `--price 2` is)."""
     names = [g.name for g in gpus]
+    if isinstance(prices, (int, float)) and not isinstance(prices, bool):
+        prices = dict.fromkeys(names, prices)
     out = {}
     for gpu, usd in (prices or {}).items():
         key = gpu.strip().lower()
@@ -313,7 +316,7 @@ def plan_space(
     compute_dtypes: Sequence[str] | None = None, chunks: Sequence[int] | str | None = None,
     max_running: int | None = None,
     prefill: str = "engine", mode: str = "aggregated", max_gpus: int | None = None, headroom: float = 0.2,
-    prices: Mapping[str, float] | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
+    prices: Mapping[str, float] | float | None = None, networks: Mapping[str, Link] | None = None, api: bool = False,
     flash_attention: bool = True, redundant_experts: int = 0,
 ) -> Space:  # fmt: skip
     """The search space, every list and knob in range (as the flags are on the command line)."""
