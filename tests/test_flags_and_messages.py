@@ -170,3 +170,11 @@ def test_names_differing_only_in_the_list_still_compare(cli):
     r = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,h200", "--gpus", "1,2", "-f", "json")
     assert r.exit_code == 0
     assert sorted((row["gpu"], row["gpus"]) for row in r.json()["rows"]) == [("h100-sxm", 1), ("h200", 2)]
+
+
+def test_compare_takes_all_as_plan_does(cli):
+    from tokcost.hardware.library import builtin_gpus
+
+    r = cli("compare", "-m", "llama-3.1-8b", "-g", "all", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [row["gpu"] for row in r.json()["rows"]] == builtin_gpus()  # one row each, in the built-ins' order

@@ -9,6 +9,7 @@ from typing import Any
 
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
+from tokcost.hardware.library import builtin_gpus
 from tokcost.inputs import FLAG_OF_FIELD
 from tokcost.units import COMPUTE_DTYPES
 
@@ -33,6 +34,17 @@ def split_list(value: str, flag: str, *, merge: bool = True) -> list[str]:
         what = "no value" if not value.strip() else f"an empty item in {value[:60]!r}"
         raise UsageError(f"{flag}: {what}; give a comma-separated list like a,b")
     return list(dict.fromkeys(items)) if merge else items
+
+
+def gpu_names(value: str) -> list[str]:
+    """--gpu as plan and compare take it: names or files, comma-separated (a repeat kept, for the caller to refuse),
+    or 'all' alone for every built-in GPU."""
+    if value.strip().lower() == "all":
+        return builtin_gpus()
+    names = split_list(value, "--gpu", merge=False)
+    if len(names) > 1 and any(n.lower() == "all" for n in names):  # 'all,h100-sxm'
+        raise UsageError("--gpu: 'all' stands alone (every built-in GPU); drop it, or give only it")
+    return names
 
 
 def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> list[int]:

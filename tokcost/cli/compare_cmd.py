@@ -10,6 +10,7 @@ from tokcost import fmt, plots
 from tokcost.cli.common import (
     check_force_with_plot,
     format_grid,
+    gpu_names,
     per_gpu_values,
     split_list,
     workload_from_flags,
@@ -49,7 +50,7 @@ from tokcost.profiles import engine_for
 
 def compare(
     model: Annotated[str, typer.Option("--model", "-m", help="Model names or files, comma-separated.")],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU names or files, comma-separated.")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU names or files, comma-separated, or 'all'.")],
     gpus: Annotated[
         Optional[str],
         typer.Option("--gpus", help="GPUs per replica (TP): one value, one per --gpu, or NAME=N (h100-sxm=8,h200=4)."),
@@ -80,14 +81,14 @@ def compare(
 ) -> None:
     """Compare models x GPUs for one workload. Example: tokcost compare -m llama-3.1-70b -g h100-sxm,h200 --gpus 4,2"""
     check_force_with_plot(force, plot)
-    model_names, gpu_names = split_list(model, "--model", merge=False), split_list(gpu, "--gpu", merge=False)
+    model_names, names_given = split_list(model, "--model", merge=False), gpu_names(gpu)
     formats = format_grid(weights, kv_dtype, compute_dtype)  # every combination, as plan takes them
-    check_grid(("--model", model_names), ("--gpu", gpu_names), ("formats", formats))
+    check_grid(("--model", model_names), ("--gpu", names_given), ("formats", formats))
     models = [load_model(m) for m in model_names]
-    gpu_list = [load_gpu(name) for name in gpu_names]
+    gpu_list = [load_gpu(name) for name in names_given]
     check_distinct_names(models, "--model")
     check_distinct_names(gpu_list, "--gpu")
-    gpu_specs = dict(zip(gpu_names, gpu_list, strict=True))
+    gpu_specs = dict(zip(names_given, gpu_list, strict=True))
     names = list(gpu_specs)
     counts = per_gpu_values(gpus, names, "--gpus", int)
     prices = per_gpu_values(price, names, "--price", float)

@@ -11,13 +11,13 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import plots
-from tokcost.cli.common import check_force_with_plot, int_list, per_gpu_values, split_list
+from tokcost.cli.common import check_force_with_plot, gpu_names, int_list, per_gpu_values, split_list
 from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, FlashOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
 from tokcost.cli.render import flatten, print_csv, print_json, print_tables
 from tokcost.errors import UsageError
-from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
+from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 from tokcost.serving.explain import explain_lines, explain_plan
@@ -178,10 +178,7 @@ def plan(
         trace_name=str(rows.path) if rows else "",
     )  # fmt: skip
     slos = [parse_slo(s) for s in slo or []]
-    names = builtin_gpus() if gpu.strip().lower() == "all" else split_list(gpu, "--gpu", merge=False)
-    if len(names) > 1 and any(n.strip().lower() == "all" for n in names):  # 'all,h100-sxm'
-        raise UsageError("--gpu: 'all' stands alone (every built-in GPU); drop it, or give only it")
-    gpus = tuple(load_gpu(name) for name in names)
+    gpus = tuple(load_gpu(name) for name in gpu_names(gpu))
     space = plan_space(
         gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),
         ep=_ints(ep, "--ep", 4096), dp=_ints(dp, "--dp", 4096), weights=_list(weights, "--weights"),
