@@ -57,6 +57,11 @@ def count(n: float) -> str:
     return f"{n / 1e9:,.3f}B" if n >= 1e9 else f"{n:,.0f}"
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 user`, `2 users`, `1,024 users`: a whole count and its noun, plural past one."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def joules(value: float | None) -> str:
     """Joules with 3 decimals, or n/a without a power figure."""
     return "n/a" if value is None else f"{printable(value, 'an energy'):.3f}"

@@ -103,7 +103,7 @@ def header(result: Plan) -> str:
     """The traffic, the SLOs and how TTFT is timed, on one line."""
     t = result.traffic
     load = f"{t.rate_rps:,.4g} req/s (Poisson)" if t.rate_rps is not None else (
-        f"{t.concurrency:,} users (closed loop, think {t.think_time_s:g} s)")  # fmt: skip
+        f"{fmt.counted(t.concurrency, 'user')} (closed loop, think {t.think_time_s:g} s)")  # fmt: skip
     slos = ", ".join(_slo_text(s) for s in result.slos) or "none (latencies at the offered load, and saturation)"
     prefix = f" · cached prefix {t.cached_prefix_tokens:,}" if t.cached_prefix_tokens else ""
     lengths = f"prompt {t.prompt_mean_tokens:,.0f} ({t.prompt.label}) · output {t.output.mean:,.0f} ({t.output.label})"
@@ -163,7 +163,7 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
         band = band_of(top.deployment.engine, top.deployment.gpu.platform)
         out.append(f"80% band of #1's engine ({top.deployment.engine.label}): a time can be x{band.low:.2f} to "
                    f"x{band.high:.2f} of expected ({band.basis}).")  # fmt: skip
-    out.append(f"Planned {len(result.rows)} configurations. --explain shows the arithmetic.")
+    out.append(f"Planned {fmt.counted(len(result.rows), 'configuration')}. --explain shows the arithmetic.")
     return out
 
 

@@ -101,7 +101,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     assert r is not None and x.point is not None and x.capacity is not None
     pt, cap = x.point, x.capacity
     t = plan.traffic
-    load = f"{t.rate_rps:g} req/s" if t.rate_rps is not None else f"{t.concurrency} users"
+    load = f"{t.rate_rps:g} req/s" if t.rate_rps is not None else fmt.counted(t.concurrency, "user")
     head = f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected ({load})"
     prompt_term = PAIRED if t.pairs else "E[P']"
     steps = [
