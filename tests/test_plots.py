@@ -276,3 +276,27 @@ def test_commands_without_plot_never_import_matplotlib():
     out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, env=env,
                          check=True, cwd=ROOT)  # fmt: skip
     assert json.loads(out.stdout) == []
+
+
+def test_plan_figure_labels_every_point_and_ticks_a_wide_cost_axis_in_dollars():
+    # 22 configurations from $28 to $800 an hour: 12 were labelled (a frontier point among the rest), and the log
+    # axis had one tick ($100)
+    from tokcost.plots.plan import label_spots
+
+    points = [FrontierPoint(f"gpu{i} TP{i % 4 + 1} fp8", 28.0 * 1.17**i, 0.015 + 0.001 * i, 0.15 + 0.01 * (i % 7),
+                            chosen=i == 0) for i in range(22)]  # fmt: skip
+    figure = plots.plan_figure(points)
+    figure.canvas.draw()
+    for ax in figure.axes[:2]:
+        labels = [t.get_text() for t in ax.texts]
+        assert sorted(labels) == sorted(p.label for p in points)  # each point once
+        ticks = [t.get_text().replace("\\$", "$") for t in ax.get_yticklabels() if t.get_text()]
+        assert {"$50", "$100", "$200", "$500"} <= set(ticks), ticks
+    # spread-out points: the chosen spot of each label overlaps no other label
+    apart = [(FrontierPoint(f"p{i}", 1.0 + i, 0.01, 0.1), 10.0 * i, 1.0 + i) for i in range(6)]
+    spots = label_spots(apart, set(), log_y=True)
+    assert [s[3] for s in spots] == [(4, 3, "left")] * 6
+    # two points on one spot: the second label goes to the other side
+    same = [(FrontierPoint("aaaa", 1.0, 0.01, 0.1), 5.0, 2.0), (FrontierPoint("bbbb", 1.0, 0.01, 0.1), 5.0, 2.0),
+            (FrontierPoint("cccc", 1.0, 0.01, 0.1), 9.0, 4.0)]  # fmt: skip
+    assert [s[3] for s in label_spots(same, set(), log_y=True)][:2] == [(4, 3, "left"), (-4, -9, "right")]

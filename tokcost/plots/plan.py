@@ -11,6 +11,7 @@ on that axis is a dashed line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
     from tokcost.serving.search import Plan
 
 MS = 1e3
-LABELLED = 12  # points labelled by name at most (the cheapest first), so a big search stays readable
+# where a point's label may sit, in points from it (x, y, horizontal alignment), tried in this order
+LABEL_SPOTS = ((4, 3, "left"), (-4, -9, "right"), (4, -9, "left"), (-4, 3, "right"))
+CHAR_W, LINE_H = 0.0105, 0.026  # a 6.5-point character's width and a line's height, as shares of a panel's axes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +74,56 @@ def _usable(points: Sequence[FrontierPoint], attr: str) -> list[tuple[FrontierPo
     return out
 
 
+Box = tuple[float, float, float, float]  # left, bottom, right, top, in shares of a panel's axes
+
+
+def _box(u: float, v: float, width: float, spot: tuple[int, int, str]) -> Box:
+    """A label's box at a point (u, v) placed at `spot` (points of offset: 1 point is about 0.002 of a panel)."""
+    dx, dy, align = spot
+    left = u + dx * 0.002 - (width if align == "right" else 0.0)
+    bottom = v + dy * 0.002
+    return left, bottom, left + width, bottom + LINE_H
+
+
+def _overlap(box: Box, placed: Sequence[Box]) -> float:
+    """The area `box` shares with the boxes placed before it."""
+    return sum(max(0.0, min(box[2], o[2]) - max(box[0], o[0])) * max(0.0, min(box[3], o[3]) - max(box[1], o[1]))
+               for o in placed)  # fmt: skip
+
+
+def label_spots(
+    usable: Sequence[tuple[FrontierPoint, float, float]], edge: set[tuple[float, float]], log_y: bool
+) -> list[tuple[FrontierPoint, float, float, tuple[int, int, str]]]:
+    """Every point's label and where it sits: the frontier's and the chosen point's first, then the rest cheapest
+    first, each at the first of LABEL_SPOTS whose box overlaps no label placed before it (else the one that overlaps
+    least), so that neighbours read apart. Boxes are in shares of the panel (x linear, y log where the axis is)."""
+    if not usable:
+        return []
+    xs = [x for _, x, _ in usable]
+    ys = [math.log(y) if log_y else y for _, _, y in usable]
+    x0, xw = min(xs), (max(xs) - min(xs)) or 1.0
+    y0, yw = min(ys), (max(ys) - min(ys)) or 1.0
+    placed: list[Box] = []
+    out = []
+    for p, x, y in sorted(usable, key=lambda item: (not ((item[1], item[2]) in edge or item[0].chosen), item[2])):
+        u, v = 0.9 * (x - x0) / xw, 0.9 * ((math.log(y) if log_y else y) - y0) / yw  # inside the axes' 5% margins
+        boxes = [_box(u, v, CHAR_W * len(p.label), spot) for spot in LABEL_SPOTS]
+        shared = [_overlap(b, placed) for b in boxes]
+        best = min(range(len(boxes)), key=lambda i: (shared[i] > 0, shared[i]))  # the first free spot, else the least
+        placed.append(boxes[best])
+        out.append((p, x, y, LABEL_SPOTS[best]))
+    return out
+
+
 def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, slo_s: float | None = None) -> None:
     """Every configuration as a labelled dot (grey: misses an SLO), the frontier as a line, the chosen one as a
     star, the SLO as a dashed line."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter  # noqa: PLC0415  only when drawing
+    from matplotlib.ticker import (  # noqa: PLC0415  only when drawing
+        FuncFormatter,
+        LogLocator,
+        NullFormatter,
+        ScalarFormatter,
+    )
 
     usable = _usable(points, attr)
     for meets, color in ((False, "0.7"), (True, "tab:blue")):
@@ -86,8 +135,10 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
     edge = frontier([(x, y) for p, x, y in usable if p.meets_slo])
     if edge:
         ax.plot([x for x, _ in edge], [y for _, y in edge], color="tab:blue", lw=1.2, label="Pareto frontier")
-    for p, x, y in sorted(usable, key=lambda item: item[2])[:LABELLED]:
-        ax.annotate(p.label, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=6.5, color="0.25")
+    log_y = bool(usable) and all(y > 0 for _, _, y in usable)
+    for p, x, y, (dx, dy, align) in label_spots(usable, set(edge), log_y):
+        ax.annotate(p.label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6.5, color="0.25",
+                    ha=align)  # fmt: skip
     for p, x, y in usable:
         if p.chosen:
             ax.plot([x], [y], marker="*", ms=16, color="tab:orange", mec="black", ls="none", label=f"chosen: {p.label}")
@@ -99,12 +150,16 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
         ax.text(0.5, 0.5, f"no configuration has a {USD}/hour and a p90 {what}", transform=ax.transAxes,
                 ha="center", va="center", fontsize=9, color="0.4")  # fmt: skip
     money = FuncFormatter(lambda v, _: f"{USD}{v:,.0f}" if v >= 1 else f"{USD}{v:.2f}")
-    if usable and all(y > 0 for _, _, y in usable):  # costs span decades; a zero price (--price 0) stays linear
+    if log_y:  # costs span decades; a zero price (--price 0) stays linear
         ax.set_yscale("log")
-        # within one decade matplotlib labels the minor ticks itself (3x10^1 beside $10): dollars there too, and none
-        # where the major ticks are enough
+        # within one decade matplotlib labels the minor ticks itself (3x10^1 beside $10): dollars there too; past
+        # one, ticks at 1, 2 and 5 of each decade ($20, $50, $100, ...), where one $100 tick was all a $28-$800 axis had
         ys = [y for _, _, y in usable]
-        ax.yaxis.set_minor_formatter(money if max(ys) < 10 * min(ys) else NullFormatter())
+        if max(ys) < 10 * min(ys):
+            ax.yaxis.set_minor_formatter(money)
+        else:
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(money)
 
     class Grouped(ScalarFormatter):  # its decimals follow the ticks' spacing (2.5 ms apart reads 192.5), grouped
