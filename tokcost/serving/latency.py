@@ -38,13 +38,15 @@ def e2e_mean(r: Replica, pt: LoadPoint) -> float:
 def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     """TPOT of a request with n decode steps: mean, variance and skew (see the module docstring).
 
-    A closed loop's step-locked share w (loop.py) counts its prefill per step, not per second, so a slow life
-    gathers no more of it (no stretch); and a closed loop's batch is a binomial share of its users, whose swing
-    and feedback shrink by 1 - b / N.
+    A closed loop counts its prefill per step, not per second, so a slow life gathers no more of it (no stretch):
+    the users who return within a life L left a step that ended in it, so with a think time Z the share L / (L + Z)
+    of its arrivals (loop.step_share over the life, not over one step: a think time shorter than the life delays
+    the slowdown's echo, it does not undo it) is counted per step, and the rest stretches; and a closed loop's batch
+    is a binomial share of its users, whose swing and feedback shrink by 1 - b / N.
     """
     life = n * pt.tpot_mean_s
     kappa, s = pt.decode_share, pt.service
-    w = r.loop.step_share(pt.tpot_mean_s)
+    w = r.loop.step_share(life)
     raw2 = s.var + s.mean**2
     raw3 = s.mu3 + 3 * s.mean * s.var + s.mean**3
     stretch = w + (1 - w) / max(1 - kappa * pt.rho, 1e-6)

@@ -11,7 +11,10 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
   when they are fixed);
 - step-locked (a closed loop: the share w = T / (T + Z), less its lock-step groups): the same, but the request
   lands r + c after a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when
-  others decode), and the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
+  others decode; behind a backlog, the prefill step in progress whole, where M/G/1 counts half a service), it
+  shares its step with the users who finished when it did (lambda w T a step, whatever the step's length: users
+  finish per step, not per second), and the queue is the one a closed loop's prefill sees (its rate and
+  utilization, loop.py);
 - lock-step groups (fixed lengths: w x the locked share, loop.PARTIAL_LOCK): (the previous group's last step
   - r - c) + its own step; a prompt past the chunk, (Tc - r - c) + ceil(P' / C) Tc, packed behind the one ahead
   in full steps (loop.py); or (T0 - r - c) + its own for the first group of a burst.
@@ -64,6 +67,14 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     backlog, landing = pt.queue_rho, _landing(pt, p_dec)
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     ahead = lookahead_steps(r, pt)
+    # step-locked arrivals come per step, not per second: the users whose last tokens end one step land together in
+    # the next, lambda T of them a step (T the mean step; each decoding sequence ends with chance 1 / E[n] a step),
+    # however long that step runs; the rest (a think time's share 1 - w) arrive in time, at the queue's rate
+    share = r.loop.step_share(step)
+    per_step = pt.rate_rps * share * step
+    packed = r.packed_moments(alpha)
+    half = (packed.var + packed.mean**2) / (2 * packed.mean) if packed.mean > 0 else 0.0  # M/G/1's mean residual
+    beyond = max(r.loop.residual(pt.prefill_step_s) - half, 0.0)
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         width = final_step_extra(r, pt, prompt)
         # its last step lasts at least a step with its own chunk in it
@@ -72,9 +83,10 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
         chunks_s = alpha * (prompt.chunks - 1) * r.chunk
         part = 1.0 if prompt.chunks == 1 else 0.5  # of a step in progress, who shares its last step
 
-        def joined(window: float, last: float = last, chunks_s: float = chunks_s) -> float:
-            """Uniform width: twice what the prompt tokens that join its last step (in `window`) add to it."""
-            tokens = last + pt.queue_rate_rps * r.prompt_moments[0] * (window + chunks_s)
+        def joined(window: float, per_step: float = 0.0, last: float = last, chunks_s: float = chunks_s) -> float:
+            """Uniform width: twice what the prompt tokens that join its last step (in `window`, and `per_step` prompts
+            that land in every step whatever its length) add to it."""
+            tokens = last + r.prompt_moments[0] * (pt.queue_rate_rps * (window + chunks_s) + per_step)
             return 2 * (interpolate(*fills, min(tokens, r.chunk)) - interpolate(*fills, last))
 
         w = prompt.weight
@@ -92,8 +104,10 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             for p, step in landing:
                 for q, busy in ahead if step > 0 else IDLE:
                     out.append((locked_steps * w * p * q, alone + busy + r.loop.residual(step), 0.0, 1.0,
-                                joined(step)))  # fmt: skip
-            out.append((locked_steps * w * backlog, own, theta, shape, width))
+                                joined(step * (1 - share), per_step)))  # fmt: skip
+            # a backlog's step in progress is a prefill step, and it is waited out whole (less r + c), where M/G/1's
+            # wait counts half a service on average: the rest of the step beyond that half is a constant
+            out.append((locked_steps * w * backlog, own + beyond, theta, shape, width))
         if lock > 0:  # the first of a burst finds an idle server when nobody decodes: no step chosen before it
             out += [(prompt.weight * lock * share * q, constant + busy, 0.0, 1.0, 0.0)
                     for share, constant, found_busy in _lock_step(r, pt, prompt, alone, p_dec)
