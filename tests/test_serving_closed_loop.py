@@ -37,11 +37,19 @@ TOLERANCE = 0.15
 # the primary figure (no groups) is below it. Checked at 55% there. (It was 1,208 users while the running cap kept a
 # whole slot for the prompt; a slot's decoding share, 31 / 32 here, moved the knee, and 1,186 until the primary
 # figure priced half the users locked, whose TTFT counts in the users the knee holds.)
-# Two more were kept here until a step-locked arrival counted its fellow arrivals per step and waited out a
-# backlog's prefill step whole (ttft.branches): the MoE with exponential lengths at 0.6 of its knee, TTFT p90 15.5%
-# under (now 7.8%), and Llama-3.1-70B on 4 x H100 with lognormal lengths at 65 users, p50 15.0% under (now 9.6%).
+# And one of fixed prompts just under the chunk (2,000 in 2,048) with exponential answers at 0.9 of the knee: TTFT
+# is bimodal (a prompt that lands in a prefill step waits it out and runs in the next, ~127 ms, or queues behind
+# more), and the closed form prices every arrival that finds a backlog with M/G/1's wait spread over both, so its p50
+# sits in the upper mode: 22% over (its p90 within 1%). Splitting off the arrivals with nobody queued behind the step
+# fixed it there but moved four other cases past 15% (70B on 4 x H100 with exponential answers at 0.6-0.9 of its
+# knee, p50 19-23% over), so it stays. Checked at 25% there.
+# Two more were kept here until a step-locked arrival counted its fellow arrivals per step, spilled past a full step
+# and waited out a backlog's prefill step whole (ttft.branches): the MoE with exponential lengths at 0.6 of its
+# knee, TTFT p90 15.5% under (now 7.8%), and Llama-3.1-70B on 4 x H100 with lognormal lengths at 65 users, p50
+# 15.0% under (now 2.7%).
 KNOWN_MISS = {("8b-tiny-prompts-fixed", 1188, "ttft", 0.5): 0.55,
-              ("8b-tiny-prompts-fixed", 1188, "ttft", 0.9): 0.55}  # fmt: skip
+              ("8b-tiny-prompts-fixed", 1188, "ttft", 0.9): 0.55,
+              ("8b-near-chunk-exponential-answers", 180, "ttft", 0.5): 0.25}  # fmt: skip
 CASES = {
     # name: (model, gpu, tp, prompt, output, chunk, lengths, think time s, shares of the knee)
     "70b-tp4-fixed": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "fixed", 0.0, (0.1, 0.3, 0.8)),
@@ -60,6 +68,10 @@ CASES = {
     # think time shorter than a life (p90 TPOT 11-17% over while every arrival stretched as if it came in time)
     "8b-fixed-prompts-exponential-answers": ("llama-3.1-8b", "h100-sxm", 1, 1000, 300, 2048, "fixed/exponential", 0.0,
                                              (0.3, 0.6, 0.9)),
+    # ... and just under the chunk: of two users who finish together the second's prompt spills into the next step
+    # (p50 TTFT 30% under at 0.65 of the knee while it was counted as tokens joining a step)
+    "8b-near-chunk-exponential-answers": ("llama-3.1-8b", "h100-sxm", 1, 2000, 300, 2048, "fixed/exponential", 0.0,
+                                          (0.5, 0.65, 0.9)),
     "70b-tp4-lognormal-think": ("llama-3.1-70b", "h100-sxm", 4, 2000, 300, 2048, "lognormal", 2.0, (0.3, 0.6, 0.9)),
     # issue 22: prompts of a few tokens, many to a step beside the decodes
     "8b-tiny-prompts-exponential": ("llama-3.1-8b", "h100-sxm", 1, 8, 64, 2048, "exponential", 0.0, (0.3, 0.8)),

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from tokcost.serving.loop import group_size, others_decoding
-from tokcost.serving.queueing import Moments, gamma_plus_uniform_tail
+from tokcost.serving.queueing import Moments, gamma_plus_uniform_tail, poisson_pmf
 from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
 from tokcost.serving.replica_steps import interpolate
 
@@ -101,10 +101,13 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             out += [(timed * w * backlog * (1 - p_dec), own, theta, shape, width),
                     (timed * w * backlog * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
         if locked_steps > 0:  # lands r + c into the step in progress: waits out the rest, with all who land in it
+            spill = spill_share(r, prompt, per_step)
             for p, step in landing:
                 for q, busy in ahead if step > 0 else IDLE:
-                    out.append((locked_steps * w * p * q, alone + busy + r.loop.residual(step), 0.0, 1.0,
-                                joined(step * (1 - share), per_step)))  # fmt: skip
+                    weight = locked_steps * w * p * q
+                    constant, extra = alone + busy + r.loop.residual(step), joined(step * (1 - share), per_step)
+                    out += [(weight * (1 - spill), constant, 0.0, 1.0, extra),
+                            (weight * spill, constant + pt.chunk_step_s, 0.0, 1.0, extra)]  # fmt: skip
             # a backlog's step in progress is a prefill step, and it is waited out whole (less r + c), where M/G/1's
             # wait counts half a service on average: the rest of the step beyond that half is a constant
             out.append((locked_steps * w * backlog, own + beyond, theta, shape, width))
@@ -116,6 +119,17 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
 
 
 IDLE = ((1.0, 0.0),)  # an idle server schedules an arrival at once: no step ahead of it
+
+
+def spill_share(r: Replica, prompt: PromptPoint, per_step: float) -> float:
+    """Chance that a one-chunk prompt, step-locked, does not fit its step beside the prompts of the users who finished
+    when it did and are scheduled ahead of it (half of the lambda w T a step: first come, ties in any order): its
+    tokens then spill into the next step, a full chunk's step more (a prompt just under the chunk with one ahead)."""
+    if prompt.chunks > 1 or per_step <= 0:
+        return 0.0
+    mean = r.prompt_moments[0]
+    fit = int((r.chunk - prompt.tokens) // mean) if mean > 0 else 0  # prompts ahead of it that leave it room
+    return max(1.0 - sum(poisson_pmf(per_step / 2, fit + 1)), 0.0)
 
 
 def lookahead_steps(r: Replica, pt: LoadPoint) -> tuple[tuple[float, float], ...]:
