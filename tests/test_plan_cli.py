@@ -167,6 +167,19 @@ def test_explain_closed_loop_users_and_replicas_redo_their_arithmetic(cli):
     assert replicas == math.ceil(500 * 1.2 / capacity - 1e-9) and f"= {replicas}; GPUs" in fleet
 
 
+def test_explain_closed_loop_users_finishing_together_redo_their_arithmetic(cli):
+    # the users who finish in one step land together in the next, lambda w T of them (the closed form's TTFT reads it)
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--concurrency", "128", "--prompt", "1000",
+            "--output", "300", "--output-dist", "exponential", "--explain", "-f", "json", "-j", "1")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    line = next(x for x in data["explain"] if "lambda w T = " in x)
+    lam, w, step = line.split("lambda w T = ")[1].split(" = ")[0].split(" x ")
+    got = float(line.split(" users a step")[0].rsplit(" = ", 1)[1])
+    assert float(lam) * float(w) * _ms(step) / 1e3 == pytest.approx(got, rel=0.01)
+    assert 0 < got < 1  # a fraction of a user a step at this load: most steps see no one return
+
+
 def test_table_markdown_and_csv(cli):
     table = cli(*BASE, "--rate", "20", *SLOS)
     assert table.exit_code == 0, table.stderr

@@ -67,11 +67,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     backlog, landing = pt.queue_rho, _landing(pt, p_dec)
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     ahead = lookahead_steps(r, pt)
-    # step-locked arrivals come per step, not per second: the users whose last tokens end one step land together in
-    # the next, lambda T of them a step (T the mean step; each decoding sequence ends with chance 1 / E[n] a step),
-    # however long that step runs; the rest (a think time's share 1 - w) arrive in time, at the queue's rate
-    share = r.loop.step_share(step)
-    per_step = pt.rate_rps * share * step
+    share, per_step = r.loop.step_share(step), step_locked_per_step(r, pt)
     packed = r.packed_moments(alpha)
     half = (packed.var + packed.mean**2) / (2 * packed.mean) if packed.mean > 0 else 0.0  # M/G/1's mean residual
     beyond = max(r.loop.residual(pt.prefill_step_s) - half, 0.0)
@@ -119,6 +115,14 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
 
 
 IDLE = ((1.0, 0.0),)  # an idle server schedules an arrival at once: no step ahead of it
+
+
+def step_locked_per_step(r: Replica, pt: LoadPoint) -> float:
+    """Step-locked arrivals come per step, not per second: the users whose last tokens end one step land together in
+    the next, lambda w T of them a step (T the mean step: each decoding sequence ends with chance 1 / E[n] a step),
+    however long that step runs; the rest (a think time's share 1 - w) arrive in time, at the queue's rate."""
+    step = pt.tpot_mean_s
+    return pt.rate_rps * r.loop.step_share(step) * step
 
 
 def spill_share(r: Replica, prompt: PromptPoint, per_step: float) -> float:
