@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,25 @@ def test_plan_takes_one_price_for_every_gpu_as_the_flag_does(cli):
         ("h100-sxm", 2.0),
         ("h200", 2.0),
     }
+
+
+def test_a_gpu_named_in_capitals_takes_its_price(cli, tmp_path):
+    # prices were keyed by the lower-cased name, so a spec named My-GPU was "not among gpus (My-GPU)"
+    from tokcost import plan
+
+    spec = (resources.files("tokcost") / "specs" / "gpus" / "h100-sxm.yaml").read_text()
+    path = tmp_path / "mygpu.yaml"
+    path.write_text(spec.replace("\nname: h100-sxm\n", "\nname: My-GPU\n", 1))
+    for prices in (2.0, {"my-gpu": 2.0}, {"My-GPU": 2.0}):
+        rows = plan(model="llama-3.1-8b", gpus=[str(path)], rate_rps=1, tp=1, prices=prices).to_dict()["configs"]
+        assert [(c["gpu"], c["expected"]["usd_per_hour"] / c["expected"]["gpus"]) for c in rows] == [("My-GPU", 2.0)]
+    printed = cli(
+        "plan", "-m", "llama-3.1-8b", "-g", str(path), "--rate", "1", "--tp", "1", "--price", "2", "-f", "json"
+    )
+    assert printed.exit_code == 0, printed.stderr
+    assert printed.json()["configs"][0]["expected"]["usd_per_hour"] == pytest.approx(
+        2.0 * printed.json()["configs"][0]["expected"]["gpus"]
+    )
 
 
 def test_plan_takes_every_search_flag_as_a_keyword(cli):

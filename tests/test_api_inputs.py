@@ -53,7 +53,9 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
         # these returned two equal rows where the CLI refuses the repeat
         (lambda: compare(models=M, gpus=[G, G]), "gpus: two specs are named 'h100-sxm': list each once"),
         (lambda: compare(models=[M, M.upper()], gpus=G), "models: two specs are named 'llama-3.1-8b': list each once"),
-        (lambda: plan(model=M, gpus=[G, G], rate_rps=1.0), "gpus: two GPUs are named 'h100-sxm': list each once"),
+        (lambda: plan(model=M, gpus=[G, G], rate_rps=1.0), "gpus: two specs are named 'h100-sxm': list each once"),
+        # one number for every GPU is checked as one, not under a GPU's name
+        (lambda: plan(model=M, gpus=G, rate_rps=1.0, prices=-1.0), "prices: USD per GPU-hour must be a number from 0"),
         (lambda: plan(model=M, gpus=G, rate_rps=1.0, slos=["ttft=1s"]), "slos: 'ttft=1s' is not METRIC_PCT=VALUE"),
         (lambda: plan(model=M, gpus=G, rate_rps=1.0, slos=["ttft_p90=0s"]), "slos: '0s' must be above 0"),
         (lambda: plan(model=M, gpus=G, rate_rps=1.0, trace="no-such.jsonl"), "trace no-such.jsonl: no such file"),

@@ -152,7 +152,7 @@ def test_a_gpu_listed_twice_in_two_cases_is_refused_with_what_to_do(cli):
     [
         (("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,h100-sxm", "--gpus", "1,2"), "--gpu", "specs"),
         (("compare", "-m", "llama-3.1-8b,llama-3.1-8b", "-g", "h100-sxm"), "--model", "specs"),
-        (("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm,h100-sxm", "--rate", "1"), "--gpu", "GPUs"),
+        (("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm,h100-sxm", "--rate", "1"), "--gpu", "specs"),
     ],
 )
 def test_a_spec_listed_twice_in_one_case_is_refused_as_in_two(cli, args, flag, what):

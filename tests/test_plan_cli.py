@@ -173,10 +173,11 @@ def test_explain_closed_loop_users_finishing_together_redo_their_arithmetic(cli)
             "--output", "300", "--output-dist", "exponential", "--explain", "-f", "json", "-j", "1")  # fmt: skip
     assert r.exit_code == 0, r.stderr
     data = r.json()
-    line = next(x for x in data["explain"] if "lambda w T = " in x)
-    lam, w, step = line.split("lambda w T = ")[1].split(" = ")[0].split(" x ")
-    got = float(line.split(" users a step")[0].rsplit(" = ", 1)[1])
-    assert float(lam) * float(w) * _ms(step) / 1e3 == pytest.approx(got, rel=0.01)
+    line = next(x for x in data["explain"] if "lambda w T (1 - 1/N) = " in x)
+    lam, w, step, others = line.split("lambda w T (1 - 1/N) = ")[1].split(" = ")[0].split(" x ")
+    got = float(line.split(" other users a step")[0].rsplit(" = ", 1)[1])
+    assert float(lam) * float(w) * _ms(step) / 1e3 * float(others) == pytest.approx(got, rel=0.01)
+    assert float(others) == pytest.approx(1 - 1 / 128, abs=0.002)  # the other users of 128
     assert 0 < got < 1  # a fraction of a user a step at this load: most steps see no one return
 
 

@@ -296,6 +296,15 @@ def test_plan_figure_labels_every_point_and_ticks_a_wide_cost_axis_in_dollars():
     apart = [(FrontierPoint(f"p{i}", 1.0 + i, 0.01, 0.1), 10.0 * i, 1.0 + i) for i in range(6)]
     spots = label_spots(apart, set(), log_y=True)
     assert [s[3] for s in spots] == [(4, 3, "left")] * 6
+    # a search of every GPU: 80 points keep LABELLED labels, the frontier and the chosen point among them, and a
+    # label near the panel's left edge sits to the right of its point
+    from tokcost.plots.plan import LABELLED
+
+    many = [(FrontierPoint(f"cfg{i}", 1.0, 0.01, 0.1, chosen=i == 3), float(i % 9), 1.0 + i) for i in range(80)]
+    edge = {(0.0, 1.0), (1.0, 2.0)}
+    spots = label_spots(many, edge, log_y=True)
+    assert len(spots) <= LABELLED and {"cfg0", "cfg1", "cfg3"} <= {p.label for p, *_ in spots}
+    assert all(spot[2] == "left" for p, x, _, spot in spots if x == 0.0)  # a right-aligned label would leave the panel
     # two points on one spot: the second label goes to the other side
     same = [(FrontierPoint("aaaa", 1.0, 0.01, 0.1), 5.0, 2.0), (FrontierPoint("bbbb", 1.0, 0.01, 0.1), 5.0, 2.0),
             (FrontierPoint("cccc", 1.0, 0.01, 0.1), 9.0, 4.0)]  # fmt: skip

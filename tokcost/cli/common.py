@@ -7,6 +7,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from tokcost import fmt
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.library import builtin_gpus
@@ -26,8 +27,8 @@ def workload_from_flags(**flags: Any) -> Workload:
 
 
 def split_list(value: str, flag: str, *, merge: bool = True) -> list[str]:
-    """`a,b,a` -> ['a', 'b']: items stripped, duplicates merged (first kept), empty items and lists refused.
-    merge=False keeps a repeat (spec names: the caller refuses two specs of one name, as it does `a,A`, so that a
+    """`a,b,a` -> ['a', 'b']: items stripped, empty items and lists refused, duplicates merged (first kept) unless
+    merge=False, which keeps a repeat (spec names: the caller refuses two specs of one name, as it does `a,A`, so that a
     list aligned with it, such as --gpus 1,2, is never read against a shorter one)."""
     items = [v.strip() for v in value.split(",")]
     if not all(items):
@@ -105,7 +106,8 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
     if len(items) == 1:
         return {name: parse(items[0]) for name in names}
     if len(items) != len(names):
-        raise UsageError(f"{flag}: {len(items)} values for {len(names)} GPUs; give one, one per --gpu, or NAME=VALUE")
+        raise UsageError(f"{flag}: {len(items)} values for {fmt.counted(len(names), 'GPU')}; give one, one per --gpu, "
+                         "or NAME=VALUE")  # fmt: skip
     return {name: parse(text) for name, text in zip(names, items, strict=True)}
 
 

@@ -29,6 +29,7 @@ MS = 1e3
 # where a point's label may sit, in points from it (x, y, horizontal alignment), tried in this order
 LABEL_SPOTS = ((4, 3, "left"), (-4, -9, "right"), (4, -9, "left"), (-4, 3, "right"))
 CHAR_W, LINE_H = 0.0105, 0.026  # a 6.5-point character's width and a line's height, as shares of a panel's axes
+LABELLED = 30  # a plan of up to this many points labels every one; a bigger one this many (the frontier always)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +95,31 @@ def _overlap(box: Box, placed: Sequence[Box]) -> float:
 def label_spots(
     usable: Sequence[tuple[FrontierPoint, float, float]], edge: set[tuple[float, float]], log_y: bool
 ) -> list[tuple[FrontierPoint, float, float, tuple[int, int, str]]]:
-    """Every point's label and where it sits: the frontier's and the chosen point's first, then the rest cheapest
-    first, each at the first of LABEL_SPOTS whose box overlaps no label placed before it (else the one that overlaps
-    least), so that neighbours read apart. Boxes are in shares of the panel (x linear, y log where the axis is)."""
+    """The points labelled and where each label sits: the frontier's and the chosen point's first, then the rest
+    cheapest first, each at the first of LABEL_SPOTS whose box stays inside the panel and overlaps no label placed
+    before it. Up to LABELLED points every one is labelled (where no spot is free, at the one that overlaps least);
+    past that only the frontier, the chosen point and those with a free spot, LABELLED in all, so that a search of
+    every GPU stays readable. Boxes are in shares of the panel (x linear, y log where the axis is; 5% margins)."""
     if not usable:
         return []
     xs = [x for _, x, _ in usable]
     ys = [math.log(y) if log_y else y for _, _, y in usable]
     x0, xw = min(xs), (max(xs) - min(xs)) or 1.0
     y0, yw = min(ys), (max(ys) - min(ys)) or 1.0
+    every = len(usable) <= LABELLED
     placed: list[Box] = []
     out = []
     for p, x, y in sorted(usable, key=lambda item: (not ((item[1], item[2]) in edge or item[0].chosen), item[2])):
-        u, v = 0.9 * (x - x0) / xw, 0.9 * ((math.log(y) if log_y else y) - y0) / yw  # inside the axes' 5% margins
+        must = every or (x, y) in edge or p.chosen
+        if not must and len(out) >= LABELLED:
+            break
+        u, v = 0.05 + 0.9 * (x - x0) / xw, 0.05 + 0.9 * ((math.log(y) if log_y else y) - y0) / yw
         boxes = [_box(u, v, CHAR_W * len(p.label), spot) for spot in LABEL_SPOTS]
-        shared = [_overlap(b, placed) for b in boxes]
-        best = min(range(len(boxes)), key=lambda i: (shared[i] > 0, shared[i]))  # the first free spot, else the least
+        inside = [i for i, b in enumerate(boxes) if b[0] >= 0 and b[2] <= 1 and b[1] >= 0 and b[3] <= 1] or [0, 1, 2, 3]
+        shared = {i: _overlap(boxes[i], placed) for i in inside}
+        best = min(inside, key=lambda i: (shared[i] > 0, shared[i]))  # the first free spot, else the least overlap
+        if shared[best] > 0 and not must:
+            continue
         placed.append(boxes[best])
         out.append((p, x, y, LABEL_SPOTS[best]))
     return out

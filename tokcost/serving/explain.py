@@ -15,7 +15,7 @@ from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.search import Plan, Row, row_label
-from tokcost.serving.ttft import final_step_extra, lookahead_step, step_locked_per_step, ttft_moments
+from tokcost.serving.ttft import final_step_extra, lookahead_step, others_share, step_locked_per_step, ttft_moments
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
@@ -33,8 +33,8 @@ SERVING_MODEL = [
     "TTFT = the engine's per-request cost (as a client times it) + the wait for a running slot (Erlang C at the "
     "cap; a closed loop past its limit: extra users / rate) + the step in progress at arrival (open loop: half a "
     "decode step on average; closed loop: the whole step less the client's round trip, a backlog's prefill step "
-    "whole, shared with the users who finished with it, lambda T a step, and a step later where those ahead "
-    "leave its prompt no room) + the M/G/1 wait on packed "
+    "whole, shared with the other users who finished with it, lambda w T (1 - 1/N) a step, and a full step "
+    "later where those ahead of it, half of them, leave its prompt no room) + the M/G/1 wait on packed "
     "prefill work behind a backlog (chance lambda E[P'] Tc / C: a step takes every waiting prompt up to C tokens; "
     "Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks + "
     "the tokens packed beside it in its last step. Fixed lengths in a closed loop: a stated share of the users "
@@ -247,9 +247,10 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
                      "published closed loops measure between the ends), the lock-step TTFT all of them")  # fmt: skip
     if r.loop.step_share(step) > 0.5:
         lines.append(f"no think time: each request lands {fmt.ms(r.loop.offset_s)} after a step boundary and waits "
-                     "out that step; the prefill queue sees arrivals per step, not per second: lambda w T = "
-                     f"{pt.rate_rps:.3f} x {r.loop.step_share(step):.3f} x {fmt.ms(step)} = "
-                     f"{step_locked_per_step(r, pt):.3f} users a step finish together and share the next")  # fmt: skip
+                     "out that step; the prefill queue sees arrivals per step, not per second: lambda w T (1 - 1/N) = "
+                     f"{pt.rate_rps:.3f} x {r.loop.step_share(step):.3f} x {fmt.ms(step)} x {others_share(r, pt):.4f} "
+                     f"= {step_locked_per_step(r, pt):.3f} other users a step finish together and share the next (a "
+                     "prompt that those ahead of it leave no room runs a full step later)")  # fmt: skip
     return lines
 
 
@@ -289,7 +290,8 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
     share_in, share_out = cost_shares(r, x.point)
     rate = x.point.rate_rps * x.replicas
     lines += [
-        f"$/hour = {x.gpus} GPUs x ${x.usd_per_hour / x.gpus:g} = ${x.usd_per_hour:,.2f} (what plans rank by)",
+        f"$/hour = {fmt.counted(x.gpus, 'GPU')} x ${x.usd_per_hour / x.gpus:g} = ${x.usd_per_hour:,.2f} (what plans "
+        "rank by)",
         f"$/1M tokens = ${x.usd_per_hour:,.2f} / 3600 / ({rate:g} x {t.prompt_mean_tokens + t.output.mean:,.0f} "
         f"tokens/s) x 1e6 = {fmt.usd(x.usd_per_million_tokens)}",
         _split_line(r, x.point, share_in, share_out),

@@ -19,10 +19,10 @@ import math
 from collections.abc import Mapping, Sequence
 from itertools import product
 
-from tokcost.catalog import repeated_name
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.inputs import check_distinct_names
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.layout import valid_tp_degrees
@@ -291,19 +291,25 @@ def _compute(values: Sequence[str] | None, api: bool) -> tuple[str | None, ...]:
 
 
 def _prices(prices: Mapping[str, float] | float | None, gpus: tuple[GpuSpec, ...], api: bool) -> dict[str, float]:
-    """{gpu name: USD per GPU-hour}: a mapping by name, or one number for every GPU (as `--price 2` is)."""
-    names = [g.name for g in gpus]
+    """{gpu name: USD per GPU-hour}: a mapping by name (in any case), or one number for every GPU (as `--price 2`)."""
+    names = {g.name.lower(): g.name for g in gpus}
     if isinstance(prices, (int, float)) and not isinstance(prices, bool):
-        prices = dict.fromkeys(names, prices)
+        _check_price(prices, name("prices", api))
+        return dict.fromkeys(names.values(), float(prices))
     out = {}
     for gpu, usd in (prices or {}).items():
-        key = gpu.strip().lower()
-        if key not in names:
-            raise UsageError(f"{name('prices', api)}: {gpu!r} is not among {name('gpus', api)} ({', '.join(names)})")
-        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and 0 <= usd <= 1e5):
-            raise UsageError(f"{name('prices', api)}: {gpu}: USD per GPU-hour must be a number from 0 to 100,000")
+        key = names.get(gpu.strip().lower())
+        if key is None:
+            raise UsageError(f"{name('prices', api)}: {gpu!r} is not among {name('gpus', api)} "
+                             f"({', '.join(names.values())})")  # fmt: skip
+        _check_price(usd, f"{name('prices', api)}: {gpu}")
         out[key] = float(usd)
     return out
+
+
+def _check_price(usd: object, where: str) -> None:
+    if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and 0 <= usd <= 1e5):
+        raise UsageError(f"{where}: USD per GPU-hour must be a number from 0 to 100,000 (got {usd!r:.40})")
 
 
 PREFILL: dict[str, bool | None] = {"engine": None, "apart": True, "mixed": False}  # None: the engine's own
@@ -322,10 +328,7 @@ def plan_space(
     """The search space, every list and knob in range (as the flags are on the command line)."""
     if not gpus:
         raise UsageError(f"{name('gpu', api)}: no GPU given")
-    twice = repeated_name(gpus)  # its rows would read as one GPU, and a per-GPU price reach only one
-    if twice is not None:
-        raise UsageError(f"{name('gpu', api)}: two GPUs are named {twice!r}: list each once (names match in any "
-                         "case), and give a spec file a name of its own (its name: key)")  # fmt: skip
+    check_distinct_names(gpus, name("gpu", api))  # its rows would read as one GPU, and a per-GPU price reach one
     if mode not in ("aggregated", "disaggregated", "both"):
         raise UsageError(f"{name('mode', api)}: {mode!r} is not one of aggregated, disaggregated, both")
     if prefill not in PREFILL:

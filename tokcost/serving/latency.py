@@ -27,7 +27,7 @@ from tokcost.serving.loop import decoding_spread, group_size
 from tokcost.serving.queueing import Moments, ShiftedGamma, poisson_pmf, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
-from tokcost.serving.ttft import locked_step, ttft_moments, ttft_tail
+from tokcost.serving.ttft import locked_step, others_share, ttft_moments, ttft_tail
 
 
 def e2e_mean(r: Replica, pt: LoadPoint) -> float:
@@ -52,7 +52,7 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     stretch = w + (1 - w) / max(1 - kappa * pt.rho, 1e-6)
     users = r.users_estimate(pt)
     # the prompts that interrupt a decoding request are the others' (a closed loop's N - 1 users: one alone sees none)
-    others = pt.rate_rps * (1 - 1 / users if math.isfinite(users) else 1.0)
+    others = pt.rate_rps * others_share(r, pt)
     prefill = Moments(0.0, others * life * raw2, others * life * raw3).scaled(kappa * stretch / n)
     q = decoding_spread(pt.batch, users)  # a closed loop's batch swings binomially, and less
     swing = Moments(0.0, q * 2 / 3 * r.decode_step_moments(pt.batch)[1])

@@ -67,10 +67,10 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     backlog, landing = pt.queue_rho, _landing(pt, p_dec)
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     ahead = lookahead_steps(r, pt)
-    share, per_step = r.loop.step_share(step), step_locked_per_step(r, pt)
+    w_step, per_step = r.loop.step_share(step), step_locked_per_step(r, pt)
     packed = r.packed_moments(alpha)
     half = (packed.var + packed.mean**2) / (2 * packed.mean) if packed.mean > 0 else 0.0  # M/G/1's mean residual
-    beyond = max(r.loop.residual(pt.prefill_step_s) - half, 0.0)
+    beyond = max(r.loop.residual(pt.prefill_step_s) - half, 0.0) * others_share(r, pt)  # another user's step
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         width = final_step_extra(r, pt, prompt)
         # its last step lasts at least a step with its own chunk in it
@@ -101,7 +101,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             for p, step in landing:
                 for q, busy in ahead if step > 0 else IDLE:
                     weight = locked_steps * w * p * q
-                    constant, extra = alone + busy + r.loop.residual(step), joined(step * (1 - share), per_step)
+                    constant, extra = alone + busy + r.loop.residual(step), joined(step * (1 - w_step), per_step)
                     out += [(weight * (1 - spill), constant, 0.0, 1.0, extra),
                             (weight * spill, constant + pt.chunk_step_s, 0.0, 1.0, extra)]  # fmt: skip
             # a backlog's step in progress is a prefill step, and it is waited out whole (less r + c), where M/G/1's
@@ -118,11 +118,19 @@ IDLE = ((1.0, 0.0),)  # an idle server schedules an arrival at once: no step ahe
 
 
 def step_locked_per_step(r: Replica, pt: LoadPoint) -> float:
-    """Step-locked arrivals come per step, not per second: the users whose last tokens end one step land together in
-    the next, lambda w T of them a step (T the mean step: each decoding sequence ends with chance 1 / E[n] a step),
-    however long that step runs; the rest (a think time's share 1 - w) arrive in time, at the queue's rate."""
+    """Step-locked arrivals come per step, not per second: the other users whose last tokens end one step land
+    together in the next, lambda w T (1 - 1/N) of them a step (T the mean step: each decoding sequence ends with
+    chance 1 / E[n] a step; a closed loop's N - 1 others), however long that step runs; the rest (a think time's share
+    1 - w) arrive in time, at the queue's rate."""
     step = pt.tpot_mean_s
-    return pt.rate_rps * r.loop.step_share(step) * step
+    return pt.rate_rps * r.loop.step_share(step) * step * others_share(r, pt)
+
+
+def others_share(r: Replica, pt: LoadPoint) -> float:
+    """The share of the arrivals a request meets that are other users': 1 - 1/N in a closed loop of N users (one
+    alone meets nobody's prompt), 1 in an open loop."""
+    users = r.users_estimate(pt)
+    return 1 - 1 / users if math.isfinite(users) else 1.0
 
 
 def spill_share(r: Replica, prompt: PromptPoint, per_step: float) -> float:
