@@ -228,11 +228,11 @@ def check_simulation(
     if isinstance(n, bool) or not MIN_REQUESTS <= n <= MAX_REQUESTS:
         raise UsageError(f"{name('requests', api)}: must be in {MIN_REQUESTS}..{MAX_REQUESTS:,} (got {n})")
     smallest = min(min(scheduler_choice(space, gpu).chunks) for gpu in space.gpus)
-    per_request = math.ceil(traffic.prompt.mean / smallest) + 1
+    per_request = math.ceil(traffic.prompt.mean / smallest) + 1  # a prompt that starts inside a step straddles one more
     steps = SIMULATED_ROWS * n * per_request
     if steps > MAX_SIMULATED_STEPS:
         most = MAX_SIMULATED_STEPS // (SIMULATED_ROWS * per_request)
-        work = (f"{n:,} requests of ~{per_request:,} prefill steps each ({traffic.prompt.mean:,.0f}-token prompts "
+        work = (f"{n:,} requests of up to {per_request:,} prefill steps each ({traffic.prompt.mean:,.0f}-token prompts "
                 f"in {smallest:,}-token chunks), on up to {SIMULATED_ROWS} of the top rows, simulate {steps:,} steps; "
                 f"at most {MAX_SIMULATED_STEPS:,}")  # fmt: skip
         if most >= MIN_REQUESTS:
