@@ -305,6 +305,11 @@ def test_plan_figure_labels_every_point_and_ticks_a_wide_cost_axis_in_dollars():
     spots = label_spots(many, edge, log_y=True)
     assert len(spots) <= LABELLED and {"cfg0", "cfg1", "cfg3"} <= {p.label for p, *_ in spots}
     assert all(spot[2] == "left" for p, x, _, spot in spots if x == 0.0)  # a right-aligned label would leave the panel
+    # a neighbour's dot just above-right of a point: its label goes below-right, clear of the dot (labels had been
+    # placed against other labels only, and sat on neighbours' dots)
+    near = [(FrontierPoint("aaaaaa", 1.0, 0.01, 0.1), 0.0, 1.0), (FrontierPoint("b", 1.0, 0.01, 0.1), 0.333, 1.108),
+            (FrontierPoint("c", 1.0, 0.01, 0.1), 10.0, 100.0)]  # fmt: skip
+    assert label_spots(near, set(), log_y=True)[0][3] == (4, -9, "left")
     # two points on one spot: the second label goes to the other side
     same = [(FrontierPoint("aaaa", 1.0, 0.01, 0.1), 5.0, 2.0), (FrontierPoint("bbbb", 1.0, 0.01, 0.1), 5.0, 2.0),
             (FrontierPoint("cccc", 1.0, 0.01, 0.1), 9.0, 4.0)]  # fmt: skip

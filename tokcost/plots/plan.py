@@ -30,6 +30,7 @@ MS = 1e3
 LABEL_SPOTS = ((4, 3, "left"), (-4, -9, "right"), (4, -9, "left"), (-4, 3, "right"))
 CHAR_W, LINE_H = 0.0105, 0.026  # a 6.5-point character's width and a line's height, as shares of a panel's axes
 LABELLED = 30  # a plan of up to this many points labels every one; a bigger one this many (the frontier always)
+DOT = 0.006  # half a marker's width, as a share of a panel
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +97,11 @@ def label_spots(
     usable: Sequence[tuple[FrontierPoint, float, float]], edge: set[tuple[float, float]], log_y: bool
 ) -> list[tuple[FrontierPoint, float, float, tuple[int, int, str]]]:
     """The points labelled and where each label sits: the frontier's and the chosen point's first, then the rest
-    cheapest first, each at the first of LABEL_SPOTS whose box stays inside the panel and overlaps no label placed
-    before it. Up to LABELLED points every one is labelled (where no spot is free, at the one that overlaps least);
-    past that only the frontier, the chosen point and those with a free spot, LABELLED in all, so that a search of
-    every GPU stays readable. Boxes are in shares of the panel (x linear, y log where the axis is; 5% margins)."""
+    cheapest first, each at the first of LABEL_SPOTS whose box stays inside the panel and overlaps no dot and no
+    label placed before it. Up to LABELLED points every one is labelled (where no spot is free, at the one that
+    overlaps least); past that only the frontier, the chosen point and those with a free spot, LABELLED in all, so
+    that a search of every GPU stays readable. Boxes are in shares of the panel (x linear, y log where the axis is;
+    5% margins)."""
     if not usable:
         return []
     xs = [x for _, x, _ in usable]
@@ -107,13 +109,18 @@ def label_spots(
     x0, xw = min(xs), (max(xs) - min(xs)) or 1.0
     y0, yw = min(ys), (max(ys) - min(ys)) or 1.0
     every = len(usable) <= LABELLED
-    placed: list[Box] = []
+
+    def spot(x: float, y: float) -> tuple[float, float]:  # a point's place in the panel
+        return 0.05 + 0.9 * (x - x0) / xw, 0.05 + 0.9 * ((math.log(y) if log_y else y) - y0) / yw
+
+    # every dot is in the way too, as a small box around it (a 5-point marker)
+    placed: list[Box] = [(u - DOT, v - DOT, u + DOT, v + DOT) for u, v in (spot(x, y) for _, x, y in usable)]
     out = []
     for p, x, y in sorted(usable, key=lambda item: (not ((item[1], item[2]) in edge or item[0].chosen), item[2])):
         must = every or (x, y) in edge or p.chosen
         if not must and len(out) >= LABELLED:
             break
-        u, v = 0.05 + 0.9 * (x - x0) / xw, 0.05 + 0.9 * ((math.log(y) if log_y else y) - y0) / yw
+        u, v = spot(x, y)
         boxes = [_box(u, v, CHAR_W * len(p.label), spot) for spot in LABEL_SPOTS]
         inside = [i for i, b in enumerate(boxes) if b[0] >= 0 and b[2] <= 1 and b[1] >= 0 and b[3] <= 1] or [0, 1, 2, 3]
         shared = {i: _overlap(boxes[i], placed) for i in inside}
