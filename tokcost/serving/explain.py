@@ -136,7 +136,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     ]
     cv = math.sqrt(pt.service.var) / pt.service.mean if pt.service.mean else 0.0
     packed = r.packed_moments(pt.chunk_step_s / r.chunk)  # the moments the wait is computed from
-    second_ms2 = (packed.var + packed.mean**2) * 1e6
+    second_ms2 = packed.raw2 * 1e6
     queue = [
         f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them lambda_q = "
         f"{pt.queue_rate_rps:.3f}/s; a queued prompt is drained packed, alpha P' (E[alpha P'] = "

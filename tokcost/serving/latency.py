@@ -47,8 +47,7 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     life = n * pt.tpot_mean_s
     kappa, s = pt.decode_share, pt.service
     w = r.loop.step_share(life)
-    raw2 = s.var + s.mean**2
-    raw3 = s.mu3 + 3 * s.mean * s.var + s.mean**3
+    raw2, raw3 = s.raw2, s.raw3
     stretch = w + (1 - w) / max(1 - kappa * pt.rho, 1e-6)
     users = r.users_estimate(pt)
     # the prompts that interrupt a decoding request are the others' (a closed loop's N - 1 users: one alone sees none)

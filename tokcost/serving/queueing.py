@@ -38,9 +38,30 @@ class Moments:
     def __add__(self, other: Moments) -> Moments:
         return Moments(self.mean + other.mean, self.var + other.var, self.mu3 + other.mu3)
 
+    @property
+    def raw2(self) -> float:
+        """E[X^2] = var + mean^2."""
+        return self.var + self.mean**2
+
+    @property
+    def raw3(self) -> float:
+        """E[X^3] = mu3 + 3 mean var + mean^3."""
+        return self.mu3 + 3 * self.mean * self.var + self.mean**3
+
+    @property
+    def mean_residual(self) -> float:
+        """E[X^2] / (2 E[X]): what is left, on average, of a service in progress at a time-random moment (M/G/1's);
+        0 for a variable that is always 0."""
+        return self.raw2 / (2 * self.mean) if self.mean > 0 else 0.0
+
     def scaled(self, factor: float) -> Moments:
         """factor x the variable."""
         return Moments(self.mean * factor, self.var * factor**2, self.mu3 * factor**3)
+
+    @staticmethod
+    def from_raw(mean: float, raw2: float, raw3: float) -> Moments:
+        """From E[X], E[X^2], E[X^3] (the variance kept at 0 or above against rounding)."""
+        return Moments(mean, max(raw2 - mean**2, 0.0), raw3 - 3 * mean * raw2 + 2 * mean**3)
 
     @staticmethod
     def uniform(width: float) -> Moments:
@@ -63,10 +84,9 @@ class Moments:
         raw = [0.0, 0.0, 0.0]
         for w, m in parts:
             raw[0] += w * m.mean
-            raw[1] += w * (m.var + m.mean**2)
-            raw[2] += w * (m.mu3 + 3 * m.mean * m.var + m.mean**3)
-        mean = raw[0]
-        return Moments(mean, max(raw[1] - mean**2, 0.0), raw[2] - 3 * mean * raw[1] + 2 * mean**3)
+            raw[1] += w * m.raw2
+            raw[2] += w * m.raw3
+        return Moments.from_raw(*raw)
 
 
 def poisson_pmf(mean: float, terms: int) -> list[float]:
@@ -86,7 +106,7 @@ def pollaczek_khinchine_wait(rate: float, service: Moments, utilization: float |
     u = rate * service.mean if utilization is None else utilization
     if u >= 1:
         return math.inf
-    return rate * (service.var + service.mean**2) / (2 * (1 - u))
+    return rate * service.raw2 / (2 * (1 - u))
 
 
 def wait_given_waiting(rate: float, service: Moments, utilization: float | None = None) -> tuple[float, float]:
@@ -102,7 +122,7 @@ def wait_given_waiting(rate: float, service: Moments, utilization: float | None 
     wait = pollaczek_khinchine_wait(rate, service, u)
     if rho <= 0 or not math.isfinite(wait):
         return (0.0 if rho <= 0 else math.inf), 1.0
-    raw3 = service.mu3 + 3 * service.mean * service.var + service.mean**3
+    raw3 = service.raw3
     second = 2 * wait**2 + rate * raw3 / (3 * (1 - u))
     mean = wait / rho
     var = second / rho - mean**2

@@ -467,7 +467,7 @@ def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> 
     mean = alpha * m1 + d
     raw2 = alpha**2 * m2 + 2 * alpha * d * m1 + d**2
     raw3 = alpha**3 * m3 + 3 * alpha**2 * d * m2 + 3 * alpha * d**2 * m1 + d**3
-    return Moments(mean, max(raw2 - mean**2, 0.0), raw3 - 3 * mean * raw2 + 2 * mean**3)
+    return Moments.from_raw(mean, raw2, raw3)
 
 
 def decode_context(traffic: Traffic) -> float:

@@ -12,9 +12,9 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
 - step-locked (a closed loop: the share w = T / (T + Z), less its lock-step groups): the same, but the request
   lands r + c after a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when
   others decode; behind a backlog, the prefill step in progress whole, where M/G/1 counts half a service), it
-  shares its step with the users who finished when it did (lambda w T a step, whatever the step's length: users
-  finish per step, not per second), and the queue is the one a closed loop's prefill sees (its rate and
-  utilization, loop.py);
+  shares its step with the other users who finished when it did (lambda w T (1 - 1/N) a step, whatever the step's
+  length: users finish per step, not per second; a one-chunk prompt those ahead leave no room spills a step), and
+  the queue is the one a closed loop's prefill sees (its rate and utilization, loop.py);
 - lock-step groups (fixed lengths: w x the locked share, loop.PARTIAL_LOCK): (the previous group's last step
   - r - c) + its own step; a prompt past the chunk, (Tc - r - c) + ceil(P' / C) Tc, packed behind the one ahead
   in full steps (loop.py); or (T0 - r - c) + its own for the first group of a burst.
@@ -68,8 +68,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     theta, shape = pt.wait_if_waiting_s, pt.wait_shape
     ahead = lookahead_steps(r, pt)
     w_step, per_step = r.loop.step_share(step), step_locked_per_step(r, pt)
-    packed = r.packed_moments(alpha)
-    half = (packed.var + packed.mean**2) / (2 * packed.mean) if packed.mean > 0 else 0.0  # M/G/1's mean residual
+    half = r.packed_moments(alpha).mean_residual  # of a service in progress, as M/G/1's wait counts it
     beyond = max(r.loop.residual(pt.prefill_step_s) - half, 0.0) * others_share(r, pt)  # another user's step
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         width = final_step_extra(r, pt, prompt)
