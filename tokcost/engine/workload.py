@@ -22,6 +22,9 @@ from tokcost.spec_errors import field_message
 ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when estimating
 
 
+MAX_PRICE_USD = 100_000  # per GPU-hour: a price past it is a typo (plan's --price keeps to the same range)
+
+
 class Workload(BaseModel):
     """A serving scenario: B sequences of P prompt and O output tokens on one replica's parallel layout."""
 
@@ -40,7 +43,7 @@ class Workload(BaseModel):
     kv_dtype: KvFormatName | None = None
     compute_dtype: ComputeDtype | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
-    price_per_hour_usd: float | None = Field(default=None, ge=0, le=100_000)
+    price_per_hour_usd: float | None = Field(default=None, ge=0, le=MAX_PRICE_USD)
     # False: attention writes its scores out and reads them back (llama.cpp without -fa, llama-bench's default;
     # eager attention in transformers) instead of a fused flash-attention kernel that keeps them on chip
     flash_attention: bool = True

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from itertools import product
 
-from tokcost.engine.workload import Workload
+from tokcost.engine.workload import MAX_PRICE_USD, Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.inputs import check_distinct_names
@@ -308,8 +308,12 @@ def _prices(prices: Mapping[str, float] | float | None, gpus: tuple[GpuSpec, ...
 
 
 def _check_price(usd: object, where: str) -> None:
-    if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and 0 <= usd <= 1e5):
-        raise UsageError(f"{where}: USD per GPU-hour must be a number from 0 to 100,000 (got {usd!r:.40})")
+    if (
+        isinstance(usd, bool)
+        or not isinstance(usd, (int, float))
+        or not (math.isfinite(usd) and 0 <= usd <= MAX_PRICE_USD)
+    ):
+        raise UsageError(f"{where}: USD per GPU-hour must be a number from 0 to {MAX_PRICE_USD:,} (got {usd!r:.40})")
 
 
 PREFILL: dict[str, bool | None] = {"engine": None, "apart": True, "mixed": False}  # None: the engine's own
