@@ -2,7 +2,7 @@
 
 The model: each row's prediction is the engine's own (cases.py) under its cell's parameter values (space.py);
 its error is e = log(predicted time / measured time) (rates inverted). The fit minimizes, over the free
-parameters' log-values z and one offset u per source, engine and platform:
+parameters' log-values z and one offset u per source and level (an engine era on CUDA, an engine on ROCm):
 - sum over rows of Student-t's -log density of (e - u_source), NU degrees of freedom, scale SCALE (robust: a
   row far off pulls far less than under squares);
 - u^2 / (2 TAU^2) per offset: each publication may sit a little off as a whole (an unstated GPU variant, clocks,
@@ -22,13 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.validation.cases import Case, Pricer
+from tokcost.validation.cells import Cell
 from tokcost.validation.priors import HINGE_SCALE, PRODUCT_HINGE_SCALE
 from tokcost.validation.space import LOOSE_SPREAD, Space
 
 NU = 4.0  # Student-t degrees of freedom
 SCALE = 0.15  # Student-t scale on log error
 TAU = 0.2  # a source's offset: its spread in log (an unstated variant or clock: +-20%)
-ZERO_SUM = 0.01  # an engine's offsets on a platform sum to zero within this (in log): they carry no engine's level
+ZERO_SUM = 0.01  # a level's offsets sum to zero within this (in log): they carry no era's or platform's level
 EPS = 0.02  # smoothing of |x| at 0
 STEP = 0.01  # forward-difference step in log
 MAX_ITERATIONS = 80
@@ -43,7 +44,7 @@ class FitResult:
     values: dict[str, float]  # every parameter (free, or its parent's / prior centre's value)
     free: tuple[str, ...]
     informed: dict[str, int]  # rows each parameter informs
-    offsets: dict[str, float]  # per source, engine and platform ("source|engine@platform"), fitting only
+    offsets: dict[str, float]  # per source and level ("source|engine@era@platform", era * off CUDA), fitting only
     objective: float
     iterations: int
 
@@ -56,19 +57,28 @@ def _smooth_abs(d: float) -> float:
     return math.sqrt(d * d + EPS * EPS)
 
 
+def _level(cell: Cell) -> str:
+    """The values that carry a cell's level: on CUDA its era's own (each era fits its efficiencies; summed over
+    the engine's eras, one era's sources could all sit off one way and another era's the other, and the era's
+    values would not move); on another platform the engine's gap there, which its eras share."""
+    era = cell.era if cell.platform == "cuda" else "*"
+    return f"{cell.engine}@{era}@{cell.platform}"
+
+
 class Objective:
     """The fit's objective over free log-values `z` and source offsets `u`; its Gauss-Newton model."""
 
     def __init__(self, cases: Sequence[Case], space: Space, pricer: Pricer) -> None:
         self.cases, self.space, self.pricer = list(cases), space, pricer
-        # one offset per (source, engine, platform): a publication's unstated variant or harness, per engine it ran
-        # and per platform (its ROCm runs are another build of the engine: AMD's images, a fork, its own Dockerfile)
-        self.sources = sorted({f"{c.row.source_id}|{c.cell.engine}@{c.cell.platform}" for c in cases})
-        self.source_of = [self.sources.index(f"{c.row.source_id}|{c.cell.engine}@{c.cell.platform}") for c in cases]
-        # each engine's offsets on each platform sum to zero: its parameters and its platform gap, not the offsets,
-        # carry the engine's level there
-        engines = sorted({k.split("|")[1] for k in self.sources})
-        self.groups = [[i for i, k in enumerate(self.sources) if k.endswith(f"|{e}")] for e in engines]
+        # one offset per source and level: a publication's unstated variant or harness, per engine era it ran on
+        # CUDA and per engine on another platform (its ROCm runs are another build of the engine: AMD's images, a
+        # fork, its own Dockerfile)
+        keys = [f"{c.row.source_id}|{_level(c.cell)}" for c in cases]
+        self.sources = sorted(set(keys))
+        self.source_of = [self.sources.index(k) for k in keys]
+        # the offsets of each level sum to zero, so that its values, not the offsets, carry it
+        levels = sorted({k.split("|")[1] for k in self.sources})
+        self.groups = [[i for i, k in enumerate(self.sources) if k.endswith(f"|{v}")] for v in levels]
         self.products = space.products(cases)
 
     def errors(self, values: dict[str, float], only: Sequence[int] | None = None) -> dict[int, float]:
