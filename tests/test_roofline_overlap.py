@@ -109,3 +109,27 @@ def test_a_decode_step_pays_one_floor_per_layer_by_hand(name, layers):
     assert prefill[1] - prefill[0] == pytest.approx(layers * ATTENTION_FLOOR_S, rel=1e-9)
     ceiling = ceiling_rates(gpu, "bf16")
     assert all(p.floor_s == 0 for p in d.decode(ceiling, batch=1, cached=100).stages if p.collective is None)
+
+
+def _decode(model: str, gpu: str, tp: int, batch: int = 1, prompt: int = 1024):
+    return estimate(load_model(model), load_gpu(gpu),
+                    Workload(batch=batch, prompt_tokens=prompt, output_tokens=128, tp=tp))  # fmt: skip
+
+
+def test_the_bottleneck_sentence_names_what_the_overlapped_step_waits_on():
+    from tokcost.engine.report import bottleneck
+
+    # 8B on 8 L40S, 8 sequences at 16K: the all-reduces (PCIe) take longer than the weight stream or the KV stream
+    # alone, but run wholly beside the two together, so the kernels set the step and the KV read is the largest
+    e = _decode("llama-3.1-8b", "l40s", 8, batch=8, prompt=16384)
+    step = e.ceiling.decode_step
+    comm, weights, kv = (step.part(n).seconds for n in ("communication", "weights", "attention"))
+    assert weights < kv < comm < weights + kv and comm == pytest.approx(step.hidden_pass_s)
+    assert bottleneck(e) == (f"decode is memory-bound: {kv / step.seconds:.0%} of each step is moving "
+                             f"{step.part('attention').bytes / 1e9:.2f} GB through its attention (the KV cache and "
+                             "their activations)")  # fmt: skip
+    # 1B on 8 L40S: the collectives outlast the kernels beside them, so they set the step
+    e = _decode("llama-3.2-1b", "l40s", 8)
+    step = e.ceiling.decode_step
+    assert step.bound == "interconnect" and step.part("communication").seconds > step.part("weights").seconds
+    assert bottleneck(e).startswith("decode is interconnect-bound: 100% of each step is collectives moving")
