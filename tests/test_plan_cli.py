@@ -637,3 +637,20 @@ def test_a_single_user_and_configuration_read_in_the_singular(cli):
     assert "· 1 user (closed loop" in out and "Planned 1 configuration." in out
     many = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--concurrency", "2", "--tp", "1,2").stdout
     assert "· 2 users (closed loop" in many and "Planned 2 configurations." in many
+
+
+def test_a_gpu_without_a_price_still_has_its_cheapest_fleet_starred(cli, tmp_path):
+    spec = resources.files("tokcost.specs.gpus").joinpath("h100-sxm.yaml").read_text(encoding="utf-8")
+    unpriced = "\n".join(line for line in spec.splitlines() if not line.startswith(("price_per_hour_usd:",
+                                                                                      "price_range_usd:")))  # fmt: skip
+    path = tmp_path / "unpriced.yaml"
+    path.write_text(unpriced.replace("name: h100-sxm", "name: unpriced", 1), encoding="utf-8")
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", str(path), "--rate", "20", "--slo", "ttft_p90=500ms", "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    configs = [c for c in r.json()["configs"] if c["expected"]["meets_slo"]]
+    assert configs and all(c["expected"]["usd_per_hour"] is None for c in configs)
+    gpus = [c["expected"]["gpus"] for c in configs]
+    assert gpus == sorted(gpus) and configs[0]["pareto"]  # ranked by GPUs, the first on the frontier
+    table = cli("plan", "-m", "llama-3.1-8b", "-g", str(path), "--rate", "20", "--slo", "ttft_p90=500ms")
+    assert re.search(r"\n│ 1\* +│", table.stdout) and "Ranked by $/hour, then GPUs where a GPU has no price" in (
+        " ".join(table.stdout.split()))  # fmt: skip

@@ -22,6 +22,7 @@ COMMANDS = [
     ("compare", "-m", "llama-3.1-8b,mixtral-8x7b", "-g", "h100-sxm,h200,l40s"),
     ("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,64,4096", "--context", "1024,32768"),
     ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm,l40s", "--rate", "5", "--slo", "tpot_p90=50ms", "--tp", "1,2"),
+    ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--rate", "30", "--mode", "both", "--slo", "tpot_p90=20ms"),
     ("specs", "list"),
     ("specs", "show", "deepseek-v3"),
     ("specs", "show", "h100-sxm"),
@@ -82,6 +83,35 @@ def test_compare_keeps_the_answer_at_80_columns(cli, monkeypatch):
     (table,) = tables(r.stdout)
     assert list(table)[:2] == ["model", "gpu"] and {"fits", "TPOT", "tokens/s", "$/1M out"} <= set(table)
     assert "left out at 80 columns: GPUs, TTFT, 80% band, ceiling tok/s" in " ".join(r.stdout.split())  # in order
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("-g", "h100-sxm", "--rate", "30", "--mode", "both", "--slo", "ttft_p90=300ms", "--slo", "tpot_p90=20ms"),
+     ("-g", "h100-sxm,a10", "--rate", "5", "--slo", "ttft_p90=40ms", "--slo", "tpot_p90=30ms", "--tp", "1,2")],
+    ids=["a disaggregated fleet's long label", "a GPU's long reason for no fleet"],
+)  # fmt: skip
+def test_plan_keeps_its_answer_at_80_columns(cli, monkeypatch, args):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli("plan", "-m", "llama-3.1-8b", *args)
+    assert r.exit_code == 0, r.stderr
+    answer = {"GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding"}
+    shown = tables(r.stdout)
+    assert answer <= set(shown[0]) and list(shown[0])[:2] == ["#", "fleet"]  # the fleets, ranked
+    if "Cheapest per GPU type" in r.stdout:  # the second table, its reasons wrapped at spaces
+        assert answer <= set(shown[1]) and "missed even at zero load" in " ".join(shown[1]["binding"])
+    assert max(len(line) for line in r.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80
+
+
+def test_a_column_wraps_last_only_to_keep_an_answer_column():
+    rows = [["1", "a long label of words", "12", "x"], ["2", "short", "3", "y"]]
+    t = Table("t", ["#", "fleet", "n", "extra"], rows, answer=("n",), wrap_last=("fleet",))
+    wide = fit(t, 60, per_column=3, border=1)  # room for all: nothing wraps
+    assert wide.keep == [0, 1, 2, 3] and 1 not in wide.wraps
+    mid = fit(t, 36, per_column=3, border=1)  # "extra" goes first, the label stays whole
+    assert mid.keep == [0, 1, 2] and 1 not in mid.wraps
+    narrow = fit(t, 30, per_column=3, border=1)  # then the label wraps rather than "n" going
+    assert narrow.keep == [0, 1, 2] and 1 in narrow.wraps
 
 
 CELL = st.text(alphabet="ab1,. ", min_size=0, max_size=30).map(lambda s: " ".join(s.split()))

@@ -75,6 +75,11 @@ def _scheduler(row: Row) -> str:
     return f"{row.chunk:,} / {cap}"
 
 
+# on a narrow terminal the answer stays: the fleet, its GPUs, $/hour, p90 TTFT and TPOT and what binds; before
+# one of them goes, the fleet's label (a disaggregated pair's is long) and a GPU's reason for no fleet wrap
+ANSWER, WRAP_LAST = ("GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding"), ("fleet", "binding")
+
+
 def fleets_table(result: Plan, passing: list[Row]) -> Table:
     """The ranked fleets under expected, the answer first."""
     t = result.traffic
@@ -83,7 +88,7 @@ def fleets_table(result: Plan, passing: list[Row]) -> Table:
         ["#", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT", "binding", "lock-step", "$/1M tok", "p99 ITL",
          "TTFT p50/p99", "TPOT p50/p99", "replicas", "goodput / replica", "util", "kv/compute", "chunk / cap",
          "$/1M in", "$/1M out"],
-        header=header(result),
+        header=header(result), answer=ANSWER, wrap_last=WRAP_LAST,
     )  # fmt: skip
     for i, row in enumerate(passing, 1):
         x = row.expected
@@ -123,8 +128,10 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
     load = ("users x (1 + {h:g}) / users per replica at its goodput: a closed loop's headroom is in users, and "
             "its throughput stays near the limit until its users fall below the knee" if result.traffic.concurrency
             else "req/s x (1 + {h:g}) / goodput per replica").format(h=result.space.headroom)  # fmt: skip
+    unpriced = any(r.expected.usd_per_hour is None for r in passing)
+    by = "$/hour, then GPUs where a GPU has no price" if unpriced else "$/hour"
     out.append(
-        f"Ranked by $/hour (GPUs = replicas x GPUs each, replicas = ceil({load})); * = on the Pareto frontier of "
+        f"Ranked by {by} (GPUs = replicas x GPUs each, replicas = ceil({load})); * = on the Pareto frontier of "
         "$/hour vs p90 TPOT or p90 TTFT. $/1M tok spreads $/hour over every token served; $/1M in and out split it "
         "by busy time (prefill vs decode)."
     )
@@ -170,7 +177,8 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
 def best_per_gpu(result: Plan) -> Table:
     """Each GPU type's cheapest fleet that meets every SLO, or why it has none: the buyer's comparison."""
     table = Table("Cheapest per GPU type (expected)", ["gpu", "fleet", "GPUs", "$/hour", "p90 TTFT", "p90 TPOT",
-                                                        "binding", "lock-step"])  # fmt: skip
+                                                        "binding", "lock-step"], answer=ANSWER,
+                  wrap_last=WRAP_LAST)  # fmt: skip
     for gpu in result.space.gpus:
         rows = [r for r in result.rows if r.deployment.gpu.name == gpu.name]
         best = next((r for r in rows if r.expected.meets_slo), None)

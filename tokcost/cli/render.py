@@ -46,6 +46,8 @@ class Table:
     prose: bool = False  # cells of text, not numbers: left-aligned, long words folded, never cut with an ellipsis
     drop: tuple[str, ...] = ()  # columns left out first on a narrow terminal, in this order (then the last first)
     wrap: tuple[str, ...] = ()  # columns of text (not numbers) that wrap at spaces on a narrow terminal
+    answer: tuple[str, ...] = ()  # columns left out only after every other (the first two always stay)
+    wrap_last: tuple[str, ...] = ()  # text columns that wrap at spaces only before an answer column would go
 
 
 def console() -> Console:

@@ -4,8 +4,9 @@ A value is never cut, folded or ellipsized ("131,0" for 131,072 is a wrong numbe
 1. every column at its widest cell, if that fits;
 2. text wraps at spaces: the first column (the row's label) and text columns (prose, or named in the table's
    `wrap`) narrow to their longest word;
-3. columns are left out, those the table names in `drop` first, then the last first (the first two stay);
-   the table's note says which;
+3. columns are left out, those the table names in `drop` first, then the last first, its `answer` columns
+   last (the first two stay); before an answer column goes, the columns in `wrap_last` wrap at spaces too; the
+   table's note says which columns went;
 4. as a last resort the second column wraps at spaces too, and a word longer than the terminal leaves room
    for (a 49-character row id at 60 columns) folds onto the next line, every character kept.
 A prose table (specs, reasons) may fold a word longer than PROSE_AT (a URL); no other word folds before step 4.
@@ -60,9 +61,12 @@ def is_prose(t: Table, i: int) -> bool:
 
 
 def _order(t: Table) -> list[int]:
-    """Columns in the order they are left out: those `t.drop` names first, then the last first (never 0 and 1)."""
+    """Columns in the order they are left out: those `t.drop` names first, then the last first, `t.answer`'s
+    last (never 0 and 1)."""
     named = [t.columns.index(name) for name in t.drop if name in t.columns]
-    return [*named, *(i for i in range(len(t.columns) - 1, 1, -1) if i not in named)]
+    order = [*named, *(i for i in range(len(t.columns) - 1, 1, -1) if i not in named)]
+    answer = {t.columns.index(name) for name in t.answer if name in t.columns}
+    return [i for i in order if i not in answer] + [i for i in order if i in answer]
 
 
 def fit(t: Table, width: int, per_column: int, border: int) -> Fit:
@@ -75,11 +79,20 @@ def fit(t: Table, width: int, per_column: int, border: int) -> Fit:
     # while columns can still be left out, text keeps a readable width (a few words a line)
     readable = {i: max(least[i], min(natural[i], READABLE)) for i in natural}
     keep, dropping = list(natural), _order(t)
+    answer = {t.columns.index(name) for name in t.answer if name in t.columns}
+    late = {t.columns.index(name) for name in t.wrap_last if name in t.columns} - wraps
 
     def needs(columns: list[int], sizes: dict[int, int]) -> int:
         return sum(sizes[i] + per_column for i in columns) + border
 
     while needs(keep, readable) > width and dropping:
+        if dropping[0] in answer and late:  # the answer's text wraps before one of its columns goes
+            for i in late:
+                wraps.add(i)
+                least[i] = min(_longest_word(t, i), natural[i])
+                readable[i] = max(least[i], min(natural[i], READABLE))
+            late = set()
+            continue
         keep.remove(dropping.pop(0))
     if needs(keep, least) > width and len(keep) > 1:  # the last resort: the second column wraps too
         wraps.add(keep[1])

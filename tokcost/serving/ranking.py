@@ -43,12 +43,13 @@ def primary_cost(fleet: Fleet) -> float | None:
 
 
 def mark_pareto(rows: list[Row]) -> None:
-    """Pareto frontier of $/hour against p90 TPOT and against p90 TTFT (rows meeting the SLOs)."""
+    """Pareto frontier of $/hour against p90 TPOT and against p90 TTFT (rows meeting the SLOs; a GPU without a
+    price weighs by its GPUs, after every priced fleet, as it ranks)."""
     points = []
     for row in rows:
         x = row.expected
-        cost = primary_cost(x)
-        if x.meets_slo and cost is not None:
+        if x.meets_slo:  # weighed as ranked: a price before none, then $/hour, or GPUs where none has a price
+            cost = rank(row)[1:3]
             points.append((row, cost, (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90")))
     for row, usd, tpot, ttft in points:
         row.pareto = any(
