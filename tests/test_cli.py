@@ -127,6 +127,22 @@ def test_estimate_json_keys_and_values(cli):
     assert data["ceiling"]["e2e_s"] == pytest.approx(data["ceiling"]["ttft_s"] + 255 * data["ceiling"]["tpot_s"])
 
 
+def test_a_pipelined_step_breakdown_adds_up_by_hand(cli):
+    """With pipeline stages, each part's time is one stage's, as its FLOPs and bytes are: 8.03 GB of the slowest
+    stage's weights at 3.35 TB/s is that part's time, and the step takes it once per stage-time."""
+    args = ("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--pp", "2")
+    data = cli(*args, "--format", "json").json()
+    step = data["ceiling"]["decode_step"]
+    weights, factor = step["components"]["weights"], step["pipeline"]["stage_times"]
+    assert weights["stage_seconds"] == pytest.approx(weights["bytes_per_gpu"] / 3.35e12, rel=0.01)
+    assert weights["seconds"] == pytest.approx(weights["stage_seconds"] * factor)
+    assert step["seconds"] == pytest.approx(factor * step["pipeline"]["stage_seconds"])
+    table = cli(*args, "--format", "markdown").stdout
+    row = next(line for line in table.splitlines() if line.startswith("| weights |") and "GFLOP" in line)
+    assert f"| {weights['stage_seconds'] * 1e3:.3f} ms |" in row
+    assert f"step = {factor:.3g} stage-times x {step['pipeline']['stage_seconds'] * 1e3:.3f} ms" in table
+
+
 def test_estimate_table_and_markdown_agree_with_json(cli):
     data = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--format", "json").json()
     table = cli("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm")

@@ -251,32 +251,44 @@ def estimate_tables(e: Estimate) -> list[Table]:
     )
     step = c.decode_step or c.prefill
     what = f"Decode step at {e.mean_decode_context:,.0f} cached tokens" if c.decode_step else "Prefill (no decode step)"
+    # with pipeline stages a part's time is one stage's, as its FLOPs and bytes are: the step takes it in turn
+    factor = step.pipeline_factor
     breakdown = Table(
-        f"{what} (ceiling, busiest GPU)",
+        f"{what} (ceiling, busiest GPU{' of the slowest stage' if step.pp > 1 else ''})",
         ["part", "FLOPs", "bytes", "time", "share", "bound"],
         [
             [
                 part.name,
                 fmt.tflop(part.flops),
                 fmt.gb(part.bytes),
-                fmt.ms(part.seconds),
+                fmt.ms(part.seconds / factor),
                 f"{part.seconds / step.seconds:.0%}",
                 part.bound,
             ]
             for part in step.components
             if part.seconds >= 0.0005 * step.seconds  # parts under 0.05% of the step are left out
         ],
-        notes=[f"step = {fmt.ms(step.seconds)}", *_overlap_note(step)],
+        notes=[_step_note(step), *_overlap_note(step)],
     )
     return [perf, memory, breakdown]
 
 
+def _step_note(step: PassCost) -> str:
+    """The step from the parts: one stage's time, taken in turn by every pipeline stage (and the overhead)."""
+    if step.pp == 1:
+        return f"step = {fmt.ms(step.seconds)}"
+    overhead = f" + {fmt.ms(step.overhead_s)} overhead" if step.overhead_s else ""
+    return (f"step = {step.pipeline_factor:.3g} stage-times x {fmt.ms(step.stage_seconds)}{overhead} = "
+            f"{fmt.ms(step.seconds)}: the {step.pp} pipeline stages take the step in turn ({step.schedule} "
+            "schedule); each part's FLOPs, bytes and time are one stage's")  # fmt: skip
+
+
 def _overlap_note(step: PassCost) -> list[str]:
     """Where collectives run beside the kernels, how much of them the step hides (the shares then sum past 100%)."""
-    hidden = step.hidden_pass_s
+    hidden = step.hidden_s  # one stage's, as the table's times are
     if hidden <= 0:
         return []
-    comm = step.part("communication").seconds
+    comm = step.part("communication").seconds / step.pipeline_factor
     return [f"communication runs beside the kernels: {fmt.ms(hidden)} of its {fmt.ms(comm)} is hidden behind them "
             "(the ceiling hides all it can), so the shares add up to more than 100%"]  # fmt: skip
 

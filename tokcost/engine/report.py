@@ -38,7 +38,8 @@ def _pass(cost: PassCost | None) -> dict[str, Any] | None:
             c.name: {
                 "flops_per_gpu": round(c.flops),
                 "bytes_per_gpu": round(c.bytes),
-                "seconds": c.seconds,
+                "seconds": c.seconds,  # over the whole pass: every pipeline stage in turn
+                "stage_seconds": c.seconds / cost.pipeline_factor,  # one stage's, as its FLOPs and bytes are
                 "bound": c.bound,
             }
             for c in cost.components
