@@ -36,3 +36,17 @@ def test_readme_bash_examples_name_real_commands(cli):
     commands = set(re.findall(r"^tokcost (\w+)", text, re.M))
     for command in commands:
         assert cli(command, "--help").exit_code == 0, command
+
+
+def test_the_readme_quotes_the_ep72_decode_row_as_validate_prices_it(cli):
+    """The prose figure of SGLang's EP 72 decode is not generated: it must follow the multinode row it quotes."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"measured ([\d,]+) tokens/s a node; tokcost's\s+expected is ([\d,]+) \(([+−-][\d.]+)%\) "
+                     r"under a ([\d,]+) ceiling", text)  # fmt: skip
+    assert said, "the EP 72 sentence moved"
+    row = next(r for r in cli("validate", "-f", "json").json()["multinode"]
+               if r["id"] == "sglang-large-ep-decode-ep72-in2000")  # fmt: skip
+    measured, expected, error, ceiling = said.groups()
+    assert (int(measured.replace(",", "")), int(expected.replace(",", "")), int(ceiling.replace(",", ""))) == (
+        round(row["measured"]), round(row["expected"]), round(row["ceiling"]))  # fmt: skip
+    assert float(error.replace("−", "-")) == pytest.approx(100 * row["error"], abs=0.05)
