@@ -375,3 +375,13 @@ def test_two_gpus_of_one_name_are_refused(cli, tmp_path, command):
     )
     r = cli(command[0], "-m", "llama-3.1-8b", "-g", f"h100-sxm,{mine}", *command[1:])
     assert r.exit_code == 2 and "--gpu: two" in r.stderr and "named 'h100-sxm'" in r.stderr, r.stderr
+
+
+def test_a_format_given_twice_in_another_case_is_priced_once(cli):
+    rows = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--weights", "bf16,BF16,Fp8", "-f", "json")
+    assert [(r["weights"], r["kv_dtype"]) for r in rows.json()["rows"]] == [("bf16", "bf16"), ("fp8", "bf16")]
+    points = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--kv-dtype", "fp8,FP8", "-b", "1", "-f", "csv")
+    assert len(points.stdout.strip().splitlines()) == 2  # the header and one point
+    plan = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "2", "--weights", "FP8,fp8",
+               "-f", "json")  # fmt: skip
+    assert [c["weights"] for c in plan.json()["configs"]] == ["fp8"]

@@ -10,6 +10,7 @@ from typing import Any
 from tokcost import fmt
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
+from tokcost.formats import lookup
 from tokcost.hardware.library import builtin_gpus
 from tokcost.inputs import FLAG_OF_FIELD
 from tokcost.units import COMPUTE_DTYPES
@@ -62,10 +63,21 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
     return list(dict.fromkeys(out))
 
 
+def format_list(value: str, flag: str) -> list[str]:
+    """--weights, --kv-dtype or --compute-dtype as a list of formats by their canonical names, one of each: `BF16`
+    is bf16 and `int4` is int4-g128, so that neither prices one format twice (an unknown name is kept as given, for
+    the spec's check to refuse with the formats it allows)."""
+    out = []
+    for item in split_list(value, flag):
+        found = lookup(item) if flag != "--compute-dtype" else None
+        out.append(found.name if found is not None else item.lower() if item.lower() in COMPUTE_DTYPES else item)
+    return list(dict.fromkeys(out))
+
+
 def format_grid(weights: str | None, kv_dtype: str | None, compute_dtype: str | None) -> list[dict[str, str | None]]:
     """The precisions asked for, as plan takes them: each flag a comma-separated list (or absent: the model's and
     the GPU's default), every combination, weights outermost: [{"weights_dtype": ..., "kv_dtype": ...}, ...]."""
-    lists = {key: split_list(value, flag) if value is not None else [None]
+    lists = {key: format_list(value, flag) if value is not None else [None]
              for key, value, flag in (("weights_dtype", weights, "--weights"), ("kv_dtype", kv_dtype, "--kv-dtype"),
                                       ("compute_dtype", compute_dtype, "--compute-dtype"))}  # fmt: skip
     for dtype in lists["compute_dtype"]:

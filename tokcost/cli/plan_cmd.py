@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokcost import plots
-from tokcost.cli.common import check_force_with_plot, gpu_names, int_list, per_gpu_values, split_list
+from tokcost.cli.common import check_force_with_plot, format_list, gpu_names, int_list, per_gpu_values
 from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, FlashOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
@@ -181,8 +181,8 @@ def plan(
     gpus = tuple(load_gpu(name) for name in gpu_names(gpu))
     space = plan_space(
         gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),
-        ep=_ints(ep, "--ep", 4096), dp=_ints(dp, "--dp", 4096), weights=_list(weights, "--weights"),
-        kv_dtypes=_list(kv_dtype, "--kv-dtype"), compute_dtypes=_list(compute_dtype, "--compute-dtype"),
+        ep=_ints(ep, "--ep", 4096), dp=_ints(dp, "--dp", 4096), weights=_formats(weights, "--weights"),
+        kv_dtypes=_formats(kv_dtype, "--kv-dtype"), compute_dtypes=_formats(compute_dtype, "--compute-dtype"),
         chunks=_chunks(chunk), max_running=max_running, prefill=prefill.value, mode=mode.value, max_gpus=max_gpus,
         headroom=headroom,
         prices=per_gpu_values(price, [g.name for g in gpus], "--price", float),  # type: ignore[arg-type]
@@ -206,8 +206,8 @@ def _think(text: str | None) -> float | None:
     return parse_duration(text, "--think-time", allow_zero=True)
 
 
-def _list(value: str | None, flag: str) -> list[str] | None:
-    return None if value is None else split_list(value, flag)
+def _formats(value: str | None, flag: str) -> list[str] | None:
+    return None if value is None else format_list(value, flag)
 
 
 def _ints(value: str | None, flag: str, high: int) -> list[int] | None:
