@@ -77,18 +77,24 @@ class Link(BaseModel):
 
     def latency_at_s(self, ranks: int) -> float:
         """The small-message latency of a group of `ranks` GPUs (for a network link, `ranks` nodes): latency_us at
-        latency_ranks, less (or more) two hops for each GPU fewer (or more); one rank prices as a pair, never below
-        0."""
+        latency_ranks, less (or more) two hops for each GPU fewer (or more); one rank prices as a pair (the spec's
+        check keeps a pair's latency at 0 or more)."""
         if self.latency_ranks is None or self.latency_hop_us is None:
             return self.latency_s
         n = max(ranks, 2)
-        return max(self.latency_us + 2 * (n - self.latency_ranks) * self.latency_hop_us, 0.0) * US
+        return (self.latency_us + 2 * (n - self.latency_ranks) * self.latency_hop_us) * US
 
     @model_validator(mode="after")
     def _latency_scaling_whole(self) -> Link:
         if (self.latency_ranks is None) != (self.latency_hop_us is None):
             raise ValueError("latency_ranks and latency_hop_us go together: the group latency_us is stated at, "
                              "and one hop's latency")  # fmt: skip
+        if self.latency_ranks is not None and self.latency_hop_us is not None:  # a pair's latency: never below 0
+            most = self.latency_us / (2 * (self.latency_ranks - 2)) if self.latency_ranks > 2 else math.inf
+            if self.latency_hop_us > most:
+                raise ValueError(f"latency_hop_us must be at most latency_us / (2 x (latency_ranks - 2)) = "
+                                 f"{most:.4g}, so that a pair of GPUs has a latency of 0 or more (got "
+                                 f"{self.latency_hop_us:g})")  # fmt: skip
         return self
 
 
