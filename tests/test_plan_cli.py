@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import math
 import re
@@ -654,3 +655,18 @@ def test_a_gpu_without_a_price_still_has_its_cheapest_fleet_starred(cli, tmp_pat
     table = cli("plan", "-m", "llama-3.1-8b", "-g", str(path), "--rate", "20", "--slo", "ttft_p90=500ms")
     assert re.search(r"\n│ 1\* +│", table.stdout) and "Ranked by $/hour, then GPUs where a GPU has no price" in (
         " ".join(table.stdout.split()))  # fmt: skip
+
+
+def test_printed_prices_rank_as_the_fleets_do(cli):
+    """Two fleets a tenth of a cent apart ($0.86 and $0.864 an hour) print apart, in rank order."""
+    args = ("plan", "-m", "llama-3.2-1b", "-g", "all", "--rate", "5", "--tp", "1", "--slo", "ttft_p90=200ms",
+            "--slo", "tpot_p90=20ms", "--top", "40")  # fmt: skip
+    configs = [c for c in cli(*args, "-f", "json").json()["configs"] if c["expected"]["meets_slo"]]
+    table = cli(*args, "-f", "markdown").stdout.split("**Cheapest per GPU type")[0]
+    printed = [float(m) for m in re.findall(r"^\| \d+\*? \| [^|]+ \| \d+ \| \$([\d,.]+) \|", table, re.M)]
+    usd = [c["expected"]["usd_per_hour"] for c in configs][: len(printed)]
+    assert len(printed) >= 10 and printed == sorted(printed)
+    for shown, value in zip(printed, usd, strict=True):
+        assert shown == pytest.approx(value, abs=0.0051 if value >= 10 else 0.00051)
+    for (a, x), (b, y) in itertools.pairwise(zip(printed, usd, strict=True)):
+        assert a < b or y - x < 0.001  # a price that ranks apart prints apart

@@ -15,7 +15,12 @@ LOCK_STEP_SHOWN_ABOVE = 0.1  # the lock-step TTFT is printed beside the primary 
 
 
 def _hourly(value: float | None) -> str:
-    return "no price" if value is None else f"${value:,.2f}"
+    """$/hour as it ranks: cents, and a tenth of a cent under $10 where it is not 0 ($0.864, $2.525, $3.78), so
+    that two fleets never print one price and rank apart."""
+    if value is None:
+        return "no price"
+    text = f"{value:,.3f}" if value < 10 else f"{value:,.2f}"
+    return "$" + (text[:-1] if value < 10 and text.endswith("0") else text)
 
 
 def _usd(value: float | None) -> str:
