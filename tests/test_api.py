@@ -28,6 +28,7 @@ from tokcost import (
     sweep,
 )
 from tokcost.engine.estimate import Estimate
+from tokcost.errors import FileExistsRefusal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,6 +134,13 @@ def test_results_plot_and_journey(tmp_path):
     assert result.plot(tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     swept = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1, 4])
     assert "TPOT (ms)" in swept.plot(tmp_path / "s.svg").read_text()
+    # what the user wrote is never replaced unless asked, as the CLI's --plot needs --force
+    precious = tmp_path / "precious.png"
+    precious.write_bytes(b"mine")
+    with pytest.raises(FileExistsRefusal, match=r"already exists; pass force=True to replace it"):
+        result.plot(precious)
+    assert precious.read_bytes() == b"mine"
+    assert result.plot(precious, force=True).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_every_export_resolves_and_import_tokcost_stays_light():

@@ -99,12 +99,13 @@ class EstimateResult(_estimate.Estimate):
 
         return plots.estimate_figure(self, journey=journey)
 
-    def plot(self, path: Path | str, *, journey: bool = False) -> Path:
-        """Write the chart to a .png or .svg file, as `tokcost estimate --plot` does."""
+    def plot(self, path: Path | str, *, journey: bool = False, force: bool = False) -> Path:
+        """Write the chart to a .png or .svg file, as `tokcost estimate --plot` does (an existing file is replaced
+        only with `force`, as --force does)."""
         from tokcost import plots
 
         _check_plot_path(path)
-        return plots.save(self.figure(journey=journey), path)
+        return plots.save(self.figure(journey=journey), path, force=force)
 
 
 @checked
@@ -149,12 +150,12 @@ class ComparisonResult:
 
         return plots.compare_figure(self.results)
 
-    def plot(self, path: Path | str) -> Path:
+    def plot(self, path: Path | str, *, force: bool = False) -> Path:
         """Write the bars to a .png or .svg file, as `tokcost compare --plot` does."""
         from tokcost import plots
 
         _check_plot_path(path)
-        return plots.save(self.figure(), path)
+        return plots.save(self.figure(), path, force=force)
 
 
 @checked
@@ -212,12 +213,12 @@ class SweepResult:
 
         return plots.sweep_figure(self.points, capacity_bytes_per_gpu=self.gpu.memory_bytes)
 
-    def plot(self, path: Path | str) -> Path:
+    def plot(self, path: Path | str, *, force: bool = False) -> Path:
         """Write the panels to a .png or .svg file, as `tokcost sweep --plot` does."""
         from tokcost import plots
 
         _check_plot_path(path)
-        return plots.save(self.figure(), path)
+        return plots.save(self.figure(), path, force=force)
 
 
 @checked
@@ -275,12 +276,12 @@ class PlanResult:
 
         return plots.plan_figure(frontier_points(self.plan), slos=plan_slos(self.plan))
 
-    def plot(self, path: Path | str) -> Path:
+    def plot(self, path: Path | str, *, force: bool = False) -> Path:
         """Write the chart to a .png or .svg file, as `tokcost plan --plot` does."""
         from tokcost import plots
 
         _check_plot_path(path)
-        return plots.save(self.figure(), path)
+        return plots.save(self.figure(), path, force=force)
 
 
 @checked

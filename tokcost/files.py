@@ -144,8 +144,9 @@ def _probe_folder(path: Path, folder: Path) -> None:
         raise TokcostError(f"{path}: cannot write in folder {folder}: {exc.strerror or exc}") from None
 
 
-def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
-    """Refuse, before any work, a destination tokcost must not write; the stat of a file --force replaces."""
+def check_destination(path: Path, force: bool = False, force_hint: str = "--force") -> os.stat_result | None:
+    """Refuse, before any work, a destination tokcost must not write; the stat of a file --force replaces
+    (`force_hint`: how the caller asks for it, --force or the API's force=True)."""
     try:
         target = path.stat()  # follows a symlink to its file
     except FileNotFoundError:
@@ -165,7 +166,7 @@ def check_destination(path: Path, force: bool = False) -> os.stat_result | None:
     if (target.st_dev, target.st_ino) in _READ:  # what the user wrote is never lost, even with --force
         raise FileExistsRefusal(f"{path}: is a file this command reads; write the output under another name")
     if not force:
-        raise FileExistsRefusal(f"{path}: already exists; pass --force to replace it, or choose another name")
+        raise FileExistsRefusal(f"{path}: already exists; pass {force_hint} to replace it, or choose another name")
     return target
 
 

@@ -49,7 +49,7 @@ def _destination(path: Path, asker: str, force: bool = True) -> Path:
         raise UsageError(f"{asker}: {path.name!r} must end in .png or .svg (the suffix picks the format)")
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"{asker}: {MISSING}")
-    check_destination(path, force=force)
+    check_destination(path, force=force, force_hint="--force" if asker.startswith("--") else "force=True")
     return path
 
 
@@ -71,10 +71,10 @@ def render(fig: Figure, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def save(fig: Figure, path: Path | str, *, force: bool = True, asker: str = "plot()") -> Path:
+def save(fig: Figure, path: Path | str, *, force: bool = False, asker: str = "plot()") -> Path:
     """Write the figure to `path` (.png or .svg, by its suffix) whole or not at all; returns the path. An existing
-    file is replaced only with `force` (the API's plot() replaces, as savefig does; the CLI's --plot needs --force);
-    `asker` names the caller in a refusal."""
+    file is replaced only with `force` (the CLI's --force, the API's plot(..., force=True): what the user wrote is
+    never lost by default); `asker` names the caller in a refusal."""
     target = _destination(Path(path), asker, force)
     write_new(target, render(fig, target.suffix.lower().lstrip(".")), force=force)
     return target
