@@ -110,12 +110,13 @@ def _load_yaml(text: str, where: str, builtin: bool) -> Any:
     return load_yaml(text, where, BuiltinLoader if builtin else SpecLoader)
 
 
-def load_mapping(path: Path) -> dict[str, Any]:
-    """A YAML or JSON file (by suffix, any case) whose top level is a mapping."""
+def load_mapping(path: Path, example: str = "name: ...") -> dict[str, Any]:
+    """A YAML or JSON file (by suffix, any case) whose top level is a mapping (`example`: its first key, as the
+    errors show it: a spec's name, a data file's rows)."""
     where = str(path)
     text = read_text(path)
     if not text.strip():
-        raise SpecError(where, "file is empty; a spec is a mapping of keys such as name: ...")
+        raise SpecError(where, f"file is empty; it must hold a mapping of keys such as {example}")
     builtin = is_builtin(path)
     if builtin:  # tokcost's own file: its parsed copy while the text is unchanged (a test holds it to the loader)
         from tokcost import bundle  # it reads through this module
@@ -127,10 +128,10 @@ def load_mapping(path: Path) -> dict[str, Any]:
     except RecursionError:  # JSON nesting deep enough to exhaust the parser's recursion
         raise SpecError(where, f"nested more than {MAX_NESTING} levels deep; a spec nests three") from None
     if data is None:
-        raise SpecError(where, "holds no data (only comments?); a spec is a mapping of keys such as name: ...")
+        raise SpecError(where, f"holds no data (only comments?); it must hold a mapping of keys such as {example}")
     if not isinstance(data, dict):
         kind = "list" if isinstance(data, list) else "single value"
-        raise SpecError(where, f"top level is a {kind}; a spec must be a mapping of keys such as name: ...")
+        raise SpecError(where, f"top level is a {kind}; it must be a mapping of keys such as {example}")
     return data
 
 

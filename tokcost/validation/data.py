@@ -114,7 +114,7 @@ class Row(BaseModel):
     # tokens hold at prompt + output each, not what tokcost's memory model would leave.
     kv_tokens: int | None = Field(default=None, ge=1, le=10**10)
     metric: Metric
-    value: float = Field(gt=0, allow_inf_nan=False)
+    value: float = Field(gt=0, le=1e9, allow_inf_nan=False)  # a rate, a time or a throughput as published
     notes: str = Field(default="", max_length=10_000)
     exclude: str | None = Field(default=None, min_length=1, max_length=2000)
     split: Split | None = None
@@ -227,4 +227,4 @@ def parse_rows(data: dict[str, object], where: str) -> list[Row]:
 
 def load_rows(path: Path) -> list[Row]:
     """The rows of a published-measurements YAML file."""
-    return parse_rows(load_mapping(path), str(path))
+    return parse_rows(load_mapping(path, example="rows: [...]"), str(path))
