@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 import tokcost
+from tokcost import fmt
 from tokcost.cli.options import TableFormat, TableFormatOpt
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.errors import SpecError, UsageError
@@ -150,7 +151,9 @@ def headline_table(summary: Summary, one_engine: bool = False) -> Table:
         ["inside the 80% band", f"{h.inside_band / h.rows:.1%} ({h.inside_band} of {h.rows})"],
     ]
     for engine, (rows, sources, median) in h.by_engine.items():
-        table.rows.append([f"engine: {engine} ({rows} rows, {sources} sources)", _pct(median)])
+        table.rows.append(
+            [f"engine: {engine} ({fmt.counted(rows, 'row')}, {fmt.counted(sources, 'source')})", _pct(median)]
+        )
     return table
 
 
