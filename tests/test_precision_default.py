@@ -77,7 +77,7 @@ def test_compare_and_sweep_take_the_list_plan_takes(cli):
         (g, w) for g in ("h100-sxm", "l40s") for w in ("bf16", "fp8", "int4")
     ]  # GPUs outer, formats inner
     table = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--weights", "bf16,fp8").stdout
-    assert "weights/KV/compute" in table and "fp8/bf16/fp8" in table
+    assert "weights / KV / compute" in table and "fp8/bf16/fp8" in table  # under the model, on a terminal
     points = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8", "--weights", "bf16,fp8",
                  "--kv-dtype", "bf16,fp8", "-f", "json").json()["points"]  # fmt: skip
     assert [(p["weights"], p["kv_dtype"], p["batch"]) for p in points] == [

@@ -114,6 +114,17 @@ def test_a_column_wraps_last_only_to_keep_an_answer_column():
     assert narrow.keep == [0, 1, 2] and 1 in narrow.wraps
 
 
+def test_compare_of_several_formats_keeps_the_answer_at_80_columns(cli, monkeypatch):
+    args = ("compare", "-m", "llama-3.1-70b,mixtral-8x7b", "-g", "h100-sxm,l40s", "-b", "8", "--weights", "fp8,bf16")
+    wide = cli(*args, "-f", "markdown").stdout  # its own column in a document
+    assert "| model | gpu | weights/KV/compute |" in wide
+    monkeypatch.setenv("COLUMNS", "80")
+    (table,) = tables(cli(*args).stdout)  # under the model's name on a terminal, wrapped at spaces
+    assert list(table)[:2] == ["model, weights / KV / compute", "gpu"]
+    assert {"fits", "TPOT", "tokens/s", "$/1M out"} <= set(table)
+    assert table["model, weights / KV / compute"][:2] == ["llama-3.1-70b", "fp8/bf16/fp8"]
+
+
 CELL = st.text(alphabet="ab1,. ", min_size=0, max_size=30).map(lambda s: " ".join(s.split()))
 
 

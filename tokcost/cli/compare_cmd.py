@@ -117,7 +117,7 @@ def compare(
     if format == Format.csv:
         print_csv(rows)
     else:
-        print_tables([compare_table(results)], format.value)
+        print_tables([compare_table(results, fold_formats=format == Format.table)], format.value)
 
 
 def _formats(e: Estimate) -> str:
@@ -126,8 +126,10 @@ def _formats(e: Estimate) -> str:
     return f"{p.weights}/{p.kv}/{p.compute}"
 
 
-def compare_table(results: list[Estimate]) -> Table:
-    """Formatted purchase table: expected figures, with the ceiling tokens/s for reference."""
+def compare_table(results: list[Estimate], *, fold_formats: bool = False) -> Table:
+    """Formatted purchase table: expected figures, with the ceiling tokens/s for reference. Where the formats vary
+    they get a column, or with `fold_formats` (the terminal's table) go under the model's name, which wraps at
+    spaces: a column of its own leaves no room at 80 columns for the answer."""
     wl = results[0].workload
     table = Table(
         f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}{flash_note(wl.flash_attention)}",
@@ -150,9 +152,12 @@ def compare_table(results: list[Estimate]) -> Table:
         drop=("ceiling tok/s", "80% band", "J/token", "$/1M in", "max batch", "GPUs", "TTFT"),
         wrap=("fits",),
     )
-    several = len({_formats(e) for e in results}) > 1  # a column for the precision only when it varies
-    if several:
+    several = len({_formats(e) for e in results}) > 1  # the precision shown only when it varies
+    column = several and not fold_formats
+    if column:
         table.columns.insert(2, "weights/KV/compute")
+    elif several:
+        table.columns[0] = "model, weights / KV / compute"  # words short enough to wrap
     for e in results:
         x, mem = e.expected, e.memory
         if mem.fits:
@@ -172,9 +177,9 @@ def compare_table(results: list[Estimate]) -> Table:
         band = band_spans(e)["decode_tokens_per_s"]
         table.rows.append(
             [
-                e.model.name,
+                f"{e.model.name} {_formats(e)}" if several and not column else e.model.name,
                 e.gpu.name,
-                *([_formats(e)] if several else []),
+                *([_formats(e)] if column else []),
                 f"{e.layout.gpus} ({e.layout.label()})",
                 fits,
                 fmt.ms(x.ttft_s),

@@ -103,7 +103,8 @@ def fit(t: Table, width: int, per_column: int, border: int) -> Fit:
             cut = min(over, least[i] - MIN_FOLD)
             if cut > 0:
                 least[i], over = least[i] - cut, over - cut
-    widths = {i: least[i] for i in keep}
+    base = readable if needs(keep, readable) <= width else least  # text keeps a few words a line where it can
+    widths = {i: base[i] for i in keep}
     spare = width - needs(keep, widths)
     for i in sorted((i for i in keep if i in wraps), key=lambda i: natural[i] - least[i]):  # the least short first
         grow = min(max(spare, 0), natural[i] - widths[i])
