@@ -52,6 +52,8 @@ def test_on_a_known_gpu_the_ceilings_are_the_datasheet_and_every_rate_a_share_of
     assert spec.provenance["ceilings"] == "h100-sxm's datasheet"
     assert (spec.price_per_hour_usd, spec.price_range_usd) == (h100.price_per_hour_usd, h100.price_range_usd)
     assert spec.link == h100.link and spec.tdp_w == 700 and spec.expected_provenance.startswith("measured")
+    assert "achievable: block (a measure loop's stream share and step overhead) prices tokcost measure's" in (
+        spec.expected_provenance)  # --explain says the loop's own shares are not estimate's  # fmt: skip
     assert GpuSpec.model_validate(yaml.safe_load(spec_yaml(spec))) == spec
 
 

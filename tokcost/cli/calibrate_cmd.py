@@ -56,7 +56,9 @@ def calibrate(
         sys.stdout.write(text)
         return
     write_new(out, text, force=force)  # a write that fails says so in one line naming the path (files.open_new)
-    sys.stdout.write(f"wrote {out}: {summary}\nuse it anywhere a GPU is accepted: tokcost estimate -m MODEL -g {out}\n")
+    sys.stdout.write(f"wrote {out}: {summary}\nuse it anywhere a GPU is accepted: tokcost estimate -m MODEL -g {out} "
+                     "(the hardware alone, at its copy and GEMM rates; tokcost measure's calibrated prediction adds "
+                     "this loop's stream share and step overhead)\n")  # fmt: skip
 
 
 def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threads: int | None, tp: int):

@@ -262,9 +262,11 @@ class GpuSpec(BaseModel):
         gemm = h.gemm_for("bf16") or next(iter(h.gemm.values()))
         bases = {h.copy_bandwidth.basis, gemm.basis}
         basis = bases.pop() if len(bases) == 1 else "measured and anchor"
+        loop = ("; its achievable: block (a measure loop's stream share and step overhead) prices tokcost measure's "
+                "calibrated prediction, not this" if "achievable" in self.model_fields_set else "")  # fmt: skip
         return (
             f"{basis}: copy {h.copy_bandwidth.fraction:g} ({h.copy_bandwidth.basis}), 16-bit GEMM "
-            f"{gemm.fraction:g} ({gemm.basis}) of the datasheet (the sustained block's sources)"
+            f"{gemm.fraction:g} ({gemm.basis}) of the datasheet (the sustained block's sources){loop}"
         )
 
     @property
