@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,8 @@ def test_measure_table_renders(cli, micro):
             "--repeats", "1", "--layers", "1", "--threads", "1")  # fmt: skip
     assert r.exit_code == 0, r.stderr
     assert "TPOT calibrated" in r.stdout and "weights (loop)" in r.stdout and "streaming read" in r.stdout
+    # a micro model's reads print in their own unit (kB, MB), never as "0.00 GB"
+    assert "0.00 GB" not in r.stdout and re.search(r"│ 1 +│ +[\d.]+ [kM]B │", r.stdout), r.stdout
 
 
 def test_memory_refusal_names_the_max_batch_and_layers(cli, micro):

@@ -263,8 +263,8 @@ def measure_tables(model: str, outcome) -> list[Table]:
         ])  # fmt: skip
         cal = r.calibration
         reads.rows.append([
-            f"{lp.batch:,}", fmt.gb(lp.weight_read_bytes), fmt.gb(r.engine_bytes["weights"]), fmt.gb(lp.kv_read_bytes),
-            fmt.gb(r.engine_bytes["kv_read"]),
+            f"{lp.batch:,}", *(fmt.si(b, "B") for b in (lp.weight_read_bytes, r.engine_bytes["weights"],
+                                                         lp.kv_read_bytes, r.engine_bytes["kv_read"])),
             "n/a" if lp.experts_per_layer is None
             else f"{lp.experts_per_layer:.2f} ({r.engine_bytes['experts_per_layer']:.2f})",
             fmt.ms(cal["step_overhead_s"]) if cal else "n/a",
