@@ -188,9 +188,10 @@ def test_a_save_that_fails_midway_says_so_and_never_claims_a_complete_run(micro,
 
 def test_a_cpu_run_refuses_a_gpu_datasheet(micro, cli):
     for command in (["measure", "-m", micro, "--batch", "1"], ["calibrate", "-m", micro]):
-        r = cli(*command, "--device", "cpu", "--threads", "1", "--gpu", "h100-sxm")
-        said = "error: --gpu: 'h100-sxm' names a GPU datasheet, which a run on the CPU has none of"
-        assert r.exit_code == 2 and r.stderr.startswith(said), r.stderr
+        for gpu in ("h100-sxm", "no-such-gpu"):  # a name that is no datasheet is not called one
+            r = cli(*command, "--device", "cpu", "--threads", "1", "--gpu", gpu)
+            said = f"error: --gpu: a run on the CPU takes no GPU datasheet (got '{gpu}'); drop --gpu"
+            assert r.exit_code == 2 and r.stderr.startswith(said), r.stderr
 
 
 def test_calibrate_refuses_a_model_its_decoder_cannot_build(cli):

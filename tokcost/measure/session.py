@@ -110,8 +110,8 @@ def datasheet_for(facts: DeviceFacts, gpu: str | None, notes: list[str]) -> GpuS
     """The datasheet spec to compare with: --gpu if given, else the built-in matching the device name (a CPU has no
     GPU datasheet: its shares of one would read as a stalled run)."""
     if gpu and facts.kind != "cuda":
-        raise UsageError(f"--gpu: {gpu!r:.60} names a GPU datasheet, which a run on the CPU has none of; drop --gpu "
-                         "(a CPU run is compared with the rates its own probes measure)")  # fmt: skip
+        raise UsageError(f"--gpu: a run on the CPU takes no GPU datasheet (got {gpu!r:.60}); drop --gpu (a CPU run "
+                         "is compared with the rates its own probes measure)")  # fmt: skip
     if gpu:
         return load_gpu(gpu)
     if facts.kind != "cuda":
