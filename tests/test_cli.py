@@ -261,7 +261,8 @@ def test_sweep_marks_critical_batch_and_memory(cli):
     critical = points[0]["critical_batch_compute"]
     assert critical is not None and 64 < critical < 1024
     assert [p["decode_bound"] for p in points][:2] == ["memory", "memory"]
-    table = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,1024,4096", "--prompt", "128").stdout
+    table = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,1024,4096", "--prompt", "128",
+                "-f", "markdown").stdout  # fmt: skip
     assert "matmuls compute-bound from batch" in table and "exceeds memory" in table
     # past both critical batches a row names both (it named the compute one alone)
     kv = points[0]["critical_batch_kv"]

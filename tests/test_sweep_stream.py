@@ -188,8 +188,8 @@ def test_a_long_table_prints_plain_with_every_row_and_a_hint(cli, monkeypatch):
     assert not BOX.search(r.stdout)
     lines = r.stdout.splitlines()
     head = lines.index(next(line for line in lines if line.startswith("batch")))
-    assert lines[head].split() == ["batch", "prompt", "TPOT", "tokens/s", "ceiling", "tok/s", "$/1M", "out",
-                                   "memory/GPU", "bound", "note"]  # fmt: skip
+    assert lines[head].split() == ["batch", "prompt", "TTFT", "TPOT", "tokens/s", "ceiling", "tok/s", "$/1M", "in",
+                                   "$/1M", "out", "memory/GPU", "bound", "note"]  # fmt: skip
     rows = lines[head + 2 : head + 2 + RICH_ROWS + 1]
     assert [int(row.split()[0].replace(",", "")) for row in rows] == list(range(1, RICH_ROWS + 2))
     assert "-f csv or -f jsonl writes each as it is computed" in r.stdout
@@ -225,3 +225,18 @@ def test_each_point_names_its_layout_and_engine_as_compare_does(cli):
     assert rows[0]["layout"] == pair["layout"] == "TP 8 x EP 8 (+8 redundant experts)"
     assert rows[0]["expected_engine"] == pair["expected_engine"] != "generic"
     assert float(rows[0]["tpot_s"]) > float(rows[0]["ceiling_tpot_s"])
+
+
+@pytest.mark.parametrize("layout", [(), ("--tp", "2"), ("--pp", "2"), ("--engine", "vllm")])
+def test_each_points_ttft_and_input_cost_are_estimates(cli, layout):
+    """A sweep over prompt lengths answers TTFT too: each point's TTFT and $/1M input are what estimate prints for
+    that batch and prompt (one function prices both), under expected and the ceiling."""
+    base = ("-m", "llama-3.1-8b", "-g", "h100-sxm", *layout)
+    points = cli("sweep", *base, "-b", "1,16", "--context", "1024,4096", "-f", "json").json()["points"]
+    assert len(points) == 4
+    for p in points:
+        e = cli("estimate", *base, "-b", str(p["batch"]), "-p", str(p["prompt_tokens"]), "-f", "json").json()
+        assert p["ttft_s"] == pytest.approx(e["expected"]["ttft_s"], rel=1e-12)
+        assert p["ceiling_ttft_s"] == pytest.approx(e["ceiling"]["ttft_s"], rel=1e-12)
+        assert p["usd_per_million_input_tokens"] == pytest.approx(e["expected"]["usd_per_million_input_tokens"])
+    assert points[1]["ttft_s"] > points[0]["ttft_s"] and points[3]["ttft_s"] > points[1]["ttft_s"]  # more prefill

@@ -209,13 +209,18 @@ def _destination(out: Path | None, force: bool) -> Iterator[TextIO]:
         raise Interrupted(f"interrupted: nothing was written to {out}") from None
 
 
+TABLE_COLUMNS = ("batch", "prompt", "TTFT", "TPOT", "tokens/s", "ceiling tok/s", "$/1M in", "$/1M out",
+                 "memory/GPU", "bound", "note")  # fmt: skip
+
+
 def sweep_table(points: list[SweepPoint]) -> Table:
     """One formatted row per point; markers for the critical batch and the memory limit."""
     table = Table(
         f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)"
         + flash_note(points[0].flash_attention),
-        ["batch", "prompt", "TPOT", "tokens/s", "ceiling tok/s", "$/1M out", "memory/GPU", "bound", "note"],
-        drop=("ceiling tok/s", "bound"),  # on a narrow terminal: the reference figures go first, the notes stay
+        list(TABLE_COLUMNS),
+        # on a narrow terminal: the reference figures go first, the notes stay
+        drop=("ceiling tok/s", "bound", "$/1M in"),
         wrap=("note",),
     )
     several = len({(p.weights, p.kv_dtype, p.compute_dtype) for p in points}) > 1  # a precision column if it varies
@@ -231,8 +236,9 @@ def sweep_table(points: list[SweepPoint]) -> Table:
             notes.append(f"exceeds memory (max batch {p.max_batch})")
         precision = [f"{p.weights}/{p.kv_dtype}/{p.compute_dtype}"] if several else []
         table.rows.append([
-            *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.tpot_s), fmt.rate(p.decode_tokens_per_s),
-            fmt.rate(p.ceiling_decode_tokens_per_s), fmt.usd(p.usd_per_million_output_tokens),
+            *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.ttft_s), fmt.ms(p.tpot_s),
+            fmt.rate(p.decode_tokens_per_s), fmt.rate(p.ceiling_decode_tokens_per_s),
+            fmt.usd(p.usd_per_million_input_tokens), fmt.usd(p.usd_per_million_output_tokens),
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
     if len(points) > RICH_ROWS:

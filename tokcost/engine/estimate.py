@@ -134,12 +134,19 @@ def mean_decode_seconds(d: Deployment, rates: Rates, *, batch: float, first: int
     return d.bound(rates).decode_mean(batch=batch, first=first, last=last)
 
 
+def ttft_seconds(bound: BoundPass, rates: Rates, *, batch: int, cached: int, computed: int) -> float:
+    """TTFT of `batch` prompts: their pass from an empty pipeline (a cached prefix read, `computed` tokens each
+    computed) plus the per-request cost (a client's HTTP and tokenization, where the engine era has one)."""
+    return bound.seconds([Segment(batch, cached, computed)], schedule="fill", extra_overhead_s=rates.request_overhead_s)
+
+
 def times(d: Deployment, wl: Workload, rates: Rates) -> tuple[float, float | None]:
     """(TTFT, TPOT) of `wl` under `rates`: the prefill from an empty pipeline plus the per-request cost, and the
     mean decode step (None with one output token)."""
     bound = d.bound(rates)
-    prefill = [Segment(wl.batch, wl.cached_prefix_tokens, wl.computed_prompt_tokens)]
-    ttft = bound.seconds(prefill, schedule="fill", extra_overhead_s=rates.request_overhead_s)
+    ttft = ttft_seconds(
+        bound, rates, batch=wl.batch, cached=wl.cached_prefix_tokens, computed=wl.computed_prompt_tokens
+    )
     contexts = decode_contexts(wl)
     return ttft, bound.decode_mean(batch=wl.batch, first=contexts[0], last=contexts[1]) if contexts else None
 

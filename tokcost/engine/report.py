@@ -182,8 +182,8 @@ def bottleneck(e: Estimate) -> str:
     step = e.ceiling.decode_step or e.ceiling.prefill
     phase = "decode" if e.ceiling.decode_step else "prefill"
     # collectives that run beside the kernels limit the step only where they outlast them (its bound says which)
-    kernels = [c for c in step.components if c.name != "communication"] or list(step.components)
-    top = step.part("communication") if step.bound == "interconnect" else max(kernels, key=lambda c: c.seconds)
+    beside = [c for c in step.components if c.name != "communication"] or list(step.components)
+    top = step.part("communication") if step.bound == "interconnect" else max(beside, key=lambda c: c.seconds)
     share = top.seconds / step.seconds if step.seconds else 0.0
     if top.name == "communication":
         what = f"collectives moving {top.bytes / 1e6:.2f} MB per GPU over the links"

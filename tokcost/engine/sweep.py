@@ -19,6 +19,7 @@ from tokcost.engine.estimate import (
     decode_contexts,
     deployment,
     deployment_warnings,
+    ttft_seconds,
     usd_per_million_tokens,
 )
 from tokcost.engine.memory import ReplicaMemory
@@ -47,10 +48,13 @@ class SweepPoint:
     batch: int
     prompt_tokens: int
     output_tokens: int
+    ttft_s: float  # the batch's prefill from an empty pipeline plus the per-request cost, as estimate's
     tpot_s: float
     decode_tokens_per_s: float
+    ceiling_ttft_s: float
     ceiling_tpot_s: float
     ceiling_decode_tokens_per_s: float
+    usd_per_million_input_tokens: float | None
     usd_per_million_output_tokens: float | None
     used_bytes_per_gpu: int
     kv_cache_bytes_per_gpu: int
@@ -110,6 +114,8 @@ def iter_sweep(
                 if cache is not None:
                     cache[batch] = lines
             tpot, ceiling_tpot = lines[0].mean(first, last), lines[1].mean(first, last)
+            ttft = ttft_seconds(on_expected, expected, batch=batch, cached=prefix, computed=computed)
+            ceiling_ttft = ttft_seconds(on_ceiling, ceiling, batch=batch, cached=prefix, computed=computed)
             used = memory.gpu_bytes(batch, computed, total, prefix)
             yield SweepPoint(
                 model=model.name,
@@ -124,10 +130,14 @@ def iter_sweep(
                 batch=batch,
                 prompt_tokens=prompt,
                 output_tokens=base.output_tokens,
+                ttft_s=ttft,
                 tpot_s=tpot,
                 decode_tokens_per_s=batch / tpot,
+                ceiling_ttft_s=ceiling_ttft,
                 ceiling_tpot_s=ceiling_tpot,
                 ceiling_decode_tokens_per_s=batch / ceiling_tpot,
+                # input tokens priced by prefill time, output tokens by decode time, as estimate prices them
+                usd_per_million_input_tokens=usd_per_million_tokens(price, gpus, ttft, batch * prompt),
                 usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, batch),
                 used_bytes_per_gpu=round(used.total),
                 kv_cache_bytes_per_gpu=round(used.kv),
