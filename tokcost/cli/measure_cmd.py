@@ -246,7 +246,7 @@ def measure_tables(model: str, outcome) -> list[Table]:
         + (f", {d['threads']} threads" if d.get("threads") else "") + (f", TP {d['tp']}" if d.get("tp", 1) > 1 else "")
         + ")",
         ["batch", "TTFT", "TPOT median [IQR]", "step CV", "tokens/s", "TPOT datasheet (err)", "TPOT expected (err)",
-         "TPOT calibrated (err)", "MBU", "MFU prefill", "J/token"],
+         "TPOT calibrated (err)", "MBU", "MBU of copy", "MFU prefill", "J/token"],
     )  # fmt: skip
     reads = Table("Bytes per decode step: what the loop read vs what the engine expects (per device)",
                   ["batch", "weights (loop)", "weights (engine)", "KV read (loop)", "KV read (engine)",
@@ -259,7 +259,8 @@ def measure_tables(model: str, outcome) -> list[Table]:
         runs.rows.append([
             f"{lp.batch:,}", fmt.ms(lp.ttft_s), f"{fmt.ms(lp.tpot_s)} [{fmt.ms(lp.tpot.iqr)}]", f"{lp.step.cv:.1%}",
             f"{lp.decode_tokens_per_s:,.1f}", _pred(r.datasheet, noisy), _pred(r.datasheet_expected, noisy),
-            _pred(r.calibrated, noisy), _pct(r.mbu), _pct(r.mfu_prefill), fmt.joules(lp.joules_per_output_token),
+            _pred(r.calibrated, noisy), _pct(r.mbu), _pct(r.mbu_vs_copy), _pct(r.mfu_prefill),
+            fmt.joules(lp.joules_per_output_token),
         ])  # fmt: skip
         cal = r.calibration
         reads.rows.append([
