@@ -209,3 +209,10 @@ def test_a_calibrated_spec_keeps_its_base_platform():
     spec = spec_from_rates(facts, "bf16", bytes_per_s=3e12, flops_per_s=5e14, step_overhead_s=1e-4, provenance={},
                            base=base)  # fmt: skip
     assert spec.platform == "rocm"
+
+
+def test_calibrate_takes_the_tensor_parallel_degrees_measure_takes(cli):
+    for command in (["measure", "-m", "llama-3.2-1b", "--layers", "1"], ["calibrate", "-m", "llama-3.2-1b"]):
+        r = cli(*command, "--device", "cpu", "--threads", "1", "--tp", "3")
+        said = "error: --tp: 3 does not divide llama-3.2-1b's 32 attention heads; valid degrees: 1, 2, 4, 8, 16, 32"
+        assert r.exit_code == 2 and r.stderr.strip() == said, r.stderr

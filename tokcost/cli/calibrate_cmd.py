@@ -12,6 +12,7 @@ from tokcost import fmt
 from tokcost.cli.common import check_yaml_destination
 from tokcost.cli.measure_cmd import Device, DeviceOpt, RunDtype, RunDtypeOpt, TpOpt, check_destination
 from tokcost.cli.options import ForceOpt
+from tokcost.engine.layout import Layout, layout_problem
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import write_new
 from tokcost.models.library import load_model
@@ -48,6 +49,9 @@ def calibrate(
     from tokcost.measure.buildable import check_buildable
 
     check_buildable(spec)  # the skeleton is the torch decoder's: a model it cannot build is not calibrated as another
+    tp_problem = layout_problem(spec, Layout(tp=tp)) if tp > 1 else None  # the degrees measure --tp takes
+    if tp_problem:
+        raise UsageError(tp_problem)
     try:
         text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp)
     except KeyboardInterrupt:
