@@ -154,8 +154,8 @@ def _deployment(e: Estimate) -> Section:
     lay = d.layout
     w = get_format(p.weights)
     lines = [
-        f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {lay.nodes} node(s) of {lay.gpus_per_node}"
-        + _expert_pool(e),
+        f"{e.model.name} on {lay.gpus} x {e.gpu.name}: {lay.label()}, {fmt.counted(lay.nodes, 'node')} of "
+        f"{lay.gpus_per_node}" + _expert_pool(e),
         f"weights {p.weights} ({w.bits:g} bits: {w.source}); attention's projections {p.attention}; experts "
         f"{p.experts}; KV {p.kv}; "
         f"matmuls at {p.compute}; embedding and LM head at {p.embedding}"
@@ -278,7 +278,9 @@ def _kv_held_line(e: Estimate) -> str:
     mem, wl, lay = e.memory, e.workload, e.layout
     replica = ReplicaMemory(e.model, e.gpu, e.precision, lay)
     seqs, tokens, prefix = -(-wl.batch // lay.dp), wl.total_tokens, wl.cached_prefix_tokens
-    split = f"{seqs:,} sequences" + (f" (of the {wl.batch:,}, data parallel {lay.dp}-way)" if lay.dp > 1 else "")
+    split = fmt.counted(seqs, "sequence") + (
+        f" (of the {wl.batch:,}, data parallel {lay.dp}-way)" if lay.dp > 1 else ""
+    )
     held = f"this workload on the fullest GPU: {fmt.si(mem.per_gpu.kv, 'B')}"
     if mem.state_bytes_per_sequence:
         return held + f" KV + {fmt.si(mem.per_gpu.state, 'B')} state ({split} x {tokens:,} tokens)"
@@ -286,7 +288,8 @@ def _kv_held_line(e: Estimate) -> str:
     layers = sum(n for k, n in fullest[0] if k.mixer in KV_MIXERS) if fullest else 0
     every = all(k.mixer == "global" for k in e.model.plan.kinds) and not prefix
     if layers and every:  # the product, with the bytes one layer keeps per token on one GPU (KV heads split tp-way)
-        product = f"{layers} layers x {seqs:,} sequences x {tokens:,} tokens x {replica.kv_per_token:,.0f} B"
+        product = (f"{fmt.counted(layers, 'layer')} x {fmt.counted(seqs, 'sequence')} x {fmt.counted(tokens, 'token')}"
+                   f" x {replica.kv_per_token:,.0f} B")  # fmt: skip
         of = f" (of the {wl.batch:,} sequences, data parallel {lay.dp}-way)" if lay.dp > 1 else ""
         return f"this workload on the fullest GPU: {product} = {fmt.si(mem.per_gpu.kv, 'B')}{of}"
     how = [w for w, on in (("windowed as above", not every and not prefix),

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product, repeat
 
-from tokcost import workers
+from tokcost import fmt, workers
 from tokcost.engine.collectives import links_of
 from tokcost.engine.step import Scenario
 from tokcost.engine.workload import Precision, native_compute
@@ -100,7 +100,8 @@ def _layouts(
         if reason is not None:
             refused += [_refused(deploy(layout), reason, invalid=True)] if explicit else []
         elif not _fits(model, deploy(layout), traffic):
-            fits = f"does not fit: {model.name}'s weights leave no room for one request's KV on {layout.gpus} GPU(s)"
+            gpus = fmt.counted(layout.gpus, "GPU")
+            fits = f"does not fit: {model.name}'s weights leave no room for one request's KV on {gpus}"
             refused += [_refused(deploy(layout), fits)] if explicit else []
         else:
             usable.append(layout)
