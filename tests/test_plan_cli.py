@@ -670,3 +670,10 @@ def test_printed_prices_rank_as_the_fleets_do(cli):
         assert shown == pytest.approx(value, abs=0.0051 if value >= 10 else 0.00051)
     for (a, x), (b, y) in itertools.pairwise(zip(printed, usd, strict=True)):
         assert a < b or y - x < 0.001  # a price that ranks apart prints apart
+
+
+def test_a_configuration_that_cannot_run_names_its_formats_as_resolved(cli):
+    r = cli("plan", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "1,4", "--rate", "2", "-f", "markdown")
+    assert r.exit_code == 0, r.stderr
+    assert ("| h100-sxm TP1 bf16/bf16/bf16 | does not fit: llama-3.1-70b's weights leave no room for one request's "
+            "KV on 1 GPU |") in r.stdout and "default" not in r.stdout.split("fail")[-1]  # fmt: skip

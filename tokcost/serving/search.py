@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product, repeat
 
 from tokcost import fmt, workers
@@ -98,11 +98,11 @@ def _layouts(
     for layout in candidates:
         reason = layout.invalid_reason(model, gpu)
         if reason is not None:
-            refused += [_refused(deploy(layout), reason, invalid=True)] if explicit else []
+            refused += [_refused(deploy(layout), reason, invalid=True, model=model)] if explicit else []
         elif not _fits(model, deploy(layout), traffic):
             gpus = fmt.counted(layout.gpus, "GPU")
             fits = f"does not fit: {model.name}'s weights leave no room for one request's KV on {gpus}"
-            refused += [_refused(deploy(layout), fits)] if explicit else []
+            refused += [_refused(deploy(layout), fits, model=model)] if explicit else []
         else:
             usable.append(layout)
     if not usable and space.pps is None and not explicit:  # no node holds it: try pipeline stages of full nodes
@@ -111,11 +111,22 @@ def _layouts(
             lay for lay in candidates if lay.invalid_reason(model, gpu) is None and _fits(model, deploy(lay), traffic)
         ]
     if not usable and not explicit and candidates:
-        refused.append(_refused(deploy(candidates[-1]), f"does not fit on up to {candidates[-1].gpus} GPUs"))
+        refused.append(
+            _refused(deploy(candidates[-1]), f"does not fit on up to {candidates[-1].gpus} GPUs", model=model)
+        )
     return usable, refused
 
 
-def _refused(deployment: Deployment, reason: str, *, invalid: bool = False) -> Row:
+def _refused(deployment: Deployment, reason: str, *, invalid: bool = False, model: ModelSpec | None = None) -> Row:
+    """A row that cannot run, with its formats as the engine would resolve them where it can ('bf16/bf16/bf16', not
+    'bf16/default/default')."""
+    if model is not None:
+        try:
+            p = deployment.precision(model)
+        except (TokcostError, ValueError):  # a format the model or GPU refuses: as requested
+            pass
+        else:
+            deployment = replace(deployment, weights=p.weights, kv_dtype=p.kv, compute_dtype=p.compute)
     return Row("aggregated", deployment, None, None, failed(reason), failed(reason), invalid=invalid)
 
 
