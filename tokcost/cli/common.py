@@ -64,14 +64,17 @@ def int_list(value: str, flag: str, low: int = 1, high: int = 100_000_000) -> li
 
 
 def format_list(value: str, flag: str) -> list[str]:
-    """--weights, --kv-dtype or --compute-dtype as a list of formats by their canonical names, one of each: `BF16`
-    is bf16 and `int4` is int4-g128, so that neither prices one format twice (an unknown name is kept as given, for
-    the spec's check to refuse with the formats it allows)."""
-    out = []
-    for item in split_list(value, flag):
-        found = lookup(item) if flag != "--compute-dtype" else None
-        out.append(found.name if found is not None else item.lower() if item.lower() in COMPUTE_DTYPES else item)
-    return list(dict.fromkeys(out))
+    """--weights, --kv-dtype or --compute-dtype as a list of names as tokcost spells them, one of each (`BF16` is
+    bf16, so one format is never priced twice); an unknown name is kept as given, for the spec's check to refuse
+    with the names it allows."""
+
+    def canonical(item: str) -> str:
+        if flag == "--compute-dtype":
+            return item.lower() if item.lower() in COMPUTE_DTYPES else item
+        found = lookup(item)
+        return found.name if found is not None else item
+
+    return list(dict.fromkeys(canonical(item) for item in split_list(value, flag)))
 
 
 def format_grid(weights: str | None, kv_dtype: str | None, compute_dtype: str | None) -> list[dict[str, str | None]]:

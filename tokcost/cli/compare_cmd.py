@@ -153,10 +153,10 @@ def compare_table(results: list[Estimate], *, fold_formats: bool = False) -> Tab
         wrap=("fits",),
     )
     several = len({_formats(e) for e in results}) > 1  # the precision shown only when it varies
-    column = several and not fold_formats
+    column, folded = several and not fold_formats, several and fold_formats
     if column:
         table.columns.insert(2, "weights/KV/compute")
-    elif several:
+    elif folded:
         table.columns[0] = "model, weights / KV / compute"  # words short enough to wrap
     for e in results:
         x, mem = e.expected, e.memory
@@ -177,7 +177,7 @@ def compare_table(results: list[Estimate], *, fold_formats: bool = False) -> Tab
         band = band_spans(e)["decode_tokens_per_s"]
         table.rows.append(
             [
-                f"{e.model.name} {_formats(e)}" if several and not column else e.model.name,
+                f"{e.model.name} {_formats(e)}" if folded else e.model.name,
                 e.gpu.name,
                 *([_formats(e)] if column else []),
                 f"{e.layout.gpus} ({e.layout.label()})",

@@ -60,12 +60,16 @@ def is_prose(t: Table, i: int) -> bool:
     return t.prose or t.columns[i] in t.wrap or widest(t, i) > PROSE_AT
 
 
+def _positions(t: Table, names: tuple[str, ...]) -> list[int]:
+    """The indexes of the columns `names` lists that the table has, in the order named."""
+    return [t.columns.index(name) for name in names if name in t.columns]
+
+
 def _order(t: Table) -> list[int]:
     """Columns in the order they are left out: those `t.drop` names first, then the last first, `t.answer`'s
     last (never 0 and 1)."""
-    named = [t.columns.index(name) for name in t.drop if name in t.columns]
+    named, answer = _positions(t, t.drop), set(_positions(t, t.answer))
     order = [*named, *(i for i in range(len(t.columns) - 1, 1, -1) if i not in named)]
-    answer = {t.columns.index(name) for name in t.answer if name in t.columns}
     return [i for i in order if i not in answer] + [i for i in order if i in answer]
 
 
@@ -79,8 +83,7 @@ def fit(t: Table, width: int, per_column: int, border: int) -> Fit:
     # while columns can still be left out, text keeps a readable width (a few words a line)
     readable = {i: max(least[i], min(natural[i], READABLE)) for i in natural}
     keep, dropping = list(natural), _order(t)
-    answer = {t.columns.index(name) for name in t.answer if name in t.columns}
-    late = {t.columns.index(name) for name in t.wrap_last if name in t.columns} - wraps
+    answer, late = set(_positions(t, t.answer)), set(_positions(t, t.wrap_last)) - wraps
 
     def needs(columns: list[int], sizes: dict[int, int]) -> int:
         return sum(sizes[i] + per_column for i in columns) + border

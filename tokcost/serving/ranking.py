@@ -23,17 +23,22 @@ def _p90(values: dict[str, float | None] | None) -> float:
     return (values or {}).get("p90") or math.inf
 
 
+def _cost(row: Row) -> tuple[bool, float]:
+    """What a fleet costs as plans weigh it: a price before none, then $/hour, or GPUs where it has no price."""
+    x = row.expected
+    if x.usd_per_hour is not None:
+        return False, x.usd_per_hour
+    return True, x.gpus if x.gpus is not None else math.inf
+
+
 def rank(row: Row) -> tuple:
     x = row.expected
-    gpus = x.gpus if x.gpus is not None else math.inf
-    priced = x.usd_per_hour is not None
     return (
         not x.meets_slo,
-        not priced,
-        x.usd_per_hour if priced else gpus,  # unpriced: fewest GPUs first
+        *_cost(row),
         _p90(x.tpot_s),  # then the faster, so that of fleets that cost the same the first is on the frontier
         _p90(x.ttft_s),
-        gpus,
+        x.gpus if x.gpus is not None else math.inf,
     )
 
 
@@ -48,9 +53,8 @@ def mark_pareto(rows: list[Row]) -> None:
     points = []
     for row in rows:
         x = row.expected
-        if x.meets_slo:  # weighed as ranked: a price before none, then $/hour, or GPUs where none has a price
-            cost = rank(row)[1:3]
-            points.append((row, cost, (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90")))
+        if x.meets_slo:  # weighed as ranked
+            points.append((row, _cost(row), (x.tpot_s or {}).get("p90"), (x.ttft_s or {}).get("p90")))
     for row, usd, tpot, ttft in points:
         row.pareto = any(
             latency is not None
