@@ -76,6 +76,32 @@ def test_a_version_that_several_eras_cover_names_none_of_them():
     assert load_profile("mlc@0.1").label == "mlc"  # one era that covers every version: the version is no choice
 
 
+@pytest.mark.parametrize(
+    ("spelled", "eras"),
+    [("vllm@0", "eager, v0, v1"), ("vllm@0.2", "eager, v0"), ("tensorrt-llm@0", "static, inflight")],
+)
+def test_a_short_version_that_spans_eras_names_none_of_them(spelled, eras):
+    # 0.2 stands for 0.2.0 up to 0.3: vLLM ran eager before 0.2.6 and with graphs (V0) from it, so it names no era
+    with pytest.raises(SpecError) as err:
+        load_profile(spelled)
+    assert f"spans {len(eras.split(', '))} of" in str(err.value) and f"({eras})" in str(err.value)
+
+
+@pytest.mark.parametrize("spelled", ["vllm@0.x", "vllm@1e9", "vllm@0.6-foo", "vllm@0.6.3abc", "vllm@0.6.3.post1x"])
+def test_a_version_with_trailing_text_is_no_version(spelled):
+    # its leading digits alone would pick an era the user never named (0.x read as 0, 1e9 as 1)
+    with pytest.raises(SpecError, match="no era"):
+        load_profile(spelled)
+
+
+@pytest.mark.parametrize(
+    ("spelled", "label"),
+    [("vllm@0.6.3.dev116+g151ef4ef", "vllm@v0"), ("vllm@1.0.0rc4", "vllm@v1"), ("vllm@0.7", "vllm@v0")],
+)
+def test_release_tags_and_a_short_version_inside_one_era_still_name_it(spelled, label):
+    assert load_profile(spelled).label == label
+
+
 def test_versions_compare_as_numbers():
     assert version_key("0.10.1") > version_key("0.9.2") and version_key("v1.0.0rc4") == (1, 0, 0)
     assert version_key("abc123") is None

@@ -26,6 +26,9 @@ from tokcost.spec_errors import validated
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)
 ERA_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)")  # the leading dotted numbers: "0.6.3.post2" -> 0.6.3, "1.0.0rc4" -> 1.0.0
+# a version as a user spells one, whole: dotted numbers, then PEP 440's pre-, post- and dev-release tags and a local
+# label ("0.6.3.post2", "1.0.0rc4", "0.6.3.dev116+g151ef4ef"); "0.x", "1e9" or "0.6-foo" are none
+SPELLED_VERSION = re.compile(r"^\d+(?:\.\d+)*(?:[.-]?(?:post|dev|rc|alpha|beta|a|b)\d*)*(?:\+[0-9a-z.]+)?$")
 
 
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")  # a git commit (9476b01): hex digits, at least one a letter
@@ -61,6 +64,10 @@ class Versions(BaseModel):
             raise ValueError(f"since ({self.since}) must come before before ({self.before}): no version lies in "
                              "[since, before)")  # fmt: skip
         return self
+
+    def bounds(self) -> list[tuple[int, ...]]:
+        """The range's stated ends as version keys."""
+        return [version_key(v) for v in (self.since, self.before) if v]  # type: ignore[misc]
 
     def cover(self, version: tuple[int, ...]) -> bool:
         """True when `version` lies in [since, before)."""
@@ -148,9 +155,22 @@ class EngineFile(BaseModel):
         dotted = key[:1] == "v" and key[1:2].isdigit() and "." in key  # v0.6.3 is 0.6.3 (v9 would be an era's name)
         if build or dotted:
             key = key[1:]
-        version = version_key(key) if key[:1].isdigit() else None  # `v9` is a name (none such), `0.9` a version
+        version = version_key(key) if SPELLED_VERSION.match(key) else None  # `v9` is a name (none such)
         if version is None:
             return []
+        # a version spelled short stands for every release it prefixes (0.2: 0.2.0 up to 0.3), so it names each era
+        # whose range starts inside that span too (vLLM 0.2 is eager before 0.2.6 and V0 from it)
+        upper = (*version[:-1], version[-1] + 1)
+        starts = sorted({b for era in self.eras.values() for b in era.versions.bounds() if version < b < upper})
+        found: list[str] = []
+        for point in (version, *starts):
+            for name in self._covering(point):
+                if name not in found:
+                    found.append(name)
+        return found
+
+    def _covering(self, version: tuple[int, ...]) -> list[str]:
+        """The eras covering one version: those with graphs, an eager era only where none other does."""
         found = [name for name, era in self.eras.items() if not era.eager and era.versions.cover(version)]
         return found or [name for name, era in self.eras.items() if era.versions.cover(version)]
 
@@ -236,9 +256,13 @@ def load_profile(spelled: str) -> EngineProfile:
     if chosen is None:  # a built-in's era is named as the user spelled it (no file of theirs to point at)
         builtin = name in builtin_names("engines")
         several = found.eras_covering(era)
+        stated = any(found.eras[e].versions.bounds() for e in several)
         why = (
-            f"version {era} lies in {len(several)} of {found.name}'s eras ({', '.join(several)}), which state no "
-            "versions to tell them apart: name one"
+            f"version {era} spans {len(several)} of {found.name}'s eras ({', '.join(several)}): give the full "
+            "version or name the era"
+            if len(several) > 1 and stated
+            else f"version {era} lies in {len(several)} of {found.name}'s eras ({', '.join(several)}), which state "
+            "no versions to tell them apart: name one"
             if len(several) > 1
             else f"no era {era!r} of {found.name}"
         )
