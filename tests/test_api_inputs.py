@@ -12,8 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from tokcost import TokcostError, Workload, compare, estimate, load_engine, load_gpu, load_model, plan, sweep
-from tokcost.inputs import MAX_GRID_POINTS
+from tokcost import (
+    TokcostError,
+    Workload,
+    compare,
+    estimate,
+    iter_sweep,
+    load_engine,
+    load_gpu,
+    load_model,
+    plan,
+    sweep,
+)
+from tokcost.inputs import MAX_GRID_POINTS, MAX_STREAMED_POINTS
 
 M, G = "llama-3.1-8b", "h100-sxm"
 
@@ -39,6 +50,10 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
         (lambda: sweep(model=M, gpu=G, batches="1,2"), "batches: must be an integer or a list of integers (got '1,2')"),
         (lambda: sweep(model=M, gpu=G, batches=[1, 1.5]), "batches[1]: 1.5 is not an integer"),
         (lambda: sweep(model=M, gpu=G, batches=[True]), "batches[0]: bool True is not an integer"),
+        # iter_sweep is checked before its first point (it raised AttributeError on a name, TypeError on an int)
+        (lambda: iter_sweep(model=M, gpu=G, batches="18"), "batches: must be an integer or a list of integers"),
+        (lambda: iter_sweep(model=M, gpu=G, batches=[0]), "batches: must be an integer from 1 to 1,000,000 (got 0)"),
+        (lambda: iter_sweep(model=M, gpu=G, batches=[1], workload={}), "workload: must be a Workload or None"),
         (lambda: plan(model=M, gpus=[3], rate_rps=1.0), "gpus[0]: 3 is not a GpuSpec or text or a path"),
         (lambda: plan(model=M, gpus=G, concurrency=True), "concurrency: must be an integer or None (got bool True)"),
         (lambda: compare(models=[], gpus=[G]), "models: an empty list; give at least one value"),
@@ -172,3 +187,18 @@ def test_positional_and_unknown_arguments_stay_python_type_errors():
         estimate(M, G)  # a model and a GPU name are both strings: no silent swap
     with pytest.raises(TypeError):
         estimate(model=M, gpu=G, batch=8)  # batch belongs in the Workload
+
+
+def test_iter_sweep_streams_a_grid_too_large_to_hold_with_sweeps_own_points():
+    big = list(range(1, 101)), list(range(128, 128 * 201, 128))  # 20,000 points: past what sweep holds
+    with pytest.raises(TokcostError, match=r"20,000 points; at most 10,000 per run \(iter_sweep"):
+        sweep(model=M, gpu=G, batches=big[0], prompts=big[1])
+    points = iter_sweep(model=M, gpu=G, batches=big[0], prompts=big[1])
+    first = [next(points) for _ in range(3)]
+    held = sweep(model=M, gpu=G, batches=[1, 2, 3], prompts=[128]).points
+    assert first == list(held)  # prompts outermost, the same engine path
+    assert iter_sweep(model=M, gpu=G, batches=8).__next__().batch == 8  # one value is a list of one
+    with pytest.raises(TokcostError, match="10,000,000"):
+        iter_sweep(
+            model=M, gpu=G, batches=list(range(1, 10_001)), prompts=list(range(1, MAX_STREAMED_POINTS // 10_000 + 2))
+        )

@@ -25,6 +25,7 @@ _EXPORTS = {
     "estimate": "tokcost.api",
     "compare": "tokcost.api",
     "sweep": "tokcost.api",
+    "iter_sweep": "tokcost.api",
     "plan": "tokcost.api",
     "EstimateResult": "tokcost.api",
     "PlanResult": "tokcost.api",
@@ -44,6 +45,7 @@ __all__ = [
     "__version__",
     "compare",
     "estimate",
+    "iter_sweep",
     "load_engine",
     "load_gpu",
     "load_model",
@@ -53,7 +55,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ imports on demand
-    from tokcost.api import ComparisonResult, EstimateResult, PlanResult, SweepResult, compare, estimate, plan, sweep
+    from tokcost.api import (
+        ComparisonResult,
+        EstimateResult,
+        PlanResult,
+        SweepResult,
+        compare,
+        estimate,
+        iter_sweep,
+        plan,
+        sweep,
+    )
     from tokcost.engine.workload import Workload
     from tokcost.errors import TokcostError
     from tokcost.hardware.library import load_gpu, load_network

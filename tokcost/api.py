@@ -33,7 +33,7 @@ from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.hardware.spec import GpuSpec, Link
-from tokcost.inputs import check_distinct_names, check_grid, sweep_grid
+from tokcost.inputs import MAX_GRID_POINTS, MAX_STREAMED_POINTS, check_distinct_names, check_grid, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile, engine_for
@@ -228,17 +228,48 @@ def sweep(
 ) -> SweepResult:  # fmt: skip
     """Decode figures at every (prompt, batch), at most 10,000; `workload` gives the rest (output,
     dtypes, layout, price; its prompt when `prompts` is not given)."""
-    base = workload or Workload()
-    contexts = _several(prompts, int) if prompts is not None else [base.prompt_tokens]
-    batch_list, contexts = sweep_grid(base, batches=_several(batches, int), prompts=contexts, names=SWEEP_NAMES,
-                                      hint=" (tokcost sweep -f csv streams up to 10,000,000)")  # fmt: skip
-    model_spec, gpu_spec = _model(model), _gpu(gpu)
-    net, profile = network_for(gpu_spec, _path(network)), engine_for(_path(engine))
+    grid = _sweep_args(model, gpu, batches, prompts, workload, network, engine, limit=MAX_GRID_POINTS,
+                       hint=" (iter_sweep, or tokcost sweep -f csv, streams up to 10,000,000)")  # fmt: skip
+    model_spec, gpu_spec, base, batch_list, contexts, net, profile = grid
     points = _sweep.sweep(model_spec, gpu_spec, base, batches=batch_list, prompts=contexts, network=net,
                           engine=profile)  # fmt: skip
     warnings = _sweep.sweep_warnings(model_spec, gpu_spec, base, prompts=contexts, network=net, engine=profile,
                                      batches=batch_list)  # fmt: skip
     return SweepResult(model_spec, gpu_spec, tuple(points), tuple(warnings))
+
+
+@checked
+def iter_sweep(
+    *, model: ModelLike, gpu: GpuLike, batches: int | Sequence[int], prompts: int | Sequence[int] | None = None,
+    workload: WorkloadArg = None, network: NetworkLike = None, engine: EngineLike = None,
+) -> Iterator[SweepPoint]:  # fmt: skip
+    """`sweep`'s points one at a time, prompts outermost, in bounded memory: a grid of up to 10,000,000 (what
+    `tokcost sweep -f csv` streams). The arguments are checked before the first point, as `sweep` checks them."""
+    grid = _sweep_args(model, gpu, batches, prompts, workload, network, engine, limit=MAX_STREAMED_POINTS, hint="")
+    model_spec, gpu_spec, base, batch_list, contexts, net, profile = grid
+    return _sweep.iter_sweep(model_spec, gpu_spec, base, batches=batch_list, prompts=contexts, network=net,
+                             engine=profile)  # fmt: skip
+
+
+def _sweep_args(
+    model: ModelLike, gpu: GpuLike, batches: int | Sequence[int], prompts: int | Sequence[int] | None,
+    workload: Workload | None, network: NetworkLike, engine: EngineLike, *, limit: int, hint: str,
+) -> tuple[ModelSpec, GpuSpec, Workload, list[int], list[int], Link | None, EngineProfile]:  # fmt: skip
+    """A sweep's grid checked as the command checks it (one line naming the keyword), and its specs loaded."""
+    base = workload or Workload()
+    contexts = _several(prompts, int) if prompts is not None else [base.prompt_tokens]
+    batch_list, contexts = sweep_grid(base, batches=_several(batches, int), prompts=contexts, names=SWEEP_NAMES,
+                                      limit=limit, hint=hint)  # fmt: skip
+    model_spec, gpu_spec = _model(model), _gpu(gpu)
+    return (
+        model_spec,
+        gpu_spec,
+        base,
+        batch_list,
+        contexts,
+        network_for(gpu_spec, _path(network)),
+        engine_for(_path(engine)),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
 
 MAX_GRID_POINTS = 10_000  # points held at once: a sweep's table or JSON, a compare's pairs (each a spec load)
+MAX_STREAMED_POINTS = 10_000_000  # points written as computed (sweep -f csv or jsonl, the API's iter_sweep)
 
 FLAG_OF_FIELD = {
     "batch": "--batch", "prompt_tokens": "--prompt", "output_tokens": "--output", "gpus": "--gpus", "tp": "--tp",

@@ -48,14 +48,13 @@ from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import check_destination, open_new
 from tokcost.hardware.library import load_gpu, network_for
-from tokcost.inputs import FLAG_OF_FIELD, MAX_GRID_POINTS, sweep_grid
+from tokcost.inputs import FLAG_OF_FIELD, MAX_GRID_POINTS, MAX_STREAMED_POINTS, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 
 DEFAULT_PROMPT = 1024
 MAX_HELD_POINTS = MAX_GRID_POINTS  # table, markdown, json and --plot hold every point (and rich lays out each row)
 # csv and jsonl stream: ~150 bytes a row, so 10M rows are ~1.5 GB of CSV, and 5 minutes at 1M points in 30 s
-MAX_STREAMED_POINTS = 10_000_000
 COLUMNS = [f.name for f in fields(SweepPoint)]  # as_dict()'s keys, in order: the CSV header and the JSON keys
 _row = attrgetter(*COLUMNS)
 
