@@ -202,3 +202,9 @@ def test_iter_sweep_streams_a_grid_too_large_to_hold_with_sweeps_own_points():
         iter_sweep(
             model=M, gpu=G, batches=list(range(1, 10_001)), prompts=list(range(1, MAX_STREAMED_POINTS // 10_000 + 2))
         )
+
+
+def test_workload_gpus_none_is_not_given():
+    # it said "gpus: unknown key; allowed keys: ..." and left gpus out of the list it allowed
+    assert Workload(gpus=None) == Workload() and Workload(gpus=None, tp=2, pp=2).gpus == 4
+    assert Workload(gpus=4, pp=2).tp == 2

@@ -69,10 +69,12 @@ class Workload(BaseModel):
     def _gpus_is_tp(cls, data: Any) -> Any:
         """`gpus` is tp x pp x dp: without tp, tp is what the other degrees leave (`gpus` alone is the shorthand for
         tp); with it, the product must match."""
-        if not isinstance(data, dict) or data.get("gpus") is None:
+        if not isinstance(data, dict) or "gpus" not in data:
             return data
         data = dict(data)
         gpus = data.pop("gpus")
+        if gpus is None:  # not given, as the CLI's --gpus left out: tp x pp x dp as they stand
+            return data
         if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 4096:
             raise ValueError(f"must be an integer from 1 to 4,096 (got {gpus!r:.20})")
         pp, dp = data.get("pp", 1), data.get("dp", 1)
