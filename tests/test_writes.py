@@ -217,3 +217,20 @@ def test_an_output_never_replaces_an_input_even_with_force(cli, tmp_path):
     assert spec.read_bytes() == before and _leftovers(tmp_path) == []
     assert cli(*sweep, str(tmp_path / "sweep.csv")).exit_code == 0  # another name is written
     assert (tmp_path / "sweep.csv").read_text().startswith("model,")
+
+
+def test_calibrate_refuses_an_output_that_names_its_model_before_any_probe(cli, tmp_path, monkeypatch):
+    from tokcost.cli import calibrate_cmd
+
+    spec = tmp_path / "model.yaml"
+    assert cli("specs", "import", str(CONFIG), "-o", str(spec)).exit_code == 0
+    before = spec.read_bytes()
+
+    def no_probe(*args, **kwargs):  # it ran every probe (a minute on a CPU) and then refused
+        raise AssertionError("probed before refusing the output")
+
+    monkeypatch.setattr(calibrate_cmd, "_calibrate", no_probe)
+    r = cli("calibrate", "--device", "cpu", "-m", str(spec), "-o", str(spec), "--force")
+    assert r.exit_code == 2
+    assert r.stderr == f"error: {spec}: is a file this command reads; write the output under another name\n"
+    assert spec.read_bytes() == before

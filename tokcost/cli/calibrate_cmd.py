@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -52,8 +53,14 @@ def calibrate(
     tp_problem = layout_problem(spec, Layout(tp=tp)) if tp > 1 else None  # the degrees measure --tp takes
     if tp_problem:
         raise UsageError(tp_problem)
+
+    def recheck() -> None:  # the specs are read now: a --out that names one is refused before minutes of probes
+        if out is not None:
+            check_destination(out, force, "--out")
+
+    recheck()
     try:
-        text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp)
+        text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp, recheck)
     except KeyboardInterrupt:
         raise Interrupted("interrupted: calibration not finished, nothing was written") from None
     if out is None:
@@ -65,8 +72,10 @@ def calibrate(
                      "this loop's stream share and step overhead)\n")  # fmt: skip
 
 
-def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threads: int | None, tp: int):
-    """Probe, time the skeleton, and build the spec's YAML and a one-line summary."""
+def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threads: int | None, tp: int,
+               recheck: Callable[[], None]):  # fmt: skip
+    """Probe, time the skeleton, and build the spec's YAML and a one-line summary (`recheck`: the destination,
+    once the datasheet is read, before any probe)."""
     from tokcost.measure.calibrate import (
         measured_link,
         skeleton,
@@ -89,6 +98,7 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
     notes: list[str] = []
     facts = device_facts(resolved, notes)
     base = datasheet_for(facts, gpu, notes)
+    recheck()
     link = _link_probe(spec, resolved, dtype, batch, threads, tp, say) if tp > 1 else None
     try:
         from tokcost.measure.probes import calibrate_rates
