@@ -208,3 +208,15 @@ def test_workload_gpus_none_is_not_given():
     # it said "gpus: unknown key; allowed keys: ..." and left gpus out of the list it allowed
     assert Workload(gpus=None) == Workload() and Workload(gpus=None, tp=2, pp=2).gpus == 4
     assert Workload(gpus=4, pp=2).tp == 2
+
+
+def test_gpus_all_is_every_builtin_gpu_as_the_flag_takes_it():
+    from tokcost.hardware.library import builtin_gpus
+
+    # it raised "all: not a built-in gpu", where -g all works on the command line
+    assert [r.gpu.name for r in compare(models=M, gpus="all")] == builtin_gpus()
+    gpus = {c["gpu"] for c in plan(model=M, gpus="All", rate_rps=2.0).to_dict()["configs"]}
+    assert gpus == set(builtin_gpus())
+    with pytest.raises(TokcostError) as exc:
+        compare(models=M, gpus=["all", G])
+    assert one_line(exc) == "gpus: 'all' stands alone (every built-in GPU); drop it, or give only it"

@@ -31,7 +31,7 @@ from tokcost.engine.report import compare_row, estimate_dict, journey_dict
 from tokcost.engine.sweep import SweepPoint
 from tokcost.engine.workload import Workload
 from tokcost.errors import UsageError
-from tokcost.hardware.library import load_gpu, network_for
+from tokcost.hardware.library import builtin_gpus, load_gpu, network_for
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.inputs import MAX_GRID_POINTS, MAX_STREAMED_POINTS, check_distinct_names, check_grid, sweep_grid
 from tokcost.models.library import load_model
@@ -69,6 +69,15 @@ def _path(value: Any) -> Any:
 def _several(value: T | Sequence[T], one: type | tuple[type, ...]) -> list[T]:
     """A list argument as a list: one value (a name, a spec, a number) is a list of one."""
     return [value] if isinstance(value, one) else list(value)  # type: ignore[list-item, arg-type]
+
+
+def _gpus(gpus: GpuLike | Sequence[GpuLike]) -> list[GpuLike]:
+    """A list of GPUs, as `--gpu` takes them: "all" alone is every built-in GPU."""
+    found = _several(gpus, (GpuSpec, str, os.PathLike))
+    alls = [g for g in found if isinstance(g, str) and g.strip().lower() == "all"]
+    if alls and len(found) > 1:
+        raise UsageError("gpus: 'all' stands alone (every built-in GPU); drop it, or give only it")
+    return list(builtin_gpus()) if alls else found
 
 
 def _check_plot_path(path: object) -> None:
@@ -167,7 +176,7 @@ def compare(
     """Every model on every GPU (one of either is a list of one); `workload` is one for all, or one per GPU name
     (e.g. its own TP degree)."""
     model_list = _several(models, (ModelSpec, str, os.PathLike))
-    gpu_list = _several(gpus, (GpuSpec, str, os.PathLike))
+    gpu_list = _gpus(gpus)
     check_grid(("models", model_list), ("gpus", gpu_list))
     gpu_specs, profile = [_gpu(g) for g in gpu_list], engine_for(_path(engine))
     model_specs = [_model(m) for m in model_list]
@@ -371,7 +380,7 @@ def plan(
         trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None,
         trace_name=str(rows.path) if rows else "", api=True,
     )  # fmt: skip
-    gpu_specs = tuple(_gpu(g) for g in _several(gpus, (GpuSpec, str, os.PathLike)))
+    gpu_specs = tuple(_gpu(g) for g in _gpus(gpus))
     named = {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "weights": weights, "kv_dtypes": kv_dtypes,
              "compute_dtypes": compute_dtypes}  # fmt: skip
     lists = {key: None if value is None else _several(value, (int, str)) for key, value in named.items()}
