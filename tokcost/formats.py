@@ -152,9 +152,11 @@ _NOT_KV = (
 
 
 def _kv_canonical(name: str) -> str:
+    allowed = ", ".join(f for f in FORMATS if f not in _NOT_KV)
+    if lookup(name) is None and "," not in name:  # the formats a cache takes, not every weight format
+        raise ValueError(f"unknown format {name!r}; a cache takes {allowed}, or intN-gG")
     found = _canonical(name)
     if found in _NOT_KV:
-        allowed = ", ".join(f for f in FORMATS if f not in _NOT_KV)
         raise ValueError(f"{found} quantizes weights, not a KV cache; a cache takes {allowed}, or intN-gG")
     return found
 
