@@ -220,3 +220,12 @@ def test_gpus_all_is_every_builtin_gpu_as_the_flag_takes_it():
     with pytest.raises(TokcostError) as exc:
         compare(models=M, gpus=["all", G])
     assert one_line(exc) == "gpus: 'all' stands alone (every built-in GPU); drop it, or give only it"
+
+
+def test_an_unknown_compute_dtype_is_refused_as_one_not_as_a_missing_peak():
+    # it said "h100-sxm lists no dense peak for foo"
+    with pytest.raises(TokcostError) as exc:
+        Workload(compute_dtype="foo")
+    assert one_line(exc) == (
+        "compute_dtype: must be one of: fp64, fp32, tf32, bf16, fp16, fp8, int8, fp4, int4 (got 'foo')"
+    )

@@ -127,7 +127,8 @@ def _peak(gpu: GpuSpec, dtype: str) -> float:
     flops = gpu.peak_flops_per_s(dtype)
     if flops is None:
         raise UsageError(
-            f"--compute-dtype: {gpu.name} lists no dense peak for {dtype}; it lists: {', '.join(gpu.peak_tflops)}"
+            f"--compute-dtype: {gpu.name} lists no dense peak for {dtype}, the matmuls' dtype (the model's where "
+            f"--compute-dtype names none); it lists: {', '.join(gpu.peak_tflops)}"
         )
     return flops
 

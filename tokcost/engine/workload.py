@@ -8,7 +8,7 @@ from 1 to 1,000,000 (got 0)`); `Workload.checked` names it as its caller does (t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
@@ -18,8 +18,10 @@ from tokcost.formats import FormatName, KvFormatName
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
 from tokcost.spec_errors import field_message
+from tokcost.units import COMPUTE_DTYPES
 
-ComputeDtype = str  # a key of GpuSpec.peak_tflops; checked against the GPU when estimating
+# a dtype a GPU spec may list a dense peak for; whether this GPU lists one is checked when estimating
+ComputeDtype = Literal[COMPUTE_DTYPES]  # type: ignore[valid-type]
 
 
 MAX_PRICE_USD = 100_000  # per GPU-hour: a price past it is a typo (plan's --price keeps to the same range)
