@@ -544,3 +544,44 @@ def test_a_model_loads_and_a_config_is_named_when_the_working_folder_is_gone(mon
     monkeypatch.setattr(os, "getcwd", gone)
     assert load_model("llama-3.1-8b").name == "llama-3.1-8b"  # a built-in name asks nothing of the folder
     assert name_from_path("config.json") == "config" and name_from_path("a/b/config.json") == "b"
+
+
+BLOOM = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 4096, "n_head": 32,
+         "n_layer": 30, "vocab_size": 250880}  # fmt: skip
+GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
+        "n_positions": 1024, "vocab_size": 50257}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "said"),
+    [
+        # transformers' BloomConfig has no max_position_embeddings (ALiBi): it was an AttributeError traceback
+        (BLOOM, "model_type", "bloom: tokcost cannot read this architecture's config ('BloomConfig' object has no "),
+        # GPT-2's MLP width is n_inner or 4 x hidden, ungated: it said "intermediate_size ... (got None)"
+        (GPT2, "intermediate_size", "gpt2 states no intermediate_size, the MLP width tokcost reads"),
+    ],
+)
+def test_an_architecture_the_import_cannot_read_is_one_line_naming_its_type(data, field, said):
+    with pytest.raises(SpecError) as err:
+        from_hf_config(data, "config.json")
+    assert err.value.field == field and said in str(err.value) and "\n" not in str(err.value)
+    assert "write a spec YAML by hand" in str(err.value)
+
+
+def test_a_null_shape_key_takes_its_default_with_a_note():
+    data = json.loads((HF / "llama.json").read_text())
+    spec = from_hf_config({**data, "num_key_value_heads": None}, "config.json")
+    assert spec.kv_heads == spec.attention_heads  # transformers' default: one KV head per query head, said
+    assert "num_key_value_heads 32" in spec.notes
+
+
+def test_a_huggingface_cache_snapshot_is_named_by_its_repository(tmp_path):
+    # models--ORG--NAME/snapshots/COMMIT/config.json, a link to ../../blobs/HASH: it was named 'blobs' (or COMMIT)
+    repo = tmp_path / "models--Qwen--Qwen3-8B"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "a8c3").write_text((HF / "qwen3.json").read_text())
+    snapshot = repo / "snapshots" / "b968826d"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to(Path("..") / ".." / "blobs" / "a8c3")
+    assert name_from_path(str(snapshot / "config.json")) == "Qwen3-8B"
+    assert load_model(str(snapshot / "config.json")).name == "Qwen3-8B"

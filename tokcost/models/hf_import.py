@@ -77,7 +77,7 @@ def _read_config(data: dict[str, Any], model_type: str, where: str, mapping: Any
             warnings.simplefilter("ignore")
             return mapping[model_type].from_dict({**keys, "model_type": model_type})
     except Exception as exc:  # a config class's own check (any exception type): one line, its words
-        said = " ".join(str(exc).split())[:300] or type(exc).__name__
+        said = " ".join(str(exc).split()).split(". ")[0][:300] or type(exc).__name__
         raise SpecError(where, f"transformers {version} cannot read it: {said}") from None
     finally:
         hf_logging.set_verbosity(level)
@@ -227,6 +227,26 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     if raw_text is not None:
         check_types(raw_text, where, prefix)
     config = _read_config(data, model_type, where, mapping, transformers.__version__)
+    try:
+        return _from_config(data, config, model_type, note, raw_text, prefix, where, name)
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers' class for an architecture tokcost reads no other way
+        # an attribute tokcost reads that this architecture's class names otherwise or not at all (Bloom's and MPT's
+        # context, Gemma-4's per-layer head_dim): one line, not a traceback
+        said = " ".join(str(exc).split()).split(". ")[0][:300] or type(exc).__name__
+        raise SpecError(
+            where,
+            f"{model_type}: tokcost cannot read this architecture's config ({said}); it reads "
+            f"decoders with Llama's keys or their known variants: write a spec YAML by hand "
+            f"(tokcost specs show llama-3.1-8b is one)",
+            field="model_type",
+        ) from None
+
+
+def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str | None, raw_text: dict[str, Any] | None,
+                 prefix: str, where: str, name: str | None) -> ModelSpec:  # fmt: skip
+    """from_hf_config's reading of transformers' configuration object."""
     text = config.get_text_config(decoder=True)
     if not hasattr(text, "model_type"):  # a text model's type over a vision model's sections: its class leaves them raw
         arch = ", ".join(map(str, data.get("architectures") or [])) or "the model"
@@ -246,13 +266,18 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
-    given = (raw_text or data).keys()  # a shape key the file leaves out takes its class's default: say which
+    # a shape key the file leaves out (or sets to null) takes its class's default: say which
+    given = {k for k, v in (raw_text or data).items() if v is not None}
     used = DEFAULTED if spec.get("moe") else DEFAULTED[:-1]  # an expert's width counts only in an MoE
     defaulted = [f"{key} {getattr(text, key)}" for key in used
                  if not {key, aliases.get(key)} & given and getattr(text, key, None) is not None]  # fmt: skip
     if defaulted:
         notes.append(f"{DEFAULTED_NOTE} {model_type}: {', '.join(defaulted)}")
     keys = _error_keys(prefix, raw_text or data)
+    if spec["intermediate_size"] is None:  # GPT-2's family (n_inner, ungated): a width under no name tokcost reads
+        raise SpecError(where, f"{model_type} states no intermediate_size, the MLP width tokcost reads (its MLP is not "
+                               "a layout tokcost counts from this config); write a spec YAML by hand (tokcost specs "
+                               "show llama-3.1-8b is one)", field=prefix + "intermediate_size")  # fmt: skip
     model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
     formats = shipped(data, where, model.hidden_size, moe=model.moe is not None, layers=model.layers)
     if "expert_dtype" in formats:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,15 @@ def name_from_path(path: str) -> str:
     p = Path(path)
     if p.name.lower() != "config.json":
         return p.stem
-    try:  # `config.json` in the working folder, or `../config.json`: the folder's own name
-        folder = p.resolve().parent.name
+    try:  # `config.json` in the working folder, or `../config.json`: the folder's own name (a link not followed)
+        parent = Path(os.path.abspath(p)).parent
     except OSError:  # the working folder is gone: the path as given
-        folder = p.parent.name
-    return folder or p.stem
+        parent = p.parent
+    # the HuggingFace cache keeps a model's files as models--ORG--NAME/snapshots/COMMIT/config.json: NAME, not COMMIT
+    repo = parent.parent.parent.name if parent.parent.name == "snapshots" else ""
+    if repo.startswith("models--") and repo.count("--") >= 2:
+        return repo.split("--", 2)[2]
+    return parent.name or p.stem
 
 
 def builtin_models() -> list[str]:
