@@ -109,8 +109,11 @@ def plan_traffic(
                              f"load; drop {name(load, api)}, or the trace's arrival_s to set it here")  # fmt: skip
         if rate is None and concurrency is None:
             if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
-                raise UsageError(f"{name('trace', api)} {trace_name}: no arrival_s times to take a rate from; give "
-                                 f"{name('rate', api)} or {name('concurrency', api)}")  # fmt: skip
+                what = ("no arrival_s times to take a rate from" if not arrivals else
+                        "one request's arrival_s: no span to take a rate from" if len(arrivals) < 2 else
+                        f"every arrival_s is {arrivals[0]:g}: no span of time to take a rate from")  # fmt: skip
+                raise UsageError(f"{name('trace', api)} {trace_name}: {what}; give {name('rate', api)} or "
+                                 f"{name('concurrency', api)}")  # fmt: skip
             rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
         if min(prompts) <= cached_prefix_tokens:
             raise UsageError(f"{name('cached_prefix_tokens', api)}: must be below the shortest prompt of "
