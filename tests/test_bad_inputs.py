@@ -87,7 +87,8 @@ MAKE = {
     "trace_bad_row": lambda p: p.write_text('{"prompt_tokens": 10, "output_tokens": 5}\n{"prompt_tokens": 0}\n'),
     "trace_no_arrival": lambda p: p.write_text('{"prompt_tokens": 10, "output_tokens": 5}\n'),
     "trace_one_instant": lambda p: p.write_text(
-        '{"prompt_tokens": 10, "output_tokens": 5, "arrival_s": 1}\n{"prompt_tokens": 20, "output_tokens": 5, "arrival_s": 1}\n'
+        '{"prompt_tokens": 10, "output_tokens": 5, "arrival_s": 1}\n'
+        '{"prompt_tokens": 20, "output_tokens": 5, "arrival_s": 1}\n'
     ),
 }
 
