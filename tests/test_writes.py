@@ -234,3 +234,12 @@ def test_calibrate_refuses_an_output_that_names_its_model_before_any_probe(cli, 
     assert r.exit_code == 2
     assert r.stderr == f"error: {spec}: is a file this command reads; write the output under another name\n"
     assert spec.read_bytes() == before
+
+
+def test_out_dash_is_stdout_and_writes_no_file(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # it wrote a file named '-' in the working folder
+    r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8", "-f", "csv", "--out", "-")
+    assert r.exit_code == 0 and r.stdout.startswith("model,gpu,") and len(r.stdout.splitlines()) == 3
+    r = cli("specs", "import", str(CONFIG), "-o", "-")
+    assert r.exit_code == 0 and "\nname: " in r.stdout
+    assert list(tmp_path.iterdir()) == []

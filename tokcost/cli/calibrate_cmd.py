@@ -12,7 +12,7 @@ import typer
 from tokcost import fmt
 from tokcost.cli.common import check_yaml_destination
 from tokcost.cli.measure_cmd import Device, DeviceOpt, RunDtype, RunDtypeOpt, TpOpt, check_destination
-from tokcost.cli.options import ForceOpt
+from tokcost.cli.options import ForceOpt, dash_is_stdout
 from tokcost.engine.layout import Layout, layout_problem
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import write_new
@@ -24,7 +24,10 @@ ModelShapesOpt = Annotated[str, typer.Option("--model", "-m", help="Model whose 
 def calibrate(
     device: DeviceOpt = Device.auto,
     dtype: RunDtypeOpt = RunDtype.bf16,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the spec here (default: stdout).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="Write the spec here (default, or -: stdout).", callback=dash_is_stdout),
+    ] = None,
     gpu: Annotated[
         Optional[str],
         typer.Option("--gpu", "-g", help="Built-in spec to start from (default: the one matching the device)."),

@@ -136,3 +136,8 @@ PlotOpt = Annotated[
         "existing FILE is replaced only with --force.",
     ),
 ]
+
+
+def dash_is_stdout(value: Optional[Path]) -> Optional[Path]:
+    """`--out -` is standard output, as the convention goes: no file (a file named '-' was written)."""
+    return None if value is not None and str(value) == "-" else value

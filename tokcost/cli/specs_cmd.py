@@ -13,7 +13,7 @@ import yaml
 
 from tokcost.catalog import builtin_names, expect_kind, kind_of, kind_of_name, looks_like_path, shown, suggest
 from tokcost.cli.common import check_yaml_destination
-from tokcost.cli.options import ForceOpt
+from tokcost.cli.options import ForceOpt, dash_is_stdout
 from tokcost.cli.render import Table, print_json, print_tables
 from tokcost.eras import builtin_files, load_file, split_spelling
 from tokcost.errors import SpecError, TokcostError, UsageError
@@ -303,7 +303,10 @@ def validate(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="S
 @app.command("import", epilog="Examples:\n  tokcost specs import path/to/config.json -o my-model.yaml")
 def import_config(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A HuggingFace config.json.")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the YAML here (default: stdout).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="Write the YAML here (default, or -: stdout).", callback=dash_is_stdout),
+    ] = None,
     name: Annotated[
         Optional[str],
         typer.Option("--name", help="Name of the model (default: a config.json's folder, else the file's name)."),

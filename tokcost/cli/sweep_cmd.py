@@ -41,6 +41,7 @@ from tokcost.cli.options import (
     RedundantOpt,
     TpOpt,
     WeightsListOpt,
+    dash_is_stdout,
 )  # fmt: skip
 from tokcost.cli.render import RICH_ROWS, Table, flash_note, json_text, markdown, print_tables, write_rows
 from tokcost.engine.estimate import deployment
@@ -82,7 +83,10 @@ SweepFormatOpt = Annotated[
 OutOpt = Annotated[
     Optional[Path],
     typer.Option(
-        "--out", metavar="FILE", help="Write the rows to FILE (not stdout): it appears whole when the sweep ends."
+        "--out",
+        metavar="FILE",
+        help="Write the rows to FILE (not stdout; - is stdout): it appears whole when the sweep ends.",
+        callback=dash_is_stdout,
     ),
 ]
 
