@@ -229,3 +229,11 @@ def test_an_unknown_compute_dtype_is_refused_as_one_not_as_a_missing_peak():
     assert one_line(exc) == (
         "compute_dtype: must be one of: fp64, fp32, tf32, bf16, fp16, fp8, int8, fp4, int4 (got 'foo')"
     )
+
+
+def test_a_workload_per_gpu_takes_the_name_in_any_case_as_the_flags_do():
+    # plan(prices={"H100-SXM": 2}) and --gpus took it; compare's workload mapping refused it
+    assert compare(models="llama-3.1-70b", gpus=[G], workload={"H100-SXM": Workload(tp=2)})[0].layout.tp == 2
+    with pytest.raises(TokcostError) as exc:
+        compare(models=M, gpus=[G], workload={"H100-SXM": Workload(tp=2), G: Workload(tp=4)})
+    assert one_line(exc) == "workload: two keys name one GPU; give each of h100-sxm once"

@@ -182,15 +182,20 @@ def compare(
     model_specs = [_model(m) for m in model_list]
     check_distinct_names(model_specs, "models")
     check_distinct_names(gpu_specs, "gpus")
+    per_gpu: dict[str, Workload] = {}
     if isinstance(workload, Mapping):  # one per GPU name: a key naming no GPU would silently take the default
         names = [g.name for g in gpu_specs]
-        stray = [k for k in workload if k not in names]
+        by_name = {n.lower(): n for n in names}  # a name in any case, as the flags and plan's prices take it
+        stray = [k for k in workload if k.strip().lower() not in by_name]
         if stray:
             raise UsageError(f"workload: {stray[0]!r} is not one of the gpus' names: {', '.join(names)}")
+        per_gpu = {by_name[k.strip().lower()]: w for k, w in workload.items()}
+        if len(per_gpu) < len(workload):
+            raise UsageError(f"workload: two keys name one GPU; give each of {', '.join(names)} once")
     results = []
     for m in model_specs:
         for g in gpu_specs:
-            wl = workload.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
+            wl = per_gpu.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
             e = _estimate.estimate(m, g, wl, network_for(g, _path(network)), profile)
             results.append(EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)}))
     return ComparisonResult(tuple(results))
