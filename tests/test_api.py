@@ -262,3 +262,8 @@ def test_a_plot_path_of_the_wrong_type_is_one_line():
 
     with pytest.raises(TokcostError, match=r"^path: must be a file name ending \.png or \.svg.*\(got int 123\)"):
         estimate(model="llama-3.1-8b", gpu="h100-sxm").plot(123)
+    # a flag that is not a bool is refused, not taken for True ("yes") or False ("")
+    with pytest.raises(TokcostError, match=r"^journey: must be True or False \(got str 'yes'\)$"):
+        estimate(model="llama-3.1-8b", gpu="h100-sxm").plot("x.png", journey="yes")
+    with pytest.raises(TokcostError, match=r"^force: must be True or False \(got int 1\)$"):
+        sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1, 8]).plot("x.png", force=1)

@@ -80,11 +80,15 @@ def _gpus(gpus: GpuLike | Sequence[GpuLike]) -> list[GpuLike]:
     return list(builtin_gpus()) if alls else found
 
 
-def _check_plot_path(path: object) -> None:
-    """A picture's path is a str or a path; anything else is one line, not a TypeError from pathlib."""
+def _check_plot_path(path: object, **flags: object) -> None:
+    """A picture's path is a str or a path, and its flags (journey, force) True or False; anything else is one
+    line, not a TypeError from pathlib (nor "yes" taken for True)."""
     if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"path: must be a file name ending .png or .svg, a str or a pathlib.Path (got "
                          f"{type(path).__name__} {path!r:.40})")  # fmt: skip
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise UsageError(f"{name}: must be True or False (got {type(value).__name__} {value!r:.40})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,7 @@ class EstimateResult(_estimate.Estimate):
         only with `force`, as --force does)."""
         from tokcost import plots
 
-        _check_plot_path(path)
+        _check_plot_path(path, journey=journey, force=force)
         return plots.save(self.figure(journey=journey), path, force=force)
 
 
@@ -163,7 +167,7 @@ class ComparisonResult:
         """Write the bars to a .png or .svg file, as `tokcost compare --plot` does."""
         from tokcost import plots
 
-        _check_plot_path(path)
+        _check_plot_path(path, force=force)
         return plots.save(self.figure(), path, force=force)
 
 
@@ -231,7 +235,7 @@ class SweepResult:
         """Write the panels to a .png or .svg file, as `tokcost sweep --plot` does."""
         from tokcost import plots
 
-        _check_plot_path(path)
+        _check_plot_path(path, force=force)
         return plots.save(self.figure(), path, force=force)
 
 
@@ -325,7 +329,7 @@ class PlanResult:
         """Write the chart to a .png or .svg file, as `tokcost plan --plot` does."""
         from tokcost import plots
 
-        _check_plot_path(path)
+        _check_plot_path(path, force=force)
         return plots.save(self.figure(), path, force=force)
 
 
