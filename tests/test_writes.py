@@ -181,6 +181,32 @@ def test_an_interrupted_command_says_so_in_one_line(tmp_path):
     assert (proc.returncode, err) == (130, "error: interrupted (SIGINT)\n")
 
 
+@posix_only
+def test_a_command_that_answers_sigterm_exits_as_the_signal_says(tmp_path):
+    # sweep --out answers an interrupt with what it kept; under SIGTERM it exited 130, Ctrl-C's code
+    code = (
+        "import sys, time\n"
+        "import tokcost.cli.sweep_cmd as sweep\n"
+        "real = sweep.iter_sweep\n"
+        "def points(*a, **k):\n"
+        "    yield next(real(*a, **k))\n"
+        "    print('sweeping', flush=True)\n"
+        "    time.sleep(60)\n"
+        "sweep.iter_sweep = points\n"
+        "from tokcost.cli.app import run\n"
+        "sys.argv = ['tokcost', 'sweep', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-b', '1,2', '-f', 'csv', '--out',"
+        " 's.csv']\n"
+        "run()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout.readline() == "sweeping\n"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (143, "interrupted: nothing was written to s.csv\n")
+    assert _leftovers(tmp_path) == [] and not (tmp_path / "s.csv").exists()
+
+
 def test_a_read_only_folder_is_refused_before_and_during_the_write(cli, tmp_path, monkeypatch):
     # (root ignores folder modes, so the OS's answer is simulated: first the early check, then the write itself)
     out = tmp_path / "m.yaml"

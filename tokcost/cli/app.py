@@ -180,12 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # a character the terminal cannot encode prints as '?', not a crash
         sys.stdout.reconfigure(errors="replace")
     command = cli_command()
+    _signal_received[0] = signal.SIGINT  # until a handler says otherwise (a process may run several commands)
     files.forget_reads()  # this command's inputs, not an earlier one's in the same process
     try:
         result = command.main(args=argv, prog_name="tokcost", standalone_mode=False)
     except Interrupted as exc:  # the command already said what it kept: its line, and the interrupt's code
         sys.stderr.write(f"{exc}\n")
-        return exc.exit_code
+        return 128 + _signal_received[0]  # 130 for Ctrl-C, 143 for SIGTERM, as the shell reports a signal
     except TokcostError as exc:
         return _fail(str(exc))
     except click_errors.NoArgsIsHelpError as exc:
