@@ -237,3 +237,11 @@ def test_a_workload_per_gpu_takes_the_name_in_any_case_as_the_flags_do():
     with pytest.raises(TokcostError) as exc:
         compare(models=M, gpus=[G], workload={"H100-SXM": Workload(tp=2), G: Workload(tp=4)})
     assert one_line(exc) == "workload: two keys name one GPU; give each of h100-sxm once"
+
+
+def test_a_frozen_workload_refuses_assignment_in_one_line_saying_how_to_make_another():
+    w = Workload(batch=2)
+    with pytest.raises(TokcostError) as exc:
+        w.batch = 8  # pydantic's multi-line ValidationError, not a TokcostError
+    assert one_line(exc).startswith("batch: a Workload is frozen (estimates hold it); make another: ")
+    assert w.batch == 2 and Workload(**{**w.model_dump(exclude={"gpus"}), "batch": 8}).batch == 8

@@ -57,6 +57,11 @@ class Workload(BaseModel):
         except ValidationError as exc:
             raise workload_error(exc) from None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Frozen: a one-line UsageError that says how to get another, not pydantic's multi-line error."""
+        raise UsageError(f"{name}: a Workload is frozen (estimates hold it); make another: "
+                         f"Workload(**{{**workload.model_dump(exclude={{'gpus'}}), {name!r}: ...}})")  # fmt: skip
+
     @classmethod
     def checked(cls, values: Mapping[str, Any], names: Mapping[str, str]) -> Workload:
         """A Workload from `values`; an error names the key as `names` says (the CLI's flags), else as the key."""
