@@ -585,3 +585,21 @@ def test_a_huggingface_cache_snapshot_is_named_by_its_repository(tmp_path):
     (snapshot / "config.json").symlink_to(Path("..") / ".." / "blobs" / "a8c3")
     assert name_from_path(str(snapshot / "config.json")) == "Qwen3-8B"
     assert load_model(str(snapshot / "config.json")).name == "Qwen3-8B"
+
+
+def test_a_text_config_that_leaves_its_shape_to_its_class_takes_the_defaults_with_a_note():
+    # llava-hf's llava-1.5-7b: its text_config names llama and leaves the shape to LlamaConfig (Vicuna-7B); refused
+    text = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "model_type": "llama",
+            "rms_norm_eps": 1e-05, "torch_dtype": "float16", "vocab_size": 32064}  # fmt: skip
+    vision = {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "model_type": "clip_vision_model",
+              "num_attention_heads": 16, "num_hidden_layers": 24, "patch_size": 14, "projection_dim": 768}  # fmt: skip
+    data = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "text_config": text,
+            "vision_config": vision, "torch_dtype": "float16"}  # fmt: skip
+    spec = from_hf_config(data, "config.json")
+    assert (spec.layers, spec.hidden_size, spec.attention_heads, spec.intermediate_size) == (32, 4096, 32, 11008)
+    # 32 x (4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096) + 2 x 32064 x 4096 + 4096 = 6,738,939,904 (Vicuna-7B)
+    assert spec.params_total == 6_738_939_904
+    assert "num_hidden_layers 32, hidden_size 4096, num_attention_heads 32" in spec.notes
+    with pytest.raises(SpecError) as err:  # a top-level file that leaves out its depth is still refused
+        from_hf_config({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}, "config.json")
+    assert err.value.field == "num_hidden_layers"

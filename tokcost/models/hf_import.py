@@ -258,9 +258,11 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
         raise SpecError(where, "cross-attention layers (to the image's tokens, cached once per sequence) are not "
                                "modelled yet", field=prefix + "cross_attention_layers")  # fmt: skip
     aliases = getattr(type(text), "attribute_map", {})
-    for key in REQUIRED:
-        if not {key, aliases.get(key)} & (raw_text or data).keys():
-            raise SpecError(where, "required key is missing", field=prefix + key)
+    # a top-level shape key left out is refused (a cut file is no model); a text_config may leave its shape to its
+    # class, as llava-hf's do (Vicuna-7B is LlamaConfig's defaults): those defaults are used, and noted below
+    missing = [key for key in REQUIRED if not {key, aliases.get(key)} & (raw_text or data).keys()]
+    if missing and raw_text is None:
+        raise SpecError(where, "required key is missing", field=missing[0])
     label = _one_line(name) if name is not None else _clean_name(data.get("_name_or_path"))  # a name given stays whole
     spec = _spec(text, where, prefix, label, model_type)
     spec["tied_embeddings"] = _tied(data, raw_text, text)
@@ -268,7 +270,7 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
     # a shape key the file leaves out (or sets to null) takes its class's default: say which
     given = {k for k, v in (raw_text or data).items() if v is not None}
-    used = DEFAULTED if spec.get("moe") else DEFAULTED[:-1]  # an expert's width counts only in an MoE
+    used = (*missing, *(DEFAULTED if spec.get("moe") else DEFAULTED[:-1]))  # an expert's width only in an MoE
     defaulted = [f"{key} {getattr(text, key)}" for key in used
                  if not {key, aliases.get(key)} & given and getattr(text, key, None) is not None]  # fmt: skip
     if defaulted:
@@ -285,8 +287,9 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
     notes += [formats.pop("notes")] if "notes" in formats else []
     if formats.get("dtype") == "fp32":  # stored at fp32, served at 16 bits (vLLM's --dtype auto: FP16)
         formats["dtype"] = "bf16"  # weights, KV, embedding and LM head as a server holds them
-        notes.append("stored at fp32, priced at 16 bits as serving engines load it (vLLM's --dtype auto picks fp16 "
-                     "for an fp32 checkpoint); set dtype: fp32 in an imported spec to price fp32")  # fmt: skip
+        notes.append("stored at fp32, priced at 16 bits (bf16: fp16 has the same bytes and peaks) as serving engines "
+                     "load it (vLLM's --dtype auto takes an fp32 checkpoint at 16 bits); set dtype: fp32 in an "
+                     "imported spec to price fp32")  # fmt: skip
     return _validated({**spec, **formats, "notes": "; ".join(notes)}, where, keys)
 
 
