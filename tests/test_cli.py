@@ -386,3 +386,10 @@ def test_a_format_given_twice_in_another_case_is_priced_once(cli):
     plan = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "2", "--weights", "FP8,fp8",
                "-f", "json")  # fmt: skip
     assert [c["weights"] for c in plan.json()["configs"]] == ["fp8"]
+
+
+def test_specs_show_gives_an_mla_model_its_mla_dims_not_hidden_over_heads(cli):
+    # DeepSeek-V3 showed head_dim 56 (7168 / 128), a dimension of none of its tensors: q/k are 128 + 64, v 128
+    data = cli("specs", "show", "deepseek-v3", "--format", "json").json()
+    assert "head_dim" not in data and data["mla"]["nope_head_dim"] + data["mla"]["rope_head_dim"] == 192
+    assert data["kv_bytes_per_token"] == 61 * (512 + 64) * 2  # one latent and its rope key per layer, at bf16

@@ -77,7 +77,8 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
     """The YAML keys of a model spec plus its derived counts."""
     data = m.model_dump(by_alias=True, exclude_none=True)
     data["params_total_stated"] = data.pop("params_total", None)
-    data["head_dim"] = m.head_dim
+    if m.mla is None:  # MLA's heads are the mla block's (q/k nope + rope, v): hidden / heads is no dimension of it
+        data["head_dim"] = m.head_dim
     data.update(
         params_total=m.params_total,
         params_active=m.params_active,
