@@ -38,7 +38,7 @@ FAMILIES = [
     ("deepseek_v3.json", 3, {"first_k_dense_replace": 1}), ("gemma2.json", 3, {}), ("gpt_oss.json", 2, {}),
     ("new/gemma-3-27b.json", 7, {}), ("new/llama-4-scout.json", 5, {}),
     ("new/llama-4-maverick.json", 5, {"num_local_experts": 4}), ("new/qwen3-next-80b-a3b.json", 5, {"num_experts": 16}),
-    ("new/kimi-k2.json", 3, {"n_routed_experts": 8}),
+    ("new/kimi-k2.json", 3, {"n_routed_experts": 8}), ("new/deepseek-v2-lite.json", 3, {"n_routed_experts": 8}),
     # GELU MLPs and LayerNorms: biases as each switches them; Phi-2's and Falcon-7B's one norm per parallel block,
     # Falcon-40B's two; Falcon-7B's one multi-query KV head
     ("new/starcoder2-7b.json", 2, {}), ("new/phi-2.json", 2, {}), ("new/falcon-7b.json", 2, {}),

@@ -40,6 +40,7 @@ class Facts:
 _QWEN2 = Facts(qkv_bias=True, output_bias=False)  # Qwen2Attention: q/k/v biases always, o_proj none
 FACTS: dict[str, Facts] = {
     "llama": Facts(), "mistral": Facts(), "mixtral": Facts(), "phi3": Facts(), "deepseek_v3": Facts(),
+    "deepseek_v2": Facts(),  # MLA and shared experts as V3's; its greedy softmax gate has no score bias either
     "qwen2": _QWEN2, "qwen2_vl_text": _QWEN2, "qwen2_5_vl_text": _QWEN2,
     "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),
     "qwen3": Facts(qk_norm=True), "qwen3_moe": Facts(qk_norm=True),
