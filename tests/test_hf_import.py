@@ -603,3 +603,14 @@ def test_a_text_config_that_leaves_its_shape_to_its_class_takes_the_defaults_wit
     with pytest.raises(SpecError) as err:  # a top-level file that leaves out its depth is still refused
         from_hf_config({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}, "config.json")
     assert err.value.field == "num_hidden_layers"
+
+
+def test_an_encoders_checkpoint_is_refused_by_the_class_it_names():
+    # BERT's type has a causal-LM class, so a BertForMaskedLM checkpoint was priced as a decoder
+    bert = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
+            "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522}  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        from_hf_config(bert, "config.json")
+    assert err.value.field == "architectures" and "BertForMaskedLM is not a decoder that generates tokens" in str(
+        err.value
+    )

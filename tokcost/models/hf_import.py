@@ -58,6 +58,14 @@ def _resolve_type(data: dict[str, Any], where: str, mapping: Any, auto: Any, ver
         shown = ", ".join(t for t in ("llama", "mistral", "qwen3", "gemma3", "deepseek_v3") if t in decoders)
         raise SpecError(where, f"{what}; supported: the {len(decoders)} decoder model types transformers "
                                f"{version} knows ({shown}, ...)", field="model_type")  # fmt: skip
+    # an encoder's checkpoint (BERT's BertForMaskedLM, RoBERTa's): its type has a causal-LM class too, but what it
+    # names generates no tokens
+    named = [a for a in data.get("architectures") or [] if isinstance(a, str)]
+    heads = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
+    if named and not any(a.endswith(heads) for a in named):
+        raise SpecError(where, f"{', '.join(named)} is not a decoder that generates tokens (tokcost prices "
+                               "*ForCausalLM and *ForConditionalGeneration checkpoints)",
+                        field="architectures")  # fmt: skip
     return model_type, note
 
 
