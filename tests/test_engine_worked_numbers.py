@@ -463,3 +463,17 @@ def test_an_all_reduce_across_nodes_of_one_gpu_each_has_no_step_inside_a_node():
     (four_a_node,) = allreduce_lines(8, path)
     assert four_a_node.seconds(8192) == pytest.approx(2 * 12.5e-6 + 2 * 5e-6 + 2 * 3 / 4 * 8192 / 450e9
                                                       + 2 * 1 / 2 * 8192 / 4 / 50e9)  # fmt: skip
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_vision_tower_is_held_in_memory_and_never_read_by_decode(tp):
+    # Gemma-3-27B's SigLIP tower and projector (423,060,336 parameters, at bf16) sit on the GPUs beside the decoder
+    # (a server loads them to read images), sharded over TP; a decode step reads none of them
+    model, gpu = load_model("gemma-3-27b"), load_gpu("h100-sxm")
+    text_only = model.model_copy(update={"encoder_params": 0})
+    with_tower = estimate(model, gpu, Workload(tp=tp))
+    without = estimate(text_only, gpu, Workload(tp=tp))
+    tower_bytes = 423_060_336 * 2
+    assert with_tower.memory.per_gpu.weights - without.memory.per_gpu.weights == pytest.approx(tower_bytes / tp)
+    assert with_tower.memory.weights_bytes_total - without.memory.weights_bytes_total == pytest.approx(tower_bytes)
+    assert with_tower.ceiling.tpot_s == without.ceiling.tpot_s

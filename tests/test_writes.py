@@ -163,47 +163,44 @@ def test_a_signal_during_the_write_leaves_no_temporary_file(tmp_path, sig):
     assert list(tmp_path.iterdir()) == []  # no .tmp, no half-written m.yaml
 
 
-@posix_only
-def test_an_interrupted_command_says_so_in_one_line(tmp_path):
+def _signalled_sweep(tmp_path: Path, points: str, flags: list[str], sig: signal.Signals) -> tuple[int, str]:
+    """(exit code, stderr) of a sweep whose iter_sweep is `points` (code that prints 'sweeping' and sleeps), sent
+    `sig` once it says so."""
     code = (
         "import sys, time\n"
         "import tokcost.cli.sweep_cmd as sweep\n"
-        "sweep.iter_sweep = lambda *a, **k: (print('sweeping', flush=True), time.sleep(60))\n"
+        "real = sweep.iter_sweep\n"
+        f"{points}"
         "from tokcost.cli.app import run\n"
-        "sys.argv = ['tokcost', 'sweep', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-b', '1,2']\n"
+        f"sys.argv = ['tokcost', 'sweep', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-b', '1,2', *{flags!r}]\n"
         "run()\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     assert proc.stdout.readline() == "sweeping\n"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (130, "error: interrupted (SIGINT)\n")
+    return proc.returncode, err
+
+
+@posix_only
+def test_an_interrupted_command_says_so_in_one_line(tmp_path):
+    points = "sweep.iter_sweep = lambda *a, **k: (print('sweeping', flush=True), time.sleep(60))\n"
+    assert _signalled_sweep(tmp_path, points, [], signal.SIGINT) == (130, "error: interrupted (SIGINT)\n")
 
 
 @posix_only
 def test_a_command_that_answers_sigterm_exits_as_the_signal_says(tmp_path):
     # sweep --out answers an interrupt with what it kept; under SIGTERM it exited 130, Ctrl-C's code
-    code = (
-        "import sys, time\n"
-        "import tokcost.cli.sweep_cmd as sweep\n"
-        "real = sweep.iter_sweep\n"
+    points = (
         "def points(*a, **k):\n"
         "    yield next(real(*a, **k))\n"
         "    print('sweeping', flush=True)\n"
         "    time.sleep(60)\n"
         "sweep.iter_sweep = points\n"
-        "from tokcost.cli.app import run\n"
-        "sys.argv = ['tokcost', 'sweep', '-m', 'llama-3.1-8b', '-g', 'h100-sxm', '-b', '1,2', '-f', 'csv', '--out',"
-        " 's.csv']\n"
-        "run()\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    assert proc.stdout.readline() == "sweeping\n"
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (143, "interrupted: nothing was written to s.csv\n")
+    got = _signalled_sweep(tmp_path, points, ["-f", "csv", "--out", "s.csv"], signal.SIGTERM)
+    assert got == (143, "interrupted: nothing was written to s.csv\n")
     assert _leftovers(tmp_path) == [] and not (tmp_path / "s.csv").exists()
 
 

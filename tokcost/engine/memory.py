@@ -97,8 +97,8 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
             layer += mlp_params_per_rank(model, kind.mlp, tp) * p.weight_bytes
         total += count * layer
     table = model.vocab_size * h / tp * p.embedding_bytes
-    if first:
-        total += table
+    if first:  # the embedding table; and a vision or audio tower, held where the prompt enters (never read by decode)
+        total += table + model.encoder_params / tp * p.vector_bytes  # at the checkpoint's dtype, sharded as vLLM's ViTs
     if last:
         total += h * p.vector_bytes + (0.0 if model.tied_embeddings and first else table)
     return total

@@ -9,7 +9,7 @@ Counting conventions (written down, unlike most peers), each an exact integer (m
   parallel block's single input norm), two more with `post_norms`, plus the final one; a LayerNorm
   (`norm_bias`) has a bias vector beside each.
 - The embedding table is a parameter; a tied LM head shares it and is not counted twice.
-- A vision or audio tower is `encoder_params`: counted and reported, never read by decode.
+- A vision or audio tower is `encoder_params`: counted, reported and held in memory, never read by decode.
 """
 
 from __future__ import annotations
