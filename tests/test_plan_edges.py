@@ -43,3 +43,29 @@ def test_a_list_flags_impossible_values_are_named_not_dropped_silently():
     assert left == ["left out 2 configurations: --ep: llama-3.1-8b has no routed experts; expert parallelism needs "
                     "an MoE model (use --ep 1)"]  # fmt: skip
     assert {c["tp"] for c in data["configs"]} == {1, 2}  # EP 1 planned at both TPs
+
+
+def _plan_json(*argv: str) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", *argv, "-f", "json"])
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def test_a_cache_that_holds_one_request_serves_them_one_by_one_not_a_fleet_of_thousands():
+    # Llama-3.1-70B on 2 x H100 holds one 32,300-token sequence: a server queues the requests and serves them in
+    # turn, one per ~12.4 s life (4.2 s of prefill, 299 decode steps of ~28 ms), so 2.4 req/s (20% headroom) needs
+    # about 2.4 x 12.4 = 30 replicas at full occupancy. The p99 Poisson batch had to fit the cache, a batch near 0:
+    # 111,746 replicas, $844,800 an hour
+    plan = _plan_json("-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "2", "--rate", "2", "-p", "32000", "-o", "300")
+    best = plan["configs"][0]["expected"]
+    assert best["binding"] == "KV memory"
+    assert 30 <= best["replicas"] <= 40 and best["gpus"] == 2 * best["replicas"]
+
+
+def test_a_long_prompts_simulation_takes_the_most_requests_that_fit_by_default():
+    # its default 4,000 requests were refused as "--requests: ... give at most 1,176", a flag never given
+    plan = _plan_json("-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "2", "--rate", "2", "-p", "32000", "-o",
+                      "300", "--slo", "ttft_p90=60s", "--simulate")  # fmt: skip
+    assert plan["configs"][0]["simulated"]["ttft_s"]["p90"] > 0

@@ -146,7 +146,7 @@ def plan(
         Optional[int],
         typer.Option(
             "--requests",
-            help=f"Requests per simulation ({MIN_REQUESTS}..{MAX_REQUESTS:,}, default 4,000; "
+            help=f"Requests per simulation ({MIN_REQUESTS}..{MAX_REQUESTS:,}, default 4,000 or the most that fit; "
             f"at most {MAX_SIMULATED_STEPS:,} prefill steps over the rows).",
         ),
     ] = None,  # fmt: skip

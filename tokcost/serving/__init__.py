@@ -17,10 +17,10 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    that joined the queue before that step (sharing.py). Solved for lambda given b (linear), so no iteration
    over the batch; T0 at batch b + 1 (itself plus Poisson(b) others; for an MoE the mean over that Poisson
    batch, the expert count being concave).
-2. Limits (limits.py). Saturation: every step full of prefill, rho -> 1, b -> E[n] C / E[P']. KV memory: the
-   shared prefix once plus each sequence's own tokens at the p99 batch, b + 2.33 sqrt(b), within the replica's
-   KV capacity (engine.step.kv_capacity); a closed loop's sequences held whole. The engine's cap on running
-   sequences (its profile's max_num_seqs, or --max-running): an open loop's request that finds every slot taken
+2. Limits (limits.py). Saturation: every step full of prefill, rho -> 1, b -> E[n] C / E[P']. The running
+   cap: the engine's cap on running sequences (its profile's max_num_seqs, or --max-running) or the KV slots,
+   the sequences the replica's KV capacity (engine.step.kv_capacity) holds whole beside the shared prefix,
+   whichever is fewer ('KV memory' where the slots are): an open loop's request that finds every slot taken
    waits by Erlang C; a closed loop past its limit queues its extra users for admission, on TTFT only.
 3. TTFT (ttft.py) = the engine's per-request cost (client-side) + the admission wait + the step in progress
    (open loop: a uniform residual; closed loop with no think time: the whole step less the client's round

@@ -29,7 +29,8 @@ SERVING_MODEL = [
     "Prefill load lambda x P' tokens/s: rho = lambda E[S], S a prompt's full chunks plus its part of the step "
     "that runs its last chunk, shared with the prompts that joined it (P' Tc / C when full); saturation when "
     "every step is full of prefill (rho -> 1, "
-    "b -> E[n] C / E[P']), when the p99 batch's KV no longer fits (KV memory) or at the running cap.",
+    "b -> E[n] C / E[P']) or at the running cap: the engine's, or the sequences the KV cache holds whole (KV "
+    "memory), a request past it waiting for a slot (Erlang C).",
     "TTFT = the engine's per-request cost (as a client times it) + the wait for a running slot (Erlang C at the "
     "cap; a closed loop past its limit: extra users / rate) + the step in progress at arrival (open loop: half a "
     "decode step on average; closed loop: the whole step less the client's round trip, a backlog's prefill step "
@@ -156,9 +157,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     saturation = (f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}" if math.isfinite(r.saturation_batch)
                   else "no saturation batch from packing (prefill runs in steps of its own: the queue's rho -> 1 "
                   "stops the load)")  # fmt: skip
-    kv = (f"KV limit (p99 batch fits {r.kv_capacity_tokens:,.0f} tokens) = {r.kv_batch_limit():,.1f}"
-          if not r.loop.closed else
-          f"KV limit (the {r.kv_slots():,.0f} sequences the cache holds whole, x the decoding share "
+    kv = (f"KV limit (the {r.kv_slots():,.0f} sequences the cache holds whole, x the decoding share "
           f"{r.decoding_share():.3f}) = {limits.get('KV memory', math.inf):,.1f}")  # fmt: skip
     cap_note = (f" (x the decoding share {r.decoding_share():.3f} = {limits['cap']:,.1f})"
                 if math.isfinite(limits.get("cap", math.inf)) else "")  # fmt: skip

@@ -238,6 +238,8 @@ def check_simulation(
         work = (f"{n:,} requests of up to {per_request:,} prefill steps each ({traffic.prompt.mean:,.0f}-token prompts "
                 f"in {smallest:,}-token chunks), on up to {SIMULATED_ROWS} of the top rows, simulate {steps:,} steps; "
                 f"at most {MAX_SIMULATED_STEPS:,}")  # fmt: skip
+        if most >= MIN_REQUESTS and requests is None:  # the default, not the user's count: the most that fits
+            return most
         if most >= MIN_REQUESTS:
             raise UsageError(f"{name('requests', api)}: {work}: give at most {most:,}")
         flag = name("simulate" if requests is None else "requests", api)  # no request count fits: say what does

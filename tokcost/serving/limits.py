@@ -1,12 +1,11 @@
 """Where one replica's load must stop, and what stops it: the KV cache, the engine's running cap, saturation.
 
 The load is the mean decode batch b. Its bounds: prefill saturation (every step full of prefill, b -> E[n] C /
-E[P'], or a little below where the prefill queue's budget runs out first); the KV cache, whose p99 batch
-b + 2.33 sqrt(b) of private contexts must fit beside the shared prefix (an open loop's batch swings as a Poisson
-count), or, in a closed loop, the sequences it holds whole; the engine's cap on running sequences (decoding or
-part-prefilled: a request holds its slot for its prompt's chunk steps and its decode steps, so the decoding share of
-the cap is E[n] / (E[n] + E[chunks])). An open loop's request that finds every slot taken waits for one: M/M/c with
-c the cap (Erlang C), each slot held for a request's life.
+E[P'], or a little below where the prefill queue's budget runs out first); the running cap, the fewer of the
+engine's cap on running sequences and the KV slots (the sequences the cache holds whole beside the shared prefix:
+an engine admits a request only when the cache has room for it), a request holding its slot for its prompt's chunk
+steps and its decode steps, so the decoding share of the cap is E[n] / (E[n] + E[chunks]). An open loop's request
+that finds every slot taken waits for one: M/M/c with c the cap (Erlang C), each slot held for a request's life.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import math
 
 from tokcost.serving.queueing import erlang_c
 
-Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing the KV cache must hold
+Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing, for the KV tokens a point reports
 SATURATION_MARGIN = 1 - 1e-6
 STABLE_TOLERANCE = 1e-3  # the stable batch's bracket, relative: the rate there is flat in the batch (1e-5: 1e-4)
 QUEUE_FULL = 1 - 1e-6  # a backlog's share of the budget past which its queue has no steady state (waits of 1e6 s)
@@ -24,16 +23,6 @@ CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturat
 
 class ReplicaLimits:
     """The load range of a Replica (mixed into it: reads its KV capacity, lengths, loop and cap)."""
-
-    def kv_batch_limit(self) -> float:
-        """The mean decode batch whose p99 swing fills the KV cache: (b + z sqrt b) x private = free."""
-        free = self.kv_capacity_tokens - self.kv_shared - self.prompt_moments[0]
-        if free <= 0:
-            return 0.0
-        if self.kv_private <= 0:
-            return math.inf
-        y = (-Z_P99 + math.sqrt(Z_P99**2 + 4 * free / self.kv_private)) / 2
-        return y * y
 
     def kv_slots(self) -> float:
         """Sequences the KV cache holds whole (the shared prefix once, each one's own prompt and answer)."""
@@ -52,19 +41,21 @@ class ReplicaLimits:
         return n / (n + chunks) if n + chunks > 0 else 1.0
 
     def running_cap(self) -> float:
-        """Sequences that may run at once (decoding or part-prefilled): the engine's cap, and in a closed loop
-        the KV slots (an open loop's KV limit is its p99 batch instead)."""
+        """Sequences that may run at once (decoding or part-prefilled): the engine's cap and the KV slots, the
+        sequences the cache holds whole. A request past them waits for a slot, as an engine admits one only when
+        the cache has room for it (an open loop's wait: Erlang C, `_admission`)."""
         cap = float(self.max_running) if self.max_running is not None else math.inf
-        return min(cap, self.kv_slots()) if self.loop.closed else cap
+        return min(cap, self.kv_slots())
 
     def load_limits(self) -> dict[str, float]:
-        """Each bound on the mean decode batch, by what imposes it."""
+        """Each bound on the mean decode batch, by what imposes it: the running cap, labelled 'KV memory' where the
+        KV slots are fewer than the engine's cap. (An open loop's bound was once the batch whose p99 Poisson swing
+        fits the cache: where the cache holds about one sequence that is a batch near 0 and a fleet of 100,000
+        replicas, where a server queues the requests and serves them one by one.)"""
         cap = self.running_cap()
         running = cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
         out = {"saturation": min(self.saturation_top(), self.stable_batch), "cap": max(running, 0.0)}
-        if not self.loop.closed:
-            out["KV memory"] = self.kv_batch_limit()
-        elif self.max_running is None or self.kv_slots() < self.max_running:
+        if self.max_running is None or self.kv_slots() < self.max_running:
             out["KV memory"], out["cap"] = out["cap"], math.inf
         return out
 
@@ -124,11 +115,11 @@ class ReplicaLimits:
         return self.limit_kind() == "KV memory"
 
     def _admission(self, held: float, rate: float) -> tuple[float, float]:
-        """(P(wait), mean wait given one) for a running slot in an open loop: M/M/c with c the engine's cap and
+        """(P(wait), mean wait given one) for a running slot in an open loop: M/M/c with c the running cap and
         `held` slots busy on average (decoding, or prefilling), each for held / rate seconds (Erlang C)."""
-        if self.loop.closed or self.max_running is None or rate <= 0 or not math.isfinite(rate):
+        c = self.running_cap()
+        if self.loop.closed or not math.isfinite(c) or rate <= 0 or not math.isfinite(rate):
             return 0.0, 0.0
-        c = float(self.max_running)
         p = erlang_c(c, held)
         if p <= 1e-9 or held >= c:
             return (0.0, 0.0) if held < c else (1.0, math.inf)
