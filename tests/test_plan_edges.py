@@ -69,3 +69,19 @@ def test_a_long_prompts_simulation_takes_the_most_requests_that_fit_by_default()
     plan = _plan_json("-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "2", "--rate", "2", "-p", "32000", "-o",
                       "300", "--slo", "ttft_p90=60s", "--simulate")  # fmt: skip
     assert plan["configs"][0]["simulated"]["ttft_s"]["p90"] > 0
+
+
+def test_a_simulation_that_misses_an_slo_the_closed_form_meets_says_so():
+    # 50 users of fixed 2,000-token prompts with prefill run apart stay in one convoy: each waits out the prefill
+    # steps of those ahead of it (simulated p90 TTFT about 1.9 s), which the closed form does not price (83 ms);
+    # the row stayed starred with no word of it
+    from tokcost import plan
+
+    got = plan(model="llama-3.1-8b", gpus="h100-sxm", tp=[1], concurrency=50, prompt_tokens=2000, output_tokens=300,
+               slos=["ttft_p90=500ms"], prefill="apart", simulate=True)  # fmt: skip
+    simulated = got.to_dict()["configs"][0]["simulated"]["ttft_s"]["p90"]
+    assert simulated > 0.5
+    assert any("simulated TTFT p90" in w and "misses its SLO of 500.0 ms" in w for w in got.warnings)
+    calm = plan(model="llama-3.1-8b", gpus="h100-sxm", tp=[1], concurrency=50, prompt_tokens=2000,
+                output_tokens=300, slos=["ttft_p90=5s"], prefill="apart", simulate=True)  # fmt: skip
+    assert not any("misses its SLO" in w for w in calm.warnings)  # said only where the simulation misses
