@@ -31,12 +31,14 @@ from tokcost.serving.traffic import LengthDist, Traffic
 from tokcost.serving.ttft import ttft_moments
 
 TOLERANCE = 0.15
-# A known miss, kept visible, in the lock-step end: 4-token prompts, 1,188 users (half the knee), 512 prompts to a
+# A known miss, kept visible, in the lock-step end: 4-token prompts, 1,226 users (a tenth of the knee), 512 prompts to a
 # step: the simulated clients' groups (512, 512, 162 from the start's burst) do not stay back to back as the closed
 # form has them, so its lock-step TTFT (each group waiting out the group before it) is 30-45% above the simulation's;
 # the primary figure (no groups) is below it. Checked at 55% there. (It was 1,208 users while the running cap kept a
 # whole slot for the prompt; a slot's decoding share, 31 / 32 here, moved the knee, and 1,186 until the primary
-# figure priced half the users locked, whose TTFT counts in the users the knee holds.)
+# figure priced half the users locked, whose TTFT counts in the users the knee holds; 1,188 until a slot's decoding
+# share was its time's, E[n] TPOT / (E[n] TPOT + E[S]), not its steps', which moved the KV slots' batch from 11,141 to
+# 11,500 of 11,501; the errors there, +41.6% and +31.6%, are the same class.)
 # And one of fixed prompts just under the chunk (2,000 in 2,048) with exponential answers at 0.9 of the knee: TTFT
 # is bimodal (a prompt that lands in a prefill step waits it out and runs in the next, ~127 ms, or queues behind
 # more), and the closed form prices every arrival that finds a backlog with M/G/1's wait spread over both, so its p50
@@ -47,8 +49,8 @@ TOLERANCE = 0.15
 # and waited out a backlog's prefill step whole (ttft.branches): the MoE with exponential lengths at 0.6 of its
 # knee, TTFT p90 15.5% under (now 7.8%), and Llama-3.1-70B on 4 x H100 with lognormal lengths at 65 users, p50
 # 15.0% under (now 2.7%).
-KNOWN_MISS = {("8b-tiny-prompts-fixed", 1188, "ttft", 0.5): 0.55,
-              ("8b-tiny-prompts-fixed", 1188, "ttft", 0.9): 0.55,
+KNOWN_MISS = {("8b-tiny-prompts-fixed", 1226, "ttft", 0.5): 0.55,
+              ("8b-tiny-prompts-fixed", 1226, "ttft", 0.9): 0.55,
               ("8b-near-chunk-exponential-answers", 180, "ttft", 0.5): 0.25}  # fmt: skip
 CASES = {
     # name: (model, gpu, tp, prompt, output, chunk, lengths, think time s, shares of the knee)

@@ -119,16 +119,22 @@ def test_saturation_batch_is_every_step_full_of_prefill():
 @pytest.mark.parametrize(
     ("cap", "prompt", "output", "chunk"), [(1, 1000, 2, 2048), (1, 1000, 300, 512), (16, 8000, 100, 2048)]
 )
-def test_a_running_cap_decodes_its_share_of_each_slots_steps(cap, prompt, output, chunk):
-    # a request holds its slot for its prompt's ceil(P / C) chunk steps (the last yields its first token) and its
-    # O - 1 decode steps, so c slots decode c (O - 1) / (O - 1 + chunks) sequences on average: a cap of 1 alternates
-    # one request's prefill and decode (0.5 at 2 output tokens); it used to keep a whole slot for the prompt (0)
+def test_a_running_cap_decodes_its_share_of_each_slots_time(cap, prompt, output, chunk):
+    # a request holds its slot for its prompt's chunk steps, E[S] (the last yields its first token), and its O - 1
+    # decode steps, E[n] TPOT: by Little's law on the slots, c of them hold a mean decode batch of
+    # c E[n] TPOT / (E[n] TPOT + E[S]). Counted in steps, c (O - 1) / (O - 1 + chunks), a chunk step weighed as a
+    # decode step though it runs longer, and the cap's rate came out high (it once kept a whole slot for the
+    # prompt: 0)
     traffic = Traffic(LengthDist("fixed", prompt), LengthDist("fixed", output), rate_rps=1.0)
     r = build_replica(load_model("llama-3.1-8b"), Deployment(load_gpu("h100-sxm"), Layout(1)), traffic, chunk,
                       "expected", max_running=cap)  # fmt: skip
     chunks = -(-prompt // chunk)
     assert r.limit_kind() == "cap"
-    assert r.load_limit() == pytest.approx(cap * (output - 1) / (output - 1 + chunks), rel=1e-5)
+    limit = r.load_limit()
+    assert limit < cap * (output - 1) / (output - 1 + chunks)  # below the steps' share: prefill steps are longer
+    point = r.state(limit)
+    held = point.rate_rps * ((output - 1) * point.tpot_mean_s + point.service.mean)  # slots busy, by Little
+    assert held == pytest.approx(cap, rel=0.02)
     assert capacity(r, []).saturation_rps > 0
 
 

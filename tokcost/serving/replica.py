@@ -195,6 +195,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         mixed = e1 and decodes and not prefill_apart
         self.saturation_batch = self.decode_steps_mean * chunk / e1 if mixed else math.inf
         self.stable_batch = math.inf  # where the prefill queue's budget runs out first (build_replica sets it)
+        self.cap_batch: float | None = None  # the running cap's batch by time (build_replica sets it; else steps')
         model = steps.model
         self.kv_shared = model.attended_tokens(p0)
         self.kv_private = model.attended_tokens(steps.decode_context) - self.kv_shared if decodes else 0.0
@@ -520,4 +521,5 @@ def build_replica(
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     replica.stable_batch = replica.queue_stable_batch()  # the curves now cover every batch it may try
+    replica.cap_batch = replica.time_cap_batch() if math.isfinite(replica.running_cap()) else None
     return replica
