@@ -477,3 +477,15 @@ def test_a_vision_tower_is_held_in_memory_and_never_read_by_decode(tp):
     assert with_tower.memory.per_gpu.weights - without.memory.per_gpu.weights == pytest.approx(tower_bytes / tp)
     assert with_tower.memory.weights_bytes_total - without.memory.weights_bytes_total == pytest.approx(tower_bytes)
     assert with_tower.ceiling.tpot_s == without.ceiling.tpot_s
+
+
+def test_a_gpu_that_lists_only_an_fp32_peak_prices_an_fp32_run():
+    # a CPU calibrated at --dtype fp32 lists peak_tflops {fp32: ...}: the ceiling's 16-bit path asked it for a bf16
+    # peak and refused every estimate ("lists no dense peak for bf16"); with no 16-bit peak there is no such path
+    cpu = GpuSpec(name="cpu-fp32", source="test", memory_gb=64, memory_bandwidth_gb_s=20, peak_tflops={"fp32": 0.07})
+    wl = Workload(weights_dtype="fp32", kv_dtype="fp32", compute_dtype="fp32", prompt_tokens=16, output_tokens=4)
+    got = estimate(load_model("llama-3.2-1b").at_dtype("fp32"), cpu, wl)
+    # decode is memory-bound: every weight but the embedding table, 4 bytes each, over 20 GB/s
+    m = load_model("llama-3.2-1b")
+    read = (m.params_total - (0 if m.tied_embeddings else m.params_embedding)) * 4
+    assert got.ceiling.tpot_s == pytest.approx(read / 20e9, rel=0.01)

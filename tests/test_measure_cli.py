@@ -187,3 +187,23 @@ def test_without_torch_measure_says_how_to_install_it():
 
     assert out.stderr.strip() == f"error: torch is not installed; {INSTALL_HINT}"
     assert "pip install -e '.[measure]'" in INSTALL_HINT  # true for a source checkout (no registry package)
+
+
+def test_an_fp32_run_is_priced_at_fp32_throughout(micro):
+    # every tensor of the loop is fp32, its embedding and LM head too: the engine priced the LM head at the spec's
+    # bf16 (half its bytes), and the counting spec listed only an fp32 peak, which the 16-bit path refused
+    import contextlib
+    import io
+
+    from tokcost.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["measure", "-m", micro, "--device", "cpu", "--dtype", "fp32", "--prompt", "16", "--output", "4",
+                     "--repeats", "1", "--threads", "1", "--format", "json"])  # fmt: skip
+    assert code == 0, err.getvalue()
+    run = json.loads(out.getvalue())["runs"][0]
+    loop, engine = run["bytes_per_step"]["loop"], run["bytes_per_step"]["engine"]
+    assert loop["weights"] == engine["weights"]
+    assert loop["kv_read"] == pytest.approx(run["mean_context_read"] * load_model(micro).kv_bytes_per_token("fp32"))
+    assert run["predicted"]["calibrated"]["tpot_s"] > 0

@@ -158,6 +158,7 @@ def measure(
         if layers > spec.layers:
             raise UsageError(f"--layers: {spec.name} has {spec.layers} layers; give 1..{spec.layers}")
         spec = spec.truncated(layers)
+    spec = spec.at_dtype(dtype.value)  # the loop builds every tensor at --dtype, its embedding and LM head included
     batches = int_list(batch, "--batch", 1, 100_000)
     check_context(spec, prompt, output)
     if save is not None:

@@ -166,7 +166,8 @@ def _ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
         bw,
         expected=False,
         compute_dtype=compute_dtype,
-        float16_flops_per_s=_attention_peak(gpu, "bf16"),
+        # 0 where the spec lists no 16-bit peak (a CPU calibrated at fp32): no 16-bit path, the compute dtype's runs
+        float16_flops_per_s=gpu.peak_flops_per_s("bf16") or gpu.peak_flops_per_s("fp16") or 0.0,
         comm_overlap=1.0,  # the bound: communication perfectly overlapped with compute (two-batch overlap at best)
         overlap_ops=ALL_OPS,
     )

@@ -236,6 +236,14 @@ class ModelSpec(Counts, BaseModel):
         """How many layers use the sliding window."""
         return self.plan.count(mixer="sliding")
 
+    def at_dtype(self, dtype: str) -> ModelSpec:
+        """The same model stored at `dtype` throughout (a measured loop builds every tensor at its run's dtype)."""
+        data = self.model_dump(by_alias=True)  # rebuilt, not model_copy'd, as truncated says
+        data.update(dtype=dtype, weights_dtype=None, attention_dtype=None, compute_dtype=None)
+        if data.get("moe"):
+            data["moe"]["expert_dtype"] = None
+        return ModelSpec.model_validate(data)
+
     def truncated(self, layers: int) -> ModelSpec:
         """The same model with only its first `layers` layers (for measuring shapes that don't fit)."""
         # rebuilt, not model_copy'd: model_copy would carry over the cached derived counts
