@@ -207,3 +207,19 @@ def test_an_fp32_run_is_priced_at_fp32_throughout(micro):
     assert loop["weights"] == engine["weights"]
     assert loop["kv_read"] == pytest.approx(run["mean_context_read"] * load_model(micro).kv_bytes_per_token("fp32"))
     assert run["predicted"]["calibrated"]["tpot_s"] > 0
+
+
+def test_calibrate_refuses_a_batch_memory_cannot_hold_before_any_probe(cli, monkeypatch):
+    # measure refused such a batch in one line; calibrate probed, then swapped towards an out-of-memory kill
+    from tokcost.measure import faults, session
+
+    monkeypatch.setattr(faults, "free_bytes", lambda device: 2e9)  # a host with 2 GB free
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed before refusing the batch")
+
+    monkeypatch.setattr(session, "run_probes", no_probe)
+    r = cli("calibrate", "--device", "cpu", "-m", "llama-3.2-1b", "--batch", "100000", "-o", "-")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: --batch 100000: llama-3.2-1b-skeleton (16 layers, bf16) needs about ")
+    assert "2.00 GB is host RAM available; the largest batch that fits is " in r.stderr

@@ -88,12 +88,22 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
         stream_label,
     )
     from tokcost.measure.loop import measure_decode
-    from tokcost.measure.session import datasheet_for, device_facts, import_torch, resolve_device, run_probes
+    from tokcost.measure.session import (
+        check_memory,
+        datasheet_for,
+        device_facts,
+        import_torch,
+        resolve_device,
+        run_probes,
+    )
 
     def say(msg: str) -> None:
         sys.stderr.write(f"{msg}\n")
 
     resolved = resolve_device(device, threads=threads)
+    # the skeleton's decode holds the batch's KV at 512 + 32 tokens: a batch memory cannot hold is refused before
+    # any probe, as measure refuses it (a CPU swapped for minutes towards an out-of-memory kill)
+    check_memory(skeleton(spec), dtype, [batch], 512, 32, 1, resolved)
     torch = import_torch()
     previous = torch.get_num_threads()
     if threads:
