@@ -222,3 +222,12 @@ def test_engine_expectation_for_moe_experts_and_replicated_kv():
     wide = run_report(llama, fake_loop(tp=16), datasheet=None, calibrated=None, copy_bytes_per_s=None)
     assert wide.engine_bytes["kv_read"] == pytest.approx(576 * 131_072 / 8)
     assert "experts_per_layer" not in wide.engine_bytes
+
+
+def test_a_truncated_moe_whose_kept_layers_are_dense_expects_no_experts():
+    # DeepSeek-V3's first 3 layers are dense: --layers 1 runs no MoE layer, where the engine said 8 experts a layer
+    from tokcost.measure.report import engine_bytes
+
+    loop = SimpleNamespace(dtype="bf16", batch=1, prompt_tokens=16, output_tokens=4, tp=1, decode_contexts=[16, 17, 18])
+    assert "experts_per_layer" not in engine_bytes(load_model("deepseek-v3").truncated(1), loop)
+    assert engine_bytes(load_model("deepseek-v3").truncated(4), loop)["experts_per_layer"] == pytest.approx(8.0)

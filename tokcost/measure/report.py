@@ -128,7 +128,7 @@ def engine_bytes(spec: ModelSpec, loop: Any) -> dict[str, float]:
             kv += n * st.count * st.kv_bytes
     steps = len(loop.decode_contexts)
     out = {"weights": weights / steps, "kv_read": kv / steps}
-    if spec.moe:  # distinct experts a step touches under uniform routing: E x (1 - (1 - k/E)^B)
+    if spec.moe and spec.moe_layers:  # distinct experts a step touches under uniform routing: E x (1 - (1 - k/E)^B)
         out["experts_per_layer"] = expected_distinct_experts(spec.moe.experts, spec.moe.experts_per_token, loop.batch)
     return out
 
