@@ -85,3 +85,14 @@ def test_a_simulation_that_misses_an_slo_the_closed_form_meets_says_so():
     calm = plan(model="llama-3.1-8b", gpus="h100-sxm", tp=[1], concurrency=50, prompt_tokens=2000,
                 output_tokens=300, slos=["ttft_p90=5s"], prefill="apart", simulate=True)  # fmt: skip
     assert not any("misses its SLO" in w for w in calm.warnings)  # said only where the simulation misses
+
+
+def test_a_fleets_dollars_an_hour_carry_no_float_noise():
+    # 12 GPUs at $4.54 printed 54.480000000000004 in JSON; the load table priced the same product a second way
+    plan = _plan_json("-m", "llama-3.1-8b", "-g", "h200", "--rate", "5", "--price", "4.54")
+    for config in plan["configs"]:
+        usd, gpus = config["expected"]["usd_per_hour"], config["expected"]["gpus"]
+        assert usd == round(4.54 * gpus, 6) and len(repr(usd).partition(".")[2]) <= 6
+    for entry in plan["load"]:
+        if entry["gpus"] is not None:
+            assert entry["usd_per_hour"] == round(4.54 * entry["gpus"], 6)

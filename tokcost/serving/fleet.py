@@ -138,8 +138,9 @@ def cost_shares(replica: Replica, pt: LoadPoint) -> tuple[float, float]:
     return prefill / busy, 1 - prefill / busy
 
 
-def _usd(price: float | None, gpus: int) -> float | None:
-    return None if price is None else price * gpus
+def fleet_usd_per_hour(price: float | None, gpus: int) -> float | None:
+    """The fleet's $/hour: GPUs x $/GPU-hour, to a millionth of a dollar (12 x 4.54 is 54.480000000000004 in floats)."""
+    return None if price is None else round(price * gpus, 6)
 
 
 def _per_million(usd_per_hour: float | None, share: float, tokens_per_s: float) -> float | None:
@@ -184,7 +185,7 @@ def size_aggregated(
     gpus = replicas * gpus_per_replica
     if pt is None:
         return failed("saturated at the offered load", cap)
-    usd = _usd(price, gpus)
+    usd = fleet_usd_per_hour(price, gpus)
     shares = cost_shares(replica, pt)
     fleet = Fleet(
         meets_slo=max_gpus is None or gpus <= max_gpus,
@@ -272,7 +273,7 @@ def size_disaggregated(
     binding = f"{broken[0].label} SLO" if broken else heavier.binding
     if max_gpus is not None and gpus > max_gpus:
         binding = f"needs {gpus} GPUs > --max-gpus {max_gpus}"
-    usd_p, usd_d = _usd(price, x * prefill_gpus), _usd(price, y * decode_gpus)
+    usd_p, usd_d = fleet_usd_per_hour(price, x * prefill_gpus), fleet_usd_per_hour(price, y * decode_gpus)
     return Fleet(
         meets_slo=not broken and (max_gpus is None or gpus <= max_gpus),
         max_rate_rps=min(cap_p.max_rate_rps, cap_d.max_rate_rps),
@@ -284,12 +285,12 @@ def size_disaggregated(
         ttft_s=percentiles(prefill, pt_p, "ttft"),
         tpot_s=percentiles(decode, pt_d, "tpot"),
         e2e_s=e2e,
-        usd_per_hour=_usd(price, gpus),
+        usd_per_hour=fleet_usd_per_hour(price, gpus),
         usd_per_million_input_tokens=_per_million(usd_p, 1.0, rate * traffic.prompt_mean_tokens),
         usd_per_million_output_tokens=_per_million(usd_d, 1.0, rate * traffic.output.mean),
         binding=binding,
         itl_s=percentiles(decode, pt_d, "itl"),
-        usd_per_million_tokens=_blended(_usd(price, gpus), rate, traffic),
+        usd_per_million_tokens=_blended(fleet_usd_per_hour(price, gpus), rate, traffic),
         point=pt_d,
         capacity=heavier,
         pools=((cap_p.max_rate_rps, prefill_gpus), (cap_d.max_rate_rps, decode_gpus)),

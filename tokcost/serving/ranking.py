@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from tokcost.serving.fleet import Fleet
+from tokcost.serving.fleet import Fleet, fleet_usd_per_hour
 from tokcost.serving.rows import Row, Space, row_label
 from tokcost.serving.traffic import Traffic
 
@@ -81,7 +81,7 @@ def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str
             gpus = row.expected.gpus_at(load, space.headroom)
             if gpus is None or (space.max_gpus is not None and gpus > space.max_gpus):
                 continue
-            usd = row.price * gpus if row.price is not None else None
+            usd = fleet_usd_per_hour(row.price, gpus)
             key = (usd is None, usd if usd is not None else gpus)
             if best is None or key < best[0]:
                 best = (key, row, gpus)
@@ -89,7 +89,6 @@ def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str
                                     "usd_per_hour": None}  # fmt: skip
         if best is not None:
             _, row, gpus = best
-            usd = row.price * gpus if row.price is not None else None
-            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=usd)
+            entry.update(config=row_label(row), gpus=gpus, usd_per_hour=fleet_usd_per_hour(row.price, gpus))
         table.append(entry)
     return table
