@@ -157,10 +157,16 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     saturation = (f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}" if math.isfinite(r.saturation_batch)
                   else "no saturation batch from packing (prefill runs in steps of its own: the queue's rho -> 1 "
                   "stops the load)")  # fmt: skip
-    kv = (f"KV limit (the {r.kv_slots():,.0f} sequences the cache holds whole, x the decoding share "
-          f"{r.decoding_share():.3f}) = {limits.get('KV memory', math.inf):,.1f}")  # fmt: skip
-    cap_note = (f" (x the decoding share {r.decoding_share():.3f} = {limits['cap']:,.1f})"
-                if math.isfinite(limits.get("cap", math.inf)) else "")  # fmt: skip
+    share = (
+        f"x the decoding share of a slot's time, E[n] TPOT / (E[n] TPOT + E[S]) = {r.cap_share():.3f}"
+        if r.cap_batch is not None
+        else f"x the decoding share of a slot's steps {r.decoding_share():.3f}"
+    )
+    slots = r.kv_slots()
+    held = fmt.counted(int(slots), "sequence") if math.isfinite(slots) else "unbounded sequences"
+    kv = (f"KV limit ({held} the cache holds whole, {share}) = "
+          f"{limits.get('KV memory', math.inf):,.1f}")  # fmt: skip
+    cap_note = f" ({share}: {limits['cap']:,.1f})" if math.isfinite(limits.get("cap", math.inf)) else ""
     limit = [
         f"{saturation}; {kv}; running cap {running}{cap_note}",
         f"saturation = {cap.saturation_rps:.3f} req/s per replica; goodput = {cap.max_rate_rps:.3f} req/s "

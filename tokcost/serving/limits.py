@@ -3,9 +3,10 @@
 The load is the mean decode batch b. Its bounds: prefill saturation (every step full of prefill, b -> E[n] C /
 E[P'], or a little below where the prefill queue's budget runs out first); the running cap, the fewer of the
 engine's cap on running sequences and the KV slots (the sequences the cache holds whole beside the shared prefix:
-an engine admits a request only when the cache has room for it), a request holding its slot for its prompt's chunk
-steps and its decode steps, so the decoding share of the cap is E[n] / (E[n] + E[chunks]). An open loop's request
-that finds every slot taken waits for one: M/M/c with c the cap (Erlang C), each slot held for a request's life.
+an engine admits a request only when the cache has room for it), a request holding its slot for its prefill, E[S],
+and its decode, E[n] TPOT, so the cap's mean decode batch is c E[n] TPOT / (E[n] TPOT + E[S]) (time_cap_batch). An
+open loop's request that finds every slot taken waits for one: M/M/c with c the cap (Erlang C), each slot held for
+a request's life.
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ class ReplicaLimits:
         (decoding_share) a prefill step weighs as a decode step, though it runs several times longer: one 32K-token
         prompt of Llama-3.1-70B on 2 x H100 holds its slot 4.2 s in 16 steps and 11.3 s in 299. A fixed point from
         the steps' share, at the states it gives."""
-        cap = self.running_cap()
-        if not math.isfinite(cap) or self.rate_driven or not self.prompts:
-            return cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
-        b = cap * self.decoding_share() * SATURATION_MARGIN
+        cap, b = self.running_cap(), self.steps_cap_batch()
+        if not math.isfinite(b) or self.rate_driven or not self.prompts:
+            return b
         top = min(self.saturation_top(), self.stable_batch)
         for _ in range(CAP_PASSES):
             point = self.state(min(b, top))
@@ -54,11 +54,16 @@ class ReplicaLimits:
                 break
         return b
 
+    def steps_cap_batch(self) -> float:
+        """The running cap's mean decode batch counted in steps, c x decoding_share: an upper bound on its batch by
+        time (a prefill step runs longer than a decode step), which sizes the curves before time_cap_batch can."""
+        cap = self.running_cap()
+        return cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
+
     def decoding_share(self) -> float:
         """Share of its running slot's steps a request spends decoding: E[n] / (E[n] + E[chunks]). Every running
         sequence is in each step, either with a chunk of its prompt (its last one yields its first token) or
-        decoding, so a cap of c sequences decodes c x this share on average (a cap of 1 alternates one request's
-        prefill and decode)."""
+        decoding (a cap of 1 alternates one request's prefill and decode)."""
         n = self.decode_steps_mean
         chunks = sum(pt.weight * pt.chunks for pt in self.prompts)
         return n / (n + chunks) if n + chunks > 0 else 1.0
@@ -70,15 +75,21 @@ class ReplicaLimits:
         cap = float(self.max_running) if self.max_running is not None else math.inf
         return min(cap, self.kv_slots())
 
+    def cap_share(self) -> float:
+        """The running cap's decoding share, its batch over c: by time, E[n] TPOT / (E[n] TPOT + E[S]), once
+        build_replica has set cap_batch, else by steps."""
+        cap = self.running_cap()
+        if not math.isfinite(cap) or cap <= 0 or self.cap_batch is None:
+            return self.decoding_share()
+        return self.cap_batch / (cap * SATURATION_MARGIN)
+
     def load_limits(self) -> dict[str, float]:
         """Each bound on the mean decode batch, by what imposes it: the running cap, labelled 'KV memory' where the
         KV slots are fewer than the engine's cap. (An open loop's bound was once the batch whose p99 Poisson swing
         fits the cache: where the cache holds about one sequence that is a batch near 0 and a fleet of 100,000
         replicas, where a server queues the requests and serves them one by one.)"""
-        cap = self.running_cap()
-        running = cap * self.decoding_share() * SATURATION_MARGIN if math.isfinite(cap) else math.inf
-        if self.cap_batch is not None:  # the slots' time share, once the curves cover the batch (build_replica)
-            running = self.cap_batch
+        # the slots' batch by time once the curves cover it (build_replica), else counted in steps
+        running = self.cap_batch if self.cap_batch is not None else self.steps_cap_batch()
         out = {"saturation": min(self.saturation_top(), self.stable_batch), "cap": max(running, 0.0)}
         if self.max_running is None or self.kv_slots() < self.max_running:
             out["KV memory"], out["cap"] = out["cap"], math.inf

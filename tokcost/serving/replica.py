@@ -521,5 +521,5 @@ def build_replica(
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     replica.stable_batch = replica.queue_stable_batch()  # the curves now cover every batch it may try
-    replica.cap_batch = replica.time_cap_batch() if math.isfinite(replica.running_cap()) else None
+    replica.cap_batch = replica.time_cap_batch()
     return replica

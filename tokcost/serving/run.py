@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from tokcost import fmt
 from tokcost.engine.layout import Layout, layout_problem
@@ -27,6 +26,7 @@ from tokcost.serving.inputs import (
     check_simulation,
     check_slos,
 )
+from tokcost.serving.rows import Row
 from tokcost.serving.search import Plan, Space
 from tokcost.serving.simulate import SimResult, simulate_replica
 from tokcost.serving.traffic import QUANTILES, Slo, Traffic
@@ -128,7 +128,7 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
         done += 1
 
 
-def _simulated_misses(row: Any, slos: Sequence[Slo], result: SimResult) -> list[str]:
+def _simulated_misses(row: Row, slos: Sequence[Slo], result: SimResult) -> list[str]:
     """An SLO the closed form meets and the simulation of the same replica misses, said where the row is read:
     a loop the closed form does not price (users in a lasting convoy, README's known misses) must not pass as
     checked."""
