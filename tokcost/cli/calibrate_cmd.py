@@ -57,11 +57,11 @@ def calibrate(
     if tp_problem:
         raise UsageError(tp_problem)
 
-    def recheck() -> None:  # the specs are read now: a --out that names one is refused before minutes of probes
+    def recheck() -> None:  # once the specs are read: a --out that names one is refused before minutes of probes
         if out is not None:
             check_destination(out, force, "--out")
 
-    recheck()
+    recheck()  # the model is read: before torch loads (seconds); _calibrate checks again once the datasheet is
     try:
         text, summary = _calibrate(spec, device.value, dtype.value, gpu, batch, threads, tp, recheck)
     except KeyboardInterrupt:

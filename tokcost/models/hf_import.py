@@ -69,6 +69,11 @@ def _resolve_type(data: dict[str, Any], where: str, mapping: Any, auto: Any, ver
     return model_type, note
 
 
+def _said(exc: Exception) -> str:
+    """What transformers said, on one line: its first sentence (Gemma-4's goes on for four), at most 300 characters."""
+    return " ".join(str(exc).split()).split(". ")[0][:300] or type(exc).__name__
+
+
 def _read_config(data: dict[str, Any], model_type: str, where: str, mapping: Any, version: str) -> Any:
     """transformers' configuration object for `data`, its warnings silenced; errors as one line."""
     from transformers.utils import logging as hf_logging
@@ -85,8 +90,7 @@ def _read_config(data: dict[str, Any], model_type: str, where: str, mapping: Any
             warnings.simplefilter("ignore")
             return mapping[model_type].from_dict({**keys, "model_type": model_type})
     except Exception as exc:  # a config class's own check (any exception type): one line, its words
-        said = " ".join(str(exc).split()).split(". ")[0][:300] or type(exc).__name__
-        raise SpecError(where, f"transformers {version} cannot read it: {said}") from None
+        raise SpecError(where, f"transformers {version} cannot read it: {_said(exc)}") from None
     finally:
         hf_logging.set_verbosity(level)
 
@@ -242,10 +246,9 @@ def from_hf_config(data: dict[str, Any], where: str, name: str | None = None) ->
     except Exception as exc:  # noqa: BLE001 - transformers' class for an architecture tokcost reads no other way
         # an attribute tokcost reads that this architecture's class names otherwise or not at all (Bloom's and MPT's
         # context, Gemma-4's per-layer head_dim): one line, not a traceback
-        said = " ".join(str(exc).split()).split(". ")[0][:300] or type(exc).__name__
         raise SpecError(
             where,
-            f"{model_type}: tokcost cannot read this architecture's config ({said}); it reads "
+            f"{model_type}: tokcost cannot read this architecture's config ({_said(exc)}); it reads "
             f"decoders with Llama's keys or their known variants: write a spec YAML by hand "
             f"(tokcost specs show llama-3.1-8b is one)",
             field="model_type",
