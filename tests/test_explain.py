@@ -170,10 +170,25 @@ def test_weights_held_are_those_read_plus_the_embedding_table():
     # Llama-3.1-8B: the memory table holds 16.06 GB, a step reads 15.01 GB; the rest is the embedding table, by hand
     # 128,256 x 4,096 x 2 B = 1.051 GB, looked up a row per token (the LM head is its own 1.051 GB, read every step)
     e = estimate(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload())
-    line = next(x.strip() for x in explanation_lines(e) if x.strip().startswith("weights held per GPU"))
+    line = next(x.strip() for x in explanation_lines(e) if x.strip().startswith("weights held by each GPU"))
     read, rest, held = (float(v) for v in re.findall(r"([\d.]+) GB", line)[:3])
     assert held == pytest.approx(read + rest, abs=0.002)
     assert rest == pytest.approx(128_256 * 4_096 * 2 / 1e9, abs=0.001)
+
+
+def test_weights_held_are_the_stage_the_step_reads_under_uneven_pipeline_stages():
+    # Llama-3.1-70B on 3 stages: 27 + 27 + 26 layers (the first stages take the extra). The slowest stage is the last
+    # (26 layers + the LM head, 46.60 GB, all read); the fullest GPU is the first (27 layers + the embedding table):
+    # the audit of 2026-12-05 found the line adding the last stage's reads to the first stage's holdings
+    e = estimate(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), Workload(pp=3, batch=12))
+    (line,) = _lines_starting(e, "weights held by a GPU of pipeline stage")
+    assert line.startswith("weights held by a GPU of pipeline stage 3 of 3: ") and "every one read" in line
+    held, fullest = (float(v) for v in re.findall(r"([\d.]+) GB", line))
+    layer = (8192 * (64 + 2 * 8) * 128 + 64 * 128 * 8192 + 3 * 8192 * 28_672 + 2 * 8192) * 2  # one layer, bf16
+    head = 128_256 * 8192 * 2  # the LM head (and, on stage 1, the embedding table: the same size)
+    assert held == pytest.approx((26 * layer + head + 8192 * 2) / 1e9, abs=0.005)  # + the final norm
+    assert fullest == pytest.approx((27 * layer + head) / 1e9, abs=0.005)
+    assert fullest == pytest.approx(e.memory.per_gpu.weights / 1e9, abs=0.005)
 
 
 def _lines_starting(e, prefix: str) -> list[str]:

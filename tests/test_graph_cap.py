@@ -12,7 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from tokcost.cli.app import main
+from tokcost.engine.estimate import estimate
+from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
 from tokcost.profiles import ENGINES, EngineProfile, load_engine
 
 SGLANG = load_engine("sglang")
@@ -49,6 +52,19 @@ def test_a_note_only_past_the_cap_and_only_where_a_cap_is_stated():
     assert SGLANG.graph_note(512, tp=4, **where) is None and SGLANG.graph_note(513, tp=4, **where) is not None
     stated = [n for n in ENGINES if load_engine(n).scheduler(tp=1, **where).graph_batch_cap is not None]
     assert stated == ["vllm", "sglang"]  # the engines whose default cap has a source here
+
+
+def test_each_data_parallel_rank_captures_its_own_share_of_the_batch():
+    # DP attention (SGLang --dp 8): every rank runs its own graphs on batch / dp sequences; the audit of 2026-12-05
+    # found the README's EP72 example (18,432 sequences, 256 a rank) warned against the whole pool's batch
+    h100 = load_gpu("h100-sxm")
+    where = {"gpu_name": h100.name, "memory_bytes": h100.memory_bytes, "tp": 1}
+    assert SGLANG.graph_note(2048, dp=8, **where) is None  # 256 a rank: captured
+    note = SGLANG.graph_note(2049, dp=8, **where)  # 257 on the busiest rank
+    assert note is not None and "257 per data-parallel rank" in note
+    model = load_model("qwen3-30b-a3b")  # DP attention: an MoE model, its experts over the DP group
+    e = estimate(model, h100, Workload(batch=2048, dp=8, ep=8, tp=1, output_tokens=2), engine=SGLANG)
+    assert not any("CUDA graphs capture" in w for w in e.warnings)
 
 
 @pytest.mark.parametrize(("era", "cap"), [("vllm", 512), ("vllm@v0", 256), ("vllm@enforce-eager", None)])

@@ -22,11 +22,13 @@ era. `generic` is the identity with no cost: the hardware alone.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcost.formats import get as get_format
+from tokcost.names import SpecName
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)
 # A share of what the hardware sustains for one kernel class: above 1 when an engine's kernel streams more than a
@@ -232,6 +234,10 @@ class EraFields(BaseModel):
     # TGI, TensorRT-LLM)
     one_host_thread: bool = False
     one_host_thread_source: str = Field(default="", max_length=2000)  # where that comes from
+    # the embedding table and LM head split by vocabulary over TP, their logits gathered for sampling
+    # (Layout.vocab_split); False: every rank holds and reads them whole (gpt-fast)
+    vocab_parallel: bool = True
+    vocab_parallel_source: str = Field(default="", max_length=2000)  # where that comes from
     request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission
     collective_overhead_us: CollectiveCosts = CollectiveCosts()
     # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP
@@ -307,7 +313,7 @@ class EraFields(BaseModel):
 class EngineProfile(EraFields):
     """One era of one serving engine, as the engine prices it (eras.resolve picks it from the engine's file)."""
 
-    name: str = Field(min_length=1, max_length=100)
+    name: SpecName = Field(min_length=1, max_length=100)
     era: str = Field(default="", max_length=100)
     source: str = Field(min_length=1, max_length=4000)
     fit: str = Field(default="", max_length=4000)  # how and on what it was fitted (digest of the rows)
@@ -320,16 +326,19 @@ class EngineProfile(EraFields):
         """'vllm@v1' (the name alone for a single-era engine such as generic)."""
         return f"{self.name}@{self.era}" if self.era else self.name
 
-    def graph_note(self, batch: float, *, gpu_name: str, memory_bytes: float, tp: int) -> str | None:
+    def graph_note(self, batch: float, *, gpu_name: str, memory_bytes: float, tp: int, dp: int = 1) -> str | None:
         """What the reader should know where `batch` decoding sequences pass the largest batch the era's CUDA graphs
-        capture by default on this GPU and TP: those steps run eager, which no price here includes."""
+        capture by default on this GPU and TP: those steps run eager, which no price here includes. Each of `dp`
+        data-parallel ranks runs its own graphs on its share of the batch."""
         cap = self.scheduler(gpu_name=gpu_name, memory_bytes=memory_bytes, tp=tp).graph_batch_cap
-        if cap is None or batch <= cap:
+        per_rank = math.ceil(batch / dp) if dp > 1 else batch
+        if cap is None or per_rank <= cap:
             return None
+        batch_text = f"{per_rank:,.0f} per data-parallel rank" if dp > 1 else f"{batch:,.0f}"
         remedy = (f"raise the cap to the batch ({self.graph_batch_flag})" if self.graph_batch_flag
                   else "no flag raises it, so keep the running batch under it")  # fmt: skip
         return (
-            f"{self.label}: a decode batch of {batch:,.0f} passes the {cap:,} sequences its CUDA graphs capture "
+            f"{self.label}: a decode batch of {batch_text} passes the {cap:,} sequences its CUDA graphs capture "
             "by default on this GPU and TP; past it each step runs eager, every kernel launched from the host, "
             f"which these figures do not price: {remedy}, or expect slower decode steps"
         )

@@ -13,6 +13,8 @@ each node over NVLink, then each GPU all-reduces its S/g share across nodes over
 All-to-all (expert dispatch and combine): a + V / B for the busiest rank's V bytes; a group that spans
 nodes sends the share (nodes - 1)/nodes of V over the network while the rest crosses NVLink.
 Point-to-point (pipeline stages): a + S / B.
+All-gather of S bytes in all (the LM head's logits, split by vocabulary over n ranks) on NCCL's ring, which vLLM's
+and TensorRT-LLM's gathers call: (n - 1) a + (n - 1)/n S / B, each rank receiving every other rank's share.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tokcost.engine.layout import Layout
 from tokcost.errors import UsageError
 from tokcost.hardware.spec import GpuSpec, Link
 
-Op = Literal["all-reduce", "all-to-all", "send/recv"]
+Op = Literal["all-reduce", "all-to-all", "all-gather", "send/recv"]
 LinkClass = Literal["nvlink", "pcie", "network"]  # what an engine's per-collective cost depends on
 
 
@@ -100,6 +102,12 @@ def alltoall_line(path: Path) -> Line:
     return Line("pairwise", path.latency_s, 1 / path.bytes_per_s, 1.0)
 
 
+def allgather_line(ranks: int, path: Path) -> Line:
+    """Every rank's share of S sent round a ring of n: n - 1 steps, each moving S / n per rank."""
+    n = ranks
+    return Line("ring", (n - 1) * path.latency_s, (n - 1) / n / path.bytes_per_s, (n - 1) / n)
+
+
 def sendrecv_line(path: Path) -> Line:
     """Activations handed from one pipeline stage to the next: a + S / B."""
     return Line("p2p", path.latency_s, 1 / path.bytes_per_s, 1.0)
@@ -109,6 +117,8 @@ def collective_lines(op: Op, ranks: int, path: Path) -> tuple[Line, ...]:
     """The algorithms a collective may use; the cheapest for its payload runs."""
     if op == "all-reduce":
         return allreduce_lines(ranks, path)
+    if op == "all-gather":
+        return (allgather_line(ranks, path),)
     return (alltoall_line(path),) if op == "all-to-all" else (sendrecv_line(path),)
 
 

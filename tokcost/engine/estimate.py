@@ -9,7 +9,7 @@ output token there is no decode step: TPOT is undefined (None), not zero.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tokcost.engine.band import band_of
@@ -119,6 +119,8 @@ def deployment(
     if problem:
         raise UsageError(problem)
     engine = engine.for_layout(layout.stage_gpus)  # a split stage may run as another era (llama.cpp's row split: eager)
+    if not engine.vocab_parallel:  # the era holds the embedding and LM head whole on every rank
+        layout = replace(layout, vocab_split=False)
     return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 
@@ -319,7 +321,7 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
         out.append(f"TP {d.layout.tp} exceeds {m.kv_heads} KV heads: each KV head is replicated on {replicas} GPUs")
     if d.layout.stage_gpus > 1 and d.engine.tensor_parallel_note:
         out.append(f"{d.engine.label}: {d.engine.tensor_parallel_note}")
-    graphs = d.engine.graph_note(wl.batch, gpu_name=g.name, memory_bytes=g.memory_bytes, tp=d.layout.tp)
+    graphs = d.engine.graph_note(wl.batch, gpu_name=g.name, memory_bytes=g.memory_bytes, tp=d.layout.tp, dp=d.layout.dp)
     if graphs:
         out.append(graphs)
     if g.sustained is None:  # expected rests on stated anchors, not on what this GPU was measured to sustain

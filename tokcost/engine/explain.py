@@ -78,6 +78,8 @@ def _stage_line(p: Priced, rates: Rates) -> str:
             inside = f"2 x {fmt.seconds(c.path.intra_latency_s)} + " if g > 1 else ""  # one GPU a node: no step
             one = (f"{inside}{2 * (nodes - 1)} x {lat} + 2 x {g - 1} / {g} x {size} / {intra_bw} + "
                    f"2 x {nodes - 1} / {nodes} x {size} / {g} / {bw}")  # fmt: skip
+        if c.op == "all-gather":  # collectives.allgather_line: n - 1 ring steps, each rank's share of S
+            one = f"{c.ranks - 1} x {lat} + {c.ranks - 1} / {c.ranks} x {size} / {bw}"
         if c.op == "all-to-all" and nodes > 1:  # collectives.alltoall_line: the off-node share and the rest at once
             one = f"{lat} + max({nodes - 1} / {nodes} x {size} / {bw}, 1 / {nodes} x {size} / {intra_bw})"
         return (
@@ -207,12 +209,19 @@ def _weights(e: Estimate, step: PassCost) -> Section:
     total = sum(p.stage.count * p.stage.weight_bytes for p in step.stages)
     parts = " + ".join(fmt.si(p.stage.count * p.stage.weight_bytes, "B") for p in step.stages if p.stage.weight_bytes)
     lines.append(f"weights one decode step reads per GPU: {parts} = {fmt.si(total, 'B')}")
-    held = e.memory.per_gpu.weights
-    if held > total:  # the memory table holds more than a step streams
+    times = step.stage_times_s
+    i = times.index(max(times)) if times else 0  # the step's kernels are its slowest stage's (PassCost.stages)
+    held = ReplicaMemory(e.model, e.gpu, e.precision, e.layout).weights[i]
+    where = f"a GPU of pipeline stage {i + 1} of {e.layout.pp}" if e.layout.pp > 1 else "each GPU"
+    fullest = "" if held == e.memory.per_gpu.weights else (
+        f"; the memory table's fullest GPU holds {fmt.si(e.memory.per_gpu.weights, 'B')}")  # fmt: skip
+    if held > total:  # the stage holds more than a step streams
         rest = fmt.si(held - total, "B")
-        lines.append(f"weights held per GPU (the memory table): {fmt.si(total, 'B')} read + {rest} not read = "
+        lines.append(f"weights held by {where}: {fmt.si(total, 'B')} read + {rest} not read = "
                      f"{fmt.si(held, 'B')} (not read by a step: the embedding table, looked up a row per "
-                     "token; for MoE, the experts no token in the step is routed to)")  # fmt: skip
+                     f"token; for MoE, the experts no token in the step is routed to){fullest}")  # fmt: skip
+    elif fullest:
+        lines.append(f"weights held by {where}: {fmt.si(held, 'B')}, every one read{fullest}")
     return "Weights read per decode step (busiest GPU)", lines
 
 
@@ -341,10 +350,11 @@ def _workspace_line(e: Estimate) -> str:
         why = "; and, flash attention off, one layer's fp32 scores of a 512-token micro-batch against the context"
     return (
         f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {PREFILL_CHUNK_TOKENS:,} tokens) x (4 x "
-        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,} / {lay.tp} x "
+        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,} x "
         f"{LOGIT_BYTES} B{scores} = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, "
-        f"at most {PREFILL_CHUNK_TOKENS:,} tokens: residual, normed input, q/k/v/out and the MLP's gate and up at "
-        f"{p.activation}; then the fp32 logits{why})"
+        f"at most {PREFILL_CHUNK_TOKENS:,} tokens: 4 of hidden size (residual, normed input, attention's input and "
+        f"output) and the MLP's gate and up, split over TP, at "
+        f"{p.activation}; then the fp32 logits of the whole vocabulary{why})"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Literal
 
+from tokcost.engine.collectives import Op
 from tokcost.engine.features import N
 from tokcost.formats import get as get_format
 
@@ -22,7 +23,6 @@ from tokcost.formats import get as get_format
 # cache writes, sampling; collective: communication between GPUs
 Kind = Literal["matmul", "experts", "attention", "attention_mla", "state", "memory", "collective"]
 KV_ATTENTION: tuple[Kind, ...] = ("attention", "attention_mla")  # the kinds that read a KV cache
-Op = Literal["all-reduce", "all-to-all", "send/recv"]
 FUSED_NORM = "RMSNorm fused into the next matmul's prologue: its weights, no pass of its own over activations"
 
 

@@ -36,11 +36,20 @@ class Layout:
     dp: int = 1
     gpus_per_node: int = 8
     redundant_experts: int = 0  # expert copies beyond the model's experts (EPLB), spread with them over the EP ranks
+    # the embedding table and LM head split by vocabulary over TP (vLLM's VocabParallelEmbedding and ParallelLMHead,
+    # TensorRT-LLM's, SGLang's); False: every rank holds and reads them whole (gpt-fast's apply_tp shards only the
+    # layers), and the logits need no gather (the engine profile's vocab_parallel)
+    vocab_split: bool = True
 
     @property
     def gpus(self) -> int:
         """GPUs of one replica: tp x pp x dp (expert parallelism reuses the tp x dp GPUs of a stage)."""
         return self.tp * self.pp * self.dp
+
+    @property
+    def vocab_tp(self) -> int:
+        """Ranks the embedding table and the LM head are split over: tp, or 1 where every rank holds them whole."""
+        return self.tp if self.vocab_split else 1
 
     @property
     def stage_gpus(self) -> int:

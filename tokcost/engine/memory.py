@@ -34,7 +34,8 @@ RESERVE_FRACTION = 0.10
 # Serving engines prefill in chunks (vLLM's max_num_batched_tokens); activations of at most this many
 # tokens are live at once.
 PREFILL_CHUNK_TOKENS = 8192
-# Logits are materialized in fp32 for sampling: 4 bytes per vocab entry per sequence.
+# Logits are materialized in fp32 for sampling, over the whole vocabulary on every rank once gathered (stages.py):
+# 4 bytes per vocab entry per sequence.
 LOGIT_BYTES = 4
 # Unfused attention (flash attention off) holds a micro-batch's fp32 scores against the whole context: llama.cpp's
 # -ub default is 512 query tokens (common/common.h n_ubatch), each score 4 bytes (its KQ tensor is F32)
@@ -96,7 +97,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
         else:
             layer += mlp_params_per_rank(model, kind.mlp, tp) * p.weight_bytes
         total += count * layer
-    table = model.vocab_size * h / tp * p.embedding_bytes
+    table = model.vocab_size * h / layout.vocab_tp * p.embedding_bytes
     if first:  # the embedding table; and a vision or audio tower, held where the prompt enters (never read by decode)
         total += table + model.encoder_params / tp * p.vector_bytes  # at the checkpoint's dtype, sharded as vLLM's ViTs
     if last:
@@ -189,7 +190,7 @@ class ReplicaMemory:
         seqs = math.ceil(batch / self.layout.dp)
         workspace = (
             min(seqs * prompt, PREFILL_CHUNK_TOKENS) * self.activation_bytes
-            + seqs * self.model.vocab_size / self.layout.tp * LOGIT_BYTES
+            + seqs * self.model.vocab_size * LOGIT_BYTES
             + self.score_buffer(seqs, prompt, tokens)
         )
         best = None

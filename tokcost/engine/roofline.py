@@ -9,7 +9,7 @@ unable to hide a memory-bound one: each runs on its own. Collectives run on the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
 from tokcost.engine.kernels import KV_ATTENTION
@@ -25,7 +25,7 @@ from tokcost.profiles import GENERIC, IDENTITY, CollectiveCosts, EngineProfile, 
 from tokcost.units import US
 
 NO_COLLECTIVE_COST = CollectiveCosts()
-ALL_OPS: frozenset[Op] = frozenset({"all-reduce", "all-to-all", "send/recv"})
+ALL_OPS: frozenset[Op] = frozenset(get_args(Op))
 OVERLAPPABLE: frozenset[Op] = frozenset({"all-to-all"})  # what an engine may hide behind compute (two-batch overlap)
 # "Expected": the share of a kernel's shorter roofline side that its longer does not hide (kernel_seconds). A stated
 # value, not a measurement: published rows whose kernels sit near the ridge (both sides within 3x) ran 30-40% slower

@@ -18,12 +18,12 @@ from tokcost.engine.blocks import BlockKind, stage_kinds
 from tokcost.engine.features import Features, FeatureSpace, N, Segment
 from tokcost.engine.kernels import Kind, Op, Stage, collective, matmul
 from tokcost.engine.layout import Layout, stage_layer_ranges
+from tokcost.engine.memory import LOGIT_BYTES  # logits are sampled in fp32
 from tokcost.engine.mixer_stages import mixer_stages
 from tokcost.engine.mlp_stages import mlp_stages
 from tokcost.engine.workload import Precision
 from tokcost.models.spec import ModelSpec
 
-LOGIT_BYTES = 4  # logits are sampled in fp32
 __all__ = ["Kind", "Op", "Segment", "Stage", "pass_stages", "pipeline_stages"]
 
 
@@ -37,9 +37,12 @@ def block_stages(
 
 
 def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) -> list[Stage[N]]:
-    """Final norm, LM head (vocab split tp-way) and sampling, for one row per sequence."""
-    h, v, tp, rows = model.hidden_size, model.vocab_size, layout.tp, f.logit_rows
-    return [
+    """Final norm, LM head (vocab split tp-way), the logits gathered whole, and sampling, for one row per sequence."""
+    h, v, tp, rows = model.hidden_size, model.vocab_size, layout.vocab_tp, f.logit_rows
+    # each TP rank holds the logits of its vocab slice; the sampler needs the whole vocabulary: vLLM's
+    # LogitsProcessor._gather_logits gathers them (tensor_model_parallel_gather, or all_gather), TensorRT-LLM's LM
+    # head is a ColumnLinear with gather_output; either way the receiving rank takes (n - 1)/n of rows x vocab
+    stages: list[Stage[N]] = [
         Stage(
             "final norm",
             "",
@@ -62,17 +65,25 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) 
             0.0,
             note=f"vocab x hidden, at {p.embedding}; logits only for each sequence's last token",
         ),
-        Stage(
+    ]
+    if tp > 1:
+        note = "each rank's vocab slice of the logits, gathered whole for sampling"
+        stages.append(
+            collective("logits all-gather", "", 1, "all-gather", rows * v * p.activation_bytes, tp, note=note)
+        )
+    stages.append(
+        Stage(  # over the whole vocabulary on every rank, after the gather
             "sampling",
             "",
             "memory",
             1,
-            flops=5 * rows * v / tp,
-            bytes_read=rows * v / tp * LOGIT_BYTES,
-            bytes_written=rows * v / tp * LOGIT_BYTES,
+            flops=5 * rows * v,
+            bytes_read=rows * v * LOGIT_BYTES,
+            bytes_written=rows * v * LOGIT_BYTES,
             note="logits written in fp32, then softmax / top-k over the vocabulary",
-        ),
-    ]
+        )
+    )
+    return stages
 
 
 def embedding_stage(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) -> Stage[N]:
@@ -83,9 +94,9 @@ def embedding_stage(model: ModelSpec, p: Precision, layout: Layout, f: Features[
         "",
         "memory",
         1,
-        bytes_read=f.embedding_rows * h * p.embedding_bytes / layout.tp,
+        bytes_read=f.embedding_rows * h * p.embedding_bytes / layout.vocab_tp,
         bytes_written=f.tokens_dp * h * p.activation_bytes,
-        note="one row per token, vocab split tp-way",
+        note="one row per token, vocab split tp-way" if layout.vocab_tp > 1 else "one row per token",
     )
 
 
