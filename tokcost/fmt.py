@@ -68,8 +68,13 @@ def joules(value: float | None) -> str:
 
 
 def usd(value: float | None) -> str:
-    """Dollars, or n/a without a price."""
-    return "n/a" if value is None else f"${printable(value, 'a cost'):,.3f}"
+    """Dollars to a tenth of a cent, and to 3 significant digits below 10 cents ($0.00632, not $0.006); n/a without
+    a price."""
+    if value is None:
+        return "n/a"
+    v = printable(value, "a cost")
+    decimals = 3 if v == 0 or abs(v) >= 0.1 else 2 - math.floor(math.log10(abs(v)))
+    return f"${v:,.{decimals}f}"
 
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))

@@ -176,6 +176,19 @@ def band_spans(e: Estimate) -> dict[str, str]:
     return out
 
 
+def _costs(e: Estimate) -> list[list[str]]:
+    """$ and J per token, ceiling and expected; none where the deployment does not fit (as compare and sweep)."""
+    c, x = e.ceiling, e.expected
+    rows = [
+        ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens), ""],
+        ["$/1M output tokens", fmt.usd(c.usd_per_million_output_tokens), fmt.usd(x.usd_per_million_output_tokens), ""],
+        ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token), ""],
+    ]  # fmt: skip
+    if not e.memory.fits:
+        return [[name, "does not fit", "does not fit", ""] for name, *_ in rows]
+    return rows
+
+
 def estimate_tables(e: Estimate) -> list[Table]:
     """Performance (ceiling vs expected), memory of the fullest GPU, and the decode step's breakdown."""
     wl, p, c, x, mem, lay = e.workload, e.precision, e.ceiling, e.expected, e.memory, e.layout
@@ -207,14 +220,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
             ["tokens/s per sequence", *per_seq, ""],
             ["prefill bound", c.prefill_bound, x.prefill_bound, ""],
             ["decode bound", c.decode_bound or "n/a", x.decode_bound or "n/a", ""],
-            ["$/1M input tokens", fmt.usd(c.usd_per_million_input_tokens), fmt.usd(x.usd_per_million_input_tokens), ""],
-            [
-                "$/1M output tokens",
-                fmt.usd(c.usd_per_million_output_tokens),
-                fmt.usd(x.usd_per_million_output_tokens),
-                "",
-            ],
-            ["J/output token (TDP)", fmt.joules(c.joules_per_output_token), fmt.joules(x.joules_per_output_token), ""],
+            *_costs(e),
         ],  # fmt: skip
         notes=[
             bottleneck(e),

@@ -47,7 +47,8 @@ def _pass(cost: PassCost | None) -> dict[str, Any] | None:
     }
 
 
-def _scenario(s: Scenario, provenance: str | None = None) -> dict[str, Any]:
+def _scenario(s: Scenario, fits: bool, provenance: str | None = None) -> dict[str, Any]:
+    """One scenario's figures; no cost where the deployment does not fit in memory (as compare and sweep)."""
     out: dict[str, Any] = {
         "ttft_s": s.ttft_s,
         "tpot_s": s.tpot_s,
@@ -55,9 +56,9 @@ def _scenario(s: Scenario, provenance: str | None = None) -> dict[str, Any]:
         "decode_tokens_per_s": s.decode_tokens_per_s,
         "prefill_bound": s.prefill_bound,
         "decode_bound": s.decode_bound,
-        "usd_per_million_input_tokens": s.usd_per_million_input_tokens,
-        "usd_per_million_output_tokens": s.usd_per_million_output_tokens,
-        "joules_per_output_token": s.joules_per_output_token,
+        "usd_per_million_input_tokens": s.usd_per_million_input_tokens if fits else None,
+        "usd_per_million_output_tokens": s.usd_per_million_output_tokens if fits else None,
+        "joules_per_output_token": s.joules_per_output_token if fits else None,
         "prefill": _pass(s.prefill),
         "decode_step": _pass(s.decode_step),
     }
@@ -126,9 +127,9 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
         "critical_batch_kv": e.critical_batch_kv,
         "bottleneck": bottleneck(e),
         "warnings": list(e.warnings),
-        "ceiling": _scenario(e.ceiling),
+        "ceiling": _scenario(e.ceiling, mem.fits),
         "expected": {
-            **_scenario(e.expected, e.gpu.expected_provenance),
+            **_scenario(e.expected, mem.fits, e.gpu.expected_provenance),
             "engine": e.deployment.engine.label,
             "band": band_dict(e),
         },

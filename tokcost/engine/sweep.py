@@ -117,6 +117,7 @@ def iter_sweep(
             ttft = ttft_seconds(on_expected, expected, batch=batch, cached=prefix, computed=computed)
             ceiling_ttft = ttft_seconds(on_ceiling, ceiling, batch=batch, cached=prefix, computed=computed)
             used = memory.gpu_bytes(batch, computed, total, prefix)
+            fits = used.total <= gpu.memory_bytes
             yield SweepPoint(
                 model=model.name,
                 gpu=gpu.name,
@@ -137,13 +138,16 @@ def iter_sweep(
                 ceiling_tpot_s=ceiling_tpot,
                 ceiling_decode_tokens_per_s=batch / ceiling_tpot,
                 # input tokens priced by prefill time, output tokens by decode time, as estimate prices them
-                usd_per_million_input_tokens=usd_per_million_tokens(price, gpus, ttft, batch * prompt),
-                usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, batch),
+                # no cost for a point memory cannot hold (as estimate and compare)
+                usd_per_million_input_tokens=usd_per_million_tokens(price, gpus, ttft, batch * prompt)
+                if fits
+                else None,
+                usd_per_million_output_tokens=usd_per_million_tokens(price, gpus, tpot, batch) if fits else None,
                 used_bytes_per_gpu=round(used.total),
                 kv_cache_bytes_per_gpu=round(used.kv),
                 state_bytes_per_gpu=round(used.state),
                 capacity_bytes_per_gpu=capacity,
-                fits=used.total <= gpu.memory_bytes,
+                fits=fits,
                 max_batch=max_batch,
                 critical_batch_compute=compute,
                 critical_batch_kv=kv,
@@ -182,5 +186,5 @@ def sweep_warnings(
     for prompt in prompts:
         out += deployment_warnings(d, _workload(base, prompt_tokens=prompt, batch=1), None)
     graphs = engine.graph_note(max(batches), gpu_name=gpu.name, memory_bytes=gpu.memory_bytes,
-                               tp=d.layout.tp) if batches else None  # fmt: skip
+                               tp=d.layout.tp, dp=d.layout.dp) if batches else None  # fmt: skip
     return list(dict.fromkeys(out + ([graphs] if graphs else [])))

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tokcost.hardware.sustained import ANCHOR_COPY, ANCHOR_GEMM, Sustained, anchored
+from tokcost.names import SpecName
 from tokcost.units import COMPUTE_DTYPES, GB, MIB, TFLOPS, US
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)  # strict: no bool as a number
@@ -47,7 +48,7 @@ class Link(BaseModel):
 
     model_config = _FROZEN
 
-    name: str = Field(default="", max_length=200)
+    name: SpecName = Field(default="", max_length=200)
     # the link's class sets how collectives run on it (collectives.link_class): an NVLink/xGMI fabric, PCIe, or a
     # network; a kind outside these (a capital letter, a typo) would silently run as NVLink, so it is refused
     kind: str = Field(max_length=100, pattern=r"^(nvlink\d*|nvlink-bridge|xgmi|pcie\d+|infiniband|roce|ethernet)$")
@@ -106,7 +107,7 @@ class GpuSpec(BaseModel):
 
     model_config = _FROZEN
 
-    name: str = Field(min_length=1, max_length=200)
+    name: SpecName = Field(min_length=1, max_length=200)
     source: str = Field(min_length=1, max_length=4000)
     # CUDA (NVIDIA) or ROCm (AMD): engines ship different kernels per platform (hipBLASLt, RCCL, triton attention),
     # and an engine profile states its gap on a platform apart from the hardware's own sustained shares
@@ -259,13 +260,14 @@ class GpuSpec(BaseModel):
             return (f"anchor: no sustained block, so copy {ANCHOR_COPY:g} and GEMM {ANCHOR_GEMM:g} of the datasheet "
                     f"are assumed{ignored}")  # fmt: skip
         h = self.sustained
-        gemm = h.gemm_for("bf16") or next(iter(h.gemm.values()))
+        key = next((k for k in ("bf16", "fp16") if k in h.gemm), next(iter(h.gemm)))  # named: fp16's may differ
+        gemm = h.gemm[key]
         bases = {h.copy_bandwidth.basis, gemm.basis}
         basis = bases.pop() if len(bases) == 1 else "measured and anchor"
         loop = ("; its achievable: block (a measure loop's stream share and step overhead) prices tokcost measure's "
                 "calibrated prediction, not this" if "achievable" in self.model_fields_set else "")  # fmt: skip
         return (
-            f"{basis}: copy {h.copy_bandwidth.fraction:g} ({h.copy_bandwidth.basis}), 16-bit GEMM "
+            f"{basis}: copy {h.copy_bandwidth.fraction:g} ({h.copy_bandwidth.basis}), {key} GEMM "
             f"{gemm.fraction:g} ({gemm.basis}) of the datasheet (the sustained block's sources){loop}"
         )
 

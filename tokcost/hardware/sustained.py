@@ -23,6 +23,16 @@ SIXTEEN_BIT_PARTNER = {"bf16": "fp16", "fp16": "bf16"}
 SHORT_SOURCE_CHARS = 100  # what `provenance` keeps of a source: its first clause, clipped
 
 
+def _first_clause(text: str) -> str:
+    """Text up to its first '; ' outside parentheses (a clause cut inside '(read + write; ...)' would leave it open)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth <= 0 and text.startswith("; ", i):
+            return text[:i]
+    return text
+
+
 class _Sourced(BaseModel):
     """A figure with its basis and source (each subclass declares `basis` and `source` among its own fields, in
     the order a spec writes them): the source may not be blank, and --explain prints its provenance."""
@@ -43,7 +53,7 @@ class _Sourced(BaseModel):
     def provenance(self) -> str:
         """'<basis>: <the source's first clause, clipped>' (an anchor's 'assumption: ' dropped: the basis says it),
         for --explain."""
-        first = self.source.split("; ")[0].strip().removeprefix("assumption: ")
+        first = _first_clause(self.source).strip().removeprefix("assumption: ")
         if len(first) > SHORT_SOURCE_CHARS:
             first = first[: SHORT_SOURCE_CHARS - 3].rstrip() + "..."
         return f"{self.basis}: {first}"
