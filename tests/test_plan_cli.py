@@ -186,7 +186,7 @@ def test_table_markdown_and_csv(cli):
     table = cli(*BASE, "--rate", "20", *SLOS)
     assert table.exit_code == 0, table.stderr
     assert "Cheapest fleets that meet every SLO (expected)" in table.stdout
-    assert "The same under ceiling" in table.stdout and "GPUs needed as the load changes" in table.stdout
+    assert "The same fleets under ceiling" in table.stdout and "GPUs needed as the load changes" in table.stdout
     assert "no price" not in table.stderr and "warning" not in table.stdout
     md = cli(*BASE, "--rate", "20", *SLOS, "--format", "markdown", "--explain")
     assert md.exit_code == 0 and "| # |" in md.stdout and "## How this plan is derived" in md.stdout

@@ -278,6 +278,23 @@ def test_commands_without_plot_never_import_matplotlib():
     assert json.loads(out.stdout) == []
 
 
+def test_plan_figure_labels_a_dense_cluster_without_one_label_on_another():
+    # the headline plan's TTFT panel (the audit of 2026-12-05): labels placed by an estimate of the panel, with the
+    # SLO line's room left out of the x axis, were drawn on each other and beside the wrong dots
+    ttft_cost = [(190, 72.0), (250, 72.0), (197, 62.0), (258, 62.0), (200, 47.0), (280, 38.0), (420, 64.0),
+                 (430, 130.0), (470, 37.0), (850, 62.0), (670, 3000.0), (680, 1500.0)]  # fmt: skip
+    points = [FrontierPoint(f"gpu{i} TP{2 ** (i % 4)} bf16", cost, 0.04, ms / 1e3, chosen=i == 5)
+              for i, (ms, cost) in enumerate(ttft_cost)]  # fmt: skip
+    figure = plots.plan_figure(points, slos={"ttft": 1.0})
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    ttft = figure.axes[1]
+    boxes = [t.get_window_extent(renderer) for t in ttft.texts]
+    assert len(boxes) == len(points)
+    overlaps = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+    assert overlaps == []
+
+
 def test_plan_figure_labels_every_point_and_ticks_a_wide_cost_axis_in_dollars():
     # 22 configurations from $28 to $800 an hour: 12 were labelled (a frontier point among the rest), and the log
     # axis had one tick ($100)

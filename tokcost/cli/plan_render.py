@@ -207,7 +207,8 @@ def plan_tables(result: Plan, top: int) -> list[Table]:
     if len(result.space.gpus) > 1:
         tables.append(best_per_gpu(result))
     if passing:
-        ceiling = Table("The same under ceiling (datasheet peaks, no overhead): the fewest GPUs physics allows",
+        ceiling = Table("The same fleets under ceiling (datasheet peaks, no overhead), numbered as above: the "
+                        "fewest GPUs physics allows each",
                         ["#", "fleet", "GPUs", "$/hour", "binding", "replicas", "goodput / replica"])  # fmt: skip
         for i, row in enumerate(passing, 1):
             c = row.ceiling

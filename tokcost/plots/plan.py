@@ -12,7 +12,7 @@ on that axis is a dashed line.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,17 @@ if TYPE_CHECKING:
 
 MS = 1e3
 # where a point's label may sit, in points from it (x, y, horizontal alignment), tried in this order
-LABEL_SPOTS = ((4, 3, "left"), (-4, -9, "right"), (4, -9, "left"), (-4, 3, "right"))
+LABEL_SPOTS = (
+    (4, 3, "left"),
+    (-4, -9, "right"),
+    (4, -9, "left"),
+    (-4, 3, "right"),
+    (4, 11, "left"),
+    (-4, -17, "right"),
+    (4, -17, "left"),
+    (-4, 11, "right"),
+)  # a line farther out last
+LABEL_POINTS = 6.5  # a point label's font size
 CHAR_W, LINE_H = 0.0105, 0.026  # a 6.5-point character's width and a line's height, as shares of a panel's axes
 LABELLED = 30  # a plan of up to this many points labels every one; a bigger one this many (the frontier always)
 DOT = 0.006  # half a marker's width, as a share of a panel
@@ -79,12 +89,25 @@ def _usable(points: Sequence[FrontierPoint], attr: str) -> list[tuple[FrontierPo
 Box = tuple[float, float, float, float]  # left, bottom, right, top, in shares of a panel's axes
 
 
-def _box(u: float, v: float, width: float, spot: tuple[int, int, str]) -> Box:
-    """A label's box at a point (u, v) placed at `spot` (points of offset: 1 point is about 0.002 of a panel)."""
+@dataclass(frozen=True)
+class Geometry:
+    """A panel's scale for placing labels, in shares of its axes: where a data point sits, a typographic point's
+    width and height, a label's width and a line's height. The default is an estimate for the plan figure's panels;
+    draw_panel measures its own panel with matplotlib's renderer once the layout is done."""
+
+    point_u: float = 0.002
+    point_v: float = 0.002
+    line_h: float = LINE_H
+    where: Callable[[float, float], tuple[float, float]] | None = None  # data -> axes shares (None: 5% margins)
+    width: Callable[[str], float] = lambda text: CHAR_W * len(text)
+
+
+def _box(u: float, v: float, width: float, spot: tuple[int, int, str], g: Geometry) -> Box:
+    """A label's box at a point (u, v) placed at `spot` (points of offset)."""
     dx, dy, align = spot
-    left = u + dx * 0.002 - (width if align == "right" else 0.0)
-    bottom = v + dy * 0.002
-    return left, bottom, left + width, bottom + LINE_H
+    left = u + dx * g.point_u - (width if align == "right" else 0.0)
+    bottom = v + dy * g.point_v
+    return left, bottom, left + width, bottom + g.line_h
 
 
 def _overlap(box: Box, placed: Sequence[Box]) -> float:
@@ -94,7 +117,10 @@ def _overlap(box: Box, placed: Sequence[Box]) -> float:
 
 
 def label_spots(
-    usable: Sequence[tuple[FrontierPoint, float, float]], edge: set[tuple[float, float]], log_y: bool
+    usable: Sequence[tuple[FrontierPoint, float, float]],
+    edge: set[tuple[float, float]],
+    log_y: bool,
+    geometry: Geometry | None = None,
 ) -> list[tuple[FrontierPoint, float, float, tuple[int, int, str]]]:
     """The points labelled and where each label sits: the frontier's and the chosen point's first, then the rest
     cheapest first, each at the first of LABEL_SPOTS whose box stays inside the panel and overlaps no dot and no
@@ -110,7 +136,11 @@ def label_spots(
     y0, yw = min(ys), (max(ys) - min(ys)) or 1.0
     every = len(usable) <= LABELLED
 
+    g = geometry or Geometry()
+
     def spot(x: float, y: float) -> tuple[float, float]:  # a point's place in the panel
+        if g.where is not None:
+            return g.where(x, y)
         return 0.05 + 0.9 * (x - x0) / xw, 0.05 + 0.9 * ((math.log(y) if log_y else y) - y0) / yw
 
     # every dot is in the way too, as a small box around it (a 5-point marker)
@@ -121,8 +151,10 @@ def label_spots(
         if not must and len(out) >= LABELLED:
             break
         u, v = spot(x, y)
-        boxes = [_box(u, v, CHAR_W * len(p.label), spot) for spot in LABEL_SPOTS]
-        inside = [i for i, b in enumerate(boxes) if b[0] >= 0 and b[2] <= 1 and b[1] >= 0 and b[3] <= 1] or [0, 1, 2, 3]
+        boxes = [_box(u, v, g.width(p.label), spot, g) for spot in LABEL_SPOTS]
+        inside = [i for i, b in enumerate(boxes) if b[0] >= 0 and b[2] <= 1 and b[1] >= 0 and b[3] <= 1] or list(
+            range(4)
+        )
         shared = {i: _overlap(boxes[i], placed) for i in inside}
         best = min(inside, key=lambda i: (shared[i] > 0, shared[i]))  # the first free spot, else the least overlap
         if shared[best] > 0 and not must:
@@ -133,8 +165,8 @@ def label_spots(
 
 
 def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, slo_s: float | None = None) -> None:
-    """Every configuration as a labelled dot (grey: misses an SLO), the frontier as a line, the chosen one as a
-    star, the SLO as a dashed line."""
+    """Every configuration as a dot (grey: misses an SLO; label_panel labels them once the figure is laid out), the
+    frontier as a line, the chosen one as a star, the SLO as a dashed line."""
     from matplotlib.ticker import (  # noqa: PLC0415  only when drawing
         FuncFormatter,
         LogLocator,
@@ -153,9 +185,6 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
     if edge:
         ax.plot([x for x, _ in edge], [y for _, y in edge], color="tab:blue", lw=1.2, label="Pareto frontier")
     log_y = bool(usable) and all(y > 0 for _, _, y in usable)
-    for p, x, y, (dx, dy, align) in label_spots(usable, set(edge), log_y):
-        ax.annotate(p.label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6.5, color="0.25",
-                    ha=align)  # fmt: skip
     for p, x, y in usable:
         if p.chosen:
             ax.plot([x], [y], marker="*", ms=16, color="tab:orange", mec="black", ls="none", label=f"chosen: {p.label}")
@@ -189,6 +218,39 @@ def draw_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str, what: str, 
     ax.grid(True, alpha=0.25)
 
 
+def measured(ax: Axes) -> Geometry:
+    """The panel's own geometry, from matplotlib's renderer: where each data point lands (the axes' limits, the SLO
+    line's included, and their scale), a point's size and each label's width against the panel's. The audit of
+    2026-12-05 found labels from the estimate drawn on each other and beside the wrong dots."""
+    renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    panel = ax.get_window_extent(renderer)
+    to_axes = ax.transAxes.inverted()
+
+    def where(x: float, y: float) -> tuple[float, float]:
+        u, v = to_axes.transform(ax.transData.transform((x, y)))
+        return float(u), float(v)
+
+    def extent(text: str) -> tuple[float, float]:
+        probe = ax.text(0, 0, text, fontsize=LABEL_POINTS)
+        box = probe.get_window_extent(renderer)
+        probe.remove()
+        return box.width / panel.width, box.height / panel.height
+
+    point = ax.figure.dpi / 72  # pixels per typographic point
+    return Geometry(point / panel.width, point / panel.height, extent("Ag")[1], where, lambda text: extent(text)[0])
+
+
+def label_panel(ax: Axes, points: Sequence[FrontierPoint], attr: str) -> None:
+    """Each point's label on a drawn panel, clear of the dots and of each other at the panel's measured geometry
+    (call once the figure's layout is done)."""
+    usable = _usable(points, attr)
+    edge = frontier([(x, y) for p, x, y in usable if p.meets_slo])
+    log_y = bool(usable) and all(y > 0 for _, _, y in usable)
+    for p, x, y, (dx, dy, align) in label_spots(usable, set(edge), log_y, measured(ax)):
+        ax.annotate(p.label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_POINTS,
+                    color="0.25", ha=align)  # fmt: skip
+
+
 def _thousands(label: str) -> str:
     """A tick's label with its whole part grouped by thousands (14000 -> 14,000; 192.5 and -0.5 as they are)."""
     whole, dot, rest = label.partition(".")
@@ -207,6 +269,12 @@ def plan_figure(points: Sequence[FrontierPoint], heading: str = "", slos: Mappin
             ax.legend(fontsize=8, frameon=False)
     fig.suptitle(heading or "Configurations searched: the fleet's cost against tail latency", fontsize=9, x=0.01,
                  ha="left")  # fmt: skip
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415  only when drawing
+
+    FigureCanvasAgg(fig)  # a renderer to measure labels with (savefig still picks its own by the file's format)
+    fig.draw_without_rendering()  # the constrained layout first: the panels' final sizes
+    label_panel(tpot, points, "tpot_p90_s")
+    label_panel(ttft, points, "ttft_p90_s")
     return fig
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tokcost.engine.band import band_of, time_band
 from tokcost.serving.fleet import Fleet
-from tokcost.serving.search import Plan, Row, precision_parts
+from tokcost.serving.search import Plan, Row, experts_format, precision_parts
 from tokcost.serving.traffic import Traffic
 
 SCHEMA_VERSION = 2
@@ -33,9 +33,9 @@ SCENARIO_KEYS = (
     "usd_per_million_input_tokens", "usd_per_million_output_tokens", "binding",
 )  # fmt: skip
 CONFIG_KEYS = (
-    "mode", "gpu", "layout", "tp", "prefill_tp", "weights", "kv_dtype", "compute_dtype", "chunk_tokens",
-    "chunk_source", "max_running", "max_running_source", "prefill", "prefill_source", "request_overhead_s", "pareto",
-    "expected", "ceiling", "simulated",
+    "mode", "gpu", "layout", "tp", "prefill_tp", "weights", "experts_dtype", "kv_dtype", "compute_dtype",
+    "chunk_tokens", "chunk_source", "max_running", "max_running_source", "prefill", "prefill_source",
+    "request_overhead_s", "pareto", "expected", "ceiling", "simulated",
 )  # fmt: skip
 
 
@@ -65,6 +65,7 @@ def config_dict(row: Row) -> dict[str, Any]:
         "tp": row.deployment.layout.tp,
         "prefill_tp": row.prefill_layout.tp if row.prefill_layout else None,
         "weights": weights,
+        "experts_dtype": experts_format(row),  # null: the experts are stored as the other weights
         "kv_dtype": kv,
         "compute_dtype": compute,
         "chunk_tokens": row.chunk,

@@ -127,7 +127,22 @@ def short_label(row: Row) -> str:
     """'h100-sxm TP4 fp8': GPU, layout and weights (the plot's and the narrow table's name for a row)."""
     d = row.deployment
     layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
-    return f"{d.gpu.name} {layout} {precision_parts(row)[0] or 'default'}"
+    return f"{d.gpu.name} {layout} {weights_label(row)}"
+
+
+def experts_format(row: Row) -> str | None:
+    """The routed experts' format where it differs from the other weights' (gpt-oss: MXFP4 experts beside bf16
+    attention), as the engine resolved it; None otherwise or before sizing."""
+    if row.replica is None:
+        return None
+    p = row.replica.steps.deployment.precision(row.replica.steps.model)
+    return p.experts if p.experts != p.weights else None
+
+
+def weights_label(row: Row) -> str:
+    """'bf16', or 'bf16+fp4 experts' where the experts are stored apart: one label, one configuration."""
+    weights, experts = precision_parts(row)[0] or "default", experts_format(row)
+    return f"{weights}+{experts} experts" if experts else weights
 
 
 def row_label(row: Row) -> str:
@@ -148,4 +163,5 @@ def precision_parts(row: Row) -> tuple[str | None, str | None, str | None]:
 
 def precision_label(row: Row) -> str:
     """weights/kv/compute, e.g. 'fp8/bf16/fp8' ('default' where unresolved)."""
-    return "/".join(x or "default" for x in precision_parts(row))
+    _, kv, compute = precision_parts(row)
+    return "/".join([weights_label(row), kv or "default", compute or "default"])

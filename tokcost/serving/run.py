@@ -72,6 +72,9 @@ def scheduler_warnings(result: Plan) -> list[str]:
     top = next((row for row in result.rows if row.expected.meets_slo), None)
     if top is None or top.choice is None or not top.expected.binding.startswith("running cap"):
         return []
+    if top.choice.max_running_source == "--max-running":  # the user's own cap, not the engine's default
+        return [f"{search.row_label(top)}: the --max-running cap of {top.choice.max_running:,} running sequences "
+                "binds (more users only queue for admission); a larger one raises it where memory allows"]  # fmt: skip
     return [f"{search.row_label(top)}: the engine's cap of {top.choice.max_running:,} running sequences binds "
             "(more users only queue for admission); --max-running raises it where memory allows"]  # fmt: skip
 
@@ -99,7 +102,9 @@ def graph_warnings(result: Plan) -> list[str]:
     if top is None or point is None:
         return []
     d = top.deployment
-    note = d.engine.graph_note(point.batch, gpu_name=d.gpu.name, memory_bytes=d.gpu.memory_bytes, tp=d.layout.tp)
+    note = d.engine.graph_note(
+        point.batch, gpu_name=d.gpu.name, memory_bytes=d.gpu.memory_bytes, tp=d.layout.tp, dp=d.layout.dp
+    )
     return [f"{search.row_label(top)}: {note}"] if note else []
 
 

@@ -45,6 +45,7 @@ from tokcost.serving.rows import (
     Plan,
     Row,
     Space,
+    experts_format,
     precision_label,
     precision_parts,
     row_label,
@@ -55,7 +56,8 @@ from tokcost.serving.steps import Deployment, replica_kv_tokens
 from tokcost.serving.traffic import Slo, Traffic
 
 __all__ = [  # what callers import from here: the search, and the rows' types and labels it returns
-    "DEFAULT_CHUNKS", "Choice", "Mode", "Plan", "Row", "Space", "plan", "precision_label", "precision_parts",
+    "DEFAULT_CHUNKS", "Choice", "Mode", "Plan", "Row", "Space", "experts_format", "plan", "precision_label",
+    "precision_parts",
     "primary_cost", "row_label", "scheduler_choice", "short_label",
 ]  # fmt: skip
 
