@@ -214,6 +214,59 @@ def test_a_full_stdout_is_one_line_not_a_traceback():
     assert (r.returncode, r.stderr) == (2, "error: output: No space left on device\n")
 
 
+def _closed(fd: int) -> None:  # in the child before exec: the descriptor a shell's `>&-` closes
+    os.close(fd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "fd", "code", "message"),
+    [
+        (("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"), 1, 2, "error: output: stdout is closed\n"),
+        (("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "csv"), 1, 2, "error: output: stdout is closed\n"),
+        (("estimate", "-m", "no-such-model", "-g", "h100-sxm"), 2, 2, None),  # the line goes nowhere; the code stays
+        (("estimate", "-m", "llama-3.1-405b", "-g", "l4", "-f", "json"), 2, 0, None),  # only a warning: still 0
+    ],
+)  # fmt: skip
+def test_a_closed_stdout_or_stderr_keeps_the_exit_code_and_no_traceback(args, fd, code, message):
+    # the audit of 2026-12-05: `>&-` gave an AttributeError traceback (exit 1), `2>&-` exit 1 for any message
+    pipes = {"stderr": subprocess.PIPE} if fd == 1 else {"stdout": subprocess.PIPE}  # the other one is closed
+    r = _run(*args, preexec_fn=lambda: _closed(fd), **pipes)
+    assert r.returncode == code
+    if message is not None:
+        assert r.stderr == message
+
+
+@pytest.mark.parametrize("name", ["evil\nlayers: 1", "a\x1b[31mred", "tab\there"])
+@pytest.mark.parametrize(("kind", "spec"), [("model", "llama-3.1-8b"), ("gpu", "h100-sxm")])
+def test_a_spec_name_with_a_control_character_is_refused(cli, tmp_path, kind, spec, name):
+    # the audit of 2026-12-05: `specs validate` took it, and `specs show -f yaml` then wrote a header comment whose
+    # newline made a second `layers:` key (an escape reached the terminal)
+    shown = cli("specs", "show", spec, "-f", "yaml")
+    assert shown.exit_code == 0
+    data = yaml.safe_load(shown.stdout)
+    data["name"] = name
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = cli("specs", "validate", str(path))
+    assert r.exit_code == 2 and "name: a name is one line of printable text" in r.stdout  # validate's one line
+    assert len(r.stdout.strip().splitlines()) == 1
+
+
+def test_a_flat_engine_file_is_told_about_its_own_keys(cli, tmp_path):
+    # `specs show vllm -f yaml` writes one era's keys at the top (no `eras:`); the audit of 2026-12-05 found its errors
+    # named `eras.main.step_overhead_us`, a key the file does not have
+    data = yaml.safe_load(cli("specs", "show", "vllm", "-f", "yaml").stdout)
+    assert "eras" not in data and "step_overhead_us" in data
+    data["step_overhead_us"] = -1
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = cli("specs", "validate", str(path))
+    assert (
+        r.exit_code == 2 and f"{path}: step_overhead_us: must be a number from 0" in r.stdout and "eras" not in r.stdout
+    )
+
+
 # ---- specs import: a folder's name never breaks the YAML it writes (class 9) ----
 
 

@@ -248,6 +248,29 @@ def test_new_dtype_key_and_torch_prefix_are_read():
     assert fp32.dtype == "bf16" and "stored at fp32, priced at 16 bits" in fp32.notes
 
 
+@pytest.mark.parametrize("value", ["\n", 1, "LlamaForCausalLM", {"a": 1}])
+def test_architectures_that_is_not_a_list_of_names_is_one_line(value):
+    # hypothesis found `architectures: 1` raising a TypeError and `"\n"` read letter by letter into a two-line error
+    cfg = {**json.loads((HF / "llama.json").read_text()), "architectures": value}
+    with pytest.raises(SpecError) as caught:
+        from_hf_config(cfg, "c.json")
+    assert str(caught.value).startswith("c.json: architectures: a list of class names") and "\n" not in str(
+        caught.value
+    )
+
+
+def test_a_config_without_torch_dtype_is_priced_at_bf16_and_says_so():
+    # the audit of 2026-12-05: a missing torch_dtype became bf16 with no note, where a missing shape key is noted
+    cfg = json.loads((HF / "llama.json").read_text())
+    cfg.pop("torch_dtype", None)
+    cfg.pop("dtype", None)
+    spec = from_hf_config(cfg, "c.json")
+    assert spec.dtype == "bf16" and "no torch_dtype: priced at bf16" in spec.notes
+    cfg["quantization_config"] = {"quant_method": "fp8", "modules_to_not_convert": ["model.layers.0.self_attn.q_proj"]}
+    notes = from_hf_config(cfg, "c.json").notes  # both said, one after the other
+    assert "no torch_dtype: priced at bf16" in notes and "keeps 1 module(s) unquantized" in notes
+
+
 def test_modules_left_unquantized_are_named_in_the_notes():
     quant = {"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head", "model.layers.0.self_attn.q_proj"]}
     cfg = {**json.loads((QUANT / "fbgemm_fp8.json").read_text()), "quantization_config": quant}

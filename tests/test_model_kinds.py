@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -165,6 +166,20 @@ def test_measure_refuses_what_its_torch_decoder_cannot_build_in_one_line(cli):
     r = cli("measure", "-m", "llama-4-scout", "--layers", "4", "--device", "cpu", "--prompt", "8", "--output", "2")
     assert r.exit_code == 2 and "llama-4-scout: tokcost measure cannot build chunked-attention layers" in r.stderr
     assert load_model("llama-4-scout").sliding_window is None  # the model itself reads as before
+
+
+def test_measure_refuses_an_odd_rotary_width_before_torch_loads(cli, tmp_path):
+    # the audit of 2026-12-05: head_dim 63 passed validation and estimate, then measure's rotary embedding failed
+    # mid-run with torch's "size of tensor a (31) must match ... (32)"; a rotation turns pairs of values
+    data = yaml.safe_load(cli("specs", "show", "llama-3.2-1b", "-f", "yaml").stdout)
+    data.update(name="odd-head", head_dim=63)
+    data.pop("params_total", None)
+    path = tmp_path / "odd.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli("estimate", "-m", str(path), "-g", "h100-sxm").exit_code == 0  # a shape estimate prices
+    r = cli("measure", "-m", str(path), "--device", "cpu", "--prompt", "8", "--output", "2")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "odd-head: tokcost measure cannot build an odd rotary width (head_dim 63)" in r.stderr
 
 
 @pytest.mark.slow  # a fresh interpreter; the quick tier keeps test_startup's import checks of estimate

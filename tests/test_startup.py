@@ -210,12 +210,18 @@ def test_a_missing_or_broken_bundle_reads_every_spec_from_its_yaml(tmp_path, mon
     "text",
     [
         "a: 010\nb: 4:00\nc: yes\nd: on\ne: 1_000\n",  # YAML 1.1's octal, base 60, booleans, underscores: text
-        "a: 3.35e12\nb: .inf\nc: -.5\nd: 0x1F\ne: ~\nf: True\ng: 1e3\nh: '12'\n",
+        "a: 3.35e12\nb: .inf\nc: -.5\nd: 0x1F\ne: ~\nf: True\ng: 1e3\nh: '12'\ni: 0o17\nj: 0o9\n",
         "a: [1, 2.0, null]\nb: {c: false}\n",
     ],
 )
 def test_both_loaders_read_scalars_alike(text):
     assert _typed(yaml.load(text, Loader=BuiltinLoader)) == _typed(yaml.load(text, Loader=SpecLoader))  # noqa: S506
+
+
+def test_yaml_1_2_hex_and_octal_are_integers_and_1_1_octal_is_text():
+    # the audit of 2026-12-05: 0x20 read as 32 and 0o40 was refused as text, though both are YAML 1.2 integers
+    read = yaml.load("a: 0x20\nb: 0o40\nc: 040\nd: 0o48\n", Loader=SpecLoader)  # noqa: S506
+    assert read == {"a": 32, "b": 32, "c": "040", "d": "0o48"}
 
 
 @pytest.mark.parametrize("text", ["a: 1\na: 2\n", "? [a]\n: 1\n", "1: x\n", f"a: {'9' * 101}\n"])

@@ -229,10 +229,17 @@ def load_file(name_or_path: str) -> tuple[str, EngineFile]:
     """(where, the engine's file) for a built-in name or a YAML path."""
     where, data = locate("engines", name_or_path)
     expect_kind(where, data, "engines")  # a GPU, model or network file says what it is and which flag takes it
-    return where, validated(EngineFile, where, _with_name(data, name_or_path))
+    try:
+        return where, validated(EngineFile, where, _with_name(data, name_or_path))
+    except SpecError as exc:  # a flat file (one era of its own keys) is told about its keys, not `eras.main.`'s
+        flat = "eras" not in data and "newest" not in data
+        if not flat or not (exc.field or "").startswith(f"eras.{FLAT_ERA}."):
+            raise
+        raise SpecError(exc.where, exc.message, field=exc.field.removeprefix(f"eras.{FLAT_ERA}.")) from None
 
 
 FILE_KEYS = ("name", "source", "fit", "notes")
+FLAT_ERA = "main"  # the one era a file without `eras` is
 
 
 def _with_name(data: dict[str, Any], name_or_path: str) -> dict[str, Any]:
@@ -243,7 +250,7 @@ def _with_name(data: dict[str, Any], name_or_path: str) -> dict[str, Any]:
     if "eras" in data or "newest" in data:
         return data
     era = {k: v for k, v in data.items() if k not in FILE_KEYS}
-    return {**{k: data[k] for k in FILE_KEYS if k in data}, "newest": "main", "eras": {"main": era}}
+    return {**{k: data[k] for k in FILE_KEYS if k in data}, "newest": FLAT_ERA, "eras": {FLAT_ERA: era}}
 
 
 def load_profile(spelled: str) -> EngineProfile:

@@ -1,12 +1,12 @@
 """YAML as tokcost reads it: PyYAML's safe loader with YAML 1.2 core-schema scalars instead of YAML 1.1's.
 
-Only true/false are booleans, no base 60 (`4:00`), no octal (`010` stays text), no `yes`/`on`; numbers longer than
-MAX_NUMBER_CHARS are refused before conversion. The composer, not a separate walk, refuses aliases (no alias bomb
-can expand), nesting past MAX_NESTING, more than MAX_NODES values (which bounds parse time as well as size),
-duplicate keys and keys that are not text. tokcost's own files (package data) are parsed by libyaml with the same
-scalars and key checks (BuiltinLoader). PyYAML has resolver and composer hooks but no limits; what is here is those
-limits. A module of its own so that a run that reads no YAML (built-in specs come from their packaged bundle,
-tokcost.bundle) never imports PyYAML.
+Only true/false are booleans, no base 60 (`4:00`), no YAML 1.1 octal (`010` stays text; YAML 1.2's `0o10` is 8),
+no `yes`/`on`; numbers longer than MAX_NUMBER_CHARS are refused before conversion. The composer, not a separate
+walk, refuses aliases (no alias bomb can expand), nesting past MAX_NESTING, more than MAX_NODES values (which
+bounds parse time as well as size), duplicate keys and keys that are not text. tokcost's own files (package data)
+are parsed by libyaml with the same scalars and key checks (BuiltinLoader). PyYAML has resolver and composer hooks
+but no limits; what is here is those limits. A module of its own so that a run that reads no YAML (built-in specs
+come from their packaged bundle, tokcost.bundle) never imports PyYAML.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from tokcost.errors import SpecError
 from tokcost.files import MAX_NESTING, MAX_NODES, MAX_NUMBER_CHARS
 
 _CORE = "tag:yaml.org,2002:"
-# YAML 1.2 core schema (yaml.org/spec/1.2.2 section 10.3.2), minus 0o octal; `010` stays text (8 or 10?)
-_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+")
+# YAML 1.2 core schema (yaml.org/spec/1.2.2 section 10.3.2): 0x hex and 0o octal; `010` stays text (8 or 10?)
+_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+|0o[0-7]+")
 _FLOAT = re.compile(
     r"[-+]?(?:\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
 )

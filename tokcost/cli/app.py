@@ -3,8 +3,10 @@ every command from tokcost.cli.commands); errors become one line, exit code 2.""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import inspect
+import io
 import os
 import signal
 import sys
@@ -175,8 +177,31 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+class _ClosedStream(io.TextIOBase):
+    """What Python leaves as None for a descriptor closed at start (`>&-`): writing to it fails as the descriptor
+    would, so a closed stdout is one line and exit 2, as a full disk is, not an AttributeError's traceback."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, f"{self._name} is closed")
+
+
+def _open_streams() -> None:
+    """A closed stdout fails on its first write; a closed stderr drops the messages, the exit code still says."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream("stdout")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- for the process's life, as stderr
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI: a TokcostError, a bad flag, an I/O or encoding failure print one line on stderr (exit 2)."""
+    _open_streams()
     if hasattr(sys.stdout, "reconfigure"):  # a character the terminal cannot encode prints as '?', not a crash
         sys.stdout.reconfigure(errors="replace")
     command = cli_command()

@@ -30,6 +30,10 @@ def unbuildable(spec: ModelSpec) -> str | None:
         return "dense and MoE layers interleaved"
     if not spec.mlp_gated:
         return "an ungated MLP"
+    # rotary embeddings turn pairs of values: an odd rotated width leaves one without a partner
+    rotated = spec.mla.rope_head_dim if spec.mla is not None else spec.head_dim
+    if rotated % 2:
+        return f"an odd rotary width ({'rope_head_dim' if spec.mla is not None else 'head_dim'} {rotated})"
     return "an attention output gate" if spec.attention_gate else None
 
 

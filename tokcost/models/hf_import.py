@@ -60,7 +60,11 @@ def _resolve_type(data: dict[str, Any], where: str, mapping: Any, auto: Any, ver
                                f"{version} knows ({shown}, ...)", field="model_type")  # fmt: skip
     # an encoder's checkpoint (BERT's BertForMaskedLM, RoBERTa's): its type has a causal-LM class too, but what it
     # names generates no tokens
-    named = [a for a in data.get("architectures") or [] if isinstance(a, str)]
+    listed = data.get("architectures")
+    if listed is not None and not (isinstance(listed, list) and all(isinstance(a, str) for a in listed)):
+        raise SpecError(where, f"a list of class names, as transformers writes it (got {listed!r:.60})",
+                        field="architectures")  # fmt: skip
+    named = [_one_line(a) or repr(a) for a in listed or []]  # each on one line: the error is one line
     heads = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
     if named and not any(a.endswith(heads) for a in named):
         raise SpecError(where, f"{', '.join(named)} is not a decoder that generates tokens (tokcost prices "

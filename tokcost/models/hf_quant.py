@@ -162,6 +162,12 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layer
         known = ", ".join((*BASE_DTYPES, *FP8_DTYPES))
         raise SpecError(where, f"unknown dtype {dtype!r:.40}; known: {known}", field=key)
     fields = {"dtype": BASE_DTYPES.get(name, "bf16")}  # no torch_dtype key: bf16, what checkpoints ship
+
+    def note(text: str) -> None:
+        fields["notes"] = f"{fields['notes']}; {text}" if "notes" in fields else text
+
+    if dtype is None:  # said, as a defaulted shape is
+        note("no torch_dtype: priced at bf16, what checkpoints ship; set dtype: in the spec to change it")
     if name in FP8_DTYPES:
         fields["weights_dtype"] = "fp8"
     quant = data.get("quantization_config")
@@ -189,10 +195,12 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layer
     if kept and layers and attention_kept(kept, layers):  # attention's projections as shipped, at the model dtype
         fields["attention_dtype"] = fields["dtype"]
         rest = [m for m in kept if "self_attn" not in m]
-        fields["notes"] = (f"quantization_config keeps every layer's attention unquantized: attention_dtype "
-                           f"{fields['dtype']}" + (f"; and {len(rest)} more module(s) ({rest[0][:80]}, ...), whose "
-                           f"MLPs tokcost prices at {weights}" if rest else ""))  # fmt: skip
+        note(f"quantization_config keeps every layer's attention unquantized: attention_dtype {fields['dtype']}"
+             + (f"; and {len(rest)} more module(s) ({rest[0][:80]}, ...), whose MLPs tokcost prices at {weights}"
+                if rest else ""))  # fmt: skip
     elif kept:  # a ModelSpec has one format for all block linears: say so rather than price these silently
-        fields["notes"] = (f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...); "
-                           f"tokcost prices every block linear at {weights}")  # fmt: skip
+        note(
+            f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...); tokcost prices "
+            f"every block linear at {weights}"
+        )
     return fields

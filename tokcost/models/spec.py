@@ -23,6 +23,7 @@ from tokcost.formats import FormatName
 from tokcost.models.counts import Counts
 from tokcost.models.layers import MIXERS, MLPS, LayerPlan, Mixer, Mlp, expand
 from tokcost.models.mixers import GatedDeltaNetSpec, MambaSpec
+from tokcost.names import SpecName
 
 # The unquantized dtype of a model: activations, norms, embedding and LM head (quantized formats go in
 # weights_dtype / moe.expert_dtype).
@@ -90,7 +91,7 @@ class ModelSpec(Counts, BaseModel):
 
     model_config = _FROZEN | ConfigDict(populate_by_name=True, str_strip_whitespace=True)
 
-    name: str = Field(min_length=1, max_length=200)
+    name: SpecName = Field(min_length=1, max_length=200)
     source: str = Field(default="", max_length=2000)
     layers: int = Field(ge=1, le=10_000)
     hidden_size: int = Field(ge=1, le=1_000_000)
