@@ -248,6 +248,7 @@ def measure_tables(model: str, outcome) -> list[Table]:
         + ")",
         ["batch", "TTFT", "TPOT median [IQR]", "step CV", "tokens/s", "TPOT datasheet (err)", "TPOT expected (err)",
          "TPOT calibrated (err)", "MBU", "MBU of copy", "MFU prefill", "J/token"],
+        answer=("TPOT calibrated (err)", "MBU of copy"),  # what a narrow terminal keeps longest: the device's own
     )  # fmt: skip
     reads = Table("Bytes per decode step: what the loop read vs what the engine expects (per device)",
                   ["batch", "weights (loop)", "weights (engine)", "KV read (loop)", "KV read (engine)",
@@ -281,19 +282,25 @@ def measure_tables(model: str, outcome) -> list[Table]:
                 fmt.ms(t["weights"] + t["attention"] + t["overhead"]),
                 _rest(lp.tpot_s - sum(c.values())) if c else "n/a",
             ])  # fmt: skip
+    datasheet = any(r.datasheet is not None for r in outcome.runs)
+    if not datasheet:  # a CPU, or a GPU no spec matches: those columns would be n/a in every row
+        _drop_columns(runs, ("TPOT datasheet (err)", "TPOT expected (err)", "MBU"))
     runs.notes = (
         [
             "err = (predicted - measured) / measured; 'noisy' where the step times' CV exceeds 10% (no error printed). "
-            "MBU = bytes the loop read per step / TPOT / datasheet bandwidth."
+            + ("MBU = bytes the loop read per step / TPOT / datasheet bandwidth; " if datasheet else "")
+            + "MBU of copy = the same over the copy probe's rate (above 100%: the loop streamed faster than the probe "
+            "read, a noisy probe on a shared host)."
         ]
-        + [_expected_note(outcome.runs[0].expected_engine)] * bool(outcome.runs)
+        + [_expected_note(outcome.runs[0].expected_engine)] * bool(outcome.runs and datasheet)
         + [f"note: {n}" for n in outcome.notes]
     )
     tables = [runs, reads]
     if terms.rows:
         terms.notes = [
             "all-reduce measured: wall time inside the loop's all-reduce calls per step (eager CPU runs); "
-            "rest measured: TPOT less all collectives (the argmax all-gathers the engine does not price)."
+            "rest measured: TPOT less all collectives (the loop all-gathers each rank's argmax, where the engine "
+            "prices a serving engine's gather of the logits)."
         ]
         tables.append(terms)
     p = outcome.probes
@@ -308,6 +315,13 @@ def measure_tables(model: str, outcome) -> list[Table]:
         rows = [[f"{r['bytes']:,}", fmt.ms(r["seconds"]), f"{r['bus_gb_s']:,.3f}"] for r in link["sizes"]]
         tables.append(Table(f"All-reduce probe: {link['summary']}", ["bytes", "time", "bus GB/s"], rows))
     return tables
+
+
+def _drop_columns(table: Table, names: tuple[str, ...]) -> None:
+    """Leave `names` out of a table, its rows' cells with them."""
+    keep = [i for i, c in enumerate(table.columns) if c not in names]
+    table.columns = [table.columns[i] for i in keep]
+    table.rows = [[row[i] for i in keep] for row in table.rows]
 
 
 def _expected_note(engine: str) -> str:
