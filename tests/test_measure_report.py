@@ -231,3 +231,32 @@ def test_a_truncated_moe_whose_kept_layers_are_dense_expects_no_experts():
     loop = SimpleNamespace(dtype="bf16", batch=1, prompt_tokens=16, output_tokens=4, tp=1, decode_contexts=[16, 17, 18])
     assert "experts_per_layer" not in engine_bytes(load_model("deepseek-v3").truncated(1), loop)
     assert engine_bytes(load_model("deepseek-v3").truncated(4), loop)["experts_per_layer"] == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("profile", ["generic", "torch-compile"])
+def test_predictions_price_the_loops_own_head_not_a_serving_engines(profile):
+    # the loop splits its LM head by vocabulary (shard.py), takes each rank's argmax and gathers only the winners:
+    # no logits gather, sampling over a rank's share; the review of 2026-12-05 found measure's expected column under
+    # the torch-compile profile (gpt-fast holds the head whole) pricing 525 MB of LM head a rank where the loop read 263
+    from tokcost.engine.features import Segment
+    from tokcost.engine.step import step_cost
+    from tokcost.measure.report import as_loop
+    from tokcost.profiles import load_engine
+
+    model, gpu = load_model("llama-3.2-1b"), load_gpu("h100-sxm")
+    wl = workload_of("bf16", 4, 64, 16, tp=2)
+    cost = step_cost(model, gpu, wl, segments=[Segment(4, 64, 1)], scenario="expected",
+                     engine=as_loop(load_engine(profile)))  # fmt: skip
+    names = {p.stage.name: p.stage for p in cost.stages}
+    v, h = model.vocab_size, model.hidden_size
+    assert names["LM head"].weight_bytes == pytest.approx(v * h / 2 * 2)  # half the vocabulary, bf16
+    assert "logits all-gather" not in names
+    assert names["sampling"].bytes_read == pytest.approx(4 * v / 2 * 4)  # 4 rows of a rank's share, fp32
+    # the same profile as a serving engine prices its own head: gpt-fast's whole, the others' gathered
+    as_served = step_cost(
+        model, gpu, wl, segments=[Segment(4, 64, 1)], scenario="expected", engine=load_engine(profile)
+    )
+    served = {p.stage.name: p.stage for p in as_served.stages}
+    whole = profile == "torch-compile"
+    assert served["LM head"].weight_bytes == pytest.approx(v * h / (1 if whole else 2) * 2)
+    assert ("logits all-gather" in served) is not whole and served["sampling"].bytes_read == pytest.approx(4 * v * 4)

@@ -238,6 +238,9 @@ class EraFields(BaseModel):
     # (Layout.vocab_split); False: every rank holds and reads them whole (gpt-fast)
     vocab_parallel: bool = True
     vocab_parallel_source: str = Field(default="", max_length=2000)  # where that comes from
+    # a split vocabulary's logits gathered whole for sampling (Layout.logits_gathered); False: each rank samples its
+    # share and only the winners move (tokcost measure's loop)
+    logits_gather: bool = True
     request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission
     collective_overhead_us: CollectiveCosts = CollectiveCosts()
     # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP

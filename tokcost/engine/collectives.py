@@ -13,8 +13,10 @@ each node over NVLink, then each GPU all-reduces its S/g share across nodes over
 All-to-all (expert dispatch and combine): a + V / B for the busiest rank's V bytes; a group that spans
 nodes sends the share (nodes - 1)/nodes of V over the network while the rest crosses NVLink.
 Point-to-point (pipeline stages): a + S / B.
-All-gather of S bytes in all (the LM head's logits, split by vocabulary over n ranks) on NCCL's ring, which vLLM's
-and TensorRT-LLM's gathers call: (n - 1) a + (n - 1)/n S / B, each rank receiving every other rank's share.
+All-gather of S bytes in all (the LM head's logits, split by vocabulary over n ranks), which vLLM's and
+TensorRT-LLM's gathers run on NCCL: a + (n - 1)/n S / B, each rank receiving every other rank's share; `a` is the
+group's small-message floor, as for a one-shot all-reduce (the link's latency at the group's size already counts
+its hops: NCCL's cost model, base + hops).
 """
 
 from __future__ import annotations
@@ -103,9 +105,9 @@ def alltoall_line(path: Path) -> Line:
 
 
 def allgather_line(ranks: int, path: Path) -> Line:
-    """Every rank's share of S sent round a ring of n: n - 1 steps, each moving S / n per rank."""
+    """Every rank receives the n - 1 other shares of S: the group's latency floor, then (n - 1)/n S at the link."""
     n = ranks
-    return Line("ring", (n - 1) * path.latency_s, (n - 1) / n / path.bytes_per_s, (n - 1) / n)
+    return Line("all-gather", path.latency_s, (n - 1) / n / path.bytes_per_s, (n - 1) / n)
 
 
 def sendrecv_line(path: Path) -> Line:

@@ -119,8 +119,8 @@ def deployment(
     if problem:
         raise UsageError(problem)
     engine = engine.for_layout(layout.stage_gpus)  # a split stage may run as another era (llama.cpp's row split: eager)
-    if not engine.vocab_parallel:  # the era holds the embedding and LM head whole on every rank
-        layout = replace(layout, vocab_split=False)
+    # the era's LM head: split by vocabulary or whole on every rank, and its logits gathered or sampled per rank
+    layout = replace(layout, vocab_split=engine.vocab_parallel, logits_gathered=engine.logits_gather)
     return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 

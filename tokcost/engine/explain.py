@@ -78,8 +78,8 @@ def _stage_line(p: Priced, rates: Rates) -> str:
             inside = f"2 x {fmt.seconds(c.path.intra_latency_s)} + " if g > 1 else ""  # one GPU a node: no step
             one = (f"{inside}{2 * (nodes - 1)} x {lat} + 2 x {g - 1} / {g} x {size} / {intra_bw} + "
                    f"2 x {nodes - 1} / {nodes} x {size} / {g} / {bw}")  # fmt: skip
-        if c.op == "all-gather":  # collectives.allgather_line: n - 1 ring steps, each rank's share of S
-            one = f"{c.ranks - 1} x {lat} + {c.ranks - 1} / {c.ranks} x {size} / {bw}"
+        if c.op == "all-gather":  # collectives.allgather_line: the group's floor, then the n - 1 other shares
+            one = f"{lat} + {c.ranks - 1} / {c.ranks} x {size} / {bw}"
         if c.op == "all-to-all" and nodes > 1:  # collectives.alltoall_line: the off-node share and the rest at once
             one = f"{lat} + max({nodes - 1} / {nodes} x {size} / {bw}, 1 / {nodes} x {size} / {intra_bw})"
         return (
@@ -348,13 +348,15 @@ def _workspace_line(e: Estimate) -> str:
         scores = (f" + min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {UNFUSED_UBATCH_TOKENS:,} tokens) x "
                   f"{wl.total_tokens:,} x {m.attention_heads:,} / {lay.tp} x {SCORE_VALUE_BYTES} B")  # fmt: skip
         why = "; and, flash attention off, one layer's fp32 scores of a 512-token micro-batch against the context"
+    share = f" / {lay.sampled_share}" if lay.sampled_share > 1 else ""  # each rank samples its own share
+    whole = "its share of the vocabulary" if share else "the whole vocabulary"
     return (
         f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {PREFILL_CHUNK_TOKENS:,} tokens) x (4 x "
-        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,} x "
+        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,}{share} x "
         f"{LOGIT_BYTES} B{scores} = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, "
         f"at most {PREFILL_CHUNK_TOKENS:,} tokens: 4 of hidden size (residual, normed input, attention's input and "
         f"output) and the MLP's gate and up, split over TP, at "
-        f"{p.activation}; then the fp32 logits of the whole vocabulary{why})"
+        f"{p.activation}; then the fp32 logits of {whole}{why})"
     )
 
 

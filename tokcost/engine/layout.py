@@ -40,6 +40,9 @@ class Layout:
     # TensorRT-LLM's, SGLang's); False: every rank holds and reads them whole (gpt-fast's apply_tp shards only the
     # layers), and the logits need no gather (the engine profile's vocab_parallel)
     vocab_split: bool = True
+    # a split vocabulary's logits gathered whole for sampling (serving engines); False: each rank samples its own share
+    # and only the winners move (tokcost measure's loop: an argmax per rank, the engine profile's logits_gather)
+    logits_gathered: bool = True
 
     @property
     def gpus(self) -> int:
@@ -50,6 +53,11 @@ class Layout:
     def vocab_tp(self) -> int:
         """Ranks the embedding table and the LM head are split over: tp, or 1 where every rank holds them whole."""
         return self.tp if self.vocab_split else 1
+
+    @property
+    def sampled_share(self) -> int:
+        """The share of the vocabulary each rank samples over, as a divisor: 1 once gathered (or held whole)."""
+        return 1 if self.logits_gathered else self.vocab_tp
 
     @property
     def stage_gpus(self) -> int:

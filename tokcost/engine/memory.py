@@ -10,7 +10,7 @@ hybrid's long-context batch is larger: only its few attention layers grow with t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokcost.engine.attend import held_tokens
 from tokcost.engine.blocks import (
@@ -190,7 +190,7 @@ class ReplicaMemory:
         seqs = math.ceil(batch / self.layout.dp)
         workspace = (
             min(seqs * prompt, PREFILL_CHUNK_TOKENS) * self.activation_bytes
-            + seqs * self.model.vocab_size * LOGIT_BYTES
+            + seqs * self.model.vocab_size / self.layout.sampled_share * LOGIT_BYTES
             + self.score_buffer(seqs, prompt, tokens)
         )
         best = None
@@ -236,15 +236,13 @@ def _largest(ok, high: int) -> int:
     return lo
 
 
-def smallest_layout(model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, gpus_per_node: int) -> Layout | None:
-    """The fewest GPUs that hold the workload: a valid TP degree inside a node, then pipeline stages of a full node."""
+def smallest_layout(model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, like: Layout) -> Layout | None:
+    """The fewest GPUs that hold the workload: a valid TP degree inside a node, then pipeline stages of a full node;
+    each with `like`'s node size and its engine's LM head (split or whole, gathered or not)."""
     prompt, tokens = wl.computed_prompt_tokens, wl.total_tokens
-    candidates = [Layout(tp=d, gpus_per_node=gpus_per_node) for d in tp_degrees(model, limit=gpus_per_node)]
-    widest = candidates[-1].tp
-    candidates += [
-        Layout(tp=widest, pp=s, gpus_per_node=gpus_per_node)
-        for s in range(2, min(model.layers, MAX_PIPELINE_STAGES) + 1)
-    ]
+    candidates = [replace(like, tp=d, pp=1, ep=1, dp=1, redundant_experts=0)
+                  for d in tp_degrees(model, limit=like.gpus_per_node)]  # fmt: skip
+    candidates += [replace(candidates[-1], pp=s) for s in range(2, min(model.layers, MAX_PIPELINE_STAGES) + 1)]
     for layout in candidates:
         if layout_problem(model, layout) is None:
             used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, prompt, tokens)
@@ -260,7 +258,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, la
     used = replica.gpu_bytes(wl.batch, prompt, tokens, prefix)
     kv_total = sum(replica.kv(kinds, wl.batch, tokens, prefix) for kinds in replica.kinds) * layout.stage_gpus
     state_total = sum(replica.state(kinds, wl.batch) for kinds in replica.kinds) * layout.stage_gpus
-    smallest = smallest_layout(model, gpu, p, wl, layout.gpus_per_node)
+    smallest = smallest_layout(model, gpu, p, wl, layout)
     return MemoryReport(
         per_gpu=used,
         weights_bytes_total=sum(replica.weights) * layout.stage_gpus,

@@ -66,20 +66,21 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) 
             note=f"vocab x hidden, at {p.embedding}; logits only for each sequence's last token",
         ),
     ]
-    if tp > 1:
+    if tp > 1 and layout.logits_gathered:
         note = "each rank's vocab slice of the logits, gathered whole for sampling"
         stages.append(
             collective("logits all-gather", "", 1, "all-gather", rows * v * p.activation_bytes, tp, note=note)
         )
+    sampled = v / layout.sampled_share  # the whole vocabulary once gathered; a rank's share where each samples its own
     stages.append(
-        Stage(  # over the whole vocabulary on every rank, after the gather
+        Stage(
             "sampling",
             "",
             "memory",
             1,
-            flops=5 * rows * v,
-            bytes_read=rows * v * LOGIT_BYTES,
-            bytes_written=rows * v * LOGIT_BYTES,
+            flops=5 * rows * sampled,
+            bytes_read=rows * sampled * LOGIT_BYTES,
+            bytes_written=rows * sampled * LOGIT_BYTES,
             note="logits written in fp32, then softmax / top-k over the vocabulary",
         )
     )

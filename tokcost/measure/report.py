@@ -81,6 +81,12 @@ def loop_engine(gpu: GpuSpec) -> EngineProfile:
                                       "step_overhead_us": a.step_overhead_us})  # fmt: skip
 
 
+def as_loop(engine: EngineProfile) -> EngineProfile:
+    """`engine` with this loop's LM head: split by vocabulary over TP (shard.py), each rank taking the argmax of its
+    own share and only the winners gathered, never the logits (the profile's own head is a serving engine's)."""
+    return engine.model_copy(update={"vocab_parallel": True, "logits_gather": False})
+
+
 def _mean_step(spec: ModelSpec, gpu: GpuSpec, wl: Workload, scenario: str, contexts: list[int],
                engine: EngineProfile = GENERIC) -> dict[str, float]:  # fmt: skip
     """The engine's decode step averaged over the loop's steps, by term."""
@@ -100,6 +106,7 @@ def predict(spec: ModelSpec, gpu: GpuSpec, scenario: str, loop: Any, noisy: bool
     """What `gpu` under `scenario` (and `engine`) predicts for the loop's prefill and decode steps."""
     if gpu.peak_flops_per_s(loop.dtype) is None:
         return None
+    engine = as_loop(engine)
     wl = workload_of(loop.dtype, loop.batch, loop.prompt_tokens, loop.output_tokens, loop.tp)
     prefill = step_cost(spec, gpu, wl, segments=[Segment(loop.batch, 0, loop.prompt_tokens)], scenario=scenario,  # type: ignore[arg-type]
                         engine=engine)  # fmt: skip
@@ -120,7 +127,8 @@ def engine_bytes(spec: ModelSpec, loop: Any) -> dict[str, float]:
     ref = _counting_gpu(loop.dtype)
     weights = kv = 0.0
     for context, n in Counter(loop.decode_contexts).items():
-        cost = step_cost(spec, ref, wl, segments=[Segment(loop.batch, context, 1)], scenario="ceiling")
+        cost = step_cost(spec, ref, wl, segments=[Segment(loop.batch, context, 1)], scenario="ceiling",
+                         engine=as_loop(GENERIC))  # fmt: skip
         for p in cost.stages:  # every weight the step streams, the B embedding rows it looks up, the KV it reads
             st = p.stage
             lookup = st.bytes_read if st.name == "embedding lookup" else 0.0
@@ -137,10 +145,12 @@ def memory_fit(spec: ModelSpec, dtype: str, batch: int, prompt: int, output: int
                free_bytes: float) -> dict[str, Any]:  # fmt: skip
     """Whether the engine's memory report (weights, KV, workspace, 10% reserve) fits in `free_bytes` per device."""
     gpu = _counting_gpu(dtype, free_bytes)
-    report = estimate(spec, gpu, workload_of(dtype, batch, prompt, output, tp)).memory
+    report = estimate(spec, gpu, workload_of(dtype, batch, prompt, output, tp), engine=as_loop(GENERIC)).memory
 
     def fits_at_batch_1(layers: int) -> bool:
-        return estimate(spec.truncated(layers), gpu, workload_of(dtype, 1, prompt, output, tp)).memory.fits
+        return estimate(
+            spec.truncated(layers), gpu, workload_of(dtype, 1, prompt, output, tp), engine=as_loop(GENERIC)
+        ).memory.fits
 
     layers = next((n for n in range(spec.layers, 0, -1) if fits_at_batch_1(n)), 0)
     return {"fits": report.fits, "need_bytes": report.per_gpu.total, "max_batch": report.max_batch,
