@@ -7,6 +7,7 @@ Files awkward to commit (binary, UTF-16, oversized, a FIFO, a folder) are writte
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import subprocess
@@ -224,6 +225,7 @@ def _closed(fd: int) -> None:  # in the child before exec: the descriptor a shel
     [
         (("estimate", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "json"), 1, 2, "error: output: stdout is closed\n"),
         (("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "csv"), 1, 2, "error: output: stdout is closed\n"),
+        (("--version",), 1, 2, "error: output: stdout is closed\n"),  # answered before the app loads
         (("estimate", "-m", "no-such-model", "-g", "h100-sxm"), 2, 2, None),  # the line goes nowhere; the code stays
         (("estimate", "-m", "llama-3.1-405b", "-g", "l4", "-f", "json"), 2, 0, None),  # only a warning: still 0
     ],
@@ -281,6 +283,18 @@ def test_a_folder_name_cannot_inject_a_line_or_outgrow_the_name(cli, tmp_path, f
     assert lines[0].startswith('# imported by tokcost from "') and lines[1].startswith("name: ")
     assert yaml.safe_load("\n".join(lines))["name"] == name
     assert cli("specs", "validate", str(tmp_path / "m.yaml")).exit_code == 0
+
+
+def test_a_measure_report_passed_as_a_spec_says_what_it_is(cli, tmp_path):
+    # the audit of 2026-12-05: `-m run.json` (measure --save's report) answered "model: unknown key; did you mean moe?"
+    report = tmp_path / "run.json"
+    keys = ("model", "layers", "device", "probes", "allreduce", "datasheet_gpu", "runs", "notes", "complete")
+    report.write_text(json.dumps({k: None for k in keys} | {"model": "llama-3.2-1b", "layers": 2, "runs": []}))
+    said = f"{report}: this is a measure report (what tokcost measure --save writes), not "
+    r = cli("estimate", "-m", str(report), "-g", "h100-sxm")
+    assert r.exit_code == 2 and r.stderr == f"error: {said}a tokcost model spec\n"
+    r = cli("estimate", "-m", "llama-3.2-1b", "-g", str(report))
+    assert r.exit_code == 2 and r.stderr == f"error: {said}a GPU spec\n"
 
 
 def test_specs_validate_names_each_kind_of_file_by_its_keys(cli):

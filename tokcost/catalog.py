@@ -18,7 +18,7 @@ from tokcost.errors import SpecError, UsageError
 from tokcost.files import PACKAGE, load_mapping
 
 Kind = Literal["models", "gpus", "networks", "engines"]
-FileKind = Literal["models", "gpus", "networks", "engines", "hf"]
+FileKind = Literal["models", "gpus", "networks", "engines", "hf", "reports"]
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 SPECS = PACKAGE / "specs"  # the built-ins, package data
 
@@ -134,7 +134,9 @@ def _markers() -> dict[FileKind, frozenset[str]]:
         kind: frozenset(keys.difference(*(other for k, other in fields.items() if k != kind)))
         for kind, keys in fields.items()
     }  # fmt: skip
-    return {**own, "models": own["models"] - _SHARED_WITH_HF - HF_KEYS, "hf": HF_KEYS}
+    everything = set().union(*fields.values())
+    return {**own, "models": own["models"] - _SHARED_WITH_HF - HF_KEYS, "hf": HF_KEYS,
+            "reports": REPORT_KEYS - everything}  # fmt: skip
 
 
 def kind_of(data: dict[str, Any]) -> FileKind | None:
@@ -145,9 +147,12 @@ def kind_of(data: dict[str, Any]) -> FileKind | None:
 
 
 _WHAT = {"models": "a tokcost model spec", "gpus": "a GPU spec", "networks": "a network spec",
-         "engines": "an engine profile", "hf": "a HuggingFace model config"}  # fmt: skip
+         "engines": "an engine profile", "hf": "a HuggingFace model config",
+         "reports": "a measure report (what tokcost measure --save writes)"}  # fmt: skip
 _FLAG = {"models": "--model (-m)", "gpus": "--gpu (-g)", "networks": "--network", "engines": "--engine",
          "hf": "--model (-m)"}  # fmt: skip
+# the keys of measure's saved report (measure/session.py MeasureOutcome.as_dict): an output, no flag reads it
+REPORT_KEYS = frozenset({"device", "probes", "allreduce", "datasheet_gpu", "runs", "complete"})
 
 
 def expect_kind(where: str, data: dict[str, Any], *wanted: FileKind, hint: bool = True) -> FileKind | None:
@@ -155,7 +160,7 @@ def expect_kind(where: str, data: dict[str, Any], *wanted: FileKind, hint: bool 
     kind = kind_of(data)
     if kind is None or kind in wanted:
         return kind
-    tail = f"; pass it to {_FLAG[kind]}" if hint else ""
+    tail = f"; pass it to {_FLAG[kind]}" if hint and kind in _FLAG else ""  # a report: no flag reads it
     raise SpecError(where, f"this is {_WHAT[kind]}, not {_WHAT[wanted[0]]}{tail}")
 
 

@@ -3,10 +3,8 @@ every command from tokcost.cli.commands); errors become one line, exit code 2.""
 
 from __future__ import annotations
 
-import errno
 import importlib
 import inspect
-import io
 import os
 import signal
 import sys
@@ -18,7 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 from tokcost import files
 from tokcost.cli.commands import COMMANDS
 from tokcost.cli.launch import fail as _fail
-from tokcost.cli.launch import print_version
+from tokcost.cli.launch import open_streams, print_version
 from tokcost.errors import Interrupted, TokcostError
 
 try:  # typer 0.2x vendors click as typer._click; older typer uses the click package
@@ -177,31 +175,9 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-class _ClosedStream(io.TextIOBase):
-    """What Python leaves as None for a descriptor closed at start (`>&-`): writing to it fails as the descriptor
-    would, so a closed stdout is one line and exit 2, as a full disk is, not an AttributeError's traceback."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        raise OSError(errno.EBADF, f"{self._name} is closed")
-
-
-def _open_streams() -> None:
-    """A closed stdout fails on its first write; a closed stderr drops the messages, the exit code still says."""
-    if sys.stdout is None:
-        sys.stdout = _ClosedStream("stdout")
-    if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- for the process's life, as stderr
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI: a TokcostError, a bad flag, an I/O or encoding failure print one line on stderr (exit 2)."""
-    _open_streams()
+    open_streams()
     if hasattr(sys.stdout, "reconfigure"):  # a character the terminal cannot encode prints as '?', not a crash
         sys.stdout.reconfigure(errors="replace")
     command = cli_command()

@@ -3,6 +3,8 @@ the app (tokcost.cli.app), which imports only the command that runs."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import sys
 
@@ -15,13 +17,37 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+class _ClosedStream(io.TextIOBase):
+    """What Python leaves as None for a descriptor closed at start (`>&-`): writing to it fails as the descriptor
+    would, so a closed stdout is one line and exit 2, as a full disk is, not an AttributeError's traceback."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, f"{self._name} is closed")
+
+
+def open_streams() -> None:
+    """A closed stdout fails on its first write; a closed stderr drops the messages, the exit code still says."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream("stdout")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- for the process's life, as stderr
+
+
 def print_version() -> int:
     """`tokcost X.Y.Z` on stdout; a full disk or closed pipe is one line on stderr (exit 2)."""
+    open_streams()
     try:
         sys.stdout.write(f"tokcost {__version__}\n")
         sys.stdout.flush()
     except OSError as exc:  # what is left in the buffer goes nowhere instead of failing again at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not isinstance(sys.stdout, _ClosedStream):  # a closed descriptor has nothing left to drain
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return fail(f"output: {exc.strerror or exc}")
     return 0
 
