@@ -93,6 +93,10 @@ def test_save_holds_the_same_runs_and_refuses_to_overwrite_before_any_work(measu
     r = cli("measure", "-m", micro, *ARGS, "--save", str(save))
     assert r.exit_code == 2 and "--force" in r.stderr and save.read_text() == before
     assert r.stdout == ""  # refused before the probes and the loop
+    # what --save writes reads back as a measure report (catalog.REPORT_KEYS), never as a spec of any kind
+    from tokcost.catalog import REPORT_KEYS, kind_of
+
+    assert saved.keys() >= REPORT_KEYS and kind_of(saved) == "reports"
 
 
 @pytest.mark.parametrize("where", ["folder", "missing", "readonly", "proc", "long"])

@@ -232,8 +232,7 @@ def load_file(name_or_path: str) -> tuple[str, EngineFile]:
     try:
         return where, validated(EngineFile, where, _with_name(data, name_or_path))
     except SpecError as exc:  # a flat file (one era of its own keys) is told about its keys, not `eras.main.`'s
-        flat = "eras" not in data and "newest" not in data
-        if not flat or not (exc.field or "").startswith(f"eras.{FLAT_ERA}."):
+        if not _flat(data) or not (exc.field or "").startswith(f"eras.{FLAT_ERA}."):
             raise
         raise SpecError(exc.where, exc.message, field=exc.field.removeprefix(f"eras.{FLAT_ERA}.")) from None
 
@@ -242,12 +241,17 @@ FILE_KEYS = ("name", "source", "fit", "notes")
 FLAT_ERA = "main"  # the one era a file without `eras` is
 
 
+def _flat(data: dict[str, Any]) -> bool:
+    """A profile written before eras: one era (FLAT_ERA) of its own top-level keys."""
+    return "eras" not in data and "newest" not in data
+
+
 def _with_name(data: dict[str, Any], name_or_path: str) -> dict[str, Any]:
     """A file without `name` takes its file name's stem (a user's copy of a profile); a file without `eras` (a
     profile written before eras) is one era, `main`, of its own keys."""
     if "name" not in data:
         data = {**data, "name": Path(name_or_path).stem.lower()}
-    if "eras" in data or "newest" in data:
+    if not _flat(data):
         return data
     era = {k: v for k, v in data.items() if k not in FILE_KEYS}
     return {**{k: data[k] for k in FILE_KEYS if k in data}, "newest": FLAT_ERA, "eras": {FLAT_ERA: era}}

@@ -209,8 +209,7 @@ def _weights(e: Estimate, step: PassCost) -> Section:
     total = sum(p.stage.count * p.stage.weight_bytes for p in step.stages)
     parts = " + ".join(fmt.si(p.stage.count * p.stage.weight_bytes, "B") for p in step.stages if p.stage.weight_bytes)
     lines.append(f"weights one decode step reads per GPU: {parts} = {fmt.si(total, 'B')}")
-    times = step.stage_times_s
-    i = times.index(max(times)) if times else 0  # the step's kernels are its slowest stage's (PassCost.stages)
+    i = step.slowest_stage  # the step's kernels are that stage's
     held = ReplicaMemory(e.model, e.gpu, e.precision, e.layout).weights[i]
     where = f"a GPU of pipeline stage {i + 1} of {e.layout.pp}" if e.layout.pp > 1 else "each GPU"
     fullest = "" if held == e.memory.per_gpu.weights else (

@@ -118,6 +118,12 @@ class PassCost:
     stage_times_s: tuple[float, ...] = ()  # every pipeline stage's time, one microbatch (empty: pp balanced stages)
 
     @property
+    def slowest_stage(self) -> int:
+        """Index of the pipeline stage whose kernels `stages` are: the slowest (the first of equals; 0 unstaged)."""
+        times = self.stage_times_s
+        return times.index(max(times)) if times else 0
+
+    @property
     def parts_seconds(self) -> tuple[float, float, float]:
         """(kernels, serial collectives, overlapped collectives) of one microbatch on the slowest stage."""
         kernels, serial, overlapped = self.gap_s, 0.0, 0.0

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tokcost.engine.workload import Precision
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import GENERIC, EngineProfile
@@ -123,20 +124,28 @@ class Plan:
     warnings: list[str]
 
 
-def short_label(row: Row) -> str:
-    """'h100-sxm TP4 fp8': GPU, layout and weights (the plot's and the narrow table's name for a row)."""
+def _where(row: Row) -> str:
+    """'h100-sxm TP4' (disaggregated: 'h100-sxm P:TP2+D:TP4')."""
     d = row.deployment
     layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
-    return f"{d.gpu.name} {layout} {weights_label(row)}"
+    return f"{d.gpu.name} {layout}"
+
+
+def _resolved(row: Row) -> Precision | None:
+    """The formats as the engine resolved them for a sized row; None before sizing."""
+    return None if row.replica is None else row.replica.steps.deployment.precision(row.replica.steps.model)
+
+
+def short_label(row: Row) -> str:
+    """'h100-sxm TP4 fp8': GPU, layout and weights (the plot's and the narrow table's name for a row)."""
+    return f"{_where(row)} {weights_label(row)}"
 
 
 def experts_format(row: Row) -> str | None:
     """The routed experts' format where it differs from the other weights' (gpt-oss: MXFP4 experts beside bf16
     attention), as the engine resolved it; None otherwise or before sizing."""
-    if row.replica is None:
-        return None
-    p = row.replica.steps.deployment.precision(row.replica.steps.model)
-    return p.experts if p.experts != p.weights else None
+    p = _resolved(row)
+    return p.experts if p is not None and p.experts != p.weights else None
 
 
 def weights_label(row: Row) -> str:
@@ -147,17 +156,15 @@ def weights_label(row: Row) -> str:
 
 def row_label(row: Row) -> str:
     """'h100-sxm TP4 fp8/bf16' (disaggregated: 'h100-sxm P:TP2+D:TP4 ...')."""
-    d = row.deployment
-    layout = d.layout.label if row.prefill_layout is None else f"P:{row.prefill_layout.label}+D:{d.layout.label}"
-    return f"{d.gpu.name} {layout} {precision_label(row)}"
+    return f"{_where(row)} {precision_label(row)}"
 
 
 def precision_parts(row: Row) -> tuple[str | None, str | None, str | None]:
     """(weights, kv, compute) formats as resolved by the engine; as requested (None: default) if never sized."""
-    if row.replica is None:
+    p = _resolved(row)
+    if p is None:
         d = row.deployment
         return d.weights, d.kv_dtype, d.compute_dtype
-    p = row.replica.steps.deployment.precision(row.replica.steps.model)
     return p.weights, p.kv, p.compute
 
 
