@@ -199,16 +199,24 @@ def test_calibrate_refuses_a_model_its_decoder_cannot_build(cli):
     assert r.exit_code == 2 and "cannot build Mamba-2" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_calibrated_spec_keeps_its_base_platform():
+@pytest.mark.parametrize("named", [True, False])
+def test_a_calibrated_spec_is_on_its_devices_platform(named):
+    # torch on ROCm reports its device as "cuda"; the facts carry the HIP build's platform, so a spec calibrated on an
+    # MI300X is priced with ROCm's engine gap whether or not --gpu named the datasheet (it was CUDA without it)
     from tokcost.hardware.library import load_gpu
     from tokcost.measure.calibrate import DeviceFacts, spec_from_rates
 
     base = load_gpu("mi300x")
     facts = DeviceFacts(kind="cuda", name="AMD Instinct MI300X", memory_bytes=base.memory_bytes, power_limit_w=750,
-                        driver="rocm 6.2", torch_version="2.13.0")  # fmt: skip
+                        driver="rocm 6.2", torch_version="2.13.0", platform="rocm")  # fmt: skip
     spec = spec_from_rates(facts, "bf16", bytes_per_s=3e12, flops_per_s=5e14, step_overhead_s=1e-4, provenance={},
-                           base=base)  # fmt: skip
+                           base=base if named else None)  # fmt: skip
     assert spec.platform == "rocm"
+    nvidia = DeviceFacts(kind="cuda", name="NVIDIA H100", memory_bytes=80e9, power_limit_w=700, driver="550",
+                         torch_version="2.13.0")  # fmt: skip
+    spec = spec_from_rates(nvidia, "bf16", bytes_per_s=3e12, flops_per_s=5e14, step_overhead_s=1e-4, provenance={},
+                           base=load_gpu("h100-sxm") if named else None)  # fmt: skip
+    assert spec.platform == "cuda"
 
 
 def test_calibrate_takes_the_tensor_parallel_degrees_measure_takes(cli):

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import yaml
 
 from tokcost.errors import MeasureError
-from tokcost.hardware.spec import MIN_BANDWIDTH_GB_S, MIN_TFLOPS, Achievable, GpuSpec, Link
+from tokcost.hardware.spec import MIN_BANDWIDTH_GB_S, MIN_TFLOPS, Achievable, GpuSpec, Link, Platform
 from tokcost.hardware.sustained import SIXTEEN_BIT_PARTNER, Sustained, SustainedFigure
 from tokcost.models.spec import ModelSpec
 from tokcost.units import GB, MIB, TFLOPS
@@ -43,6 +43,7 @@ class DeviceFacts:
     driver: str
     torch_version: str
     uuid: str | None = None
+    platform: Platform = "cuda"  # ROCm where torch is a HIP build; a CPU runs no engine's GPU kernels (no gap)
 
 
 def step_overhead(skeleton_loop: Any) -> tuple[float, str]:
@@ -172,9 +173,17 @@ def spec_from_rates(
         price_range_usd=base.price_range_usd if base else None, achievable=achievable,
         sustained=_sustained(facts, dtype, probes, bandwidth=bandwidth, peak=peak, base=base, today=today)
         if probes else None,
-        device_names=[facts.name], provenance=provenance, platform=base.platform if base else "cuda",
+        device_names=[facts.name], provenance=provenance, platform=_platform(facts, base),
         notes="Written by tokcost calibrate. memory_runtime_mib is what the runtime reports.",
     )  # fmt: skip
+
+
+def _platform(facts: DeviceFacts, base: GpuSpec | None) -> Platform:
+    """The software stack engines run on the measured device: its runtime's (a HIP build of torch is ROCm); a CPU's
+    is the datasheet's it started from, else CUDA's, which no engine profile prices a gap for."""
+    if facts.kind == "cuda":
+        return facts.platform
+    return base.platform if base else "cuda"
 
 
 def _ceilings(dtype: str, base: GpuSpec | None, bytes_per_s: float, flops_per_s: float,

@@ -89,7 +89,7 @@ def device_facts(device: str, notes: list[str]) -> DeviceFacts:
                            memory_bytes=float(torch.cuda.mem_get_info(index)[1]),
                            power_limit_w=info.power_limit_w if info else None,
                            driver=info.driver_version if info else "unknown", torch_version=torch.__version__,
-                           uuid=uuid)  # fmt: skip
+                           uuid=uuid, platform="rocm" if torch.version.hip else "cuda")  # fmt: skip
     notes.append("CPU run: NVML energy and J/token are GPU-only")
     name = device_name(torch.device("cpu"))
     return DeviceFacts("cpu", name, host_total_bytes() or 1e9, None, "n/a", torch.__version__)
