@@ -8,6 +8,11 @@ import re
 
 import pytest
 
+from tokcost.engine.estimate import estimate
+from tokcost.engine.workload import Workload
+from tokcost.hardware.library import load_gpu
+from tokcost.models.library import load_model
+
 WORKSPACE = re.compile(
     r"workspace: min\(([\d,]+) x ([\d,]+) tokens, ([\d,]+) tokens\) x \(4 x ([\d,]+) \+ 2 x ([\d,]+) / (\d+)\) x "
     r"(\d) B \+ ([\d,]+) x ([\d,]+) x (\d) B = ([\d.]+) (k|M|G)B"
@@ -40,3 +45,25 @@ def test_the_workspace_line_adds_up(cli, args, hidden, mlp, vocab):
     total = min(_n(seqs) * _n(prompt), 8192) * per_token + _n(seqs) * vocab * 4
     assert float(value) * SCALE[unit] == pytest.approx(total, rel=2e-3)
     assert "reserve: 0.1 x" in out.stdout and "gpu_memory_utilization 0.9" in out.stdout
+
+
+
+def test_logits_live_only_on_the_last_pipeline_stage(cli):
+    # Llama-3.1-70B at TP 2 on 3 stages (27 + 27 + 26 layers): the first stage holds a layer more than the last and
+    # is the fullest GPU; the LM head and the fp32 logits it samples from are on the last stage only
+    out = cli("estimate", "-m", "llama-3.1-70b", "-g", "h100-sxm", "--tp", "2", "--pp", "3", "-b", "8", "--explain")
+    assert out.exit_code == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("workspace:"))
+    assert " x 128,256 x 4 B" not in line and "no logits: stage 0 holds none" in line
+    per_token = (4 * 8192 + 2 * 28_672 / 2) * 2
+    value, unit = re.search(r"= ([\d.]+) (k|M|G)B \(", line).groups()
+    assert float(value) * SCALE[unit] == pytest.approx(min(8 * 1024, 8192) * per_token, rel=2e-3)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_the_last_stage_adds_the_logits_to_its_own_workspace(pp):
+    # on 2 or 4 even stages the last (layers + LM head + logits) outweighs the first (layers + embedding table)
+    e = estimate(load_model("llama-3.1-70b"), load_gpu("h100-sxm"), Workload(tp=2, pp=pp, batch=8))
+    b = e.memory.per_gpu
+    assert b.stage == pp - 1
+    assert b.workspace == pytest.approx(8192 * (4 * 8192 + 2 * 28_672 / 2) * 2 + 8 * 128_256 * 4, rel=1e-9)

@@ -55,6 +55,7 @@ class GpuBytes:
     state: float  # linear-attention and state-space layers' state
     workspace: float
     reserve: float
+    stage: int = 0  # the pipeline stage this GPU serves; the last holds the LM head's logits
 
     @property
     def total(self) -> float:
@@ -188,15 +189,18 @@ class ReplicaMemory:
     def gpu_bytes(self, batch: int, prompt: int, tokens: int, cached_prefix: int) -> GpuBytes:
         """The fullest GPU's bytes for `batch` sequences that prefilled `prompt` tokens and hold `tokens` each."""
         seqs = math.ceil(batch / self.layout.dp)
-        workspace = (
-            min(seqs * prompt, PREFILL_CHUNK_TOKENS) * self.activation_bytes
-            + seqs * self.model.vocab_size / self.layout.sampled_share * LOGIT_BYTES
-            + self.score_buffer(seqs, prompt, tokens)
+        workspace = min(seqs * prompt, PREFILL_CHUNK_TOKENS) * self.activation_bytes + self.score_buffer(
+            seqs, prompt, tokens
         )
+        # the fp32 logits each sequence samples from live only on the last stage, which holds the LM head
+        logits = seqs * self.model.vocab_size / self.layout.sampled_share * LOGIT_BYTES
         best = None
-        for weights, kinds, state_per_sequence in zip(self.weights, self.kinds, self.state_per_sequence, strict=True):
+        last = len(self.weights) - 1
+        for s, (weights, kinds, state_per_sequence) in enumerate(
+            zip(self.weights, self.kinds, self.state_per_sequence, strict=True)
+        ):
             kv, state = self.kv(kinds, batch, tokens, cached_prefix), seqs * state_per_sequence
-            here = GpuBytes(weights, kv, state, workspace, self.reserve)
+            here = GpuBytes(weights, kv, state, workspace + (logits if s == last else 0.0), self.reserve, s)
             if best is None or here.total > best.total:
                 best = here
         assert best is not None
