@@ -166,14 +166,15 @@ def _path(link: Link, efficiency: bool, ranks: int, nodes: int = 1, inside: Link
     """The path of a group of `ranks` GPUs over `link` (across `nodes`, with `inside` in each): each link's latency at
     the GPUs it joins (Link.latency_at_s: fewer ring hops in a smaller group)."""
 
-    def rate(x: Link) -> float:
-        return x.bytes_per_s * (x.efficiency if efficiency else 1.0)
+    def rate(x: Link, group: int) -> float:  # a mesh's GPU reaches only its peers' links in the group
+        return x.group_bytes_per_s(group) * (x.efficiency if efficiency else 1.0)
 
     per_node = -(-ranks // nodes)
-    latency = link.latency_at_s(nodes if nodes > 1 else ranks)
+    group = nodes if nodes > 1 else ranks  # the network joins one GPU of each node
     node = inside or link
     kind = "network" if nodes > 1 else link_class(link.kind)
-    return Path(link.name or link.kind, rate(link), latency, nodes, rate(node), node.latency_at_s(per_node), kind)
+    return Path(link.name or link.kind, rate(link, group), link.latency_at_s(group), nodes, rate(node, per_node),
+                node.latency_at_s(per_node), kind)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

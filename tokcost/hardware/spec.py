@@ -63,6 +63,9 @@ class Link(BaseModel):
     efficiency: float = Field(default=1.0, ge=0.01, le=1)
     # the most GPUs this link joins at its full rate (an NVLink bridge: 2); None: every GPU of the node
     domain_gpus: int | None = Field(default=None, ge=2, le=1_000_000)
+    # point-to-point links per GPU of a fully connected node (AMD's xGMI: one to each of 7 peers), gb_s their sum; a
+    # group of n GPUs drives only its n - 1 peers' links. None: a switch (NVSwitch) or a bus gives any group gb_s
+    peer_links: int | None = Field(default=None, ge=1, le=1_000_000)
     source: str = Field(min_length=1, max_length=4000)
     notes: str = Field(default="", max_length=10_000)
 
@@ -70,6 +73,13 @@ class Link(BaseModel):
     def bytes_per_s(self) -> float:
         """Bandwidth per direction in B/s."""
         return self.gb_s * GB
+
+    def group_bytes_per_s(self, ranks: int) -> float:
+        """Bandwidth per direction one GPU of a group of `ranks` reaches: gb_s through a switch; on a fully connected
+        mesh the links to its n - 1 peers in the group (a pair: one link), the rest idle."""
+        if self.peer_links is None:
+            return self.bytes_per_s
+        return self.bytes_per_s * min(max(ranks, 2) - 1, self.peer_links) / self.peer_links
 
     @property
     def latency_s(self) -> float:
