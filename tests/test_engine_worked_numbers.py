@@ -376,6 +376,34 @@ def test_deepseek_v3_expert_parallel_all_to_all_bytes_at_ep16():
     assert e.memory.fits and e.layout.gpus == 16
 
 
+def test_expert_parallel_under_tp_alone_all_reduces_and_moves_no_tokens():
+    # Mixtral at TP 2 x EP 2, no DP attention: both ranks hold every token (the attention's all-reduce gave them),
+    # each runs the tokens routed to its own 4 experts, and their partial sums are all-reduced, as vLLM runs it
+    # (FusedMoEParallelConfig.use_all2all_kernels = dp_size > 1 and use_ep); an audit found dispatch and combine priced
+    m, g = load_model("mixtral-8x7b"), load_gpu("h100-sxm")
+    e = estimate(m, g, Workload(tp=2, ep=2, batch=8))
+    step = e.ceiling.decode_step
+    assert not stages_named(step, "expert dispatch (all-to-all)") and not stages_named(
+        step, "expert combine (all-to-all)"
+    )
+    (reduce,) = stages_named(step, "MoE all-reduce")
+    assert reduce.collective.payload_bytes == 8 * 4096 * 2 and reduce.collective.ranks == 2  # tokens x hidden, bf16
+    # with DP attention the ranks hold different tokens, and they cross in all-to-alls
+    spread = estimate(m, g, Workload(dp=2, ep=2, batch=8)).ceiling.decode_step
+    assert stages_named(spread, "expert dispatch (all-to-all)") and not stages_named(spread, "MoE all-reduce")
+
+
+@pytest.mark.parametrize(("tp", "links"), [(2, 1), (4, 3), (8, 7)])
+def test_a_fully_connected_xgmi_group_reaches_its_peers_links_only(tp, links):
+    # MI300X: one 64 GB/s point-to-point xGMI link to each of 7 peers (448 GB/s the 7 together); a group of n GPUs
+    # drives its n - 1 peers' links, a TP 2 pair one (ROCm blog, 2025-03-02); before, every group got all 448
+    e = estimate(load_model("llama-3.1-70b"), load_gpu("mi300x"), Workload(tp=tp, batch=8))
+    (reduce, *_) = stages_named(e.ceiling.decode_step, "attention all-reduce")
+    assert reduce.collective.path.bytes_per_s == pytest.approx(links * 64e9)
+    usable = e.deployment.links.path(tp, e.layout, expected=True).bytes_per_s
+    assert usable == pytest.approx(links * 48e9)  # RCCL's usable 48 of each link's 64 GB/s (efficiency 0.75)
+
+
 def test_pipeline_bubble_for_llama_405b_at_pp2_tp8():
     # one prompt through 2 stages: m = 1 microbatch, so TTFT = the first stage then the second; decode at batch 8
     # cycles m = pp = 2 microbatches through the slowest stage

@@ -129,8 +129,8 @@ def test_explain_queue_wait_redoes_its_arithmetic(plan_json):
 
 def test_explain_step_parts_add_up_to_the_step(cli):
     # each step's parts sum to its time: SGLang's gaps between kernels and the expert all-to-all it hides included
-    # (both were left out, 1-3% of the step)
-    r = cli("plan", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--tp", "2", "--ep", "2", "--engine", "sglang", "--rate",
+    # (both were left out, 1-3% of the step); DP attention, so tokens cross ranks (under TP alone they do not)
+    r = cli("plan", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--dp", "2", "--ep", "2", "--engine", "sglang", "--rate",
             "8", "--slo", "tpot_p90=50ms", "--explain", "-f", "json")  # fmt: skip
     assert r.exit_code == 0, r.stderr
     explained = r.json()["explain"]

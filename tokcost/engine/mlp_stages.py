@@ -3,8 +3,9 @@
 A gated MLP (SwiGLU / GeGLU) runs gate and up as one matmul whose epilogue applies the activation, then down; an
 ungated one (Nemotron-H's squared ReLU, the GELU of StarCoder2 or Falcon) runs up then down. Routed experts: the
 router, any shared experts, the experts touched on the busiest rank (features.py: uniform routing), and the
-all-to-alls that carry their tokens (across nodes one copy of a token per remote node that hosts its experts, as
-DeepEP dispatches; FP8 under FP8 compute).
+all-to-alls that carry their tokens where DP attention spreads them over the ranks (across nodes one copy of a token
+per remote node that hosts its experts, as DeepEP dispatches; FP8 under FP8 compute); under TP alone every rank holds
+every token, and the ranks' partial sums are all-reduced, whether the experts are split by tensor or by expert.
 """
 
 from __future__ import annotations
@@ -80,7 +81,11 @@ def moe_stages(
     a2a = pairs * h * act * (ep - 1) / ep * dedupe
     # dispatch at 1 byte per element under FP8 compute (the activations are quantized for the FP8 GEMM anyway)
     dispatch = a2a / act if p.compute == "fp8" else a2a
-    if ep > 1:
+    # tokens cross ranks only where the stage's ranks hold different tokens (DP attention); under TP alone every rank
+    # holds them all, runs the tokens routed to its own experts and all-reduces (vLLM's FusedMoEParallelConfig:
+    # use_all2all_kernels = dp_size > 1 and use_ep)
+    exchange = ep > 1 and layout.dp > 1
+    if exchange:
         note = f"busiest rank receives {pairs:,.1f} token-expert pairs x hidden"
         note += f", x {dedupe:.2f} for one copy per remote node" if dedupe < 1 else ""
         stages.append(collective("expert dispatch (all-to-all)", label, count, "all-to-all", dispatch,
@@ -102,9 +107,9 @@ def moe_stages(
             row_flops=6 * h * inter / (h + inter),  # each pair's row: h into gate/up (2 x inter), inter into down (h)
         )
     )
-    if ep > 1:
+    if exchange:
         stages.append(collective("expert combine (all-to-all)", label, count, "all-to-all", a2a, layout.stage_gpus))
-    elif layout.stage_gpus > 1:  # experts split tensor-parallel: their partial sums are all-reduced
+    elif layout.stage_gpus > 1:  # experts split over the ranks (by tensor or by expert): partial sums all-reduced
         payload = (tokens if layout.dp > 1 else t_dp) * h * act
         stages.append(collective("MoE all-reduce", label, count, "all-reduce", payload, layout.stage_gpus))
     return stages
