@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tokcost import fmt
+from tokcost.engine.attend import attention_kinds, kv_read_tokens, span_of
 from tokcost.engine.estimate import (
     CRITICAL_BATCH_SEARCH_LIMIT,
     Estimate,
@@ -183,7 +184,9 @@ def _link_figures(link: Link) -> str:
     """A link's rate, latency at its stated group, hop scaling and efficiency, as one line of the deployment."""
     scaled = (f" at {link.latency_ranks} GPUs, 2 x {link.latency_hop_us:g} us less for each GPU fewer"
               if link.latency_ranks and link.latency_hop_us is not None else "")  # fmt: skip
-    return (f"{link.kind}, {link.gb_s:g} GB/s per direction, {link.latency_us:g} us per step{scaled}, efficiency "
+    mesh = (f" over {link.peer_links} point-to-point links, one to each peer (a group of n GPUs drives n - 1 of them: "
+            f"(n - 1) / {link.peer_links} of it)" if link.peer_links else "")  # fmt: skip
+    return (f"{link.kind}, {link.gb_s:g} GB/s per direction{mesh}, {link.latency_us:g} us per step{scaled}, efficiency "
             f"{link.efficiency:g} (expected)")  # fmt: skip
 
 
@@ -211,7 +214,7 @@ def _weights(e: Estimate, step: PassCost) -> Section:
     lines.append(f"weights one decode step reads per GPU: {parts} = {fmt.si(total, 'B')}")
     i = step.slowest_stage  # the step's kernels are that stage's
     held = ReplicaMemory(e.model, e.gpu, e.precision, e.layout).weights[i]
-    where = f"a GPU of pipeline stage {i + 1} of {e.layout.pp}" if e.layout.pp > 1 else "each GPU"
+    where = f"a GPU of pipeline stage {i} (of 0..{e.layout.pp - 1})" if e.layout.pp > 1 else "each GPU"  # as listed
     fullest = "" if held == e.memory.per_gpu.weights else (
         f"; the memory table's fullest GPU holds {fmt.si(e.memory.per_gpu.weights, 'B')}")  # fmt: skip
     if held > total:  # the stage holds more than a step streams
@@ -315,9 +318,33 @@ def _scenario_lines(e: Estimate, s: Scenario, name: str) -> list[str]:
     contexts = f"{wl.prompt_tokens:,}..{wl.prompt_tokens + wl.output_tokens - 2:,}"
     return [
         f"TPOT ({name}) = mean decode step over cached contexts {contexts} = {fmt.seconds(s.tpot_s)}",
+        *_windowed_mean_lines(e, s),
         f"decode tokens/s: {wl.batch} / {fmt.seconds(s.tpot_s)} = {s.decode_tokens_per_s:,.1f}",
         f"E2E: {fmt.seconds(s.ttft_s)} + {wl.output_tokens - 1} x {fmt.seconds(s.tpot_s)} = {fmt.seconds(s.e2e_s)}",
     ]
+
+
+def _windowed_mean_lines(e: Estimate, s: Scenario) -> list[str]:
+    """Why TPOT is not the step shown at the mean context: a windowed or chunked layer's reads are not linear in the
+    context (attend.kv_read_tokens), so the mean of the steps is summed context by context (compiled.decode_mean)."""
+    wl, step = e.workload, s.decode_step
+    if step is None or s.tpot_s is None or abs(step.seconds / s.tpot_s - 1) < 1e-3:
+        return []
+    first, last = wl.prompt_tokens, wl.prompt_tokens + wl.output_tokens - 2
+    mid = (first + last) / 2
+    at = f"the decode step above is at the mean context, {mid:,.0f} tokens: {fmt.seconds(step.seconds)}"
+    lines = [f"{at}; TPOT is the mean of every step, not the step at the mean, where a layer reads a window of its "
+             "context:"]  # fmt: skip
+    for kind in attention_kinds(e.model):
+        span = span_of(e.model, kind)
+        if span is None:
+            continue
+        mean = sum(kv_read_tokens(e.model, kind, c) for c in range(first, last + 1)) / (last - first + 1)
+        rule = f"min(c, {span:,})" if kind == "sliding" else f"c mod {span:,}"
+        lines.append(f"  {e.model.plan.count(mixer=kind)} {kind} layers read {rule} cached tokens: "
+                     f"{kv_read_tokens(e.model, kind, mid):,.0f} at the mean context, a mean of {mean:,.1f} over "
+                     f"{first:,}..{last:,}")  # fmt: skip
+    return lines
 
 
 def _stage_memory(e: Estimate) -> list[str]:
@@ -349,13 +376,16 @@ def _workspace_line(e: Estimate) -> str:
         why = "; and, flash attention off, one layer's fp32 scores of a 512-token micro-batch against the context"
     share = f" / {lay.sampled_share}" if lay.sampled_share > 1 else ""  # each rank samples its own share
     whole = "its share of the vocabulary" if share else "the whole vocabulary"
+    logits, of = f" + {seqs:,} x {m.vocab_size:,}{share} x {LOGIT_BYTES} B", f"; then the fp32 logits of {whole}"
+    if e.memory.per_gpu.stage != lay.pp - 1:  # the fullest GPU is not the last stage's, which alone holds logits
+        logits, of = "", f"; no logits: stage {e.memory.per_gpu.stage} holds none, the last stage samples"
     return (
         f"workspace: min({seqs:,} x {wl.computed_prompt_tokens:,} tokens, {PREFILL_CHUNK_TOKENS:,} tokens) x (4 x "
-        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B + {seqs:,} x {m.vocab_size:,}{share} x "
-        f"{LOGIT_BYTES} B{scores} = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, "
+        f"{m.hidden_size:,} + 2 x {mlp_width(m):,} / {lay.tp}) x {act:g} B{logits}"
+        f"{scores} = {fmt.si(e.memory.per_gpu.workspace, 'B')} (a prefill chunk's live activations, "
         f"at most {PREFILL_CHUNK_TOKENS:,} tokens: 4 of hidden size (residual, normed input, attention's input and "
         f"output) and the MLP's gate and up, split over TP, at "
-        f"{p.activation}; then the fp32 logits of {whole}{why})"
+        f"{p.activation}{of}{why})"
     )
 
 
@@ -654,7 +684,7 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         lines.append("overlap: none; the collectives run in series with the kernels (the ceiling alone hides them)")
     band = e.band
     lines.append(
-        f"80% band (time x {band.low:.2f} to x {band.high:.2f}, neither end past the ceiling's figure): {band.basis}"
+        f"80% band (time x {band.low:.4g} to x {band.high:.4g}, neither end past the ceiling's figure): {band.basis}"
     )
     x = e.expected
     lines.append(
