@@ -212,6 +212,12 @@ def test_cli_json_reproduces_the_summary(cli, validation):
     assert data["summary"]["violations"] == []
     loso = data["summary"]["leave_one_source_out"]
     assert loso["pooled_median"] == pytest.approx(summary.headline.pooled_median)
+    # each row's band (its source left out) counts back to the coverage the headline prints (an audit could not
+    # reproduce it from the rows)
+    banded = [r["held_out_band"] for r in data["rows"] if r["held_out_band"]]
+    assert len(banded) == loso["rows"]
+    assert sum(b["low"] <= b["time_ratio"] <= b["high"] for b in banded if b["low"]) == loso["inside_band"]
+    assert sum(b["inside"] for b in banded) == loso["inside_band"]
     assert not {m["id"] for m in data["multinode"] if m["not_priced"] and "no built-in GPU spec" in m["not_priced"]}
     assert not [m["id"] for m in data["multinode"] if m["violation"]]
 

@@ -16,7 +16,7 @@ from tokcost.hardware.library import load_gpu
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
-from tokcost.profiles import load_engine
+from tokcost.profiles import Band, load_engine
 
 if TYPE_CHECKING:  # the validation modules load only when `tokcost validate` runs (start-up stays small)
     from tokcost.validation.compare import RowResult
@@ -200,13 +200,20 @@ def _headline_json(summary: Summary) -> dict[str, object] | None:
     }  # fmt: skip
 
 
-def _row_json(r: RowResult) -> dict[str, object]:
+def _row_json(r: RowResult, bands: dict[str, tuple[Band | None, float]]) -> dict[str, object]:
+    band, ratio = bands.get(r.row.id, (None, None))
+    held = None if ratio is None else {
+        "time_ratio": ratio, "low": band.low if band else None, "high": band.high if band else None,
+        "inside": band is not None and band.low <= ratio <= band.high,
+    }  # fmt: skip
     return {
         "id": r.row.id, "source_id": r.row.source_id, "model": r.row.model, "gpu": r.row.gpu, "gpus": r.row.gpus,
         "framework": r.row.framework, "engine": r.engine, "platform": r.cell.platform, "waves": r.waves,
         "metric": r.row.metric, "used": r.used, "exclude": r.row.exclude, "measured": r.row.value,
         "ceiling": r.ceiling, "expected": r.expected, "held_out": r.held_out, "error": r.error,
         "held_out_error": r.held_out_error, "ceiling_error": r.ceiling_error, "violation": r.violation,
+        # the row's 80% band without its source, on predicted / measured time, as the summary's coverage counts it
+        "held_out_band": held,
     }  # fmt: skip
 
 
@@ -242,6 +249,9 @@ def validate(
     results, summary = run_validation(path, engine)
     multinode = run_multinode(engine) if data is None else []
     if format == TableFormat.json:
+        from tokcost.validation.summary import held_out_bands
+
+        bands = held_out_bands([r for r in results if r.used])
         print_json({
             "data": str(path),
             "engine": engine or "each row's own",
@@ -250,7 +260,7 @@ def validate(
                 "violations": list(summary.violations), "leave_one_source_out": _headline_json(summary),
                 "groups": [_group_json(g) for g in summary.groups],
             },
-            "rows": [_row_json(r) for r in results],
+            "rows": [_row_json(r, bands) for r in results],
             "multinode": [_multinode_json(m) for m in multinode],
         })  # fmt: skip
     else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tokcost.engine.workload import is_weight_only, resolve_precision
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import Band
 from tokcost.validation.bands import Residual, cell_band
 from tokcost.validation.compare import RowResult, percentile, workload_of
 from tokcost.validation.families import family_of
@@ -66,17 +67,23 @@ class Summary:
     groups: tuple[GroupStats, ...]
 
 
-def inside_bands(results: Sequence[RowResult]) -> dict[str, bool]:
-    """Whether each held-out row falls inside its band computed without its own source (bands.cell_band)."""
+def held_out_bands(results: Sequence[RowResult]) -> dict[str, tuple[Band | None, float]]:
+    """Each held-out row's band computed without its own source (bands.cell_band), and its time ratio (predicted
+    time / measured time) that the band's low and high bound."""
     residuals = {r.row.id: _residual(r) for r in results if r.held_out is not None and r.used}
     out = {}
     for source in sorted({r.source for r in residuals.values()}):
         others = [x for x in residuals.values() if x.source != source]
         for rid, x in residuals.items():
             if x.source == source:
-                band = cell_band(others, engine=x.engine, era=x.era, platform=x.platform)
-                out[rid] = band is not None and band.low <= math.exp(x.log_ratio) <= band.high
+                out[rid] = (cell_band(others, engine=x.engine, era=x.era, platform=x.platform), math.exp(x.log_ratio))
     return out
+
+
+def inside_bands(results: Sequence[RowResult]) -> dict[str, bool]:
+    """Whether each held-out row falls inside its band computed without its own source."""
+    return {rid: band is not None and band.low <= ratio <= band.high
+            for rid, (band, ratio) in held_out_bands(results).items()}  # fmt: skip
 
 
 def _residual(r: RowResult) -> Residual:
