@@ -155,6 +155,28 @@ def test_cuda_without_a_gpu_is_one_line(cli):
     assert r.exit_code == 2 and "--device cuda" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_calibrate_on_a_busy_machine_says_its_step_overhead_is_noisy(cli, tmp_path, micro, monkeypatch):
+    # an audit on a loaded 2-core machine got a 20x step overhead written without a word: the skeleton's steps
+    # varied past measure's noisy line; here the same loop's spread is widened as a busy machine's is
+    from dataclasses import replace
+
+    import tokcost.measure.loop as loop
+
+    real = loop.measure_decode
+
+    def busy(*args, **kwargs):
+        run = real(*args, **kwargs)
+        return replace(run, step=replace(run.step, cv=0.4))
+
+    monkeypatch.setattr(loop, "measure_decode", busy)
+    out = tmp_path / "busy.yaml"
+    r = cli("calibrate", "--device", "cpu", "--model", micro, "--threads", "1", "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert "warning: the skeleton's steps varied 40%" in r.stderr and "rerun on an idle machine" in r.stderr
+    shown = cli("specs", "show", str(out), "--format", "json").json()
+    assert "NOISY: the skeleton's steps varied 40%" in shown["provenance"]["step_overhead_us"]
+
+
 def test_calibrate_writes_a_measured_spec_estimate_accepts(cli, tmp_path, micro):
     out = tmp_path / "cpu.yaml"
     r = cli("calibrate", "--device", "cpu", "--model", micro, "--threads", "1", "--out", str(out))

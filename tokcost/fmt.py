@@ -37,14 +37,21 @@ def tflop(flops: float) -> str:
     return f"{flops / 1e12:,.2f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:,.2f} GFLOP"
 
 
+def _digits(value: float, places: int) -> str:
+    """`value` with `places` decimals, or 3 significant digits where those would print under 3 (a CPU's rates)."""
+    if value == 0 or abs(value) >= 10 ** (3 - places - 1):
+        return f"{value:,.{places}f}"
+    return f"{value:.3g}"
+
+
 def rate_gb_s(bytes_per_s: float) -> str:
-    """Bandwidth in GB/s."""
-    return f"{printable(bytes_per_s, 'a bandwidth') / 1e9:,.0f} GB/s"
+    """Bandwidth in GB/s: whole GB/s, 3 significant digits under 100 (a CPU's 3.91, a gloo link's 0.36)."""
+    return f"{_digits(printable(bytes_per_s, 'a bandwidth') / 1e9, 0)} GB/s"
 
 
 def rate_tflops(flops_per_s: float) -> str:
-    """Compute rate in TFLOP/s."""
-    return f"{printable(flops_per_s, 'a compute rate') / 1e12:,.1f} TFLOP/s"
+    """Compute rate in TFLOP/s: one decimal, 3 significant digits under 10 (a CPU's 0.0537)."""
+    return f"{_digits(printable(flops_per_s, 'a compute rate') / 1e12, 1)} TFLOP/s"
 
 
 def rate(value: float | None) -> str:

@@ -96,6 +96,7 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
         resolve_device,
         run_probes,
     )
+    from tokcost.measure.stats import NOISY_CV
 
     def say(msg: str) -> None:
         sys.stderr.write(f"{msg}\n")
@@ -127,6 +128,11 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
         torch.set_num_threads(previous)
     stream, compute = rates["stream"], rates["compute"]
     step_s, how = step_overhead(overhead)
+    if overhead.step.noisy:  # a busy machine (other jobs, more threads than cores): the overhead is contention's
+        spread = f"the skeleton's steps varied {overhead.step.cv:.0%} (coefficient of variation, over {NOISY_CV:.0%})"
+        how += f"; NOISY: {spread}, so this overhead may be the machine's load"
+        say(f"warning: {spread}: the step overhead written may be the machine's load; rerun on an idle machine "
+            "(or with fewer --threads)")  # fmt: skip
     cache = rates["cache_bytes"]
     provenance = {
         "step_overhead_us": f"{spec.name}: {how}",
