@@ -404,7 +404,7 @@ def test_a_checkpoint_that_keeps_every_layers_attention_unquantized_ships_it_at_
     spec = from_hf_config({**base, "quantization_config": {"quant_method": "fbgemm_fp8",
                                                           "modules_to_not_convert": kept}}, "c.json")  # fmt: skip
     assert (spec.weights_dtype, spec.attention_dtype, spec.compute_dtype) == ("fp8", "bf16", "fp8")
-    assert "attention_dtype bf16; and 2 more module(s) (model.layers.0, ...)" in spec.notes
+    assert "attention_dtype bf16, and 2 more module(s) (model.layers.0, ...)" in spec.notes
     # one layer's attention missing: not every layer's, so one format for all block linears, said in the notes
     partial = [m for m in kept if m != "model.layers.3.self_attn"]
     spec = from_hf_config({**base, "quantization_config": {"quant_method": "fbgemm_fp8",
@@ -490,6 +490,39 @@ def test_an_unknown_family_and_an_fp32_checkpoint_say_so_on_import(cli, tmp_path
     notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
     assert any("olmo: counted with Llama's layout" in n for n in notes), r.stderr
     assert any("stored at fp32, priced at 16 bits" in n for n in notes), r.stderr
+
+
+def test_each_note_prints_whole_on_its_own_line(cli, tmp_path):
+    # notes are parted by "; " and printed one a line: notes that held "; " themselves printed as fragments
+    # ("note: set dtype: fp32 in an imported spec ..."); a block-scaled FP8 checkpoint says how it is priced
+    quant = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    data = {**json.loads((HF / "llama.json").read_text()), "torch_dtype": "float32", "quantization_config": quant}
+    del data["intermediate_size"]  # a third note: a defaulted shape
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+    r = cli("specs", "import", str(config), "-o", str(tmp_path / "m.yaml"))
+    assert r.exit_code == 0, r.output
+    notes = [line.removeprefix("note: ") for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 3, notes
+    assert any(n.startswith("block-scaled FP8 (weight_block_size) priced as fp8") and n.endswith("an engine prior)")
+               for n in notes), notes  # fmt: skip
+    assert any(n.startswith("stored at fp32") and n.endswith("prices fp32") for n in notes), notes
+    assert any(n.startswith("not in the config") for n in notes), notes
+
+
+def test_a_composite_saves_text_precision_in_its_text_config_is_read():
+    # a vision-language save may state the text model's dtype and quantization only in text_config: an AWQ text
+    # model imported at bf16 with no word, and "no torch_dtype" said of a file that states one
+    data = json.loads((HF / "new" / "mistral-small-24b.json").read_text())
+    del data["torch_dtype"]
+    data["text_config"] |= {
+        "dtype": "bfloat16",
+        "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+    }
+    spec = from_hf_config(data, "c.json")
+    assert spec.weights_dtype == "int4-g128" and "no torch_dtype" not in spec.notes
+    data["quantization_config"] = {"quant_method": "fp8"}  # the top level's own keys win
+    assert from_hf_config(data, "c.json").weights_dtype == "fp8"
 
 
 def test_cross_attention_layers_are_refused_not_priced_as_self_attention():

@@ -296,15 +296,19 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
                                "a layout tokcost counts from this config); write a spec YAML by hand (tokcost specs "
                                "show llama-3.1-8b is one)", field=prefix + "intermediate_size")  # fmt: skip
     model = _validated({**spec, "notes": "; ".join(notes)}, where, keys)  # shapes first: formats need counts
-    formats = shipped(data, where, model.hidden_size, moe=model.moe is not None, layers=model.layers)
+    # a composite (vision-language) save may state the text model's dtype or quantization in its text_config only
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    keys_of_text = {k: text[k] for k in ("torch_dtype", "dtype", "quantization_config") if k in text}
+    precision = {**keys_of_text, **data} if keys_of_text else data  # the top level's own keys win
+    formats = shipped(precision, where, model.hidden_size, moe=model.moe is not None, layers=model.layers)
     if "expert_dtype" in formats:
         spec["moe"] = {**spec["moe"], "expert_dtype": formats.pop("expert_dtype")}
     notes += [formats.pop("notes")] if "notes" in formats else []
     if formats.get("dtype") == "fp32":  # stored at fp32, served at 16 bits (vLLM's --dtype auto: FP16)
         formats["dtype"] = "bf16"  # weights, KV, embedding and LM head as a server holds them
         notes.append("stored at fp32, priced at 16 bits (bf16: fp16 has the same bytes and peaks) as serving engines "
-                     "load it (vLLM's --dtype auto takes an fp32 checkpoint at 16 bits); set dtype: fp32 in an "
-                     "imported spec to price fp32")  # fmt: skip
+                     "load it (vLLM's --dtype auto takes an fp32 checkpoint at 16 bits), and dtype: fp32 in an "
+                     "imported spec prices fp32")  # fmt: skip
     return _validated({**spec, **formats, "notes": "; ".join(notes)}, where, keys)
 
 

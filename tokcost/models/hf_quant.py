@@ -163,11 +163,11 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layer
         raise SpecError(where, f"unknown dtype {dtype!r:.40}; known: {known}", field=key)
     fields = {"dtype": BASE_DTYPES.get(name, "bf16")}  # no torch_dtype key: bf16, what checkpoints ship
 
-    def note(text: str) -> None:
+    def note(text: str) -> None:  # "; " parts the notes (specs import prints one a line): never inside one
         fields["notes"] = f"{fields['notes']}; {text}" if "notes" in fields else text
 
     if dtype is None:  # said, as a defaulted shape is
-        note("no torch_dtype: priced at bf16, what checkpoints ship; set dtype: in the spec to change it")
+        note("no torch_dtype: priced at bf16, what checkpoints ship (dtype: in the spec changes it)")
     if name in FP8_DTYPES:
         fields["weights_dtype"] = "fp8"
     quant = data.get("quantization_config")
@@ -189,6 +189,11 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layer
     except ValueError as exc:
         raise SpecError(where, str(exc), field="quantization_config") from None
     fields |= {"weights_dtype": weights} | ({"compute_dtype": compute} if compute else {})
+    if method == "fp8" and quant.get("weight_block_size"):  # said: the block kernel is a prior no row has pinned
+        note(
+            "block-scaled FP8 (weight_block_size) priced as fp8, as the built-in DeepSeek-V3 is (--weights "
+            "fp8-block prices its own kernel class, fp8_block, an engine prior)"
+        )
     listed = quant.get("modules_to_not_convert") or quant.get("ignore") or quant.get("llm_int8_skip_modules")
     listed = listed if isinstance(listed, list) else []
     kept = [m for m in listed if isinstance(m, str) and not _UNQUANTIZED_ANYWAY.search(m)]
@@ -196,11 +201,11 @@ def shipped(data: dict[str, Any], where: str, hidden_size: int, moe: bool, layer
         fields["attention_dtype"] = fields["dtype"]
         rest = [m for m in kept if "self_attn" not in m]
         note(f"quantization_config keeps every layer's attention unquantized: attention_dtype {fields['dtype']}"
-             + (f"; and {len(rest)} more module(s) ({rest[0][:80]}, ...), whose MLPs tokcost prices at {weights}"
+             + (f", and {len(rest)} more module(s) ({rest[0][:80]}, ...), whose MLPs tokcost prices at {weights}"
                 if rest else ""))  # fmt: skip
     elif kept:  # a ModelSpec has one format for all block linears: say so rather than price these silently
         note(
-            f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...); tokcost prices "
+            f"quantization_config keeps {len(kept)} module(s) unquantized ({kept[0][:80]}, ...), and tokcost prices "
             f"every block linear at {weights}"
         )
     return fields
