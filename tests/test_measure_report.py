@@ -9,10 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from tokcost.engine.estimate import estimate
+from tokcost.engine.roofline import expected_rates
 from tokcost.hardware.library import load_gpu
 from tokcost.measure import nvml
 from tokcost.measure.calibrate import DeviceFacts, fit_allreduce, measured_link, skeleton, spec_from_rates
-from tokcost.measure.report import loop_profile, memory_fit, run_dict, run_report, workload_of
+from tokcost.measure.report import loop_calibrated, loop_profile, memory_fit, run_dict, run_report, workload_of
 from tokcost.measure.stats import spread
 from tokcost.models.library import load_model
 from tokcost.profiles import GENERIC
@@ -260,3 +261,21 @@ def test_predictions_price_the_loops_own_head_not_a_serving_engines(profile):
     whole = profile == "torch-compile"
     assert served["LM head"].weight_bytes == pytest.approx(v * h / (1 if whole else 2) * 2)
     assert ("logits all-gather" in served) is not whole and served["sampling"].bytes_read == pytest.approx(4 * v * 4)
+
+
+def test_the_calibrated_column_prices_the_loops_own_rates_however_far_from_the_probes():
+    # a CPU's fp16 square-GEMM probe ran 27x slower than the loop's own fp16 linears: as an engine efficiency over
+    # the probe's share (held to 2x) that priced decode compute-bound at 5-8x the step measured (an audit found
+    # +729%). The loop's shares now stand as the hardware's, so the prediction runs at exactly what the loop reached.
+    facts = DeviceFacts("cpu", "x86_64", 24e9, None, "n/a", "2.13.0")
+    probes = {"copy": SimpleNamespace(value=2.0e10, seconds_all=[1.0], size="copy"),
+              "matmul": SimpleNamespace(value=0.7e9, seconds_all=[1.0], size="1024^3 GEMM")}  # fmt: skip
+    spec = spec_from_rates(facts, "fp16", bytes_per_s=1.7e10, flops_per_s=1.9e10, step_overhead_s=1e-4,
+                           provenance={}, probes=probes)  # fmt: skip
+    assert spec.sustained.gemm_for("fp16").fraction == pytest.approx(0.7 / 19, rel=1e-2)  # the probe's share
+    hardware, engine = loop_calibrated(spec)
+    rates = expected_rates(hardware, "fp16", engine)
+    gemv, gemm = rates.kernels.memory.gemv, rates.kernels.compute.gemm
+    assert rates.bytes_per_s * gemv == pytest.approx(1.7e10, rel=1e-3)  # the loop's stream
+    assert rates.flops_per_s * gemm == pytest.approx(1.9e10, rel=1e-3)  # the loop's GEMMs, not 2x the probe's
+    assert engine.step_overhead_us == pytest.approx(100.0)

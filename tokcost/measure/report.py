@@ -7,7 +7,7 @@ so the engine can change behind it. No torch here: it takes plain results (LoopR
   Segment(B, c, 1) at the slots c that step really read (a bucketed step reads its bucket), averaged
   over the steps. "datasheet" is the ceiling, "datasheet expected" the hardware's sustained shares, and
   "calibrated" the spec measured for this loop with the loop as its engine (its step overhead, and its own stream
-  and GEMM rates over the probes': loop_engine).
+  and GEMM rates as its hardware: loop_calibrated).
 - MBU (Databricks' definition: achieved bytes/s over peak bandwidth) uses the bytes the loop read,
   counted from the built model; the engine's expectation is shown next to them.
 - An error is (predicted - measured) / measured, and None when the step times vary by more than
@@ -25,14 +25,11 @@ from tokcost.engine.features import expected_distinct_experts
 from tokcost.engine.step import Segment, step_cost
 from tokcost.engine.workload import Workload
 from tokcost.hardware.spec import GpuSpec, Link
+from tokcost.hardware.sustained import SustainedFigure
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import (
-    EFFICIENCY_RANGE,
     GENERIC,
-    ComputeSide,
     EngineProfile,
-    KernelEfficiency,
-    MemorySide,
     load_engine,
 )
 from tokcost.units import MIB
@@ -65,20 +62,32 @@ class Prediction:
     tpot_error: float | None
 
 
-def loop_engine(gpu: GpuSpec) -> EngineProfile:
-    """This loop as an engine (hardware x engine, issue 19): a calibrated spec's `achievable` shares are what the
-    loop itself streamed and multiplied, so its efficiencies are those shares over the hardware's own (the copy and
-    GEMM probes), and its step cost is the one calibrate measured; the identity for a spec without them."""
-    a, hw = gpu.achievable, gpu.hardware
+def loop_calibrated(gpu: GpuSpec) -> tuple[GpuSpec, EngineProfile]:
+    """This loop as hardware and engine (issue 19's split): a calibrated spec's `achievable` shares are what the loop
+    itself streamed and multiplied, so they stand as the hardware's sustained shares, and the engine adds only the
+    step cost calibrate measured; unchanged (and the generic engine) for a spec without them. (As engine
+    efficiencies over the probes' shares they were held to the profiles' range, 2x: a CPU's fp16 GEMM probe, 27x
+    slower than the loop's own fp16 linears, priced its decode compute-bound at 5-8x the step measured.)"""
+    a = gpu.achievable
     if a.basis != "measured":
-        return GENERIC
-    gemm = hw.gemm_for("bf16") or next(iter(hw.gemm.values()))
-    low, high = EFFICIENCY_RANGE
-    memory = min(max(a.bandwidth / hw.copy_bandwidth.fraction, low), high)
-    compute = min(max(a.compute / gemm.fraction, low), high)
-    kernels = KernelEfficiency(memory=MemorySide(gemv=memory, attention=memory), compute=ComputeSide(gemm=compute))
-    return GENERIC.model_copy(update={"name": "measure-loop", "kernels": kernels,
-                                      "step_overhead_us": a.step_overhead_us})  # fmt: skip
+        return gpu, GENERIC
+    hw = gpu.hardware
+
+    def loops(figure: SustainedFigure, share: float, what: str) -> SustainedFigure:
+        return figure.model_copy(update={"fraction": share, "source": f"the measured loop's own {what} ({a.source})"})
+
+    sustained = hw.model_copy(update={
+        "copy_bandwidth": loops(hw.copy_bandwidth, a.bandwidth, "weight stream"),
+        "gemm": {k: loops(v, a.compute, "prefill GEMMs") for k, v in hw.gemm.items()},
+    })  # fmt: skip
+    engine = GENERIC.model_copy(update={"name": "measure-loop", "step_overhead_us": a.step_overhead_us})
+    return gpu.model_copy(update={"sustained": sustained}), engine
+
+
+def _calibrated(spec: ModelSpec, calibrated: GpuSpec, loop: Any, noisy: bool) -> Prediction | None:
+    """The calibrated column: the loop's own rates as the hardware, its step cost as the engine."""
+    hardware, engine = loop_calibrated(calibrated)
+    return predict(spec, hardware, "expected", loop, noisy, engine)
 
 
 def as_loop(engine: EngineProfile) -> EngineProfile:
@@ -199,7 +208,7 @@ def run_report(spec: ModelSpec, loop: Any, *, datasheet: GpuSpec | None, calibra
         datasheet=predict(spec, datasheet, "ceiling", loop, noisy) if datasheet else None,
         datasheet_expected=predict(spec, datasheet, "expected", loop, noisy, expected_engine) if datasheet else None,
         expected_engine=expected_engine.name,
-        calibrated=predict(spec, calibrated, "expected", loop, noisy, loop_engine(calibrated)) if calibrated else None,
+        calibrated=_calibrated(spec, calibrated, loop, noisy) if calibrated else None,
         calibration=calibration or {},
     )
 
