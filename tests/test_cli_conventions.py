@@ -118,6 +118,17 @@ def test_specs_show_yaml_round_trips_as_a_template(cli, tmp_path, name, loader):
     assert cli("specs", "validate", str(path)).exit_code == 0
 
 
+def test_an_engine_eras_template_names_the_era_and_what_a_file_of_one_era_cannot_carry(cli):
+    # `specs show vllm@v0 -f yaml` said "as `tokcost specs show vllm -f yaml` prints it", which prints V1; and
+    # llama.cpp's graphs era runs tensor-split stages as its eager era, which a file of one era cannot name
+    v0 = cli("specs", "show", "vllm@v0", "-f", "yaml")
+    assert v0.exit_code == 0 and "as `tokcost specs show vllm@v0 -f yaml` prints it" in v0.stdout
+    graphs = cli("specs", "show", "llama.cpp", "-f", "yaml").stdout
+    assert "spec 'llama.cpp@graphs'" in graphs and "runs tensor-split stages as era 'eager'" in graphs
+    plain = cli("specs", "show", "torch-compile", "-f", "yaml").stdout  # one era: no @ to name
+    assert "as `tokcost specs show torch-compile -f yaml` prints it" in plain and "tensor-split" not in plain
+
+
 def test_specs_show_prose_is_left_aligned_and_never_cut(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     result = cli("specs", "show", "h100-sxm")

@@ -69,7 +69,12 @@ def spec_yaml(kind: str, spec: Any) -> str:
         flag = {"gpu": "-m llama-3.1-8b -g", "network": "-m llama-3.1-70b -g h100-sxm --tp 16 --network",
                 "engine": "-m llama-3.1-8b -g h100-sxm --engine"}[kind]  # fmt: skip
     body = {"name": spec.name, **{k: v for k, v in body.items() if k != "name"}}
-    header = TEMPLATE_HEADER.format(kind=kind, name=spec.name, flag=flag)
+    era = getattr(spec, "era", None) if kind == "engine" else None
+    shown = f"{spec.name}@{era}" if era and era != "main" else spec.name  # the era this file is, as spelled to show it
+    header = TEMPLATE_HEADER.format(kind=kind, name=shown, flag=flag)
+    if era and getattr(spec, "tensor_split_era", None):  # a file of one era has no other to run its split stages as
+        header += (f"# In its engine's own file this era runs tensor-split stages as era {spec.tensor_split_era!r};\n"
+                   "# a file of one era prices them as its own.\n")  # fmt: skip
     return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=110)
 
 
