@@ -47,7 +47,6 @@ def test_the_workspace_line_adds_up(cli, args, hidden, mlp, vocab):
     assert "reserve: 0.1 x" in out.stdout and "gpu_memory_utilization 0.9" in out.stdout
 
 
-
 def test_logits_live_only_on_the_last_pipeline_stage(cli):
     # Llama-3.1-70B at TP 2 on 3 stages (27 + 27 + 26 layers): the first stage holds a layer more than the last and
     # is the fullest GPU; the LM head and the fp32 logits it samples from are on the last stage only

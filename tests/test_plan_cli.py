@@ -677,3 +677,33 @@ def test_a_configuration_that_cannot_run_names_its_formats_as_resolved(cli):
     assert r.exit_code == 0, r.stderr
     assert ("| h100-sxm TP1 bf16/bf16/bf16 | does not fit: llama-3.1-70b's weights leave no room for one request's "
             "KV on 1 GPU |") in r.stdout and "default" not in r.stdout.split("fail")[-1]  # fmt: skip
+
+
+def test_a_closed_loop_of_one_token_answers_says_the_closed_form_overqueues_it(cli):
+    # an audit: one user of 1-token answers priced p90 TTFT 65 ms where the simulation gives 23 (no decode step ties
+    # the user's return to its own step, so it queued behind itself); said where the plan is read, not hidden
+    args = ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--concurrency", "1", "--slo", "ttft_p90=1s")
+    one = cli(*args, "--output", "1", "-f", "json")
+    assert one.exit_code == 0, one.stderr
+    warned = one.json()["warnings"]
+    assert any("a closed loop of one-token answers" in w and "--simulate prices it" in w for w in warned)
+    two = cli(*args, "--output", "2", "-f", "json")
+    assert not any("one-token answers" in w for w in two.json()["warnings"])
+
+
+def test_slos_given_as_a_list_loads_as_people_write_them_and_a_traces_arrivals_named(cli, tmp_path):
+    # an audit: --slo a,b was "not a duration" where --gpu takes lists; 12,345.6 req/s printed as 1.235e+04; a
+    # closed loop's load table sized 12.5 users; a trace's own arrival times were labelled Poisson
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", "12345.6",
+            "--slo", "tpot_p90=40ms,ttft_p90=1s")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "12,346 req/s (Poisson)" in r.stdout and "SLO p90 TPOT <= 40.0 ms, p90 TTFT <= 1,000.0 ms" in r.stdout
+    assert "e+0" not in r.stdout
+    users = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--concurrency", "50", "-f", "json")
+    assert [row["load"] for row in users.json()["load"]][:2] == [13, 25]  # a quarter and a half of 50 users
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps({"prompt_tokens": 500, "output_tokens": 50, "arrival_s": i * 0.5})
+                               for i in range(20)))  # fmt: skip
+    timed = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--trace", str(trace))
+    assert timed.exit_code == 0, timed.stderr
+    assert "req/s (trace arrivals)" in timed.stdout and "(Poisson)" not in timed.stdout

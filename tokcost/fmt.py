@@ -54,6 +54,13 @@ def rate_tflops(flops_per_s: float) -> str:
     return f"{_digits(printable(flops_per_s, 'a compute rate') / 1e12, 1)} TFLOP/s"
 
 
+def load(value: float) -> str:
+    """A request rate or a user count as people write it: 4 significant digits, thousands separated, no exponent
+    (12,346 req/s, not 1.235e+04; 5.157; 0.25)."""
+    value = printable(value, "a load")
+    return f"{round(value):,}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def rate(value: float | None) -> str:
     """A rate such as tokens/s with one decimal, or n/a where there is none (one output token: no decode)."""
     return "n/a" if value is None else f"{printable(value, 'a rate'):,.1f}"

@@ -83,7 +83,7 @@ def plan(
     cached_prefix: Annotated[int, typer.Option("--cached-prefix", help="Prompt tokens shared by all, cached.")] = 0,
     slo: Annotated[
         Optional[list[str]],
-        typer.Option("--slo", help="METRIC_PCT=VALUE, repeatable: ttft_p90=500ms tpot_p90=40ms itl_p99=150ms."),
+        typer.Option("--slo", help="METRIC_PCT=VALUE, repeatable or comma-separated: ttft_p90=500ms,tpot_p90=40ms."),
     ] = None,
     tp: Annotated[Optional[str], typer.Option("--tp", help="TP degrees (default: valid ones that fit, to 8).")] = None,
     pp: Annotated[
@@ -177,7 +177,7 @@ def plan(
         trace=(rows.prompts, rows.outputs, rows.arrivals_s) if rows else None,
         trace_name=str(rows.path) if rows else "",
     )  # fmt: skip
-    slos = [parse_slo(s) for s in slo or []]
+    slos = [parse_slo(s) for given in slo or [] for s in given.split(",")]  # repeated, or a list as --gpu takes
     gpus = tuple(load_gpu(name) for name in gpu_names(gpu))
     space = plan_space(
         gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),

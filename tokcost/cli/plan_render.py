@@ -63,8 +63,8 @@ def _replicas(row: Row, f: Fleet) -> str:
     if f.gpus is None:
         return "-"
     if f.prefill_replicas is not None:
-        return f"{f.prefill_replicas}P + {f.replicas}D"
-    return f"{f.replicas} x {row.deployment.layout.gpus}"
+        return f"{f.prefill_replicas:,}P + {f.replicas:,}D"
+    return f"{f.replicas:,} x {row.deployment.layout.gpus}"
 
 
 def _goodput(row: Row, output_tokens: float) -> str:
@@ -99,7 +99,7 @@ def fleets_table(result: Plan, passing: list[Row]) -> Table:
         x = row.expected
         _, kv, compute = precision_parts(row)
         table.rows.append([
-            f"{i}{'*' if row.pareto else ''}", short_label(row), str(x.gpus), _hourly(x.usd_per_hour),
+            f"{i}{'*' if row.pareto else ''}", short_label(row), f"{x.gpus:,}", _hourly(x.usd_per_hour),
             _ms(x.ttft_s), _ms(x.tpot_s), binding_cell(x.binding), _lock_step(x), _usd(x.usd_per_million_tokens),
             _ms(x.itl_s, "p99"), _pair(x.ttft_s), _pair(x.tpot_s), _replicas(row, x), _goodput(row, t.output.mean),
             f"{x.utilization or 0:.0%}", f"{kv or 'default'}/{compute or 'default'}", _scheduler(row),
@@ -112,7 +112,8 @@ def fleets_table(result: Plan, passing: list[Row]) -> Table:
 def header(result: Plan) -> str:
     """The traffic, the SLOs and how TTFT is timed, on one line."""
     t = result.traffic
-    load = f"{t.rate_rps:,.4g} req/s (Poisson)" if t.rate_rps is not None else (
+    arrivals = "trace arrivals" if t.arrivals_s else "Poisson"
+    load = f"{fmt.load(t.rate_rps)} req/s ({arrivals})" if t.rate_rps is not None else (
         f"{fmt.counted(t.concurrency, 'user')} (closed loop, think {t.think_time_s:g} s)")  # fmt: skip
     slos = ", ".join(_slo_text(s) for s in result.slos) or "none (latencies at the offered load, and saturation)"
     prefix = f" · cached prefix {t.cached_prefix_tokens:,}" if t.cached_prefix_tokens else ""
@@ -193,7 +194,7 @@ def best_per_gpu(result: Plan) -> Table:
             table.rows.append([gpu.name, "none", "-", "-", "-", "-", why, "-"])
             continue
         x = best.expected
-        table.rows.append([gpu.name, short_label(best).removeprefix(gpu.name + " "), str(x.gpus),
+        table.rows.append([gpu.name, short_label(best).removeprefix(gpu.name + " "), f"{x.gpus:,}",
                            _hourly(x.usd_per_hour), _ms(x.ttft_s), _ms(x.tpot_s), binding_cell(x.binding),
                            _lock_step(x)])  # fmt: skip
     return table
@@ -212,7 +213,13 @@ def plan_tables(result: Plan, top: int) -> list[Table]:
                         ["#", "fleet", "GPUs", "$/hour", "binding", "replicas", "goodput / replica"])  # fmt: skip
         for i, row in enumerate(passing, 1):
             c = row.ceiling
-            cells = [str(i), short_label(row), str(c.gpus or "-"), _hourly(c.usd_per_hour), binding_cell(c.binding)]
+            cells = [
+                str(i),
+                short_label(row),
+                f"{c.gpus:,}" if c.gpus else "-",
+                _hourly(c.usd_per_hour),
+                binding_cell(c.binding),
+            ]
             ceiling.rows.append([*cells, _replicas(row, c), f"{c.max_rate_rps:,.2f} req/s"])
         tables.append(ceiling)
     if any(r.simulated for r in passing):
@@ -235,8 +242,8 @@ def load_table(result: Plan) -> Table:
                   ["load", unit, "configuration", "GPUs", "$/hour"])  # fmt: skip
     for entry in result.load:
         hourly = _hourly(entry["usd_per_hour"]) if entry["config"] else "-"  # type: ignore[arg-type]
-        table.rows.append([f"{entry['multiple']:g}x", f"{entry['load']:,.4g}", str(entry["config"] or "none"),
-                           str(entry["gpus"] or "-"), hourly])  # fmt: skip
+        table.rows.append([f"{entry['multiple']:g}x", fmt.load(entry["load"]), str(entry["config"] or "none"),
+                           f"{entry['gpus']:,}" if entry["gpus"] else "-", hourly])  # fmt: skip
     return table
 
 

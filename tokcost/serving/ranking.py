@@ -73,7 +73,8 @@ def load_table(rows: list[Row], traffic: Traffic, space: Space) -> list[dict[str
     base = traffic.rate_rps if traffic.rate_rps is not None else float(traffic.concurrency or 0)
     table = []
     for multiple in LOAD_MULTIPLES:
-        load = base * multiple
+        # users come whole: a quarter of 50 is 13 users (the table had sized 12.5), a quarter of one user is one
+        load = base * multiple if traffic.rate_rps is not None else max(math.ceil(base * multiple - 1e-9), 1)
         best: tuple[tuple, Row, int] | None = None
         for row in rows:  # in rank order: of equal cost the better-ranked stays (at 1x, the plan's first row)
             if not (row.expected.meets_slo or row.expected.over_max_gpus):  # --max-gpus is checked at this load

@@ -50,9 +50,21 @@ def run_plan(
         raise UsageError(result.rows[0].expected.binding)
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
     result.warnings += tensor_parallel_warnings(result) + graph_warnings(result) + left_out_warnings(result)
+    result.warnings += closed_loop_warnings(traffic, simulate=simulated is not None)
     if simulated is not None:
         simulate_rows(result, SIMULATED_ROWS, simulated, seed)
     return result
+
+
+def closed_loop_warnings(traffic: Traffic, *, simulate: bool) -> list[str]:
+    """A closed loop of one-token answers (a classifier, a judge): no decode step ties a user's return to the step
+    it finished in, and the closed form queues the users' prompts as Poisson arrivals behind themselves (one user
+    waits behind its own; p90 TTFT 2-3x the simulation's, README's known misses)."""
+    if not traffic.concurrency or traffic.output.values or traffic.output.kind != "fixed" or traffic.output.mean > 1:
+        return []
+    how = "the simulation below prices it" if simulate else "--simulate prices it"
+    return [f"a closed loop of one-token answers: the closed form queues each user's prompt as if others arrived at "
+            f"random, up to 2-3x the TTFT and the GPUs it needs; {how} (README, known misses)"]  # fmt: skip
 
 
 def provenance_warnings(space: Space) -> list[str]:
