@@ -108,13 +108,28 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     lock = r.loop.locked_share(pt.tpot_mean_s)
     parts: list[tuple[float, float]] = []
     for prompt, (share, seconds) in zip(r.prompts, pt.last_steps, strict=True):
-        parts += [(prompt.weight * (prompt.chunks - 1), tc), (prompt.weight * (1 - lock) * share, seconds / share)]
+        parts += [(prompt.weight * (prompt.chunks - 1), tc)]
+        parts += [(prompt.weight * (1 - lock) * share * p, x) for p, x in _last_step_lengths(r, pt, seconds / share)]
         if lock > 0:
             group = group_size(prompt.tokens, r.chunk, pt.batch)
             parts.append((prompt.weight * lock / group, locked_step(r, pt, prompt)))
     total = sum(w for w, _ in parts) or 1.0
     out = [(f * w / total, x) for w, x in parts if w > 0]
     return out + _decode_gaps(r, pt, 1 - f)
+
+
+def _last_step_lengths(r: Replica, pt: LoadPoint, mean_s: float) -> list[tuple[float, float]]:
+    """(chance, seconds) of the step that runs a prompt's last chunk, of mean `mean_s`: full (Tc) when k = C / E[P']
+    prompts or more wait at its start, which a queue of utilization u holds with chance u^(k + 1) (M/M/1's tail of
+    the waiting count); otherwise shorter, so the mean stays the sharing model's. A point at the mean had priced the
+    p99 gap a third short where short prompts pack into full steps under load (Llama-3.1-70B on 4 x H100, 1,000-token
+    prompts at 40 req/s: 92 ms against a simulated 135)."""
+    tc, floor = pt.chunk_step_s, pt.decode_step_s
+    if not floor < mean_s < tc or pt.queue_rho <= 0:
+        return [(1.0, mean_s)]
+    k = max(r.chunk / r.prompt_moments[0], 1.0)  # waiting prompts that fill a step
+    full = min(pt.queue_rho ** (k + 1), (mean_s - floor) / (tc - floor))  # the rest never below a decode step
+    return [(full, tc), (1 - full, (mean_s - full * tc) / (1 - full))]
 
 
 def prefill_gap_share(r: Replica, pt: LoadPoint) -> float:
