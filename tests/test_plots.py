@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import struct
 import subprocess
@@ -331,3 +332,26 @@ def test_plan_figure_labels_every_point_and_ticks_a_wide_cost_axis_in_dollars():
     same = [(FrontierPoint("aaaa", 1.0, 0.01, 0.1), 5.0, 2.0), (FrontierPoint("bbbb", 1.0, 0.01, 0.1), 5.0, 2.0),
             (FrontierPoint("cccc", 1.0, 0.01, 0.1), 9.0, 4.0)]  # fmt: skip
     assert [s[3] for s in label_spots(same, set(), log_y=True)][:2] == [(4, 3, "left"), (-4, -9, "right")]
+
+
+def test_a_label_goes_where_it_is_nearer_its_own_dot_than_its_neighbours():
+    # an audit: two rows at one $/hour, dots 3.4 ms apart, had their labels swapped (each label spanned the other's
+    # dot). Where a free spot inside the panel keeps a label nearer its own dot than any other, it is taken: the left
+    # dot's label to its left, the right dot's to its right
+    from tokcost.plots.plan import LABEL_SPOTS, Geometry, _box, _gap, label_spots
+
+    pair = [(FrontierPoint("h100-sxm TP2 bf16", 7.56, 0.020, 0.1), 20.0, 7.56),
+            (FrontierPoint("h100-sxm TP1 bf16", 7.56, 0.0234, 0.1), 23.4, 7.56),
+            (FrontierPoint("l40s TP8 bf16", 47.0, 0.0207, 0.1), 20.7, 47.0)]  # fmt: skip
+
+    def where(x: float, y: float) -> tuple[float, float]:  # a panel of 0-42 ms and $7-$51, y logarithmic
+        return x / 42, math.log(y / 7) / math.log(51 / 7)
+
+    g = Geometry(where=where)
+    dots = {p.label: where(x, y) for p, x, y in pair}
+    placed = {p.label: spot for p, _, _, spot in label_spots(pair, set(), log_y=True, geometry=g)}
+    assert placed["h100-sxm TP2 bf16"][2] == "right" and placed["h100-sxm TP1 bf16"][2] == "left"
+    for label, spot in placed.items():
+        assert spot in LABEL_SPOTS
+        box = _box(*dots[label], g.width(label), spot, g)
+        assert all(_gap(box, dots[label]) <= _gap(box, d) for other, d in dots.items() if other != label), label

@@ -116,6 +116,12 @@ def _overlap(box: Box, placed: Sequence[Box]) -> float:
                for o in placed)  # fmt: skip
 
 
+def _gap(box: Box, dot: tuple[float, float]) -> float:
+    """How far a dot lies from a label's box (0 inside it), in shares of the panel."""
+    u, v = dot
+    return math.hypot(max(box[0] - u, 0.0, u - box[2]), max(box[1] - v, 0.0, v - box[3]))
+
+
 def label_spots(
     usable: Sequence[tuple[FrontierPoint, float, float]],
     edge: set[tuple[float, float]],
@@ -144,7 +150,8 @@ def label_spots(
         return 0.05 + 0.9 * (x - x0) / xw, 0.05 + 0.9 * ((math.log(y) if log_y else y) - y0) / yw
 
     # every dot is in the way too, as a small box around it (a 5-point marker)
-    placed: list[Box] = [(u - DOT, v - DOT, u + DOT, v + DOT) for u, v in (spot(x, y) for _, x, y in usable)]
+    dots = [spot(x, y) for _, x, y in usable]
+    placed: list[Box] = [(u - DOT, v - DOT, u + DOT, v + DOT) for u, v in dots]
     out = []
     for p, x, y in sorted(usable, key=lambda item: (not ((item[1], item[2]) in edge or item[0].chosen), item[2])):
         must = every or (x, y) in edge or p.chosen
@@ -156,7 +163,10 @@ def label_spots(
             range(4)
         )
         shared = {i: _overlap(boxes[i], placed) for i in inside}
-        best = min(inside, key=lambda i: (shared[i] > 0, shared[i]))  # the first free spot, else the least overlap
+        others = [d for d in dots if d != (u, v)]
+        # a label nearer another dot than its own reads as that dot's (an audit found two TP labels swapped)
+        astray = {i: any(_gap(boxes[i], d) < _gap(boxes[i], (u, v)) for d in others) for i in inside}
+        best = min(inside, key=lambda i: (shared[i] > 0, astray[i], shared[i]))  # free and near its own dot first
         if shared[best] > 0 and not must:
             continue
         placed.append(boxes[best])
