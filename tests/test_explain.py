@@ -288,3 +288,21 @@ def test_a_chunked_models_tpot_is_the_steps_mean_and_explain_says_how_far_from_t
     assert float(mean.replace(",", "")) == pytest.approx(sum(c % 8192 for c in range(8000, 8511)) / 511, abs=0.05)
     extra_s = 36 * 16 * (float(mean.replace(",", "")) - 63) * 1024 / 3350e9
     assert tpot == pytest.approx(step + extra_s * 1e3, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("args", "pairs", "touched"),
+    [
+        # by hand: 8 + sqrt(8 x 2 x 1/2 x 1/2 x 6/7) sqrt(2 ln 2) = 10.18 pairs; 4 (1 - (3/4)^10.18) = 3.786 experts
+        (("-m", "mixtral-8x7b", "-g", "mi300x", "--tp", "2", "--ep", "2", "--batch", "8"), 10.18, 3.786),
+        (("-m", "mixtral-8x7b", "-g", "h100-sxm", "--batch", "1"), 2, 2),  # one rank: T k pairs, k experts
+    ],
+)
+def test_explain_derives_the_busiest_ranks_pairs_and_experts(cli, args, pairs, touched):
+    # an audit: "routed experts: 32 x 346.5 MB" and an all-to-all's bytes printed with no count behind them
+    out = cli("estimate", *args, "--explain")
+    assert out.exit_code == 0, out.stderr
+    routing = next(x for x in out.stdout.splitlines() if x.strip().startswith("routing (uniform"))
+    read = next(x for x in out.stdout.splitlines() if x.strip().startswith("experts read on that rank"))
+    assert float(routing.rsplit("= ", 1)[1].split()[0]) == pytest.approx(pairs, abs=0.01)
+    assert float(read.rsplit("= ", 1)[1]) == pytest.approx(touched, abs=0.001)

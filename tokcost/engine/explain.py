@@ -7,6 +7,7 @@ can redo the arithmetic with the values shown.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from tokcost import fmt
@@ -18,6 +19,7 @@ from tokcost.engine.estimate import (
     matmul_sides,
     sequence_and_weight_bytes,
 )
+from tokcost.engine.features import EXPERT_PAIRS, EXPERTS_TOUCHED, TOKENS, Segment
 from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import (
     LOGIT_BYTES,
@@ -145,6 +147,32 @@ def _expert_pool(e: Estimate) -> str:
     spare = lay.redundant_experts
     pool = f"{moe.experts} + {spare} redundant = {lay.expert_slots(moe.experts)} slots" if spare else f"{moe.experts}"
     return f"; experts: {pool}, {lay.slots_per_rank(moe.experts)} on each of {lay.ep} EP ranks, routed uniformly"
+
+
+def _routing_lines(e: Estimate) -> list[str]:
+    """The routed experts' counts the decode step is priced with (features.py, uniform routing): the busiest EP rank's
+    token-expert pairs and the distinct experts it reads, with the numbers plugged in."""
+    moe, lay, context = e.model.moe, e.deployment.layout, e.mean_decode_context
+    if moe is None or context is None:
+        return []
+    x = e.deployment.compiled.vector([Segment(e.workload.batch, context, 1)])
+    tokens, pairs, touched = x[TOKENS], x[EXPERT_PAIRS], x[EXPERTS_TOUCHED]
+    k, slots, ep = moe.experts_per_token, lay.expert_slots(moe.experts), lay.ep
+    local = slots // ep
+    if ep == 1:
+        shown = f"pairs = T k = {tokens:,.4g} x {k} = {pairs:,.4g}"
+    else:
+        sigma = math.sqrt(tokens * k * (1 / ep) * (1 - 1 / ep) * (slots - k) / max(slots - 1, 1))
+        shown = (f"pairs on the busiest of {ep} EP ranks = T k / ep + sigma sqrt(2 ln ep), sigma^2 = T k (1/ep)"
+                 f"(1 - 1/ep)(E - k)/(E - 1): {tokens:,.4g} x {k} / {ep} + {sigma:,.4g} x "
+                 f"{math.sqrt(2 * math.log(ep)):.4g} = {pairs:,.4g} (at most T min(k, E / ep))")  # fmt: skip
+    distinct = slots * (1 - (1 - k / slots) ** tokens)
+    spread = local * (1 - (1 - 1 / local) ** pairs) if local > 1 else min(pairs, 1.0)
+    return [
+        f"routing (uniform, one microbatch of T = {tokens:,.4g} tokens, k = {k} of E = {slots} experts): {shown}",
+        f"experts read on that rank = min(max(L (1 - (1 - 1/L)^pairs), E (1 - (1 - k/E)^T) / ep), L), L = {local} "
+        f"its experts: min(max({spread:,.4g}, {distinct / ep:,.4g}), {local}) = {touched:,.4g}",
+    ]
 
 
 def _per_rank(dp: int) -> str:
@@ -521,7 +549,7 @@ def explain(e: Estimate) -> list[Section]:
         sections.append(
             (
                 f"Decode step at {e.mean_decode_context:,.0f} cached tokens (ceiling, busiest GPU)",
-                _pass_lines(c.decode_step, ceiling),
+                _pass_lines(c.decode_step, ceiling) + _routing_lines(e),
             )
         )
     sections += [
