@@ -515,6 +515,10 @@ def test_an_all_reduce_across_nodes_of_one_gpu_each_has_no_step_inside_a_node():
     (four_a_node,) = allreduce_lines(8, path)
     assert four_a_node.seconds(8192) == pytest.approx(2 * 12.5e-6 + 2 * 5e-6 + 2 * 3 / 4 * 8192 / 450e9
                                                       + 2 * 1 / 2 * 8192 / 4 / 50e9)  # fmt: skip
+    # the bytes one GPU puts on the links: its NVLink legs (2 (g - 1)/g S) and its NIC's share (2 (N - 1)/N S/g); an
+    # audit found the NVLink legs left out of "collectives moving ... per GPU over the links"
+    assert four_a_node.link_bytes_per_byte == pytest.approx(2 * 3 / 4 + 2 * 1 / 2 / 4)
+    assert one_a_node.link_bytes_per_byte == pytest.approx(2 * 1 / 2)
 
 
 @pytest.mark.parametrize("tp", [1, 2])

@@ -88,7 +88,9 @@ def allreduce_lines(ranks: int, path: Path) -> tuple[Line, ...]:
         inside = 2 * (g - 1) / g / path.intra_bytes_per_s
         across = 2 * (nodes - 1) / nodes / g
         intra_a = path.intra_latency_s if g > 1 else 0.0  # one GPU a node: no step inside the node
-        return (Line("hierarchical", 2 * intra_a + 2 * (nodes - 1) * a, inside + across / bw, across),)
+        # on the links: each GPU's NVLink legs (reduce-scatter and all-gather) and its NIC's share
+        moved = 2 * (g - 1) / g + across
+        return (Line("hierarchical", 2 * intra_a + 2 * (nodes - 1) * a, inside + across / bw, moved),)
     return (
         Line("one-shot", a, (n - 1) / bw, n - 1),
         Line("two-shot", 2 * a, 2 * (n - 1) / n / bw, 2 * (n - 1) / n),
