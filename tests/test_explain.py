@@ -306,3 +306,16 @@ def test_explain_derives_the_busiest_ranks_pairs_and_experts(cli, args, pairs, t
     read = next(x for x in out.stdout.splitlines() if x.strip().startswith("experts read on that rank"))
     assert float(routing.rsplit("= ", 1)[1].split()[0]) == pytest.approx(pairs, abs=0.01)
     assert float(read.rsplit("= ", 1)[1]) == pytest.approx(touched, abs=0.001)
+
+
+def test_a_pipelines_critical_batch_sides_are_one_microbatchs_and_say_so(cli):
+    # Llama-3.1-70B on an A100 at TP 2 x PP 2: a 748-sequence step runs 2 microbatches of 374, and the sides compared
+    # are one microbatch's on the slowest stage (374 x 1,151 tokens x 40 layers x 2,048 B = 35.26 GB of KV); the
+    # line had put them under the whole batch's label (an audit: 748 sequences read 70.5 GB a stage)
+    out = cli("estimate", "-m", "llama-3.1-70b", "-g", "a100-80gb-sxm", "--tp", "2", "--pp", "2", "--explain")
+    assert out.exit_code == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("KV reads outweigh weight reads"))
+    found = re.search(r"batch ([\d,]+) \(a microbatch of ([\d.,]+) of 2, the slowest stage's\): ([\d.]+) GB KV <", line)
+    assert found, line
+    batch, micro, kv = int(found[1].replace(",", "")), float(found[2].replace(",", "")), float(found[3])
+    assert micro == batch / 2 and kv == pytest.approx(micro * 1151 * 40 * 2048 / 1e9, abs=0.01)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from tokcost import fmt
 from tokcost.engine.attend import attention_kinds, kv_read_tokens, span_of
+from tokcost.engine.compiled import microbatches
 from tokcost.engine.estimate import (
     CRITICAL_BATCH_SEARCH_LIMIT,
     Estimate,
@@ -513,12 +514,18 @@ def _critical_lines(e: Estimate) -> list[str]:
     def sides(batch: int) -> str:
         compute, memory = matmul_sides(d, rates, batch)
         sign = ">" if compute > memory else "<="
-        return f"batch {batch:,}: {fmt.seconds(compute)} of FLOPs {sign} {fmt.seconds(memory)} of bytes"
+        return f"{one(batch)}: {fmt.seconds(compute)} of FLOPs {sign} {fmt.seconds(memory)} of bytes"
+
+    def one(batch: int) -> str:  # under PP the sides are one microbatch's on the slowest stage, as the step's are
+        m = microbatches(d.layout, [Segment(batch, cached, 1)])
+        return f"batch {batch:,}" + (
+            f" (a microbatch of {batch / m:,.4g} of {m}, the slowest stage's)" if m > 1 else ""
+        )
 
     def reads(batch: int) -> str:
         kv, weights = sequence_and_weight_bytes(d, rates, batch, cached)
         sign = ">=" if kv >= weights else "<"
-        return f"batch {batch:,}: {fmt.si(kv, 'B')} {kinds} {sign} {fmt.si(weights, 'B')} weights"
+        return f"{one(batch)}: {fmt.si(kv, 'B')} {kinds} {sign} {fmt.si(weights, 'B')} weights"
 
     b = e.critical_batch_compute
     compute = (
