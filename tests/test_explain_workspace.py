@@ -66,3 +66,18 @@ def test_the_last_stage_adds_the_logits_to_its_own_workspace(pp):
     b = e.memory.per_gpu
     assert b.stage == pp - 1
     assert b.workspace == pytest.approx(8192 * (4 * 8192 + 2 * 28_672 / 2) * 2 + 8 * 128_256 * 4, rel=1e-9)
+
+
+def test_tensorrt_llm_reserves_a_tenth_of_what_weights_and_activations_leave_free():
+    # TensorRT-LLM's KV cache takes free_gpu_memory_fraction (0.9) of the memory free after the weights and
+    # activations load; vLLM's gpu_memory_utilization (0.9) is of the whole GPU: on an H100 holding Llama-3.1-8B the
+    # reserve is 0.1 x (capacity - weights - workspace), not 0.1 x capacity, and more sequences fit
+    from tokcost.profiles import load_engine
+
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    vllm = estimate(model, gpu, Workload(batch=1), engine=load_engine("vllm"))
+    trt = estimate(model, gpu, Workload(batch=1), engine=load_engine("tensorrt-llm"))
+    assert vllm.memory.per_gpu.reserve == pytest.approx(0.1 * gpu.memory_bytes)
+    b = trt.memory.per_gpu
+    assert b.reserve == pytest.approx(0.1 * (gpu.memory_bytes - b.weights - b.workspace))
+    assert trt.memory.max_batch > vllm.memory.max_batch

@@ -241,6 +241,11 @@ class EraFields(BaseModel):
     # a split vocabulary's logits gathered whole for sampling (Layout.logits_gathered); False: each rank samples its
     # share and only the winners move (tokcost measure's loop)
     logits_gather: bool = True
+    # what the KV cache's 0.9 of memory is a share of (Layout.reserve_of_free): the GPU's "total" (vLLM's
+    # gpu_memory_utilization, SGLang's mem_fraction_static) or what is "free" once weights and activations are loaded
+    # (TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction): its reserve is 0.1 of that, not of the whole GPU
+    kv_cache_budget: Literal["total", "free"] = "total"
+    kv_cache_budget_source: str = Field(default="", max_length=2000)  # where that comes from
     request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission
     collective_overhead_us: CollectiveCosts = CollectiveCosts()
     # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP

@@ -120,7 +120,8 @@ def deployment(
         raise UsageError(problem)
     engine = engine.for_layout(layout.stage_gpus)  # a split stage may run as another era (llama.cpp's row split: eager)
     # the era's LM head: split by vocabulary or whole on every rank, and its logits gathered or sampled per rank
-    layout = replace(layout, vocab_split=engine.vocab_parallel, logits_gathered=engine.logits_gather)
+    layout = replace(layout, vocab_split=engine.vocab_parallel, logits_gathered=engine.logits_gather,
+                     reserve_of_free=engine.kv_cache_budget == "free")  # fmt: skip
     return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 

@@ -393,6 +393,18 @@ def _stage_memory(e: Estimate) -> list[str]:
     return lines
 
 
+def _reserve_line(e: Estimate) -> str:
+    """The engine's reserve: 0.1 of the GPU, or of what weights and activations leave free (memory.reserve_beside)."""
+    mem, b = e.memory, e.memory.per_gpu
+    cap = fmt.si(mem.capacity_bytes_per_gpu, "B")
+    if not e.layout.reserve_of_free:
+        return (f"reserve: {RESERVE_FRACTION:g} x {cap} = {fmt.si(b.reserve, 'B')} (vLLM's default "
+                "gpu_memory_utilization 0.9: the CUDA context, NCCL buffers, fragmentation, graph pools)")  # fmt: skip
+    return (f"reserve: {RESERVE_FRACTION:g} x ({cap} - {fmt.si(b.weights, 'B')} weights - {fmt.si(b.workspace, 'B')} "
+            f"workspace) = {fmt.si(b.reserve, 'B')} ({e.deployment.engine.label}'s KV cache takes 0.9 of the memory "
+            "left free once weights and activations are loaded: free_gpu_memory_fraction 0.9)")  # fmt: skip
+
+
 def _workspace_line(e: Estimate) -> str:
     """The activation workspace (memory.ReplicaMemory.gpu_bytes): a prefill chunk's live activations and the logits."""
     m, lay, wl, p = e.model, e.layout, e.workload, e.precision
@@ -473,8 +485,7 @@ def _memory(e: Estimate) -> Section:
     )
     return "Memory (fullest GPU)", [
         cap,
-        f"reserve: {RESERVE_FRACTION:g} x {fmt.si(mem.capacity_bytes_per_gpu, 'B')} = {fmt.si(b.reserve, 'B')} "
-        "(vLLM's default gpu_memory_utilization 0.9: the CUDA context, NCCL buffers, fragmentation, graph pools)",
+        _reserve_line(e),
         _workspace_line(e),
         f"used: {_held(b)} -> {'fits' if mem.fits else 'does not fit'}",
         *_limit_lines(e),

@@ -43,6 +43,9 @@ class Layout:
     # a split vocabulary's logits gathered whole for sampling (serving engines); False: each rank samples its own share
     # and only the winners move (tokcost measure's loop: an argmax per rank, the engine profile's logits_gather)
     logits_gathered: bool = True
+    # the engine's reserve is 0.1 of the memory left free once weights and activations are loaded (TensorRT-LLM), not
+    # of the whole GPU (vLLM, SGLang): the engine profile's kv_cache_budget
+    reserve_of_free: bool = False
 
     @property
     def gpus(self) -> int:

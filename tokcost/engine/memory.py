@@ -29,7 +29,8 @@ from tokcost.models.layers import KV_MIXERS
 from tokcost.models.spec import ModelSpec
 
 # vLLM's default gpu_memory_utilization=0.9 (vllm/engine/arg_utils.py) leaves 10% of each GPU for the CUDA
-# context, NCCL buffers, the caching allocator's fragmentation and CUDA-graph pools.
+# context, NCCL buffers, the caching allocator's fragmentation and CUDA-graph pools; TensorRT-LLM's
+# free_gpu_memory_fraction=0.9 leaves 10% of the memory free after weights and activations (Layout.reserve_of_free).
 RESERVE_FRACTION = 0.10
 # Serving engines prefill in chunks (vLLM's max_num_batched_tokens); activations of at most this many
 # tokens are live at once.
@@ -200,11 +201,20 @@ class ReplicaMemory:
             zip(self.weights, self.kinds, self.state_per_sequence, strict=True)
         ):
             kv, state = self.kv(kinds, batch, tokens, cached_prefix), seqs * state_per_sequence
-            here = GpuBytes(weights, kv, state, workspace + (logits if s == last else 0.0), self.reserve, s)
+            work = workspace + (logits if s == last else 0.0)
+            here = GpuBytes(weights, kv, state, work, self.reserve_beside(weights, work), s)
             if best is None or here.total > best.total:
                 best = here
         assert best is not None
         return best
+
+    def reserve_beside(self, weights: float, workspace: float) -> float:
+        """The engine's reserve on a GPU holding `weights` and `workspace`: 0.1 of the whole GPU, or of what they
+        leave free where the engine sizes its KV cache so (Layout.reserve_of_free: TensorRT-LLM's
+        free_gpu_memory_fraction)."""
+        if not self.layout.reserve_of_free:
+            return self.reserve
+        return RESERVE_FRACTION * max(self.capacity - weights - workspace, 0.0)
 
     def score_buffer(self, seqs: int, prompt: int, tokens: int) -> float:
         """Unfused attention's fp32 scores of one layer, kept while softmax and the PV matmul read them: a micro-batch
