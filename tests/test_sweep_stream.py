@@ -240,3 +240,16 @@ def test_each_points_ttft_and_input_cost_are_estimates(cli, layout):
         assert p["ceiling_ttft_s"] == pytest.approx(e["ceiling"]["ttft_s"], rel=1e-12)
         assert p["usd_per_million_input_tokens"] == pytest.approx(e["expected"]["usd_per_million_input_tokens"])
     assert points[1]["ttft_s"] > points[0]["ttft_s"] and points[3]["ttft_s"] > points[1]["ttft_s"]  # more prefill
+
+
+def test_a_point_that_does_not_fit_leaves_its_cost_blank_not_n_a(cli):
+    # n/a is "no price"; a deployment that does not fit has no cost (an audit found sweep printing n/a, compare blank
+    # and estimate "does not fit" for the same 70B on one H100)
+    table = cli("sweep", "-m", "llama-3.1-70b", "-g", "h100-sxm", "-f", "markdown")
+    assert table.exit_code == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if "exceeds memory" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[6:8] == ["", ""] and "n/a" not in row
+    data = cli("sweep", "-m", "llama-3.1-70b", "-g", "h100-sxm", "-f", "json").json()
+    point = data[0] if isinstance(data, list) else data["points"][0]
+    assert point["usd_per_million_output_tokens"] is None and point["fits"] is False

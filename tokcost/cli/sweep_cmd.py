@@ -241,7 +241,8 @@ def sweep_table(points: list[SweepPoint]) -> Table:
         table.rows.append([
             *precision, f"{p.batch:,}", f"{p.prompt_tokens:,}", fmt.ms(p.ttft_s), fmt.ms(p.tpot_s),
             fmt.rate(p.decode_tokens_per_s), fmt.rate(p.ceiling_decode_tokens_per_s),
-            fmt.usd(p.usd_per_million_input_tokens), fmt.usd(p.usd_per_million_output_tokens),
+            *((fmt.usd(p.usd_per_million_input_tokens), fmt.usd(p.usd_per_million_output_tokens)) if p.fits
+              else ("", "")),  # blank where it does not fit, as compare leaves it (n/a is "no price")
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
     if len(points) > RICH_ROWS:
