@@ -255,7 +255,7 @@ def test_calibrate_refuses_an_output_that_names_its_model_before_any_probe(cli, 
     monkeypatch.setattr(calibrate_cmd, "_calibrate", no_probe)
     r = cli("calibrate", "--device", "cpu", "-m", str(spec), "-o", str(spec), "--force")
     assert r.exit_code == 2
-    assert r.stderr == f"error: {spec}: is a file this command reads; write the output under another name\n"
+    assert r.stderr == f"error: --out: {spec}: is a file this command reads; write the output under another name\n"
     assert spec.read_bytes() == before
 
 
@@ -266,3 +266,15 @@ def test_out_dash_is_stdout_and_writes_no_file(cli, tmp_path, monkeypatch):
     r = cli("specs", "import", str(CONFIG), "-o", "-")
     assert r.exit_code == 0 and "\nname: " in r.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("command", "flag"), [("measure", "--save"), ("calibrate", "--out")])
+def test_a_folder_or_taken_file_given_to_a_flag_is_refused_naming_the_flag(cli, tmp_path, command, flag):
+    # an audit: "--save DIR" said "error: DIR: is a directory" without naming the flag it came from
+    name = "taken.json" if command == "measure" else "taken.yaml"
+    (tmp_path / name).write_text("{}\n")
+    for target, why in [(tmp_path, "is a directory"), (tmp_path / name, "already exists; pass --force")]:
+        r = cli(command, "-m", "llama-3.2-1b", "--device", "cpu", flag, str(target))
+        assert r.exit_code == 2 and r.stderr.startswith(f"error: {flag}: {target}: "), r.stderr
+        assert why in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (tmp_path / name).read_text() == "{}\n"

@@ -62,8 +62,8 @@ def check_destination(path: Path, force: bool, flag: str) -> None:
     """Refuse, before any work, a destination that cannot be written (the rule every write follows), naming the flag."""
     try:
         files.check_destination(path, force)
-    except FileExistsRefusal:
-        raise
+    except FileExistsRefusal as exc:  # a folder, a file that exists: the same refusal, named by its flag
+        raise FileExistsRefusal(f"{flag}: {exc}") from None
     except TokcostError as exc:
         raise UsageError(f"{flag}: {exc}") from None
 
