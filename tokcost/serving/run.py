@@ -57,14 +57,16 @@ def run_plan(
 
 
 def closed_loop_warnings(traffic: Traffic, *, simulate: bool) -> list[str]:
-    """A closed loop of one-token answers (a classifier, a judge): no decode step ties a user's return to the step
-    it finished in, and the closed form queues the users' prompts as Poisson arrivals behind themselves (one user
-    waits behind its own; p90 TTFT 2-3x the simulation's, README's known misses)."""
-    if not traffic.concurrency or traffic.output.values or traffic.output.kind != "fixed" or traffic.output.mean > 1:
+    """A closed loop of one-token answers (a classifier, a judge) with no think time: its users keep the prefill
+    queue full and take turns, each TTFT about N prompts' work, where the closed form spreads the other users' queue
+    as random arrivals' (p50 20-30% under, p90 up to 2x over the simulation's; README's known misses)."""
+    if (not traffic.concurrency or traffic.concurrency < 2 or traffic.think_time_s > 0 or traffic.output.values
+            or traffic.output.kind != "fixed" or traffic.output.mean > 1):  # fmt: skip
         return []
     how = "the simulation below prices it" if simulate else "--simulate prices it"
-    return [f"a closed loop of one-token answers: the closed form queues each user's prompt as if others arrived at "
-            f"random, up to 2-3x the TTFT and the GPUs it needs; {how} (README, known misses)"]  # fmt: skip
+    return [f"a closed loop of one-token answers and no think time: its users take turns at a full prefill queue, "
+            f"which the closed form spreads as random arrivals' waits (p90 TTFT up to 2x); {how} (README, known "
+            "misses)"]  # fmt: skip
 
 
 def provenance_warnings(space: Space) -> list[str]:
