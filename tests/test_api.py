@@ -267,3 +267,12 @@ def test_a_plot_path_of_the_wrong_type_is_one_line():
         estimate(model="llama-3.1-8b", gpu="h100-sxm").plot("x.png", journey="yes")
     with pytest.raises(TokcostError, match=r"^force: must be True or False \(got int 1\)$"):
         sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1, 8]).plot("x.png", force=1)
+
+
+def test_plan_takes_slos_as_a_comma_list_as_the_cli_does():
+    # the CLI's --slo takes "a,b"; the API's slos refused it as "not a duration"
+    from tokcost import plan
+
+    listed = plan(model="llama-3.1-8b", gpus="h100-sxm", rate_rps=2, slos="ttft_p90=500ms,tpot_p90=40ms", tp=[1])
+    separate = plan(model="llama-3.1-8b", gpus="h100-sxm", rate_rps=2, slos=["ttft_p90=500ms", "tpot_p90=40ms"], tp=[1])
+    assert listed.to_dict()["slo"] == separate.to_dict()["slo"] == {"ttft_p90": 0.5, "tpot_p90": 0.04}

@@ -127,6 +127,16 @@ def test_allreduce_fit_recovers_latency_and_bus_bandwidth():
     assert bare.latency_ranks is None and bare.latency_at_s(2) == pytest.approx(20e-6)
 
 
+@pytest.mark.parametrize(("ranks", "bus"), [(2, 48.0), (8, 336.0)])
+def test_a_link_measured_on_a_mesh_keeps_the_mesh(ranks, bus):
+    # an MI300X pair measures one link's 48 GB/s, 8 ranks all 7 links' 336: either way the calibrated link prices
+    # every group as the datasheet's mesh does ((n - 1) / 7 of the node's rate), not the measured group's at all
+    fit = {"ranks": ranks, "bus_gb_s": bus, "latency_us": 20.0, "backend": "rccl", "summary": "rccl-tests"}
+    link = measured_link(fit, load_gpu("mi300x"))
+    assert link.peer_links == 7 and link.gb_s == pytest.approx(336.0)
+    assert [link.group_bytes_per_s(n) / 1e9 for n in (2, 4, 8)] == pytest.approx([48.0, 144.0, 336.0])
+
+
 def test_calibrated_cpu_spec_has_no_power():
     facts = DeviceFacts("cpu", "x86_64", 24e9, None, "n/a", "2.13.0")
     spec = spec_from_rates(facts, "fp32", bytes_per_s=2.0e10, flops_per_s=5e10, step_overhead_s=1e-3, provenance={})

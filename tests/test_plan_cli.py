@@ -711,3 +711,23 @@ def test_slos_given_as_a_list_loads_as_people_write_them_and_a_traces_arrivals_n
     timed = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--trace", str(trace))
     assert timed.exit_code == 0, timed.stderr
     assert "req/s (trace arrivals)" in timed.stdout and "(Poisson)" not in timed.stdout
+
+
+@pytest.mark.parametrize(("rate", "shown"), [("0.00005", "0.00005 req/s"), ("12345.6", "12,346 req/s"),
+                                             ("0.25", "0.25 req/s"), ("5.157", "5.157 req/s")])  # fmt: skip
+def test_a_load_prints_four_significant_digits_and_never_an_exponent(cli, rate, shown):
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--tp", "1", "--rate", rate)
+    assert r.exit_code == 0, r.stderr
+    assert f"· {shown} (Poisson) ·" in r.stdout and "e-0" not in r.stdout.split("\n", 1)[0]
+
+
+def test_a_disaggregated_kv_transfer_on_a_mesh_crosses_one_link(cli):
+    # an MI300X pair shares one 64 GB/s xGMI link (48 usable): the KV of an 8,000-token prompt of Llama-3.1-70B
+    # (8,000 x 327,680 B, half of it a TP 2 shard) takes 27.3 ms, not the 3.9 ms all 7 links would give
+    r = cli("plan", "-m", "llama-3.1-70b", "-g", "mi300x", "--rate", "0.3", "--prompt", "8000", "--mode",
+            "disaggregated", "--tp", "2", "--explain", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    line = next(x for x in r.json()["explain"] if "KV transfer per request =" in x)
+    ms = float(re.search(r"= ([\d.]+) ms", line)[1])
+    link = load_gpu("mi300x").link
+    assert ms == pytest.approx((8000 * 327_680 / 2 / (64e9 * 0.75) + link.latency_at_s(2)) * 1e3, rel=0.01)

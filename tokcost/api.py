@@ -400,6 +400,7 @@ def plan(
         redundant_experts=redundant_experts,
         networks={g.name: net for g in gpu_specs if (net := network_for(g, _path(network))) is not None},
     )  # fmt: skip
-    result = run_plan(_model(model), traffic, [parse_slo(s, "slos") for s in _several(slos, str)], space,
-                      simulate=simulate, requests=requests, seed=seed, api=True, jobs=jobs)  # fmt: skip
+    parsed = [parse_slo(s, "slos") for given in _several(slos, str) for s in given.split(",")]  # as --slo takes them
+    result = run_plan(_model(model), traffic, parsed, space, simulate=simulate, requests=requests, seed=seed,
+                      api=True, jobs=jobs)  # fmt: skip
     return PlanResult(result)

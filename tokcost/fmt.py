@@ -58,7 +58,10 @@ def load(value: float) -> str:
     """A request rate or a user count as people write it: 4 significant digits, thousands separated, no exponent
     (12,346 req/s, not 1.235e+04; 5.157; 0.25)."""
     value = printable(value, "a load")
-    return f"{round(value):,}" if abs(value) >= 1000 else f"{value:.4g}"
+    if value >= 1000 or value == 0:
+        return f"{round(value):,}"
+    decimals = 3 - math.floor(math.log10(value))  # 4 significant digits
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def rate(value: float | None) -> str:

@@ -398,8 +398,9 @@ def _reserve_line(e: Estimate) -> str:
     mem, b = e.memory, e.memory.per_gpu
     cap = fmt.si(mem.capacity_bytes_per_gpu, "B")
     if not e.layout.reserve_of_free:
-        return (f"reserve: {RESERVE_FRACTION:g} x {cap} = {fmt.si(b.reserve, 'B')} (vLLM's default "
-                "gpu_memory_utilization 0.9: the CUDA context, NCCL buffers, fragmentation, graph pools)")  # fmt: skip
+        return (f"reserve: {RESERVE_FRACTION:g} x {cap} = {fmt.si(b.reserve, 'B')} (0.9 of the GPU kept for "
+                "weights, KV and activations, as vLLM's default gpu_memory_utilization 0.9 keeps it: the CUDA "
+                "context, NCCL buffers, fragmentation, graph pools)")  # fmt: skip
     return (f"reserve: {RESERVE_FRACTION:g} x ({cap} - {fmt.si(b.weights, 'B')} weights - {fmt.si(b.workspace, 'B')} "
             f"workspace) = {fmt.si(b.reserve, 'B')} ({e.deployment.engine.label}'s KV cache takes 0.9 of the memory "
             "left free once weights and activations are loaded: free_gpu_memory_fraction 0.9)")  # fmt: skip

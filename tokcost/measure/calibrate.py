@@ -110,6 +110,11 @@ def measured_link(probe: dict[str, Any], base: GpuSpec | None) -> Link:
     # the latency is this many ranks'; other group sizes scale by the datasheet link's hop where it states one
     hop = base.link.latency_hop_us if base and base.link else None
     ranks = int(probe["ranks"]) if hop is not None and int(probe["ranks"]) >= 2 else None
+    # a mesh (the datasheet link's peer_links): the group measured drove only its ranks - 1 peers' links, so the
+    # node's whole rate is the measured one over that share (Link.group_bytes_per_s gives it back at any group size)
+    peers = base.link.peer_links if base and base.link else None
+    if peers:
+        gb_s = round(gb_s * peers / min(max(int(probe["ranks"]), 2) - 1, peers), 3)
     return Link(
         name=f"measured {probe['backend']} all-reduce over {probe['ranks']} ranks",
         kind=kind,
@@ -117,6 +122,7 @@ def measured_link(probe: dict[str, Any], base: GpuSpec | None) -> Link:
         latency_us=round(probe["latency_us"], 3),
         latency_ranks=ranks,
         latency_hop_us=hop if ranks is not None else None,
+        peer_links=peers,
         source=(f"measured by tokcost: {probe['summary']}" + (f"; the latency at other group sizes: "
                 f"{hop} us a ring hop, the datasheet link's" if ranks is not None else ""))[:4000],
     )  # fmt: skip

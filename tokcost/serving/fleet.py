@@ -243,7 +243,8 @@ def transfer_seconds(model: ModelSpec, replica: Replica, link: Link, prefill_tp:
     total = replica.traffic.prompt.mean * model.kv_bytes_per_token(precision.kv)
     shard = max(kv_share(model, prefill_tp), kv_share(model, decode_tp))
     efficiency = link.efficiency if replica.steps.scenario == "expected" else 1.0
-    return total * shard / (link.bytes_per_s * efficiency) + link.latency_at_s(2)  # point to point
+    # point to point: a pair, one link of a mesh (an MI300X's 64 of its 448 GB/s)
+    return total * shard / (link.group_bytes_per_s(2) * efficiency) + link.latency_at_s(2)
 
 
 def size_disaggregated(

@@ -63,7 +63,7 @@ def closed_loop_warnings(traffic: Traffic, *, simulate: bool) -> list[str]:
     if (not traffic.concurrency or traffic.concurrency < 2 or traffic.think_time_s > 0 or traffic.output.values
             or traffic.output.kind != "fixed" or traffic.output.mean > 1):  # fmt: skip
         return []
-    how = "the simulation below prices it" if simulate else "--simulate prices it"
+    how = "the simulation prices the rows that meet the SLOs" if simulate else "--simulate prices it"
     return [f"a closed loop of one-token answers and no think time: its users take turns at a full prefill queue, "
             f"which the closed form spreads as random arrivals' waits (p90 TTFT up to 2x); {how} (README, known "
             "misses)"]  # fmt: skip
