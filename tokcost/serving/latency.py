@@ -119,15 +119,15 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
 
 
 def _last_step_lengths(r: Replica, pt: LoadPoint, mean_s: float) -> list[tuple[float, float]]:
-    """(chance, seconds) of the step that runs a prompt's last chunk, of mean `mean_s`: full (Tc) when k = C / E[P']
-    prompts or more wait at its start, which a queue of utilization u holds with chance u^(k + 1) (M/M/1's tail of
-    the waiting count); otherwise shorter, so the mean stays the sharing model's. A point at the mean had priced the
-    p99 gap a third short where short prompts pack into full steps under load (Llama-3.1-70B on 4 x H100, 1,000-token
-    prompts at 40 req/s: 92 ms against a simulated 135)."""
+    """(chance, seconds) of the step that runs a prompt's last chunk, of mean `mean_s`: full (Tc) when the k =
+    C / E[P'] - 1 other prompts that fill it beside its own are waiting, which a queue of utilization u holds with
+    chance u^(k + 1) (M/M/1's tail of the waiting count); otherwise shorter, so the mean stays the sharing model's.
+    A point at the mean had priced the p99 gap a third short where short prompts pack into full steps under load
+    (Llama-3.1-70B on 4 x H100, 1,000-token prompts at 40 req/s: 92 ms against a simulated 135)."""
     tc, floor = pt.chunk_step_s, pt.decode_step_s
     if not floor < mean_s < tc or pt.queue_rho <= 0:
         return [(1.0, mean_s)]
-    k = max(r.chunk / r.prompt_moments[0], 1.0)  # waiting prompts that fill a step
+    k = max(r.chunk / r.prompt_moments[0] - 1, 0.0)  # other prompts that fill the step beside its own
     full = min(pt.queue_rho ** (k + 1), (mean_s - floor) / (tc - floor))  # the rest never below a decode step
     return [(full, tc), (1 - full, (mean_s - full * tc) / (1 - full))]
 
