@@ -545,3 +545,16 @@ def test_a_gpu_that_lists_only_an_fp32_peak_prices_an_fp32_run():
     m = load_model("llama-3.2-1b")
     read = (m.params_total - (0 if m.tied_embeddings else m.params_embedding)) * 4
     assert got.ceiling.tpot_s == pytest.approx(read / 20e9, rel=0.01)
+
+
+def test_nvfp4_runs_at_fp4_on_blackwell_and_dequantized_on_cdna4():
+    # NVFP4's FP8 E4M3 scale per 16 weights is Blackwell's; MI355X's FP4 instructions take the MX formats (E8M0 per
+    # 32): an audit found NVFP4 priced at MI355X's 10 PFLOP/s FP4 peak, a prefill 3.8x too short
+    model = load_model("llama-3.1-70b")
+    amd = estimate(model, load_gpu("mi355x"), Workload(weights_dtype="nvfp4"))
+    assert amd.precision.compute == "bf16"
+    assert estimate(model, load_gpu("mi355x"), Workload(weights_dtype="fp4")).precision.compute == "fp4"  # MXFP4
+    assert estimate(model, load_gpu("b200"), Workload(weights_dtype="nvfp4")).precision.compute == "fp4"
+    # the prefill of 1,024 tokens at the bf16 peak: 2 x linear params x tokens / 2,516.6 TFLOP/s, plus attention
+    linear = 2 * (model.params_active - model.params_embedding) * 1024 / 2516.6e12
+    assert amd.ceiling.ttft_s == pytest.approx(linear, rel=0.03)

@@ -34,6 +34,9 @@ class Format:
     # its native dtype (DeepSeek-V3's 128x128 FP8 blocks: triton's w8a8_block_fp8_matmul, CUTLASS blockwise,
     # DeepGEMM), priced as its own format family, apart from a per-tensor FP8 GEMM
     block_scaled: bool = False
+    # the platforms whose tensor cores take its block scales as stored (None: every platform that lists its native
+    # dtype): NVFP4's FP8 E4M3 scale per 16 is Blackwell's; CDNA4's FP4 instructions take the MX formats' E8M0 per 32
+    native_platforms: tuple[str, ...] | None = None
     # a GGUF file quantizes the embedding and the output (LM head) too: the llama.cpp table's bits are the average
     # over every tensor of the file, so these formats hold the embedding and LM head as well (a q4_0 file's output
     # tensor is Q6_K, llama.cpp src/llama-quant.cpp: under 1% of a 7B's bytes); the other formats leave them at the
@@ -68,7 +71,13 @@ FORMATS: Final[dict[str, Format]] = {
         # the AWQ / GPTQ default: group 128, fp16 scale, 4-bit zero point packed beside the codes
         Format("int4", 4.0 + 16 / 128 + 4 / 128, "int4", "= int4-g128: the AWQ/GPTQ default, group 128, zero points"),
         Format("fp4", 4.0 + 8 / 32, "fp4", "MXFP4, OCP Microscaling spec v1.0: blocks of 32 with an 8-bit E8M0 scale"),
-        Format("nvfp4", 4.0 + 8 / 16, "fp4", "NVFP4 (NVIDIA Blackwell): blocks of 16 with an FP8 E4M3 scale"),
+        Format(
+            "nvfp4",
+            4.0 + 8 / 16,
+            "fp4",
+            "NVFP4 (NVIDIA Blackwell): blocks of 16 with an FP8 E4M3 scale",
+            native_platforms=("cuda",),
+        ),
         # bitsandbytes 4-bit: blocks of 64 with an fp32 absmax; double quantization stores absmax in 8 bits with
         # an fp32 scale per 256 blocks (Dettmers et al. 2023, QLoRA, section 3): 4 + 8/64 + 32/(64 x 256)
         Format("nf4", 4.0 + 32 / 64, None, "bitsandbytes NF4, blocksize 64, fp32 absmax (QLoRA paper, sec. 2-3)"),

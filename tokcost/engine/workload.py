@@ -216,7 +216,10 @@ def native_compute(weights: str, gpu: GpuSpec) -> str | None:
     """The dtype a weight format's matmuls run at by default on `gpu`: its own float tensor-core dtype where the
     GPU lists a dense peak for it (fp8 on Hopper, Ada, Blackwell, MI300X; fp4 on Blackwell); None where the
     engines dequantize it into 16-bit matmuls (every integer and GGUF format, fp8 on Ampere)."""
-    native = formats.get(weights).native_compute
+    f = formats.get(weights)
+    if f.native_platforms is not None and gpu.platform not in f.native_platforms:
+        return None  # its scales are another vendor's: dequantized (NVFP4 on an MI355X, whose FP4 is MXFP4)
+    native = f.native_compute
     return native if native in NATIVE_FLOAT_COMPUTE and gpu.peak_flops_per_s(native) is not None else None
 
 
