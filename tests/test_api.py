@@ -276,3 +276,23 @@ def test_plan_takes_slos_as_a_comma_list_as_the_cli_does():
     listed = plan(model="llama-3.1-8b", gpus="h100-sxm", rate_rps=2, slos="ttft_p90=500ms,tpot_p90=40ms", tp=[1])
     separate = plan(model="llama-3.1-8b", gpus="h100-sxm", rate_rps=2, slos=["ttft_p90=500ms", "tpot_p90=40ms"], tp=[1])
     assert listed.to_dict()["slo"] == separate.to_dict()["slo"] == {"ttft_p90": 0.5, "tpot_p90": 0.04}
+
+
+def test_a_per_gpu_workload_mapping_that_leaves_a_gpu_out_is_refused():
+    # an audit: the GPU left out was priced at the default workload beside the other's, and nothing said so
+    from tokcost import compare
+    from tokcost.engine.workload import Workload
+    from tokcost.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"workload: no entry for 'h200'"):
+        compare(models="llama-3.1-8b", gpus=["h100-sxm", "h200"], workload={"h100-sxm": Workload(batch=64)})
+
+
+def test_iter_sweep_refuses_a_layout_before_the_first_point_naming_its_keyword():
+    # an audit: the call succeeded and next() raised the command line's "--tp: 3 does not divide ..."
+    from tokcost import iter_sweep
+    from tokcost.engine.workload import Workload
+    from tokcost.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^tp: 3 does not divide"):
+        iter_sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(tp=3))

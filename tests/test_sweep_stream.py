@@ -204,7 +204,8 @@ def test_a_plain_table_leaves_out_columns_that_do_not_fit_and_says_so(cli, monke
     out = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", batches).stdout
     table = [line for line in out.splitlines() if not line.startswith("(")][1:]
     assert max(len(line) for line in table) <= 60
-    assert "(left out at 60 columns:" in out and "note" in out.split("(left out at 60 columns:")[1]
+    left_out = out.split("(left out at 60 columns:")[1].split(";")[0]
+    assert "ceiling tok/s" in left_out and "note" not in left_out  # the note (a memory limit's only word) stays
 
 
 def test_write_rows_refuses_a_non_finite_number():
@@ -253,3 +254,12 @@ def test_a_point_that_does_not_fit_leaves_its_cost_blank_not_n_a(cli):
     data = cli("sweep", "-m", "llama-3.1-70b", "-g", "h100-sxm", "-f", "json").json()
     point = data[0] if isinstance(data, list) else data["points"][0]
     assert point["usd_per_million_output_tokens"] is None and point["fits"] is False
+
+
+def test_a_narrow_table_keeps_the_note_that_a_point_exceeds_memory(cli, monkeypatch):
+    # an audit: at 80 columns the note column went first, and with it "exceeds memory", the only word that a
+    # point past the memory limit is one (its cost cells are blank)
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,2048")
+    assert r.exit_code == 0, r.stderr
+    assert "exceeds" in r.stdout and "memory (max batch 357)" in r.stdout

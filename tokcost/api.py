@@ -196,6 +196,9 @@ def compare(
         per_gpu = {by_name[k.strip().lower()]: w for k, w in workload.items()}
         if len(per_gpu) < len(workload):
             raise UsageError(f"workload: two keys name one GPU; give each of {', '.join(names)} once")
+        missing = [n for n in names if n not in per_gpu]  # it would be priced at the default workload, unsaid
+        if missing:
+            raise UsageError(f"workload: no entry for {missing[0]!r}; a mapping gives each of {', '.join(names)} one")
     results = []
     for m in model_specs:
         for g in gpu_specs:
@@ -265,6 +268,7 @@ def iter_sweep(
     `tokcost sweep -f csv` streams). The arguments are checked before the first point, as `sweep` checks them."""
     grid = _sweep_args(model, gpu, batches, prompts, workload, network, engine, limit=MAX_STREAMED_POINTS, hint="")
     model_spec, gpu_spec, base, batch_list, contexts, net, profile = grid
+    _estimate.deployment(model_spec, gpu_spec, base, net, profile)  # the layout refused here, not at the first point
     return _sweep.iter_sweep(model_spec, gpu_spec, base, batches=batch_list, prompts=contexts, network=net,
                              engine=profile)  # fmt: skip
 

@@ -222,9 +222,11 @@ def sweep_table(points: list[SweepPoint]) -> Table:
         f"{points[0].model} on {points[0].gpus}x {points[0].gpu} (expected; ceiling tokens/s for reference)"
         + flash_note(points[0].flash_attention),
         list(TABLE_COLUMNS),
-        # on a narrow terminal: the reference figures go first, the notes stay
+        # on a narrow terminal: the reference figures go first, the notes stay (a point past the memory limit says so
+        # there, and nowhere else once the costs are blank)
         drop=("ceiling tok/s", "bound", "$/1M in"),
         wrap=("note",),
+        answer=("note",),
     )
     several = len({(p.weights, p.kv_dtype, p.compute_dtype) for p in points}) > 1  # a precision column if it varies
     if several:
