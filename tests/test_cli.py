@@ -393,3 +393,17 @@ def test_specs_show_gives_an_mla_model_its_mla_dims_not_hidden_over_heads(cli):
     data = cli("specs", "show", "deepseek-v3", "--format", "json").json()
     assert "head_dim" not in data and data["mla"]["nope_head_dim"] + data["mla"]["rope_head_dim"] == 192
     assert data["kv_bytes_per_token"] == 61 * (512 + 64) * 2  # one latent and its rope key per layer, at bf16
+
+
+def test_compare_rows_carry_the_workload_they_were_priced_at(cli):
+    # an audit: compare's JSON and CSV had no batch or prompt, so a pasted CSV did not say what it priced
+    rows = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm,h200", "-b", "8", "-p", "4096", "-f", "json").json()
+    for row in rows["rows"]:
+        assert (row["batch"], row["prompt_tokens"], row["output_tokens"], row["cached_prefix_tokens"]) == (
+            8,
+            4096,
+            256,
+            0,
+        )
+    header = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-f", "csv").stdout.splitlines()[0].split(",")
+    assert {"batch", "prompt_tokens", "output_tokens"} <= set(header)

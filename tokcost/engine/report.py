@@ -228,6 +228,11 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "kv_dtype": e.precision.kv,
         "compute_dtype": e.precision.compute,
         "flash_attention": e.precision.fused_attention,
+        # the workload it was priced at, as sweep's points carry it (the table says it in its title only)
+        "batch": e.workload.batch,
+        "prompt_tokens": e.workload.prompt_tokens,
+        "output_tokens": e.workload.output_tokens,
+        "cached_prefix_tokens": e.workload.cached_prefix_tokens,
         "fits": fits,
         "min_gpus": mem.min_gpus,
         "ttft_s": x.ttft_s,  # unprefixed figures are expected ones, as in sweep's points and the cost columns
