@@ -355,3 +355,19 @@ def test_a_label_goes_where_it_is_nearer_its_own_dot_than_its_neighbours():
         assert spot in LABEL_SPOTS
         box = _box(*dots[label], g.width(label), spot, g)
         assert all(_gap(box, dots[label]) <= _gap(box, d) for other, d in dots.items() if other != label), label
+
+
+def test_compare_figure_names_the_formats_where_two_bar_groups_differ_only_by_them():
+    # an audit: compare --weights bf16,fp8 drew two groups both labelled "llama-3.1-8b 1x h100-sxm"
+    from tokcost.engine.estimate import estimate
+    from tokcost.engine.workload import Workload
+    from tokcost.hardware.library import load_gpu
+    from tokcost.models.library import load_model
+
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    pair = [estimate(model, gpu, Workload(weights_dtype=w)) for w in ("bf16", "fp8")]
+    figure = plots.compare_figure(pair)
+    labels = [t.get_text() for t in figure.axes[-1].get_xticklabels()]
+    assert len(set(labels)) == 2 and "bf16/bf16/bf16" in labels[0] and "fp8/bf16/fp8" in labels[1]
+    alone = plots.compare_figure(pair[:1])
+    assert "bf16/" not in alone.axes[-1].get_xticklabels()[0].get_text()  # one format: nothing to tell apart

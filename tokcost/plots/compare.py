@@ -27,10 +27,11 @@ METRICS = (
 )
 
 
-def pair_label(e: Estimate) -> str:
-    """Model and GPUs of one bar group."""
-    lay = e.layout
-    return f"{e.model.name}\n{lay.gpus}x {e.gpu.name}" + ("" if e.memory.fits else "\n(does not fit)")
+def pair_label(e: Estimate, formats: bool = False) -> str:
+    """Model and GPUs of one bar group, and its weights/KV/compute where the groups' formats differ."""
+    lay, p = e.layout, e.precision
+    shown = f"\n{p.weights}/{p.kv}/{p.compute}" if formats else ""
+    return f"{e.model.name}\n{lay.gpus}x {e.gpu.name}{shown}" + ("" if e.memory.fits else "\n(does not fit)")
 
 
 def _value(s: Scenario, attr: str, scale: float) -> float | None:
@@ -58,7 +59,8 @@ def draw_metric(ax: Axes, results: Sequence[Estimate], attr: str, scale: float, 
                    label=name if i == 0 else None)  # fmt: skip
             ax.annotate(_number(value), (i + offset, value), xytext=(0, 2), textcoords="offset points",
                         ha="center", fontsize=7)  # fmt: skip
-    ax.set_xticks(range(len(results)), [pair_label(e) for e in results], fontsize=8)
+    several = len({(e.precision.weights, e.precision.kv, e.precision.compute) for e in results}) > 1
+    ax.set_xticks(range(len(results)), [pair_label(e, several) for e in results], fontsize=8)
     ax.grid(True, axis="y", alpha=0.25)
     ax.margins(y=0.15)
 
