@@ -20,7 +20,15 @@ from tokcost.engine.estimate import (
     matmul_sides,
     sequence_and_weight_bytes,
 )
-from tokcost.engine.features import EXPERT_PAIRS, EXPERTS_TOUCHED, TOKENS, Segment
+from tokcost.engine.features import (
+    EXPERT_PAIRS,
+    EXPERTS_TOUCHED,
+    TOKENS,
+    Segment,
+    expected_distinct_experts,
+    pairs_load_sigma,
+    pairs_spread_experts,
+)
 from tokcost.engine.layout import stage_layer_ranges
 from tokcost.engine.memory import (
     LOGIT_BYTES,
@@ -163,12 +171,11 @@ def _routing_lines(e: Estimate) -> list[str]:
     if ep == 1:
         shown = f"pairs = T k = {tokens:,.4g} x {k} = {pairs:,.4g}"
     else:
-        sigma = math.sqrt(tokens * k * (1 / ep) * (1 - 1 / ep) * (slots - k) / max(slots - 1, 1))
+        sigma = pairs_load_sigma(slots, k, tokens, ep)
         shown = (f"pairs on the busiest of {ep} EP ranks = T k / ep + sigma sqrt(2 ln ep), sigma^2 = T k (1/ep)"
                  f"(1 - 1/ep)(E - k)/(E - 1): {tokens:,.4g} x {k} / {ep} + {sigma:,.4g} x "
                  f"{math.sqrt(2 * math.log(ep)):.4g} = {pairs:,.4g} (at most T min(k, E / ep))")  # fmt: skip
-    distinct = slots * (1 - (1 - k / slots) ** tokens)
-    spread = local * (1 - (1 - 1 / local) ** pairs) if local > 1 else min(pairs, 1.0)
+    distinct, spread = expected_distinct_experts(slots, k, tokens), pairs_spread_experts(local, pairs)
     return [
         f"routing (uniform, one microbatch of T = {tokens:,.4g} tokens, k = {k} of E = {slots} experts): {shown}",
         f"experts read on that rank = min(max(L (1 - (1 - 1/L)^pairs), E (1 - (1 - k/E)^T) / ep), L), L = {local} "

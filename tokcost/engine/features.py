@@ -71,8 +71,17 @@ def busiest_rank_experts(local: int, pairs: float, mean_distinct: float) -> floa
     experts sit whole on two ranks, and each reads all of its expert, not a quarter."""
     if local <= 0:
         return 0.0
-    spread = local * (1 - (1 - 1 / local) ** pairs) if local > 1 else min(pairs, 1.0)
-    return min(max(spread, mean_distinct), local)
+    return min(max(pairs_spread_experts(local, pairs), mean_distinct), local)
+
+
+def pairs_spread_experts(local: int, pairs: float) -> float:
+    """Distinct experts of `local` that `pairs` uniformly spread pairs touch: local x (1 - (1 - 1/local)^pairs)."""
+    return local * (1 - (1 - 1 / local) ** pairs) if local > 1 else min(pairs, 1.0)
+
+
+def pairs_load_sigma(experts: int, top_k: int, tokens: float, ep: int) -> float:
+    """Standard deviation of one rank's token-expert pairs: sqrt(T k (1/ep)(1 - 1/ep)(E - k)/(E - 1))."""
+    return math.sqrt(tokens * top_k * (1 / ep) * (1 - 1 / ep) * (experts - top_k) / max(experts - 1, 1))
 
 
 def busiest_rank_pairs(experts: int, top_k: int, tokens: float, ep: int) -> float:
@@ -85,8 +94,8 @@ def busiest_rank_pairs(experts: int, top_k: int, tokens: float, ep: int) -> floa
     mean = tokens * top_k / ep
     if ep == 1:
         return mean
-    variance = tokens * top_k * (1 / ep) * (1 - 1 / ep) * (experts - top_k) / max(experts - 1, 1)
-    return min(mean + math.sqrt(variance) * math.sqrt(2 * math.log(ep)), tokens * min(top_k, experts / ep))
+    sigma = pairs_load_sigma(experts, top_k, tokens, ep)
+    return min(mean + sigma * math.sqrt(2 * math.log(ep)), tokens * min(top_k, experts / ep))
 
 
 # ---- the feature vector -------------------------------------------------------------------------------------
