@@ -326,23 +326,20 @@ class Replica(ReplicaLimits, ReplicaCurves):
             queue = Queue(q_rate, min(q_rate * (alpha * m1 + d), 1.0), min(q_rate * alpha * m1, 1.0), 0.0)
             new = self._last_steps(queue, alpha, 0.0, lasts, steps=(t0, service.mean / m, t0))
             lone, done = _damped(lone, new, i)
-            q_rate = self._others_rate(rate, alone, tc, queue)
+            point = self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone, queue)
+            q_rate = self._others_rate(rate, point)
             if done and q_rate == queue.rate:
                 break
-        return self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone, queue)
+        return point
 
-    def _others_rate(self, rate: float, alone: tuple[float, ...], tc: float, queue: Queue) -> float:
+    def _others_rate(self, rate: float, pt: LoadPoint) -> float:
         """The arrival rate the prefill queue shows an arrival when nothing decodes (one-token answers): an open
         loop's whole rate; in a closed loop only the other users' (the arrival theorem: an arrival meets the queue of
         N - 1 users, Schweitzer's (N - 1) / N of it), N by Little on a user's cycle at this queue's wait. A user had
         queued behind itself: one user of 1,024 tokens on an H100 priced p90 TTFT 65 ms where it runs in 23."""
         if not self.loop.closed or self.role == "prefill" or not math.isfinite(rate) or rate <= 0:
             return rate  # (a disaggregated prefill pool's users spend their decode elsewhere: not counted here)
-        packed = self.packed_moments(tc / self.chunk)
-        wait = pollaczek_khinchine_wait(queue.rate, packed, queue.backlog) if queue.backlog > 0 else 0.0
-        lone = sum(p.weight * a for p, a in zip(self.prompts, alone, strict=True))
-        users = max(rate * (wait + lone + self.loop.offset_s + self.loop.think_time_s), 1.0)
-        return rate * (1 - 1 / users)
+        return rate * (1 - 1 / self.users_estimate(pt))
 
     def _terms(self, b: float, lasts: Lasts | None) -> tuple[float, float, float, Alone, float, float]:
         """(T0, Tc, alpha, (A, A's last step) per grid point, d = E[S - alpha P'], prefill steps per request m) at
