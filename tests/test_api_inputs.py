@@ -142,6 +142,15 @@ def test_sweep_merges_repeated_values_as_the_cli_does():
     assert [(p.batch, p.prompt_tokens) for p in result] == [(8, 512), (1, 512)]
 
 
+def test_a_range_is_a_list_of_ints_as_python_reads_it():
+    ranged = sweep(model=M, gpu=G, batches=range(1, 5), prompts=range(512, 1025, 512))
+    listed = sweep(model=M, gpu=G, batches=[1, 2, 3, 4], prompts=[512, 1024])
+    assert ranged.to_dict() == listed.to_dict() and len(ranged) == 8
+    with pytest.raises(TokcostError) as exc:
+        sweep(model=M, gpu=G, batches=range(0, 2))
+    assert one_line(exc).startswith("batches")
+
+
 def test_one_value_is_a_list_of_one_everywhere_a_list_is_taken():
     one = compare(models=M, gpus=G)
     listed = compare(models=[load_model(M)], gpus=[load_gpu(G)])
