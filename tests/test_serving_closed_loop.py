@@ -224,6 +224,23 @@ def test_one_user_alone_sees_no_one_elses_prefill():
     assert p90 == pytest.approx(sim.percentile("tpot", 0.9), rel=0.05)
 
 
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen3-30b-a3b"])
+def test_one_user_of_an_moe_has_one_e2e_as_its_ttft_plus_its_steps(model):
+    # one user alone decodes alone: no one else's count swings its step, so its E2E is one number. An MoE's step
+    # grows steeply from one sequence to two (more experts), and the binomial swing of N users' count (b (1 - b / N))
+    # had been charged to the others' count (N - 1 of them): Mixtral on 2 x H100, E2E p50/p99 1.31/1.69 s where
+    # TTFT + 255 TPOT is 1.34 s and the simulation 1.34 s at every percentile
+    tp = 2 if model == "mixtral-8x7b" else 1
+    traffic = _traffic("fixed", 1024, 256, 1, 0.0)
+    r = _replica(model, "h100-sxm", tp, traffic, 2048)
+    pt = state_at_users(r, 1.0, 0.0)
+    whole = percentile(r, pt, "ttft", 0.5) + 255 * percentile(r, pt, "tpot", 0.5)
+    for q in (0.5, 0.9, 0.99):
+        assert percentile(r, pt, "e2e", q) == pytest.approx(whole, rel=0.005)
+    sim = simulate(r.steps, traffic, 2048, requests=50, seed=1)
+    assert sim.percentile("e2e", 0.99) == pytest.approx(whole, rel=0.02)
+
+
 @pytest.mark.slow  # 6 simulations of 3,000 requests
 @pytest.mark.parametrize(("kind", "think", "users"), [("fixed", 0.0, (1,)), ("fixed", 1.0, (1, 8, 32)),
                                                       ("exponential", 0.2, (1, 4))])  # fmt: skip

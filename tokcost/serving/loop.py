@@ -107,8 +107,12 @@ def others_decoding(batch: float, users: float) -> float:
 
 
 def decoding_spread(batch: float, users: float) -> float:
-    """The decode batch's variance over a Poisson count's: 1 in an open loop, 1 - b / N for N users (binomial)."""
-    return 1.0 if not math.isfinite(users) else min(max(1 - batch / users, 0.0), 1.0)
+    """The variance of the others a decoding sequence shares its steps with, over a Poisson count's (b): 1 in an
+    open loop; for N users, each decoding with chance p = b / N, the others are Binomial(N - 1, p), variance
+    (N - 1) p (1 - p) = b (1 - b / N)(1 - 1 / N): none for one user alone."""
+    if not math.isfinite(users):
+        return 1.0
+    return min(max((1 - batch / users) * (1 - 1 / max(users, 1.0)), 0.0), 1.0)
 
 
 def group_size(prompt_tokens: float, chunk: int, batch: float) -> int:
