@@ -112,6 +112,32 @@ def test_sweep_to_dict_is_the_cli_json(cli):
     assert as_json(result.to_dict()) == printed.json()
 
 
+def test_a_sweep_with_a_prefix_cache_records_it_and_prices_it_as_estimate_does(cli):
+    # the API took a workload's prefix and priced it, but the points did not say so and the CLI had no flag for it
+    printed = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8", "--context", "1024,2048",
+                  "--cached-prefix", "512", "-f", "json")  # fmt: skip
+    assert printed.exit_code == 0, printed.stderr
+    result = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1, 8], prompts=[1024, 2048],
+                   workload=Workload(cached_prefix_tokens=512))  # fmt: skip
+    assert as_json(result.to_dict()) == printed.json()
+    assert {p["cached_prefix_tokens"] for p in printed.json()["points"]} == {512}
+    for p in result:
+        alone = estimate(model="llama-3.1-8b", gpu="h100-sxm",
+                         workload=Workload(batch=p.batch, prompt_tokens=p.prompt_tokens, cached_prefix_tokens=512))
+        assert p.ttft_s == pytest.approx(alone.to_dict()["expected"]["ttft_s"], rel=1e-9)
+    cold = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[8], prompts=[2048])
+    assert cold[0].ttft_s > 1.2 * result[3].ttft_s and cold[0].cached_prefix_tokens == 0
+
+
+def test_a_workload_value_the_grid_replaces_is_refused_not_dropped():
+    with pytest.raises(TokcostError, match=r"^workload.batch: batches gives the sweep's batches"):
+        sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(batch=64))
+    with pytest.raises(TokcostError, match=r"^workload.prompt_tokens: prompts gives the sweep's prompts"):
+        sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], prompts=[2048], workload=Workload(prompt_tokens=4096))
+    kept = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(prompt_tokens=4096))
+    assert kept[0].prompt_tokens == 4096  # without prompts, the workload's prompt is the sweep's one
+
+
 def test_sweep_needs_a_decode_step():
     with pytest.raises(TokcostError, match="2 or more output tokens"):
         sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(output_tokens=1))
@@ -245,6 +271,8 @@ def test_plan_refuses_in_keywords_not_flags():
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, slos=["ttft_p90=1s", "ttft_p90=2s"])
     with pytest.raises(TokcostError, match=r"^tp: each value must be an integer from 1 to 64 \(got 0\)"):
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, tp=[0])
+    with pytest.raises(TokcostError, match=r"^seed: seeds the simulation; give it with simulate"):
+        plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, seed=5)  # it had run, the seed unused
 
 
 def test_a_hint_inside_a_refusal_is_in_the_apis_words():

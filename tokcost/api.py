@@ -223,6 +223,9 @@ class SweepResult:
     def __len__(self) -> int:
         return len(self.points)
 
+    def __getitem__(self, index: int) -> SweepPoint:
+        return self.points[index]
+
     def to_dict(self) -> dict[str, Any]:
         """What `tokcost sweep --format json` prints."""
         return {"model": self.model.name, "gpu": self.gpu.name, "points": [p.as_dict() for p in self.points],
@@ -279,6 +282,10 @@ def _sweep_args(
 ) -> tuple[ModelSpec, GpuSpec, Workload, list[int], list[int], Link | None, EngineProfile]:  # fmt: skip
     """A sweep's grid checked as the command checks it (one line naming the keyword), and its specs loaded."""
     base = workload or Workload()
+    given = base.model_fields_set  # a workload's value that the grid replaces would be dropped silently: refused
+    for key, axis in (("batch", "batches"), ("prompt_tokens", "prompts")):
+        if key in given and (key == "batch" or prompts is not None):
+            raise UsageError(f"workload.{key}: {axis} gives the sweep's {axis}; drop {key} from the workload")
     contexts = _several(prompts, int) if prompts is not None else [base.prompt_tokens]
     batch_list, contexts = sweep_grid(base, batches=_several(batches, int), prompts=contexts, names=SWEEP_NAMES,
                                       limit=limit, hint=hint)  # fmt: skip
@@ -371,7 +378,7 @@ def plan(
     engine: EngineLike = None,
     simulate: bool = False,
     requests: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     flash_attention: bool = True,
     jobs: int | None = None,
 ) -> PlanResult:

@@ -167,8 +167,6 @@ def plan(
 ) -> None:
     """Plan the cheapest fleet for a traffic and SLOs; at most 600 search points (GPU x format x layout x chunk). Example: tokcost plan -m llama-3.1-70b --rate 20 --prompt 2048 --output 300 --slo ttft_p90=500ms --slo tpot_p90=40ms --gpu h100-sxm,h200,mi300x,l40s"""  # noqa: E501
     started = time.perf_counter()
-    if seed is not None and not simulate:  # a flag that would change nothing is refused, as --requests is
-        raise UsageError("--seed: seeds the simulation; give it with --simulate, or drop it")
     check_force_with_plot(force, plot)
     rows = read_trace(trace) if trace is not None else None
     traffic = plan_traffic(
@@ -190,7 +188,7 @@ def plan(
         flash_attention=flash_attention, redundant_experts=redundant_experts,
     )  # fmt: skip
     result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
-                      seed=seed or 0, jobs=jobs)  # fmt: skip
+                      seed=seed, jobs=jobs)  # fmt: skip
     elapsed = time.perf_counter() - started
     _render(result, format, explain_, top, elapsed)
     if plot is not None:  # $/hour against p90 TPOT and TTFT, labelled, SLOs dashed, the chosen configuration starred

@@ -37,6 +37,7 @@ from tokcost.cli.options import (
     OutputOpt,
     PlotOpt,
     PpOpt,
+    PrefixOpt,
     PriceOpt,
     RedundantOpt,
     TpOpt,
@@ -111,6 +112,7 @@ def sweep(
         Optional[int], typer.Option("--prompt", "-p", help="Prompt tokens per sequence, when --context is not given.")
     ] = None,
     output: OutputOpt = 256,
+    cached_prefix: PrefixOpt = 0,
     weights: WeightsListOpt = None,
     kv_dtype: KvListOpt = None,
     compute_dtype: ComputeListOpt = None,
@@ -130,7 +132,8 @@ def sweep(
     limit, hint = _bound(format, streamed)
     formats = format_grid(weights, kv_dtype, compute_dtype)  # each priced in turn, as compare and plan take them
     bases = [workload_from_flags(
-        prompt_tokens=contexts[0], output_tokens=output, flash_attention=flash_attention, price_per_hour_usd=price,
+        prompt_tokens=contexts[0], output_tokens=output, cached_prefix_tokens=cached_prefix,
+        flash_attention=flash_attention, price_per_hour_usd=price,
         **precision,
         **layout_flags(gpus, tp, pp, ep, dp, gpus_per_node, redundant_experts),
     ) for precision in formats]  # fmt: skip
@@ -247,6 +250,9 @@ def sweep_table(points: list[SweepPoint]) -> Table:
               else ("", "")),  # blank where it does not fit, as compare leaves it (n/a is "no price")
             f"{fmt.gb(p.used_bytes_per_gpu)}", p.decode_bound, "; ".join(notes),
         ])  # fmt: skip
+    if points[0].cached_prefix_tokens:  # the same prefix at every point: said once
+        table.notes.append(f"{points[0].cached_prefix_tokens:,} tokens of each prompt from a prefix cache (read, not "
+                           "recomputed: TTFT prices the rest)")  # fmt: skip
     if len(points) > RICH_ROWS:
         table.notes.append(f"({len(points):,} points; -f csv or -f jsonl writes each as it is computed, up to "
                            f"{MAX_STREAMED_POINTS:,}, and --out FILE keeps them in a file)")  # fmt: skip

@@ -47,6 +47,7 @@ class SweepPoint:
     flash_attention: bool  # fused attention (False: scores written out and read back, llama-bench's -fa 0)
     batch: int
     prompt_tokens: int
+    cached_prefix_tokens: int  # of the prompt, served from a prefix cache (read, not recomputed)
     output_tokens: int
     ttft_s: float  # the batch's prefill from an empty pipeline plus the per-request cost, as estimate's
     tpot_s: float
@@ -130,6 +131,7 @@ def iter_sweep(
                 flash_attention=d.precision.fused_attention,
                 batch=batch,
                 prompt_tokens=prompt,
+                cached_prefix_tokens=prefix,
                 output_tokens=base.output_tokens,
                 ttft_s=ttft,
                 tpot_s=tpot,

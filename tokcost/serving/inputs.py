@@ -215,10 +215,13 @@ def check_search(model: ModelSpec, space: Space, api: bool = False) -> None:
 
 
 def check_simulation(
-    traffic: Traffic, space: Space, *, simulate: bool, requests: int | None, api: bool = False
+    traffic: Traffic, space: Space, *, simulate: bool, requests: int | None, seed: int | None = None, api: bool = False
 ) -> int | None:
-    """The simulated requests per row (None: no simulation), bounded with the prefill steps they take."""
+    """The simulated requests per row (None: no simulation), bounded with the prefill steps they take; a length or a
+    seed without the simulation is refused (it would change nothing)."""
     if not simulate:
+        if seed is not None:
+            raise UsageError(f"{name('seed', api)}: seeds the simulation; give it with {name('simulate', api)}, or drop it")
         if requests is not None:
             raise UsageError(f"{name('requests', api)}: sets the simulation's length; give it with "
                              f"{name('simulate', api)}, or drop it")  # fmt: skip

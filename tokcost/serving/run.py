@@ -34,7 +34,7 @@ from tokcost.serving.traffic import QUANTILES, Slo, Traffic
 
 def run_plan(
     model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, *, simulate: bool = False,
-    requests: int | None = None, seed: int = 0, api: bool = False, jobs: int | None = None,
+    requests: int | None = None, seed: int | None = None, api: bool = False, jobs: int | None = None,
 ) -> Plan:  # fmt: skip
     """Check the inputs and the work they ask for, search, warn, and simulate the top rows when asked."""
     slos = check_slos(slos, api)
@@ -44,7 +44,7 @@ def run_plan(
     if space.redundant_experts and model.moe is None:  # the engine's own refusal, as estimate gives it
         problem = layout_problem(model, Layout(redundant_experts=space.redundant_experts)) or ""
         raise UsageError(keyword_message(problem) if api else problem)
-    simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, api=api)
+    simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, seed=seed, api=api)
     result = search.plan(model, traffic, slos, space, check_jobs(jobs, api))
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
         raise UsageError(result.rows[0].expected.binding)
@@ -52,7 +52,7 @@ def run_plan(
     result.warnings += tensor_parallel_warnings(result) + graph_warnings(result) + left_out_warnings(result)
     result.warnings += closed_loop_warnings(traffic, simulate=simulated is not None)
     if simulated is not None:
-        simulate_rows(result, SIMULATED_ROWS, simulated, seed)
+        simulate_rows(result, SIMULATED_ROWS, simulated, seed or 0)
     return result
 
 
