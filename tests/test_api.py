@@ -122,8 +122,11 @@ def test_a_sweep_with_a_prefix_cache_records_it_and_prices_it_as_estimate_does(c
     assert as_json(result.to_dict()) == printed.json()
     assert {p["cached_prefix_tokens"] for p in printed.json()["points"]} == {512}
     for p in result:
-        alone = estimate(model="llama-3.1-8b", gpu="h100-sxm",
-                         workload=Workload(batch=p.batch, prompt_tokens=p.prompt_tokens, cached_prefix_tokens=512))
+        alone = estimate(
+            model="llama-3.1-8b",
+            gpu="h100-sxm",
+            workload=Workload(batch=p.batch, prompt_tokens=p.prompt_tokens, cached_prefix_tokens=512),
+        )
         assert p.ttft_s == pytest.approx(alone.to_dict()["expected"]["ttft_s"], rel=1e-9)
     cold = sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[8], prompts=[2048])
     assert cold[0].ttft_s > 1.2 * result[3].ttft_s and cold[0].cached_prefix_tokens == 0

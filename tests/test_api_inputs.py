@@ -124,7 +124,7 @@ def test_a_workload_error_is_the_cli_message_under_the_keyword(cli):
         ({"batches": [0]}, "batches: must be an integer from 1 to 1,000,000 (got 0)"),  # was a ZeroDivisionError
         ({"batches": [4, -5]}, "batches: must be an integer from 1 to 1,000,000 (got -5)"),  # was negative tokens/s
         ({"batches": []}, "batches: an empty list"),
-        ({"batches": 1, "prompts": [4096, 10], "workload": Workload(prompt_tokens=1000, cached_prefix_tokens=500)},
+        ({"batches": 1, "prompts": [4096, 10], "workload": Workload(cached_prefix_tokens=500)},
          "cached_prefix_tokens: cached prefix (500) must be shorter than the prompt (10)"),  # was max batch 10,000,000
         ({"batches": [1], "workload": Workload(output_tokens=1)}, "workload.output_tokens: sweep prices decode steps"),
         ({"batches": list(range(1, 101)), "prompts": list(range(1, 102))},
@@ -254,3 +254,15 @@ def test_a_frozen_workload_refuses_assignment_in_one_line_saying_how_to_make_ano
         w.batch = 8  # pydantic's multi-line ValidationError, not a TokcostError
     assert one_line(exc).startswith("batch: a Workload is frozen (estimates hold it); make another: ")
     assert w.batch == 2 and Workload(**{**w.model_dump(exclude={"gpus"}), "batch": 8}).batch == 8
+
+
+def test_a_compute_dtype_in_any_case_is_the_flags_dtype():
+    # the flags of compare, sweep and plan took FP8 as fp8, and estimate's, the Workload and plan(compute_dtypes=)
+    # refused it, while every storage format was taken in any case
+    assert Workload(compute_dtype="FP8").compute_dtype == "fp8"
+    upper = plan(model=M, gpus=G, rate_rps=1.0, weights="fp8", compute_dtypes="FP8")
+    lower = plan(model=M, gpus=G, rate_rps=1.0, weights="fp8", compute_dtypes="fp8")
+    assert upper.to_dict() == lower.to_dict()
+    with pytest.raises(TokcostError) as exc:
+        plan(model=M, gpus=G, rate_rps=1.0, compute_dtypes="fp9")
+    assert one_line(exc).startswith("compute_dtypes: must be one of: fp64")

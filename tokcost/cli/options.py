@@ -83,6 +83,7 @@ ComputeOpt = Annotated[
     Optional[ComputeDtype],
     typer.Option(
         "--compute-dtype",
+        case_sensitive=False,
         help="Matmul dtype whose peak applies (default: fp8/fp4 weights run natively where the GPU lists that peak, "
         "other formats dequantize to the model's dtype; a checkpoint that states W8A8 runs it).",
     ),

@@ -8,9 +8,9 @@ from 1 to 1,000,000 (got 0)`); `Workload.checked` names it as its caller does (t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from tokcost import formats
 from tokcost.errors import UsageError
@@ -22,6 +22,8 @@ from tokcost.units import COMPUTE_DTYPES
 
 # a dtype a GPU spec may list a dense peak for; whether this GPU lists one is checked when estimating
 ComputeDtype = Literal[COMPUTE_DTYPES]  # type: ignore[valid-type]
+# in any case, as the format names are (FP8 is fp8): the flags of compare, sweep and plan take it so
+_AnyCaseCompute = Annotated[ComputeDtype, BeforeValidator(lambda v: v.lower() if isinstance(v, str) else v)]
 
 
 MAX_PRICE_USD = 100_000  # per GPU-hour: a price past it is a typo (plan's --price keeps to the same range)
@@ -43,7 +45,7 @@ class Workload(BaseModel):
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)  # None: the GPU spec's
     weights_dtype: FormatName | None = None
     kv_dtype: KvFormatName | None = None
-    compute_dtype: ComputeDtype | None = None
+    compute_dtype: _AnyCaseCompute | None = None
     cached_prefix_tokens: int = Field(default=0, ge=0, le=100_000_000)
     price_per_hour_usd: float | None = Field(default=None, ge=0, le=MAX_PRICE_USD)
     # False: attention writes its scores out and reads them back (llama.cpp without -fa, llama-bench's default;

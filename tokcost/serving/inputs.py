@@ -28,7 +28,6 @@ from tokcost.profiles import EngineProfile
 from tokcost.serving.layout import valid_tp_degrees
 from tokcost.serving.search import DEFAULT_CHUNKS, Space, pipeline_fallback, scheduler_choice
 from tokcost.serving.traffic import LengthDist, Slo, Traffic, parse_dist
-from tokcost.units import COMPUTE_DTYPES
 
 MIN_RATE_RPS = 1e-6  # a request every 11.6 days: below it no fleet size means anything
 MAX_RATE_RPS = 1e6
@@ -221,7 +220,9 @@ def check_simulation(
     seed without the simulation is refused (it would change nothing)."""
     if not simulate:
         if seed is not None:
-            raise UsageError(f"{name('seed', api)}: seeds the simulation; give it with {name('simulate', api)}, or drop it")
+            raise UsageError(
+                f"{name('seed', api)}: seeds the simulation; give it with {name('simulate', api)}, or drop it"
+            )
         if requests is not None:
             raise UsageError(f"{name('requests', api)}: sets the simulation's length; give it with "
                              f"{name('simulate', api)}, or drop it")  # fmt: skip
@@ -280,22 +281,13 @@ def _not_empty(values: Sequence[object], key: str, api: bool) -> None:
 
 
 def _formats(values: Sequence[str] | None, key: str, field: str, api: bool) -> tuple[str | None, ...]:
-    """Storage formats, each resolved as the Workload resolves it (aliases become their canonical names)."""
+    """Storage formats or compute dtypes, each resolved as the Workload resolves it (aliases become their
+    canonical names, in any case)."""
     if values is None:
         return (None,)
     _not_empty(values, key, api)
     out = [getattr(Workload.checked({field: v}, {field: name(key, api)}), field) for v in values]
     return tuple(dict.fromkeys(out))
-
-
-def _compute(values: Sequence[str] | None, api: bool) -> tuple[str | None, ...]:
-    if values is None:
-        return (None,)
-    _not_empty(values, "compute_dtypes", api)
-    for v in values:
-        if v not in COMPUTE_DTYPES:
-            raise UsageError(f"{name('compute_dtypes', api)}: {v!r} is not one of {', '.join(COMPUTE_DTYPES)}")
-    return tuple(dict.fromkeys(values))
 
 
 def _prices(prices: Mapping[str, float] | float | None, gpus: tuple[GpuSpec, ...], api: bool) -> dict[str, float]:
@@ -361,7 +353,8 @@ def plan_space(
         gpus=gpus, tps=_ints(tp, "tp", 1, 64, api), pps=_ints(pp, "pp", 1, 64, api), eps=_ints(ep, "ep", 1, 4096, api),
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
         weights=_formats(weights, "weights", "weights_dtype", api),
-        kv_dtypes=_formats(kv_dtypes, "kv_dtypes", "kv_dtype", api), compute_dtypes=_compute(compute_dtypes, api),
+        kv_dtypes=_formats(kv_dtypes, "kv_dtypes", "kv_dtype", api),
+        compute_dtypes=_formats(compute_dtypes, "compute_dtypes", "compute_dtype", api),
         chunks=_chunk_budgets(chunks, api), max_running=cap[0] if cap else None,
         prefill_apart=PREFILL[prefill], mode=mode,  # type: ignore[arg-type]
         max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
