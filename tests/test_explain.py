@@ -166,6 +166,22 @@ def test_expected_says_what_the_ceiling_hides_and_the_engine_does_not():
                for x in lines)  # fmt: skip
 
 
+@pytest.mark.parametrize(("compute", "key"), [("fp8", "fp8"), (None, "bf16")])
+def test_expected_names_the_gemm_share_of_the_dtype_the_matmuls_run_in(cli, compute, key):
+    # an FP8 run on an H100 is priced at its FP8 GEMM share (0.76, an anchor), and every "expected from" line had
+    # named the bf16 one (0.8, measured) whatever the compute dtype
+    gpu = load_gpu("h100-sxm")
+    figure = gpu.hardware.gemm_for(key)
+    said = f"{key} GEMM {figure.fraction:g} ({figure.basis})"
+    w = Workload(weights_dtype="fp8", compute_dtype=compute) if compute else Workload()
+    e = estimate(load_model("llama-3.1-8b"), gpu, w)
+    assert said in next(x for x in explanation_lines(e) if x.strip().startswith("hardware ("))
+    flags = ["--weights", "fp8", "--compute-dtype", compute] if compute else []
+    printed = cli("compare", "-m", "llama-3.1-8b", "-g", "h100-sxm", *flags, "-f", "json")
+    assert {row["expected_provenance"] for row in printed.json()["rows"]} == {gpu.expected_provenance_at(compute)}
+    assert said in gpu.expected_provenance_at(compute)
+
+
 def test_weights_held_are_those_read_plus_the_embedding_table():
     # Llama-3.1-8B: the memory table holds 16.06 GB, a step reads 15.01 GB; the rest is the embedding table, by hand
     # 128,256 x 4,096 x 2 B = 1.051 GB, looked up a row per token (the LM head is its own 1.051 GB, read every step)

@@ -99,6 +99,18 @@ def test_an_unpriced_gpu_file_warns_on_stderr_only(cli, tmp_path):
     assert "warning: h200: no price" in r.stderr and "warning" not in r.stdout
 
 
+def test_a_gpu_file_without_a_sustained_block_says_expected_rests_on_anchors(cli, tmp_path):
+    # as estimate says it; plan's check had looked for the fitted fractions' wording, which no spec prints any more
+    spec = tmp_path / "h200-unmeasured.yaml"
+    lines = (resources.files("tokcost") / "specs" / "gpus" / "h200.yaml").read_text().split("\nsustained:")[0]
+    spec.write_text(lines.replace("name: h200", "name: h200-unmeasured") + "\n")
+    r = cli("plan", "-m", "llama-3.1-8b", "--prompt", "512", "--output", "128", "--gpu", f"h100-sxm,{spec}",
+            "--tp", "1", "--chunk", "2048", "--rate", "2")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "warning: expected for h200-unmeasured: anchor: no sustained block" in r.stderr
+    assert "expected for h100-sxm" not in r.stderr
+
+
 def test_explain_reevaluates_littles_law_line(plan_json):
     data, _ = plan_json
     line = next(x for x in data["explain"] if x.strip().startswith("b = lambda E[n] TPOT"))

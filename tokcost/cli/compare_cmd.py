@@ -191,7 +191,7 @@ def compare_table(results: list[Estimate], *, fold_formats: bool = False) -> Tab
                 *cost,
             ]
         )
-    provenance = sorted({f"{e.gpu.name}: {e.gpu.expected_provenance}" for e in results})
+    provenance = sorted({f"{e.gpu.name}: {e.gpu.expected_provenance_at(e.precision.compute)}" for e in results})
     table.notes.append("Times, tokens/s and costs are 'expected'; J/token from TDP is an upper bound. Expected from:")
     table.notes += [f"  {p}" for p in provenance]
     bands = sorted({f"{e.deployment.engine.label} on {e.gpu.platform}: {e.band.basis}" for e in results})

@@ -225,7 +225,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
         notes=[
             bottleneck(e),
             *filter(None, [host_bound(e)]),
-            f"expected: {e.gpu.expected_provenance}; engine {e.deployment.engine.label}",
+            f"expected: {e.gpu.expected_provenance_at(e.precision.compute)}; engine {e.deployment.engine.label}",
             f"80% band: {e.band.basis}",
             *_past_context(e),
         ],  # fmt: skip

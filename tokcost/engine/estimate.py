@@ -326,7 +326,7 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
     if graphs:
         out.append(graphs)
     if g.sustained is None:  # expected rests on stated anchors, not on what this GPU was measured to sustain
-        out.append(f"expected for {g.name}: {g.expected_provenance}")
+        out.append(f"expected for {g.name}: {g.expected_provenance_at(d.precision.compute)}")
     if g.memory_runtime_mib is None:
         out.append(f"memory of {g.name}: {g.memory_basis}")
     return tuple(out)

@@ -647,7 +647,7 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         return f" ({basis.get(key, 'prior' if engine.name != 'generic' else 'identity')})"
 
     lines = [
-        f"hardware ({g.name}, {g.platform}): {g.expected_provenance}",
+        f"hardware ({g.name}, {g.platform}): {g.expected_provenance_at(e.precision.compute)}",
         f"copy: {fmt.si(peak.bytes_per_s, 'B/s')} x {copy.fraction:g} = {fmt.si(rates.bytes_per_s, 'B/s')} "
         f"[{copy.provenance}]",
     ]

@@ -129,7 +129,7 @@ def estimate_dict(e: Estimate) -> dict[str, Any]:
         "warnings": list(e.warnings),
         "ceiling": _scenario(e.ceiling, mem.fits),
         "expected": {
-            **_scenario(e.expected, mem.fits, e.gpu.expected_provenance),
+            **_scenario(e.expected, mem.fits, e.gpu.expected_provenance_at(e.precision.compute)),
             "engine": e.deployment.engine.label,
             "band": band_dict(e),
         },
@@ -243,7 +243,7 @@ def compare_row(e: Estimate) -> dict[str, object]:
         "ceiling_decode_tokens_per_s": c.decode_tokens_per_s,
         **{f"expected_{k}_band": (list(v) if v else None) for k, v in _spans(e).items()},
         "expected_engine": e.deployment.engine.label,
-        "expected_provenance": e.gpu.expected_provenance,
+        "expected_provenance": e.gpu.expected_provenance_at(e.precision.compute),
         "max_batch": mem.max_batch,
         "critical_batch_compute": e.critical_batch_compute,
         "critical_batch_kv": e.critical_batch_kv,

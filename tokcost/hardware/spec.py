@@ -264,14 +264,22 @@ class GpuSpec(BaseModel):
 
     @property
     def expected_provenance(self) -> str:
-        """Where expected's hardware half comes from: 'measured: ...', 'anchor: ...' (an assumption), or a mix."""
+        """Where expected's hardware half comes from at 16-bit compute (expected_provenance_at)."""
+        return self.expected_provenance_at(None)
+
+    def expected_provenance_at(self, compute: str | None) -> str:
+        """Where expected's hardware half comes from, naming the GEMM share of the `compute` dtype the matmuls run in
+        (None: the 16-bit one): 'measured: ...', 'anchor: ...' (an assumption), or a mix."""
         if self.sustained is None:
             ignored = "; its achievable: block is ignored" if "achievable" in self.model_fields_set else ""
             return (f"anchor: no sustained block, so copy {ANCHOR_COPY:g} and GEMM {ANCHOR_GEMM:g} of the datasheet "
                     f"are assumed{ignored}")  # fmt: skip
         h = self.sustained
-        key = next((k for k in ("bf16", "fp16") if k in h.gemm), next(iter(h.gemm)))  # named: fp16's may differ
-        gemm = h.gemm[key]
+        if compute is not None and h.gemm_for(compute) is not None:  # the share the matmuls are priced at
+            key, gemm = compute, h.gemm_for(compute)
+        else:
+            key = next((k for k in ("bf16", "fp16") if k in h.gemm), next(iter(h.gemm)))  # named: fp16's may differ
+            gemm = h.gemm[key]
         bases = {h.copy_bandwidth.basis, gemm.basis}
         basis = bases.pop() if len(bases) == 1 else "measured and anchor"
         loop = ("; its achievable: block (a measure loop's stream share and step overhead) prices tokcost measure's "
