@@ -68,6 +68,8 @@ def test_estimate_to_dict_is_the_cli_json(cli):
     result = estimate(model="mixtral-8x7b", gpu="h100-sxm", workload=wl, engine="generic")
     assert as_json(result.to_dict(journey=True)) == printed.json()
     assert "journey" not in result.to_dict()
+    explained = cli("estimate", *args, "--explain", "-f", "json")  # the API had no way to ask for its lines
+    assert as_json(result.to_dict(explain=True)) == explained.json() and explained.json()["explain"]
 
 
 def test_estimate_takes_specs_or_names_and_the_cli_defaults():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tokcost.cli.estimate_cmd import explanation_lines
 from tokcost.cli.validate_cmd import load_specs
 from tokcost.engine.estimate import estimate
+from tokcost.engine.explain import explanation_lines
 from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu
 from tokcost.models.library import load_model

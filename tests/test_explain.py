@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from tokcost.cli.estimate_cmd import explanation_lines
 from tokcost.engine.estimate import estimate
+from tokcost.engine.explain import explanation_lines
 from tokcost.engine.journey import journey
 from tokcost.engine.workload import Workload
 from tokcost.hardware.library import load_gpu, load_network

@@ -95,10 +95,15 @@ def _check_plot_path(path: object, **flags: object) -> None:
 class EstimateResult(_estimate.Estimate):
     """An Estimate (every engine field: `.expected.tpot_s`, `.memory.max_batch`, ...) that renders itself."""
 
-    def to_dict(self, *, journey: bool = False) -> dict[str, Any]:
-        """What `tokcost estimate --format json` prints (with `journey`, what `--journey` adds)."""
+    def to_dict(self, *, journey: bool = False, explain: bool = False) -> dict[str, Any]:
+        """What `tokcost estimate --format json` prints (with `journey`, what `--journey` adds; with `explain`, what
+        `--explain` adds: its lines, and the journey, a section of the explanation)."""
+        from tokcost.engine.explain import explanation_lines
+
         data = estimate_dict(self)
-        if journey:
+        if explain:
+            data["explain"] = explanation_lines(self)
+        if journey or explain:
             data["journey"] = journey_dict(journey_of(self))
         return data
 

@@ -110,6 +110,8 @@ estimate.__doc__ = (estimate.__doc__ or "") + "\n" + GLOSSARY
 
 def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bool) -> None:
     """Print one estimate in `format`; explanations and warnings never break a machine-readable format."""
+    from tokcost.engine.explain import explanation_lines  # only --explain reads the derivation
+
     lines = explanation_lines(e) if explain_ else []
     if format == Format.json:
         data = estimate_dict(e)
@@ -136,13 +138,6 @@ def render_estimate(e: Estimate, format: Format, *, explain_: bool, journey_: bo
             out.append(f"\n**{head}**" if markdown else f"\n{head}")
             out += [f"- {line}" if markdown else f"  {line}" for line in body]
         sys.stdout.write("\n".join(out) + "\n")
-
-
-def explanation_lines(e: Estimate) -> list[str]:
-    """The explanation as flat lines (headings end with a colon), for JSON and CSV."""
-    from tokcost.engine.explain import explain
-
-    return [line for head, body in explain(e) for line in (f"{head}:", *body)]
 
 
 def _times(e: Estimate, attr: str) -> list[str]:

@@ -746,3 +746,8 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
         + (f", {x.decode_tokens_per_s:,.1f} tokens/s" if x.decode_tokens_per_s else "")
     )
     return lines + _cost(e, x)
+
+
+def explanation_lines(e: Estimate) -> list[str]:
+    """The explanation as flat lines (headings end with a colon), for JSON and CSV (the CLI's and the API's)."""
+    return [line for head, body in explain(e) for line in (f"{head}:", *body)]
