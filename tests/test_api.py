@@ -104,6 +104,19 @@ def test_compare_to_dict_is_the_cli_json(cli):
     assert as_json(result.to_dict()) == printed.json()
 
 
+def test_compare_takes_format_lists_as_the_flags_do(cli):
+    # compare --weights bf16,fp8 --kv-dtype fp8 priced every combination, and the API took one Workload only
+    printed = cli("compare", "-m", "llama-3.1-8b,mixtral-8x7b", "-g", "h100-sxm,l40s", "--weights", "bf16,fp8",
+                  "--kv-dtype", "FP8", "-f", "json")  # fmt: skip
+    assert printed.exit_code == 0, printed.stderr
+    result = compare(models=["llama-3.1-8b", "mixtral-8x7b"], gpus=["h100-sxm", "l40s"], weights=["bf16", "fp8"],
+                     kv_dtypes="FP8")  # fmt: skip
+    assert as_json(result.to_dict()) == printed.json() and len(result) == 8
+    assert [e.precision.weights for e in result][:2] == ["bf16", "fp8"]
+    with pytest.raises(TokcostError, match=r"^workload.weights_dtype: the formats listed replace it"):
+        compare(models="llama-3.1-8b", gpus="h100-sxm", weights="fp8", workload=Workload(weights_dtype="int4"))
+
+
 def test_sweep_to_dict_is_the_cli_json(cli):
     printed = cli(
         "sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,8,64", "--context", "512,4096", "-f", "json"

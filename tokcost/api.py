@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import product
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -180,10 +181,14 @@ class ComparisonResult:
 def compare(
     *, models: ModelLike | Sequence[ModelLike], gpus: GpuLike | Sequence[GpuLike],
     workload: InstanceOf[Workload] | Mapping[str, InstanceOf[Workload]] | None = None, network: NetworkLike = None,
-    engine: EngineLike = None,
+    engine: EngineLike = None, weights: str | Sequence[str] | None = None, kv_dtypes: str | Sequence[str] | None = None,
+    compute_dtypes: str | Sequence[str] | None = None,
 ) -> ComparisonResult:  # fmt: skip
     """Every model on every GPU (one of either is a list of one); `workload` is one for all, or one per GPU name
-    (e.g. its own TP degree)."""
+    (e.g. its own TP degree); `weights`, `kv_dtypes` and `compute_dtypes` price every combination of the formats
+    listed, as compare's comma-separated flags do (each pair's rows in that order, weights outermost)."""
+    from tokcost.serving.inputs import format_values
+
     model_list = _several(models, (ModelSpec, str, os.PathLike))
     gpu_list = _gpus(gpus)
     check_grid(("models", model_list), ("gpus", gpu_list))
@@ -204,12 +209,25 @@ def compare(
         missing = [n for n in names if n not in per_gpu]  # it would be priced at the default workload, unsaid
         if missing:
             raise UsageError(f"workload: no entry for {missing[0]!r}; a mapping gives each of {', '.join(names)} one")
+    lists = {field: format_values(None if v is None else _several(v, str), key, field, True)
+             for key, field, v in (("weights", "weights_dtype", weights), ("kv_dtypes", "kv_dtype", kv_dtypes),
+                                   ("compute_dtypes", "compute_dtype", compute_dtypes))}  # fmt: skip
+    formats = [dict(zip(lists, combo, strict=True)) for combo in product(*lists.values())]
+    check_grid(("models", model_list), ("gpus", gpu_list), ("formats", formats))
     results = []
     for m in model_specs:
         for g in gpu_specs:
             wl = per_gpu.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
-            e = _estimate.estimate(m, g, wl, network_for(g, _path(network)), profile)
-            results.append(EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)}))
+            for precision in formats:
+                given = {k: v for k, v in precision.items() if v is not None}
+                replaced = [k for k in given if k in wl.model_fields_set]  # the list would drop it silently
+                if replaced:
+                    raise UsageError(
+                        f"workload.{replaced[0]}: the formats listed replace it; drop it from the workload"
+                    )
+                priced = Workload(**{**wl.model_dump(exclude={"gpus"}), **given}) if given else wl
+                e = _estimate.estimate(m, g, priced, network_for(g, _path(network)), profile)
+                results.append(EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)}))
     return ComparisonResult(tuple(results))
 
 

@@ -280,7 +280,7 @@ def _not_empty(values: Sequence[object], key: str, api: bool) -> None:
         raise UsageError(f"{name(key, api)}: an empty list; give at least one value")
 
 
-def _formats(values: Sequence[str] | None, key: str, field: str, api: bool) -> tuple[str | None, ...]:
+def format_values(values: Sequence[str] | None, key: str, field: str, api: bool) -> tuple[str | None, ...]:
     """Storage formats or compute dtypes, each resolved as the Workload resolves it (aliases become their
     canonical names, in any case)."""
     if values is None:
@@ -352,9 +352,9 @@ def plan_space(
     return Space(
         gpus=gpus, tps=_ints(tp, "tp", 1, 64, api), pps=_ints(pp, "pp", 1, 64, api), eps=_ints(ep, "ep", 1, 4096, api),
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
-        weights=_formats(weights, "weights", "weights_dtype", api),
-        kv_dtypes=_formats(kv_dtypes, "kv_dtypes", "kv_dtype", api),
-        compute_dtypes=_formats(compute_dtypes, "compute_dtypes", "compute_dtype", api),
+        weights=format_values(weights, "weights", "weights_dtype", api),
+        kv_dtypes=format_values(kv_dtypes, "kv_dtypes", "kv_dtype", api),
+        compute_dtypes=format_values(compute_dtypes, "compute_dtypes", "compute_dtype", api),
         chunks=_chunk_budgets(chunks, api), max_running=cap[0] if cap else None,
         prefill_apart=PREFILL[prefill], mode=mode,  # type: ignore[arg-type]
         max_gpus=most[0] if most else None, headroom=float(headroom), prices=_prices(prices, gpus, api),
