@@ -266,3 +266,25 @@ def test_a_compute_dtype_in_any_case_is_the_flags_dtype():
     with pytest.raises(TokcostError) as exc:
         plan(model=M, gpus=G, rate_rps=1.0, compute_dtypes="fp9")
     assert one_line(exc).startswith("compute_dtypes: must be one of: fp64")
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda m, g: estimate(model=m, gpu=g.model_copy(update={"memory_bandwidth_gb_s": 0})),
+         "gpu 'h100-sxm': memory_bandwidth_gb_s: must be a number from 0.001"),  # was a ZeroDivisionError
+        (lambda m, g: estimate(model=m.model_copy(update={"hidden_size": -4096}), gpu=g),
+         "model 'llama-3.1-8b': hidden_size: must be an integer from 1"),  # was a TPOT of 30 us
+        (lambda m, g: estimate(model=m, gpu=g, workload=Workload().model_copy(update={"batch": -4})),
+         "batch: must be an integer from 1"),  # was a normal-looking 5.36 ms
+        (lambda m, g: plan(model=m, gpus=g.model_copy(update={"memory_bandwidth_gb_s": -1}), rate_rps=1.0),
+         "gpu 'h100-sxm': memory_bandwidth_gb_s"),
+        (lambda m, g: compare(models=m.model_copy(update={"attention_heads": 0}), gpus=g),
+         "model 'llama-3.1-8b': attention_heads"),  # was a StopIteration
+    ],
+)  # fmt: skip
+def test_a_spec_tweaked_with_model_copy_is_checked_as_a_file_is(call, expected):
+    # pydantic's model_copy(update=...) skips validation, so the API reads every spec and workload object again
+    with pytest.raises(TokcostError) as exc:
+        call(load_model(M), load_gpu(G))
+    assert one_line(exc).startswith(expected)

@@ -38,6 +38,7 @@ from tokcost.inputs import MAX_GRID_POINTS, MAX_STREAMED_POINTS, check_distinct_
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile, engine_for
+from tokcost.spec_errors import validated
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,11 +56,29 @@ SWEEP_NAMES = {"batch": "batches", "prompt_tokens": "prompts", "output_tokens": 
 
 
 def _model(model: ModelLike) -> ModelSpec:
-    return model if isinstance(model, ModelSpec) else load_model(os.fspath(model))
+    return _fresh(model, "model") if isinstance(model, ModelSpec) else load_model(os.fspath(model))
 
 
 def _gpu(gpu: GpuLike) -> GpuSpec:
-    return gpu if isinstance(gpu, GpuSpec) else load_gpu(os.fspath(gpu))
+    return _fresh(gpu, "gpu") if isinstance(gpu, GpuSpec) else load_gpu(os.fspath(gpu))
+
+
+S = TypeVar("S", ModelSpec, GpuSpec)
+
+
+def _fresh(spec: S, keyword: str) -> S:
+    """A spec object validated again: `model_copy(update=...)` (pydantic's way to tweak a frozen model) skips every
+    check, so a bandwidth of 0 or a negative hidden size would reach the engine as a ZeroDivisionError or a negative
+    time; re-read from its own fields, it is refused in one line naming the field, as a file is."""
+    return validated(type(spec), f"{keyword} {spec.name!r:.40}", spec.model_dump(round_trip=True, exclude_unset=True))
+
+
+def _workload(workload: Workload | None) -> Workload:
+    """The workload validated again (`model_copy` skips its checks too, and marks what it updates as set), or the
+    default; from the fields it sets, so that what the caller gave stays told apart from the defaults."""
+    if workload is None:
+        return Workload()
+    return Workload(**workload.model_dump(round_trip=True, include=workload.model_fields_set - {"gpus"}))
 
 
 def _path(value: Any) -> Any:
@@ -135,7 +154,7 @@ def estimate(
     """TTFT, TPOT, throughput, memory and cost of `workload` (default: batch 1, 1,024 in, 256 out)."""
     gpu_spec = _gpu(gpu)
     e = _estimate.estimate(
-        _model(model), gpu_spec, workload or Workload(), network_for(gpu_spec, _path(network)),
+        _model(model), gpu_spec, _workload(workload), network_for(gpu_spec, _path(network)),
         engine_for(_path(engine)),
     )  # fmt: skip
     return EstimateResult(**{f.name: getattr(e, f.name) for f in fields(e)})
@@ -217,7 +236,7 @@ def compare(
     results = []
     for m in model_specs:
         for g in gpu_specs:
-            wl = per_gpu.get(g.name, Workload()) if isinstance(workload, Mapping) else workload or Workload()
+            wl = _workload(per_gpu.get(g.name) if isinstance(workload, Mapping) else workload)
             for precision in formats:
                 given = {k: v for k, v in precision.items() if v is not None}
                 replaced = [k for k in given if k in wl.model_fields_set]  # the list would drop it silently
@@ -304,7 +323,7 @@ def _sweep_args(
     workload: Workload | None, network: NetworkLike, engine: EngineLike, *, limit: int, hint: str,
 ) -> tuple[ModelSpec, GpuSpec, Workload, list[int], list[int], Link | None, EngineProfile]:  # fmt: skip
     """A sweep's grid checked as the command checks it (one line naming the keyword), and its specs loaded."""
-    base = workload or Workload()
+    base = _workload(workload)
     given = base.model_fields_set  # a workload's value that the grid replaces would be dropped silently: refused
     for key, axis in (("batch", "batches"), ("prompt_tokens", "prompts")):
         if key in given and (key == "batch" or prompts is not None):
