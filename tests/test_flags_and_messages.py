@@ -179,3 +179,18 @@ def test_compare_takes_all_as_plan_does(cli):
     r = cli("compare", "-m", "llama-3.1-8b", "-g", "all", "-f", "json")
     assert r.exit_code == 0, r.stderr
     assert [row["gpu"] for row in r.json()["rows"]] == builtin_gpus()  # one row each, in the built-ins' order
+
+
+def test_the_smallest_layout_advice_says_what_it_leaves_out():
+    # Mixtral on 2 x H100 with EP 2 and 8 redundant experts does not fit; "needs 2 GPUs (TP 2)" had read as the layout
+    # already in use: the search tries plain TP and pipeline layouts, without the copies that overflow it
+    from tokcost.engine.estimate import estimate
+    from tokcost.engine.workload import Workload
+    from tokcost.hardware.library import load_gpu
+    from tokcost.models.library import load_model
+
+    e = estimate(load_model("mixtral-8x7b"), load_gpu("h100-sxm"), Workload(tp=2, ep=2, redundant_experts=8))
+    line = next(w for w in e.warnings if w.startswith("does not fit"))
+    assert line.endswith("needs 2 GPUs (TP 2), without this layout's redundant experts and expert parallelism")
+    plain = estimate(load_model("mixtral-8x7b"), load_gpu("h100-sxm"), Workload())
+    assert next(w for w in plain.warnings if w.startswith("does not fit")).endswith("needs 2 GPUs (TP 2)")

@@ -308,6 +308,12 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
         out.append(f"{m.name}'s stated params_total differs from its shapes by {mismatch:+.1%}")
     if memory is not None and not memory.fits:
         need = f"needs {memory.min_gpus} GPUs ({memory.min_layout})" if memory.min_gpus else "fits no layout searched"
+        lay = d.layout
+        if memory.min_gpus and memory.min_gpus <= lay.gpus:  # the plain layouts searched hold it on as many GPUs
+            extra = [what for what, on in (("redundant experts", lay.redundant_experts), ("expert parallelism",
+                     lay.ep > 1), ("data-parallel attention", lay.dp > 1)) if on]  # fmt: skip
+            listed = " and ".join([", ".join(extra[:-1]), extra[-1]] if len(extra) > 2 else extra)
+            need += f", without this layout's {listed}" if extra else ""
         out.append(
             f"does not fit: {memory.per_gpu.total / 1e9:,.2f} GB on the fullest GPU of "
             f"{memory.capacity_bytes_per_gpu / 1e9:,.2f} GB; {need}"
