@@ -132,3 +132,14 @@ def test_plan_puts_the_copies_on_its_ep_layouts_only(cli):
     assert run.exit_code == 0, run.stderr
     labels = {c["layout"] for c in run.json()["configs"]}
     assert labels == {"DP72xEP72+32", "DP72"}  # EP 1 holds every expert on each GPU: no copies to add
+
+
+def test_plan_refuses_copies_no_searched_layout_holds(cli):
+    # Mixtral's 8 experts + 3 copies: no EP degree divides 11 slots, so plan had priced its TP rows alone, the flag
+    # dropped without a word ("Planned 3 configurations"); 8 copies make 16 slots, which EP 2, 4 and 8 hold
+    refused = cli("plan", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--rate", "1", "--redundant-experts", "3")
+    assert refused.exit_code == 2 and "--redundant-experts: no expert-parallel layout searched holds them" in (
+        refused.stderr)  # fmt: skip
+    held = cli("plan", "-m", "mixtral-8x7b", "-g", "h100-sxm", "--rate", "1", "--redundant-experts", "8", "-f", "json")
+    assert held.exit_code == 0, held.stderr
+    assert any("EP" in c["layout"] for c in held.json()["configs"])

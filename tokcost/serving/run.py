@@ -25,6 +25,7 @@ from tokcost.serving.inputs import (
     check_search,
     check_simulation,
     check_slos,
+    name,
 )
 from tokcost.serving.rows import Row
 from tokcost.serving.search import Plan, Space
@@ -48,6 +49,11 @@ def run_plan(
     result = search.plan(model, traffic, slos, space, check_jobs(jobs, api))
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
         raise UsageError(result.rows[0].expected.binding)
+    if space.redundant_experts and not any(row.deployment.layout.redundant_experts for row in result.rows):
+        slots = f"{model.moe.experts} + {space.redundant_experts}" if model.moe else str(space.redundant_experts)
+        raise UsageError(f"{name('redundant_experts', api)}: no expert-parallel layout searched holds them (EP must "
+                         f"divide the {slots} expert slots, on GPUs that hold the model), so every row would price "
+                         f"without them; give {name('ep', api)} a degree that does, or drop it")  # fmt: skip
     result.warnings += context_warnings + provenance_warnings(space) + scheduler_warnings(result)
     result.warnings += tensor_parallel_warnings(result) + graph_warnings(result) + left_out_warnings(result)
     result.warnings += closed_loop_warnings(traffic, simulate=simulated is not None)
