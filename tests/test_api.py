@@ -287,7 +287,7 @@ def test_plan_refuses_in_keywords_not_flags():
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, think_time_s=1.0)
     with pytest.raises(TokcostError, match=r"^slos: ttft_p90 given twice"):
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, slos=["ttft_p90=1s", "ttft_p90=2s"])
-    with pytest.raises(TokcostError, match=r"^tp: each value must be an integer from 1 to 64 \(got 0\)"):
+    with pytest.raises(TokcostError, match=r"^tp: each value must be an integer from 1 to 4,096 \(got 0\)"):
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, tp=[0])
     with pytest.raises(TokcostError, match=r"^seed: seeds the simulation; give it with simulate"):
         plan(model="llama-3.1-8b", gpus=["h100-sxm"], rate_rps=2.0, seed=5)  # it had run, the seed unused

@@ -194,3 +194,13 @@ def test_the_smallest_layout_advice_says_what_it_leaves_out():
     assert line.endswith("needs 2 GPUs (TP 2), without this layout's redundant experts and expert parallelism")
     plain = estimate(load_model("mixtral-8x7b"), load_gpu("h100-sxm"), Workload())
     assert next(w for w in plain.warnings if w.startswith("does not fit")).endswith("needs 2 GPUs (TP 2)")
+
+
+def test_a_tp_refusal_lists_every_valid_degree_past_64_too():
+    # DeepSeek-V3's 128 heads: the list stopped at 64 while --tp 128 runs
+    from tokcost.engine.layout import Layout, layout_problem
+    from tokcost.models.library import load_model
+
+    problem = layout_problem(load_model("deepseek-v3"), Layout(tp=3))
+    assert problem is not None and problem.endswith("valid degrees: 1, 2, 4, 8, 16, 32, 64, 128")
+    assert layout_problem(load_model("deepseek-v3"), Layout(tp=128)) is None

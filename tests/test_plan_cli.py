@@ -296,7 +296,7 @@ def test_disaggregated_rows(cli):
         (["--rate", "5", "--price", "b200=3"], "--price: 'b200' is not one of the --gpu names"),
         (["--rate", "5", "--headroom", "-0.1"], "--headroom: must be a fraction"),
         (["--rate", "5", "--prompt-dist", "pareto"], "--prompt-dist: 'pareto' is not one of"),
-        (["--rate", "5", "--tp", "0"], "--tp: each value must be an integer from 1 to 64 (got 0)"),
+        (["--rate", "5", "--tp", "0"], "--tp: each value must be an integer from 1 to 4,096 (got 0)"),
         (["--rate", "5", "--weights", "fp7"], "--weights:"),
         (["--rate", "5", "--cached-prefix", "5000"], "--cached-prefix:"),
         (["--concurrency", "8", "--mode", "disaggregated"], "--mode: disaggregated plans need --rate"),

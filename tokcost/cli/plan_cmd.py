@@ -177,7 +177,7 @@ def plan(
     slos = [parse_slo(s) for given in slo or [] for s in given.split(",")]  # repeated, or a list as --gpu takes
     gpus = tuple(load_gpu(name) for name in gpu_names(gpu))
     space = plan_space(
-        gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 64), pp=_ints(pp, "--pp", 64),
+        gpus=gpus, engine=engine_for(engine), tp=_ints(tp, "--tp", 4096), pp=_ints(pp, "--pp", 1024),
         ep=_ints(ep, "--ep", 4096), dp=_ints(dp, "--dp", 4096), weights=_formats(weights, "--weights"),
         kv_dtypes=_formats(kv_dtype, "--kv-dtype"), compute_dtypes=_formats(compute_dtype, "--compute-dtype"),
         chunks=_chunks(chunk), max_running=max_running, prefill=prefill.value, mode=mode.value, max_gpus=max_gpus,

@@ -142,6 +142,11 @@ def tp_degrees(model: ModelSpec, limit: int = 64) -> list[int]:
             and (groups == 1 or groups % d == 0)]  # fmt: skip
 
 
+def _valid(model: ModelSpec) -> str:
+    """Every TP degree the model allows, as a refusal lists them (all of them: a degree past 64 is one too)."""
+    return ", ".join(str(d) for d in tp_degrees(model, limit=model.attention_heads))
+
+
 def _tp_rule_broken(model: ModelSpec, tp: int) -> str:
     """Which of tp_degrees' rules `tp` breaks, in words (the first it breaks)."""
     kv = model.kv_heads
@@ -162,10 +167,9 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     groups = _state_groups(model)
     if tp not in tp_degrees(model, limit=max(tp, 1)) and groups > 1 and groups % tp and not model.attention_heads % tp:
         return (f"--tp: {tp} does not divide {model.name}'s {groups} Mamba-2 groups (each rank holds whole groups, as "
-                f"vLLM's MambaMixer2 does); valid degrees: {', '.join(str(d) for d in tp_degrees(model))}")  # fmt: skip
+                f"vLLM's MambaMixer2 does); valid degrees: {_valid(model)}")  # fmt: skip
     if tp not in tp_degrees(model, limit=max(tp, 1)):
-        valid = ", ".join(str(d) for d in tp_degrees(model))
-        return f"--tp: {tp} {_tp_rule_broken(model, tp)}; valid degrees: {valid}"
+        return f"--tp: {tp} {_tp_rule_broken(model, tp)}; valid degrees: {_valid(model)}"
     if pp > model.layers:
         return f"--pp: {pp} stages exceed {model.name}'s {model.layers} layers; valid: 1..{model.layers}"
     if not model.moe:

@@ -350,7 +350,8 @@ def plan_space(
     if isinstance(spare, bool) or not isinstance(spare, int) or not 0 <= spare <= 4096:
         raise UsageError(f"{name('redundant_experts', api)}: must be an integer from 0 to 4,096 (got {spare!r:.20})")
     return Space(
-        gpus=gpus, tps=_ints(tp, "tp", 1, 64, api), pps=_ints(pp, "pp", 1, 64, api), eps=_ints(ep, "ep", 1, 4096, api),
+        gpus=gpus, tps=_ints(tp, "tp", 1, 4096, api), pps=_ints(pp, "pp", 1, 1024, api),
+        eps=_ints(ep, "ep", 1, 4096, api),
         dps=_ints(dp, "dp", 1, 4096, api) or (1,), engine=engine,
         weights=format_values(weights, "weights", "weights_dtype", api),
         kv_dtypes=format_values(kv_dtypes, "kv_dtypes", "kv_dtype", api),
