@@ -157,7 +157,7 @@ def test_a_workload_value_the_grid_replaces_is_refused_not_dropped():
 
 
 def test_sweep_needs_a_decode_step():
-    with pytest.raises(TokcostError, match="2 or more output tokens"):
+    with pytest.raises(TokcostError, match="give 2 to 100,000,000 output tokens"):
         sweep(model="llama-3.1-8b", gpu="h100-sxm", batches=[1], workload=Workload(output_tokens=1))
 
 

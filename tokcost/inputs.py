@@ -76,6 +76,15 @@ def check_grid(*axes: tuple[str, Sequence[Any]], limit: int = MAX_GRID_POINTS, h
         raise UsageError(f"{axes[0][0]}: {sizes} make {points:,} points; at most {limit:,} per run{hint}")
 
 
+def check_decode_output(output_tokens: object, name: str) -> None:
+    """A sweep prices decode steps: 2 or more output tokens (checked before the workload's own 1..1e8 range, so that
+    a 0 is told what a sweep takes, not a range that 1 would pass)."""
+    if isinstance(output_tokens, int) and not isinstance(output_tokens, bool) and output_tokens < 2:
+        raise UsageError(
+            f"{name}: sweep prices decode steps; give 2 to 100,000,000 output tokens (got {output_tokens})"
+        )
+
+
 def sweep_grid(
     base: Workload, *, batches: Sequence[int], prompts: Sequence[int], names: Mapping[str, str],
     limit: int = MAX_GRID_POINTS, hint: str = "", more: tuple[tuple[str, Sequence[Any]], ...] = (),
@@ -83,9 +92,7 @@ def sweep_grid(
     """A sweep's batches and prompts, duplicates merged (first kept), the grid bounded (with `more` axes, such as
     formats), and each value checked as the workload it makes with `base` (its range, the prefix rule); a sweep
     prices decode steps: 2+ outputs."""
-    if base.output_tokens < 2:
-        raise UsageError(f"{names.get('output_tokens', 'output_tokens')}: sweep prices decode steps; give 2 or "
-                         "more output tokens")  # fmt: skip
+    check_decode_output(base.output_tokens, names.get("output_tokens", "output_tokens"))
     batches, prompts = list(dict.fromkeys(batches)), list(dict.fromkeys(prompts))
     for key, values in (("batch", batches), ("prompt_tokens", prompts)):
         if not values:

@@ -50,7 +50,7 @@ from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
 from tokcost.files import check_destination, open_new
 from tokcost.hardware.library import load_gpu, network_for
-from tokcost.inputs import FLAG_OF_FIELD, MAX_GRID_POINTS, MAX_STREAMED_POINTS, sweep_grid
+from tokcost.inputs import FLAG_OF_FIELD, MAX_GRID_POINTS, MAX_STREAMED_POINTS, check_decode_output, sweep_grid
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
 
@@ -126,6 +126,7 @@ def sweep(
     """Sweep batch sizes and/or prompt lengths. Example: tokcost sweep -m llama-3.1-8b -g h100-sxm -b 1,8,64,256"""
     if prompt is not None and context is not None:
         raise UsageError("--prompt: --context gives the prompt lengths; drop --prompt (or give it as --context)")
+    check_decode_output(output, "--output")
     batches = int_list(batch, "--batch", 1, 1_000_000)
     contexts = int_list(context, "--context") if context is not None else [DEFAULT_PROMPT if prompt is None else prompt]
     streamed = format in STREAMED and plot is None
