@@ -288,3 +288,13 @@ def test_a_spec_tweaked_with_model_copy_is_checked_as_a_file_is(call, expected):
     with pytest.raises(TokcostError) as exc:
         call(load_model(M), load_gpu(G))
     assert one_line(exc).startswith(expected)
+
+
+def test_numpy_integers_and_vectors_are_ints_as_python_reads_them():
+    # numpy's int64 is an Integral; strict validation had said "np.int64(8) is not an integer"
+    np = pytest.importorskip("numpy")
+    assert Workload(batch=np.int64(8)).batch == 8 and type(Workload(batch=np.int64(8)).batch) is int
+    listed = sweep(model=M, gpu=G, batches=[1, 2, 3], prompts=[512, 1024])
+    assert sweep(model=M, gpu=G, batches=np.arange(1, 4), prompts=[np.int32(512), 1024]).to_dict() == listed.to_dict()
+    with pytest.raises(TokcostError):
+        sweep(model=M, gpu=G, batches=[np.float64(1.5)])  # a float is no batch, whichever library made it

@@ -20,6 +20,7 @@ from pydantic import ConfigDict, ValidationError, validate_call
 
 from tokcost.errors import SpecError, UsageError
 from tokcost.inputs import api_message
+from tokcost.plain import plain
 
 F = TypeVar("F", bound=Callable[..., Any])
 _STRICT = ConfigDict(strict=True, arbitrary_types_allowed=True)
@@ -88,8 +89,7 @@ def checked(function: F) -> F:
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
         signature.bind(*args, **kwargs)  # a positional or unknown argument: Python's own TypeError, as unchecked
-        # a range is a sequence of ints by Python's own ABC, which strict validation refuses: passed as its list
-        kwargs = {k: list(v) if isinstance(v, range) else v for k, v in kwargs.items()}
+        kwargs = {k: plain(v) for k, v in kwargs.items()}
         try:
             return validated(*args, **kwargs)
         except ValidationError as exc:

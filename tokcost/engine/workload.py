@@ -17,6 +17,7 @@ from tokcost.errors import UsageError
 from tokcost.formats import FormatName, KvFormatName
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
+from tokcost.plain import plain
 from tokcost.spec_errors import field_message
 from tokcost.units import COMPUTE_DTYPES
 
@@ -54,8 +55,8 @@ class Workload(BaseModel):
 
     def __init__(self, **values: Any) -> None:
         """Validated; the first wrong value is a UsageError naming its keyword and what it allows."""
-        try:
-            super().__init__(**values)
+        try:  # numpy's integers are ints here too, as the API's arguments take them
+            super().__init__(**{key: plain(value) for key, value in values.items()})
         except ValidationError as exc:
             raise workload_error(exc) from None
 
