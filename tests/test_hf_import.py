@@ -72,6 +72,33 @@ def test_moe_fields():
     assert load("qwen3_moe").params_active == 3_353_020_416 + QK_NORMS["qwen3_moe"]
 
 
+def test_ernie_and_qwen3_coder_read_their_own_moe_keys():
+    # ERNIE-4.5-21B-A3B: layer 0 dense, MoE from moe_layer_start_index on, 2 shared experts of moe_intermediate_size
+    # (its own key names): it had made every layer MoE and dropped the shared experts, active 2.69B against 3.35B
+    path = HF / "new" / "ernie-4.5-21b-a3b.json"
+    ernie = from_hf_config(json.loads(path.read_text()), str(path))
+    assert (ernie.moe.experts, ernie.moe.experts_per_token, ernie.moe.shared_experts) == (64, 6, 2)
+    assert [k.mlp for k in ernie.plan.kinds][:2] == ["dense", "moe"] and ernie.moe.dense_layers == 1
+    h, inter, wide = 2560, 1536, 12288  # by hand: embedding (tied) + attention + 1 dense MLP + 27 MoE layers' active
+    attention = 28 * (h * 2560 * 2 + h * 512 * 2)
+    active_moe = 27 * ((6 + 2) * 3 * h * inter + h * 64 + 64)  # 6 routed + 2 shared experts, router and its bias
+    by_hand = 103424 * h + attention + 3 * h * wide + active_moe + (2 * 28 + 1) * h
+    assert ernie.params_active == by_hand
+    # Qwen3-Coder-480B states shared_expert_intermediate_size 0: no shared expert (it was refused as out of range)
+    path = HF / "new" / "qwen3-coder-480b-a35b.json"
+    coder = from_hf_config(json.loads(path.read_text()), str(path))
+    assert coder.moe.shared_experts == 0 and coder.params_total == 480_154_875_392  # transformers' meta-device count
+
+
+def test_deepseek_v3_2_imports_as_mla_and_says_its_sparse_attention_is_priced_dense():
+    data = json.loads((HF / "deepseek_v3.json").read_text())
+    data.update(model_type="deepseek_v32", architectures=["DeepseekV32ForCausalLM"], index_topk=2048,
+                index_head_dim=128, index_n_heads=64)  # fmt: skip
+    v32, v3 = from_hf_config(data, "v3.2"), load("deepseek_v3")
+    assert (v32.params_total, v32.kv_bytes_per_token("bf16")) == (v3.params_total, v3.kv_bytes_per_token("bf16"))
+    assert "DeepSeek Sparse Attention" in v32.notes and "attends the 2048 tokens" in v32.notes
+
+
 def test_mla_and_sliding_windows():
     ds = load("deepseek_v3")
     assert ds.mla.kv_lora_rank == 512 and ds.mla.rope_head_dim == 64 and ds.kv_elements_per_token_per_layer == 576
@@ -277,6 +304,12 @@ def test_modules_left_unquantized_are_named_in_the_notes():
     notes = from_hf_config(cfg, "c.json").notes
     assert "keeps 1 module(s) unquantized (model.layers.0.self_attn.q_proj" in notes and "at fp8" in notes
     assert load_model(str(QUANT / "fbgemm_fp8.json")).notes == ""  # lm_head is at bf16 anyway
+    # norms, biases and a router are no block linear: Qwen3-Coder-FP8 lists 124 layernorms, MiniMax-M2 its `gate` and
+    # its router's e_score_correction_bias, and each had read as modules "priced at fp8"
+    nothing = ["model.layers.0.input_layernorm", "model.norm", "gate", "model.layers.3.block_sparse_moe.gate",
+               "e_score_correction_bias"]  # fmt: skip
+    cfg["quantization_config"] = {**quant, "modules_to_not_convert": nothing}
+    assert "unquantized" not in from_hf_config(cfg, "c.json").notes
 
 
 # ---- sliding windows follow transformers, per model type ----

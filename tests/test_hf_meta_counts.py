@@ -45,6 +45,12 @@ FAMILIES = [
     ("new/falcon-40b.json", 2, {}), ("new/pythia-6.9b.json", 2, {}), ("new/nemotron-4-4b.json", 2, {}),
     ("new/starcoder2-7b.json", 2, {"use_bias": False}), ("new/falcon-7b.json", 2, {"bias": True}),
     ("new/phi-2.json", 2, {"qk_layernorm": True}), ("llama.json", 2, {"mlp_bias": True}),
+    # ERNIE-4.5: its first layer dense, then MoE layers with 2 shared experts (its own key names), every other layer
+    # when the interval says so (its use_bias, false in every published checkpoint, is not held: with it transformers
+    # adds biases to the shared experts and the LM head); Qwen3-Coder: shared_expert_intermediate_size 0, none shared
+    ("new/ernie-4.5-21b-a3b.json", 3, {"moe_num_experts": 8, "moe_layer_end_index": -1}),
+    ("new/ernie-4.5-21b-a3b.json", 4, {"moe_num_experts": 8, "moe_layer_interval": 2}),
+    ("new/qwen3-coder-480b-a35b.json", 2, {"num_experts": 8}),
 ]  # fmt: skip
 
 

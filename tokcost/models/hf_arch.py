@@ -40,6 +40,7 @@ class Facts:
 _QWEN2 = Facts(qkv_bias=True, output_bias=False)  # Qwen2Attention: q/k/v biases always, o_proj none
 FACTS: dict[str, Facts] = {
     "llama": Facts(), "mistral": Facts(), "mixtral": Facts(), "phi3": Facts(), "deepseek_v3": Facts(),
+    "deepseek_v32": Facts(),  # V3's weights; its indexer's (about 14M a layer) not counted, as the import notes
     "deepseek_v2": Facts(),  # MLA and shared experts as V3's; its greedy softmax gate has no score bias either
     "qwen2": _QWEN2, "qwen2_vl_text": _QWEN2, "qwen2_5_vl_text": _QWEN2,
     "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),
@@ -56,6 +57,10 @@ FACTS: dict[str, Facts] = {
                  lm_head_bias=True),  # Phi-2: one LayerNorm before attention and MLP side by side
     "gpt_neox": Facts(mlp_bias=True, mlp_gated=False, norm_bias=True),  # two LayerNorms even in parallel
     "falcon": Facts(bias_key="bias", mlp_bias="bias", mlp_gated=False, norm_bias=True),
+    # ERNIE-4.5's one use_bias switches every projection's and MLP's biases (transformers' Ernie4_5_Moe modeling)
+    # and its router keeps a score-correction bias per expert (moe_statics.e_score_correction_bias, a parameter)
+    "ernie4_5_moe": Facts(bias_key="use_bias", mlp_bias="use_bias", router_bias=True),
+    "ernie4_5": Facts(bias_key="use_bias", mlp_bias="use_bias"),
 }  # fmt: skip
 
 

@@ -26,8 +26,10 @@ from tokcost.spec_errors import validation_error
 
 EXTRA = "reading a HuggingFace config.json needs transformers: pip install 'tokcost[hf]'"
 TESTED = (*FACTS, *TOWERS)  # model types whose counts tests hold equal to transformers' own
+# DeepSeek-V3.2's indexed_attention (its sparse attention) is priced as the dense attention it selects from (below)
 _LAYER_TYPES = {"full_attention": "global", "attention": "global", "sliding_attention": "sliding",
-                "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba"}  # fmt: skip
+                "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba",
+                "indexed_attention": "global"}  # fmt: skip
 _SECTIONS = {"MoeSpec": "moe", "MlaSpec": "mla", "GatedDeltaNetSpec": "linear_attention", "MambaSpec": "mamba"}
 
 
@@ -167,12 +169,19 @@ def _refuse_bad_layer_types(types: Any, n: int, where: str, prefix: str) -> None
 
 
 def _mlp_kinds(text: Any, n: int) -> list[str]:
-    """Dense or MoE per layer: Llama-4's moe_layers, DeepSeek's first_k_dense_replace, Qwen's sparse step."""
+    """Dense or MoE per layer: Llama-4's moe_layers, ERNIE's start/end/interval, DeepSeek's first_k_dense_replace,
+    Qwen's sparse step."""
     if not _experts(text):
         return ["dense"] * n
     listed = getattr(text, "moe_layers", None)
     if isinstance(listed, list):
         return ["moe" if i in set(listed) else "dense" for i in range(n)]
+    start = getattr(text, "moe_layer_start_index", None)
+    if isinstance(start, int):  # ERNIE-4.5: every interval-th layer from start to end (transformers' decoder layer)
+        end = getattr(text, "moe_layer_end_index", -1)
+        end = n - 1 if end is None or end == -1 else end
+        every = getattr(text, "moe_layer_interval", 1) or 1
+        return ["moe" if start <= i <= end and (i + 1) % every == 0 else "dense" for i in range(n)]
     first = getattr(text, "first_k_dense_replace", 0) or 0
     step = getattr(text, "decoder_sparse_step", 1) or 1
     only = set(getattr(text, "mlp_only_layers", None) or [])
@@ -204,8 +213,9 @@ def _as_pattern(kinds: list[str], default: str) -> str | list[str] | None:
 
 
 def _moe(text: Any, facts: Facts) -> dict[str, Any]:
-    shared_width = getattr(text, "shared_expert_intermediate_size", None)
-    shared = facts.shared_experts or getattr(text, "n_shared_experts", None) or (1 if shared_width else 0)
+    shared_width = getattr(text, "shared_expert_intermediate_size", None) or None  # 0 (Qwen3-Coder): none
+    named = getattr(text, "n_shared_experts", None) or getattr(text, "moe_num_shared_experts", None)  # ERNIE's name
+    shared = facts.shared_experts or named or (1 if shared_width else 0)
     moe = {
         "experts": _experts(text), "experts_per_token": getattr(text, "num_experts_per_tok", None),
         "expert_intermediate_size": getattr(text, "moe_intermediate_size", None) or text.intermediate_size,
@@ -283,6 +293,10 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
     spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
+    if "indexed_attention" in (getattr(text, "layer_types", None) or []):
+        notes.append(f"DeepSeek Sparse Attention (each query attends the {getattr(text, 'index_topk', '?')} tokens its "
+                     "indexer selects) priced as dense attention over every cached token, an upper bound past that "
+                     "many; the indexer's own key cache and scan are not counted")  # fmt: skip
     # a shape key the file leaves out (or sets to null) takes its class's default: say which
     given = {k for k, v in (raw_text or data).items() if v is not None}
     used = (*missing, *(DEFAULTED if spec.get("moe") else DEFAULTED[:-1]))  # an expert's width only in an MoE

@@ -28,7 +28,8 @@ FROM_SPEC: dict[str, tuple[type[BaseModel], str]] = {
     "num_local_experts": (MoeSpec, "experts"), "num_experts": (MoeSpec, "experts"),
     "n_routed_experts": (MoeSpec, "experts"), "num_experts_per_tok": (MoeSpec, "experts_per_token"),
     "moe_intermediate_size": (MoeSpec, "expert_intermediate_size"), "n_shared_experts": (MoeSpec, "shared_experts"),
-    "shared_expert_intermediate_size": (MoeSpec, "shared_expert_intermediate_size"),
+    "moe_num_experts": (MoeSpec, "experts"), "moe_k": (MoeSpec, "experts_per_token"),  # ERNIE-4.5's names
+    "moe_num_shared_experts": (MoeSpec, "shared_experts"),
     "first_k_dense_replace": (MoeSpec, "dense_layers"), "intermediate_size_mlp": (MoeSpec, "dense_intermediate_size"),
     "kv_lora_rank": (MlaSpec, "kv_lora_rank"), "q_lora_rank": (MlaSpec, "q_lora_rank"),
     "qk_rope_head_dim": (MlaSpec, "rope_head_dim"), "qk_nope_head_dim": (MlaSpec, "nope_head_dim"),
@@ -55,6 +56,11 @@ OWN: dict[str, Any] = {
     "full_attention_interval": Annotated[int, Field(ge=1, le=10_000)], "hybrid_override_pattern": str,
     "use_qk_norm": bool, "mlp_bias": bool, "use_bias": bool, "text_config": dict[str, Any],
     "vision_config": dict[str, Any], "quantization_config": dict[str, Any],
+    # 0 says there is no shared expert (Qwen3-Coder-480B's config), as transformers' Qwen3-MoE reads it
+    "shared_expert_intermediate_size": Annotated[int, Field(ge=0, le=1_000_000)],
+    # ERNIE-4.5: its MoE layers are every interval-th from start to end (-1: the last)
+    "moe_layer_start_index": _Count, "moe_layer_end_index": Annotated[int, Field(ge=-1, le=10_000)],
+    "moe_layer_interval": Annotated[int, Field(ge=1, le=10_000)],
 }  # fmt: skip
 REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads")
 

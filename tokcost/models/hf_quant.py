@@ -24,7 +24,9 @@ BASE_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "bf16":
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")  # weights fp8, base bf16
 
 # modules every method leaves unquantized and tokcost prices at the base dtype anyway
-_UNQUANTIZED_ANYWAY = re.compile(r"lm_head|embed_tokens|router|mlp\.gate$|vision|visual")
+# (norms and biases: no linear at all, Qwen3-Coder-FP8 lists 124 norms; a bare `gate` or `*.gate` is an MoE's router,
+# MiniMax-M2 lists it and its router's e_score_correction_bias)
+_UNQUANTIZED_ANYWAY = re.compile(r"lm_head|embed_tokens|router|(^|\.)gate$|norm|bias$|vision|visual")
 _LAYER = re.compile(r"layers\.\d+")
 _ONE_PROJECTION = re.compile(r"self_attn\.\w")  # self_attn.q_proj: one projection, not the whole attention
 _WHOLE_LAYER = re.compile(r"layers\.(\d+)(?:\.\*)?$")  # a whole decoder layer: model.layers.0
