@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except click_errors.UsageError as exc:
         message = " ".join(exc.format_message().replace("Value error, ", "").split())
+        low, high = (getattr(getattr(exc, "param", None), key, None) for key in ("min", "max"))
+        if low is not None and high is not None and "allowed" not in message:  # the bound broken, and the other
+            message += f"; allowed: {low:,} to {high:,}"
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
         return _fail(message + hint)
     except click_errors.ClickException as exc:
