@@ -204,3 +204,14 @@ def test_a_tp_refusal_lists_every_valid_degree_past_64_too():
     problem = layout_problem(load_model("deepseek-v3"), Layout(tp=3))
     assert problem is not None and problem.endswith("valid degrees: 1, 2, 4, 8, 16, 32, 64, 128")
     assert layout_problem(load_model("deepseek-v3"), Layout(tp=128)) is None
+
+
+def test_a_gpu_without_link_is_refused_for_any_layout_of_two_gpus(cli, tmp_path):
+    # a pipeline of 2 on a spec with no link was refused as "--tp: ..."; plan's row named neither spec nor fix
+    spec = tmp_path / "mini.yaml"
+    spec.write_text("name: no-link-gpu\nsource: hand-written\nmemory_gb: 80\nmemory_bandwidth_gb_s: 3350\n"
+                    "peak_tflops:\n  bf16: 989.4\ntdp_w: 700\n")  # fmt: skip
+    r = cli("estimate", "-m", "llama-3.1-8b", "-g", str(spec), "--pp", "2")
+    assert r.exit_code == 2 and "--gpus: this GPU spec has no link" in r.stderr and "2 GPUs (--tp, --pp" in r.stderr
+    r = cli("plan", "-m", "llama-3.1-8b", "-g", str(spec), "--rate", "1", "--tp", "2")
+    assert r.exit_code == 2 and "no-link-gpu's spec lists none (add link: {kind" in r.stderr and "(--tp 1)" in r.stderr

@@ -209,8 +209,9 @@ class Links:
         link = self.within(ranks)
         if link is None:
             raise UsageError(
-                "--tp: this GPU spec has no link (GPU-to-GPU GB/s per direction), so a collective between its GPUs "
-                "can't be priced; use one GPU, or add link: {kind, gb_s, latency_us, source} to a copy of the spec"
+                f"--gpus: this GPU spec has no link (GPU-to-GPU GB/s per direction), so the traffic between the "
+                f"layout's {layout.gpus} GPUs (--tp, --pp, --ep, --dp) can't be priced; use one GPU, or add link: "
+                "{kind, gb_s, latency_us, source} to a copy of the spec"
             )
         return _path(link, expected, ranks)
 

@@ -56,7 +56,8 @@ class Layout:
                 f"{gpu.gpus_per_node}, and pipeline stages (--pp) spread a model over more GPUs"
             )
         if self.gpus > 1 and gpu.link is None:
-            return f"{self.label} needs a GPU-to-GPU link and {gpu.name} lists none"
+            return (f"{self.label} needs a GPU-to-GPU link and {gpu.name}'s spec lists none (add link: {{kind, gb_s, "
+                    "latency_us, source} to it); one GPU a replica needs none (--tp 1)")  # fmt: skip
         return None
 
     def replicates_kv(self, model: ModelSpec) -> bool:
