@@ -125,12 +125,14 @@ def test_out_writes_the_file_whole_and_never_replaces_one_without_force(cli, tmp
     assert (r.exit_code, r.stdout) == (0, "")
     assert out.read_text() == cli(*SWEEP, "-f", "csv").stdout
     out.write_text("mine\n")
-    again = cli(*SWEEP, "-f", "jsonl", "--out", str(out))
+    again = cli(*SWEEP, "-f", "csv", "--out", str(out))
     assert again.exit_code == 2 and "already exists; pass --force" in again.stderr
     assert out.read_text() == "mine\n"
-    forced = cli(*SWEEP, "-f", "jsonl", "--out", str(out), "--force")
+    forced = cli(*SWEEP, "-f", "csv", "--out", str(out), "--force")
     assert forced.exit_code == 0, forced.stderr
-    assert len(out.read_text().splitlines()) == 6
+    assert len(out.read_text().splitlines()) == 7  # the header and 6 points
+    mixed = cli(*SWEEP, "-f", "jsonl", "--out", str(out), "--force")  # JSON lines under a .csv name: refused
+    assert mixed.exit_code == 2 and "names a .csv file but -f jsonl writes jsonl" in mixed.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["sweep.csv"]
 
 

@@ -72,6 +72,9 @@ class SweepFormat(str, Enum):
 
 
 STREAMED = (SweepFormat.csv, SweepFormat.jsonl)
+# a destination whose suffix names a format: it must be the one -f writes (any other suffix is the user's choice)
+_SUFFIX_FORMAT = {".csv": SweepFormat.csv, ".json": SweepFormat.json, ".jsonl": SweepFormat.jsonl,
+                  ".md": SweepFormat.markdown, ".markdown": SweepFormat.markdown}  # fmt: skip
 SweepFormatOpt = Annotated[
     SweepFormat,
     typer.Option(
@@ -178,6 +181,10 @@ def _check_outputs(format: SweepFormat, out: Path | None, force: bool, plot: Pat
     if out is not None:
         if format == SweepFormat.table:
             raise UsageError("--out: writes csv, jsonl, json or markdown; add -f csv (or another of them)")
+        written = _SUFFIX_FORMAT.get(out.suffix.lower())
+        if written is not None and written != format:  # a .csv holding JSON: the next tool to open it fails
+            raise UsageError(f"--out: {out.name!r} names a .{written.value} file but -f {format.value} writes "
+                             f"{format.value}; give -f {written.value}, or a name that ends as -f writes")  # fmt: skip
         check_destination(out, force)
     elif force and plot is None:
         raise UsageError("--force: replaces an existing --out or --plot file; give it with one, or drop it")
