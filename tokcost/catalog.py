@@ -76,6 +76,11 @@ def unknown_name(kind: Kind, name: str) -> SpecError:
         return SpecError(key, f"this is a built-in {_SINGULAR[other]}, not a {_SINGULAR[kind]}; pass it to "
                               f"{_KIND_FLAG[other]} (tokcost specs show {key} shows it)")  # fmt: skip
     names = builtin_names(kind)
+    parts = [p.strip().lower() for p in name.split(",")]
+    if len(parts) > 1 and all(p in names for p in parts):  # a list where one name goes: compare and plan take lists
+        flag = _KIND_FLAG[kind].split()[0]
+        return SpecError(shown(name), f"one {_SINGULAR[kind]} goes here; {len(parts)} side by side are tokcost "
+                                      f"compare's (its {flag} takes a comma-separated list)")  # fmt: skip
     hint, close = suggest(names, name)
     rest = [n for n in names if n not in close]
     known = ", ".join(close + rest)
