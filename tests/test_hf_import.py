@@ -90,15 +90,6 @@ def test_ernie_and_qwen3_coder_read_their_own_moe_keys():
     assert coder.moe.shared_experts == 0 and coder.params_total == 480_154_875_392  # transformers' meta-device count
 
 
-def test_deepseek_v3_2_imports_as_mla_and_says_its_sparse_attention_is_priced_dense():
-    data = json.loads((HF / "deepseek_v3.json").read_text())
-    data.update(model_type="deepseek_v32", architectures=["DeepseekV32ForCausalLM"], index_topk=2048,
-                index_head_dim=128, index_n_heads=64)  # fmt: skip
-    v32, v3 = from_hf_config(data, "v3.2"), load("deepseek_v3")
-    assert (v32.params_total, v32.kv_bytes_per_token("bf16")) == (v3.params_total, v3.kv_bytes_per_token("bf16"))
-    assert "DeepSeek Sparse Attention" in v32.notes and "attends the 2048 tokens" in v32.notes
-
-
 def test_mla_and_sliding_windows():
     ds = load("deepseek_v3")
     assert ds.mla.kv_lora_rank == 512 and ds.mla.rope_head_dim == 64 and ds.kv_elements_per_token_per_layer == 576

@@ -27,25 +27,31 @@ from typing import Literal
 from tokcost.models.layers import STATE_MIXERS
 from tokcost.models.spec import ModelSpec
 
-AttentionKind = Literal["global", "sliding", "chunked"]
-ATTENTION_KINDS: tuple[AttentionKind, ...] = ("global", "sliding", "chunked")
+# "sparse" (DeepSeek Sparse Attention) attends the top k tokens its indexer selects: reads and scores like a window
+# of k, but keeps every token; "index" is not a layer's kind but its indexer's, which scores every cached key as
+# global attention does (its features sit beside the sparse layers'; features.py)
+AttentionKind = Literal["global", "sliding", "chunked", "sparse", "index"]
+ATTENTION_KINDS: tuple[AttentionKind, ...] = ("global", "sliding", "chunked", "sparse")
+_WINDOWED = ("sliding", "sparse")  # at most `span` tokens attended, the most recent or the top k
 
 
 def span_of(model: ModelSpec, kind: str) -> int | None:
-    """The window (sliding) or chunk (chunked) of a layer of this kind; None for a global layer."""
+    """The window (sliding), chunk (chunked) or top k (sparse) of a layer of this kind; None for a global layer."""
     if kind == "sliding":
         return model.window
     if kind == "chunked":
         return model.chunk_tokens
+    if kind == "sparse" and model.sparse_attention:
+        return model.sparse_attention.top_k_tokens
     return None
 
 
 def kv_read_tokens(model: ModelSpec, kind: str, cached: float) -> float:
-    """Cached tokens the first new token of a sequence attends to: all, the window, or its chunk's so far."""
+    """Cached tokens the first new token of a sequence attends to: all, the window or top k, or its chunk's so far."""
     span = span_of(model, kind)
     if span is None:
         return cached
-    return min(cached, span) if kind == "sliding" else cached % span
+    return min(cached, span) if kind in _WINDOWED else cached % span
 
 
 def _pairs_upto(model: ModelSpec, kind: str, n: float) -> float:
@@ -53,7 +59,7 @@ def _pairs_upto(model: ModelSpec, kind: str, n: float) -> float:
     span = span_of(model, kind)
     if span is None:  # causal: 1 + 2 + ... + n
         return n * (n + 1) / 2
-    if kind == "sliding":  # 1 + ... + w, then w for each later position
+    if kind in _WINDOWED:  # 1 + ... + w, then w for each later position
         w = min(n, span)
         return w * (w + 1) / 2 + max(n - span, 0) * span
     full, rest = divmod(n, span)  # every full chunk scores 1 + ... + C, the current one 1 + ... + r
@@ -66,14 +72,16 @@ def causal_pairs(model: ModelSpec, kind: str, cached: float, new: float) -> floa
 
 
 def held_tokens(model: ModelSpec, kind: str, tokens: float) -> float:
-    """Tokens of KV a layer of this kind holds for a sequence of `tokens`, at its peak: all, the window, a chunk."""
+    """Tokens of KV a layer of this kind holds for a sequence of `tokens`, at its peak: all (global, sparse), the
+    window, a chunk."""
     span = span_of(model, kind)
-    return tokens if span is None else min(tokens, span)
+    return tokens if span is None or kind == "sparse" else min(tokens, span)
 
 
 def attention_kinds(model: ModelSpec) -> tuple[AttentionKind, ...]:
-    """The attention kinds the model's layers use, in ATTENTION_KINDS order."""
-    return tuple(k for k in ATTENTION_KINDS if model.plan.count(mixer=k))
+    """The attention kinds the model's layers use, in ATTENTION_KINDS order, then the indexer's beside sparse ones."""
+    used = tuple(k for k in ATTENTION_KINDS if model.plan.count(mixer=k))
+    return used + (("index",) if "sparse" in used else ())
 
 
 def has_state(model: ModelSpec) -> bool:
@@ -92,8 +100,9 @@ class Pieces:
     def of(model: ModelSpec, kinds: tuple[str, ...], state: bool) -> Pieces:
         """The pieces of a model whose KV layers are `kinds` (and that keeps a state when `state`)."""
         window = model.window if "sliding" in kinds else None
+        top = span_of(model, "sparse") if "sparse" in kinds else None
         chunk = model.chunk_tokens if "chunked" in kinds else None
-        points = ({window - 1, window} if window else set()) | ({1} if state else set())
+        points = {w + d for w in (window, top) if w for d in (-1, 0)} | ({1} if state else set())
         return Pieces(tuple(sorted(c for c in points if c > 0)), (chunk,) if chunk else ())
 
     def span(self, c: float) -> tuple[int, float]:

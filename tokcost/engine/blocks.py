@@ -30,8 +30,9 @@ class BlockKind:
 
     def label(self, model: ModelSpec) -> str:
         """Human name of the kind: "dense layer", "MoE layer, window 1,024", "Mamba-2 layer, no MLP", ..."""
+        top = model.sparse_attention.top_k_tokens if model.sparse_attention else 0
         mixer = {"sliding": f"window {model.window or 0:,}", "chunked": f"chunk {model.chunk_tokens or 0:,}",
-                 **_MIXER_NAMES}.get(self.mixer, "")  # fmt: skip
+                 "sparse": f"sparse, top {top:,}", **_MIXER_NAMES}.get(self.mixer, "")  # fmt: skip
         if self.mlp == "none":
             return f"{mixer or 'attention'} layer, no MLP"
         mlp = "MoE" if self.mlp == "moe" else "dense"
@@ -69,10 +70,22 @@ def attention_params_per_rank(model: ModelSpec, tp: int) -> tuple[float, float]:
     return h * (q_dim + gate + 2 * kv_dim) + bias, q_dim * h
 
 
+def indexer_params(model: ModelSpec) -> float:
+    """A sparse layer's indexer weights, whole on every TP rank (vLLM's and SGLang's ReplicatedLinear)."""
+    s = model.sparse_attention
+    return s.params(model.hidden_size, model.mla.q_lora_rank if model.mla else None) if s else 0.0
+
+
+def index_bytes_per_token_layer(model: ModelSpec, mixer: str) -> float:
+    """A sparse layer's index key per token (FP8 and its scale), whole on every TP rank; 0 for any other layer."""
+    return model.sparse_attention.index_bytes_per_token() if mixer == "sparse" and model.sparse_attention else 0.0
+
+
 def mixer_params_per_rank(model: ModelSpec, mixer: str, tp: int) -> float:
-    """Every weight of one layer's mixer on one TP rank (a state layer's heads split tp-way)."""
+    """Every weight of one layer's mixer on one TP rank (a state layer's heads split tp-way; a sparse layer's
+    indexer whole)."""
     if mixer in KV_MIXERS:
-        return sum(attention_params_per_rank(model, tp))
+        return sum(attention_params_per_rank(model, tp)) + (indexer_params(model) if mixer == "sparse" else 0.0)
     return model.params_mixer_per_layer(mixer) / tp
 
 

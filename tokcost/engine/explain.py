@@ -264,7 +264,8 @@ def _weights(e: Estimate, step: PassCost) -> Section:
 
 
 _KEPT = {"global": "every token kept", "sliding": "the last {w:,} tokens kept",
-         "chunked": "only the current {c:,}-token chunk kept (vLLM frees the earlier ones)"}  # fmt: skip
+         "chunked": "only the current {c:,}-token chunk kept (vLLM frees the earlier ones)",
+         "sparse": "every token kept; each query attends the {k:,} its indexer selects"}  # fmt: skip
 
 
 def _state_shape(m: ModelSpec, mixer: str) -> str:
@@ -294,9 +295,11 @@ def _kind_lines(e: Estimate) -> list[str]:
             per = m.kv_bytes_per_token_per_layer(mixer, p.kv)
             shape = (f"({m.mla.kv_lora_rank} + {m.mla.rope_head_dim})" if m.mla
                      else f"2 x {m.kv_heads} KV heads x {m.head_dim}")  # fmt: skip
-            kept = _KEPT[mixer].format(w=m.window or 0, c=m.chunk_tokens or 0)
-            lines.append(f"{mixer} attention ({n} layers): {shape} x {kv_bytes:g} B = {per:,.0f} B per token each; "
-                         f"{kept}")  # fmt: skip
+            s = m.sparse_attention if mixer == "sparse" else None
+            index = f" + {s.index_head_dim} FP8 index key + {s.index_key_bytes} B scale" if s else ""
+            kept = _KEPT[mixer].format(w=m.window or 0, c=m.chunk_tokens or 0, k=s.top_k_tokens if s else 0)
+            lines.append(f"{mixer} attention ({n} layers): {shape} x {kv_bytes:g} B{index} = {per:,.0f} B per token "
+                         f"each; {kept}")  # fmt: skip
         else:
             per = m.state_bytes_per_sequence_per_layer(mixer, p.state)
             lines.append(f"{_state_shape(m, mixer)} x {state_bytes:g} B = {per:,.0f} B per sequence each, whatever "
@@ -307,7 +310,11 @@ def _kind_lines(e: Estimate) -> list[str]:
 def _kv(e: Estimate) -> Section:
     m, mem = e.model, e.memory
     bytes_, n = get_format(e.precision.kv).bytes, m.kv_layers
-    if m.mla:
+    s = m.sparse_attention
+    if m.mla and s and m.plan.count(mixer="sparse") == n:  # each layer's index key (FP8 and its scale) too
+        formula = (f"{n} layers x (({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B + "
+                   f"{s.index_head_dim} + {s.index_key_bytes} B)")  # fmt: skip
+    elif m.mla:
         formula = f"{n} layers x ({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B"
     else:
         formula = f"2 x {n} layers x {m.kv_heads} KV heads x {m.head_dim} x {bytes_:g} B"
@@ -376,7 +383,7 @@ def _windowed_mean_lines(e: Estimate, s: Scenario) -> list[str]:
         if span is None:
             continue
         mean = sum(kv_read_tokens(e.model, kind, c) for c in range(first, last + 1)) / (last - first + 1)
-        rule = f"min(c, {span:,})" if kind == "sliding" else f"c mod {span:,}"
+        rule = f"min(c, {span:,})" if kind in ("sliding", "sparse") else f"c mod {span:,}"
         lines.append(f"  {e.model.plan.count(mixer=kind)} {kind} layers read {rule} cached tokens: "
                      f"{kv_read_tokens(e.model, kind, mid):,.0f} at the mean context, a mean of {mean:,.1f} over "
                      f"{first:,}..{last:,}")  # fmt: skip

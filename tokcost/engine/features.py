@@ -10,10 +10,10 @@ A pass (one microbatch share of its segments, on the busiest GPU of a pipeline s
 - for a model with state layers (linear attention, Mamba-2): sequences whose state is read (those with a cache:
   a fresh prompt starts from zeros), and tokens run by the recurrent step (decode: one new token) and by the
   chunked scan (prefill);
-- per attention kind (global, sliding window, chunked: attend.py): KV tokens read, query-key pairs scored in the
-  absorbed form (one query per sequence: decode; MLA scores against its latent) and in the per-head form
-  (prefill), and the cached tokens a per-head pass reads (MLA up-projects their latents to per-head K and V
-  first). An MLA prefill on a cached prefix takes whichever form costs fewer FLOPs (mla_absorbs).
+- per attention kind (global, sliding window, chunked, sparse and its indexer: attend.py): KV tokens read, query-key
+  pairs scored in the absorbed form (one query per sequence: decode; MLA scores against its latent) and in the
+  per-head form (prefill), and the cached tokens a per-head pass reads (MLA up-projects their latents to per-head K
+  and V first). An MLA prefill on a cached prefix takes whichever form costs fewer FLOPs (mla_absorbs).
 Every kernel's FLOPs and bytes are linear in these (stages.py), so a configuration's kernels are counted once
 (compiled.py).
 """
@@ -219,8 +219,9 @@ class FeatureSpace:
             read = kv_read_tokens(self.model, kind, cached)
             v[i] += sequences_dp * read
             pairs = causal_pairs(self.model, kind, cached, new)
-            # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang)
-            if new == 1 or mla_absorbs(self.model, pairs, read):
+            # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang); an indexer's
+            # pairs are one small dot product per head, kept in the first slot
+            if new == 1 or kind == "index" or mla_absorbs(self.model, pairs, read):
                 v[i + 1] += sequences_dp * pairs
             else:
                 v[i + 2] += sequences_dp * pairs

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from tokcost.engine.attend import held_tokens
 from tokcost.engine.blocks import (
     BlockKind,
+    index_bytes_per_token_layer,
     kv_bytes_per_token_layer,
     mixer_params_per_rank,
     mlp_params_per_rank,
@@ -109,7 +110,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
 
 def kv_held_tokens(model: ModelSpec, mixer: str, seqs: int, tokens: int, prefix: int) -> float:
     """Tokens of KV one layer of kind `mixer` holds for `seqs` sequences of `tokens` sharing a cached `prefix`."""
-    if mixer != "global":  # each sequence keeps its own window or chunk; a shared prefix past it is gone
+    if mixer not in ("global", "sparse"):  # each sequence keeps its own window or chunk; a shared prefix is gone
         return seqs * held_tokens(model, mixer, tokens)
     return prefix + seqs * (tokens - prefix)  # the prefix once, then each sequence's own (vLLM / SGLang caching)
 
@@ -121,8 +122,9 @@ def layers_kv_bytes(
     seqs, prefix = math.ceil(batch / dp), min(prefix, tokens)
     total = 0.0
     for kind, count in kinds:
-        if kind.mixer in KV_MIXERS:
-            total += count * kv_held_tokens(model, kind.mixer, seqs, tokens, prefix) * kv_bytes_per_token
+        if kind.mixer in KV_MIXERS:  # a sparse layer's index keys beside its K/V
+            per_token = kv_bytes_per_token + index_bytes_per_token_layer(model, kind.mixer)
+            total += count * kv_held_tokens(model, kind.mixer, seqs, tokens, prefix) * per_token
     return total
 
 
@@ -299,8 +301,9 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precisio
     used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, wl.computed_prompt_tokens, 0)
     free = max(gpu.memory_bytes - used.weights - used.state - used.workspace - used.reserve, 0.0)
     ranges = stage_layer_ranges(model.layers, layout.pp)
-    attention_layers = max(sum(n for k, n in model.plan.counts(r).items() if k.mixer in KV_MIXERS) for r in ranges)
-    per_token = max(attention_layers, 1) * kv_bytes_per_token_layer(model, p, layout.tp)
+    kv = kv_bytes_per_token_layer(model, p, layout.tp)
+    per_token = max(sum(n * (kv + index_bytes_per_token_layer(model, k.mixer)) for k, n in model.plan.counts(r).items()
+                        if k.mixer in KV_MIXERS) for r in ranges) or kv  # fmt: skip
     return free / per_token * layout.dp
 
 

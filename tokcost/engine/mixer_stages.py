@@ -35,6 +35,8 @@ from tokcost.engine.blocks import (
     BlockKind,
     attention_flops_per_pair,
     attention_params_per_rank,
+    index_bytes_per_token_layer,
+    indexer_params,
     kv_bytes_per_token_layer,
     mla_prefix_flops_per_token,
 )
@@ -79,6 +81,38 @@ def attention_kernel(model: ModelSpec) -> Kind:
     return "attention_mla" if model.mla is not None else "attention"
 
 
+LOGIT_BYTES = 4  # the indexer's fp32 score per pair, written, then read by the top-k selection
+
+
+def indexer_stages(model: ModelSpec, p: Precision, f: Features[N], label: str, count: int) -> list[Stage[N]]:
+    """DeepSeek Sparse Attention's lightning indexer, whole on every TP rank (vLLM's and SGLang's ReplicatedLinear):
+    its projections (wq_b from the query latent, wk and weights_proj from the hidden state), then its FP8 scoring of
+    every cached index key by `index_heads` heads of `index_head_dim`, 2 H d FLOPs a pair (DeepGEMM's
+    fp8_mqa_logits / paged MQA logits), one fp32 score a pair written and read back by the top-k selection; the
+    attention that follows reads only the top k (the sparse kind's features)."""
+    s, h, act, t_dp = model.sparse_attention, model.hidden_size, p.activation_bytes, f.tokens_dp
+    assert s is not None  # a sparse layer always has its indexer (spec._check_kinds)
+    heads, width = s.index_heads, s.index_head_dim
+    keys, pairs = f.kv_read["index"], f.pairs_absorbed["index"]
+    proj = matmul("indexer projections", label, count, indexer_params(model), t_dp, p.attention, act, h,
+                  heads * width + width + heads,
+                  note="replicated on every TP rank: wq_b, wk, weights_proj")  # fmt: skip
+    scores = Stage(
+        "indexer (scores every cached key)",
+        label,
+        "attention",
+        count,
+        flops=pairs * 2 * heads * width,
+        bytes_read=keys * s.index_bytes_per_token() + t_dp * heads * width + pairs * LOGIT_BYTES,
+        kv_bytes=keys * s.index_bytes_per_token(),
+        bytes_written=pairs * LOGIT_BYTES + t_dp * s.top_k_tokens * 4,  # the scores, then the indices chosen
+        weight_format="fp8",  # FP8 keys and queries: the FP8 peak where the matmuls run FP8 too
+        note=f"FP8 index keys of every cached token ({s.index_bytes_per_token():g} B each), one fp32 score a pair, "
+        f"then the top {s.top_k_tokens:,} selected for attention",
+    )
+    return [proj, scores]
+
+
 def attention_stages(
     model: ModelSpec, p: Precision, layout: Layout, f: Features[N], mixer: str, label: str, count: int
 ) -> list[Stage[N]]:
@@ -108,15 +142,17 @@ def attention_stages(
                       bytes_written=qkv.bytes_written + prefix * kv_width * act,
                       note="a prefill over a cached prefix also up-projects the prefix's latents to per-head K and V "
                            "(vLLM's context chunks; the attention reads those)")  # fmt: skip
-    return [
-        qkv,
+    index_tok = index_bytes_per_token_layer(model, mixer)
+    stages: list[Stage[N]] = [qkv] + (indexer_stages(model, p, f, label, count) if mixer == "sparse" else [])
+    return stages + [
         Stage(
             "KV cache write",
             label,
             "memory",
             count,
-            bytes_written=t_dp * kv_tok,
-            note="the new tokens' K/V (MLA: latent + RoPE key) appended to the cache",
+            bytes_written=t_dp * (kv_tok + index_tok),
+            note="the new tokens' K/V (MLA: latent + RoPE key) appended to the cache"
+            + ("; and each one's FP8 index key" if index_tok else ""),
         ),  # fmt: skip
         Stage(
             "attention (KV cache read)",

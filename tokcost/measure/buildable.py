@@ -12,7 +12,8 @@ from tokcost.errors import SpecError
 from tokcost.models.layers import MIXERS
 from tokcost.models.spec import ModelSpec
 
-_NAMES = {"chunked": "chunked-attention", "linear": "linear-attention (Gated DeltaNet)",
+_NAMES = {"chunked": "chunked-attention", "sparse": "sparse-attention (DeepSeek's indexer)",
+          "linear": "linear-attention (Gated DeltaNet)",
           "mamba": "Mamba-2 state-space", "none": "MLP-only"}  # fmt: skip
 
 

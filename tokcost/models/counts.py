@@ -102,6 +102,9 @@ class Counts:
 
     def params_mixer_per_layer(self, mixer: str) -> int:
         """Weights of one layer's mixer of kind `mixer`."""
+        if mixer == "sparse" and self.sparse_attention:  # and its indexer
+            q_lora = self.mla.q_lora_rank if self.mla else None
+            return self.params_attention_per_layer + self.sparse_attention.params(self.hidden_size, q_lora)
         if mixer in KV_MIXERS:
             return self.params_attention_per_layer
         if mixer == "linear" and self.linear_attention:
@@ -237,14 +240,18 @@ class Counts:
         return 2 * self.kv_heads * self.head_dim
 
     def kv_bytes_per_token_per_layer(self, mixer: str, kv_dtype: str | None = None) -> float:
-        """KV bytes one token adds to one layer of kind `mixer` (0 for a layer that keeps a state instead)."""
+        """KV bytes one token adds to one layer of kind `mixer` (0 for a layer that keeps a state instead; a sparse
+        layer's index key beside its K/V, at FP8 whatever the cache's format)."""
         if mixer not in KV_MIXERS:
             return 0.0
-        return self.kv_elements_per_token_per_layer * bits_of(kv_dtype or self.dtype) / 8
+        index = self.sparse_attention.index_bytes_per_token() if mixer == "sparse" and self.sparse_attention else 0
+        return self.kv_elements_per_token_per_layer * bits_of(kv_dtype or self.dtype) / 8 + index
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
-        """KV bytes one token adds across all layers: 2 x attention layers x kv_heads x head_dim x bytes."""
-        return self.kv_layers * self.kv_bytes_per_token_per_layer("global", kv_dtype)
+        """KV bytes one token adds across all layers: 2 x attention layers x kv_heads x head_dim x bytes (MLA: the
+        latent and its RoPE key; sparse layers: and the index key)."""
+        every = self.plan.counts(range(self.layers)).items()
+        return sum(n * self.kv_bytes_per_token_per_layer(k.mixer, kv_dtype) for k, n in every)
 
     def state_bytes_per_sequence_per_layer(self, mixer: str, state_dtype: str | None = None) -> float:
         """Fixed state one sequence keeps in one layer of kind `mixer` (0 for attention: its cache grows)."""
@@ -258,7 +265,7 @@ class Counts:
 
     def tokens_attended(self, mixer: str, context_tokens: float) -> float:
         """Tokens a layer of kind `mixer` attends to (and keeps) when the sequence holds `context_tokens`."""
-        if mixer == "global":
+        if mixer in ("global", "sparse"):  # a sparse layer reads its top k, but keeps every token
             return context_tokens
         if mixer == "sliding" and self.window:
             return min(context_tokens, self.window)

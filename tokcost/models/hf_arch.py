@@ -40,7 +40,7 @@ class Facts:
 _QWEN2 = Facts(qkv_bias=True, output_bias=False)  # Qwen2Attention: q/k/v biases always, o_proj none
 FACTS: dict[str, Facts] = {
     "llama": Facts(), "mistral": Facts(), "mixtral": Facts(), "phi3": Facts(), "deepseek_v3": Facts(),
-    "deepseek_v32": Facts(),  # V3's weights; its indexer's (about 14M a layer) not counted, as the import notes
+    "deepseek_v32": Facts(),  # V3's weights, and its indexer's (spec.SparseAttentionSpec.params)
     "deepseek_v2": Facts(),  # MLA and shared experts as V3's; its greedy softmax gate has no score bias either
     "qwen2": _QWEN2, "qwen2_vl_text": _QWEN2, "qwen2_5_vl_text": _QWEN2,
     "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),

@@ -26,11 +26,17 @@ from tokcost.spec_errors import validation_error
 
 EXTRA = "reading a HuggingFace config.json needs transformers: pip install 'tokcost[hf]'"
 TESTED = (*FACTS, *TOWERS)  # model types whose counts tests hold equal to transformers' own
-# DeepSeek-V3.2's indexed_attention (its sparse attention) is priced as the dense attention it selects from (below)
+# DeepSeek-V3.2's indexed_attention: its sparse attention (index_topk, index_n_heads, index_head_dim)
 _LAYER_TYPES = {"full_attention": "global", "attention": "global", "sliding_attention": "sliding",
                 "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba",
-                "indexed_attention": "global"}  # fmt: skip
-_SECTIONS = {"MoeSpec": "moe", "MlaSpec": "mla", "GatedDeltaNetSpec": "linear_attention", "MambaSpec": "mamba"}
+                "indexed_attention": "sparse"}  # fmt: skip
+_SECTIONS = {
+    "MoeSpec": "moe",
+    "MlaSpec": "mla",
+    "GatedDeltaNetSpec": "linear_attention",
+    "MambaSpec": "mamba",
+    "SparseAttentionSpec": "sparse_attention",
+}
 
 
 def _transformers(where: str) -> Any:
@@ -232,6 +238,9 @@ def _mixer_fields(text: Any, mixers: set[str]) -> dict[str, Any]:
         out["window_tokens"] = text.sliding_window
     if "chunked" in mixers:
         out["chunk_tokens"] = text.attention_chunk_size
+    if "sparse" in mixers:
+        out["sparse_attention"] = {"top_k_tokens": text.index_topk, "index_heads": text.index_n_heads,
+                                   "index_head_dim": text.index_head_dim}  # fmt: skip
     for section in ("linear_attention", "mamba"):
         if section in mixers or section == "linear_attention" and "linear" in mixers:
             keys = [k for k, (cls, _) in FROM_SPEC.items() if _SECTIONS.get(cls.__name__) == section]
@@ -293,10 +302,6 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
     spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
     notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
-    if "indexed_attention" in (getattr(text, "layer_types", None) or []):
-        notes.append(f"DeepSeek Sparse Attention (each query attends the {getattr(text, 'index_topk', '?')} tokens its "
-                     "indexer selects) priced as dense attention over every cached token, an upper bound past that "
-                     "many; the indexer's own key cache and scan are not counted")  # fmt: skip
     # a shape key the file leaves out (or sets to null) takes its class's default: say which
     given = {k for k, v in (raw_text or data).items() if v is not None}
     used = (*missing, *(DEFAULTED if spec.get("moe") else DEFAULTED[:-1]))  # an expert's width only in an MoE

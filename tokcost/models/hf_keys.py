@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tokcost.errors import SpecError
 from tokcost.models.mixers import GatedDeltaNetSpec, MambaSpec
-from tokcost.models.spec import MlaSpec, ModelSpec, MoeSpec
+from tokcost.models.spec import MlaSpec, ModelSpec, MoeSpec, SparseAttentionSpec
 from tokcost.spec_errors import validation_error
 
 # config.json key -> (the spec class, the field whose type and bounds the key takes)
@@ -43,6 +43,8 @@ FROM_SPEC: dict[str, tuple[type[BaseModel], str]] = {
     "ssm_state_size": (MambaSpec, "state_size"), "n_groups": (MambaSpec, "groups"),
     "conv_kernel": (MambaSpec, "conv_kernel"), "use_conv_bias": (MambaSpec, "conv_bias"),
     "mamba_proj_bias": (MambaSpec, "proj_bias"), "chunk_size": (MambaSpec, "chunk_tokens"),
+    "index_topk": (SparseAttentionSpec, "top_k_tokens"), "index_n_heads": (SparseAttentionSpec, "index_heads"),
+    "index_head_dim": (SparseAttentionSpec, "index_head_dim"),  # DeepSeek-V3.2's sparse attention
 }  # fmt: skip
 _Count = Annotated[int, Field(ge=0, le=10_000)]
 # keys that decide which layers are which, read by tokcost or by transformers on the way

@@ -20,12 +20,12 @@ from typing import Literal, NamedTuple, get_args
 # global: attends to every earlier token; sliding: the last `window_tokens`; chunked: the tokens of its own
 # `chunk_tokens`-long chunk; linear: Gated DeltaNet, a fixed state per sequence; mamba: a Mamba-2 SSM, a fixed
 # state per sequence; none: the layer has no mixer (Nemotron-H's MLP-only layers)
-Mixer = Literal["global", "sliding", "chunked", "linear", "mamba", "none"]
+Mixer = Literal["global", "sliding", "chunked", "sparse", "linear", "mamba", "none"]
 # dense: a plain MLP; moe: routed experts (plus any shared experts); none: the layer has no MLP (Nemotron-H)
 Mlp = Literal["dense", "moe", "none"]
 MIXERS: tuple[str, ...] = get_args(Mixer)
 MLPS: tuple[str, ...] = get_args(Mlp)
-KV_MIXERS = ("global", "sliding", "chunked")  # mixers that cache K/V per token
+KV_MIXERS = ("global", "sliding", "chunked", "sparse")  # mixers that cache K/V per token
 STATE_MIXERS = ("linear", "mamba")  # mixers that keep a fixed state per sequence
 _TERM = re.compile(r"\s*(\d+)\s+([a-z]+)\s*")
 

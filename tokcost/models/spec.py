@@ -68,6 +68,31 @@ class MlaSpec(BaseModel):
     v_head_dim: int = Field(ge=1, le=100_000)
 
 
+class SparseAttentionSpec(BaseModel):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer scores every cached token with small FP8 heads,
+    and attention reads only the top_k_tokens it selects; the cache keeps every token (its latent and its index
+    key). Sources: DeepSeek-V3.2-Exp's config.json (index_topk 2048, index_n_heads 64, index_head_dim 128) and
+    technical report (the indexer in FP8); vLLM and SGLang replicate the indexer on every TP rank
+    (ReplicatedLinear wq_b, wk, weights_proj) and cache each index key in FP8 with a 4-byte scale."""
+
+    model_config = _FROZEN
+
+    top_k_tokens: int = Field(ge=1, le=100_000_000)  # tokens each query attends (index_topk)
+    index_heads: int = Field(ge=1, le=10_000)  # the indexer's query heads (index_n_heads)
+    index_head_dim: int = Field(ge=1, le=100_000)  # its key and query width (index_head_dim)
+    index_key_bytes: int = Field(default=4, ge=0, le=1_000)  # beside the FP8 key: its scale (vLLM: 4 B a token)
+
+    def index_bytes_per_token(self) -> float:
+        """One token's index key in one layer: FP8, one byte an element, and its scale."""
+        return self.index_head_dim + self.index_key_bytes
+
+    def params(self, hidden_size: int, q_lora_rank: int | None) -> int:
+        """The indexer's weights in one layer: wq_b (from the query latent), wk, its key LayerNorm, weights_proj."""
+        q_in = q_lora_rank or hidden_size
+        d, h = self.index_head_dim, self.index_heads
+        return q_in * h * d + hidden_size * d + 2 * d + hidden_size * h
+
+
 class SlidingWindowSpec(BaseModel):
     """Local attention, the first way to write it: the listed layers keep only the last `window_tokens`."""
 
@@ -79,7 +104,13 @@ class SlidingWindowSpec(BaseModel):
 
 _LEGACY_LAYERS = {"all": "1 sliding", "even": "1 sliding : 1 global", "odd": "1 global : 1 sliding"}
 # what each mixer or MLP kind needs stated, and the key that states it
-_NEEDS = {"sliding": "window_tokens", "chunked": "chunk_tokens", "linear": "linear_attention", "mamba": "mamba"}
+_NEEDS = {
+    "sliding": "window_tokens",
+    "chunked": "chunk_tokens",
+    "sparse": "sparse_attention",
+    "linear": "linear_attention",
+    "mamba": "mamba",
+}
 
 
 # how an imported HF config's note names the shape keys it left out (hf_import; estimate repeats it as a warning)
@@ -132,6 +163,7 @@ class ModelSpec(Counts, BaseModel):
     chunk_tokens: int | None = Field(default=None, ge=1, le=100_000_000)  # a chunked layer's chunk
     linear_attention: GatedDeltaNetSpec | None = None
     mamba: MambaSpec | None = None
+    sparse_attention: SparseAttentionSpec | None = None  # DeepSeek Sparse Attention: the sparse layers' indexer
     sliding_window_given: SlidingWindowSpec | None = Field(default=None, alias="sliding_window")
     notes: str = Field(default="", max_length=10_000)
 
