@@ -51,6 +51,10 @@ FAMILIES = [
     ("new/ernie-4.5-21b-a3b.json", 3, {"moe_num_experts": 8, "moe_layer_end_index": -1}),
     ("new/ernie-4.5-21b-a3b.json", 4, {"moe_num_experts": 8, "moe_layer_interval": 2}),
     ("new/qwen3-coder-480b-a35b.json", 2, {"num_experts": 8}),
+    # DeepSeek Sparse Attention: each layer's indexer (wq_b, wk, its LayerNorm, weights_proj) beside MLA
+    ("deepseek_v3.json", 3, {"first_k_dense_replace": 1, "model_type": "deepseek_v32", "index_topk": 2048,
+                             "index_n_heads": 64, "index_head_dim": 128}),
+    ("new/glm-5.json", 4, {"n_routed_experts": 8}),
 ]  # fmt: skip
 
 

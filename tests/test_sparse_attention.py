@@ -108,3 +108,13 @@ def test_the_readmes_sparse_attention_figures_are_the_tools():
             f"indexer makes it a little dearer ({tpot_ms(V32, 1_000, 'ceiling')} against "
             f"{tpot_ms(V3, 1_000, 'ceiling')} ms)")  # fmt: skip
     assert " ".join(said.split()) in " ".join(text.split())
+
+
+def test_glm_5_imports_as_sparse_and_index_sharing_is_said_to_be_an_upper_bound():
+    data = json.loads((HF / "new" / "glm-5.json").read_text())
+    glm = from_hf_config(data, "glm-5")
+    assert {k.mixer for k in glm.plan.kinds} == {"sparse"} and glm.sparse_attention.index_heads == 32
+    assert 740e9 < glm.params_total < 748e9  # zai-org's 744B
+    assert "reuse another layer's top-k" not in glm.notes
+    shared = from_hf_config({**data, "index_topk_freq": 4, "index_skip_topk_offset": 3}, "glm-5.2-like")
+    assert "57 of 78 sparse layers reuse another layer's top-k selection" in shared.notes
