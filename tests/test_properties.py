@@ -344,3 +344,26 @@ def test_cost_per_output_token_never_rises_with_batch_while_memory_bound(model, 
         a = getattr(small, scenario).usd_per_million_output_tokens
         b = getattr(large, scenario).usd_per_million_output_tokens
         assert b <= a * (1 + 1e-9), (scenario, a, b)
+
+
+_LIMIT_CASES = [("llama-3.1-70b", "b200", 1), ("qwen2.5-72b", "mi300x", 1), ("deepseek-v3", "h20", 8),
+                ("llama-3.1-8b", "l4", 1)]  # fmt: skip
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(st.sampled_from(_LIMIT_CASES), st.integers(1, 8), st.floats(0.0, 1.0))
+def test_max_context_fits_however_it_splits_into_prompt_and_output(case, batch, share):
+    # the invariants audit of 2026-12-05: at -p 1024 llama-3.1-70b on a B200 said 96,883, and a 96,627-token
+    # prompt (96,883 in all) did not fit: the workspace had been the short prompt's
+    from tokcost.hardware.library import load_gpu
+    from tokcost.models.library import load_model
+
+    name, gpu_name, tp = case
+    model, gpu = load_model(name), load_gpu(gpu_name)
+    limit = _estimate(model, gpu, Workload(tp=tp, batch=batch)).memory.max_context
+    assume(2 <= limit < model.max_context)
+    prompt = max(1, min(limit - 1, round(limit * share)))
+    at = _estimate(model, gpu, Workload(tp=tp, batch=batch, prompt_tokens=prompt, output_tokens=limit - prompt))
+    assert at.memory.fits and at.memory.max_context == limit  # the same limit whatever the prompt it is asked at
+    past = _estimate(model, gpu, Workload(tp=tp, batch=batch, prompt_tokens=limit, output_tokens=1))
+    assert not past.memory.fits

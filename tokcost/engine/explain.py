@@ -39,6 +39,7 @@ from tokcost.engine.memory import (
     UNFUSED_UBATCH_TOKENS,
     GpuBytes,
     ReplicaMemory,
+    context_prompt,
     mlp_width,
     stage_kv_bytes,
     stage_state_bytes,
@@ -481,11 +482,13 @@ def _limit_lines(e: Estimate) -> list[str]:
     if t == 0:
         context = f"max context at batch {wl.batch:,}: 0: one token needs {past(held(wl.batch, 1, 1))}"
     else:
-        context = f"max context at batch {wl.batch:,}: {t:,}: {_held(held(wl.batch, min(prompt, t), t))} <= {cap}"
+        whole = wl.cached_prefix_tokens
+        context = (f"max context at batch {wl.batch:,} (all of it prompt, the largest workspace: it fits however it "
+                   f"splits): {t:,}: {_held(held(wl.batch, context_prompt(t, whole), t))} <= {cap}")  # fmt: skip
         context += (
             f" (the model's own context limit, {e.model.max_context:,})"
             if t >= e.model.max_context
-            else f"; {t + 1:,} tokens: {past(held(wl.batch, min(prompt, t + 1), t + 1))}"
+            else f"; {t + 1:,} tokens: {past(held(wl.batch, context_prompt(t + 1, whole), t + 1))}"
         )
     return [batch, context, f"smallest layout that fits: {mem.min_layout or 'none searched'}"]
 

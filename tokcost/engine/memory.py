@@ -239,6 +239,11 @@ def gpu_bytes(
     return ReplicaMemory(model, gpu, p, layout).gpu_bytes(batch, prompt, tokens, wl.cached_prefix_tokens)
 
 
+def context_prompt(tokens: int, prefix: int) -> int:
+    """The computed prompt of a context of `tokens` when all of it is prompt (a cached prefix is not computed)."""
+    return max(tokens - prefix, 1)
+
+
 def _largest(ok, high: int) -> int:
     """The largest n in [0, high] with ok(n), for ok monotone (true then false); 0 when ok(1) fails."""
     if not ok(1):
@@ -287,8 +292,10 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, la
         gpus=layout.gpus,
         fits=used.total <= cap,
         max_batch=replica.max_batch(wl),
+        # the longest context that fits however it splits into prompt and output: its prefill workspace is priced as if
+        # all of it were prompt (a fixed prompt had sized the workspace, and a prompt near the limit did not fit)
         max_context=_largest(
-            lambda t: replica.gpu_bytes(wl.batch, min(prompt, t), t, prefix).total <= cap, model.max_context
+            lambda t: replica.gpu_bytes(wl.batch, context_prompt(t, prefix), t, prefix).total <= cap, model.max_context
         ),
         min_gpus=smallest.gpus if smallest else None,
         min_layout=smallest.label() if smallest else None,
