@@ -139,7 +139,8 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
     out.append(
         f"Ranked by {by} (GPUs = replicas x GPUs each, replicas = ceil({load})); * = on the Pareto frontier of "
         "$/hour vs p90 TPOT or p90 TTFT. $/1M tok spreads $/hour over every token served; $/1M in and out split it "
-        "by busy time (prefill vs decode)."
+        "by busy time (prefill vs decode), each scenario by its own: on the same fleet the ceiling's split can put "
+        "more on either side than expected's, its $/1M tok the same."
     )
     spare = result.space.redundant_experts
     if spare and any(row.deployment.layout.redundant_experts for row in result.rows):

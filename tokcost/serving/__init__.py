@@ -45,7 +45,7 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
 5. Goodput (capacity.py): the largest rate meeting every SLO, by bisection on b; never above saturation,
    never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput) (closed
    loop: in users, at a limit the users held without queueing); $/hour = GPUs x price, what plans rank by;
-   $/1M tokens spreads it over every token; $/1M input and output split it by busy time.
+   $/1M tokens spreads it over every token; $/1M input and output split it by busy time, each scenario by its own.
    Disaggregated: prefill and decode pools sized apart, each request's KV crossing the link (+ transfer / n
    on its TPOT).
 6. Search (search.py, rows.py, ranking.py): GPU x layout (layout.py) x precision, with the engine's scheduler
