@@ -165,6 +165,7 @@ def list_specs(
             m = load_model(name)
             arch = "MoE" if m.moe else "dense"
             arch += " + MLA" if m.mla else ""
+            arch += " + sparse attention" if m.sparse_attention else ""
             rows.append(
                 [
                     name,
