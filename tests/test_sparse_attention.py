@@ -33,7 +33,10 @@ def test_counts_by_hand():
     assert INDEXER == 13_959_424
     assert V32.params_total == V3.params_total + 61 * INDEXER
     assert V32.kv_bytes_per_token("bf16") == 61 * ((512 + 64) * 2 + 128 + 4) == 78_324
-    assert V32.kv_bytes_per_token("fp8") == 61 * ((512 + 64) + 132)  # the index key is FP8 whatever the cache
+    # an FP8 cache is FlashMLA's sparse layout: the latent in FP8, a 4-byte scale per 128, the RoPE key at 16 bits
+    # (vLLM's fp8_ds_mla: 656 B), beside the index key, FP8 whatever the cache
+    assert V32.kv_bytes_per_token("fp8") == 61 * ((512 + 4 * 4 + 2 * 64) + 132) == 48_068
+    assert V3.kv_bytes_per_token("fp8") == 61 * (512 + 64)  # dense MLA's FP8 cache: one byte an element
 
 
 @pytest.mark.parametrize("cached", [100, 2047, 2048, 2049, 50_000])

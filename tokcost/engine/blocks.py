@@ -95,11 +95,11 @@ def mlp_params_per_rank(model: ModelSpec, mlp: str, tp: int) -> float:
 
 
 def kv_bytes_per_token_layer(model: ModelSpec, precision: Precision, tp: int) -> float:
-    """Cache bytes one token adds to one attention layer on one TP rank (KV heads split, MLA latent whole)."""
-    bytes_ = get_format(precision.kv).bytes
+    """Cache bytes one token adds to one attention layer on one TP rank (KV heads split, MLA latent whole; a
+    sparse model's FP8 latent in its own layout: counts.cache_bytes_per_token_per_layer)."""
     if model.mla:
-        return (model.mla.kv_lora_rank + model.mla.rope_head_dim) * bytes_
-    return 2 * kv_heads_per_rank(model, tp) * model.head_dim * bytes_
+        return model.cache_bytes_per_token_per_layer(precision.kv)
+    return 2 * kv_heads_per_rank(model, tp) * model.head_dim * get_format(precision.kv).bytes
 
 
 def state_bytes_per_sequence_layer(model: ModelSpec, precision: Precision, mixer: str, tp: int) -> float:

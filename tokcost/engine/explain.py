@@ -347,7 +347,10 @@ def _kv_held_line(e: Estimate) -> str:
                    f" x {replica.kv_per_token:,.0f} B")  # fmt: skip
         of = f" (of the {wl.batch:,} sequences, data parallel {lay.dp}-way)" if lay.dp > 1 else ""
         return f"this workload on the fullest GPU: {product} = {fmt.si(mem.per_gpu.kv, 'B')}{of}"
-    how = [w for w, on in (("windowed as above", not every and not prefix),
+    windowed = any(k.mixer in ("sliding", "chunked") for k in e.model.plan.kinds)
+    sparse = any(k.mixer == "sparse" for k in e.model.plan.kinds)
+    how = [w for w, on in (("windowed as above", windowed and not prefix),
+                           ("every token kept, with its index key", sparse),
                            ("the cached prefix stored once", prefix)) if on]  # fmt: skip
     return held + f" ({split} x {tokens:,} tokens{', ' + ', '.join(how) if how else ''})"
 

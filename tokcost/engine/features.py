@@ -219,9 +219,10 @@ class FeatureSpace:
             read = kv_read_tokens(self.model, kind, cached)
             v[i] += sequences_dp * read
             pairs = causal_pairs(self.model, kind, cached, new)
-            # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang); an indexer's
-            # pairs are one small dot product per head, kept in the first slot
-            if new == 1 or kind == "index" or mla_absorbs(self.model, pairs, read):
+            # decode (one new token) scores in the absorbed form, prefill per head (MLA: vLLM, SGLang); sparse
+            # attention runs MLA's absorbed (MQA) form in prefill too (DeepSeek-V3.2's report; vLLM's FlashMLA sparse
+            # backend takes the 576-wide absorbed query only), and an indexer's pairs are one dot product per head
+            if new == 1 or kind in ("sparse", "index") or mla_absorbs(self.model, pairs, read):
                 v[i + 1] += sequences_dp * pairs
             else:
                 v[i + 2] += sequences_dp * pairs

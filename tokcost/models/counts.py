@@ -7,6 +7,7 @@ its parameters, its KV bytes per token, its state bytes per sequence and the tok
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -245,7 +246,17 @@ class Counts:
         if mixer not in KV_MIXERS:
             return 0.0
         index = self.sparse_attention.index_bytes_per_token() if mixer == "sparse" and self.sparse_attention else 0
-        return self.kv_elements_per_token_per_layer * bits_of(kv_dtype or self.dtype) / 8 + index
+        return self.cache_bytes_per_token_per_layer(kv_dtype) + index
+
+    def cache_bytes_per_token_per_layer(self, kv_dtype: str | None = None) -> float:
+        """K/V (or MLA's latent and RoPE key) one token adds to one attention layer, at the cache's format. A sparse
+        MLA model's FP8 cache is FlashMLA's sparse layout (vLLM's fp8_ds_mla, SGLang's): the latent in FP8, a 4-byte
+        scale per 128 of it, the RoPE key kept at 16 bits: 512 + 16 + 128 = 656 B for DeepSeek-V3.2."""
+        bits = bits_of(kv_dtype or self.dtype)
+        if self.mla and self.sparse_attention and bits == 8:
+            m = self.mla
+            return m.kv_lora_rank + 4 * math.ceil(m.kv_lora_rank / 128) + 2 * m.rope_head_dim
+        return self.kv_elements_per_token_per_layer * bits / 8
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
         """KV bytes one token adds across all layers: 2 x attention layers x kv_heads x head_dim x bytes (MLA: the

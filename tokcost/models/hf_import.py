@@ -305,8 +305,8 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
     shared = [t for t in (getattr(text, "indexer_types", None) or []) if t == "shared"]
     if shared:  # GLM-5.2's index sharing: a shared layer reuses an earlier layer's top k and runs no indexer
         notes.append(f"{len(shared)} of {text.num_hidden_layers} sparse layers reuse another layer's top-k selection "
-                     "(indexer_types shared), and tokcost runs an indexer in every sparse layer: its cost and index "
-                     "keys are an upper bound")  # fmt: skip
+                     "(indexer_types shared), and tokcost runs an indexer in every sparse layer: its weights, cost "
+                     "and index keys are an upper bound")  # fmt: skip
     # a shape key the file leaves out (or sets to null) takes its class's default: say which
     given = {k for k, v in (raw_text or data).items() if v is not None}
     used = (*missing, *(DEFAULTED if spec.get("moe") else DEFAULTED[:-1]))  # an expert's width only in an MoE
