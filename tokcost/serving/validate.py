@@ -15,7 +15,8 @@ next one too. The prefill budget per step is the flags' (`--max-num-batched-toke
 or else the engine profile's default on that GPU, as `plan` takes it. Lengths: fixed; a uniform law as uniform
 over its stated range; a dataset's as an exponential.
 A row that states its run's request count is priced as that finite run (serving.predict's `requests`): the
-throughput a harness prints is its N requests over the run's span, and past saturation the run still ends.
+throughput a harness prints is its N requests over the run's span, and past saturation the run still ends; a
+closed loop's run is its simulation throughout (its users' first requests sent together, a burst every figure counts).
 """
 
 from __future__ import annotations
