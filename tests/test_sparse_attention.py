@@ -121,3 +121,18 @@ def test_glm_5_imports_as_sparse_and_index_sharing_is_said_to_be_an_upper_bound(
     assert "reuse another layer's top-k" not in glm.notes
     shared = from_hf_config({**data, "index_topk_freq": 4, "index_skip_topk_offset": 3}, "glm-5.2-like")
     assert "57 of 78 sparse layers reuse another layer's top-k selection" in shared.notes
+
+
+def _indexer_prefill_s(gpu: str, weights: str, scenario: str = "ceiling") -> float:
+    e = estimate(V32, load_gpu(gpu), Workload(tp=8, batch=4, prompt_tokens=16_000, weights_dtype=weights))
+    priced = getattr(e, scenario).prefill.stages
+    return sum(p.seconds for p in priced if p.stage.name == "indexer (scores every cached key)")
+
+
+def test_the_indexer_scores_at_fp8_whatever_the_matmuls_run_at():
+    # its keys and queries are FP8 in every engine (fp8_mqa_logits): bf16 weights had priced it at the 16-bit rate,
+    # twice the FP8 time on an H200; an A100, with no FP8 peak, runs it at 16 bits
+    assert _indexer_prefill_s("h200", "bf16") == pytest.approx(_indexer_prefill_s("h200", "fp8"), rel=1e-9)
+    assert _indexer_prefill_s("h200", "bf16", "expected") == pytest.approx(
+        _indexer_prefill_s("h200", "fp8", "expected"), rel=1e-9)  # fmt: skip
+    assert _indexer_prefill_s("a100-80gb-sxm", "bf16") > 1.9 * _indexer_prefill_s("h200", "bf16") * 989.4 / 312

@@ -621,7 +621,7 @@ def _first_clause(source: str) -> str:
 def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -> str:
     """The weight-only (dequantizing) class of each format this deployment's matmuls read that way, or ''."""
     ceiling = e.deployment.rates("ceiling")
-    formats = dict.fromkeys(f for kind, f, _ in e.deployment.compiled.kernel_keys
+    formats = dict.fromkeys(f for kind, f, *_ in e.deployment.compiled.kernel_keys
                             if kernel_class(kind, matmul_path(kind, f, ceiling)[1]) == "weight_only")  # fmt: skip
     return "".join(f", weight-only {f} {k.memory_of('weight_only', f):.3g}{mark('m.wo.' + kernel_family(f))}"
                    for f in formats)  # fmt: skip
@@ -629,7 +629,7 @@ def _weight_only(e: Estimate, k: KernelEfficiency, mark: Callable[[str], str]) -
 
 def _expert_rows_line(e: Estimate, rates: Rates) -> list[str]:
     """The routed experts' gathered rows at the GPU's pace, where it states one (roofline.kernel_rate), or none."""
-    experts = next(((f, rf) for kind, f, rf in e.deployment.compiled.kernel_keys if kind == "experts" and rf), None)
+    experts = next(((f, rf) for kind, f, rf, _ in e.deployment.compiled.kernel_keys if kind == "experts" and rf), None)
     if experts is None or e.deployment.engine.moe_gemm_kernel != "fused-moe":
         return []
     fmt_, row_flops = experts

@@ -48,6 +48,9 @@ class Stage(Generic[N]):
     # FLOPs per element of the rows a grouped GEMM gathers (routed experts: each token-expert pair's row through
     # both expert GEMMs), whose elements it pays at the GPU's row pace on top of its math (0: not such a kernel)
     row_flops: float = 0.0
+    # operands FP8 whatever the deployment's compute (DeepSeek Sparse Attention's indexer: its keys and queries are
+    # quantized to FP8 in every engine), so it runs at the GPU's FP8 rate wherever the GPU has one
+    fp8_operands: bool = False
 
     @property
     def bytes(self) -> N | float:

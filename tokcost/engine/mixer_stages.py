@@ -106,7 +106,8 @@ def indexer_stages(model: ModelSpec, p: Precision, f: Features[N], label: str, c
         bytes_read=keys * s.index_bytes_per_token() + t_dp * heads * width + pairs * LOGIT_BYTES,
         kv_bytes=keys * s.index_bytes_per_token(),
         bytes_written=pairs * LOGIT_BYTES + t_dp * s.top_k_tokens * 4,  # the scores, then the indices chosen
-        weight_format="fp8",  # FP8 keys and queries: the FP8 peak where the matmuls run FP8 too
+        weight_format="fp8",  # FP8 keys and queries, quantized so whatever the deployment's compute
+        fp8_operands=True,
         note=f"FP8 index keys of every cached token ({s.index_bytes_per_token():g} B each), one fp32 score a pair, "
         f"then the top {s.top_k_tokens:,} selected for attention",
     )

@@ -66,6 +66,7 @@ class Rates:
     expected: bool  # links at their measured efficiency, not their datasheet rate
     compute_dtype: str = "bf16"  # the dtype whose peak flops_per_s is
     float16_flops_per_s: float = 0.0  # the 16-bit rate, for 16-bit weights under a narrower compute (LM head)
+    fp8_flops_per_s: float = 0.0  # the FP8 rate, for FP8 operands whatever the compute (0: the GPU has no FP8 peak)
     kernels: KernelEfficiency = IDENTITY  # the engine's efficiency per kernel class (identity: ceiling)
     memory_gap: float = 1.0  # the engine's platform gap on every memory-side efficiency (1 on CUDA)
     compute_gap: float = 1.0  # ... on the compute side of GEMMs
@@ -75,6 +76,7 @@ class Rates:
     peak_flops_per_s: float = 0.0  # the dense peaks of the three matmul paths, likewise
     peak_attention_flops_per_s: float = 0.0
     peak_float16_flops_per_s: float = 0.0
+    peak_fp8_flops_per_s: float = 0.0
     collective_costs: CollectiveCosts = NO_COLLECTIVE_COST  # the engine's launch and sync per collective, in us
     step_overhead_s: float = 0.0  # per forward pass: scheduling, sampling on the host
     sequence_overhead_s: float = 0.0  # per sequence in the pass, on the host: its inputs, sampling, output
@@ -168,6 +170,7 @@ def _ceiling_rates(gpu: GpuSpec, compute_dtype: str) -> Rates:
         compute_dtype=compute_dtype,
         # 0 where the spec lists no 16-bit peak (a CPU calibrated at fp32): no 16-bit path, the compute dtype's runs
         float16_flops_per_s=gpu.peak_flops_per_s("bf16") or gpu.peak_flops_per_s("fp16") or 0.0,
+        fp8_flops_per_s=gpu.peak_flops_per_s("fp8") or 0.0,
         comm_overlap=1.0,  # the bound: communication perfectly overlapped with compute (two-batch overlap at best)
         overlap_ops=ALL_OPS,
     )
@@ -248,6 +251,7 @@ def hardware_x_engine(
         expected=True,
         compute_dtype=compute_dtype,
         float16_flops_per_s=peak.float16_flops_per_s * _gemm_share(gpu, "bf16", peak.float16_flops_per_s),
+        fp8_flops_per_s=peak.fp8_flops_per_s * _gemm_share(gpu, "fp8", peak.fp8_flops_per_s),
         kernels=kernels,
         memory_gap=memory_gap,
         compute_gap=compute_gap,
@@ -257,6 +261,7 @@ def hardware_x_engine(
         peak_flops_per_s=peak.flops_per_s,
         peak_attention_flops_per_s=peak.attention_flops_per_s,
         peak_float16_flops_per_s=peak.float16_flops_per_s,
+        peak_fp8_flops_per_s=peak.fp8_flops_per_s,
         collective_costs=collectives,
         step_overhead_s=step_s,
         sequence_overhead_s=sequence_s,
@@ -297,7 +302,7 @@ def native_compute(weight_format: str) -> str | None:
     return _native(weight_format)[0]
 
 
-MatmulPath = Literal["compute", "float16", "attention"]
+MatmulPath = Literal["compute", "float16", "attention", "fp8"]
 NARROW_COMPUTE = frozenset({"fp8", "int8", "fp4", "int4"})  # compute dtypes under 16 bits (units.COMPUTE_DTYPES)
 
 
@@ -348,6 +353,8 @@ def _path_flops(rates: Rates, path: MatmulPath) -> tuple[float, float]:
         return rates.attention_flops_per_s, rates.peak_attention_flops_per_s
     if path == "float16":
         return rates.float16_flops_per_s, rates.peak_float16_flops_per_s
+    if path == "fp8":
+        return rates.fp8_flops_per_s, rates.peak_fp8_flops_per_s
     return rates.flops_per_s, rates.peak_flops_per_s
 
 
@@ -387,12 +394,17 @@ class KernelRate:
     floor_s: float = 0.0  # fixed time of each occurrence, whatever its work (an attention kernel's: Rates)
 
 
-def kernel_rate(kind: str, weight_format: str, rates: Rates, row_flops: float = 0.0) -> KernelRate:
+def kernel_rate(
+    kind: str, weight_format: str, rates: Rates, row_flops: float = 0.0, fp8_operands: bool = False
+) -> KernelRate:
     """The FLOP/s, weight-stream B/s and other B/s of a kernel of this kind and weight format under `rates`:
     the hardware's rate on each side times the engine's efficiency there, capped at the datasheet. A grouped GEMM
     over gathered expert rows (`row_flops` FLOPs per element of them, Stage.row_flops) pays each element at the
-    GPU's row pace on top of its math."""
+    GPU's row pace on top of its math. A kernel of FP8 operands whatever the compute (Stage.fp8_operands) runs at
+    the GPU's FP8 rate where it has one."""
     path, dequantizing = matmul_path(kind, weight_format, rates)
+    if fp8_operands and rates.fp8_flops_per_s:
+        path = "fp8"
     flops_per_s, peak_flops = _path_flops(rates, path)
     memory, compute = kernel_efficiency(kind, weight_format, rates, dequantizing)
     bytes_per_s = rates.cap(rates.bytes_per_s * memory, rates.peak_bytes_per_s)
@@ -417,7 +429,7 @@ def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8"]:
 
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:
     """(FLOP/s, weight-stream B/s, other B/s) one stage's kernel runs at under `rates`."""
-    r = kernel_rate(stage.kind, stage.weight_format, rates, stage.row_flops)
+    r = kernel_rate(stage.kind, stage.weight_format, rates, stage.row_flops, stage.fp8_operands)
     return r.flops_per_s, r.weight_bytes_per_s, r.bytes_per_s
 
 
@@ -475,7 +487,7 @@ def stage_rate(stage: Stage, rates: Rates, links: Links, layout: Layout) -> Kern
     """What one stage runs at: its kernel class's rates, or its collective's path."""
     if stage.collective is not None:
         return collective_rate(stage.collective, stage.ranks, rates, links, layout, crosses_nodes=stage.crosses_nodes)
-    return kernel_rate(stage.kind, stage.weight_format, rates, stage.row_flops)
+    return kernel_rate(stage.kind, stage.weight_format, rates, stage.row_flops, stage.fp8_operands)
 
 
 def priced(stage: Stage[float], rate: KernelRate | CollectiveRate) -> Priced:

@@ -33,7 +33,7 @@ from tokcost.engine.series import Kernel, Variant, pipeline_sum
 from tokcost.engine.stages import Op, Stage
 
 Rate = KernelRate | CollectiveRate
-KernelKey = tuple[str, str, float]  # what a kernel's rate depends on: its kind, weight format and row_flops
+KernelKey = tuple[str, str, float, bool]  # what a kernel's rate depends on: kind, format, row_flops, FP8 operands
 CollectiveKey = tuple[Op, int, bool]  # what a collective's depends on: its op, ranks, and whether it crosses nodes
 Fixed = tuple[int, int, float, float, float]  # (rate slot, count, FLOPs, weight bytes, other bytes): one value
 # a kernel whose work moves between the first and the last point: (slot, count, FLOPs at each end, weight bytes at
@@ -58,7 +58,7 @@ class StageWork:
 
 def kernel_key(stage: Stage) -> KernelKey:
     """The class of a kernel's rate."""
-    return (stage.kind, stage.weight_format, stage.row_flops)
+    return (stage.kind, stage.weight_format, stage.row_flops, stage.fp8_operands)
 
 
 def collective_key(stage: Stage) -> CollectiveKey:
@@ -85,7 +85,7 @@ class RateTable:
     ) -> RateTable:
         """Each class's rate under `rates` (roofline.kernel_rate, collective_rate)."""
         return RateTable(
-            tuple(kernel_rate(kind, fmt, rates, row_flops) for kind, fmt, row_flops in kernels),
+            tuple(kernel_rate(kind, fmt, rates, row_flops, fp8) for kind, fmt, row_flops, fp8 in kernels),
             tuple(
                 collective_rate(op, n, rates, links, layout, crosses_nodes=crosses) for op, n, crosses in collectives
             ),

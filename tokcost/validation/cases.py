@@ -130,7 +130,7 @@ def parameter_keys(d: Deployment, cell: Cell, *, client: bool) -> tuple[str, ...
         | ({"launch_us"} if cell_key(cell) in EAGER_CELLS else set())
     )
     ceiling = d.rates("ceiling")
-    for kind, fmt, _ in d.compiled.kernel_keys:
+    for kind, fmt, *_ in d.compiled.kernel_keys:
         group = kernel_class(kind, matmul_path(kind, fmt, ceiling)[1])
         if group in KV_ATTENTION:  # paged GQA or MLA's latent cache: apart on the memory side
             keys |= {f"m.{group}", "c.attention"}
@@ -257,7 +257,7 @@ class Pricer:
             for k in c.kernel_keys:
                 rate = self._kernels.get((id(rates), k))
                 if rate is None:
-                    rate = self._kernels[(id(rates), k)] = kernel_rate(k[0], k[1], rates, k[2])
+                    rate = self._kernels[(id(rates), k)] = kernel_rate(k[0], k[1], rates, k[2], k[3])
                 kernels.append(rate)
             collectives = []
             for op, ranks, crosses in c.collective_keys:
