@@ -70,22 +70,11 @@ def attention_params_per_rank(model: ModelSpec, tp: int) -> tuple[float, float]:
     return h * (q_dim + gate + 2 * kv_dim) + bias, q_dim * h
 
 
-def indexer_params(model: ModelSpec) -> float:
-    """A sparse layer's indexer weights, whole on every TP rank (vLLM's and SGLang's ReplicatedLinear)."""
-    s = model.sparse_attention
-    return s.params(model.hidden_size, model.mla.q_lora_rank if model.mla else None) if s else 0.0
-
-
-def index_bytes_per_token_layer(model: ModelSpec, mixer: str) -> float:
-    """A sparse layer's index key per token (FP8 and its scale), whole on every TP rank; 0 for any other layer."""
-    return model.sparse_attention.index_bytes_per_token() if mixer == "sparse" and model.sparse_attention else 0.0
-
-
 def mixer_params_per_rank(model: ModelSpec, mixer: str, tp: int) -> float:
     """Every weight of one layer's mixer on one TP rank (a state layer's heads split tp-way; a sparse layer's
-    indexer whole)."""
+    indexer whole, as vLLM's and SGLang's ReplicatedLinear hold it)."""
     if mixer in KV_MIXERS:
-        return sum(attention_params_per_rank(model, tp)) + (indexer_params(model) if mixer == "sparse" else 0.0)
+        return sum(attention_params_per_rank(model, tp)) + (model.params_indexer_per_layer if mixer == "sparse" else 0)
     return model.params_mixer_per_layer(mixer) / tp
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from tokcost.engine.attend import held_tokens
 from tokcost.engine.blocks import (
     BlockKind,
-    index_bytes_per_token_layer,
     kv_bytes_per_token_layer,
     mixer_params_per_rank,
     mlp_params_per_rank,
@@ -123,7 +122,7 @@ def layers_kv_bytes(
     total = 0.0
     for kind, count in kinds:
         if kind.mixer in KV_MIXERS:  # a sparse layer's index keys beside its K/V
-            per_token = kv_bytes_per_token + index_bytes_per_token_layer(model, kind.mixer)
+            per_token = kv_bytes_per_token + model.index_bytes_per_token_per_layer(kind.mixer)
             total += count * kv_held_tokens(model, kind.mixer, seqs, tokens, prefix) * per_token
     return total
 
@@ -309,8 +308,8 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precisio
     free = max(gpu.memory_bytes - used.weights - used.state - used.workspace - used.reserve, 0.0)
     ranges = stage_layer_ranges(model.layers, layout.pp)
     kv = kv_bytes_per_token_layer(model, p, layout.tp)
-    per_token = max(sum(n * (kv + index_bytes_per_token_layer(model, k.mixer)) for k, n in model.plan.counts(r).items()
-                        if k.mixer in KV_MIXERS) for r in ranges) or kv  # fmt: skip
+    per_token = max(sum(n * (kv + model.index_bytes_per_token_per_layer(k.mixer)) for k, n in
+                        model.plan.counts(r).items() if k.mixer in KV_MIXERS) for r in ranges) or kv  # fmt: skip
     return free / per_token * layout.dp
 
 

@@ -35,8 +35,6 @@ from tokcost.engine.blocks import (
     BlockKind,
     attention_flops_per_pair,
     attention_params_per_rank,
-    index_bytes_per_token_layer,
-    indexer_params,
     kv_bytes_per_token_layer,
     mla_prefix_flops_per_token,
 )
@@ -94,7 +92,7 @@ def indexer_stages(model: ModelSpec, p: Precision, f: Features[N], label: str, c
     assert s is not None  # a sparse layer always has its indexer (spec._check_kinds)
     heads, width = s.index_heads, s.index_head_dim
     keys, pairs = f.kv_read["index"], f.pairs_absorbed["index"]
-    proj = matmul("indexer projections", label, count, indexer_params(model), t_dp, p.attention, act, h,
+    proj = matmul("indexer projections", label, count, model.params_indexer_per_layer, t_dp, p.attention, act, h,
                   heads * width + width + heads,
                   note="replicated on every TP rank: wq_b, wk, weights_proj")  # fmt: skip
     scores = Stage(
@@ -143,7 +141,7 @@ def attention_stages(
                       bytes_written=qkv.bytes_written + prefix * kv_width * act,
                       note="a prefill over a cached prefix also up-projects the prefix's latents to per-head K and V "
                            "(vLLM's context chunks; the attention reads those)")  # fmt: skip
-    index_tok = index_bytes_per_token_layer(model, mixer)
+    index_tok = model.index_bytes_per_token_per_layer(mixer)
     stages: list[Stage[N]] = [qkv] + (indexer_stages(model, p, f, label, count) if mixer == "sparse" else [])
     return stages + [
         Stage(

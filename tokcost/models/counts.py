@@ -101,11 +101,16 @@ class Counts:
         extras += n if self.attention_sinks else 0
         return h * q_dim + gate + 2 * h * kv_dim + q_dim * h + bias + extras
 
+    @cached_property
+    def params_indexer_per_layer(self) -> int:
+        """A sparse-attention layer's indexer weights (SparseAttentionSpec.params; 0 without sparse attention)."""
+        s = self.sparse_attention
+        return s.params(self.hidden_size, self.mla.q_lora_rank if self.mla else None) if s else 0
+
     def params_mixer_per_layer(self, mixer: str) -> int:
         """Weights of one layer's mixer of kind `mixer`."""
-        if mixer == "sparse" and self.sparse_attention:  # and its indexer
-            q_lora = self.mla.q_lora_rank if self.mla else None
-            return self.params_attention_per_layer + self.sparse_attention.params(self.hidden_size, q_lora)
+        if mixer == "sparse":  # and its indexer
+            return self.params_attention_per_layer + self.params_indexer_per_layer
         if mixer in KV_MIXERS:
             return self.params_attention_per_layer
         if mixer == "linear" and self.linear_attention:
@@ -245,8 +250,12 @@ class Counts:
         layer's index key beside its K/V, at FP8 whatever the cache's format)."""
         if mixer not in KV_MIXERS:
             return 0.0
-        index = self.sparse_attention.index_bytes_per_token() if mixer == "sparse" and self.sparse_attention else 0
-        return self.cache_bytes_per_token_per_layer(kv_dtype) + index
+        return self.cache_bytes_per_token_per_layer(kv_dtype) + self.index_bytes_per_token_per_layer(mixer)
+
+    def index_bytes_per_token_per_layer(self, mixer: str) -> float:
+        """A sparse layer's index key per token, FP8 and its scale whatever the cache's format (0 for any other)."""
+        s = self.sparse_attention
+        return s.index_bytes_per_token() if mixer == "sparse" and s else 0.0
 
     def cache_bytes_per_token_per_layer(self, kv_dtype: str | None = None) -> float:
         """K/V (or MLA's latent and RoPE key) one token adds to one attention layer, at the cache's format. A sparse
