@@ -86,6 +86,8 @@ CASES = {
     "moe tensor parallel": ("mixtral-8x7b", "h200", {"tp": 2, "batch": 8}),
     "sliding window": ("gemma-2-9b", "l40s", {"prompt_tokens": 8000}),
     "sparse attention past its top k": ("deepseek-v3.2", "h200", {"tp": 8, "prompt_tokens": 16_000, "batch": 4}),
+    # FlashMLA's sparse FP8 layout: the formula had shown 1 B an element where the cache keeps 656 B a token
+    "sparse attention, fp8 cache": ("deepseek-v3.2", "h200", {"tp": 8, "batch": 4, "kv_dtype": "fp8"}),
     "weight-only int4 on pcie": ("llama-3.1-70b", "rtx-4090", {"tp": 2, "weights_dtype": "int4"}),
     "one output token": ("qwen3-8b", "mi300x", {"output_tokens": 1}),
     "cached prefix": ("llama-3.1-8b", "a100-80gb-sxm", {"prompt_tokens": 4096, "cached_prefix_tokens": 2048,

@@ -284,22 +284,32 @@ def _state_shape(m: ModelSpec, mixer: str) -> str:
     return f"{name} ({n} layers): state ({recurrent} + conv window {conv})"
 
 
+def _cache_shape(m: ModelSpec, kv: str) -> str:
+    """One token's K/V in one attention layer as its formula (counts.cache_bytes_per_token_per_layer): heads x dim,
+    MLA's latent and RoPE key, or a sparse model's FP8 layout (the latent, a 4-byte scale per 128, a 16-bit RoPE
+    key)."""
+    bytes_ = get_format(kv).bytes
+    if m.mla and m.sparse_attention and bytes_ == 1:
+        return f"({m.mla.kv_lora_rank} + 4 x {math.ceil(m.mla.kv_lora_rank / 128)} + 2 x {m.mla.rope_head_dim}) B"
+    if m.mla:
+        return f"({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B"
+    return f"2 x {m.kv_heads} KV heads x {m.head_dim} x {bytes_:g} B"
+
+
 def _kind_lines(e: Estimate) -> list[str]:
     """One line per mixer kind: its layers, and the KV per token or the state per sequence one layer keeps."""
     m, p, lines = e.model, e.precision, []
-    kv_bytes, state_bytes = get_format(p.kv).bytes, get_format(p.state).bytes
+    state_bytes = get_format(p.state).bytes
     for mixer in MIXERS:
         n = m.plan.count(mixer=mixer)
         if not n or mixer == "none":
             continue
         if mixer in KV_MIXERS:
             per = m.kv_bytes_per_token_per_layer(mixer, p.kv)
-            shape = (f"({m.mla.kv_lora_rank} + {m.mla.rope_head_dim})" if m.mla
-                     else f"2 x {m.kv_heads} KV heads x {m.head_dim}")  # fmt: skip
             s = m.sparse_attention if mixer == "sparse" else None
             index = f" + {s.index_head_dim} FP8 index key + {s.index_key_bytes} B scale" if s else ""
             kept = _KEPT[mixer].format(w=m.window or 0, c=m.chunk_tokens or 0, k=s.top_k_tokens if s else 0)
-            lines.append(f"{mixer} attention ({n} layers): {shape} x {kv_bytes:g} B{index} = {per:,.0f} B per token "
+            lines.append(f"{mixer} attention ({n} layers): {_cache_shape(m, p.kv)}{index} = {per:,.0f} B per token "
                          f"each; {kept}")  # fmt: skip
         else:
             per = m.state_bytes_per_sequence_per_layer(mixer, p.state)
@@ -312,11 +322,10 @@ def _kv(e: Estimate) -> Section:
     m, mem = e.model, e.memory
     bytes_, n = get_format(e.precision.kv).bytes, m.kv_layers
     s = m.sparse_attention
-    if m.mla and s and m.plan.count(mixer="sparse") == n:  # each layer's index key (FP8 and its scale) too
-        formula = (f"{n} layers x (({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B + "
-                   f"{s.index_head_dim} + {s.index_key_bytes} B)")  # fmt: skip
+    if s and m.plan.count(mixer="sparse") == n:  # each layer's index key (FP8 and its scale) too
+        formula = f"{n} layers x ({_cache_shape(m, e.precision.kv)} + {s.index_head_dim} + {s.index_key_bytes} B)"
     elif m.mla:
-        formula = f"{n} layers x ({m.mla.kv_lora_rank} + {m.mla.rope_head_dim}) x {bytes_:g} B"
+        formula = f"{n} layers x {_cache_shape(m, e.precision.kv)}"
     else:
         formula = f"2 x {n} layers x {m.kv_heads} KV heads x {m.head_dim} x {bytes_:g} B"
     mixed = any(k.mixer != "global" for k in m.plan.kinds)  # then each kind says what it keeps
