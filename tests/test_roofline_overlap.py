@@ -133,3 +133,27 @@ def test_the_bottleneck_sentence_names_what_the_overlapped_step_waits_on():
     step = e.ceiling.decode_step
     assert step.bound == "interconnect" and step.part("communication").seconds > step.part("weights").seconds
     assert bottleneck(e).startswith("decode is interconnect-bound: 100% of each step is collectives moving")
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "gpus", "batch", "prompt"),
+    [
+        ("deepseek-v3", "h200", 8, 32, 4096),
+        ("kimi-k2", "b200", 8, 16, 1024),
+        ("llama-3.1-70b", "h100-sxm", 8, 64, 2048),
+    ],
+)
+def test_a_pass_is_bound_by_what_still_shows_after_the_overlap(model, gpu, gpus, batch, prompt):
+    # The ceiling hides every collective behind the kernels (time = max(kernels, collectives)): a collective that
+    # is hidden whole cannot be what bounds the pass, and the label follows the larger of the visible parts.
+    est = estimate(load_model(model), load_gpu(gpu), Workload(batch=batch, prompt_tokens=prompt, gpus=gpus))
+    for p in filter(None, (est.ceiling.prefill, est.ceiling.decode_step)):
+        kernels, serial, overlapped = p.parts_seconds
+        memory = sum(s.seconds for s in p.stages if s.collective is None and s.bound == "memory")
+        compute = sum(s.seconds for s in p.stages if s.collective is None and s.bound == "compute")
+        if overlapped <= kernels:
+            visible = {"memory": memory, "compute": compute, "interconnect": serial}
+        else:  # the kernels hide behind the collectives
+            visible = {"memory": 0.0, "compute": 0.0, "interconnect": serial + overlapped}
+        assert p.overlap == 1.0
+        assert p.bound == max(visible, key=lambda k: visible[k])
