@@ -255,10 +255,11 @@ def _weights(e: Estimate, step: PassCost) -> Section:
     fullest = "" if held == e.memory.per_gpu.weights else (
         f"; the memory table's fullest GPU holds {fmt.si(e.memory.per_gpu.weights, 'B')}")  # fmt: skip
     if held > total:  # the stage holds more than a step streams
+        tower = "; the vision or audio tower, which decode never runs" if e.model.encoder_params else ""
         rest = fmt.si(held - total, "B")
         lines.append(f"weights held by {where}: {fmt.si(total, 'B')} read + {rest} not read = "
                      f"{fmt.si(held, 'B')} (not read by a step: the embedding table, looked up a row per "
-                     f"token; for MoE, the experts no token in the step is routed to){fullest}")  # fmt: skip
+                     f"token; for MoE, the experts no token in the step is routed to{tower}){fullest}")  # fmt: skip
     elif fullest:
         lines.append(f"weights held by {where}: {fmt.si(held, 'B')}, every one read{fullest}")
     return "Weights read per decode step (busiest GPU)", lines

@@ -83,8 +83,9 @@ def collective(name: str, block: str, count: int, op: Op, payload_bytes: N, rank
                  note=note, crosses_nodes=crosses_nodes)  # fmt: skip
 
 
-def norm(name: str, block: str, count: int, tokens: N, hidden: int, fmt: str) -> Stage[N]:
-    """An RMSNorm before a mixer or an MLP: ~4 FLOPs per element (square, sum, scale, weight), its weights read."""
-    weight = hidden * get_format(fmt).bytes
-    return Stage(name, block, "memory", count, flops=4 * tokens * hidden, bytes_read=weight, weight_bytes=weight,
-                 weight_format=fmt, note=FUSED_NORM)  # fmt: skip
+def norm(name: str, block: str, count: int, tokens: N, hidden: int, fmt: str, vectors: int = 1) -> Stage[N]:
+    """The norms around a mixer or an MLP (`vectors` of them, each hidden wide: a LayerNorm's bias counts as one):
+    ~4 FLOPs per element and vector (square, sum, scale, weight), their weights read."""
+    weight = vectors * hidden * get_format(fmt).bytes
+    return Stage(name, block, "memory", count, flops=4 * tokens * hidden * vectors, bytes_read=weight,
+                 weight_bytes=weight, weight_format=fmt, note=FUSED_NORM)  # fmt: skip

@@ -56,7 +56,8 @@ def mixer_stages(
         return []
     attention = kind.mixer in KV_MIXERS
     name = "attention norm" if attention else "mixer norm"
-    stages = [norm(name, label, count, f.tokens_dp, model.hidden_size, p.vectors)]
+    vectors = model.norm_vectors("mixer", kind.mixer, kind.mlp)
+    stages = [norm(name, label, count, f.tokens_dp, model.hidden_size, p.vectors, vectors)]
     if kind.mixer == "linear":
         stages += gated_deltanet_stages(model, p, layout, f, label, count)
     elif kind.mixer == "mamba":

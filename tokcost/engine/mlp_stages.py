@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from tokcost.engine.blocks import BlockKind
 from tokcost.engine.features import Features, N
 from tokcost.engine.kernels import Stage, collective, matmul, norm
 from tokcost.engine.layout import Layout
@@ -21,18 +22,14 @@ from tokcost.models.spec import ModelSpec
 
 
 def mlp_stages(
-    model: ModelSpec, p: Precision, layout: Layout, f: Features[N], mlp: str, label: str, count: int
+    model: ModelSpec, p: Precision, layout: Layout, f: Features[N], kind: BlockKind, label: str, count: int
 ) -> list[Stage[N]]:
-    """The kernels of `count` layers' MLPs of kind `mlp` (dense, moe), their norm first; none for "none"."""
-    if mlp == "none":
+    """The kernels of `count` layers' MLPs of `kind` (dense, moe), their norms first; none for "none"."""
+    if kind.mlp == "none":
         return []
-    head = [norm_stage(model, p, f, label, count)]
-    return head + (moe_stages if mlp == "moe" else dense_mlp_stages)(model, p, layout, f, label, count)
-
-
-def norm_stage(model: ModelSpec, p: Precision, f: Features[N], label: str, count: int) -> Stage[N]:
-    """The RMSNorm before the MLP."""
-    return norm("MLP norm", label, count, f.tokens_dp, model.hidden_size, p.vectors)
+    vectors = model.norm_vectors("mlp", kind.mixer, kind.mlp)  # none with a parallel block's shared input norm
+    head = [norm("MLP norm", label, count, f.tokens_dp, model.hidden_size, p.vectors, vectors)] if vectors else []
+    return head + (moe_stages if kind.mlp == "moe" else dense_mlp_stages)(model, p, layout, f, label, count)
 
 
 def dense_mlp_stages(

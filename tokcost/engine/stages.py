@@ -32,13 +32,13 @@ def block_stages(
 ) -> list[Stage[N]]:
     """The kernels of `count` layers of one kind, on the busiest GPU of their pipeline stage."""
     label = kind.label(model)
-    return mixer_stages(model, p, layout, f, kind, label, count) + mlp_stages(model, p, layout, f, kind.mlp, label,
-                                                                              count)  # fmt: skip
+    return mixer_stages(model, p, layout, f, kind, label, count) + mlp_stages(model, p, layout, f, kind, label, count)
 
 
 def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) -> list[Stage[N]]:
     """Final norm, LM head (vocab split tp-way), the logits gathered whole, and sampling, for one row per sequence."""
     h, v, tp, rows = model.hidden_size, model.vocab_size, layout.vocab_tp, f.logit_rows
+    final = model.norm_vectors("final") * h  # its scale, and a LayerNorm's bias
     # each TP rank holds the logits of its vocab slice; the sampler needs the whole vocabulary: vLLM's
     # LogitsProcessor._gather_logits gathers them (tensor_model_parallel_gather, or all_gather), TensorRT-LLM's LM
     # head is a ColumnLinear with gather_output; either way the receiving rank takes (n - 1)/n of rows x vocab
@@ -48,9 +48,9 @@ def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) 
             "",
             "memory",
             1,
-            flops=4 * rows * h,
-            bytes_read=h * p.vector_bytes,
-            weight_bytes=h * p.vector_bytes,
+            flops=4 * rows * final,
+            bytes_read=final * p.vector_bytes,
+            weight_bytes=final * p.vector_bytes,
             weight_format=p.vectors,
         ),
         matmul(

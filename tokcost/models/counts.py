@@ -164,12 +164,20 @@ class Counts:
         """Vectors of one norm: its scale, and its bias for a LayerNorm."""
         return 2 if self.norm_bias else 1
 
+    def norm_vectors(self, part: str, mixer: str = "none", mlp: str = "none") -> int:
+        """Norm vectors (each hidden wide) one layer's `part` ("mixer" or "mlp") reads: one before it (the mixer's
+        serves both with shared_norm) and one after it with post_norms, a LayerNorm's bias beside each scale; the
+        final norm's ("final") before the LM head."""
+        if part == "final":
+            return self._norm_vectors
+        if (mixer if part == "mixer" else mlp) == "none":
+            return 0
+        before = 0 if part == "mlp" and self.shared_norm and mixer != "none" else 1
+        return (before + self.post_norms) * self._norm_vectors
+
     def params_norms_per_layer(self, mixer: str, mlp: str) -> int:
-        """Norm vectors of one layer: one before each of its parts (one for both with shared_norm; after each too
-        with post_norms), a LayerNorm's bias beside each scale."""
-        parts = (mixer != "none") + (mlp != "none")
-        before = 1 if self.shared_norm and parts == 2 else parts
-        return (before + (parts if self.post_norms else 0)) * self.hidden_size * self._norm_vectors
+        """Norm weights of one layer: its mixer's and its MLP's norm vectors (norm_vectors)."""
+        return sum(self.norm_vectors(part, mixer, mlp) for part in ("mixer", "mlp")) * self.hidden_size
 
     # ---- parameter totals --------------------------------------------------------------------
 
@@ -187,7 +195,7 @@ class Counts:
     def params_norms(self) -> int:
         """Norm vectors of every layer plus the final norm."""
         every = self.plan.counts(range(self.layers)).items()
-        final = self.hidden_size * self._norm_vectors
+        final = self.hidden_size * self.norm_vectors("final")
         return sum(n * self.params_norms_per_layer(k.mixer, k.mlp) for k, n in every) + final
 
     @cached_property
