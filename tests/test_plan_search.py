@@ -8,6 +8,8 @@ import pytest
 
 from tokcost.hardware.library import load_gpu, load_network
 from tokcost.models.library import load_model
+from tokcost.serving.capacity import capacity, state_at_users, users_capacity
+from tokcost.serving.latency import broken_slos
 from tokcost.serving.search import Space, plan, precision_parts
 from tokcost.serving.traffic import LengthDist, Slo, Traffic
 
@@ -236,3 +238,23 @@ def test_every_engine_profile_states_where_its_scheduler_defaults_come_from():
     # the engine's own device-name rule: an A100 80GB stays on the base defaults although it has >= 70 GiB
     assert vllm.scheduler(gpu_name="a100-80gb-sxm", memory_bytes=80e9).max_running_sequences == 256
     assert vllm.scheduler(gpu_name="h200", memory_bytes=141e9).chunk_tokens == 8192
+
+
+@pytest.mark.parametrize("users", [2, 7, 200])
+def test_a_closed_loop_s_replicas_hold_whole_users_that_meet_the_slo(users):
+    # users are whole: a replica whose SLOs hold 1.25 users takes one (two users of 70B on 4 x L40S at 2,000 / 300
+    # tokens miss p90 TTFT 1 s: 1.27 s), so 200 users need 240 replicas at 20% headroom, not the 192 that spread
+    # 1.25 a replica; and the busiest replica, ceil(users / replicas), meets every SLO
+    traffic = Traffic(LengthDist("fixed", 2000), LengthDist("fixed", 300), concurrency=users)
+    slos = [Slo("ttft", "p90", 1.0), Slo("tpot", "p90", 0.05)]
+    space = Space(gpus=(load_gpu("l40s"),), tps=(4,), weights=("bf16",), chunks=(2048,), headroom=0.2)
+    row = plan(MODEL, traffic, slos, space).rows[0]
+    x = row.expected
+    assert x.meets_slo and x.replicas is not None
+    busiest = math.ceil(users / x.replicas)
+    r = row.replica
+    assert r is not None
+    per = users_capacity(r, capacity(r, slos), 0.0)
+    assert isinstance(per, int) and x.replicas == math.ceil(users * 1.2 / max(per, 1) - 1e-9)
+    point = state_at_users(r, busiest, 0.0)
+    assert point is not None and not broken_slos(r, point, slos)

@@ -131,7 +131,7 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
     out = []
     if not passing:
         out.append("No configuration meets every SLO under expected; see why below.")
-    load = ("users x (1 + {h:g}) / users per replica at its goodput: a closed loop's headroom is in users, and "
+    load = ("users x (1 + {h:g}) / whole users per replica at its goodput: a closed loop's headroom is in users, and "
             "its throughput stays near the limit until its users fall below the knee" if result.traffic.concurrency
             else "req/s x (1 + {h:g}) / goodput per replica").format(h=result.space.headroom)  # fmt: skip
     unpriced = any(r.expected.usd_per_hour is None for r in passing)

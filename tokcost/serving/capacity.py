@@ -137,10 +137,11 @@ def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadP
     return replace(edge, admission_wait_s=max(extra, 0.0) / edge.rate_rps) if edge.rate_rps > 0 else None
 
 
-def users_capacity(replica: Replica, cap: Capacity, think_time_s: float) -> float:
-    """Closed-loop users one replica takes at its goodput: those the goodput state holds when an SLO binds; at a
-    load limit, those it holds without waiting for prefill (the knee: more users only queue)."""
+def users_capacity(replica: Replica, cap: Capacity, think_time_s: float) -> int:
+    """Closed-loop users one replica takes at its goodput, whole (a replica with 1.25 users' capacity holds one: a
+    second misses the SLO): those the goodput state holds when an SLO binds; at a load limit, those it holds
+    without waiting for prefill (the knee: more users only queue)."""
     pt = replica.state(cap.load)
-    if cap.binding.endswith(" SLO"):
-        return users_in_system(replica, pt, think_time_s)
-    return users_in_system(replica, replace(pt, wait_mean_s=0.0, queue_rho=0.0), think_time_s)
+    if not cap.binding.endswith(" SLO"):
+        pt = replace(pt, wait_mean_s=0.0, queue_rho=0.0)
+    return math.floor(users_in_system(replica, pt, think_time_s) + 1e-9)

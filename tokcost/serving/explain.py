@@ -284,9 +284,10 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
     else:
         cap = capacity(r, plan.slos)
         per = users_capacity(r, cap, t.think_time_s)
-        lines = [f"users per replica at goodput = {per:,.1f} (the users the goodput state holds; at a load limit, "
+        per = max(per, 1)  # a replica that fails one user alone has no row
+        lines = [f"users per replica at goodput = {per:,} (whole users the goodput state holds; at a load limit, "
                  f"those it holds without waiting for prefill); replicas = ceil(users x (1 + headroom) / that) = "
-                 f"ceil({t.concurrency:,} x {1 + h:g} / {per:,.1f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = "
+                 f"ceil({t.concurrency:,} x {1 + h:g} / {per:,}) = {x.replicas}; GPUs = {x.replicas} x {tp} = "
                  f"{x.gpus}"]  # fmt: skip
     lines.append(f"utilization = rate per replica / saturation = {x.point.rate_rps:.3f} / {x.saturation_rps:.3f} "
                  f"= {x.utilization or 0:.0%}")  # fmt: skip

@@ -162,7 +162,7 @@ def size_aggregated(
     cap = capacity(replica, slos)
     if cap.max_rate_rps <= 0:
         return failed(_zero_load_reason(cap), cap)
-    per_replica = 0.0
+    per_replica: float = 0.0
     if traffic.concurrency:
         per_replica = users_capacity(replica, cap, traffic.think_time_s)
         if per_replica < 1:  # users are whole: a replica holds one user alone, or the configuration fails
@@ -171,7 +171,7 @@ def size_aggregated(
             if lone is None or broken:
                 return failed(f"{broken[0].label} SLO missed by one user alone" if broken else "not one user fits",
                               cap)  # fmt: skip
-            per_replica = 1.0
+            per_replica = 1
         replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
         pt = state_at_users(replica, traffic.concurrency / replicas, traffic.think_time_s)
         rate = pt.rate_rps * replicas if pt else 0.0
