@@ -195,15 +195,18 @@ def _with_admission(out: list[Branch], pt: LoadPoint) -> list[Branch]:
     return split
 
 
-def locked_step(r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float | None = None) -> float:
+def locked_step(
+    r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float | None = None, size: float | None = None
+) -> float:
     """The last step of a lock-step group: its g prompts in one step (between the lone prompt's step, g = 1, and
-    a full chunk's, linear in tokens), or, past a chunk, the part-filled last chunk of its one prompt."""
+    a full chunk's, linear in tokens; `size` for a group part-filled), or, past a chunk, the part-filled last
+    chunk of its one prompt."""
     t0, tc = pt.decode_step_s, pt.chunk_step_s
     if prompt.tokens > r.chunk:
         return t0 + (tc - t0) * prompt.last_chunk(r.chunk) / r.chunk
     if alone is None:
         alone = pt.alone_s[r.prompts.index(prompt)]
-    g = group_size(prompt.tokens, r.chunk, pt.batch)
+    g = group_size(prompt.tokens, r.chunk, pt.batch) if size is None else max(size, 1.0)
     span = r.chunk - prompt.tokens
     return alone + (tc - alone) * (g - 1) * prompt.tokens / span if span > 0 else alone
 
@@ -217,18 +220,21 @@ def _lock_step(
     last = locked_step(r, pt, prompt, alone)
     own = alone if prompt.tokens > r.chunk else last  # a burst's first: its own chunks alone, or g in one step
     users = pt.batch + pt.rate_rps * (own + r.loop.offset_s)  # decoding, or on their way to a first token
-    first = min(1.0, group_size(prompt.tokens, r.chunk, pt.batch) / max(users, 1.0))
+    g = group_size(prompt.tokens, r.chunk, pt.batch)
+    first = min(1.0, g / max(users, 1.0))
+    out = [(first * (1 - p_dec), own, False), (first * p_dec, own + r.loop.residual(t0), True)]
     # a returning group lands in the last step of the one before it; a prompt past the chunk lands in a full chunk
     # of the one ahead and is packed behind its tail: ceil(P' / C) full steps of its own (loop.py)
     if prompt.tokens > r.chunk:
         behind = r.loop.residual(pt.chunk_step_s) + pt.chunk_step_s * math.ceil(prompt.tokens / r.chunk)
-    else:
-        behind = own + r.loop.residual(last)
-    return [
-        (first * (1 - p_dec), own, False),
-        (first * p_dec, own + r.loop.residual(t0), True),
-        (1 - first, behind, True),
-    ]
+        return [*out, (1 - first, behind, True)]
+    # the users fill k groups of g in start order, the last with what is left (3 users in pairs: 2 and 1); it
+    # follows a full group and runs its own shorter step, while the first of the next round follows a decode step
+    groups = math.ceil(users / g - 1e-9)
+    rest = users - (groups - 1) * g
+    part = rest / (users - g) if groups >= 2 and rest < g else 0.0  # the part-filled group's share of those behind
+    partial = locked_step(r, pt, prompt, alone, size=rest) + r.loop.residual(last) if part else 0.0
+    return [*out, ((1 - first) * (1 - part), own + r.loop.residual(last), True), ((1 - first) * part, partial, True)]
 
 
 def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
