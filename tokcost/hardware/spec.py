@@ -31,7 +31,7 @@ class Achievable(BaseModel):
 
     # fractions under 1% are typos, not tuned loops; the lower bounds also keep every time finite
     bandwidth: float = Field(default=1.0, ge=0.01, le=1)
-    compute: float = Field(default=1.0, ge=0.01, le=1)
+    compute: float = Field(default=1.0, ge=1e-4, le=1)  # a few rows' GEMM: under 1% of a matrix engine's peak
     step_overhead_us: float = Field(default=0.0, ge=0, le=1_000_000)  # per forward pass: launches, sampling
     request_overhead_us: float = Field(default=0.0, ge=0, le=10_000_000)  # once per request, added to TTFT
     allreduce_latency_us: float | None = Field(default=None, ge=0, le=1_000_000)  # None: interconnect_latency_us

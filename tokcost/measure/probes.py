@@ -275,11 +275,16 @@ def linear_stream_rate(
 
 
 def linear_compute_rate(dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int) -> dict:
-    """FLOP/s of the prefill's GEMMs: 2 x rows x weight elements per pass / time."""
+    """FLOP/s of the prefill's GEMMs: 2 x rows x weight elements per pass / its time net of the per-call cost (the
+    same calls at near-zero width, which the skeleton's step time carries), as the weight stream's is."""
     params = sum(w.numel() for w in weights)
     rows = min(rows, max(256, int(_PREFILL_FLOPS_CAP[dev.type] / (2 * params))))  # >= 256: a GEMM, not a GEMV
-    seconds = statistics.median(_pass_seconds(dev, weights, rows, repeats))
-    return {"flops_per_s": 2 * rows * params / seconds, "rows": rows, "seconds": seconds, "matrices": len(weights)}
+    real = statistics.median(_pass_seconds(dev, weights, rows, repeats))
+    tiny_w = torch.zeros(_TINY, _TINY, dtype=weights[0].dtype, device=dev)
+    tiny = statistics.median(_pass_seconds(dev, [tiny_w] * len(weights), rows, repeats))
+    net = real - tiny if real - tiny > 0.1 * real else real
+    return {"flops_per_s": 2 * rows * params / net, "rows": rows, "seconds": real, "call_seconds": tiny,
+            "matrices": len(weights)}  # fmt: skip
 
 
 def decode_reads(model, batch: int, experts_per_layer: float | None) -> tuple[list[torch.Tensor], list[ExpertStack]]:

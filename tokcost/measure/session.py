@@ -217,7 +217,7 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
         "bandwidth": f"the model's {stream_label(stream)} at M = {stream['rows']}: "
         f"{stream['bytes'] / 1e6:,.1f} MB "
                      f"in {(stream['seconds'] - stream['call_seconds']) * 1e3:,.3f} ms net of per-call cost",
-        "peak_tflops": f"one block's {compute['matrices']} linears at M = {compute['rows']} rows",
+        "peak_tflops": f"one block's {compute['matrices']} linears at M = {compute['rows']} rows, net of per-call cost",
     }  # fmt: skip
     try:
         spec: GpuSpec | None = spec_from_rates(
