@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tokcost.engine.compiled import BoundPass, Rate, Row, microbatches, row_bound
 from tokcost.engine.features import Segment
 from tokcost.engine.forms import Form
-from tokcost.engine.passcost import Bound, pipeline_seconds
+from tokcost.engine.passcost import Bound, pipeline_seconds, visible_bound
 from tokcost.engine.roofline import CollectiveRate, Rates, kernel_seconds, kernel_slopes
 from tokcost.engine.series import Variant, max_sum, pipeline_sum
 
@@ -45,6 +45,9 @@ class _Stage:
     fixed_s: float
     moving: tuple[_Moving, ...]
     host: bool = False  # the host's launches (an eager era's floor), not the GPU's kernels
+    kernels_s: float = 0.0  # the kernels' fixed seconds and their gaps (the moving ones come at each context)
+    overlapped_s: float = 0.0  # the collectives that overlap the kernels, and the share of the shorter hidden
+    overlap: float = 0.0
 
 
 def _at(line: Line, c: float) -> float:
@@ -130,16 +133,18 @@ class DecodeLines:
         times = []
         for group in self._regime(cached):
             stage = group[0]  # what holds the time: the kernels as priced (passcost.PassCost.bound)
-            time = dict(stage.fixed)
+            time, kernels = dict(stage.fixed), stage.kernels_s
             for k in stage.moving:
                 compute_s, memory_s = _at(k.compute, cached), _at(k.memory, cached)
                 time["compute" if compute_s > memory_s else "memory"] += max(compute_s, memory_s)
+                kernels += max(compute_s, memory_s)
             each = [
                 v.fixed_s + sum(max(_at(k.compute, cached), _at(k.memory, cached)) for k in v.moving) for v in group
             ]
             total = max(each)
             gpu = max((t for t, v in zip(each, group, strict=True) if not v.host), default=0.0)
-            bound: Bound = "host" if total > gpu else max(time, key=lambda k: time[k])  # launches past the GPU
+            shown = visible_bound(time, kernels, stage.overlapped_s, stage.overlap)
+            bound: Bound = "host" if total > gpu else shown  # launches past the GPU
             times.append(total)
             if best is None or total > best[0]:
                 best = (total, bound)
@@ -216,7 +221,9 @@ def _stage(
     count = rates.launched(sum(row.stage.count for row, _ in stage) - collectives, collectives)
     kernels_s = fixed["memory"] + fixed["compute"] + count * rates.kernel_overhead_s
     serial, o = fixed["interconnect"] - overlapped, rates.comm_overlap
-    variants = [_Stage(fixed, serial + kernels_s + (1 - o) * overlapped, tuple(moving))]
+    variants = [
+        _Stage(fixed, serial + kernels_s + (1 - o) * overlapped, tuple(moving), False, kernels_s, overlapped, o)
+    ]
     if o and overlapped:  # the collectives lead: the kernels hide behind them
         led = tuple(_Moving(_scaled(k.compute, 1 - o), _scaled(k.memory, 1 - o)) for k in moving)
         variants.append(_Stage(fixed, serial + overlapped + (1 - o) * kernels_s, led))

@@ -86,6 +86,18 @@ def stage_seconds(kernels_s: float, serial_s: float, overlapped_s: float, overla
     return max(serial_s + kernels_s + overlapped_s - hidden, launch_s)
 
 
+def visible_bound(time: dict[Bound, float], kernels_s: float, overlapped_s: float, overlap: float) -> Bound:
+    """What holds most of a stage's time once `overlap` of the shorter of its kernels and its overlapped collectives
+    hides behind the longer (stage_seconds): `time` is each class's full seconds, collectives under interconnect."""
+    shown = dict(time)
+    if overlapped_s > kernels_s:  # the kernels hide behind the collectives: their classes shrink alike
+        for k in ("memory", "compute"):
+            shown[k] *= 1.0 - overlap
+    else:  # the collectives, down to what still shows (the ceiling's perfect overlap: only the serial ones)
+        shown["interconnect"] -= overlap * overlapped_s
+    return max(shown, key=lambda k: shown[k])
+
+
 def pipeline_pass(stage_times_s: Sequence[float], microbatches: int, schedule: Schedule) -> tuple[float, int]:
     """(seconds, turns the pipeline adds to the slowest stage's one) of a pass through the pipeline stages, m
     microbatches (series.pipeline_sum): from an empty pipeline every stage once plus m - 1 of the slowest; steady
@@ -244,9 +256,4 @@ class PassCost:
         for s in self.stages:
             time[s.bound] += s.seconds
         kernels, _, overlapped = self.parts_seconds
-        if overlapped > kernels:  # overlap hides the shorter side: here the kernels, whose classes shrink alike
-            for k in ("memory", "compute"):
-                time[k] *= 1.0 - self.overlap
-        else:  # the collectives, down to what still shows (the ceiling's perfect overlap: only the serial ones)
-            time["interconnect"] -= self.hidden_s
-        return max(time, key=lambda k: time[k])
+        return visible_bound(time, kernels, overlapped, self.overlap)
