@@ -50,3 +50,14 @@ def test_gemma_2_s_shapes_give_its_published_count():
     # safetensors count stated in its spec exactly (9,241,705,984 and 27,227,128,320)
     assert load_model("gemma-2-9b").params_total == 9_241_705_984
     assert load_model("gemma-2-27b").params_total == 27_227_128_320
+
+
+@pytest.mark.parametrize(("name", "update"), VARIANTS)
+def test_the_memory_table_holds_every_norm_the_count_has(name, update):
+    # one GPU holds the whole model: its weights are params_total x 2 bytes (bf16 and fp16 models; a tied table once)
+    from tokcost.engine.memory import ReplicaMemory
+
+    model = _variant(name, update)
+    est = estimate(model, load_gpu("h200"), Workload(prompt_tokens=128, output_tokens=8))
+    held = ReplicaMemory(model, est.gpu, est.precision, est.layout).weights[0]
+    assert held == pytest.approx((model.params_total + model.encoder_params) * 2, rel=1e-12)

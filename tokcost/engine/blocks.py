@@ -67,7 +67,8 @@ def attention_params_per_rank(model: ModelSpec, tp: int) -> tuple[float, float]:
     q_dim, kv_dim = n * model.head_dim / tp, kv_heads_per_rank(model, tp) * model.head_dim
     bias = q_dim + 2 * kv_dim if model.attention_bias else 0
     gate = q_dim if model.attention_gate else 0  # Qwen3-Next: q_proj also yields a sigmoid gate per query channel
-    return h * (q_dim + gate + 2 * kv_dim) + bias, q_dim * h
+    qkv_extras, o_extras = model.attention_extras(tp)  # q/k norms, sinks, the output bias
+    return h * (q_dim + gate + 2 * kv_dim) + bias + qkv_extras, q_dim * h + o_extras
 
 
 def mixer_params_per_rank(model: ModelSpec, mixer: str, tp: int) -> float:

@@ -91,7 +91,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     for kind, count in stage_kinds(model, layers).items():
         mixer_bytes = p.attention_bytes if kind.mixer in KV_MIXERS else p.weight_bytes  # attention as shipped
         layer = mixer_params_per_rank(model, kind.mixer, tp) * mixer_bytes
-        layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.vector_bytes  # a norm before each part
+        layer += model.params_norms_per_layer(kind.mixer, kind.mlp) * p.vector_bytes  # the norms around each part
         if kind.mlp == "moe" and model.moe:
             experts = layout.slots_per_rank(model.moe.experts) * model.params_per_expert / layout.expert_tp
             layer += experts * p.expert_bytes + model.params_shared_experts_per_layer / tp * p.expert_bytes
@@ -103,7 +103,7 @@ def stage_weight_bytes(model: ModelSpec, p: Precision, layout: Layout, layers: r
     if first:  # the embedding table; and a vision or audio tower, held where the prompt enters (never read by decode)
         total += table + model.encoder_params / tp * p.vector_bytes  # at the checkpoint's dtype, sharded as vLLM's ViTs
     if last:
-        total += h * p.vector_bytes + (0.0 if model.tied_embeddings and first else table)
+        total += model.norm_vectors("final") * h * p.vector_bytes + (0.0 if model.tied_embeddings and first else table)
     return total
 
 

@@ -97,9 +97,15 @@ class Counts:
         q_dim, kv_dim = n * self.head_dim, self.kv_heads * self.head_dim
         gate = h * q_dim if self.attention_gate else 0  # Qwen3-Next: q_proj is twice as wide (query, gate)
         bias = q_dim + 2 * kv_dim if self.attention_bias else 0
-        extras = (h if self.output_bias else 0) + (2 * self.head_dim * self._norm_vectors if self.qk_norm else 0)
-        extras += n if self.attention_sinks else 0
-        return h * q_dim + gate + 2 * h * kv_dim + q_dim * h + bias + extras
+        return h * q_dim + gate + 2 * h * kv_dim + q_dim * h + bias + sum(self.attention_extras(1))
+
+    def attention_extras(self, tp: int) -> tuple[float, float]:
+        """(beside the QKV projections, beside the output one) on one of `tp` ranks: the q and k norms' vectors
+        (whole on every rank), one sink logit a head (split with the heads), the output projection's bias (whole)."""
+        qkv = (2 * self.head_dim * self._norm_vectors if self.qk_norm else 0) + (
+            self.attention_heads / tp if self.attention_sinks else 0
+        )
+        return qkv, self.hidden_size if self.output_bias else 0
 
     @cached_property
     def params_indexer_per_layer(self) -> int:
