@@ -104,11 +104,16 @@ def test_a_few_rows_gemm_under_one_percent_of_a_matrix_engine_still_makes_a_spec
     # 8 prompt rows of a tiny model on a CPU core whose AMX multiplies large bf16 GEMMs at 1.3 TFLOP/s: 11 GFLOP/s,
     # 0.85% of the probe's rate, is the loop's own shape, not a stall (the stream keeps its 1% floor, above)
     spec = spec_from_rates(CPU, "bf16", bytes_per_s=1.6e9, flops_per_s=1.1e10, step_overhead_s=1e-3, provenance={},
-                           probes=probes(copy=5e9, gemm=1.3e12))  # fmt: skip
+                           probes=probes(copy=5e9, gemm=1.3e12), gemm_rows=8)  # fmt: skip
     assert spec.achievable.compute == pytest.approx(1.1e10 / 1.3e12, rel=1e-3)
+    # the floor shrinks with the rows under 256 (8 rows: 1% x 8 / 256 = 0.031%): a stall is still refused there,
+    # and at 256 rows and more the same 0.85% is one
     with pytest.raises(MeasureError, match="the loop's prefill GEMMs ran at 0.0077% of the"):
         spec_from_rates(CPU, "bf16", bytes_per_s=1.6e9, flops_per_s=1e8, step_overhead_s=1e-3, provenance={},
-                        probes=probes(copy=5e9, gemm=1.3e12))  # fmt: skip
+                        probes=probes(copy=5e9, gemm=1.3e12), gemm_rows=8)  # fmt: skip
+    with pytest.raises(MeasureError, match="the loop's prefill GEMMs ran at 0.85% of the"):
+        spec_from_rates(CPU, "bf16", bytes_per_s=1.6e9, flops_per_s=1.1e10, step_overhead_s=1e-3, provenance={},
+                        probes=probes(copy=5e9, gemm=1.3e12), gemm_rows=4096)  # fmt: skip
 
 
 def test_uncertainty_is_half_the_spread_of_the_repeats():

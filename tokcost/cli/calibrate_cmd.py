@@ -150,7 +150,8 @@ def _calibrate(spec, device: str, dtype: str, gpu: str | None, batch: int, threa
         provenance["link"] = link["summary"]
     calibrated = spec_from_rates(facts, dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
                                  step_overhead_s=step_s, provenance=provenance, base=base, probes=reference,
-                                 link=measured_link(link, base) if link else None)  # fmt: skip
+                                 link=measured_link(link, base) if link else None,
+                                 gemm_rows=compute["rows"])  # fmt: skip
     return spec_yaml(calibrated), _summary(calibrated, dtype, stream["bytes_per_s"], compute["flops_per_s"], base)
 
 

@@ -30,9 +30,10 @@ from tokcost.units import GB, MIB, TFLOPS
 SKELETON_HEAD_DIM = 8  # the narrowest head RoPE and SDPA take comfortably
 SKELETON_WIDTH = 16  # hidden, intermediate and latent widths of the skeleton (per rank)
 MIN_SHARE = 0.01  # a loop rate under 1% of what the same device reached elsewhere is a stalled measurement
-# ... but a prefill GEMM of a few rows on a matrix engine is that slow by itself: 8 rows of the 0.6M-parameter test
-# model run at 11-13 GFLOP/s net of their call cost on a Xeon core whose AMX multiplies large bf16 GEMMs at 1.3
-# TFLOP/s (0.8-1%); its stall floor is a hundredth of the others'
+# ... but a prefill GEMM of a few rows fills a matrix engine's tiles that much less: 8 rows of the 0.6M-parameter
+# test model run at 11-13 GFLOP/s net of their call cost on a Xeon core whose AMX multiplies large bf16 GEMMs at 1.3
+# TFLOP/s (0.8-1%); under FULL_ROWS rows the GEMMs' stall floor shrinks with them, to no less than MIN_GEMM_SHARE
+FULL_ROWS = 256
 MIN_GEMM_SHARE = 1e-4
 
 
@@ -144,6 +145,7 @@ def spec_from_rates(
     facts: DeviceFacts, dtype: str, *, bytes_per_s: float, flops_per_s: float, step_overhead_s: float,
     provenance: dict[str, str], base: GpuSpec | None = None, link: Link | None = None,
     name: str | None = None, today: dt.date | None = None, probes: dict[str, Probe] | None = None,
+    gemm_rows: int | None = None,
 ) -> GpuSpec:  # fmt: skip
     """A GpuSpec of measured rates as shares of their ceilings, with unmeasured fields (TDP, price) from `base`.
 
@@ -167,7 +169,7 @@ def spec_from_rates(
     # the loop's own rates over the ceilings: expected = exactly what this loop streams and multiplies
     how = provenance.get("step_overhead_us", "step overhead of the loop")
     achievable = Achievable(bandwidth=_share("the loop's weight stream", bytes_per_s, bandwidth),
-                            compute=_share("the loop's prefill GEMMs", flops_per_s, peak, MIN_GEMM_SHARE),
+                            compute=_share("the loop's prefill GEMMs", flops_per_s, peak, gemm_floor(gemm_rows)),
                             step_overhead_us=round(step_overhead_s * 1e6, 3), basis="measured",
                             source=f"measured: {how}"[:2000])  # fmt: skip
     return GpuSpec(
@@ -254,6 +256,12 @@ def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, band
         mma_sync_gemm=base.sustained.mma_sync_gemm if base is not None and base.sustained is not None else None,
         expert_rows=dict(base.sustained.expert_rows) if base is not None and base.sustained is not None else {},
     )  # fmt: skip
+
+
+def gemm_floor(rows: int | None) -> float:
+    """The stall floor of the loop's prefill GEMM share at `rows` rows: MIN_SHARE from FULL_ROWS on, in proportion
+    below (None: rows unknown, the full floor)."""
+    return max(MIN_SHARE * min(1.0, (rows or FULL_ROWS) / FULL_ROWS), MIN_GEMM_SHARE)
 
 
 def _spread(share: float, seconds: list[float]) -> float:

@@ -260,15 +260,23 @@ def _replayed(fn: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
+def _net_of_calls(
+    dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: Sequence[ExpertStack] = ()
+) -> tuple[float, float, float]:  # fmt: skip
+    """(seconds of a pass, of the same calls at near-zero width, the pass net of them): the call cost is in the
+    skeleton's step time; where it is nearly all of the pass (net under a tenth), the pass whole."""
+    real = statistics.median(_pass_seconds(dev, weights, rows, repeats, stacks))
+    tiny_w = torch.zeros(_TINY, _TINY, dtype=(weights or [stacks[0].gate])[0].dtype, device=dev)
+    tiny = statistics.median(_pass_seconds(dev, [tiny_w] * len(weights), rows, repeats, [s.tiny() for s in stacks]))
+    return real, tiny, real - tiny if real - tiny > 0.1 * real else real
+
+
 def linear_stream_rate(
     dev: torch.device, weights: list[torch.Tensor], rows: int, repeats: int, stacks: Sequence[ExpertStack] = ()
 ) -> dict:  # fmt: skip
     """Bytes/s of the weight stream at M = rows: (real pass - the same calls at near-zero width) / bytes."""
     nbytes = sum(w.numel() * w.element_size() for w in weights) + sum(s.nbytes for s in stacks)
-    real = statistics.median(_pass_seconds(dev, weights, rows, repeats, stacks))
-    tiny_w = torch.zeros(_TINY, _TINY, dtype=(weights or [stacks[0].gate])[0].dtype, device=dev)
-    tiny = statistics.median(_pass_seconds(dev, [tiny_w] * len(weights), rows, repeats, [s.tiny() for s in stacks]))
-    net = real - tiny if real - tiny > 0.1 * real else real  # the call cost is in the skeleton's step time
+    real, tiny, net = _net_of_calls(dev, weights, rows, repeats, stacks)
     return {"bytes_per_s": nbytes / net, "bytes": nbytes, "seconds": real, "call_seconds": tiny,
             "matrices": len(weights) + 3 * sum(s.touched for s in stacks), "grouped_layers": len(stacks),
             "rows": rows}  # fmt: skip
@@ -279,10 +287,7 @@ def linear_compute_rate(dev: torch.device, weights: list[torch.Tensor], rows: in
     same calls at near-zero width, which the skeleton's step time carries), as the weight stream's is."""
     params = sum(w.numel() for w in weights)
     rows = min(rows, max(256, int(_PREFILL_FLOPS_CAP[dev.type] / (2 * params))))  # >= 256: a GEMM, not a GEMV
-    real = statistics.median(_pass_seconds(dev, weights, rows, repeats))
-    tiny_w = torch.zeros(_TINY, _TINY, dtype=weights[0].dtype, device=dev)
-    tiny = statistics.median(_pass_seconds(dev, [tiny_w] * len(weights), rows, repeats))
-    net = real - tiny if real - tiny > 0.1 * real else real
+    real, tiny, net = _net_of_calls(dev, weights, rows, repeats)
     return {"flops_per_s": 2 * rows * params / net, "rows": rows, "seconds": real, "call_seconds": tiny,
             "matrices": len(weights)}  # fmt: skip
 

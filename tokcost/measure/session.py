@@ -222,7 +222,7 @@ def calibration_of(facts: DeviceFacts, loop: Any, overhead: Any, link: dict[str,
     try:
         spec: GpuSpec | None = spec_from_rates(
             facts, loop.dtype, bytes_per_s=stream["bytes_per_s"], flops_per_s=compute["flops_per_s"],
-            step_overhead_s=step_s, provenance=provenance, base=datasheet, probes=probes,
+            step_overhead_s=step_s, provenance=provenance, base=datasheet, probes=probes, gemm_rows=compute["rows"],
             link=measured_link(link, datasheet) if link else None, name=f"{facts.kind}-loop-calibrated",
         )  # fmt: skip
     except MeasureError as exc:  # a stalled measurement (under 1 MB/s, or 1% of the device's own rate)
