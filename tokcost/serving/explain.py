@@ -282,11 +282,11 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         lines = [f"replicas = ceil(rate x (1 + headroom) / goodput) = ceil({t.rate_rps:g} x {1 + h:g} / "
                  f"{x.max_rate_rps:.3f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
     else:
-        cap = capacity(r, plan.slos)
-        per = users_capacity(r, cap, t.think_time_s)
-        per = max(per, 1)  # a replica that fails one user alone has no row
-        lines = [f"users per replica at goodput = {per:,} (whole users the goodput state holds; at a load limit, "
-                 f"those it holds without waiting for prefill); replicas = ceil(users x (1 + headroom) / that) = "
+        held = users_capacity(r, capacity(r, plan.slos), t.think_time_s)
+        per = int(x.pools[0][0])  # the fleet's own count (size_aggregated)
+        why = ("whole users the goodput state holds; at a load limit, those it holds without waiting for prefill"
+               if held >= 1 else "one user alone meets every SLO, more miss them")  # fmt: skip
+        lines = [f"users per replica at goodput = {per:,} ({why}); replicas = ceil(users x (1 + headroom) / that) = "
                  f"ceil({t.concurrency:,} x {1 + h:g} / {per:,}) = {x.replicas}; GPUs = {x.replicas} x {tp} = "
                  f"{x.gpus}"]  # fmt: skip
     lines.append(f"utilization = rate per replica / saturation = {x.point.rate_rps:.3f} / {x.saturation_rps:.3f} "

@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import math
 
-from tokcost.serving.loop import decoding_spread, group_size
+from tokcost.serving.loop import decoding_spread
 from tokcost.serving.queueing import Moments, ShiftedGamma, poisson_pmf, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
-from tokcost.serving.ttft import locked_step, others_share, ttft_moments, ttft_tail
+from tokcost.serving.ttft import lock_round, locked_step, others_share, ttft_moments, ttft_tail
 
 
 def e2e_mean(r: Replica, pt: LoadPoint) -> float:
@@ -110,9 +110,14 @@ def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
     for prompt, (share, seconds) in zip(r.prompts, pt.last_steps, strict=True):
         parts += [(prompt.weight * (prompt.chunks - 1), tc)]
         parts += [(prompt.weight * (1 - lock) * share * p, x) for p, x in _last_step_lengths(r, pt, seconds / share)]
-        if lock > 0:
-            group = group_size(prompt.tokens, r.chunk, pt.batch)
-            parts.append((prompt.weight * lock / group, locked_step(r, pt, prompt)))
+        if lock > 0:  # a round's steps per request: its full groups' and its last, part-filled one (ttft.lock_round)
+            full = locked_step(r, pt, prompt)
+            group, users, rest = lock_round(r, pt, prompt, full)
+            if rest < group:  # k - 1 full groups and one of `rest` a round of `users` requests
+                parts.append((prompt.weight * lock * (users - rest) / group / users, full))
+                parts.append((prompt.weight * lock / users, locked_step(r, pt, prompt, size=rest)))
+            else:
+                parts.append((prompt.weight * lock / group, full))
     total = sum(w for w, _ in parts) or 1.0
     out = [(f * w / total, x) for w, x in parts if w > 0]
     return out + _decode_gaps(r, pt, 1 - f)

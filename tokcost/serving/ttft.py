@@ -211,6 +211,17 @@ def locked_step(
     return alone + (tc - alone) * (g - 1) * prompt.tokens / span if span > 0 else alone
 
 
+def lock_round(r: Replica, pt: LoadPoint, prompt: PromptPoint, own: float) -> tuple[int, float, float]:
+    """(g, users, the last group's size) of a lock-step round: the users (decoding, or on their way to a first
+    token, whose own step is `own`) fill groups of g in start order, the last with what is left (3 users in pairs:
+    2 and 1); g where they fill every group, or a prompt past the chunk runs alone."""
+    users = pt.batch + pt.rate_rps * (own + r.loop.offset_s)
+    g = group_size(prompt.tokens, r.chunk, pt.batch)
+    groups = math.ceil(users / g - 1e-9)
+    rest = users - (groups - 1) * g
+    return g, users, rest if groups >= 2 and rest < g and prompt.tokens <= r.chunk else float(g)
+
+
 def _lock_step(
     r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_dec: float
 ) -> list[tuple[float, float, bool]]:
@@ -219,8 +230,7 @@ def _lock_step(
     t0 = pt.decode_step_s
     last = locked_step(r, pt, prompt, alone)
     own = alone if prompt.tokens > r.chunk else last  # a burst's first: its own chunks alone, or g in one step
-    users = pt.batch + pt.rate_rps * (own + r.loop.offset_s)  # decoding, or on their way to a first token
-    g = group_size(prompt.tokens, r.chunk, pt.batch)
+    g, users, rest = lock_round(r, pt, prompt, own)
     first = min(1.0, g / max(users, 1.0))
     out = [(first * (1 - p_dec), own, False), (first * p_dec, own + r.loop.residual(t0), True)]
     # a returning group lands in the last step of the one before it; a prompt past the chunk lands in a full chunk
@@ -228,11 +238,9 @@ def _lock_step(
     if prompt.tokens > r.chunk:
         behind = r.loop.residual(pt.chunk_step_s) + pt.chunk_step_s * math.ceil(prompt.tokens / r.chunk)
         return [*out, (1 - first, behind, True)]
-    # the users fill k groups of g in start order, the last with what is left (3 users in pairs: 2 and 1); it
-    # follows a full group and runs its own shorter step, while the first of the next round follows a decode step
-    groups = math.ceil(users / g - 1e-9)
-    rest = users - (groups - 1) * g
-    part = rest / (users - g) if groups >= 2 and rest < g else 0.0  # the part-filled group's share of those behind
+    # the last group, part-filled, follows a full one and runs its own shorter step; the first of the next round
+    # follows a decode step
+    part = rest / (users - g) if rest < g else 0.0  # the part-filled group's share of those behind the first
     partial = locked_step(r, pt, prompt, alone, size=rest) + r.loop.residual(last) if part else 0.0
     return [*out, ((1 - first) * (1 - part), own + r.loop.residual(last), True), ((1 - first) * part, partial, True)]
 
