@@ -251,7 +251,20 @@ def test_disaggregated_rows(cli):
     assert modes == {"aggregated", "disaggregated"}
     d = next(c for c in r.json()["configs"] if c["mode"] == "disaggregated" and c["expected"]["meets_slo"])
     x = d["expected"]
-    assert x["gpus"] == x["prefill_replicas"] * d["prefill_tp"] + x["replicas"] * d["tp"]
+    assert x["gpus"] == x["prefill_replicas"] * d["prefill_gpus"] + x["replicas"] * d["gpus_per_replica"]
+
+
+def test_disaggregated_rows_state_each_pool_s_whole_layout(cli):
+    # a pipeline-parallel prefill pool: its replicas' GPUs are TP x PP, which prefill_tp alone does not give
+    r = cli("plan", "-m", "deepseek-v3", "--gpu", "h100-sxm", "--rate", "2", "--prompt", "2048", "--output", "256",
+            "--mode", "disaggregated", "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    for d in r.json()["configs"]:
+        x = d["expected"]
+        if x["gpus"] is None:
+            continue
+        assert d["prefill_layout"] is not None and d["prefill_gpus"] >= d["prefill_tp"]
+        assert x["gpus"] == x["prefill_replicas"] * d["prefill_gpus"] + x["replicas"] * d["gpus_per_replica"]
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,10 @@ def config_dict(row: Row) -> dict[str, Any]:
         "gpu": row.deployment.gpu.name,
         "layout": row.deployment.layout.label,
         "tp": row.deployment.layout.tp,
+        "gpus_per_replica": row.deployment.layout.gpus,  # a (decode) replica's: TP x PP x EP's ranks
         "prefill_tp": row.prefill_layout.tp if row.prefill_layout else None,
+        "prefill_layout": row.prefill_layout.label if row.prefill_layout else None,  # its PP and EP too
+        "prefill_gpus": row.prefill_layout.gpus if row.prefill_layout else None,  # a prefill replica's
         "weights": weights,
         "experts_dtype": experts_format(row),  # null: the experts are stored as the other weights
         "kv_dtype": kv,

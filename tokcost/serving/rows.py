@@ -22,7 +22,8 @@ from tokcost.serving.replica import Replica
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import Slo, Traffic
 
-DEFAULT_CHUNKS = (256, 512, 1024, 2048, 4096, 8192)  # prefill token budgets `--chunk search` tries (vLLM: 512-8192)
+# prefill token budgets `--chunk search` tries (vLLM: 512-8192), and the engine's own default where it has one
+DEFAULT_CHUNKS = (256, 512, 1024, 2048, 4096, 8192)
 Mode = Literal["aggregated", "disaggregated", "both"]
 
 
@@ -68,7 +69,9 @@ class Choice:
 def scheduler_choice(space: Space, gpu: GpuSpec) -> Choice:
     """The engine's scheduler on `gpu`, overridden by --chunk and --max-running."""
     sched = space.engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes)
-    if space.chunks is not None:
+    if space.chunks == DEFAULT_CHUNKS and sched.chunk_tokens is not None:  # --chunk search: the engine's own too
+        chunks, source = tuple(sorted({*space.chunks, sched.chunk_tokens})), "searched"
+    elif space.chunks is not None:
         chunks, source = space.chunks, "--chunk" if len(space.chunks) == 1 else "searched"
     elif sched.chunk_tokens is not None:
         chunks, source = (sched.chunk_tokens,), f"{space.engine.name} default"
