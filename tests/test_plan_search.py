@@ -201,6 +201,12 @@ def test_each_gpu_runs_its_engines_scheduler_unless_told_otherwise():
     budgets = {g: scheduler_choice(Space(gpus=(load_gpu(g),), engine=sglang), load_gpu(g)).chunks for g in
                ("l40s", "h100-sxm", "h200", "mi300x")}  # fmt: skip
     assert budgets == {"l40s": (4096,), "h100-sxm": (8192,), "h200": (8192,), "mi300x": (16384,)}
+    # --chunk search tries the engine's own budget beside the list, so searching never does worse than the default
+    from tokcost.serving.rows import DEFAULT_CHUNKS
+
+    mi300x = load_gpu("mi300x")
+    searched = scheduler_choice(Space(gpus=(mi300x,), engine=sglang, chunks=DEFAULT_CHUNKS), mi300x)
+    assert searched.chunks == (*DEFAULT_CHUNKS, 16384) and searched.chunk_source == "searched"
 
 
 def test_the_cheapest_fleet_is_ranked_first_and_starred_and_costs_add_up():
