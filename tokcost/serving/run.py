@@ -6,6 +6,7 @@ other's `to_dict()` are the same object.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -131,9 +132,14 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
         point, replica = row.expected.point, row.replica
         if row.mode != "aggregated" or point is None or replica is None:
             continue
-        traffic = plan.traffic
-        if traffic.concurrency and row.expected.replicas:
-            traffic = replace(traffic, concurrency=max(round(traffic.concurrency / row.expected.replicas), 1))
+        traffic, n = plan.traffic, row.expected.replicas or 1
+        if traffic.concurrency:
+            traffic = replace(traffic, concurrency=max(round(traffic.concurrency / n), 1))
+        elif traffic.arrivals_s and n > 1:  # a timed trace: one replica's share, each request sent to one at random
+            pick = random.Random(seed)
+            kept = [i for i in range(len(traffic.arrivals_s)) if pick.randrange(n) == 0]
+            traffic = replace(traffic, arrivals_s=tuple(traffic.arrivals_s[i] for i in kept),
+                              pairs=tuple(traffic.pairs[i] for i in kept) if traffic.pairs else ())  # fmt: skip
         result = simulate_replica(replica, traffic, requests=requests, seed=seed, rate_rps=point.rate_rps)
         plan.warnings += _simulated_misses(row, plan.slos, result)
         row.simulated = {
