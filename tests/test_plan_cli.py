@@ -780,3 +780,16 @@ def test_a_timed_trace_simulates_one_replicas_share_of_it(cli, tmp_path):
     assert c["expected"]["replicas"] >= 2
     assert c["simulated"]["tpot_s"]["p50"] == pytest.approx(c["expected"]["tpot_s"]["p50"], rel=0.15)
     assert c["simulated"]["ttft_s"]["p50"] == pytest.approx(c["expected"]["ttft_s"]["p50"], rel=0.25)
+
+
+def test_a_trace_of_one_length_is_priced_as_fixed_lengths(cli, tmp_path):
+    # every request 2,048 / 300: the same fleet and latencies as --prompt 2048 --output 300 (a trace's lengths had
+    # been priced as a spread of one value, its chunk alignment and lock-step missed: p90 TTFT 359 ms against 305)
+    trace = tmp_path / "same.jsonl"
+    trace.write_text("".join(json.dumps({"prompt_tokens": 2048, "output_tokens": 300}) + "\n" for _ in range(40)))
+    base = ("plan", "-m", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--weights", "fp8", "--rate", "10",
+            "--format", "json")  # fmt: skip
+    from_trace, flags = (cli(*base, *extra).json() for extra in (("--trace", str(trace)),
+                                                                  ("--prompt", "2048", "--output", "300")))  # fmt: skip
+    assert from_trace["workload"]["prompt_dist"] == flags["workload"]["prompt_dist"] == "fixed"
+    assert from_trace["configs"][0]["expected"] == flags["configs"][0]["expected"]

@@ -117,8 +117,7 @@ def plan_traffic(
         if min(prompts) <= cached_prefix_tokens:
             raise UsageError(f"{name('cached_prefix_tokens', api)}: must be below the shortest prompt of "
                              f"{trace_name or 'the trace'} ({min(prompts)} tokens)")  # fmt: skip
-        prompt_len = LengthDist("empirical", sum(prompts) / len(prompts), values=prompts)
-        output_len = LengthDist("empirical", sum(outputs) / len(outputs), values=outputs)
+        prompt_len, output_len = _trace_lengths(prompts), _trace_lengths(outputs)
         pairs = tuple(zip((p - cached_prefix_tokens for p in prompts), outputs, strict=True))
     else:
         prompt_tokens = DEFAULT_PROMPT if prompt_tokens is None else prompt_tokens  # 0 is checked, not defaulted
@@ -147,12 +146,20 @@ def check_slos(slos: list[Slo], api: bool = False) -> list[Slo]:
     return list(slos)
 
 
+def _trace_lengths(values: tuple[int, ...]) -> LengthDist:
+    """A trace's lengths of one kind: fixed where every request has the same (the chunk's alignment and lock-step
+    read fixed lengths), else the trace's own."""
+    if min(values) == max(values):
+        return LengthDist("fixed", values[0])
+    return LengthDist("empirical", sum(values) / len(values), values=values)
+
+
 def check_context(model: ModelSpec, traffic: Traffic, api: bool = False) -> list[str]:
     """Refuse a mean prompt and answer past the model's context; warn when a distribution's long tail passes it."""
     total = traffic.prompt_mean_tokens + traffic.output.mean
     if total > model.max_context:
         flags = f"{name('prompt_tokens', api)} / {name('output_tokens', api)}"  # either may be the long one
-        if traffic.prompt.kind == "empirical":  # the lengths are the trace's, not the flags'
+        if traffic.pairs:  # the lengths are the trace's, not the flags'
             flags = f"{name('trace', api)} (its mean lengths)"
         raise UsageError(f"{flags}: a {traffic.prompt_mean_tokens:,.0f}-token prompt and "
                          f"{traffic.output.mean:,.0f}-token answer exceed {model.name}'s context of "

@@ -33,7 +33,8 @@ SCENARIO_KEYS = (
     "usd_per_million_input_tokens", "usd_per_million_output_tokens", "binding",
 )  # fmt: skip
 CONFIG_KEYS = (
-    "mode", "gpu", "layout", "tp", "prefill_tp", "weights", "experts_dtype", "kv_dtype", "compute_dtype",
+    "mode", "gpu", "layout", "tp", "gpus_per_replica", "prefill_tp", "prefill_layout", "prefill_gpus", "weights",
+    "experts_dtype", "kv_dtype", "compute_dtype",
     "chunk_tokens", "chunk_source", "max_running", "max_running_source", "prefill", "prefill_source",
     "request_overhead_s", "pareto", "expected", "ceiling", "simulated",
 )  # fmt: skip
