@@ -264,3 +264,13 @@ def test_a_closed_loop_s_replicas_hold_whole_users_that_meet_the_slo(users):
     assert isinstance(per, int) and x.replicas == math.ceil(users * 1.2 / max(per, 1) - 1e-9)
     point = state_at_users(r, busiest, 0.0)
     assert point is not None and not broken_slos(r, point, slos)
+
+
+def test_a_disaggregated_fleet_grows_for_its_e2e_slo_so_more_rate_never_costs_less():
+    # pools sized for TTFT and TPOT alone missed p90 E2E 6.5 s at 9 req/s (8.6 s: 2 prefill + 1 decode replica), so
+    # 9 req/s took 12 GPUs where 10 took 8; now a pool grows until the E2E SLO holds
+    slos = [Slo("e2e", "p90", 6.5)]
+    space = Space(gpus=(H100,), tps=(2,), weights=("fp8",), mode="disaggregated")
+    fleets = [plan(MODEL, _traffic(rate), slos, space).rows[0].expected for rate in (9, 10)]
+    assert all(f.meets_slo and f.e2e_s is not None and f.e2e_s["p90"] <= 6.5 for f in fleets)
+    assert fleets[0].gpus <= fleets[1].gpus

@@ -27,7 +27,7 @@ from tokcost.hardware.spec import Link
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_capacity
 from tokcost.serving.latency import broken_slos, e2e_tail, percentile, ttft_moments
-from tokcost.serving.queueing import quantile
+from tokcost.serving.queueing import Moments, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import QUANTILES, Slo, Traffic
 
@@ -247,11 +247,16 @@ def transfer_seconds(model: ModelSpec, replica: Replica, link: Link, prefill_tp:
     return total * shard / (link.group_bytes_per_s(2) * efficiency) + link.latency_at_s(2)
 
 
+E2E_GROWTH = 4  # a disaggregated fleet grows for its E2E SLOs to this many times the GPUs its pools' SLOs size
+
+
 def size_disaggregated(
     prefill: Replica, decode: Replica, traffic: Traffic, slos: list[Slo], *, headroom: float,
     prefill_gpus: int, decode_gpus: int, price: float | None, max_gpus: int | None,
 ) -> Fleet:  # fmt: skip
-    """Two pools: prefill sized for the TTFT SLOs, decode for the TPOT and ITL SLOs (transfer included)."""
+    """Two pools: prefill sized for the TTFT SLOs, decode for the TPOT and ITL SLOs (transfer included); then, while
+    an E2E SLO is missed, one replica more in whichever pool brings the E2E tail down most per GPU (a lighter load
+    on either shortens it), up to E2E_GROWTH times the pools' GPUs."""
     rate = traffic.rate_rps or 0.0
     cap_p = capacity(prefill, [s for s in slos if s.metric == "ttft"])
     cap_d = capacity(decode, [s for s in slos if s.metric in ("tpot", "itl")])
@@ -260,16 +265,38 @@ def size_disaggregated(
             return failed(f"{pool} pool: {_zero_load_reason(cap)}", cap)
     x = max(math.ceil(rate * (1 + headroom) / cap_p.max_rate_rps - 1e-9), 1)
     y = max(math.ceil(rate * (1 + headroom) / cap_d.max_rate_rps - 1e-9), 1)
-    pt_p, pt_d = state_at_rate(prefill, rate / x), state_at_rate(decode, rate / y)
-    if pt_p is None or pt_d is None:
+    e2e_slos = [s for s in slos if s.metric == "e2e"]
+
+    def pools(x: int, y: int) -> tuple[float, LoadPoint, LoadPoint, Moments] | None:
+        """(the worst E2E SLO's tail past its allowance, prefill state, decode state, TTFT) at x and y replicas."""
+        pt_p, pt_d = state_at_rate(prefill, rate / x), state_at_rate(decode, rate / y)
+        if pt_p is None or pt_d is None:
+            return None
+        ttft = ttft_moments(prefill, pt_p)
+        miss = max((e2e_tail(decode, pt_d, s.seconds, ttft) - (1 - s.quantile) for s in e2e_slos), default=-1.0)
+        return miss, pt_p, pt_d, ttft
+
+    state = pools(x, y)
+    if state is None:
         return failed("saturated at the offered load", cap_d)
+    budget = E2E_GROWTH * (x * prefill_gpus + y * decode_gpus)
+    while state[0] > 0 and x * prefill_gpus + y * decode_gpus < budget:
+        more_p, more_d = pools(x + 1, y), pools(x, y + 1)
+        gain_p = (state[0] - more_p[0]) / prefill_gpus if more_p else -1.0
+        gain_d = (state[0] - more_d[0]) / decode_gpus if more_d else -1.0
+        if max(gain_p, gain_d) <= 0:
+            break  # neither pool's load moves the tail: more replicas will not meet it
+        if gain_p >= gain_d and more_p is not None:
+            x, state = x + 1, more_p
+        elif more_d is not None:
+            y, state = y + 1, more_d
+    _, pt_p, pt_d, ttft = state
     gpus = x * prefill_gpus + y * decode_gpus
-    ttft = ttft_moments(prefill, pt_p)
     e2e = ordered({
         name: quantile(lambda t: e2e_tail(decode, pt_d, t, ttft), QUANTILES[name], ttft.mean, 2 * ttft.mean + 1)
         for name in REPORTED
     })  # fmt: skip
-    broken = [s for s in slos if s.metric == "e2e" and e2e_tail(decode, pt_d, s.seconds, ttft) > 1 - s.quantile]
+    broken = [s for s in e2e_slos if e2e_tail(decode, pt_d, s.seconds, ttft) > 1 - s.quantile]
     heavier = cap_p if x * prefill_gpus >= y * decode_gpus else cap_d
     binding = f"{broken[0].label} SLO" if broken else heavier.binding
     if max_gpus is not None and gpus > max_gpus:
