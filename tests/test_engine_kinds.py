@@ -119,7 +119,8 @@ def test_gated_deltanet_prefill_runs_the_chunked_scan_and_reads_no_state_from_sc
 def test_qwen3_next_attention_layers_carry_the_output_gate_in_q_proj():
     st = stages_of("qwen3-next-80b-a3b", [Segment(1, 100, 1)])
     qkv = one(st, "QKV projection", "MoE layer")
-    assert qkv.count == 12 and qkv.weight_bytes == 2048 * (2 * 16 * 256 + 2 * 2 * 256) * BF16  # q and its gate, k, v
+    # q and its gate, k, v; and the q and k norms' vectors of 256 (Counts.attention_extras)
+    assert qkv.count == 12 and qkv.weight_bytes == (2048 * (2 * 16 * 256 + 2 * 2 * 256) + 2 * 256) * BF16
 
 
 # ---- Mamba-2 (Nemotron-H-8B: 128 heads of 64, state 128, 8 groups, conv 4 with bias, chunk 128) ---------------
