@@ -274,3 +274,18 @@ def test_a_disaggregated_fleet_grows_for_its_e2e_slo_so_more_rate_never_costs_le
     fleets = [plan(MODEL, _traffic(rate), slos, space).rows[0].expected for rate in (9, 10)]
     assert all(f.meets_slo and f.e2e_s is not None and f.e2e_s["p90"] <= 6.5 for f in fleets)
     assert fleets[0].gpus <= fleets[1].gpus
+
+
+def test_a_closed_loop_s_goodput_is_the_rate_of_the_whole_users_a_replica_takes():
+    # 70B on 4 x L40S at 2,000 / 300 tokens: a replica takes one user (1.25 meet the SLOs); its goodput is that
+    # user's rate, 1 / (TTFT + 299 TPOT + round trip), not the 1.25 users' the bisection found
+    traffic = Traffic(LengthDist("fixed", 2000), LengthDist("fixed", 300), concurrency=200)
+    slos = [Slo("ttft", "p90", 1.0), Slo("tpot", "p90", 0.05)]
+    space = Space(gpus=(load_gpu("l40s"),), tps=(4,), weights=("bf16",), chunks=(2048,))
+    row = plan(MODEL, traffic, slos, space).rows[0]
+    r = row.replica
+    assert r is not None
+    per = users_capacity(r, capacity(r, slos), 0.0)
+    whole = state_at_users(r, max(per, 1), 0.0)
+    assert whole is not None and row.expected.max_rate_rps == pytest.approx(whole.rate_rps)
+    assert row.expected.max_rate_rps < capacity(r, slos).max_rate_rps

@@ -163,6 +163,7 @@ def size_aggregated(
     if cap.max_rate_rps <= 0:
         return failed(_zero_load_reason(cap), cap)
     per_replica: float = 0.0
+    goodput = cap.max_rate_rps  # a closed loop's: the rate of the whole users a replica takes (below)
     if traffic.concurrency:
         per_replica = users_capacity(replica, cap, traffic.think_time_s)
         if per_replica < 1:  # users are whole: a replica holds one user alone, or the configuration fails
@@ -173,6 +174,8 @@ def size_aggregated(
                               cap)  # fmt: skip
             per_replica = 1
         replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
+        whole = state_at_users(replica, per_replica, traffic.think_time_s)
+        goodput = whole.rate_rps if whole is not None else goodput
         pt = state_at_users(replica, traffic.concurrency / replicas, traffic.think_time_s)
         rate = pt.rate_rps * replicas if pt else 0.0
     else:
@@ -189,7 +192,7 @@ def size_aggregated(
     shares = cost_shares(replica, pt)
     fleet = Fleet(
         meets_slo=max_gpus is None or gpus <= max_gpus,
-        max_rate_rps=cap.max_rate_rps,
+        max_rate_rps=goodput,
         saturation_rps=cap.saturation_rps,
         replicas=replicas,
         prefill_replicas=None,
