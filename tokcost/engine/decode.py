@@ -46,8 +46,8 @@ class _Stage:
     moving: tuple[_Moving, ...]
     host: bool = False  # the host's launches (an eager era's floor), not the GPU's kernels
     kernels_s: float = 0.0  # the kernels' fixed seconds and their gaps (the moving ones come at each context)
-    overlapped_s: float = 0.0  # the collectives that overlap the kernels, and the share of the shorter hidden
-    overlap: float = 0.0
+    overlapped_s: float = 0.0  # the collectives that overlap the kernels
+    overlap: float = 0.0  # the share of the shorter of the two hidden behind the longer (Rates.comm_overlap)
 
 
 def _at(line: Line, c: float) -> float:

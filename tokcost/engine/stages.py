@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from tokcost.engine.blocks import BlockKind, stage_kinds
 from tokcost.engine.features import Features, FeatureSpace, N, Segment
-from tokcost.engine.kernels import Kind, Op, Stage, collective, matmul
+from tokcost.engine.kernels import Kind, Op, Stage, collective, matmul, norm
 from tokcost.engine.layout import Layout, stage_layer_ranges
 from tokcost.engine.memory import LOGIT_BYTES  # logits are sampled in fp32
 from tokcost.engine.mixer_stages import mixer_stages
@@ -38,21 +38,11 @@ def block_stages(
 def head_stages(model: ModelSpec, p: Precision, layout: Layout, f: Features[N]) -> list[Stage[N]]:
     """Final norm, LM head (vocab split tp-way), the logits gathered whole, and sampling, for one row per sequence."""
     h, v, tp, rows = model.hidden_size, model.vocab_size, layout.vocab_tp, f.logit_rows
-    final = model.norm_vectors("final") * h  # its scale, and a LayerNorm's bias
     # each TP rank holds the logits of its vocab slice; the sampler needs the whole vocabulary: vLLM's
     # LogitsProcessor._gather_logits gathers them (tensor_model_parallel_gather, or all_gather), TensorRT-LLM's LM
     # head is a ColumnLinear with gather_output; either way the receiving rank takes (n - 1)/n of rows x vocab
     stages: list[Stage[N]] = [
-        Stage(
-            "final norm",
-            "",
-            "memory",
-            1,
-            flops=4 * rows * final,
-            bytes_read=final * p.vector_bytes,
-            weight_bytes=final * p.vector_bytes,
-            weight_format=p.vectors,
-        ),
+        norm("final norm", "", 1, rows, h, p.vectors, model.norm_vectors("final")),
         matmul(
             "LM head",
             "",

@@ -10,7 +10,7 @@ import math
 
 from tokcost import fmt
 from tokcost.engine.roofline import PassCost
-from tokcost.serving.capacity import capacity, users_capacity
+from tokcost.serving.capacity import users_capacity
 from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.replica import LoadPoint, Replica
@@ -282,7 +282,8 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
         lines = [f"replicas = ceil(rate x (1 + headroom) / goodput) = ceil({t.rate_rps:g} x {1 + h:g} / "
                  f"{x.max_rate_rps:.3f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
     else:
-        held = users_capacity(r, capacity(r, plan.slos), t.think_time_s)
+        assert x.capacity is not None  # an aggregated fleet keeps the capacity it was sized at
+        held = users_capacity(r, x.capacity, t.think_time_s)
         per = int(x.pools[0][0])  # the fleet's own count (size_aggregated)
         why = ("whole users the goodput state holds; at a load limit, those it holds without waiting for prefill"
                if held >= 1 else "one user alone meets every SLO, more miss them")  # fmt: skip
