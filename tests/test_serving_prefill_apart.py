@@ -75,7 +75,13 @@ def test_little_and_the_closed_forms_tpot_with_prefill_apart():
     saturation = capacity(mixed, []).saturation_rps
     for share in (0.2, 0.5, 0.8):
         a, m = state_at_rate(apart, share * saturation), state_at_rate(mixed, share * saturation)
-        assert a.tpot_mean_s == pytest.approx(a.decode_step_s / (1 - a.rho), rel=1e-6)
+        assert a.tpot_steady_s == pytest.approx(a.decode_step_s / (1 - a.rho), rel=1e-6)
+        # and each request starts decoding behind the backlog its own wait left (replica.held_backlog): chance rho,
+        # a busy period's rest (E[W] + E[S]) / (1 - rho) on average, all of it lost (no token in a prefill step)
+        assert a.backlog_busy_s == pytest.approx((a.wait_mean_s + a.service.mean) / (1 - a.rho), rel=1e-6)
+        decoding = sum(w for n, w in apart.outputs if n >= 1)
+        held = a.rho * a.backlog_busy_s * decoding / apart.decode_steps_mean
+        assert a.tpot_mean_s == pytest.approx(a.tpot_steady_s + held, rel=1e-3)
         assert a.batch == pytest.approx(a.rate_rps * apart.decode_steps_mean * a.tpot_mean_s, rel=1e-6)
         assert a.decode_share == 1.0 and 0 < m.decode_share < 1
         assert a.tpot_mean_s > m.tpot_mean_s

@@ -134,3 +134,28 @@ def test_a_poisson_count_of_joiners_keeps_its_normal_nodes():
     # the share of a 1-token prompt is E[1 / (1 + k)] ~ 1 / 101 (1 + 100 / 101^2) by the delta method
     e, _ = step_share(1, 8192, 1.0, Joiners(100.0), _flat_step)
     assert e == pytest.approx(1 / 101 * (1 + 100 / 101**2), rel=0.01)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.floats(0.01, 10.0), st.floats(0.0, 50.0))
+def test_a_capped_exponential_keeps_what_lies_under_its_cap(mean, cap):
+    # shape 1: E[min(X, c)] = mean (1 - e^-x), E[min(X, c)^2] = 2 mean^2 (1 - e^-x (1 + x)), x = c / mean: by parts
+    x = cap / mean
+    m = Moments.gamma_capped(mean, 1.0, cap)
+    assert m.mean == pytest.approx(mean * -math.expm1(-x), rel=1e-9, abs=1e-12)
+    assert m.raw2 == pytest.approx(2 * mean**2 * (1 - math.exp(-x) * (1 + x)), rel=1e-6, abs=1e-9)
+    assert 0 <= m.mean <= min(mean, cap) + 1e-12 and m.var <= Moments.exponential(mean).var + 1e-12
+    # no cap: the exponential itself
+    whole, exponential = Moments.gamma_capped(mean, 1.0, math.inf), Moments.exponential(mean)
+    assert (whole.mean, whole.var, whole.mu3) == pytest.approx((exponential.mean, exponential.var, exponential.mu3))
+
+
+@pytest.mark.parametrize("shape", [0.05, 0.5, 1.0, 4.0])
+def test_a_capped_gamma_by_sampling(shape):
+    pick = random.Random(5)
+    xs = [min(pick.gammavariate(shape, 2.0 / shape), 3.0) for _ in range(200_000)]
+    mean = sum(xs) / len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / len(xs)
+    mu3 = sum((x - mean) ** 3 for x in xs) / len(xs)
+    m = Moments.gamma_capped(2.0, shape, 3.0)
+    assert (m.mean, m.var, m.mu3) == pytest.approx((mean, var, mu3), rel=0.03, abs=0.01)

@@ -34,10 +34,13 @@ TOLERANCE = 0.15
 # prompts packed four to a step; below 90% every point stays within 15%.
 # And with pipeline stages (Gemma-3-12B in 8 stages, its last holding the LM head): TTFT p90 is 16-18% under the
 # simulation at 50% and 80% of saturation (p50 and TPOT within 15%), the same short tail as the queued prompts above.
+# Four-chunk prompts with 128-token answers at 80%: TTFT p90 17% under (22% before the backlog a request decodes
+# behind was priced: a larger batch slows the chunks too).
 KNOWN_MISS = {("8b-a100-cached-prefix", 0.9, "tpot", 0.9): 0.20, ("8b-one-token-prompts", 0.9, "ttft", 0.5): 0.25,
               ("70b-tp4-packed-4-per-step", 0.9, "ttft", 0.9): 0.20,
               ("gemma-pp8-unbalanced-stages", 0.5, "ttft", 0.9): 0.20,
-              ("gemma-pp8-unbalanced-stages", 0.8, "ttft", 0.9): 0.20}  # fmt: skip
+              ("gemma-pp8-unbalanced-stages", 0.8, "ttft", 0.9): 0.20,
+              ("8b-long-prompts-short-answers", 0.8, "ttft", 0.9): 0.20}  # fmt: skip
 CASES = {
     # name: (model, gpu, tp or (tp, pp), prompt, output, chunk, cached prefix, length kind, requests, loads)
     "70b-tp8-chunk-equals-prompt": ("llama-3.1-70b", "h100-sxm", 8, 2048, 300, 2048, 0, "fixed", 3000,
@@ -62,6 +65,13 @@ CASES = {
     "gemma-pp8-unbalanced-stages": ("gemma-3-12b", "h100-sxm", (1, 8), 1024, 256, 2048, 0, "fixed", 3000,
                                     (0.1, 0.5, 0.8)),
     "mixtral-tiny-prompts": ("mixtral-8x7b", "h100-sxm", 2, 8, 32, 1024, 0, "fixed", 30000, (0.1, 0.5, 0.9)),
+    # long prompts, short answers (retrieval, summaries): a request starts decoding behind the prompts that queued
+    # while its own waited and ran (replica.held_backlog); priced over a time-random life, TPOT p50 was 16-41%
+    # short from half load up, the mean 20% short at 0.7 of saturation
+    "8b-long-prompts-short-answers": ("llama-3.1-8b", "h100-sxm", 1, 8192, 128, 2048, 0, "fixed", 3000,
+                                      (0.1, 0.5, 0.7, 0.8)),
+    "8b-two-chunk-prompts-64-tokens": ("llama-3.1-8b", "h100-sxm", 1, 4096, 64, 2048, 0, "fixed", 3000,
+                                       (0.1, 0.5, 0.7, 0.8)),
 }  # fmt: skip
 
 

@@ -84,7 +84,7 @@ def test_sparse_reads_never_exceed_dense_and_tpot_grows_with_the_context(prompt,
         return sum(p.stage.count * p.stage.kv_bytes for p in priced if p.stage.name == "attention (KV cache read)")
 
     assert attention_kv(sparse) <= attention_kv(dense) * (1 + 1e-12)
-    assert estimate(V32, gpu, longer).ceiling.tpot_s >= sparse.tpot_s
+    assert estimate(V32, gpu, longer).ceiling.tpot_s >= sparse.tpot_s * (1 - 1e-12)  # flat past the top-k: rounding
 
 
 def test_hf_import_reads_the_indexer_keys():

@@ -5,10 +5,12 @@ The test is the backlog's share of the prefill budget, lambda alpha E[P'], again
 past the batch where the share first reaches 1, the steady-state solve has two branches, the share at 1 (no steady
 state) and a hair under it (a "finite" wait of 1e9 s), and a bisection on the finite wait alone landed on either
 (Llama-3.2-3B on an H100, lognormal prompts of CV 10: batch 256 at 27.05 req/s, where the queue is full from batch
-127 on, at 28.9 req/s). Its bracket closes to STABLE_TOLERANCE (1e-3) of the batch: the rate there is flat in the
-batch, so on this replica a bracket closed to 1e-5 gives the same rate to 1e-4. (Past the first edge a solve can
-land on a holding branch again; a bisection that stops on such an island's edge is off by up to 0.2% in rate:
-docs/benchmarks.md, stop 50.)"""
+127 on, at 28.9 req/s). Its bracket closes to STABLE_TOLERANCE (1e-3) of the batch: the rate there is nearly flat in
+the batch, so on this replica a bracket closed to 1e-5 gives the same rate to 1%. (It was 1e-4 before the backlog a
+request decodes behind was priced, replica.held_backlog: as the wait diverges at the edge, the wait's gamma shape
+goes to 0 and that backlog's share with it, steeply: 28.72 req/s at 1e-3, 28.86 at 1e-5, 28.87 at 1e-7.) Past the
+first edge a solve can land on a holding branch again; a bisection that stops on such an island's edge is off by up
+to 0.2% in rate: docs/benchmarks.md, stop 50."""
 
 from __future__ import annotations
 
@@ -45,11 +47,11 @@ def test_the_stable_batch_is_where_the_backlog_first_fills_the_prefill_budget(re
     assert all(at.rate_rps > p.rate_rps for p in past[1:])  # no batch past it sustains more requests
 
 
-def test_a_finer_bracket_moves_the_rate_at_the_stable_batch_by_under_1e_4(replica, monkeypatch):
+def test_a_finer_bracket_moves_the_rate_at_the_stable_batch_by_under_1_percent(replica, monkeypatch):
     at = replica.state(replica.stable_batch)
     monkeypatch.setattr(limits, "STABLE_TOLERANCE", 1e-5)
     finer = replica.state(replica.queue_stable_batch())
-    assert abs(finer.rate_rps - at.rate_rps) <= 1e-4 * at.rate_rps
+    assert abs(finer.rate_rps - at.rate_rps) <= 1e-2 * at.rate_rps
 
 
 def test_fixed_lengths_have_no_queue_limit_short_of_saturation():

@@ -44,7 +44,10 @@ SERVING_MODEL = [
     "TPOT per request = T0 + kappa x prefill time in its lifetime / n, kappa = 1 - T0/Tp (1 with prefill apart): "
     "a compound Poisson sum (variance "
     "lambda L E[S^2]) plus the batch's swing (Poisson; binomial for N users), amplified by the batch's feedback "
-    "1 / (1 - gain); a shifted gamma with the same mean, variance and skew, never below a step alone. ITL pools "
+    "1 / (1 - gain); an open loop's request also starts decoding behind the prompts that queued while its own "
+    "waited and ran (a prefill busy period's rest, chance rho, mean (E[W] + E[S]) / (1 - rho)), whose share D it "
+    "loses is in Little's TPOT too; a shifted gamma with the same mean, variance and skew, never below a step "
+    "alone. ITL pools "
     "every gap between tokens: the share of steps carrying prefill at their length, the rest at T0; with prefill "
     "apart, a gap after a decode step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole prefill run.",
     "Goodput = the largest rate meeting every SLO (bisection on the batch); replicas = ceil(load x (1 + headroom) "
@@ -104,7 +107,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     assert r is not None and x.point is not None and x.capacity is not None
     pt, cap = x.point, x.capacity
     t = plan.traffic
-    load = f"{t.rate_rps:g} req/s" if t.rate_rps is not None else fmt.counted(t.concurrency, "user")
+    load = f"{t.rate_rps:g} req/s" if t.rate_rps is not None else fmt.counted(t.concurrency or 0, "user")
     head = f"Top configuration: {row_label(row)}, chunk {row.chunk:,}, expected ({load})"
     prompt_term = PAIRED if t.pairs else "E[P']"
     steps = [
@@ -215,13 +218,31 @@ def _feedback_line(r: Replica, pt: LoadPoint) -> str:
 def _tpot_line(r: Replica, pt: LoadPoint) -> str:
     """Little's TPOT: prefill steps give every decoder a token too, or none when prefill runs apart."""
     if r.prefill_apart:
-        return (
-            f"TPOT = T0 / (1 - rho) = {fmt.ms(pt.decode_step_s)} / {1 - pt.rho:.3f} = {fmt.ms(pt.tpot_mean_s)} "
-            "(prefill steps apart give no token)"
+        line = (
+            f"TPOT = T0 / (1 - rho) = {fmt.ms(pt.decode_step_s)} / {1 - pt.rho:.3f} = "
+            f"{fmt.ms(pt.tpot_steady_s or pt.tpot_mean_s)} (prefill steps apart give no token)"
         )
-    return (
+        return line if pt.backlog_busy_s <= 0 else line + _backlog_text(r, pt)
+    line = (
         f"TPOT = 1 / (lambda m + (1 - rho) / T0) = 1 / ({pt.rate_rps:.3f} x {pt.steps_per_request:.3f} + "
-        f"{1 - pt.rho:.3f} / {fmt.ms(pt.decode_step_s)}) = {fmt.ms(pt.tpot_mean_s)}"
+        f"{1 - pt.rho:.3f} / {fmt.ms(pt.decode_step_s)}) = {fmt.ms(pt.tpot_steady_s or pt.tpot_mean_s)}"
+    )
+    return line if pt.backlog_busy_s <= 0 else line + _backlog_text(r, pt)
+
+
+def _backlog_text(r: Replica, pt: LoadPoint) -> str:
+    """The life D the prefill backlog a request decodes behind adds (replica.held_backlog), and Little's TPOT."""
+    life, n = r.held_life(pt.held_backlog), r.decode_steps_mean
+    room = "" if pt.backlog_room >= 1 else (
+        f" x {pt.backlog_room:.3f} (the share of the lambda E[T] prompts behind it that the running cap has slots "
+        "for)")  # fmt: skip
+    lose = "all of it (no token in a prefill step)" if pt.prefill_apart else (
+        f"1 - TPOT / Tp = {pt.backlog_keep:.3f} of it, at most its n steps' n Tp")  # fmt: skip
+    return (
+        f"; + D / E[n]: a request starts decoding behind the prompts that queued while its own waited and ran, "
+        f"inside a prefill busy period with chance rho = {pt.rho:.3f}, whose rest lasts (E[W] + E[S]) / (1 - rho)"
+        f"{room} = {fmt.ms(pt.backlog_busy_s)} on average (exponential), and it loses {lose}: D = {fmt.ms(life)}, so "
+        f"TPOT = {fmt.ms(pt.tpot_steady_s)} + {fmt.ms(life)} / {n:,.0f} = {fmt.ms(pt.tpot_mean_s)}"
     )
 
 

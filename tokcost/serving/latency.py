@@ -44,7 +44,11 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     the slowdown's echo, it does not undo it) is counted per step, and the rest stretches; and a closed loop's batch
     is a binomial share of its users, whose swing and feedback shrink by 1 - b / N.
     """
-    life = n * pt.tpot_mean_s
+    # a request that starts decoding behind a prefill backlog (replica.held_backlog) adds its own share of it; the
+    # mean over requests is in Little's TPOT, so a priced backlog leaves TPOT without it as the base
+    held = pt.held_backlog(n).scaled(1 / n) if pt.backlog_busy_s > 0 else Moments(0.0)
+    base = pt.tpot_steady_s + held.mean if pt.backlog_busy_s > 0 else pt.tpot_mean_s
+    life = n * (base - held.mean)  # the prompts that arrive while it decodes the backlog are the backlog's
     kappa, s = pt.decode_share, pt.service
     w = r.loop.step_share(life)
     raw2, raw3 = s.raw2, s.raw3
@@ -55,8 +59,8 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     prefill = Moments(0.0, others * life * raw2, others * life * raw3).scaled(kappa * stretch / n)
     q = decoding_spread(pt.batch, users)  # a closed loop's batch swings binomially, and less
     swing = Moments(0.0, q * 2 / 3 * r.decode_step_moments(pt.batch)[1])
-    spread = (prefill + swing).scaled(1 / (1 - gain * q))
-    return Moments(pt.tpot_mean_s + r.transfer_s / n) + spread
+    spread = (prefill + swing).scaled(1 / (1 - gain * q)) + Moments(0.0, held.var, held.mu3)
+    return Moments(base + r.transfer_s / n) + spread
 
 
 def tpot_tail(r: Replica, pt: LoadPoint, t: float) -> float:

@@ -79,6 +79,24 @@ class Moments:
         return Moments(mean, mean**2 / shape, 2 * mean**3 / shape**2)
 
     @staticmethod
+    def gamma_capped(mean: float, shape: float, cap: float) -> Moments:
+        """min(X, cap) for X gamma with this mean and shape (scale t = mean / shape, x = cap / t): E[min(X, cap)^j] =
+        k (k + 1) ... (k + j - 1) t^j P(Gamma(k + j) < x) + cap^j P(Gamma(k) > x), the gamma's j-th moment below the
+        cap and the cap itself past it (the whole gamma when the cap is infinite)."""
+        if mean <= 0:
+            return Moments(0.0)
+        if math.isinf(cap):
+            return Moments.gamma(mean, shape)
+        scale = mean / shape
+        x, past = cap / scale, gamma_tail(shape, cap / scale)
+
+        def raw(j: int) -> float:
+            rising = math.prod(shape + i for i in range(j))
+            return rising * scale**j * (1 - gamma_tail(shape + j, x)) + cap**j * past
+
+        return Moments.from_raw(raw(1), raw(2), raw(3))
+
+    @staticmethod
     def mixture(parts: list[tuple[float, Moments]]) -> Moments:
         """The variable that is parts[i][1] with probability parts[i][0] (weights summing to 1)."""
         raw = [0.0, 0.0, 0.0]
