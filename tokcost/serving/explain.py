@@ -237,11 +237,13 @@ def _backlog_text(r: Replica, pt: LoadPoint) -> str:
         f" x {pt.backlog_room:.3f} (the share of the lambda E[T] prompts behind it that the running cap has slots "
         "for)")  # fmt: skip
     lose = "all of it (no token in a prefill step)" if pt.prefill_apart else (
-        f"1 - TPOT / Tp = {pt.backlog_keep:.3f} of it, at most its n steps' n Tp")  # fmt: skip
+        f"1 - TPOT / Tp = {pt.backlog_keep:.3f} of it, at most its n steps x Tp = "
+        f"{fmt.ms(pt.prefill_step_s)}")  # fmt: skip
     return (
         f"; + D / E[n]: a request starts decoding behind the prompts that queued while its own waited and ran, "
         f"inside a prefill busy period with chance rho = {pt.rho:.3f}, whose rest lasts (E[W] + E[S]) / (1 - rho)"
-        f"{room} = {fmt.ms(pt.backlog_busy_s)} on average (exponential), and it loses {lose}: D = {fmt.ms(life)}, so "
+        f"{room} = {fmt.ms(pt.backlog_busy_s)} on average (a gamma of the wait's shape, {pt.wait_shape:.2f}), and it "
+        f"loses {lose}: D = {fmt.ms(life)}, so "
         f"TPOT = {fmt.ms(pt.tpot_steady_s)} + {fmt.ms(life)} / {n:,.0f} = {fmt.ms(pt.tpot_mean_s)}"
     )
 

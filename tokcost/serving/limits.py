@@ -17,7 +17,7 @@ from tokcost.serving.queueing import erlang_c
 
 Z_P99 = 2.326  # standard normal 99th percentile: the decode batch's swing, for the KV tokens a point reports
 SATURATION_MARGIN = 1 - 1e-6
-STABLE_TOLERANCE = 1e-3  # the stable batch's bracket, relative: the rate there is nearly flat in the batch (1e-5: 0.5%)
+STABLE_TOLERANCE = 1e-3  # the stable batch's bracket, relative: the rate there is flat in the batch (1e-5: 1e-4)
 QUEUE_FULL = 1 - 1e-6  # a backlog's share of the budget past which its queue has no steady state (waits of 1e6 s)
 CLOSED_SATURATION = 0.98  # a closed loop's last admissible share of its saturation batch; users past it queue
 CAP_PASSES, CAP_TOLERANCE = 8, 1e-3  # the running cap's batch by time: fixed-point passes, and their relative change

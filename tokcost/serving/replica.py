@@ -44,7 +44,7 @@ from tokcost.models.spec import ModelSpec
 from tokcost.serving.curve import Curve
 from tokcost.serving.limits import Z_P99, ReplicaLimits
 from tokcost.serving.loop import Loop
-from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, wait_given_waiting
+from tokcost.serving.queueing import Moments, pollaczek_khinchine_wait, regula_falsi, wait_given_waiting
 from tokcost.serving.replica_steps import ReplicaCurves, bracket, interpolate
 from tokcost.serving.sharing import Joiners, step_share
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
@@ -54,7 +54,7 @@ Role = Literal["both", "prefill", "decode"]
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
 TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for how full each prompt's last step is
 TAIL_TOLERANCE = 1e-4
-BACKLOG_ITERATIONS = 40  # damped passes of the rate against the life the backlog adds (it rises with the rate)
+BACKLOG_TOLERANCE = 1e-7  # the rate's bracket against the life the backlog adds, relative
 RATE_BISECTIONS = 24  # halvings of the rate when the last steps' fixed point cycles (near saturation)
 
 
@@ -141,6 +141,8 @@ def held_backlog(chance: float, busy_s: float, shape: float, keep: float, life_s
     34 simulated at 0.7 of saturation."""
     if chance <= 0 or busy_s <= 0 or keep <= 0:
         return Moments(0.0)
+    if math.isinf(busy_s):  # an endless backlog: its whole life in prefill steps, or no end with steps apart
+        return Moments(math.inf) if apart else Moments(chance * life_steps_s * keep)
     rest = Moments.gamma_capped(busy_s, shape, math.inf if apart else life_steps_s)
     return Moments.mixture([(1 - chance, Moments(0.0)), (chance, rest)]).scaled(keep)
 
@@ -345,13 +347,19 @@ class Replica(ReplicaLimits, ReplicaCurves):
         backlog = self._backlog(b, rate, service, alpha, t0, m)
         if solved and backlog.life_s > 0:
             # the backlog each request decodes behind adds D to its life: b = lambda (E[n] TPOT + D), so it
-            # costs D / TPOT steps' tokens more (the steps it holds give fewer); D rises with the rate: iterated
-            for _ in range(BACKLOG_ITERATIONS):
-                little = b / t0 / (denominator + backlog.life_s / backlog.steady_s)
-                rate, done = (rate + little) / 2, abs(little - rate) <= TAIL_TOLERANCE * rate
-                backlog = self._backlog(b, rate, service, alpha, t0, m)
-                if done:
-                    break
+            # costs D / TPOT steps' tokens more (the steps it holds give fewer). D rises with the rate (without
+            # bound as the queue fills, where steps apart starve the decodes), so the rate Little gives falls with
+            # it: lambda - Little(lambda) rises from below 0 at 0 to at least 0 at the rate without D
+            def little(x: float) -> float:
+                held = self._backlog(b, x, service, alpha, t0, m)
+                return b / t0 / (denominator + held.life_s / held.steady_s) if held.life_s > 0 else top
+
+            top = rate
+            excess = top - little(top)
+            if excess > 0:
+                lo, hi = regula_falsi(lambda x: x - little(x), 0.0, top, -little(0.0), excess, BACKLOG_TOLERANCE)
+                rate = (lo + hi) / 2
+            backlog = self._backlog(b, rate, service, alpha, t0, m)
         rho = min(rate * e_s, 1.0)
         # Little's TPOT, b / (lambda n): the formula's own, and never below T0 when rho would pass 1 (every step
         # carrying prefill is no saturation: tiny prompts share each step)
@@ -376,15 +384,13 @@ class Replica(ReplicaLimits, ReplicaCurves):
         tp = service.mean / m
         steady = 1 / (rate * self._tokens_per_prefill_step(m) + (1 - rho) / t0)
         packed, used = self.packed_moments(alpha), min(rate * alpha * self.prompt_moments[0], 1)
-        wait = pollaczek_khinchine_wait(rate, packed, used)
-        if not math.isfinite(wait):
-            return Backlog()
-        shape = wait_given_waiting(rate, packed, used)[1] if used > 0 else 1.0
+        wait = pollaczek_khinchine_wait(rate, packed, used)  # infinite past the queue's edge: an endless backlog
+        shape = wait_given_waiting(rate, packed, used)[1] if 0 < used < 1 else 1.0
         # the prompts behind it run only in the slots the running cap leaves beside it and the other decoders: a
         # cache that holds one request queues them for admission, and nothing prefills while it decodes
-        left, slots = rate * (wait + service.mean), max(self.running_cap() - 1 - b, 0.0)
-        room = min(slots / left, 1.0) if left > 0 else 1.0
-        busy = (wait + service.mean) / (1 - rho) * room
+        own, slots = wait + service.mean, max(self.running_cap() - 1 - b, 0.0)
+        room = min(slots / (rate * own), 1.0) if rate * own > 0 else 1.0
+        busy = min(own, slots / rate) / (1 - rho)
         keep = 1.0 if self.prefill_apart else max(1 - steady / tp, 0.0)
         life = self.held_life(lambda k: held_backlog(rho, busy, shape, keep, k * tp, self.prefill_apart))
         return Backlog(busy, keep, steady, life, room)
