@@ -46,9 +46,11 @@ def tpot_moments(r: Replica, pt: LoadPoint, n: int, gain: float) -> Moments:
     """
     # a request that starts decoding behind a prefill backlog (replica.held_backlog) adds its own share of it; the
     # mean over requests is in Little's TPOT, so a priced backlog leaves TPOT without it as the base
-    held = pt.held_backlog(n).scaled(1 / n) if pt.backlog_busy_s > 0 else Moments(0.0)
-    base = pt.tpot_steady_s + held.mean if pt.backlog_busy_s > 0 else pt.tpot_mean_s
-    life = n * (base - held.mean)  # the prompts that arrive while it decodes the backlog are the backlog's
+    priced = pt.backlog_busy_s > 0
+    held = pt.held_backlog(n).scaled(1 / n) if priced else Moments(0.0)
+    steady = pt.tpot_steady_s if priced else pt.tpot_mean_s
+    base = steady + held.mean
+    life = n * steady  # the prompts that arrive while it decodes the backlog are the backlog's
     kappa, s = pt.decode_share, pt.service
     w = r.loop.step_share(life)
     raw2, raw3 = s.raw2, s.raw3

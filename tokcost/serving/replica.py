@@ -133,12 +133,11 @@ def held_backlog(chance: float, busy_s: float, shape: float, keep: float, life_s
     lasts E[T] / (1 - rho) on average (E[T] its own wait and prefill: lambda E[T] prompts left behind, each a busy
     period E[S] / (1 - rho); fewer where the running cap has no slot for them all), a gamma of the wait's shape (the
     work left behind is what an arrival finds: long-tailed prompts leave rare long backlogs, fixed ones steady
-    ones). Every step
-    of that rest carries prefill: mixed steps give it a token each, so it holds at most its n steps' worth
-    (life_steps_s, n Tp), and it loses `keep` = 1 - TPOT / Tp of it against steps as a time-random life meets
-    them; steps apart give none (it loses all of it, uncapped). Long prompts and short answers live inside their
-    successors' prefills: 32,768-token prompts with 128-token answers on an H200 had p50 TPOT 6 ms priced against
-    34 simulated at 0.7 of saturation."""
+    ones). Every step of that rest carries prefill: mixed steps give it a token each, so it holds at most its n
+    steps' worth (life_steps_s, n Tp), and it loses `keep` = 1 - TPOT / Tp of it against steps as a time-random
+    life meets them; steps apart give none (it loses all of it, uncapped). Long prompts and short answers live
+    inside their successors' prefills: 32,768-token prompts with 128-token answers on an H200 had p50 TPOT 6 ms
+    priced against 34 simulated at 0.7 of saturation."""
     if chance <= 0 or busy_s <= 0 or keep <= 0:
         return Moments(0.0)
     if math.isinf(busy_s):  # an endless backlog: its whole life in prefill steps, or no end with steps apart
@@ -382,7 +381,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         if self.loop.closed or not self.outputs or m <= 0 or not 0 < rho < 1:
             return Backlog()
         tp = service.mean / m
-        steady = 1 / (rate * self._tokens_per_prefill_step(m) + (1 - rho) / t0)
+        steady = self._steady_tpot(rate, rho, t0, m)
         packed, used = self.packed_moments(alpha), min(rate * alpha * self.prompt_moments[0], 1)
         wait = pollaczek_khinchine_wait(rate, packed, used)  # infinite past the queue's edge: an endless backlog
         shape = wait_given_waiting(rate, packed, used)[1] if 0 < used < 1 else 1.0
@@ -547,8 +546,12 @@ class Replica(ReplicaLimits, ReplicaCurves):
     def _tpot_at(self, b: float, pt: LoadPoint) -> float:
         t0, _, alpha, _, d, m = self._terms(b, pt.last_steps)
         rho = min(pt.rate_rps * (alpha * self.prompt_moments[0] + d), 1.0)
-        # tokens a decoding sequence gets per second: in the prefill steps, and in the decode-only share
-        tokens_per_s = pt.rate_rps * self._tokens_per_prefill_step(m) + (1 - rho) / t0
+        return self._steady_tpot(pt.rate_rps, rho, t0, m)
+
+    def _steady_tpot(self, rate: float, rho: float, t0: float, m: float) -> float:
+        """TPOT as a time-random life meets the steps: 1 / the tokens a decoding sequence gets per second, in the
+        prefill steps (lambda m, none apart) and in the decode-only share ((1 - rho) / T0)."""
+        tokens_per_s = rate * self._tokens_per_prefill_step(m) + (1 - rho) / t0
         # every step carries prefill (rho = 1) and none of them gives the decodes a token (prefill apart): no end
         return 1 / tokens_per_s if tokens_per_s > 0 else math.inf
 
