@@ -18,7 +18,13 @@ from tokcost.profiles import GENERIC
 from tokcost.serving.capacity import capacity, state_at_rate, state_at_users, users_in_system
 from tokcost.serving.latency import percentile
 from tokcost.serving.layout import Layout
-from tokcost.serving.replica import build_replica, decode_context, held_kv_tokens
+from tokcost.serving.replica import (
+    build_replica,
+    clumped_companions,
+    decode_context,
+    held_backlog,
+    held_kv_tokens,
+)
 from tokcost.serving.steps import Deployment, replica_kv_tokens
 from tokcost.serving.traffic import LengthDist, Slo, Traffic
 
@@ -97,6 +103,40 @@ def test_state_obeys_littles_law(b):
     assert pt.tpot_steady_s == pytest.approx(mix, rel=1e-9)
     held = r.held_life(pt.held_backlog)
     assert held > 0 and pt.tpot_mean_s == pytest.approx(mix + held / r.decode_steps_mean, rel=1e-5)
+
+
+def test_the_clump_a_decoder_meets_is_twice_the_prefill_queue_s_population_over_a_busy_idle_cycle():
+    # lambda 1/s, E[T] 0.5 s, E[S] 0.4 s, rho 0.4: a busy-idle cycle C = 0.4 / (0.4 x 0.6) = 5/3 s
+    assert clumped_companions(1.0, 0.5, 0.4, 0.4, 1.0) == pytest.approx(2 * 1.0 * 0.5)  # L < C: all of it
+    assert clumped_companions(1.0, 0.5, 0.4, 0.4, 5.0) == pytest.approx(1.0 * (5 / 3) / 5)  # L > C: C / L of it
+    # at most the decodes the service rate lets out over the life beyond Poisson's, L (1 - rho) / E[S]
+    assert clumped_companions(2.0, 0.5, 0.4, 0.4, 0.5) == pytest.approx(0.5 * 0.6 / 0.4)
+    assert clumped_companions(1.0, math.inf, 0.4, 0.99, 2.0) == pytest.approx(2.0 * 0.01 / 0.4)  # an endless queue
+    for idle in (0.0, 1.0):  # no prefill busy period (rho 0), or prefill every step (rho 1): no clump
+        assert clumped_companions(1.0, 0.5, 0.4, idle, 1.0) == 0.0
+
+
+def test_the_clump_slows_only_the_requests_that_start_behind_a_backlog():
+    # 16,384-token prompts, 64-token answers: the clump a decoder meets slows its decode-only steps by dT0/db x its
+    # count, and so Little's TPOT; that life falls only on the requests that start inside a prefill busy period
+    t = Traffic(LengthDist("fixed", 16384), LengthDist("fixed", 64), rate_rps=1.0)
+    r = build_replica(load_model("llama-3.1-8b"), Deployment(load_gpu("h100-sxm"), Layout(1)), t, 8192, "expected")
+    pt = state_at_rate(r, 1.0)
+    assert 0.3 < pt.rho < 0.7 and pt.clump > 0.5
+    sojourn, life = pt.wait_mean_s + pt.service.mean, r.decode_steps_mean * pt.tpot_steady_s
+    assert pt.clump == pytest.approx(clumped_companions(pt.rate_rps, sojourn, pt.service.mean, pt.rho, life))
+    slowed_t0 = pt.decode_step_s + r.decode_slope(pt.batch + 1) * pt.clump
+    slowed = 1 / (pt.rate_rps * pt.steps_per_request + (1 - pt.rho) / slowed_t0)  # Little's TPOT with T0 slowed
+    slow = (slowed - pt.tpot_steady_s) / pt.rho
+    assert pt.clump_step_s == pytest.approx(slow, rel=1e-9)
+    # a shift of n x clump_step_s on the busy-start branch: the mean rises by rho times it, the spread by the two
+    # branches drifting apart
+    n, shift = 63, 63 * pt.clump_step_s
+    bare = held_backlog(pt.rho, pt.backlog_busy_s, pt.wait_shape, pt.backlog_keep, n * pt.prefill_step_s, False)
+    held = pt.held_backlog(n)
+    assert held.mean == pytest.approx(bare.mean + pt.rho * shift, rel=1e-9)
+    rest = bare.mean / pt.rho  # the busy-start branch's mean without the clump
+    assert held.var - bare.var == pytest.approx(pt.rho * (1 - pt.rho) * (shift**2 + 2 * shift * rest), rel=1e-6)
 
 
 @pytest.mark.parametrize("chunk", [256, 1024, 2048, 8192])

@@ -44,7 +44,10 @@ def test_the_stable_batch_is_where_the_backlog_first_fills_the_prefill_budget(re
     # (just past the edge a solve can land on a holding branch whose wait is still of the order of 1,000 s: at 1.02)
     past = [replica.state(stable * f) for f in (1.5, 2.0, 2.5)]
     assert all(p.queue_rho >= limits.QUEUE_FULL for p in past)  # full from there on, whichever branch a solve takes
-    assert all(at.rate_rps > p.rate_rps for p in past[1:])  # no batch past it sustains more requests
+    # and no batch past it sustains materially more requests: the rate is flat there within 2% (the clump decoders
+    # enter in, replica.clumped_companions, is largest at the edge, where the wait is longest: 2x past it the rate is
+    # 0.4% above the edge's, 2.4% below it before the clump was priced)
+    assert all(p.rate_rps < 1.02 * at.rate_rps for p in past)
 
 
 def test_a_finer_bracket_moves_the_rate_at_the_stable_batch_by_under_1e_4(replica, monkeypatch):

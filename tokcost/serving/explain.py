@@ -243,8 +243,25 @@ def _backlog_text(r: Replica, pt: LoadPoint) -> str:
         f"; + D / E[n]: a request starts decoding behind the prompts that queued while its own waited and ran, "
         f"inside a prefill busy period with chance rho = {pt.rho:.3f}, whose rest lasts (E[W] + E[S]) / (1 - rho)"
         f"{room} = {fmt.ms(pt.backlog_busy_s)} on average (a gamma of the wait's shape, {pt.wait_shape:.2f}), and it "
-        f"loses {lose}: D = {fmt.ms(life)}, so "
+        f"loses {lose}{_clump_text(r, pt)}: D = {fmt.ms(life)}, so "
         f"TPOT = {fmt.ms(pt.tpot_steady_s)} + {fmt.ms(life)} / {n:,.0f} = {fmt.ms(pt.tpot_mean_s)}"
+    )
+
+
+def _clump_text(r: Replica, pt: LoadPoint) -> str:
+    """The clump a request behind a backlog then decodes beside (replica.clumped_companions) and what it adds."""
+    if pt.clump <= 0:
+        return ""
+    sojourn, life = pt.wait_mean_s + pt.service.mean, r.decode_steps_mean * pt.tpot_steady_s
+    cycle, slope = pt.service.mean / (pt.rho * (1 - pt.rho)), r.decode_slope(pt.batch + 1)
+    return (
+        f"; then it decodes beside the others its busy period let out beyond Poisson(b), x = min(2 lambda E[T] "
+        f"min(1, C / L), L (1 - rho) / E[S]) = min(2 x {pt.rate_rps:.3f} x {fmt.ms(sojourn)} x min(1, "
+        f"{fmt.ms(cycle)} / {fmt.ms(life)}), {fmt.ms(life)} x {1 - pt.rho:.3f} / {fmt.ms(pt.service.mean)}) = "
+        f"{pt.clump:.2f} (E[T] = E[W] + E[S]; C = E[S] / (rho (1 - rho)), a busy-idle cycle; L = E[n] TPOT), each "
+        f"slowing its decode-only steps by dT0/db = {fmt.ms(slope)}: TPOT with T0 + {pt.clump:.2f} x "
+        f"{fmt.ms(slope)} less TPOT, over rho, is {fmt.ms(pt.clump_step_s)} more per decode step of a request "
+        "behind a backlog"
     )
 
 

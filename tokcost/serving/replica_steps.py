@@ -25,6 +25,10 @@ class ReplicaCurves:
         """The quickest a decode step can be: one sequence alone (TPOT's physical floor)."""
         return self._main_curves()[0](1.0)
 
+    def decode_slope(self, b: float) -> float:
+        """dT0/db: what one more sequence in the batch adds to a decode-only step at batch b."""
+        return self._main_curves()[0].slope(b)
+
     def _decode_step(self, b: float) -> float:
         """T0: a decode-only step as a decoding sequence sees it, itself plus Poisson(b) others."""
         return self.decode_step_moments(b)[0]
