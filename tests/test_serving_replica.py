@@ -139,6 +139,21 @@ def test_the_clump_slows_only_the_requests_that_start_behind_a_backlog():
     assert held.var - bare.var == pytest.approx(pt.rho * (1 - pt.rho) * (shift**2 + 2 * shift * rest), rel=1e-6)
 
 
+def test_the_clump_is_the_prompts_behind_it_the_running_cap_has_slots_for():
+    # a cap of 4 running sequences: at batch b the prompts behind a decoder have 3 - b slots, and the clump is made
+    # of them, so it ends with the slots and the rate runs on smoothly there (it jumped 2.6% at b = 3 when the clump
+    # counted every queued prompt, then vanished with the backlog's rest)
+    t = Traffic(LengthDist("fixed", 16384), LengthDist("fixed", 64), rate_rps=1.0)
+    r = build_replica(load_model("llama-3.1-8b"), Deployment(load_gpu("h100-sxm"), Layout(1)), t, 8192, "expected",
+                      max_running=4)  # fmt: skip
+    for b in (1.0, 2.0, 2.5, 2.9):
+        pt = r.state(b)
+        assert 0 < pt.clump <= 3 - b + 1e-9 and pt.clump_sojourn_s <= (3 - b) / pt.rate_rps + 1e-12
+    below, at = r.state(3 - 1e-5), r.state(3.0)
+    assert at.clump == 0 and below.clump < 1e-3
+    assert at.rate_rps == pytest.approx(below.rate_rps, rel=1e-3)
+
+
 @pytest.mark.parametrize("chunk", [256, 1024, 2048, 8192])
 def test_rate_grows_with_the_batch_up_to_saturation(chunk):
     r = _replica(chunk=chunk)

@@ -6,7 +6,8 @@ past the batch where the share first reaches 1, the steady-state solve has two b
 state) and a hair under it (a "finite" wait of 1e9 s), and a bisection on the finite wait alone landed on either
 (Llama-3.2-3B on an H100, lognormal prompts of CV 10: batch 256 at 27.05 req/s, where the queue was full from batch
 127 on, at 28.9 req/s; with the backlog a request decodes behind priced, replica.held_backlog, Little's rate is
-lower at each batch and the queue fills from batch 299, at 26.5 req/s). Its bracket closes to STABLE_TOLERANCE
+lower at each batch and the queue fills from batch 299, at 26.5 req/s; with the clump decoders enter in priced,
+replica.clumped_companions, from batch 313, at 26.3 req/s). Its bracket closes to STABLE_TOLERANCE
 (1e-3) of the batch: the rate there is flat in the batch, so on this replica a bracket closed to 1e-5 gives the same
 rate to 1e-4. (Past the first edge a solve can land on a holding branch again; a bisection that stops on such an
 island's edge is off by up to 0.2% in rate: docs/benchmarks.md, stop 50.)"""
@@ -44,10 +45,7 @@ def test_the_stable_batch_is_where_the_backlog_first_fills_the_prefill_budget(re
     # (just past the edge a solve can land on a holding branch whose wait is still of the order of 1,000 s: at 1.02)
     past = [replica.state(stable * f) for f in (1.5, 2.0, 2.5)]
     assert all(p.queue_rho >= limits.QUEUE_FULL for p in past)  # full from there on, whichever branch a solve takes
-    # and no batch past it sustains materially more requests: the rate is flat there within 2% (the clump decoders
-    # enter in, replica.clumped_companions, is largest at the edge, where the wait is longest: 2x past it the rate is
-    # 0.4% above the edge's, 2.4% below it before the clump was priced)
-    assert all(p.rate_rps < 1.02 * at.rate_rps for p in past)
+    assert all(at.rate_rps > p.rate_rps for p in past[1:])  # no batch past it sustains more requests
 
 
 def test_a_finer_bracket_moves_the_rate_at_the_stable_batch_by_under_1e_4(replica, monkeypatch):

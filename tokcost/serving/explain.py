@@ -13,7 +13,7 @@ from tokcost.engine.roofline import PassCost
 from tokcost.serving.capacity import users_capacity
 from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
-from tokcost.serving.replica import LoadPoint, Replica
+from tokcost.serving.replica import LoadPoint, Replica, busy_idle_cycle
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import final_step_extra, lookahead_step, others_share, step_locked_per_step, ttft_moments
 
@@ -252,16 +252,18 @@ def _clump_text(r: Replica, pt: LoadPoint) -> str:
     """The clump a request behind a backlog then decodes beside (replica.clumped_companions) and what it adds."""
     if pt.clump <= 0:
         return ""
-    sojourn, life = pt.wait_mean_s + pt.service.mean, r.decode_steps_mean * pt.tpot_steady_s
-    cycle, slope = pt.service.mean / (pt.rho * (1 - pt.rho)), r.decode_slope(pt.batch + 1)
+    life, slope = r.decode_steps_mean * pt.tpot_steady_s, r.decode_slope(pt.batch + 1)
+    slots = r.running_cap() - 1 - pt.batch
+    name, cap = (", free slots", f", {slots:,.1f}") if math.isfinite(slots) else ("", "")
     return (
         f"; then it decodes beside the others its busy period let out beyond Poisson(b), x = min(2 lambda E[T] "
-        f"min(1, C / L), L (1 - rho) / E[S]) = min(2 x {pt.rate_rps:.3f} x {fmt.ms(sojourn)} x min(1, "
-        f"{fmt.ms(cycle)} / {fmt.ms(life)}), {fmt.ms(life)} x {1 - pt.rho:.3f} / {fmt.ms(pt.service.mean)}) = "
-        f"{pt.clump:.2f} (E[T] = E[W] + E[S]; C = E[S] / (rho (1 - rho)), a busy-idle cycle; L = E[n] TPOT), each "
-        f"slowing its decode-only steps by dT0/db = {fmt.ms(slope)}: TPOT with T0 + {pt.clump:.2f} x "
-        f"{fmt.ms(slope)} less TPOT, over rho, is {fmt.ms(pt.clump_step_s)} more per decode step of a request "
-        "behind a backlog"
+        f"min(1, C / L), L (1 - rho) / E[S]{name}) = min(2 x {pt.rate_rps:.3f} x {fmt.ms(pt.clump_sojourn_s)} x "
+        f"min(1, {fmt.ms(busy_idle_cycle(pt.service.mean, pt.rho))} / {fmt.ms(life)}), {fmt.ms(life)} x "
+        f"{1 - pt.rho:.3f} / {fmt.ms(pt.service.mean)}{cap}) = {pt.clump:.2f} (E[T] = E[W] + E[S], as far as the "
+        "running cap's free slots reach; "
+        f"C = E[S] / (rho (1 - rho)), a busy-idle cycle; L = E[n] TPOT), each slowing its decode-only steps by "
+        f"dT0/db = {fmt.ms(slope)}: TPOT with T0 + {pt.clump:.2f} x {fmt.ms(slope)} less TPOT, over rho, is "
+        f"{fmt.ms(pt.clump_step_s)} more per decode step of a request behind a backlog"
     )
 
 

@@ -110,6 +110,7 @@ class LoadPoint:
     # decode-only steps beyond Poisson(b), and the life that adds per decode step to one that starts behind a backlog
     clump: float = 0.0
     clump_step_s: float = 0.0
+    clump_sojourn_s: float = 0.0  # E[T] it counts from: the wait and prefill, as far as the free slots reach
 
     @property
     def decode_share(self) -> float:
@@ -162,17 +163,24 @@ def clumped_companions(rate: float, sojourn_s: float, service_s: float, rho: flo
     it once the period ends, where its decode-only steps run. The emptied queue then refills (no departures while it
     is idle) and the excess fades over a busy-idle cycle C = E[S] / (rho (1 - rho)), so a life L longer than C meets
     it for C / L of its steps: x = 2 lambda E[T] min(1, C / L). At most the decodes the service rate lets out over
-    the life beyond Poisson's, L (1 - rho) / E[S] (near saturation every step is a prefill step and the excess goes).
+    the life beyond Poisson's, L (1 - rho) / E[S] (near saturation, with prefill beside the decodes, every step is a
+    prefill step and the excess goes; with prefill apart L grows as 1 / (1 - rho) and it stays under E[n] T0 / E[S]).
+    The caller keeps x within the running cap's free slots (the prompts behind it wait for those).
     A 16,384-token prompt with a 64-token answer on an H100 at 0.5 of saturation meets 1.36 more than b + 1 in the
     simulation's decode-only steps, where this gives 1.13 (the cap binds), and the mean TPOT it leads to is within 1%
     of the simulation's at 0.3-0.7 of saturation (6-8% short without it). Past 0.7 of saturation the simulation's
     excess falls (below Poisson's at 0.9, where decode-only steps come only as long busy periods end), which this
     does not follow: there the mean runs further over (README, known misses)."""
-    if rate <= 0 or service_s <= 0 or life_s <= 0 or not 0 < rho < 1:
+    if rate <= 0 or service_s <= 0 or not 0 < life_s < math.inf or not 0 < rho < 1:
         return 0.0
-    cycle = service_s / (rho * (1 - rho))
-    excess = 2 * rate * sojourn_s * min(1.0, cycle / life_s) if math.isfinite(sojourn_s) else math.inf
+    share = min(1.0, busy_idle_cycle(service_s, rho) / life_s)
+    excess = 2 * rate * sojourn_s * share if math.isfinite(sojourn_s) else math.inf
     return min(excess, life_s * (1 - rho) / service_s)
+
+
+def busy_idle_cycle(service_s: float, rho: float) -> float:
+    """C: a prefill busy period and the idle time after it, E[S] / (1 - rho) + 1 / lambda = E[S] / (rho (1 - rho))."""
+    return service_s / (rho * (1 - rho))
 
 
 Lasts = tuple[tuple[float, float], ...]  # (e, s) per prompt grid point: share of its last step, seconds of it
@@ -190,6 +198,7 @@ class Backlog:
     room: float = 1.0  # the share of the prompts left behind that the running cap has slots for
     clump: float = 0.0  # the others of its busy period a decoder meets beyond Poisson(b) (clumped_companions)
     clump_step_s: float = 0.0  # ... and the life they add per decode step to a request that starts behind a backlog
+    clump_sojourn_s: float = 0.0  # E[T] it counts from (within the running cap's free slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,12 +433,15 @@ class Replica(ReplicaLimits, ReplicaCurves):
         keep = 1.0 if self.prefill_apart else max(1 - steady / tp, 0.0)
         # the clump slows its decode-only steps by its count times the step's slope in the batch, and Little's steady
         # TPOT with them (the longer life meets more prefill steps too); that falls on the requests that start
-        # behind a backlog (chance rho)
-        clump = clumped_companions(rate, own, service.mean, rho, self.decode_steps_mean * steady)
-        slowed = self._steady_tpot(rate, rho, t0 + self.decode_slope(b + 1) * clump, m)
-        slow = (slowed - steady) / rho
-        life = self.held_life(lambda k: held_backlog(rho, busy, shape, keep, k * tp, self.prefill_apart, k * slow))
-        return Backlog(busy, keep, steady, life, room, clump, slow)
+        # behind a backlog (chance rho). Its companions are the prompts behind it, so only those the running cap
+        # has slots for; none where no backlog is priced or an endless one leaves no decode-only step
+        clump, slow, sojourn = 0.0, 0.0, 0.0
+        if 0 < busy < math.inf and keep > 0:
+            sojourn, life = min(own, slots / rate), self.decode_steps_mean * steady
+            clump = min(clumped_companions(rate, sojourn, service.mean, rho, life), slots)
+            slow = (self._steady_tpot(rate, rho, t0 + self.decode_slope(b + 1) * clump, m) - steady) / rho
+        held = self.held_life(lambda k: held_backlog(rho, busy, shape, keep, k * tp, self.prefill_apart, k * slow))
+        return Backlog(busy, keep, steady, held, room, clump, slow, sojourn)
 
     def held_life(self, held: Callable[[float], Moments]) -> float:
         """D: the life the backlog adds, on average over requests (`held` of a request's n decode steps)."""
@@ -542,7 +554,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
                          prefill_share=queue.steps, prefill_apart=self.prefill_apart,
                          backlog_busy_s=backlog.busy_s, backlog_keep=backlog.keep,
                          tpot_steady_s=backlog.steady_s, backlog_room=backlog.room, clump=backlog.clump,
-                         clump_step_s=backlog.clump_step_s)  # fmt: skip
+                         clump_step_s=backlog.clump_step_s, clump_sojourn_s=backlog.clump_sojourn_s)  # fmt: skip
 
     def lock_step(self) -> Replica | None:
         """The same replica with its users in lock-step groups (loop.py: the other end of the range), or None
@@ -574,7 +586,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         h = max(0.5, 0.01 * pt.batch)
         lo, hi = max(pt.batch - h, 0.0), pt.batch + h
         if not self.prompts:
-            slope = self._main_curves()[0].slope(pt.batch + 1)
+            slope = self.decode_slope(pt.batch + 1)
         else:
             slope = (self._tpot_at(hi, pt) - self._tpot_at(lo, pt)) / (hi - lo)
         if math.isnan(slope):  # both sides past the prefill's saturation: the gain is at its cap
