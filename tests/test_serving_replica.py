@@ -265,6 +265,26 @@ def test_closed_loop_users_are_rate_times_e2e_plus_think():
     assert far.admission_wait_s == pytest.approx((1e7 - users_in_system(r, edge, 0.0)) / edge.rate_rps)
 
 
+@pytest.mark.parametrize("kind", ["fixed", "lognormal"])
+def test_an_admission_wait_is_erlang_where_lengths_vary_and_fixed_in_lock_step(kind):
+    # 64 users of 8,000-token prompts and 1,000-token answers on 50 KV slots: 14 users ahead of each extra one are
+    # admitted one per finish, so the wait is Erlang(k = wait x rate) where the finishes are random (variance
+    # wait / rate on every branch) and a constant where fixed lengths finish in lock-step
+    from dataclasses import replace
+
+    from tokcost.serving.ttft import ttft_moments
+
+    law = (lambda m: LengthDist("fixed", m)) if kind == "fixed" else (lambda m: LengthDist("lognormal", m, 0.5))
+    traffic = Traffic(law(8000), law(1000), concurrency=64)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048)
+    pt = state_at_users(r, 64, 0.0)
+    assert pt.admission_wait_s * pt.rate_rps == pytest.approx(64 - users_in_system(r, r.state(r.load_limit()), 0.0))
+    with_wait, without = ttft_moments(r, pt), ttft_moments(r, replace(pt, admission_wait_s=0.0))
+    assert with_wait.mean - without.mean == pytest.approx(pt.admission_wait_s, rel=1e-9)
+    spread = 0.0 if kind == "fixed" else pt.admission_wait_s / pt.rate_rps
+    assert with_wait.var - without.var == pytest.approx(spread, rel=1e-6, abs=1e-12)
+
+
 def test_past_saturation_there_is_no_steady_state():
     r = _replica()
     assert state_at_rate(r, capacity(r, []).saturation_rps * 1.01) is None

@@ -245,19 +245,41 @@ def _lock_step(
     return [*out, ((1 - first) * (1 - part), own + r.loop.residual(last), True), ((1 - first) * part, partial, True)]
 
 
+def admitted(r: Replica, pt: LoadPoint) -> tuple[float, list[Branch]]:
+    """(the constant admission wait, the branches with the random one in their gamma). A closed loop past the load
+    limit queues its extra users for a running slot: each waits for the k = wait x rate users ahead of it to be
+    admitted, one per finish. Where lengths vary the finishes come as a Poisson stream at the rate, so the wait is
+    Erlang(k), merged into each branch's gamma by its mean and variance (Llama-3.1-8B on an H100, 8,000-token
+    prompts, 64 users on 50 slots: p90 TTFT was 20% under the simulation as a constant). With fixed lengths the
+    users finish in lock-step and the wait stays a constant (100 users on 50 slots simulate it to 0.1%)."""
+    wait = pt.admission_wait_s
+    if wait <= 0 or r.loop.lockable or pt.rate_rps <= 0:
+        return wait, branches(r, pt)
+    out = []
+    for w, c, mean, shape, width in branches(r, pt):
+        if not math.isfinite(mean):  # a wait past saturation: it never ends, with or without the slot's
+            out.append((w, c + wait, mean, shape, width))
+            continue
+        var = (mean * mean / shape if shape > 0 else 0.0) + wait / pt.rate_rps
+        out.append((w, c, mean + wait, (mean + wait) ** 2 / var, width))
+    return 0.0, out
+
+
 def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
     """P(TTFT > t)."""
-    s = t - r.overhead_s - pt.admission_wait_s
-    return sum(w * gamma_plus_uniform_tail(s - c, mean, shape, width) for w, c, mean, shape, width in branches(r, pt))
+    wait, parts = admitted(r, pt)
+    s = t - r.overhead_s - wait
+    return sum(w * gamma_plus_uniform_tail(s - c, mean, shape, width) for w, c, mean, shape, width in parts)
 
 
 def ttft_moments(r: Replica, pt: LoadPoint) -> Moments:
     """Mean, variance and third central moment of TTFT."""
+    wait, branched = admitted(r, pt)
     parts = [
         (w, Moments(c) + Moments.gamma(mean, shape) + Moments.uniform(width))
-        for w, c, mean, shape, width in branches(r, pt)
+        for w, c, mean, shape, width in branched
         if w > 0
     ]
     if not parts:
         return Moments(0.0)
-    return Moments.mixture(parts) + Moments(r.overhead_s + pt.admission_wait_s)
+    return Moments.mixture(parts) + Moments(r.overhead_s + wait)
