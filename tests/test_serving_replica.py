@@ -283,6 +283,11 @@ def test_an_admission_wait_is_erlang_where_lengths_vary_and_fixed_in_lock_step(k
     assert with_wait.mean - without.mean == pytest.approx(pt.admission_wait_s, rel=1e-9)
     spread = 0.0 if kind == "fixed" else pt.admission_wait_s / pt.rate_rps
     assert with_wait.var - without.var == pytest.approx(spread, rel=1e-6, abs=1e-12)
+    from tokcost.serving.explain import _admission_lines
+
+    (line,) = _admission_lines(r, pt)  # --explain names the law and its count
+    assert ("lock-step" in line) == (kind == "fixed")
+    assert kind == "fixed" or f"Erlang({pt.admission_wait_s * pt.rate_rps:,.1f})" in line
 
 
 def test_past_saturation_there_is_no_steady_state():

@@ -148,7 +148,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
         f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
-        *_admission_lines(pt),
+        *_admission_lines(r, pt),
         *_lookahead_lines(r, pt),
         "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s)
         + "; ITL p50/p90/p99 = " + _triple(x.itl_s) + f" (gaps that hold prefill: {prefill_gap_share(r, pt):.2%} of "
@@ -301,9 +301,16 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
     return lines
 
 
-def _admission_lines(pt: LoadPoint) -> list[str]:
+def _admission_lines(r: Replica, pt: LoadPoint) -> list[str]:
     if pt.admission_wait_s > 0:
-        return [f"past the load limit: each request waits {fmt.ms(pt.admission_wait_s)} for a running slot"]
+        line = f"past the load limit: each request waits {fmt.ms(pt.admission_wait_s)} for a running slot"
+        if r.loop.lockable:
+            return [line + " (fixed lengths finish in lock-step: a constant)"]
+        ahead = pt.admission_wait_s * pt.rate_rps
+        return [
+            line + f", the {ahead:,.1f} users ahead admitted one per finish at {pt.rate_rps:.3f}/s: Erlang("
+            f"{ahead:,.1f}), variance {ahead:,.1f} / {pt.rate_rps:.3f}^2, in every TTFT branch's gamma"
+        ]
     if pt.admission_p > 1e-3:
         return [f"every running slot taken (Erlang C): P = {pt.admission_p:.3f}, then a mean wait of "
                 f"{fmt.ms(pt.admission_mean_s)}"]  # fmt: skip
