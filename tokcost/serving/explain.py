@@ -253,7 +253,7 @@ def _clump_text(r: Replica, pt: LoadPoint) -> str:
     if pt.clump <= 0:
         return ""
     life, slope = r.decode_steps_mean * pt.tpot_steady_s, r.decode_slope(pt.batch + 1)
-    slots = r.running_cap() - 1 - pt.batch
+    slots = r.free_slots(pt.batch)
     name, cap = (", free slots", f", {slots:,.1f}") if math.isfinite(slots) else ("", "")
     return (
         f"; then it decodes beside the others its busy period let out beyond Poisson(b), x = min(2 lambda E[T] "

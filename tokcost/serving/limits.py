@@ -75,6 +75,10 @@ class ReplicaLimits:
         cap = float(self.max_running) if self.max_running is not None else math.inf
         return min(cap, self.kv_slots())
 
+    def free_slots(self, b: float) -> float:
+        """Running slots a decoder at batch b leaves for the prompts behind it: the cap less itself and the others."""
+        return max(self.running_cap() - 1 - b, 0.0)
+
     def cap_share(self) -> float:
         """The running cap's decoding share, its batch over c: by time, E[n] TPOT / (E[n] TPOT + E[S]), once
         build_replica has set cap_batch, else by steps."""

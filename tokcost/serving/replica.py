@@ -427,7 +427,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         shape = wait_given_waiting(rate, packed, used)[1] if 0 < used < 1 else 1.0
         # the prompts behind it run only in the slots the running cap leaves beside it and the other decoders: a
         # cache that holds one request queues them for admission, and nothing prefills while it decodes
-        own, slots = wait + service.mean, max(self.running_cap() - 1 - b, 0.0)
+        own, slots = wait + service.mean, self.free_slots(b)
         room = min(slots / (rate * own), 1.0) if rate * own > 0 else 1.0
         busy = min(own, slots / rate) / (1 - rho)
         keep = 1.0 if self.prefill_apart else max(1 - steady / tp, 0.0)
