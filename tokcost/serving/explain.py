@@ -143,7 +143,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
     second_ms2 = packed.raw2 * 1e6
     queue = [
         f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them lambda_q = "
-        f"{pt.queue_rate_rps:.3f}/s; a queued prompt is drained packed, alpha P' (E[alpha P'] = "
+        f"{_queue_rate_text(r, pt)}; a queued prompt is drained packed, alpha P' (E[alpha P'] = "
         f"{fmt.ms(packed.mean)}, E[(alpha P')^2] = {second_ms2:,.4g} ms^2), at P(wait) = u = lambda_q alpha "
         f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
@@ -299,6 +299,18 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
                      f"= {step_locked_per_step(r, pt):.3f} other users a step finish together and share the next (a "
                      "prompt that those ahead of it leave no room runs a full step later)")  # fmt: skip
     return lines
+
+
+def _queue_rate_text(r: Replica, pt: LoadPoint) -> str:
+    """lambda_q: an open loop's rate; a closed loop's slowed by its busy periods (loop.py) and cut to the other users'
+    (the arrival theorem: a prompt never queues behind its own user's)."""
+    if not r.loop.closed or pt.rate_rps <= 0 or pt.queue_others <= 0:
+        return f"{pt.queue_rate_rps:.3f}/s"
+    slowed = pt.queue_rate_rps / (pt.rate_rps * pt.queue_others)
+    return (
+        f"lambda x {slowed:.3f} (busy periods slow the users' finishes, loop.py) x (N - 1) / N "
+        f"{pt.queue_others:.4f} (the other users') = {pt.queue_rate_rps:.3f}/s"
+    )
 
 
 def _admission_lines(r: Replica, pt: LoadPoint) -> list[str]:
