@@ -237,6 +237,16 @@ def test_one_user_alone_sees_no_one_elses_prefill():
     assert p90 == pytest.approx(sim.percentile("tpot", 0.9), rel=0.05)
 
 
+def test_a_replica_that_holds_no_sequence_is_refused_by_the_simulation():
+    # Mixtral on 2 x L40S leaves its KV cache no room for a 1,000 + 800-token sequence: the running cap is 0, and the
+    # simulation had crashed on its first step (nothing decodes, nothing may start) instead of saying so
+    traffic = _traffic("fixed", 1000, 800, 1, 0.5)
+    r = _replica("mixtral-8x7b", "l40s", 2, traffic, 512)
+    assert r.running_cap() == 0
+    with pytest.raises(ValueError, match="running slot"):
+        simulate(r.steps, traffic, 512, requests=100, seed=1, max_running=r.running_cap())
+
+
 def test_one_user_never_queues_behind_its_own_prompt():
     # the arrival theorem: a user's prompt meets the queue of the other N - 1 users. One user of 16,384-token prompts
     # (64-token answers, 2 s think time) keeps an H100's prefill 12% busy, and that had priced it a queue behind

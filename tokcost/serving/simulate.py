@@ -112,6 +112,8 @@ def simulate(
     `lookahead`: the scheduler decides each step while the one before it runs (overlap scheduling);
     `prefill_apart`: prompt tokens run in steps of their own, which the decoding sequences wait out; `warmup`
     False: every request counts (a finite benchmark's statistics), else the first and last share are left out."""
+    if max_running is not None and max_running < 1:  # nothing could ever start: no steady state to run
+        raise ValueError(f"simulate needs a running slot: the running cap is {max_running:g} (the KV cache holds none)")
     run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
                rtt_spread_s=rtt_spread_s, lookahead=lookahead, prefill_apart=prefill_apart)  # fmt: skip
     return run.run(warmup)
