@@ -13,11 +13,14 @@ from tiers import examples
 from tokcost.serving.queueing import (
     Moments,
     ShiftedGamma,
+    capped_step_tokens,
+    capped_sum_mean,
     exp_plus_uniform_tail,
     gamma_plus_uniform_tail,
     gamma_tail,
     pollaczek_khinchine_wait,
     quantile,
+    step_backlog,
     wait_given_waiting,
 )
 
@@ -159,3 +162,63 @@ def test_a_capped_gamma_by_sampling(shape):
     mu3 = sum((x - mean) ** 3 for x in xs) / len(xs)
     m = Moments.gamma_capped(2.0, shape, 3.0)
     assert (m.mean, m.var, m.mu3) == pytest.approx((mean, var, mu3), rel=0.03, abs=0.01)
+
+
+def _lindley(count: float, draw, budget: float, steps: int, seed: int) -> tuple[float, float, float]:
+    """P(B > 0), E[B | B > 0] and E[B^2 | B > 0] of B' = max(B + A - budget, 0) by running it: A the work of a
+    Poisson(count) number of prompts a step, each `draw(rng)` tokens."""
+    rng, backlog, left = random.Random(seed), 0.0, []
+    for _ in range(steps):
+        n, t = 0, rng.expovariate(1.0)  # a Poisson count from unit-rate exponential gaps
+        while t < count:
+            n, t = n + 1, t + rng.expovariate(1.0)
+        backlog = max(backlog + sum(draw(rng) for _ in range(n)) - budget, 0.0)
+        left.append(backlog)
+    some = [b for b in left[steps // 10 :] if b > 0]
+    share = len(some) / (steps - steps // 10)
+    return share, sum(some) / len(some), sum(b * b for b in some) / len(some)
+
+
+@pytest.mark.parametrize(
+    ("count", "size", "budget", "law"),
+    [(0.43, 2000, 2048, "fixed"), (4.06, 1000, 8192, "exponential"), (0.6, 3000, 2048, "exponential")],
+)
+def test_a_queue_of_steps_leaves_over_what_spitzer_says(count, size, budget, law):
+    # Spitzer's identity (P(B = 0) = exp(-sum P(S_n > 0) / n), cumulants sum E[(S_n+)^j] / n) against the recursion
+    # itself: fixed sizes keep their lattice (one 2,000-token prompt never overflows 2,048, two always do)
+    m2 = size**2 if law == "fixed" else 2 * size**2
+    p, given, shape = step_backlog(count, size, m2, budget)
+
+    def draw(rng: random.Random) -> float:
+        return size if law == "fixed" else rng.expovariate(1 / size)
+
+    share, mean, raw2 = _lindley(count, draw, budget, 200_000, seed=5)
+    assert p == pytest.approx(share, rel=0.05)
+    assert given == pytest.approx(mean, rel=0.05)
+    assert given**2 / shape + given**2 == pytest.approx(raw2, rel=0.12)  # the gamma keeps the second moment
+
+
+def test_a_queue_of_steps_is_empty_without_work_and_endless_at_its_budget():
+    assert step_backlog(0.0, 1000, 2e6, 2048) == (0.0, 0.0, 1.0)
+    assert step_backlog(2.1, 1000, 2e6, 2048)[1] == math.inf  # more work a step than the budget: no end
+
+
+@given(count=st.floats(0.01, 20), size=st.floats(10, 5000), room=st.floats(1, 20000))
+@settings(max_examples=examples(60), deadline=None)
+def test_the_prompts_that_fit_in_a_step_never_outnumber_their_mean_or_the_room(count, size, room):
+    # E[min(A, room)] <= min(E[A], room) (Jensen), and it reaches E[A] as the room grows past every sum
+    capped = capped_sum_mean(count, size, 2 * size**2, room)
+    assert 0 <= capped <= min(count * size, room) * (1 + 1e-9)
+    assert capped_sum_mean(count, size, 2 * size**2, 1e9 * size) == pytest.approx(count * size, rel=1e-6)
+
+
+def test_the_prompts_that_fit_in_a_step_by_hand_for_fixed_sizes():
+    # fixed 2,000-token prompts, Poisson(0.5) of them, 3,000 tokens of room: min(2,000 j, 3,000) summed by hand
+    pmf = [math.exp(-0.5) * 0.5**j / math.factorial(j) for j in range(40)]
+    by_hand = sum(w * min(2000 * j, 3000) for j, w in enumerate(pmf))
+    assert capped_sum_mean(0.5, 2000, 2000**2, 3000) == pytest.approx(by_hand, rel=1e-9)
+    # a prefill step in progress carries one prompt at least: the same law given j >= 1, up to a 2,048 chunk
+    some = 1 - pmf[0]
+    mean = sum(w * min(2000 * j, 2048) for j, w in enumerate(pmf) if j) / some
+    raw2 = sum(w * min(2000 * j, 2048) ** 2 for j, w in enumerate(pmf) if j) / some
+    assert capped_step_tokens(0.5, 2000, 2000**2, 2048) == pytest.approx((mean, raw2 - mean**2), rel=1e-9)

@@ -15,7 +15,14 @@ from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.replica import LoadPoint, Replica, busy_idle_cycle
 from tokcost.serving.search import Plan, Row, row_label
-from tokcost.serving.ttft import final_step_extra, lookahead_step, others_share, step_locked_per_step, ttft_moments
+from tokcost.serving.ttft import (
+    final_step_extra,
+    lookahead_step,
+    others_share,
+    step_locked_backlog,
+    step_locked_per_step,
+    ttft_moments,
+)
 
 SERVING_MODEL = [
     "Each step of a continuous-batching server (vLLM, SGLang, TensorRT-LLM with chunked prefill) runs one "
@@ -298,7 +305,20 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
                      f"{pt.rate_rps:.3f} x {r.loop.step_share(step):.3f} x {fmt.ms(step)} x {others_share(r, pt):.4f} "
                      f"= {step_locked_per_step(r, pt):.3f} other users a step finish together and share the next (a "
                      "prompt that those ahead of it leave no room runs a full step later)")  # fmt: skip
+    if r.loop.step_share(step) > 0 and r.prompts:
+        lines.append(_step_queue_text(r, pt))
     return lines
+
+
+def _step_queue_text(r: Replica, pt: LoadPoint) -> str:
+    """A step-locked arrival's backlog as a queue of steps (ttft.step_locked_backlog)."""
+    count = pt.queue_rate_rps * pt.prefill_step_s
+    p, wait_s, _ = step_locked_backlog(r, pt)
+    rate = pt.queue_rate_rps
+    return (f"step-locked arrivals queue in steps: lambda_q Tp = {rate:.3f} x {fmt.ms(pt.prefill_step_s)} = "
+            f"{count:.3f} prompts ({count * r.prompt_moments[0]:,.0f} tokens) come a step and each step takes up to "
+            f"{r.chunk:,}: P(the step in progress leaves some over) = {p:.3f} (Spitzer's identity), then "
+            f"{fmt.ms(wait_s)} on average to drain it at alpha a token")  # fmt: skip
 
 
 def _queue_rate_text(r: Replica, pt: LoadPoint) -> str:
