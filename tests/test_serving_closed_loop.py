@@ -250,7 +250,9 @@ def test_a_step_locked_backlog_is_what_a_full_step_leaves_over_not_the_budget_us
     tokens = pt.queue_rate_rps * pt.prefill_step_s * r.prompt_moments[0]
     assert 0.4 * r.chunk < tokens < 0.6 * r.chunk
     # what is left over drains at alpha a token, and the knee's users (a state read with no queue) see none of it
-    assert wait_s == pytest.approx(step_backlog(tokens / 1000, 1000, 2e6, 8192)[1] * pt.chunk_step_s / 8192, rel=0.05)
+    moments = r.prompt_moments
+    count = tokens / moments[0]
+    assert wait_s == pytest.approx(step_backlog(count, *moments, 8192)[1] * pt.chunk_step_s / 8192, rel=1e-9)
     assert step_locked_backlog(r, replace(pt, queue_rho=0.0)) == (0.0, 0.0, 1.0)
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tiers import examples
 
 from tokcost.serving.queueing import (
+    EXACT_COUNT,
     Moments,
     ShiftedGamma,
     capped_step_tokens,
@@ -181,13 +182,18 @@ def _lindley(count: float, draw, budget: float, steps: int, seed: int) -> tuple[
 
 @pytest.mark.parametrize(
     ("count", "size", "budget", "law"),
-    [(0.43, 2000, 2048, "fixed"), (4.06, 1000, 8192, "exponential"), (0.6, 3000, 2048, "exponential")],
+    [
+        (0.43, 2000, 2048, "fixed"),
+        (4.06, 1000, 8192, "exponential"),
+        (0.6, 3000, 2048, "exponential"),
+        (12, 600, 8192, "fixed"),
+    ],  # (past EXACT_COUNT prompts a step: one shifted gamma of three cumulants)
 )
 def test_a_queue_of_steps_leaves_over_what_spitzer_says(count, size, budget, law):
     # Spitzer's identity (P(B = 0) = exp(-sum P(S_n > 0) / n), cumulants sum E[(S_n+)^j] / n) against the recursion
     # itself: fixed sizes keep their lattice (one 2,000-token prompt never overflows 2,048, two always do)
-    m2 = size**2 if law == "fixed" else 2 * size**2
-    p, given, shape = step_backlog(count, size, m2, budget)
+    m2, m3 = (size**2, size**3) if law == "fixed" else (2 * size**2, 6 * size**3)
+    p, given, shape = step_backlog(count, size, m2, m3, budget)
 
     def draw(rng: random.Random) -> float:
         return size if law == "fixed" else rng.expovariate(1 / size)
@@ -198,27 +204,34 @@ def test_a_queue_of_steps_leaves_over_what_spitzer_says(count, size, budget, law
     assert given**2 / shape + given**2 == pytest.approx(raw2, rel=0.12)  # the gamma keeps the second moment
 
 
+def test_a_queue_of_steps_does_not_jump_where_its_arrivals_turn_into_one_gamma():
+    # count by count up to EXACT_COUNT prompts a step, one shifted gamma past it: the two agree on three cumulants, so
+    # the backlog moves by a few percent across the switch (an unshifted gamma, too skewed, had jumped 14%)
+    below, above = (step_backlog(EXACT_COUNT + d, 600, 600**2, 600**3, 8192) for d in (-0.01, 0.01))
+    assert above[0] == pytest.approx(below[0], rel=0.06) and above[1] == pytest.approx(below[1], rel=0.06)
+
+
 def test_a_queue_of_steps_is_empty_without_work_and_endless_at_its_budget():
-    assert step_backlog(0.0, 1000, 2e6, 2048) == (0.0, 0.0, 1.0)
-    assert step_backlog(2.1, 1000, 2e6, 2048)[1] == math.inf  # more work a step than the budget: no end
+    assert step_backlog(0.0, 1000, 2e6, 6e9, 2048) == (0.0, 0.0, 1.0)
+    assert step_backlog(2.1, 1000, 2e6, 6e9, 2048)[1] == math.inf  # more work a step than the budget: no end
 
 
 @given(count=st.floats(0.01, 20), size=st.floats(10, 5000), room=st.floats(1, 20000))
 @settings(max_examples=examples(60), deadline=None)
 def test_the_prompts_that_fit_in_a_step_never_outnumber_their_mean_or_the_room(count, size, room):
     # E[min(A, room)] <= min(E[A], room) (Jensen), and it reaches E[A] as the room grows past every sum
-    capped = capped_sum_mean(count, size, 2 * size**2, room)
+    capped = capped_sum_mean(count, size, 2 * size**2, 6 * size**3, room)
     assert 0 <= capped <= min(count * size, room) * (1 + 1e-9)
-    assert capped_sum_mean(count, size, 2 * size**2, 1e9 * size) == pytest.approx(count * size, rel=1e-6)
+    assert capped_sum_mean(count, size, 2 * size**2, 6 * size**3, 1e9 * size) == pytest.approx(count * size, rel=1e-6)
 
 
 def test_the_prompts_that_fit_in_a_step_by_hand_for_fixed_sizes():
     # fixed 2,000-token prompts, Poisson(0.5) of them, 3,000 tokens of room: min(2,000 j, 3,000) summed by hand
     pmf = [math.exp(-0.5) * 0.5**j / math.factorial(j) for j in range(40)]
     by_hand = sum(w * min(2000 * j, 3000) for j, w in enumerate(pmf))
-    assert capped_sum_mean(0.5, 2000, 2000**2, 3000) == pytest.approx(by_hand, rel=1e-9)
+    assert capped_sum_mean(0.5, 2000, 2000**2, 2000**3, 3000) == pytest.approx(by_hand, rel=1e-9)
     # a prefill step in progress carries one prompt at least: the same law given j >= 1, up to a 2,048 chunk
     some = 1 - pmf[0]
     mean = sum(w * min(2000 * j, 2048) for j, w in enumerate(pmf) if j) / some
     raw2 = sum(w * min(2000 * j, 2048) ** 2 for j, w in enumerate(pmf) if j) / some
-    assert capped_step_tokens(0.5, 2000, 2000**2, 2048) == pytest.approx((mean, raw2 - mean**2), rel=1e-9)
+    assert capped_step_tokens(0.5, 2000, 2000**2, 2000**3, 2048) == pytest.approx((mean, raw2 - mean**2), rel=1e-9)

@@ -314,11 +314,13 @@ def _step_queue_text(r: Replica, pt: LoadPoint) -> str:
     """A step-locked arrival's backlog as a queue of steps (ttft.step_locked_backlog)."""
     count = pt.queue_rate_rps * pt.prefill_step_s
     p, wait_s, _ = step_locked_backlog(r, pt)
-    rate = pt.queue_rate_rps
+    rate, alpha = pt.queue_rate_rps, pt.chunk_step_s / r.chunk
     return (f"step-locked arrivals queue in steps: lambda_q Tp = {rate:.3f} x {fmt.ms(pt.prefill_step_s)} = "
             f"{count:.3f} prompts ({count * r.prompt_moments[0]:,.0f} tokens) come a step and each step takes up to "
-            f"{r.chunk:,}: P(the step in progress leaves some over) = {p:.3f} (Spitzer's identity), then "
-            f"{fmt.ms(wait_s)} on average to drain it at alpha a token")  # fmt: skip
+            f"{r.chunk:,}: P(the step in progress leaves some over) = {p:.3f} (Spitzer's identity); then the full "
+            f"step in progress, the {wait_s / alpha if alpha > 0 else 0.0:,.0f} tokens left over on average x alpha "
+            f"{alpha * 1e6:.2f} us = {fmt.ms(wait_s)}, and half of the {step_locked_per_step(r, pt):.3f} users who "
+            "came back with it wait ahead of it")  # fmt: skip
 
 
 def _queue_rate_text(r: Replica, pt: LoadPoint) -> str:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 EPS = 1e-12
 NORMAL_SHAPE = 1e4  # gamma shapes above this are read as normal
 QUANTILE_TOLERANCE = 1e-7  # relative width of the bracket at which a percentile's search stops
-EXACT_COUNT = 10.0  # prompts a step's arrivals are summed count by count up to (then one gamma)
+EXACT_COUNT = 10.0  # prompts a step's arrivals are summed count by count up to (then one shifted gamma)
+FIXED_SIZE_VAR = 1e-9  # a size variance under this share of m1^2 is a rounding's: fixed sizes
 SPITZER_EXACT_TERMS = 48  # steps of Spitzer's sums taken one by one; the rest integrated over ln n
 SPITZER_LOG_STEP = 0.02  # ... in steps of 2% in n
 SPITZER_LOG_POINTS = 2_000  # ... at most (to n = 48 e^40: every walk short of a full budget has faded by then)
@@ -152,45 +153,60 @@ def wait_given_waiting(rate: float, service: Moments, utilization: float | None 
     return mean, (mean**2 / var if var > 0 else NORMAL_SHAPE)
 
 
-def _count_sum(count: float, m1: float, m2: float, exact: bool) -> list[tuple[float, float, float]]:
-    """The work of a Poisson(count) number of prompts (size mean m1, raw second moment m2) as (weight, gamma shape,
-    scale) parts: one per count j where the count is small (fixed sizes: a point, shape inf; else a gamma of j times one
-    prompt's shape), one gamma of the whole compound Poisson where it is large (the lattice of fixed sizes fades)."""
-    var1 = max(m2 - m1 * m1, 0.0)
+Part = tuple[float, float, float, float]  # (weight, gamma shape (inf: a point), scale, shift)
+
+
+def _count_sum(count: float, m1: float, m2: float, m3: float, exact: bool) -> list[Part]:
+    """The work of a Poisson(count) number of prompts (raw size moments m1, m2, m3) as (weight, gamma shape, scale,
+    shift) parts: one per count j where the count is small (fixed sizes: a point at j m1; else a gamma of j times one
+    prompt's shape), one shifted gamma of the whole compound Poisson where it is large, matching its three cumulants
+    count m1, count m2, count m3 (the lattice of fixed sizes fades; an unshifted gamma had overstated its skew, and the
+    backlog jumped 14% where one switched to the other)."""
+    var1 = m2 - m1 * m1
+    fixed = var1 <= FIXED_SIZE_VAR * m1 * m1  # (a rounding's worth of variance is no spread)
     if not exact:
-        return [(1.0, count * m1 * m1 / m2, m2 / m1)]  # mean count m1, variance count m2
-    k1 = m1 * m1 / var1 if var1 > 0 else math.inf
+        k2, k3 = count * m2, count * m3
+        if fixed or k3 <= 0:
+            k3 = count * m1**3 if fixed else k3
+        shape = 4 * k2**3 / k3**2
+        scale = k3 / (2 * k2)
+        return [(1.0, shape, scale, count * m1 - shape * scale)]
     parts = []
     for j, weight in enumerate(poisson_pmf(count, int(count + 8 * math.sqrt(count) + 8))):
         if j and weight > 1e-15:
-            parts.append((weight, j * k1, var1 / m1 if var1 > 0 else j * m1))  # a point: shape inf, "scale" = j m1
+            parts.append((weight, math.inf, j * m1, 0.0) if fixed else (weight, j * m1 * m1 / var1, var1 / m1, 0.0))
     return parts
 
 
-def _tail_moments(shape: float, scale: float, t: float) -> tuple[float, float, float]:
-    """(P(G > t), E[G 1{G > t}], E[G^2 1{G > t}]) for G ~ Gamma(shape, scale), or the point `scale` (shape inf)."""
+def _tail_moments(shape: float, scale: float, shift: float, t: float) -> tuple[float, float, float]:
+    """(P(G > t), E[G 1{G > t}], E[G^2 1{G > t}]) for G = shift + Gamma(shape, scale), or the point `scale` (shape
+    inf)."""
     if math.isinf(shape):
         return (1.0, scale, scale * scale) if scale > t else (0.0, 0.0, 0.0)
-    x = t / scale
-    return (gamma_tail(shape, x), shape * scale * gamma_tail(shape + 1, x),
-            shape * (shape + 1) * scale**2 * gamma_tail(shape + 2, x))  # fmt: skip
+    x = (t - shift) / scale
+    p = gamma_tail(shape, x)
+    e1 = shape * scale * gamma_tail(shape + 1, x)
+    e2 = shape * (shape + 1) * scale**2 * gamma_tail(shape + 2, x)
+    return p, shift * p + e1, shift * shift * p + 2 * shift * e1 + e2
 
 
-def _walk_terms(n: float, count: float, m1: float, m2: float, budget: float) -> tuple[float, float, float]:
+def _walk_terms(
+    n: float, count: float, moments: tuple[float, float, float], budget: float
+) -> tuple[float, float, float]:
     """(P(S_n > 0), E[S_n+], E[(S_n+)^2]) for S_n = the work of Poisson(n count) prompts - n budget (_count_sum)."""
     t = n * budget
     q0 = q1 = q2 = 0.0
-    for weight, shape, scale in _count_sum(n * count, m1, m2, n * count <= EXACT_COUNT):
-        p, e1, e2 = _tail_moments(shape, scale, t)
+    for weight, shape, scale, shift in _count_sum(n * count, *moments, n * count <= EXACT_COUNT):
+        p, e1, e2 = _tail_moments(shape, scale, shift, t)
         q0, q1, q2 = q0 + weight * p, q1 + weight * e1, q2 + weight * e2
     return q0, q1 - t * q0, q2 - 2 * t * q1 + t * t * q0
 
 
 @functools.lru_cache(maxsize=4096)  # a percentile's search asks for the same state's backlog at every probe
-def step_backlog(count: float, m1: float, m2: float, budget: float) -> tuple[float, float, float]:
+def step_backlog(count: float, m1: float, m2: float, m3: float, budget: float) -> tuple[float, float, float]:
     """(P(a backlog), its mean given one, gamma shape) of the work left over at a step boundary in a server that takes
     up to `budget` a step: B' = max(B + A - budget, 0), A the work of a Poisson(count) number of prompts that arrive
-    in a step (size mean m1, raw second moment m2).
+    in a step (raw size moments m1, m2, m3).
 
     Spitzer's identity for the reflected random walk: P(B = 0) = exp(-sum_n P(S_n > 0) / n), and the j-th cumulant
     of B is sum_n E[(S_n+)^j] / n, S_n = A_1 + ... + A_n - n budget: n steps' arrivals, Poisson(n count) prompts
@@ -201,17 +217,18 @@ def step_backlog(count: float, m1: float, m2: float, budget: float) -> tuple[flo
     """
     if count <= 0 or m1 <= 0:
         return 0.0, 0.0, 1.0
-    if count * m1 >= budget:
+    if count * m1 >= budget or not math.isfinite(count):
         return 1.0, math.inf, 1.0
+    moments = (m1, m2, m3)
     log_p0 = c1 = c2 = 0.0
     for n in range(1, SPITZER_EXACT_TERMS + 1):  # the first steps one by one (the lattice of few prompts lives here)
-        q0, e1, e2 = _walk_terms(n, count, m1, m2, budget)
+        q0, e1, e2 = _walk_terms(n, count, moments, budget)
         log_p0, c1, c2 = log_p0 - q0 / n, c1 + e1 / n, c2 + e2 / n
     # the rest as an integral over u = ln n (sum_n g(n) ~ integral g(x) dx = integral x g(x) du), whose terms are
     # smooth there: near a full budget they fade only over thousands of steps, a few hundred points in u
     u, h = math.log(SPITZER_EXACT_TERMS + 0.5), SPITZER_LOG_STEP
     for _ in range(SPITZER_LOG_POINTS):
-        q0, e1, e2 = _walk_terms(math.exp(u + h / 2), count, m1, m2, budget)
+        q0, e1, e2 = _walk_terms(math.exp(u + h / 2), count, moments, budget)
         log_p0, c1, c2 = log_p0 - h * q0, c1 + h * e1, c2 + h * e2
         if q0 < 1e-12:
             break
@@ -221,34 +238,43 @@ def step_backlog(count: float, m1: float, m2: float, budget: float) -> tuple[flo
         return 0.0, 0.0, 1.0
     given = c1 / p  # E[B | B > 0]: B's mean c1, its variance c2 (the first two cumulants)
     var_given = (c2 + c1**2) / p - given**2
-    return p, given, given**2 / var_given if var_given > 0 else NORMAL_SHAPE
+    # (near a full budget the second term cancels to rounding: a heavy-traffic backlog is about exponential)
+    return p, given, given**2 / var_given if var_given > 0 else 1.0
 
 
 @functools.lru_cache(maxsize=65536)  # every TTFT tail probe asks again for each prompt grid point's joiners
-def capped_sum_mean(count: float, m1: float, m2: float, room: float) -> float:
+def capped_sum_mean(count: float, m1: float, m2: float, m3: float, room: float) -> float:
     """E[min(A, room)]: A the work of a Poisson(count) number of prompts (_count_sum), as much of it as fits in `room`
     (the tokens that join a prompt's step up to the chunk: min(E[A], room) overstates it where one prompt fills it)."""
     if count <= 0 or room <= 0 or m1 <= 0:
         return 0.0
+    if not math.isfinite(count):
+        return room
     total = 0.0
-    for weight, shape, scale in _count_sum(count, m1, m2, count <= EXACT_COUNT):
-        over0, over1, _ = _tail_moments(shape, scale, room)
-        mean = scale if math.isinf(shape) else shape * scale
+    for weight, shape, scale, shift in _count_sum(count, m1, m2, m3, count <= EXACT_COUNT):
+        over0, over1, _ = _tail_moments(shape, scale, shift, room)
+        mean = scale if math.isinf(shape) else shift + shape * scale
         total += weight * (mean - over1 + room * over0)  # E[G] - E[(G - room)+]
     return total
 
 
 @functools.lru_cache(maxsize=4096)
-def capped_step_tokens(count: float, m1: float, m2: float, budget: float) -> tuple[float, float]:
+def capped_step_tokens(count: float, m1: float, m2: float, m3: float, budget: float) -> tuple[float, float]:
     """(mean, variance) of a step's prompt tokens, min(A, budget), given it carries a prompt at least: A the work of
     a Poisson(count) number of prompts (_count_sum), as a step-locked arrival finds the prefill step in progress."""
     some = -math.expm1(-count)
-    if some <= 0:
+    if some <= 0 or m1 <= 0:
         return 0.0, 0.0
+    if not math.isfinite(count):
+        return budget, 0.0
     e1 = e2 = 0.0
-    for weight, shape, scale in _count_sum(count, m1, m2, count <= EXACT_COUNT):
-        p, over1, over2 = _tail_moments(shape, scale, budget)
-        mean, raw2 = (scale, scale * scale) if math.isinf(shape) else (shape * scale, shape * (shape + 1) * scale**2)
+    for weight, shape, scale, shift in _count_sum(count, m1, m2, m3, count <= EXACT_COUNT):
+        p, over1, over2 = _tail_moments(shape, scale, shift, budget)
+        if math.isinf(shape):
+            mean, raw2 = scale, scale * scale
+        else:
+            mean = shift + shape * scale
+            raw2 = shift * shift + 2 * shift * shape * scale + shape * (shape + 1) * scale**2
         e1 += weight * (mean - over1 + budget * p)  # E[min(G, budget)]
         e2 += weight * (raw2 - over2 + budget * budget * p)
     e1, e2 = e1 / some, e2 / some  # (past EXACT_COUNT a step with no prompt has a chance under 1e-13)

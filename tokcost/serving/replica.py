@@ -468,7 +468,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
             t0, tc, alpha, (alone, lasts), d, m = self._terms(0.0, lone)
             rho = min(rate * (alpha * m1 + d), 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
-            queue = Queue(q_rate, min(q_rate * (alpha * m1 + d), 1.0), min(q_rate * alpha * m1, 1.0), 0.0)
+            others = q_rate / rate if 0 < rate < math.inf else 1.0
+            queue = Queue(q_rate, min(q_rate * (alpha * m1 + d), 1.0), min(q_rate * alpha * m1, 1.0), 0.0, others)
             new = self._last_steps(queue, alpha, 0.0, lasts, steps=(t0, service.mean / m, t0))
             lone, done = _damped(lone, new, i)
             point = self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone, queue)

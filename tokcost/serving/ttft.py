@@ -87,6 +87,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     ahead = lookahead_steps(r, pt)
     w_step, per_step = r.loop.step_share(step), step_locked_per_step(r, pt)
     full = r.loop.residual(pt.chunk_step_s)  # a backlog's step in progress is full: waited out whole, less r + c
+    mates_ahead = alpha * per_step * r.prompt_moments[0] / 2  # behind a backlog the steps are full: alpha a token
     for prompt, alone in zip(r.prompts, pt.alone_s, strict=True):
         width = final_step_extra(r, pt, prompt)
         # its last step lasts at least a step with its own chunk in it
@@ -99,7 +100,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             """Uniform width: twice what the prompt tokens that join its last step (in `window`, and `per_step` prompts
             that land in every step whatever its length) add to it."""
             count = pt.queue_rate_rps * (window + chunks_s) + per_step  # a Poisson count of prompts, up to the chunk
-            tokens = last + capped_sum_mean(count, *r.prompt_moments[:2], float(r.chunk - last))
+            tokens = last + capped_sum_mean(count, *r.prompt_moments, float(r.chunk - last))
             return 2 * (interpolate(*fills, tokens) - interpolate(*fills, last))
 
         w = prompt.weight
@@ -125,9 +126,9 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
                     extra = joined(step * (1 - w_step), per_step)
                     out += [(weight * (1 - spill), constant, tokens, tokens_shape, extra),
                             (weight * spill, constant + pt.chunk_step_s, tokens, tokens_shape, extra)]  # fmt: skip
-            # behind a backlog (what the step in progress leaves over, step_locked_backlog): that full step, then the
-            # tokens left over ahead of it, then its own
-            out.append((locked_steps * w * locked_backlog, own + full, locked_theta, locked_shape, width))
+            # behind a backlog (what the step in progress leaves over, step_locked_backlog): that full step, the tokens
+            # left over, and the users who came back with it and are served first (half of them), then its own
+            out.append((locked_steps * w * locked_backlog, own + full + mates_ahead, locked_theta, locked_shape, width))
         if lock > 0:  # the first of a burst finds an idle server when nobody decodes: no step chosen before it
             out += [(prompt.weight * lock * share * q, constant + busy, 0.0, 1.0, 0.0)
                     for share, constant, found_busy in _lock_step(r, pt, prompt, alone, p_dec)
@@ -144,12 +145,11 @@ def step_locked_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float]
     step takes every queued token up to the chunk, so the queue is one of steps (queueing.step_backlog), not M/G/1's
     one prompt at a time: a step's arrivals are a Poisson count (the queue's rate over a prefill step) of prompts,
     and what overflows the chunk drains at alpha a token. 414 users' 1,000-token prompts with 100-token answers on
-    4 x H100 (an 8,192-token chunk, 0.9 of the knee) bring 4,060 tokens a step: 11% of steps leave some over, where
+    4 x H100 (an 8,192-token chunk, 0.9 of the knee) bring 4,083 tokens a step: 11% of steps leave some over, where
     M/G/1 on packed work (0.84 of the budget used) priced a backlog for 84% of arrivals, p90 TTFT 32% over."""
     if pt.queue_rho <= 0:  # no queue priced (nothing prefills, or a state read without its queue: the knee's users)
         return 0.0, 0.0, 1.0
-    m1, m2, _ = r.prompt_moments
-    p, tokens, shape = step_backlog(pt.queue_rate_rps * pt.prefill_step_s, m1, m2, float(r.chunk))
+    p, tokens, shape = step_backlog(pt.queue_rate_rps * pt.prefill_step_s, *r.prompt_moments, float(r.chunk))
     return p, tokens * pt.chunk_step_s / r.chunk, shape
 
 
@@ -158,8 +158,7 @@ def prefill_step_spread(r: Replica, pt: LoadPoint) -> tuple[float, float]:
     the tokens of the prompts that came during the step before it (a Poisson count, the queue's rate over a prefill
     step, given at least one), up to the chunk, at the step's slope in its tokens; the rest of the step is fixed (the
     caller keeps the part within the step)."""
-    m1, m2, _ = r.prompt_moments
-    mean, var = capped_step_tokens(pt.queue_rate_rps * pt.prefill_step_s, m1, m2, float(r.chunk))
+    mean, var = capped_step_tokens(pt.queue_rate_rps * pt.prefill_step_s, *r.prompt_moments, float(r.chunk))
     if mean <= 0:
         return 0.0, 1.0
     fills = r.fill_steps(r.prefill_batch(pt.batch))
@@ -178,9 +177,9 @@ def step_locked_per_step(r: Replica, pt: LoadPoint) -> float:
 
 def others_share(r: Replica, pt: LoadPoint) -> float:
     """The share of the arrivals a request meets that are other users': 1 - 1/N in a closed loop of N users (one
-    alone meets nobody's prompt), 1 in an open loop."""
-    users = r.users_estimate(pt)
-    return 1 - 1 / users if math.isfinite(users) else 1.0
+    alone meets nobody's prompt), 1 in an open loop: the share the state's prefill queue was solved with (one home for
+    (N - 1) / N: the queue's rate, the step-locked arrivals a step and --explain read the same)."""
+    return pt.queue_others if r.loop.closed else 1.0
 
 
 def spill_share(r: Replica, prompt: PromptPoint, per_step: float) -> float:
