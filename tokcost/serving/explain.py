@@ -19,6 +19,7 @@ from tokcost.serving.ttft import (
     final_step_extra,
     lookahead_step,
     others_share,
+    step_arrivals,
     step_locked_backlog,
     step_locked_per_step,
     ttft_moments,
@@ -312,7 +313,7 @@ def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
 
 def _step_queue_text(r: Replica, pt: LoadPoint) -> str:
     """A step-locked arrival's backlog as a queue of steps (ttft.step_locked_backlog)."""
-    count = pt.queue_rate_rps * pt.prefill_step_s
+    count = step_arrivals(pt)
     p, wait_s, _ = step_locked_backlog(r, pt)
     rate, alpha = pt.queue_rate_rps, pt.chunk_step_s / r.chunk
     return (f"step-locked arrivals queue in steps: lambda_q Tp = {rate:.3f} x {fmt.ms(pt.prefill_step_s)} = "

@@ -165,9 +165,7 @@ def _count_sum(count: float, m1: float, m2: float, m3: float, exact: bool) -> li
     var1 = m2 - m1 * m1
     fixed = var1 <= FIXED_SIZE_VAR * m1 * m1  # (a rounding's worth of variance is no spread)
     if not exact:
-        k2, k3 = count * m2, count * m3
-        if fixed or k3 <= 0:
-            k3 = count * m1**3 if fixed else k3
+        k2, k3 = count * m2, count * (m1**3 if fixed else m3)
         shape = 4 * k2**3 / k3**2
         scale = k3 / (2 * k2)
         return [(1.0, shape, scale, count * m1 - shape * scale)]
@@ -242,23 +240,16 @@ def step_backlog(count: float, m1: float, m2: float, m3: float, budget: float) -
     return p, given, given**2 / var_given if var_given > 0 else 1.0
 
 
-@functools.lru_cache(maxsize=65536)  # every TTFT tail probe asks again for each prompt grid point's joiners
 def capped_sum_mean(count: float, m1: float, m2: float, m3: float, room: float) -> float:
-    """E[min(A, room)]: A the work of a Poisson(count) number of prompts (_count_sum), as much of it as fits in `room`
-    (the tokens that join a prompt's step up to the chunk: min(E[A], room) overstates it where one prompt fills it)."""
-    if count <= 0 or room <= 0 or m1 <= 0:
+    """E[min(A, room)]: A the work of a Poisson(count) number of prompts, as much of it as fits in `room` (the tokens
+    that join a prompt's step up to the chunk: min(E[A], room) overstates it where one prompt fills it); a step with
+    no prompt adds none, so it is capped_step_tokens' mean times the chance of one at least."""
+    if room <= 0:
         return 0.0
-    if not math.isfinite(count):
-        return room
-    total = 0.0
-    for weight, shape, scale, shift in _count_sum(count, m1, m2, m3, count <= EXACT_COUNT):
-        over0, over1, _ = _tail_moments(shape, scale, shift, room)
-        mean = scale if math.isinf(shape) else shift + shape * scale
-        total += weight * (mean - over1 + room * over0)  # E[G] - E[(G - room)+]
-    return total
+    return -math.expm1(-count) * capped_step_tokens(count, m1, m2, m3, room)[0] if count > 0 else 0.0
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=65536)  # every TTFT tail probe asks again for each prompt grid point's joiners
 def capped_step_tokens(count: float, m1: float, m2: float, m3: float, budget: float) -> tuple[float, float]:
     """(mean, variance) of a step's prompt tokens, min(A, budget), given it carries a prompt at least: A the work of
     a Poisson(count) number of prompts (_count_sum), as a step-locked arrival finds the prefill step in progress."""

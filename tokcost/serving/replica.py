@@ -334,7 +334,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         # the arrival theorem: a user's prompt meets the queue of the N - 1 others (Schweitzer's (N - 1) / N of its
         # rate), never its own: one user of 16,384-token prompts and 64-token answers on an H100 had queued behind
         # itself (p50 TTFT 20% over the simulation's lone prefill)
-        others = 1 - 1 / users if math.isfinite(users) else 1.0
+        others = _others_of(users)
         return self._solve(b, beside, point.last_steps, others) if beside < 1 or others < 1 else point
 
     def _solve(self, b: float, beside: float, start: Lasts | None = None, others: float = 1.0) -> LoadPoint:
@@ -485,7 +485,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         queued behind itself: one user of 1,024 tokens on an H100 priced p90 TTFT 65 ms where it runs in 23."""
         if not self.loop.closed or self.role == "prefill" or not math.isfinite(rate) or rate <= 0:
             return rate  # (a disaggregated prefill pool's users spend their decode elsewhere: not counted here)
-        return rate * (1 - 1 / self.users_estimate(pt))
+        return rate * _others_of(self.users_estimate(pt))
 
     def _terms(self, b: float, lasts: Lasts | None) -> tuple[float, float, float, Alone, float, float]:
         """(T0, Tc, alpha, (A, A's last step) per grid point, d = E[S - alpha P'], prefill steps per request m) at
@@ -614,6 +614,11 @@ class Replica(ReplicaLimits, ReplicaCurves):
         tokens_per_s = rate * self._tokens_per_prefill_step(m) + (1 - rho) / t0
         # every step carries prefill (rho = 1) and none of them gives the decodes a token (prefill apart): no end
         return 1 / tokens_per_s if tokens_per_s > 0 else math.inf
+
+
+def _others_of(users: float) -> float:
+    """(N - 1) / N: the share of a closed loop's arrivals that are other users' (the arrival theorem); 1 open."""
+    return 1 - 1 / users if math.isfinite(users) else 1.0
 
 
 def _damped(old: Lasts | None, new: Lasts, i: int) -> tuple[Lasts, bool]:

@@ -139,6 +139,11 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
 IDLE = ((1.0, 0.0),)  # an idle server schedules an arrival at once: no step ahead of it
 
 
+def step_arrivals(pt: LoadPoint) -> float:
+    """The prompts that come during a prefill step, by count: the queue's rate over the mean prefill step."""
+    return pt.queue_rate_rps * pt.prefill_step_s
+
+
 def step_locked_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float]:
     """(P(backlog), its mean wait given one, gamma shape) for a step-locked arrival: the prompt tokens the step in
     progress leaves over, ahead of it. Prompts come back per step (those who finished in the step before), and each
@@ -149,7 +154,7 @@ def step_locked_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float]
     M/G/1 on packed work (0.84 of the budget used) priced a backlog for 84% of arrivals, p90 TTFT 32% over."""
     if pt.queue_rho <= 0:  # no queue priced (nothing prefills, or a state read without its queue: the knee's users)
         return 0.0, 0.0, 1.0
-    p, tokens, shape = step_backlog(pt.queue_rate_rps * pt.prefill_step_s, *r.prompt_moments, float(r.chunk))
+    p, tokens, shape = step_backlog(step_arrivals(pt), *r.prompt_moments, float(r.chunk))
     return p, tokens * pt.chunk_step_s / r.chunk, shape
 
 
@@ -158,7 +163,7 @@ def prefill_step_spread(r: Replica, pt: LoadPoint) -> tuple[float, float]:
     the tokens of the prompts that came during the step before it (a Poisson count, the queue's rate over a prefill
     step, given at least one), up to the chunk, at the step's slope in its tokens; the rest of the step is fixed (the
     caller keeps the part within the step)."""
-    mean, var = capped_step_tokens(pt.queue_rate_rps * pt.prefill_step_s, *r.prompt_moments, float(r.chunk))
+    mean, var = capped_step_tokens(step_arrivals(pt), *r.prompt_moments, float(r.chunk))
     if mean <= 0:
         return 0.0, 1.0
     fills = r.fill_steps(r.prefill_batch(pt.batch))
