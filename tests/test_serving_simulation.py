@@ -8,6 +8,8 @@ so each is deterministic.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tokcost.hardware.library import load_gpu
@@ -16,9 +18,10 @@ from tokcost.serving.capacity import capacity, state_at_rate, state_at_users
 from tokcost.serving.latency import percentile
 from tokcost.serving.layout import Layout
 from tokcost.serving.replica import build_replica
-from tokcost.serving.simulate import simulate
+from tokcost.serving.simulate import _Run, simulate
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import LengthDist, Traffic
+from tokcost.serving.ttft import time_random_backlog
 
 pytestmark = pytest.mark.slow  # not in the quick tier: discrete-event simulations of thousands of requests
 
@@ -30,16 +33,20 @@ TOLERANCE = 0.15
 # Two more since each kernel hides only part of its shorter roofline side (roofline.UNHIDDEN_SHARE): a compute-bound
 # decode step keeps a fixed part (the unhidden share of its weight reads), so a step's tokens per second rise with
 # its batch and the batch's swings near saturation cost throughput that the mean-value closed form does not see.
-# At 90% of saturation it is short on TTFT by 21% at one-token prompts (TPOT within 15%) and by 15-16% at p90 on
-# prompts packed four to a step; below 90% every point stays within 15%.
-# And with pipeline stages (Gemma-3-12B in 8 stages, its last holding the LM head): TTFT p90 is 16-18% under the
-# simulation at 50% and 80% of saturation (p50 and TPOT within 15%), the same short tail as the queued prompts above.
+# At 90% of saturation it is short on TTFT by 21% at one-token prompts (TPOT within 15%); below 90% every point stays
+# within 15%. (Prompts packed four to a step were 15-16% short at p90 there while an arrival waited M/G/1's backlog;
+# found by its length, the step it lands in brings the prompts of the next: +7%.)
+# And with pipeline stages (Gemma-3-12B in 8 stages, its last holding the LM head): TTFT p90 is 20% and 28% over the
+# simulation at 50% and 80% of saturation (p50 and TPOT within 15%). It was 16-18% under while an arrival waited
+# M/G/1's backlog; as a queue of steps (ttft.time_random_backlog) the prompts that join its step cost their tokens
+# at the pipeline's one-microbatch latency (the engine's step, about 30 ms for 1,024 tokens), where the simulated
+# arrivals find a decode step 62% of the time and the next step hardly longer (the decode-found TTFT is 10% over, the
+# prefill-found 20%): how a pipeline's steps overlap is not what the fill curve prices.
 # Four-chunk prompts with 128-token answers at 80%: TTFT p90 17% under (22% before the backlog a request decodes
 # behind was priced: a larger batch slows the chunks too).
 KNOWN_MISS = {("8b-a100-cached-prefix", 0.9, "tpot", 0.9): 0.20, ("8b-one-token-prompts", 0.9, "ttft", 0.5): 0.25,
-              ("70b-tp4-packed-4-per-step", 0.9, "ttft", 0.9): 0.20,
-              ("gemma-pp8-unbalanced-stages", 0.5, "ttft", 0.9): 0.20,
-              ("gemma-pp8-unbalanced-stages", 0.8, "ttft", 0.9): 0.20,
+              ("gemma-pp8-unbalanced-stages", 0.5, "ttft", 0.9): 0.25,
+              ("gemma-pp8-unbalanced-stages", 0.8, "ttft", 0.9): 0.32,
               ("8b-long-prompts-short-answers", 0.8, "ttft", 0.9): 0.20}  # fmt: skip
 CASES = {
     # name: (model, gpu, tp or (tp, pp), prompt, output, chunk, cached prefix, length kind, requests, loads)
@@ -172,3 +179,41 @@ def test_a_closed_loop_past_its_kv_slots_spreads_the_admission_wait_as_the_finis
         sim = simulate(replica.steps, traffic, 2048, requests=8 * users, seed=1, max_running=replica.running_cap())
         for q in (0.5, 0.9):
             assert percentile(replica, point, "ttft", q) == pytest.approx(sim.percentile("ttft", q), rel=0.10), q
+
+
+def _leftover_time_share(replica, traffic, chunk, rate):
+    """The share of the simulated time spent in steps that leave prompt tokens over (what an arrival at a uniform
+    moment waits behind), read off the simulation's own step loop."""
+    run = _Run(replica.steps, traffic, chunk, 8000, random.Random(1), rate, replica.running_cap(), 1)
+    steps = []
+    step = run.one_step
+
+    def logged(s, t):
+        seconds, prefilled, completed, last = step(s, t)
+        done = {r.index for r in completed}
+        steps.append((seconds, sum(r.prompt - r.done for r in s.queue if r.index not in done) > 0))
+        return seconds, prefilled, completed, last
+
+    run.one_step = logged
+    run.run()
+    kept = steps[len(steps) // 10 : -len(steps) // 10]
+    return sum(s for s, left in kept if left) / sum(s for s, _ in kept)
+
+
+def test_an_arrival_at_a_uniform_moment_waits_behind_what_a_step_leaves_over_not_the_budget_used():
+    # 500-token lognormal prompts packed about four to a 2,048-token step on 8 x H100 at 0.8 of saturation: 68% of the
+    # time runs prefill steps, 10% leaves tokens over. M/G/1 on packed work priced a wait behind a backlog for 53% of
+    # arrivals (the budget's share used), so p90 TTFT was 20% under the simulation with p50 right by compensation
+    law = lambda m: LengthDist("lognormal", m, 0.8)  # noqa: E731
+    traffic = Traffic(law(500), law(300), rate_rps=1.0)
+    replica = build_replica(load_model("llama-3.1-70b"), Deployment(load_gpu("h100-sxm"), Layout(8)), traffic, 2048,
+                            "expected")  # fmt: skip
+    rate = 0.8 * capacity(replica, []).saturation_rps
+    point = state_at_rate(replica, rate)
+    share = time_random_backlog(replica, point)[0]
+    simulated = _leftover_time_share(replica, traffic, 2048, rate)
+    assert point.queue_rho > 4 * simulated  # the old P(wait): far from what arrivals find
+    assert share == pytest.approx(simulated, rel=0.25)
+    sim = simulate(replica.steps, traffic, 2048, requests=12000, seed=1, rate_rps=rate)
+    for q in (0.5, 0.9):
+        assert percentile(replica, point, "ttft", q) == pytest.approx(sim.percentile("ttft", q), rel=TOLERANCE), q

@@ -22,6 +22,7 @@ from tokcost.serving.ttft import (
     step_arrivals,
     step_locked_backlog,
     step_locked_per_step,
+    time_random_backlog,
     ttft_moments,
 )
 
@@ -156,6 +157,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
         f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
+        *_timed_queue_lines(r, pt),
         *_admission_lines(r, pt),
         *_lookahead_lines(r, pt),
         "TTFT p50/p90/p99 = " + _triple(x.ttft_s) + "; TPOT p50/p90/p99 = " + _triple(x.tpot_s)
@@ -322,6 +324,23 @@ def _step_queue_text(r: Replica, pt: LoadPoint) -> str:
             f"step in progress, the {wait_s / alpha if alpha > 0 else 0.0:,.0f} tokens left over on average x alpha "
             f"{alpha * 1e6:.2f} us = {fmt.ms(wait_s)}, and half of the {step_locked_per_step(r, pt):.3f} users who "
             "came back with it wait ahead of it")  # fmt: skip
+
+
+def _timed_queue_lines(r: Replica, pt: LoadPoint) -> list[str]:
+    """What an arrival at a uniform moment waits behind, as a queue of steps (ttft.time_random_backlog)."""
+    if not r.prompts or r.loop.step_share(pt.tpot_mean_s) >= 1 or pt.queue_rho <= 0:
+        return []
+    share, drain_s, _, found = time_random_backlog(r, pt)
+    alpha, tc = pt.chunk_step_s / r.chunk, pt.chunk_step_s
+    left = drain_s / alpha if alpha > 0 else 0.0
+    longest = max(seconds for _, seconds in found)
+    return [
+        f"an arrival at a uniform moment lands in a prefill step (share of time {pt.prefill_share:.3f}, found by its "
+        f"length, {fmt.ms(longest)} at most) and waits out its rest; with chance {share:.3f} that step is a full "
+        f"chunk ({fmt.ms(tc)}) that leaves {left:,.0f} tokens over on average (= {fmt.ms(drain_s)} at alpha "
+        f"{alpha * 1e6:.2f} us), and those that came before it in the step wait ahead of it too (a queue of steps, "
+        "not M/G/1's P(wait) above)"
+    ]
 
 
 def _queue_rate_text(r: Replica, pt: LoadPoint) -> str:

@@ -272,6 +272,19 @@ def capped_step_tokens(count: float, m1: float, m2: float, m3: float, budget: fl
     return e1, max(e2 - e1 * e1, 0.0)
 
 
+@functools.lru_cache(maxsize=4096)  # every TTFT tail probe asks again for the state's prefill steps
+def step_token_points(count: float, m1: float, m2: float, m3: float) -> tuple[tuple[float, float], ...]:
+    """(chance, tokens) of a step's prompt tokens given one prompt at least, A the work of a Poisson(count) number of
+    prompts: one point per count while few (each count's mean; fixed sizes keep their lattice), one past EXACT_COUNT."""
+    some = -math.expm1(-count) if count > 0 else 0.0
+    if some <= 0 or m1 <= 0 or not math.isfinite(count):
+        return ()
+    parts = _count_sum(count, m1, m2, m3, count <= EXACT_COUNT)
+    total = sum(weight for weight, *_ in parts)
+    return tuple((weight / total, scale if math.isinf(shape) else shift + shape * scale)
+                 for weight, shape, scale, shift in parts)  # fmt: skip
+
+
 def erlang_c(servers: float, offered: float) -> float:
     """P(wait) in M/M/c with c = `servers` and offered load a = `offered` (lambda x mean holding time); 1 at a >= c."""
     c, a = servers, offered

@@ -2,13 +2,16 @@
 
 TTFT = the engine's per-request cost c (client-side: HTTP, tokenization, scheduling) + the admission wait (a
 closed loop past its load limit) + one of three kinds of arrival, by their shares:
-- time-random (an open loop; the share 1 - w of a closed loop with think time): the residual of the decode
-  step in progress (uniform over T0 when decodes run, probability 1 - exp(-b)) + either the lone cost A(P')
-  when no prefill is queued (probability 1 - rho), or the M/G/1 wait (Pollaczek-Khinchine mean, Takacs second
-  moment, a gamma; queueing.py) + alpha P' for its own tokens + the rest of its last step: the tokens packed
-  after its own, uniform up to what arrives before that step starts (at most `align` of a chunk on average
-  when a backlog fills every step). M/G/1 on prefill work uses the variance of the prompt lengths (M/D/1
-  when they are fixed);
+- time-random (an open loop; the share 1 - w of a closed loop with think time): it lands in the step in progress
+  by its length and waits out the rest of it (uniform), and the queue is one of steps, not M/G/1's one prompt at a
+  time (time_random_backlog): either that step leaves prompt tokens over (a full chunk, Tc), and it waits those
+  (a gamma; queueing.step_backlog) and the prompts that came before it in the step, then its own at alpha a token
+  + the rest of its last step (the tokens packed after its own, uniform up to what arrives before that step starts,
+  at most `align` of a chunk on average); or it leaves none, and it runs in the next step with every prompt that
+  came during this one (a gamma of their tokens, up to the chunk): its lone cost A(P') + theirs. A prefill step in
+  progress carries j prompts (a Poisson count, one at least) and is found in proportion to its length, so a long
+  step is found more often and brings more to the next; a decode step (T0, probability 1 - exp(-b)) or an idle
+  server (none) the rest of the time;
 - step-locked (a closed loop: the share w = T / (T + Z), less its lock-step groups): the request lands r + c after
   a step boundary, so it waits out the whole step in progress less r + c (T0 - r - c when others decode; a prefill
   step's length varies with the prompts it carries, those that came back during the step before it), it shares its
@@ -41,6 +44,7 @@ from tokcost.serving.queueing import (
     gamma_plus_uniform_tail,
     poisson_pmf,
     step_backlog,
+    step_token_points,
 )
 from tokcost.serving.replica import LoadPoint, PromptPoint, Replica
 from tokcost.serving.replica_steps import interpolate
@@ -74,8 +78,11 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
     alpha = pt.chunk_step_s / r.chunk
     p_dec = others_decoding(pt.batch, r.users_estimate(pt))
     fills = r.fill_steps(r.prefill_batch(pt.batch))  # a step's seconds as its prompt tokens grow
-    backlog, landing = pt.queue_rho, _landing(pt, p_dec, pt.queue_rho)
-    theta, shape = pt.wait_if_waiting_s, pt.wait_shape
+    backlog, drain, drain_shape, found = time_random_backlog(r, pt)
+    (prefill, _), *others = _landing(pt, p_dec, backlog)
+    landing = [(prefill * share, seconds) for share, seconds in found] + others
+    tc = pt.chunk_step_s
+    before = alpha * pt.queue_rate_rps * tc / 2 * r.prompt_moments[0]  # the prompts that came earlier in a full step
     locked_backlog, locked_theta, locked_shape = step_locked_backlog(r, pt)
     # a prefill step with no backlog behind it runs part of a chunk: the full ones are the backlog's
     f = pt.prefill_share
@@ -103,17 +110,29 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
             tokens = last + capped_sum_mean(count, *r.prompt_moments, float(r.chunk - last))
             return 2 * (interpolate(*fills, tokens) - interpolate(*fills, last))
 
+        def joiners(window: float, last: float = last, chunks_s: float = chunks_s) -> tuple[float, float]:
+            """(mean seconds, gamma shape) that the prompt tokens joining its last step (those that come in `window`)
+            add to it: a Poisson count of prompts, up to the chunk."""
+            count = pt.queue_rate_rps * (window + chunks_s)
+            some = -math.expm1(-count) if count > 0 else 0.0
+            mean, var = capped_step_tokens(count, *r.prompt_moments, float(r.chunk - last)) if some > 0 else (0, 0)
+            tokens, raw2 = some * mean, some * (var + mean * mean)
+            if tokens <= 0:
+                return 0.0, 1.0
+            seconds = interpolate(*fills, last + tokens) - interpolate(*fills, last)
+            spread = raw2 - tokens * tokens
+            return seconds, tokens * tokens / spread if spread > 0 else NORMAL_SHAPE
+
         w = prompt.weight
         if timed > 0:  # arrives at a uniform moment of the step in progress (if any): waits the rest of it
             for p, step in landing:
-                extra = joined(part * step)
-                late = math.hypot(extra, step)  # two uniforms as one alike
+                extra, extra_shape = joiners(part * step)
                 for q, busy in ahead if step > 0 else IDLE:  # overlap scheduling: the next step was chosen before
-                    out.append((timed * w * p * q, alone + busy + (extra + step - late) / 2, 0.0, 1.0, late))
-            t0 = pt.decode_step_s
-            both = math.hypot(width, t0)
-            out += [(timed * w * backlog * (1 - p_dec), own, theta, shape, width),
-                    (timed * w * backlog * p_dec, own + (width + t0 - both) / 2, theta, shape, both)]  # fmt: skip
+                    out.append((timed * w * p * q, alone + busy, extra, extra_shape, step))
+            # lands in a full step that leaves tokens over: the rest of that step, the tokens it leaves, those that
+            # came before it during the step, then its own in full steps
+            both = math.hypot(width, tc)
+            out.append((timed * w * backlog, own + before + (width + tc - both) / 2, drain, drain_shape, both))
         if locked_steps > 0:  # lands r + c into the step in progress: waits out the rest, with all who land in it
             spill = spill_share(r, prompt, per_step)
             for i, (p, step) in enumerate(locked_landing):
@@ -156,6 +175,38 @@ def step_locked_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float]
         return 0.0, 0.0, 1.0
     p, tokens, shape = step_backlog(step_arrivals(pt), *r.prompt_moments, float(r.chunk))
     return p, tokens * pt.chunk_step_s / r.chunk, shape
+
+
+def time_random_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float, list[tuple[float, float]]]:
+    """(chance, mean drain given one, gamma shape, the prefill steps it lands in otherwise as (share of them, seconds))
+    for an arrival at a uniform moment (an open loop, a think time's share): it lands in a prefill step that leaves
+    prompt tokens over, a queue of steps as step_locked_backlog's, not M/G/1's one prompt at a time (which priced a
+    wait for the share of the budget used: 0.53 where 9% of the time is in such steps, 500-token prompts at 0.8 of
+    saturation, 70B on 8 x H100).
+    - Of the steps that carry prefill, q = p / (1 - (1 - p) e^-mu) leave some over (the recursion's steps with
+      nothing queued are decode steps); those are full chunks, Tc long, so they hold f q Tc / Tp of the time.
+    - Once a backlog runs, every step is a full chunk: its arrivals come over Tc, not the mean prefill step, and
+      that sets how much is left over.
+    - Otherwise it lands in a prefill step that leaves none, by its length: a step carrying j prompts (a Poisson
+      count over the mean prefill step, one at least, up to the chunk) lasts L_j and is found with chance in
+      proportion to P(j) L_j, so a long step is found more often and brings more prompts to the next one."""
+    f, tc, tp = pt.prefill_share, pt.chunk_step_s, pt.prefill_step_s
+    if pt.queue_rho <= 0 or f <= 0 or tp <= 0:
+        return 0.0, 0.0, 1.0, [(1.0, tp)]
+    p, drain, shape = step_locked_backlog(r, pt)
+    q = min(p / (1 - (1 - p) * math.exp(-step_arrivals(pt))), 1.0) if p > 0 else 0.0
+    _, running, running_shape = step_backlog(pt.queue_rate_rps * tc, *r.prompt_moments, float(r.chunk))
+    if math.isfinite(running) and running > 0:
+        drain, shape = running * tc / r.chunk, running_shape
+    fills = r.fill_steps(r.prefill_batch(pt.batch))
+    steps = [(weight, interpolate(*fills, min(tokens, float(r.chunk))))
+             for weight, tokens in step_token_points(step_arrivals(pt), *r.prompt_moments)]  # fmt: skip
+    # the steps' lengths relative to each other, at the mean prefill step's pace (a pipeline's stages overlap steps:
+    # its steps come at that cadence, shorter than a step's way through every stage)
+    total = sum(weight * seconds for weight, seconds in steps)
+    pace = tp / total if total > 0 else 0.0
+    found = [(weight * seconds / total, seconds * pace) for weight, seconds in steps] if total > 0 else [(1.0, tp)]
+    return min(f * q * tc / tp, f), drain, shape, found
 
 
 def prefill_step_spread(r: Replica, pt: LoadPoint) -> tuple[float, float]:
