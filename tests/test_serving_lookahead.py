@@ -144,11 +144,20 @@ def test_explain_prints_the_next_step_an_arrival_waits():
     point = state_at_rate(ahead, 6.0)
     (line,) = _lookahead_lines(ahead, point)
     assert line.startswith("overlap scheduling:"), line
-    # "(1 - f) T0 + f Tp = A x T0 ms + f x Tp ms = total ms", read back: the sum holds and is the closed form's term
-    a, t0, f, tp, total = (float(x) for x in re.findall(r"([\d.]+) x ([\d.]+) ms \+ ([\d.]+) x ([\d.]+) ms = "
-                                                      r"([\d.]+) ms", line)[0])  # fmt: skip
-    assert a + f == pytest.approx(1.0, abs=2e-3) and t0 == pytest.approx(point.decode_step_s * 1e3, rel=1e-3)
-    assert total == pytest.approx(a * t0 + f * tp, rel=2e-3)
+    # "n = (f / Tp ms) / (f / Tp ms + (1 - f) x P / T0 ms); (1 - n) T0 + n Tp = A x T0 ms + n x Tp ms = total ms",
+    # read back: n is the prefill steps' share by count, the sum holds and is the closed form's term
+    f, tp, _, _, rest, p_dec, t0 = (
+        float(x)
+        for x in re.findall(
+            r"\(([\d.]+) / ([\d.]+) ms\) / \(([\d.]+) / ([\d.]+) ms \+ ([\d.]+) x ([\d.]+) / ([\d.]+) ms\)", line
+        )[0]
+    )
+    a, t0_again, n, tp_again, total = (float(x) for x in re.findall(
+        r"([\d.]+) x ([\d.]+) ms \+ ([\d.]+) x ([\d.]+) ms = ([\d.]+) ms", line)[0])  # fmt: skip
+    assert f + rest == pytest.approx(1.0, abs=2e-4) and (t0_again, tp_again) == (t0, tp)
+    assert n == pytest.approx((f / tp) / (f / tp + rest * p_dec / t0), rel=5e-3) and 0 < n < f
+    assert a + n == pytest.approx(1.0, abs=2e-4) and t0 == pytest.approx(point.decode_step_s * 1e3, rel=1e-3)
+    assert total == pytest.approx(a * t0 + n * tp, rel=2e-3)
     assert total == pytest.approx(lookahead_step(ahead, point) * 1e3, rel=1e-3)
     assert _lookahead_lines(plain, state_at_rate(plain, 6.0)) == []
 

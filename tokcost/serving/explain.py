@@ -13,12 +13,14 @@ from tokcost.engine.roofline import PassCost
 from tokcost.serving.capacity import users_capacity
 from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
+from tokcost.serving.loop import others_decoding
 from tokcost.serving.replica import LoadPoint, Replica, busy_idle_cycle
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import (
     final_step_extra,
     lookahead_step,
     others_share,
+    prefill_step_count_share,
     step_arrivals,
     step_locked_backlog,
     step_locked_per_step,
@@ -281,9 +283,13 @@ def _lookahead_lines(r: Replica, pt: LoadPoint) -> list[str]:
     """Overlap scheduling's term of TTFT: the step after the one an arrival finds, chosen before it came."""
     if not r.lookahead or not r.prompts:
         return []
+    n, p_dec = prefill_step_count_share(r, pt), others_decoding(pt.batch, r.users_estimate(pt))
     return [f"overlap scheduling: an arrival that finds a step running also waits the next one, chosen before it "
-            f"came: (1 - f) T0 + f Tp = {1 - pt.prefill_share:.3f} x {fmt.ms(pt.decode_step_s)} + "
-            f"{pt.prefill_share:.3f} x {fmt.ms(pt.prefill_step_s)} = {fmt.ms(lookahead_step(r, pt))}"]  # fmt: skip
+            f"came: a prefill step with the share n of steps (by count) that carry prefill, n = (f / Tp) / (f / Tp + "
+            f"(1 - f) P(others decode) / T0) = ({pt.prefill_share:.4f} / {fmt.ms(pt.prefill_step_s)}) / "
+            f"({pt.prefill_share:.4f} / {fmt.ms(pt.prefill_step_s)} + {1 - pt.prefill_share:.4f} x {p_dec:.4f} / "
+            f"{fmt.ms(pt.decode_step_s)}); (1 - n) T0 + n Tp = {1 - n:.4f} x {fmt.ms(pt.decode_step_s)} + "
+            f"{n:.4f} x {fmt.ms(pt.prefill_step_s)} = {fmt.ms(lookahead_step(r, pt))}"]  # fmt: skip
 
 
 def _loop_lines(plan: Plan, row: Row, r: Replica) -> list[str]:

@@ -25,8 +25,8 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
   in full steps (loop.py); or (T0 - r - c) + its own for the first group of a burst.
 Under overlap scheduling (SGLang from 0.4: the scheduler chooses step k + 1 while step k runs) an arrival that finds
 a step running is first scheduled into the step after the next one, so every branch that lands on a busy server
-also waits out that next step (lookahead_steps: a decode step, or with the share of steps that carry prefill, a
-prefill step, as two branches); an idle server schedules it at once.
+also waits out that next step (lookahead_steps: a decode step, or with the share of steps by count that carry
+prefill, a prefill step, as two branches); an idle server schedules it at once.
 Each branch is a constant + a gamma + a uniform, so the tail is a weighted sum of gamma_plus_uniform_tail and
 the moments a mixture.
 """
@@ -250,12 +250,24 @@ def spill_share(r: Replica, prompt: PromptPoint, per_step: float) -> float:
 
 
 def lookahead_steps(r: Replica, pt: LoadPoint) -> tuple[tuple[float, float], ...]:
-    """(chance, seconds) of the step an arrival also waits out under overlap scheduling: a decode step, or with the
-    share of steps that carry prefill, a prefill step (their mean is lookahead_step); none without it."""
+    """(chance, seconds) of the step an arrival also waits out under overlap scheduling: a prefill step when prompts
+    came during the step before the one it lands in (that step's were chosen then), else a decode step; none without
+    overlap. That is a step counted, not timed: prefill steps come f / Tp a second and decode steps (1 - f) P(others
+    decode) / T0, so the chance is their share by count (the time share f priced a prefill step next for 31% of
+    arrivals where 7% wait one: 8B on an A100, SGLang with prefill apart, 1,024-token prompts at 0.5 of saturation,
+    TTFT p50 +19%)."""
     if not r.lookahead:
         return IDLE
-    f = pt.prefill_share
-    return ((1 - f, pt.decode_step_s), (f, pt.prefill_step_s))
+    n = prefill_step_count_share(r, pt)
+    return ((1 - n, pt.decode_step_s), (n, pt.prefill_step_s))
+
+
+def prefill_step_count_share(r: Replica, pt: LoadPoint) -> float:
+    """The share of busy steps, by count, that carry prefill: f / Tp over f / Tp + (1 - f) P(others decode) / T0."""
+    f, tp, t0 = pt.prefill_share, pt.prefill_step_s, pt.decode_step_s
+    prefill = f / tp if tp > 0 else 0.0
+    decode = (1 - f) * others_decoding(pt.batch, r.users_estimate(pt)) / t0 if t0 > 0 else 0.0
+    return prefill / (prefill + decode) if prefill + decode > 0 else 0.0
 
 
 def lookahead_step(r: Replica, pt: LoadPoint) -> float:
