@@ -103,24 +103,20 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
         chunks_s = alpha * (prompt.chunks - 1) * r.chunk
         part = 1.0 if prompt.chunks == 1 else 0.5  # of a step in progress, who shares its last step
 
-        def joined(window: float, per_step: float = 0.0, last: float = last, chunks_s: float = chunks_s) -> float:
-            """Uniform width: twice what the prompt tokens that join its last step (in `window`, and `per_step` prompts
-            that land in every step whatever its length) add to it."""
-            count = pt.queue_rate_rps * (window + chunks_s) + per_step  # a Poisson count of prompts, up to the chunk
-            tokens = last + capped_sum_mean(count, *r.prompt_moments, float(r.chunk - last))
-            return 2 * (interpolate(*fills, tokens) - interpolate(*fills, last))
-
-        def joiners(window: float, last: float = last, chunks_s: float = chunks_s) -> tuple[float, float]:
-            """(mean seconds, gamma shape) that the prompt tokens joining its last step (those that come in `window`)
-            add to it: a Poisson count of prompts, up to the chunk."""
-            count = pt.queue_rate_rps * (window + chunks_s)
-            some = -math.expm1(-count) if count > 0 else 0.0
-            mean, var = capped_step_tokens(count, *r.prompt_moments, float(r.chunk - last)) if some > 0 else (0, 0)
-            tokens, raw2 = some * mean, some * (var + mean * mean)
+        def joiners(
+            window: float, per_step: float = 0.0, last: float = last, chunks_s: float = chunks_s
+        ) -> tuple[float, float]:
+            """(mean seconds, gamma shape) that the prompt tokens joining its last step add to it: those that come in
+            `window` and `per_step` prompts that land in every step whatever its length, a Poisson count of prompts,
+            up to the chunk (a uniform of the same mean is twice the seconds wide)."""
+            count = pt.queue_rate_rps * (window + chunks_s) + per_step
+            room = float(r.chunk - last)
+            tokens = capped_sum_mean(count, *r.prompt_moments, room)
             if tokens <= 0:
                 return 0.0, 1.0
+            mean, var = capped_step_tokens(count, *r.prompt_moments, room)  # given one prompt at least
+            spread = -math.expm1(-count) * (var + mean * mean) - tokens * tokens
             seconds = interpolate(*fills, last + tokens) - interpolate(*fills, last)
-            spread = raw2 - tokens * tokens
             return seconds, tokens * tokens / spread if spread > 0 else NORMAL_SHAPE
 
         w = prompt.weight
@@ -142,7 +138,7 @@ def branches(r: Replica, pt: LoadPoint) -> list[Branch]:
                 for q, busy in ahead if step > 0 else IDLE:
                     weight = locked_steps * w * p * q
                     constant = alone + busy + r.loop.residual(step) - tokens
-                    extra = joined(step * (1 - w_step), per_step)
+                    extra = 2 * joiners(step * (1 - w_step), per_step)[0]
                     out += [(weight * (1 - spill), constant, tokens, tokens_shape, extra),
                             (weight * spill, constant + pt.chunk_step_s, tokens, tokens_shape, extra)]  # fmt: skip
             # behind a backlog (what the step in progress leaves over, step_locked_backlog): that full step, the tokens
