@@ -188,6 +188,14 @@ def _tail_moments(shape: float, scale: float, shift: float, t: float) -> tuple[f
     return p, shift * p + e1, shift * shift * p + 2 * shift * e1 + e2
 
 
+def _part_moments(shape: float, scale: float, shift: float) -> tuple[float, float]:
+    """(E[G], E[G^2]) for G = shift + Gamma(shape, scale), or the point `scale` (shape inf): one _count_sum part."""
+    if math.isinf(shape):
+        return scale, scale * scale
+    mean = shift + shape * scale
+    return mean, mean * mean + shape * scale * scale
+
+
 def _walk_terms(
     n: float, count: float, moments: tuple[float, float, float], budget: float
 ) -> tuple[float, float, float]:
@@ -261,11 +269,7 @@ def capped_step_tokens(count: float, m1: float, m2: float, m3: float, budget: fl
     e1 = e2 = 0.0
     for weight, shape, scale, shift in _count_sum(count, m1, m2, m3, count <= EXACT_COUNT):
         p, over1, over2 = _tail_moments(shape, scale, shift, budget)
-        if math.isinf(shape):
-            mean, raw2 = scale, scale * scale
-        else:
-            mean = shift + shape * scale
-            raw2 = shift * shift + 2 * shift * shape * scale + shape * (shape + 1) * scale**2
+        mean, raw2 = _part_moments(shape, scale, shift)
         e1 += weight * (mean - over1 + budget * p)  # E[min(G, budget)]
         e2 += weight * (raw2 - over2 + budget * budget * p)
     e1, e2 = e1 / some, e2 / some  # (past EXACT_COUNT a step with no prompt has a chance under 1e-13)
@@ -281,8 +285,7 @@ def step_token_points(count: float, m1: float, m2: float, m3: float) -> tuple[tu
         return ()
     parts = _count_sum(count, m1, m2, m3, count <= EXACT_COUNT)
     total = sum(weight for weight, *_ in parts)
-    return tuple((weight / total, scale if math.isinf(shape) else shift + shape * scale)
-                 for weight, shape, scale, shift in parts)  # fmt: skip
+    return tuple((weight / total, _part_moments(shape, scale, shift)[0]) for weight, shape, scale, shift in parts)
 
 
 def erlang_c(servers: float, offered: float) -> float:
