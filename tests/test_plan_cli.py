@@ -129,15 +129,38 @@ def _ms(text: str) -> float:
 
 
 def test_explain_queue_wait_redoes_its_arithmetic(plan_json):
-    # E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) from the very numbers the line prints (it printed another E[S]
+    # E[W] = lambda_q E[w^2] / (2 (1 - u)) from the very numbers the line prints (it printed another E[S]
     # and rho than the ones the model uses)
     data, _ = plan_json
     line = next(x for x in data["explain"] if "E[W] = lambda_q" in x)
     lam = float(re.search(r"lambda_q = ([\d.]+)/s", line)[1])
-    second = float(re.search(r"E\[\(alpha P'\)\^2\] = ([\d.,]+) ms\^2", line)[1].replace(",", ""))
+    second = float(re.search(r"E\[w\^2\] = [^=]+= ([\d.,e+]+) ms\^2", line)[1].replace(",", ""))
     u = float(re.search(r"E\[P'\] = ([\d.]+): E\[W\]", line)[1])
     wait = _ms(line.rsplit("= ", 1)[1])
     assert lam * second * 1e-3 / (2 * (1 - u)) == pytest.approx(wait, rel=0.01)
+
+
+def test_explain_packed_work_redoes_its_second_moment(cli):
+    # a varied prompt's packed work w = alpha ((1 - k t) P' + k P'^2) (its chunks attend over the ones before it):
+    # E[w^2] and the wait from the moments, k and t the line prints, alpha from its own line
+    r = cli("plan", "-m", "llama-3.1-70b", "--rate", "20", "--prompt", "2048", "--prompt-dist", "lognormal:0.8",
+            "--output", "300", "--gpu", "h100-sxm", "--tp", "4", "--explain", "-f", "json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    explained = r.json()["explain"]
+    alpha_us = float(re.search(r"= ([\d.]+) us per prompt token", next(x for x in explained if "alpha = Tc" in x))[1])
+    line = next(x for x in explained if "E[W] = lambda_q" in x)
+    k = float(re.search(r"k = c1 / \(2 alpha\) = ([\d.e+-]+),", line)[1])
+    t = float(re.search(r"t = E\[P'\^2\] / E\[P'\] = ([\d,]+);", line)[1].replace(",", ""))
+    m2, m3, m4 = (float(x) for x in re.search(r"E\[P'\^4\] = ([^,]+), ([^,]+), ([^)]+)\)", line).groups())
+    assert k > 0 and 0 < k * t < 1  # attention is part of a token's cost, growing with its prefix
+    a = 1 - k * t
+    second_ms2 = (alpha_us / 1e3) ** 2 * (a * a * m2 + 2 * a * k * m3 + k * k * m4)
+    stated = float(re.search(r"E\[w\^2\] = [^=]+= ([\d.,e+]+) ms\^2", line)[1].replace(",", ""))
+    assert second_ms2 == pytest.approx(stated, rel=0.002)
+    assert stated > (alpha_us / 1e3) ** 2 * m2  # heavier than alpha P' alone: long prompts' late chunks cost more
+    lam = float(re.search(r"lambda_q = ([\d.]+)/s", line)[1])
+    u = float(re.search(r"E\[P'\] = ([\d.]+): E\[W\]", line)[1])
+    assert lam * stated * 1e-3 / (2 * (1 - u)) == pytest.approx(_ms(line.rsplit("= ", 1)[1]), rel=0.01)
 
 
 def test_explain_step_parts_add_up_to_the_step(cli):

@@ -249,8 +249,10 @@ def test_a_step_locked_backlog_is_what_a_full_step_leaves_over_not_the_budget_us
     assert pt.queue_rho > 0.8 and p < 0.2
     tokens = pt.queue_rate_rps * pt.prefill_step_s * r.prompt_moments[0]
     assert 0.4 * r.chunk < tokens < 0.6 * r.chunk
-    # what is left over drains at alpha a token, and the knee's users (a state read with no queue) see none of it
-    moments = r.prompt_moments
+    # what is left over drains at alpha a token of the prompts' packed work (their late chunks attend over the early
+    # ones: Replica.work_tokens, heavier than their tokens), and the knee's users (a state read with no queue) see none
+    moments = r.work_tokens(pt.chunk_step_s / r.chunk)
+    assert moments[0] == pytest.approx(r.prompt_moments[0]) and moments[1] > r.prompt_moments[1]
     count = tokens / moments[0]
     assert wait_s == pytest.approx(step_backlog(count, *moments, 8192)[1] * pt.chunk_step_s / 8192, rel=1e-9)
     assert step_locked_backlog(r, replace(pt, queue_rho=0.0)) == (0.0, 0.0, 1.0)

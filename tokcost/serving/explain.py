@@ -150,13 +150,10 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"{pt.rate_rps * n * pt.tpot_mean_s:,.1f} sequences (the state solved at b = {pt.batch:,.1f})",
     ]
     cv = math.sqrt(pt.service.var) / pt.service.mean if pt.service.mean else 0.0
-    packed = r.packed_moments(pt.chunk_step_s / r.chunk)  # the moments the wait is computed from
-    second_ms2 = packed.raw2 * 1e6
     queue = [
         f"E[S] = {fmt.ms(pt.service.mean)}, CV {cv:.2f}; arrivals as the queue sees them lambda_q = "
-        f"{_queue_rate_text(r, pt)}; a queued prompt is drained packed, alpha P' (E[alpha P'] = "
-        f"{fmt.ms(packed.mean)}, E[(alpha P')^2] = {second_ms2:,.4g} ms^2), at P(wait) = u = lambda_q alpha "
-        f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[(alpha P')^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
+        f"{_queue_rate_text(r, pt)}; {_packed_work_text(r, pt)}, at P(wait) = u = lambda_q alpha "
+        f"E[P'] = {pt.queue_rho:.3f}: E[W] = lambda_q E[w^2] / (2 (1 - u)) = {fmt.ms(pt.wait_mean_s)}",
         f"last-step extra up to {fmt.ms(final_step_extra(r, pt, r.prompts[len(r.prompts) // 2]))}; the engine's "
         f"per-request cost on TTFT (client-side) {fmt.ms(r.overhead_s)}" if r.prompts else "no prefill here",
         *_timed_queue_lines(r, pt),
@@ -347,6 +344,21 @@ def _timed_queue_lines(r: Replica, pt: LoadPoint) -> list[str]:
         f"{alpha * 1e6:.2f} us), and those that came before it in the step wait ahead of it too (a queue of steps, "
         "not M/G/1's P(wait) above)"
     ]
+
+
+def _packed_work_text(r: Replica, pt: LoadPoint) -> str:
+    """A queued prompt's packed work w, its first two moments (Replica.work_tokens) and the numbers that give them."""
+    alpha = pt.chunk_step_s / r.chunk
+    packed = r.packed_moments(alpha)  # the moments the wait is computed from
+    m2, m3, m4 = r.prompt_powers[1:4]
+    k, t = r.work_slope(alpha), (m2 / r.prompt_moments[0] if r.prompt_moments[0] else 0.0)
+    return (
+        f"a queued prompt is drained packed, w = alpha ((1 - k t) P' + k P'^2): each chunk attends over the ones "
+        f"before it (prefix slope c1 = {r.prefix_slope() * 1e9:.4g} ns a token per token of prefix, k = c1 / (2 "
+        f"alpha) = {k:.4g}, t = E[P'^2] / E[P'] = {t:,.0f}; E[P'^2], E[P'^3], E[P'^4] = {m2:.6g}, {m3:.6g}, "
+        f"{m4:.6g}): E[w] = alpha E[P'] = {fmt.ms(packed.mean)}, E[w^2] = alpha^2 ((1 - k t)^2 E[P'^2] + 2 (1 - k t) "
+        f"k E[P'^3] + k^2 E[P'^4]) = {packed.raw2 * 1e6:,.4g} ms^2"
+    )
 
 
 def _queue_rate_text(r: Replica, pt: LoadPoint) -> str:

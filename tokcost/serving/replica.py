@@ -251,6 +251,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
         self.prompt_moments = (p.moment(1), p.moment(2), p.moment(3)) if prefills else (0.0, 0.0, 0.0)
+        self.prompt_powers = tuple(p.moment(k) if prefills else 0.0 for k in range(1, 7))  # E[P'^1..6]
         self.decode_steps_mean = max(o.moment(1) - 1, 0.0) if decodes else 0.0  # E[n]
         grid = p.grid(PROMPT_GRID_POINTS) if prefills else []
         self.prompts = [self._prompt_point(round(max(v, 1)), w) for v, w in grid]
@@ -288,6 +289,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         self.kv_private = model.attended_tokens(steps.decode_context) - self.kv_shared if decodes else 0.0
         self._curves: tuple[Curve, Curve] | None = None
         self._anchor_curves: list[tuple[int, Curve | None, Curve, int, int]] | None = None
+        self._prefix_slope: float | None = None
         self._fill_curves: tuple[tuple[int, ...], tuple[Curve, ...]] | None = None
 
     def _prompt_point(self, tokens: int, weight: float) -> PromptPoint:
@@ -545,9 +547,36 @@ class Replica(ReplicaLimits, ReplicaCurves):
         return tuple(out)
 
     def packed_moments(self, alpha: float) -> Moments:
-        """Moments of a queued prompt's packed prefill work, alpha P' (what a backlog drains at)."""
-        m1, m2, m3 = self.prompt_moments
+        """Moments of a queued prompt's packed prefill work W (what a backlog drains at): alpha times its work in
+        tokens (work_tokens)."""
+        m1, m2, m3 = self.work_tokens(alpha)
         return _affine_moments(alpha, 0.0, m1, m2, m3)
+
+    def work_tokens(self, alpha: float) -> tuple[float, float, float]:
+        """Raw moments of a queued prompt's packed work in tokens of the full packed step, W / alpha.
+
+        Each of its chunks attends over the ones before it, so its work is c0 P' + c1 P'^2 / 2 (c1 the prefix slope),
+        not alpha P': alpha prices every token at the average token's prefix (E[P'^2] / (2 E[P'])), so the mean is the
+        same but a long prompt's work is longer than its tokens say, and a backlog's variance with it. W / alpha =
+        (1 - k t) P' + k P'^2, k = c1 / (2 alpha), t = E[P'^2] / E[P']. Qwen3-30B-A3B on an H200, lognormal 5,000-token
+        prompts (cv 0.8) in 2,048-token chunks at 0.8 of saturation: M/G/1 on alpha P' waited 308 ms given a wait
+        where the prompts' own work waits 402, and the simulation's p90 TTFT was 34% over the closed form's."""
+        m1, m2, m3 = self.prompt_moments
+        k = self.work_slope(alpha)
+        if k <= 0:
+            return m1, m2, m3
+        a, p = 1 - k * m2 / m1, self.prompt_powers
+        raw2 = a * a * p[1] + 2 * a * k * p[2] + k * k * p[3]
+        raw3 = a**3 * p[2] + 3 * a * a * k * p[3] + 3 * a * k * k * p[4] + k**3 * p[5]
+        return m1, raw2, raw3
+
+    def work_slope(self, alpha: float) -> float:
+        """k = c1 / (2 alpha): how much faster than its tokens a prompt's packed work grows (work_tokens), at most 1 / t
+        (then a token's whole cost is its attention, c0 = 0)."""
+        m1, m2, _ = self.prompt_moments
+        if m1 <= 0 or alpha <= 0:
+            return 0.0
+        return min(self.prefix_slope() / (2 * alpha), m1 / m2)
 
     def _point(  # noqa: ANN001
         self, b, rate, rho, t0, tc, tp, tpot, m, service, alone, lone, queue=None, backlog=None

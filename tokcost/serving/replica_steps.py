@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from dataclasses import replace
 
 from tokcost.engine.step import Segment
 from tokcost.serving.curve import Curve
@@ -66,6 +67,19 @@ class ReplicaCurves:
             decode = self.steps.curve(())
             self._curves = (decode, self.steps.curve(self.packed) if self.prompts else decode)
         return self._curves
+
+    def prefix_slope(self) -> float:
+        """c1: seconds a packed prompt token costs per token of prefix it attends over (its prompt's chunks before
+        its own), from the full packed step priced one chunk deeper: a prompt's packed work grows as c1 P'^2 / 2
+        on top of its tokens' share of the step (work_moments). Read at no decodes beside: the chunk's own
+        attention, whatever runs beside it."""
+        if self._prefix_slope is None:
+            shift = float(self.chunk)
+            deeper = tuple(replace(s, cached_tokens=s.cached_tokens + shift) for s in self.packed)
+            tokens = sum(s.sequences * s.new_tokens for s in self.packed)
+            rise = self.steps.curve(deeper)(0.0) - self._main_curves()[1](0.0)
+            self._prefix_slope = max(rise, 0.0) / (tokens * shift) if tokens > 0 else 0.0
+        return self._prefix_slope
 
     def _alone(self, b: float, alpha: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """Lone prefill cost A(P') of every prompt grid point at decode batch b, and its last step's part."""

@@ -169,7 +169,7 @@ def step_locked_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float]
     M/G/1 on packed work (0.84 of the budget used) priced a backlog for 84% of arrivals, p90 TTFT 32% over."""
     if pt.queue_rho <= 0:  # no queue priced (nothing prefills, or a state read without its queue: the knee's users)
         return 0.0, 0.0, 1.0
-    p, tokens, shape = step_backlog(step_arrivals(pt), *r.prompt_moments, float(r.chunk))
+    p, tokens, shape = step_backlog(step_arrivals(pt), *r.work_tokens(pt.chunk_step_s / r.chunk), float(r.chunk))
     return p, tokens * pt.chunk_step_s / r.chunk, shape
 
 
@@ -191,7 +191,7 @@ def time_random_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float,
         return 0.0, 0.0, 1.0, [(1.0, tp)]
     p, drain, shape = step_locked_backlog(r, pt)
     q = min(p / (1 - (1 - p) * math.exp(-step_arrivals(pt))), 1.0) if p > 0 else 0.0
-    _, running, running_shape = step_backlog(pt.queue_rate_rps * tc, *r.prompt_moments, float(r.chunk))
+    _, running, running_shape = step_backlog(pt.queue_rate_rps * tc, *r.work_tokens(tc / r.chunk), float(r.chunk))
     if math.isfinite(running) and running > 0:
         drain, shape = running * tc / r.chunk, running_shape
     fills = r.fill_steps(r.prefill_batch(pt.batch))
