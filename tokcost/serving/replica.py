@@ -250,8 +250,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
         self.loop = Loop.of(traffic, self.overhead_s)
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
-        self.prompt_moments = (p.moment(1), p.moment(2), p.moment(3)) if prefills else (0.0, 0.0, 0.0)
         self.prompt_powers = tuple(p.moment(k) if prefills else 0.0 for k in range(1, 7))  # E[P'^1..6]
+        self.prompt_moments = self.prompt_powers[:3]  # (the queue's three; the packed work's moments read six)
         self.decode_steps_mean = max(o.moment(1) - 1, 0.0) if decodes else 0.0  # E[n]
         grid = p.grid(PROMPT_GRID_POINTS) if prefills else []
         self.prompts = [self._prompt_point(round(max(v, 1)), w) for v, w in grid]
@@ -547,17 +547,17 @@ class Replica(ReplicaLimits, ReplicaCurves):
         return tuple(out)
 
     def packed_moments(self, alpha: float) -> Moments:
-        """Moments of a queued prompt's packed prefill work W (what a backlog drains at): alpha times its work in
+        """Moments of a queued prompt's packed prefill work w (what a backlog drains at): alpha times its work in
         tokens (work_tokens)."""
         m1, m2, m3 = self.work_tokens(alpha)
         return _affine_moments(alpha, 0.0, m1, m2, m3)
 
     def work_tokens(self, alpha: float) -> tuple[float, float, float]:
-        """Raw moments of a queued prompt's packed work in tokens of the full packed step, W / alpha.
+        """Raw moments of a queued prompt's packed work in tokens of the full packed step, w / alpha.
 
         Each of its chunks attends over the ones before it, so its work is c0 P' + c1 P'^2 / 2 (c1 the prefix slope),
         not alpha P': alpha prices every token at the average token's prefix (E[P'^2] / (2 E[P'])), so the mean is the
-        same but a long prompt's work is longer than its tokens say, and a backlog's variance with it. W / alpha =
+        same but a long prompt's work is longer than its tokens say, and a backlog's variance with it. w / alpha =
         (1 - k t) P' + k P'^2, k = c1 / (2 alpha), t = E[P'^2] / E[P']. Qwen3-30B-A3B on an H200, lognormal 5,000-token
         prompts (cv 0.8) in 2,048-token chunks at 0.8 of saturation: M/G/1 on alpha P' waited 308 ms given a wait
         where the prompts' own work waits 402, and the simulation's p90 TTFT was 34% over the closed form's."""

@@ -71,12 +71,12 @@ class ReplicaCurves:
     def prefix_slope(self) -> float:
         """c1: seconds a packed prompt token costs per token of prefix it attends over (its prompt's chunks before
         its own), from the full packed step priced one chunk deeper: a prompt's packed work grows as c1 P'^2 / 2
-        on top of its tokens' share of the step (work_moments). Read at no decodes beside: the chunk's own
+        on top of its tokens' share of the step (Replica.work_tokens). Read at no decodes beside: the chunk's own
         attention, whatever runs beside it."""
         if self._prefix_slope is None:
             shift = float(self.chunk)
             deeper = tuple(replace(s, cached_tokens=s.cached_tokens + shift) for s in self.packed)
-            tokens = sum(s.sequences * s.new_tokens for s in self.packed)
+            tokens = sum(s.tokens for s in self.packed)
             rise = self.steps.curve(deeper)(0.0) - self._main_curves()[1](0.0)
             self._prefix_slope = max(rise, 0.0) / (tokens * shift) if tokens > 0 else 0.0
         return self._prefix_slope

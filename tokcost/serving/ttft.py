@@ -164,9 +164,10 @@ def step_locked_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float]
     progress leaves over, ahead of it. Prompts come back per step (those who finished in the step before), and each
     step takes every queued token up to the chunk, so the queue is one of steps (queueing.step_backlog), not M/G/1's
     one prompt at a time: a step's arrivals are a Poisson count (the queue's rate over a prefill step) of prompts,
-    and what overflows the chunk drains at alpha a token. 414 users' 1,000-token prompts with 100-token answers on
-    4 x H100 (an 8,192-token chunk, 0.9 of the knee) bring 4,083 tokens a step: 11% of steps leave some over, where
-    M/G/1 on packed work (0.84 of the budget used) priced a backlog for 84% of arrivals, p90 TTFT 32% over."""
+    and what overflows the chunk drains at alpha a token of their packed work (Replica.work_tokens). 414 users'
+    1,000-token prompts with 100-token answers on 4 x H100 (an 8,192-token chunk, 0.9 of the knee) bring 4,083
+    tokens a step: 11% of steps leave some over, where M/G/1 on packed work (0.84 of the budget used) priced a
+    backlog for 84% of arrivals, p90 TTFT 32% over."""
     if pt.queue_rho <= 0:  # no queue priced (nothing prefills, or a state read without its queue: the knee's users)
         return 0.0, 0.0, 1.0
     p, tokens, shape = step_backlog(step_arrivals(pt), *r.work_tokens(pt.chunk_step_s / r.chunk), float(r.chunk))
