@@ -19,6 +19,7 @@ from tokcost.models.spec import ModelSpec
 from tokcost.serving import search
 from tokcost.serving.fleet import REPORTED
 from tokcost.serving.inputs import (
+    MAX_REQUESTS,
     SIMULATED_ROWS,
     check_context,
     check_jobs,
@@ -141,7 +142,7 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
             traffic = replace(traffic, arrivals_s=tuple(traffic.arrivals_s[i] for i in kept),
                               pairs=tuple(traffic.pairs[i] for i in kept) if traffic.pairs else ())  # fmt: skip
         result = simulate_replica(replica, traffic, requests=requests, seed=seed, rate_rps=point.rate_rps)
-        plan.warnings += _simulated_misses(row, plan.slos, result)
+        plan.warnings += _unsettled(row, requests, result) + _simulated_misses(row, plan.slos, result)
         row.simulated = {
             f"{metric}_s": (
                 None
@@ -151,6 +152,18 @@ def simulate_rows(plan: Plan, top: int, requests: int, seed: int) -> None:
             for metric in ("ttft", "tpot", "e2e", "itl")
         }
         done += 1
+
+
+def _unsettled(row: Row, requests: int, result: SimResult) -> list[str]:
+    """A simulation whose load still moved over its measured stretch (simulate.SETTLE_DRIFT): started empty, it may
+    still be filling where the batch sets its own step time, and then its percentiles understate the steady state
+    the closed form prices."""
+    if result.settled:
+        return []
+    return [f"{search.row_label(row)}: the simulated replica had not settled over {requests:,} requests (the "
+            f"requests in it moved {result.drift:+.0%} from the first quarter of its measured stretch to the last): "
+            "its percentiles are not yet the steady state's (a run that is still filling understates them); more "
+            f"--requests settle it (up to {MAX_REQUESTS:,}: near saturation one can need more: README)"]  # fmt: skip
 
 
 def _simulated_misses(row: Row, slos: Sequence[Slo], result: SimResult) -> list[str]:
