@@ -43,6 +43,11 @@ def _replica(traffic: Traffic, chunk: int = 2048, *, apart: bool, model: str = "
     return build_replica(load_model(model), deployment, traffic, chunk, "expected", prefill_apart=apart)
 
 
+def _gaps(result):
+    """Every (gap, sequences) the run's measured steps gave, read out of its runs."""
+    return [(r.seconds + r.slope_s * k, r.sequences) for r in result.itl_runs for k in range(r.steps)]
+
+
 @pytest.mark.parametrize("apart", [False, True])
 def test_a_prompt_landing_mid_decode_runs_alone_or_beside_the_decode_by_hand(apart):
     # request 0 (100 prompt tokens, 20 out) decodes alone at contexts 101, 102, ...; request 1 (100 tokens) lands
@@ -59,12 +64,12 @@ def test_a_prompt_landing_mid_decode_runs_alone_or_beside_the_decode_by_hand(apa
     if apart:
         both = steps.seconds([Segment(2, 102, 1)])
         assert result.ttft_s[1] == pytest.approx(decode[1] / 2 + prefill + steps.request_overhead_s, rel=1e-9)
-        assert (prefill + both, 1) in [(pytest.approx(s, rel=1e-9), b) for s, b in result.itl_steps]
-        assert all(s < prefill for s, b in result.itl_steps if b == 2)  # request 1's first gap is a decode step
+        assert (prefill + both, 1) in [(pytest.approx(s, rel=1e-9), b) for s, b in _gaps(result)]
+        assert all(s < prefill for s, b in _gaps(result) if b == 2)  # request 1's first gap is a decode step
     else:
         mixed = steps.seconds([Segment(1, 103, 1), Segment(1, 0, 100)])
         assert result.ttft_s[1] == pytest.approx(decode[1] / 2 + mixed + steps.request_overhead_s, rel=1e-9)
-        assert all(s < prefill + decode[0] for s, _ in result.itl_steps)  # no gap holds a prefill step and more
+        assert all(s < prefill + decode[0] for s, _ in _gaps(result))  # no gap holds a prefill step and more
 
 
 def test_little_and_the_closed_forms_tpot_with_prefill_apart():

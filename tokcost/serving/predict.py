@@ -162,7 +162,7 @@ def _finite_run(replica: Replica, traffic: Traffic, requests: int, held: float, 
         tpot_s=quantiles("tpot"),
         e2e_s=quantiles("e2e"),
         itl_s=quantiles("itl"),
-        itl_mean_s=across([_pooled_mean(r.itl_steps) for r in runs]),
+        itl_mean_s=across([r.itl_mean_s for r in runs]),
         means_s={f"{m}_s": across([_mean(getattr(r, f"{m}_s")) for r in runs]) for m in ("ttft", "tpot", "e2e")},
         rate_rps=rate,
         output_tokens_per_s=rate * traffic.output.mean,
@@ -189,9 +189,3 @@ def _sends(traffic: Traffic, requests: int, rng: random.Random) -> tuple[float, 
 
 def _mean(values: tuple[float, ...]) -> float | None:
     return statistics.fmean(values) if values else None
-
-
-def _pooled_mean(pairs: tuple[tuple[float, int], ...]) -> float | None:
-    """The mean gap between tokens over every decoding sequence's gaps ((step seconds, sequences) pairs)."""
-    total = sum(n for _, n in pairs)
-    return sum(v * n for v, n in pairs) / total if total else None

@@ -34,8 +34,9 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tokcost.engine.step import Segment
 from tokcost.serving.steps import Steps
@@ -53,7 +54,9 @@ WARMUP_FRACTION = 0.1
 # Runs still filling measured +32% to +72%; settled runs near saturation swing by up to about 20% (a queue's slow
 # swings), which a longer run averages out
 SETTLE_DRIFT = 0.25
-SIMULATED_STEP_BOUND = 20_000_000  # steps per run at most: a run that would take longer stops with what it has
+# passes of the step loop per run at most (a prefill step, or a stretch of decode-only steps up to the next event):
+# a run that would take longer stops with what it has
+SIMULATED_PASS_BOUND = 20_000_000
 
 
 @dataclass
@@ -67,6 +70,28 @@ class _Request:
     end: float = 0.0
 
 
+class GapRun(NamedTuple):
+    """Gaps between tokens from a stretch of steps: `steps` values seconds, seconds + slope_s, ... (a decode-only
+    stretch grows by one context token a step: the engine's decode line), each seen by `sequences` decoders."""
+
+    seconds: float
+    slope_s: float
+    steps: int
+    sequences: int
+
+    @property
+    def last_s(self) -> float:
+        return self.seconds + self.slope_s * (self.steps - 1)
+
+    def at_most(self, value: float) -> int:
+        """How many of the run's steps are at most `value` (slope_s >= 0)."""
+        if value < self.seconds:
+            return 0
+        if self.slope_s <= 0 or value >= self.last_s:
+            return self.steps
+        return min(self.steps, math.floor((value - self.seconds) / self.slope_s) + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class SimResult:
     """Per-request latencies (seconds) of the measured requests, and what the server did."""
@@ -74,7 +99,9 @@ class SimResult:
     ttft_s: tuple[float, ...]
     tpot_s: tuple[float, ...]
     e2e_s: tuple[float, ...]
-    itl_steps: tuple[tuple[float, int], ...]  # (step seconds, sequences decoding in it) over the measured stretch
+    # the gaps between tokens over the measured stretch, a run per stretch of steps (slopes >= 0): a decode-only
+    # stretch of a million steps at batch 1 is one run, not a million pairs
+    itl_runs: tuple[GapRun, ...]
     duration_s: float
     mean_batch: float  # time-average decode batch while stepping or idle
     prefill_time_share: float  # share of time in steps that carried prefill
@@ -93,7 +120,7 @@ class SimResult:
         """The q-quantile of ttft, tpot, e2e (linear between order statistics) or itl (gaps between tokens,
         pooled over every decoding sequence: a step of b decodes is b gaps); None if empty."""
         if metric == "itl":
-            return _weighted_quantile(self.itl_steps, q)
+            return _run_quantile(self.itl_runs, q)
         values = sorted(getattr(self, f"{metric}_s"))
         if not values:
             return None
@@ -101,6 +128,13 @@ class SimResult:
         lo = math.floor(pos)
         hi = min(lo + 1, len(values) - 1)
         return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+    @property
+    def itl_mean_s(self) -> float | None:
+        """The mean gap between tokens over every decoding sequence's gaps (None: no decode)."""
+        gaps = sum(r.steps * r.sequences for r in self.itl_runs)
+        seconds = sum(r.sequences * r.steps * (r.seconds + r.slope_s * (r.steps - 1) / 2) for r in self.itl_runs)
+        return seconds / gaps if gaps else None
 
     @property
     def rate_rps(self) -> float:
@@ -165,7 +199,8 @@ class _Run:
         self.made = 0
         self.reqs: dict[int, _Request] = {}
         self.finished: list[_Request] = []
-        self.itl: list[tuple[float, float, int]] = []  # (end time, step seconds, sequences decoding in it)
+        # gaps as runs: (end of the run's first step, its first gap, slope, steps, sequences decoding in them)
+        self.itl: list[tuple[float, float, float, int, int]] = []
         self.line: tuple[int, int, float, float, int] | None = None  # (batch, first step, seconds, per step, last)
 
     def new_request(self, time: float) -> None:
@@ -200,7 +235,9 @@ class _Run:
         s = _Server()
         t, batch_time, prefill_time = 0.0, 0.0, 0.0
         decided = 0.0  # when the step about to start was scheduled: its start, or the last step's under lookahead
-        while (self.arrivals or s.queue or s.decoding) and s.step < SIMULATED_STEP_BOUND:
+        passes = 0
+        while (self.arrivals or s.queue or s.decoding) and passes < SIMULATED_PASS_BOUND:
+            passes += 1
             self.admit(s, decided if self.lookahead else t)
             if not s.queue and not s.decoding:  # idle: the next arrival (or one that came during the last step) at once
                 t = decided = max(t, self.arrivals[0][0])
@@ -262,35 +299,37 @@ class _Run:
             if b:
                 self.gap(t + seconds, seconds, b)
             return seconds, True, completed, seconds
-        stretch = self.decode_stretch(s, t, b, segments[0].cached_tokens)
-        return stretch, False, completed, self.itl[-1][1]
+        stretch, last_s = self.decode_stretch(s, t, b, segments[0].cached_tokens)
+        return stretch, False, completed, last_s
 
-    def decode_stretch(self, s: _Server, t: float, b: int, context: float) -> float:
-        """Every decode-only step up to the next event (a finish, an arrival, the line's end), priced at once."""
+    def decode_stretch(self, s: _Server, t: float, b: int, context: float) -> tuple[float, float]:
+        """Every decode-only step up to the next event (a finish, an arrival, the line's end), priced at once:
+        (their seconds, the last one's)."""
         if self.line is None or self.line[0] != b or s.step > self.line[4]:
             self.line = _decode_line(self.steps, b, context, s.step, s.decoding[0][0])
         line = self.line
-        first = line[2] + line[3] * (s.step - line[1])
+        first, slope = line[2] + line[3] * (s.step - line[1]), line[3]
         jump = min(s.decoding[0][0], line[4]) - s.step + 1
         if self.arrivals:
-            jump = min(jump, _steps_until(self.arrivals[0][0] - t, first, line[3]))
+            jump = min(jump, _steps_until(self.arrivals[0][0] - t, first, slope))
         if self.window > 1:  # a waiting prompt may start at the next window's first step
             jump = min(jump, self.window - s.step % self.window) if s.queue else jump
-        elapsed = 0.0
-        for j in range(jump):  # every decoding sequence sees each of these steps as a gap between its tokens
-            elapsed += first + line[3] * j
-            self.gap(t + elapsed, first + line[3] * j, b)
+        # every decoding sequence sees each of these steps as a gap between its tokens: the first may also hold a
+        # prefill step apart that it waited out, the rest are one run
+        self.gap(t + first, first, b)
+        if jump > 1:
+            self.itl.append((t + 2 * first + slope, first + slope, slope, jump - 1, b))
         s.step += jump - 1
-        return jump * first + line[3] * jump * (jump - 1) / 2
+        return jump * first + slope * jump * (jump - 1) / 2, first + slope * (jump - 1)
 
     def gap(self, end: float, seconds: float, b: int) -> None:
         """A token for each of the b decoders at `end`: for those that waited out prefill apart since their last
         token, the gap holds it (prompts that finished meanwhile got their first token at its end)."""
         waited = min(self.stalled, b)
         if waited:
-            self.itl.append((end, seconds + self.stall, waited))
+            self.itl.append((end, seconds + self.stall, 0.0, 1, waited))
         if b > waited:
-            self.itl.append((end, seconds, b - waited))
+            self.itl.append((end, seconds, 0.0, 1, b - waited))
         self.stall, self.stalled = 0.0, 0
 
     def end_step(self, s: _Server, t: float, completed: list[_Request], *, decoded: bool = True) -> None:
@@ -336,7 +375,7 @@ class _Run:
             ttft_s=tuple(r.first_token - r.arrival + overhead for r in kept),
             tpot_s=tuple((r.end - r.first_token) / (r.output - 1) for r in kept if r.output > 1),
             e2e_s=tuple(r.end - r.arrival + overhead for r in kept),
-            itl_steps=tuple((seconds, b) for time, seconds, b in self.itl if start < time <= end),
+            itl_runs=tuple(_kept(self.itl, start, end)),
             duration_s=t,
             mean_batch=batch_time / t if t else 0.0,
             prefill_time_share=prefill_time / t if t else 0.0,
@@ -359,17 +398,62 @@ def _drift(requests: list[_Request], start: float, end: float) -> float:
     return _in_system(requests, end - quarter, end) / first - 1 if first > 0 else 0.0
 
 
-def _weighted_quantile(pairs: tuple[tuple[float, int], ...], q: float) -> float | None:
-    """The q-quantile of values given as (value, count) pairs; None if empty."""
-    total = sum(n for _, n in pairs)
+def _ended_by(time: float, first_end: float, seconds: float, slope: float, steps: int) -> int:
+    """How many steps of a run (the first ending at first_end, then steps of seconds + slope, + 2 slope, ...) have
+    ended by `time` (a relative 1e-12 of rounding counts as ended: the run's ends and the requests' times are summed
+    in different orders)."""
+    gap = time - first_end + 1e-12 * abs(time)
+    if gap < 0:
+        return 0
+    if abs(slope) < 1e-15 * seconds:
+        return min(steps, math.floor(gap / seconds) + 1)
+    # slope/2 k^2 + (seconds + slope/2) k <= gap: step k ends first_end + k seconds + slope k (k + 1) / 2
+    a, b = slope / 2, seconds + slope / 2
+    discriminant = b * b + 4 * a * gap  # under 0 only for a falling run whose steps all ended by `time`
+    return steps if discriminant < 0 else min(steps, math.floor((-b + math.sqrt(discriminant)) / (2 * a)) + 1)
+
+
+def _kept(runs: list[tuple[float, float, float, int, int]], start: float, end: float) -> Iterator[GapRun]:
+    """The runs' steps that end in (start, end], with slopes >= 0 (a falling run is the same gaps read backwards)."""
+    for first_end, seconds, slope, steps, sequences in runs:
+        lo, hi = _ended_by(start, first_end, seconds, slope, steps), _ended_by(end, first_end, seconds, slope, steps)
+        if hi > lo:
+            run = GapRun(seconds + slope * lo, slope, hi - lo, sequences)
+            yield run if slope >= 0 else GapRun(run.last_s, -slope, run.steps, sequences)
+
+
+EXPANDED_GAPS = 4096  # steps between the bounds at which _run_quantile reads the values one by one
+
+
+def _run_quantile(runs: tuple[GapRun, ...], q: float) -> float | None:
+    """The q-quantile of the runs' gaps, each weighted by its sequences: the smallest gap at or under which a share
+    q of the weight lies (None if empty). Bisects on the gap, keeping only the runs that straddle the bounds, until
+    few steps lie between them, then reads those one by one."""
+    total = sum(r.steps * r.sequences for r in runs)
     if not total:
         return None
-    seen = 0
-    for value, n in sorted(pairs):
-        seen += n
-        if seen >= q * total:
+    target = q * total
+    lo, hi = min(r.seconds for r in runs), max(r.last_s for r in runs)
+    if target <= sum(r.sequences * r.at_most(lo) for r in runs):
+        return lo
+    below, live = 0, list(runs)  # weight at or under lo from runs wholly there; runs that reach into (lo, hi]
+    while sum(r.at_most(hi) - r.at_most(lo) for r in live) > EXPANDED_GAPS and hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        if below + sum(r.sequences * r.at_most(mid) for r in live) >= target:
+            hi = mid
+        else:
+            lo = mid
+        below += sum(r.steps * r.sequences for r in live if r.last_s <= lo)
+        live = [r for r in live if r.last_s > lo and r.seconds <= hi]
+    seen = below + sum(r.sequences * r.at_most(lo) for r in live)
+    between = [(r.seconds, r.steps * r.sequences) for r in live if r.slope_s <= 0 and lo < r.seconds <= hi]
+    between += [(r.seconds + r.slope_s * k, r.sequences) for r in live if r.slope_s > 0
+                for k in range(r.at_most(lo), r.at_most(hi))]  # fmt: skip
+    for value, sequences in sorted(between):
+        seen += sequences
+        if seen >= target:
             return value
-    return max(v for v, _ in pairs)
+    return hi
 
 
 def _decode_line(steps: Steps, batch: int, context: float, step: int, last: int) -> tuple[int, int, float, float, int]:
