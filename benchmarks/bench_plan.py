@@ -85,9 +85,12 @@ LARGEST = {
     "MoE on every GPU (mixtral-8x7b: 480 weighted points)": [
         "plan", "-m", "mixtral-8x7b", "--rate", "5", "--gpu", "all"],
     "100,000-request trace with arrival times": ["plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace"],
-    "simulation at 60,000 prefill steps (3 rows x 10,000 requests)": [
-        "plan", "-m", "llama-3.1-8b", "--rate", "10", "--gpu", "h100-sxm", "--prompt", "1024", "--simulate",
-        "--requests", "10000"],
+    "simulation at 150,000 prefill steps (3 rows x 33,333 requests of 1.5 steps)": [
+        "plan", "-m", "llama-3.1-8b", "--rate", "10", "--gpu", "h100-sxm", "--prompt", "1024", "--chunk", "2048",
+        "--simulate", "--requests", "33333"],
+    "simulation at 150,000 prefill steps of an MoE in pipeline stages (llama-4-maverick TP 8 PP 2)": [
+        "plan", "-m", "llama-4-maverick", "--rate", "2", "--gpu", "h100-sxm", "--tp", "8", "--pp", "2", "--prompt",
+        "8000", "--chunk", "512", "--output", "50", "--simulate", "--requests", "3000"],
 }  # fmt: skip
 
 

@@ -313,7 +313,7 @@ def test_disaggregated_rows_state_each_pool_s_whole_layout(cli):
         (["--rate", "5", "--ep", "2"], "--ep: llama-3.1-8b has no routed experts"),
         (["--rate", "5", "--compute-dtype", "fp4"], "--compute-dtype: h100-sxm lists no dense peak for fp4"),
         (["--rate", "5", "--output", "10000000"], "--prompt / --output: a 1,024-token prompt and 10,000,000-token"),
-        (["--rate", "5", "--simulate", "--requests", "1000000"], "--requests: must be in 100..10,000"),
+        (["--rate", "5", "--simulate", "--requests", "1000000"], "--requests: must be in 100..40,000"),
         (["--rate", "5", "--max-running", "0"], "--max-running"),
         (
             [
@@ -594,13 +594,14 @@ def test_csv_with_simulate_has_empty_cells_for_the_rows_not_simulated(cli):
 
 
 def test_the_largest_request_count_the_help_offers_is_accepted(cli):
-    # a request counts at least two prefill steps over three rows: 20,000 (the old top) could never fit 60,000 steps
+    # a request counts P / C + 1 prefill steps over three rows (16 / 8192 + 1 here): 40,000 of them take 120,234 of
+    # the 150,000 steps; before, the top of 10,000 counted every prompt as two steps, however small in its chunk
     args = ["plan", "-m", "llama-3.2-1b", "--rate", "8", "--gpu", "h100-sxm", "--tp", "1", "--prompt", "16",
             "--output", "4", "--chunk", "8192", "--simulate"]  # fmt: skip
-    top = cli(*args, "--requests", "10000", "-f", "json")
+    top = cli(*args, "--requests", "40000", "-f", "json")
     assert top.exit_code == 0, top.stderr
-    over = cli(*args, "--requests", "10001")
-    assert over.exit_code == 2 and "--requests: must be in 100..10,000" in over.stderr
+    over = cli(*args, "--requests", "40001")
+    assert over.exit_code == 2 and "--requests: must be in 100..40,000" in over.stderr
 
 
 def test_price_takes_the_gpu_names_in_any_case_as_gpu_does(cli):

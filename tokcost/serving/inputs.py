@@ -36,10 +36,14 @@ MAX_THINK_S = 86_400.0
 DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 256
 MAX_SEARCH_POINTS = 600
 MOE_POINT_WEIGHT = 4
-MAX_SIMULATED_STEPS = 60_000  # prefill steps over the simulated rows: ~0.2-0.3 ms each
+# prefill steps over the simulated rows, each priced by the compiled pass: 30-100 us a step with the run's other work
+# (measured on this project's 2-core CI machine: Llama-3.1-8B 29 us, DeepSeek-V3 EP 8 52 us, Llama-4-Maverick TP 8
+# PP 2 100 us); decode-only stretches cost one pass per event (an arrival, a finish), not one per step
+MAX_SIMULATED_STEPS = 150_000
 SIMULATED_ROWS = 3
-# a request counts ceil(P / C) + 1 >= 2 prefill steps (check_simulation), so more than this never fits the bound
-MIN_REQUESTS, MAX_REQUESTS = 100, MAX_SIMULATED_STEPS // (2 * SIMULATED_ROWS)
+# a request counts P / C + 1 prefill steps (check_simulation): the most requests fit every prompt up to a quarter of
+# its chunk (3 rows x 40,000 x 1.25 = 150,000)
+MIN_REQUESTS, MAX_REQUESTS = 100, 40_000
 
 
 FLAGS = {"chunks": "--chunk", "kv_dtypes": "--kv-dtype", "compute_dtypes": "--compute-dtype", "prices": "--price",
@@ -242,11 +246,14 @@ def check_simulation(
     if isinstance(n, bool) or not MIN_REQUESTS <= n <= MAX_REQUESTS:
         raise UsageError(f"{name('requests', api)}: must be in {MIN_REQUESTS}..{MAX_REQUESTS:,} (got {n})")
     smallest = min(min(scheduler_choice(space, gpu).chunks) for gpu in space.gpus)
-    per_request = math.ceil(traffic.prompt.mean / smallest) + 1  # a prompt that starts inside a step straddles one more
-    steps = SIMULATED_ROWS * n * per_request
+    # steps are packed: all but the last of a step's prompts run whole, so every step is full (a chunk of tokens) or
+    # finishes a prompt, and n prompts of mean P take at most n P / C + n steps
+    per_request = traffic.prompt.mean / smallest + 1
+    steps = math.ceil(SIMULATED_ROWS * n * per_request)
     if steps > MAX_SIMULATED_STEPS:
-        most = MAX_SIMULATED_STEPS // (SIMULATED_ROWS * per_request)
-        work = (f"{n:,} requests of up to {per_request:,} prefill steps each ({traffic.prompt.mean:,.0f}-token prompts "
+        most = math.floor(MAX_SIMULATED_STEPS / (SIMULATED_ROWS * per_request))
+        each = f"{per_request:,.1f}".removesuffix(".0")
+        work = (f"{n:,} requests of up to {each} prefill steps each ({traffic.prompt.mean:,.0f}-token prompts "
                 f"in {smallest:,}-token chunks), on up to {SIMULATED_ROWS} of the top rows, simulate {steps:,} steps; "
                 f"at most {MAX_SIMULATED_STEPS:,}")  # fmt: skip
         if most >= MIN_REQUESTS and requests is None:  # the default, not the user's count: the most that fits
