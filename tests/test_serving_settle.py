@@ -89,3 +89,8 @@ def test_plan_warns_where_its_simulation_has_not_settled():
     result = CliRunner().invoke(app, [*args[:8], "7", *args[9:]])
     assert result.exit_code == 0, result.output
     assert not [w for w in json.loads(result.stdout)["warnings"] if "settled" in w]
+    # and the remedy the warning names works from the command line: 30,000 requests (over the old top of 10,000,
+    # within the prefill steps' bound now that a 200-token prompt counts 200 / 8,192 + 1 steps) settle it
+    result = CliRunner().invoke(app, [*args, "--requests", "30000"])
+    assert result.exit_code == 0, result.output
+    assert not [w for w in json.loads(result.stdout)["warnings"] if "settled" in w]
