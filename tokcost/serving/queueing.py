@@ -243,9 +243,34 @@ def step_backlog(count: float, m1: float, m2: float, m3: float, budget: float) -
     if p <= 1e-12:
         return 0.0, 0.0, 1.0
     given = c1 / p  # E[B | B > 0]: B's mean c1, its variance c2 (the first two cumulants)
+    if not given > 0:  # a walk within rounding of a full budget (its sums cancel): the backlog without end it nears
+        return 1.0, math.inf, 1.0
     var_given = (c2 + c1**2) / p - given**2
     # (near a full budget the second term cancels to rounding: a heavy-traffic backlog is about exponential)
     return p, given, given**2 / var_given if var_given > 0 else 1.0
+
+
+def found_backlog(
+    rate: float, share: float, prefill_step_s: float, chunk_step_s: float, work: tuple[float, float, float], chunk: int
+) -> tuple[float, float, float, float]:
+    """(chance, P(a step leaves some over), mean drain given one, gamma shape) of a backlog of prompt tokens, as an
+    arrival at a uniform moment finds it, in a queue of steps (step_backlog): each step takes every queued token up
+    to the chunk, so only what a step leaves over waits, not M/G/1's one prompt at a time. `share`: the time in steps
+    carrying prefill, `work`: the raw moments of a prompt's packed work in tokens.
+    - Of the steps that carry prefill, q = p / (1 - (1 - p) e^-mu) leave some over (mu: the prompts that come during
+      a mean prefill step; the recursion's steps with nothing queued are decode steps); those are full chunks, Tc
+      long, so they hold share q Tc / Tp of the time.
+    - Once a backlog runs, every step is a full chunk: its arrivals come over Tc, not the mean prefill step, and that
+      sets how much is left over (the drain, at Tc / C a token)."""
+    if rate <= 0 or share <= 0 or prefill_step_s <= 0:
+        return 0.0, 0.0, 0.0, 1.0
+    mu = rate * prefill_step_s
+    p, tokens, shape = step_backlog(mu, *work, float(chunk))
+    q = min(p / (1 - (1 - p) * math.exp(-mu)), 1.0) if p > 0 else 0.0
+    _, running, running_shape = step_backlog(rate * chunk_step_s, *work, float(chunk))
+    if math.isfinite(running) and running > 0:
+        tokens, shape = running, running_shape
+    return min(share * q * chunk_step_s / prefill_step_s, share), p, tokens * chunk_step_s / chunk, shape
 
 
 def capped_sum_mean(count: float, m1: float, m2: float, m3: float, room: float) -> float:
