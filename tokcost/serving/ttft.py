@@ -41,6 +41,7 @@ from tokcost.serving.queueing import (
     Moments,
     capped_step_tokens,
     capped_sum_mean,
+    found_backlog,
     gamma_plus_uniform_tail,
     poisson_pmf,
     step_backlog,
@@ -180,21 +181,14 @@ def time_random_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float,
     prompt tokens over, a queue of steps as step_locked_backlog's, not M/G/1's one prompt at a time (which priced a
     wait for the share of the budget used: 0.53 where 9% of the time is in such steps, 500-token prompts at 0.8 of
     saturation, 70B on 8 x H100).
-    - Of the steps that carry prefill, q = p / (1 - (1 - p) e^-mu) leave some over (the recursion's steps with
-      nothing queued are decode steps); those are full chunks, Tc long, so they hold f q Tc / Tp of the time.
-    - Once a backlog runs, every step is a full chunk: its arrivals come over Tc, not the mean prefill step, and
-      that sets how much is left over.
+    - The backlog's chance and drain: queueing.found_backlog (also the last steps' sharing, Replica._last_steps).
     - Otherwise it lands in a prefill step that leaves none, by its length: a step carrying j prompts (a Poisson
       count over the mean prefill step, one at least, up to the chunk) lasts L_j and is found with chance in
       proportion to P(j) L_j, so a long step is found more often and brings more prompts to the next one."""
     f, tc, tp = pt.prefill_share, pt.chunk_step_s, pt.prefill_step_s
     if pt.queue_rho <= 0 or f <= 0 or tp <= 0:
         return 0.0, 0.0, 1.0, [(1.0, tp)]
-    p, drain, shape = step_locked_backlog(r, pt)
-    q = min(p / (1 - (1 - p) * math.exp(-step_arrivals(pt))), 1.0) if p > 0 else 0.0
-    _, running, running_shape = step_backlog(pt.queue_rate_rps * tc, *r.work_tokens(tc / r.chunk), float(r.chunk))
-    if math.isfinite(running) and running > 0:
-        drain, shape = running * tc / r.chunk, running_shape
+    chance, _, drain, shape = found_backlog(pt.queue_rate_rps, f, tp, tc, r.work_tokens(tc / r.chunk), r.chunk)
     fills = r.fill_steps(r.prefill_batch(pt.batch))
     steps = [(weight, interpolate(*fills, min(tokens, float(r.chunk))))
              for weight, tokens in step_token_points(step_arrivals(pt), *r.prompt_moments)]  # fmt: skip
@@ -203,7 +197,7 @@ def time_random_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float,
     total = sum(weight * seconds for weight, seconds in steps)
     pace = tp / total if total > 0 else 0.0
     found = [(weight * seconds / total, seconds * pace) for weight, seconds in steps] if total > 0 else [(1.0, tp)]
-    return min(f * q * tc / tp, f), drain, shape, found
+    return chance, drain, shape, found
 
 
 def prefill_step_spread(r: Replica, pt: LoadPoint) -> tuple[float, float]:
