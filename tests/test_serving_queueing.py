@@ -245,3 +245,21 @@ def test_the_prompts_that_fit_in_a_step_by_hand_for_fixed_sizes():
     mean = sum(w * min(2000 * j, 2048) for j, w in enumerate(pmf) if j) / some
     raw2 = sum(w * min(2000 * j, 2048) ** 2 for j, w in enumerate(pmf) if j) / some
     assert capped_step_tokens(0.5, 2000, 2000**2, 2000**3, 2048) == pytest.approx((mean, raw2 - mean**2), rel=1e-9)
+
+
+def test_a_prompts_step_share_sums_at_most_its_cap_of_terms_and_keeps_its_value():
+    # 1-token prompts after a gamma wait of tiny shape (a queue within rounding of its edge): the joiner count spreads
+    # over the 8,191 that fill the step, and summing every term in each fixed-point pass left a closed loop's plan
+    # running for minutes. Capped at PMF_TERMS_MAX terms, the mass past them at the step they fill, the share moves
+    # by under 1/2,000 (past 2,000 joiners a prompt's share is under that; 1.2e-4 at the tiniest shape here)
+    from tokcost.serving import sharing
+
+    step_s = lambda tokens: 0.02 + 1e-5 * tokens  # noqa: E731
+    for shape in (0.01, 1e-3, 1e-6):
+        joiners = sharing.Joiners(1.0, 20.0, shape)
+        capped = sharing.step_share(1, 8192, 1.0, joiners, step_s)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sharing, "PMF_TERMS_MAX", 10**9)
+            whole = sharing.step_share(1, 8192, 1.0, joiners, step_s)
+        assert capped[0] == pytest.approx(whole[0], abs=1 / 2000) and capped[1] == pytest.approx(whole[1], rel=1e-3)
+        assert math.ceil(joiners.mean + sharing.TAIL_SDS * math.sqrt(joiners.variance)) > sharing.PMF_TERMS_MAX

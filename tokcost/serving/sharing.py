@@ -27,6 +27,10 @@ from tokcost.serving.queueing import poisson_pmf
 GAUSS_HERMITE_ABOVE = 60.0  # joiner counts with a larger mean: the normal, not a term-by-term sum
 GAUSS_HERMITE_3 = ((1 / 6, -math.sqrt(3)), (4 / 6, 0.0), (1 / 6, math.sqrt(3)))  # (weight, z) of a standard normal
 TAIL_SDS = 12.0  # a term-by-term sum stops this many standard deviations past the mean
+# a term-by-term sum stops here at most, its remaining mass at the step that many joiners fill: a gamma wait of tiny
+# shape (a queue within rounding of its edge) spreads the count of 1-token prompts over thousands of terms, summed in
+# every fixed-point pass (a closed loop's plan ran for minutes); past 2,000 joiners a prompt's share is under 1/2,000
+PMF_TERMS_MAX = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,7 @@ def step_share(
         s = math.sqrt(math.log1p(var / mean**2))
         nodes = [(w, at(mean * math.exp(z * s - s * s / 2))) for w, z in GAUSS_HERMITE_3]
     else:  # k joiners put l + k E[P'] tokens in the step (under C: `terms` stops short of the k that fill it)
-        terms = min(full, math.ceil(mean + TAIL_SDS * sd + 20))
+        terms = min(full, math.ceil(mean + TAIL_SDS * sd + 20), PMF_TERMS_MAX)
         pmf = joiners.pmf(terms)
         nodes = [(p, last_tokens + k * joiner_tokens) for k, p in enumerate(pmf)]
         nodes.append((max(1 - sum(pmf), 0.0), at(terms)))  # steps the joiners fill, or nearly
