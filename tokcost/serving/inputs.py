@@ -37,7 +37,7 @@ DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 256
 MAX_SEARCH_POINTS = 600
 MOE_POINT_WEIGHT = 4
 # prefill steps over the simulated rows, each priced by the compiled pass: 30-100 us a step with the run's other work
-# (measured on this project's 2-core CI machine: Llama-3.1-8B 29 us, DeepSeek-V3 EP 8 52 us, Llama-4-Maverick TP 8
+# (measured on a 2-core machine like CI's: Llama-3.1-8B 29 us, DeepSeek-V3 EP 8 52 us, Llama-4-Maverick TP 8
 # PP 2 100 us); decode-only stretches cost one pass per event (an arrival, a finish), not one per step
 MAX_SIMULATED_STEPS = 150_000
 SIMULATED_ROWS = 3

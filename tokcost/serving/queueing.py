@@ -252,8 +252,8 @@ def step_backlog(count: float, m1: float, m2: float, m3: float, budget: float) -
 
 def found_backlog(
     rate: float, share: float, prefill_step_s: float, chunk_step_s: float, work: tuple[float, float, float], chunk: int
-) -> tuple[float, float, float, float]:
-    """(chance, P(a step leaves some over), mean drain given one, gamma shape) of a backlog of prompt tokens, as an
+) -> tuple[float, float, float]:
+    """(chance, mean drain given one, gamma shape) of a backlog of prompt tokens, as an
     arrival at a uniform moment finds it, in a queue of steps (step_backlog): each step takes every queued token up
     to the chunk, so only what a step leaves over waits, not M/G/1's one prompt at a time. `share`: the time in steps
     carrying prefill, `work`: the raw moments of a prompt's packed work in tokens.
@@ -263,14 +263,14 @@ def found_backlog(
     - Once a backlog runs, every step is a full chunk: its arrivals come over Tc, not the mean prefill step, and that
       sets how much is left over (the drain, at Tc / C a token)."""
     if rate <= 0 or share <= 0 or prefill_step_s <= 0:
-        return 0.0, 0.0, 0.0, 1.0
+        return 0.0, 0.0, 1.0
     mu = rate * prefill_step_s
     p, tokens, shape = step_backlog(mu, *work, float(chunk))
     q = min(p / (1 - (1 - p) * math.exp(-mu)), 1.0) if p > 0 else 0.0
     _, running, running_shape = step_backlog(rate * chunk_step_s, *work, float(chunk))
     if math.isfinite(running) and running > 0:
         tokens, shape = running, running_shape
-    return min(share * q * chunk_step_s / prefill_step_s, share), p, tokens * chunk_step_s / chunk, shape
+    return min(share * q * chunk_step_s / prefill_step_s, share), tokens * chunk_step_s / chunk, shape
 
 
 def capped_sum_mean(count: float, m1: float, m2: float, m3: float, room: float) -> float:

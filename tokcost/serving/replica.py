@@ -534,7 +534,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         if self.loop.closed:
             theta, shape = wait_given_waiting(queue.rate, self.packed_moments(alpha), queue.backlog)
         else:  # time-random arrivals find the queue of steps TTFT prices (ttft.time_random_backlog), not M/G/1's
-            chance, _, theta, shape = found_backlog(queue.rate, queue.steps, tp, alpha * c, self.work_tokens(alpha), c)
+            chance, theta, shape = found_backlog(queue.rate, queue.steps, tp, alpha * c, self.work_tokens(alpha), c)
             if not math.isfinite(theta):  # a backlog without end: every step full
                 return tuple((p.last_chunk(c) / c, alpha * p.last_chunk(c)) for p in self.prompts)
             queue = replace(queue, backlog=chance)

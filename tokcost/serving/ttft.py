@@ -188,7 +188,7 @@ def time_random_backlog(r: Replica, pt: LoadPoint) -> tuple[float, float, float,
     f, tc, tp = pt.prefill_share, pt.chunk_step_s, pt.prefill_step_s
     if pt.queue_rho <= 0 or f <= 0 or tp <= 0:
         return 0.0, 0.0, 1.0, [(1.0, tp)]
-    chance, _, drain, shape = found_backlog(pt.queue_rate_rps, f, tp, tc, r.work_tokens(tc / r.chunk), r.chunk)
+    chance, drain, shape = found_backlog(pt.queue_rate_rps, f, tp, tc, r.work_tokens(tc / r.chunk), r.chunk)
     fills = r.fill_steps(r.prefill_batch(pt.batch))
     steps = [(weight, interpolate(*fills, min(tokens, float(r.chunk))))
              for weight, tokens in step_token_points(step_arrivals(pt), *r.prompt_moments)]  # fmt: skip
