@@ -6,8 +6,10 @@
 3. Engine calls: how many passes (Steps.cost) the curves needed, against one call per use.
 4. The largest inputs plan accepts (issue 22: each must finish in under 30 s on two cores): a 600-point dense
    search, an MoE search at the weighted bound, a 100,000-request trace, and a simulation at 60,000 prefill steps.
+5. Closed loops whose state sits near the prefill queue's edge (one- and two-token answers, tiny prompts, a lone
+   user of short ones): the slowest plans a random search found (--closed-edge prints these alone).
 
-Run: python benchmarks/bench_plan.py [--runs 3] [--largest-only]
+Run: python benchmarks/bench_plan.py [--runs 3] [--largest-only] [--closed-edge]
 """
 
 from __future__ import annotations
@@ -94,6 +96,36 @@ LARGEST = {
 }  # fmt: skip
 
 
+_H100 = ["plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1"]
+CLOSED_EDGE = {
+    "1 user, exponential 50-token prompts, 10-token answers": [
+        *_H100, "--concurrency", "1", "--prompt", "50", "--prompt-dist", "exponential", "--output", "10",
+        "--headroom", "1"],
+    "10 users, lognormal:2 500-token prompts, 1-token answers, chunk 8192": [
+        *_H100, "--concurrency", "10", "--prompt", "500", "--prompt-dist", "lognormal:2", "--output", "1",
+        "--output-dist", "lognormal:0.3", "--chunk", "8192", "--headroom", "1"],
+    "100 users, no think time, 2-token prompts, 2-token answers": [
+        *_H100, "--concurrency", "100", "--think-time", "0s", "--prompt", "2", "--prompt-dist", "lognormal:0.3",
+        "--output", "2", "--output-dist", "exponential", "--headroom", "1"],
+    "200,000 users, 0.5 s think time, 2-token prompts, 1-token answers, chunk 8192": [
+        *_H100, "--concurrency", "200000", "--think-time", "0.5s", "--prompt", "2", "--prompt-dist", "lognormal:0.3",
+        "--output", "1", "--output-dist", "lognormal:0.3", "--chunk", "8192", "--headroom", "0"],
+    "20,000 users, exponential 50-token prompts, 1-token answers": [
+        *_H100, "--concurrency", "20000", "--prompt", "50", "--prompt-dist", "exponential", "--output", "1",
+        "--output-dist", "lognormal:0.3", "--headroom", "0"],
+}  # fmt: skip
+
+
+def commands_seconds(commands: dict[str, list[str]]) -> dict[str, float]:
+    """Wall seconds of each command, in a fresh interpreter."""
+    out = {}
+    for name, argv in commands.items():
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tokcost", *argv, "--format", "json"], check=True, capture_output=True)
+        out[name] = time.perf_counter() - start
+    return out
+
+
 def largest_seconds(tmp: str) -> dict[str, float]:
     """Wall seconds of each largest accepted input, in a fresh interpreter."""
     import json
@@ -102,13 +134,8 @@ def largest_seconds(tmp: str) -> dict[str, float]:
     trace = Path(tmp) / "trace.jsonl"
     trace.write_text("".join(json.dumps({"prompt_tokens": 100 + i % 5000, "output_tokens": 1 + i % 700,
                                          "arrival_s": i * 0.01}) + "\n" for i in range(100_000)))  # fmt: skip
-    out = {}
-    for name, args in LARGEST.items():
-        argv = [*args, str(trace)] if args[-1] == "--trace" else args
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "tokcost", *argv, "--format", "json"], check=True, capture_output=True)
-        out[name] = time.perf_counter() - start
-    return out
+    return commands_seconds({name: [*args, str(trace)] if args[-1] == "--trace" else args
+                             for name, args in LARGEST.items()})  # fmt: skip
 
 
 def main() -> None:
@@ -118,7 +145,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--largest-only", action="store_true")
+    parser.add_argument("--closed-edge", action="store_true")
     args = parser.parse_args()
+    for name, seconds in commands_seconds(CLOSED_EDGE).items():
+        print(f"closed loop near the prefill queue's edge: {name}: {seconds:6.2f} s")
+    if args.closed_edge:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for name, seconds in largest_seconds(tmp).items():
             print(f"largest accepted: {name}: {seconds:6.2f} s")

@@ -19,6 +19,7 @@ from tokcost.serving.queueing import (
     exp_plus_uniform_tail,
     gamma_plus_uniform_tail,
     gamma_tail,
+    poisson_above,
     pollaczek_khinchine_wait,
     quantile,
     step_backlog,
@@ -33,6 +34,26 @@ def test_gamma_tail_matches_closed_forms():
         assert gamma_tail(3, x) == pytest.approx((1 + x + x * x / 2) * math.exp(-x), rel=1e-10)
         # shape 1/2: chi-square with 1 degree of freedom, P(Z^2 > 2x) = erfc(sqrt(x))
         assert gamma_tail(0.5, x) == pytest.approx(math.erfc(math.sqrt(x)), rel=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mean=st.floats(0.0, 900.0), count=st.integers(0, 5000))
+def test_poisson_above_is_the_tail_of_the_count(mean, count):
+    # by hand: one minus the terms to `count` (log-space, so nothing underflows), a sum no shortcut trims
+    if mean == 0:
+        assert poisson_above(mean, count) == 0.0
+        return
+    terms = [math.exp(k * math.log(mean) - mean - math.lgamma(k + 1)) for k in range(count + 1)]
+    exact = max(1.0 - math.fsum(terms), 0.0)
+    tolerance = 1e-3 if mean > 500 else 1e-12  # past 500 the gamma form, Wilson-Hilferty's where its shape is large
+    assert poisson_above(mean, count) == pytest.approx(exact, abs=tolerance)
+
+
+def test_poisson_above_does_not_underflow():
+    # exp(-900) is 0 in a double: the term-by-term sum had said every count is exceeded (a chance of 1)
+    assert poisson_above(900.0, 1000) < 1e-3
+    assert poisson_above(900.0, 800) > 0.999
+    assert poisson_above(2.5, 4095) < 1e-15 and poisson_above(0.5, 0) == pytest.approx(1 - math.exp(-0.5))
 
 
 def test_pollaczek_khinchine_m_d_1_and_m_m_1():

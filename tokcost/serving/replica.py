@@ -673,8 +673,9 @@ def _others_of(users: float) -> float:
 
 class _Damped:
     """The fixed-point passes over (e, s), each step a weight w of the way from the iterate x to the map's g(x): the
-    weight is the secant's along the last step, w / (1 - r'.r / r.r) from the residuals r = g(x) - x before and r'
-    after it (the step that would zero r' if the map were linear along r), at most 1, starting at 1.
+    secant's along the last step, w / (1 - r'.r / r.r) from the residuals r = g(x) - x before and r' after it (the
+    step that would zero r' if the map were linear along r), starting at 1 and never growing: where the map jumps
+    (a closed loop's prefill queue at its edge: a last step full or not) a growing weight leapt back across the jump.
 
     Half-and-half (the weight every pass had) converges only where the map's slope is above -3: near the prefill
     queue's edge a closed loop's queue rate swings with the prefill step time, the slope passes -3, and the iterate
@@ -685,14 +686,12 @@ class _Damped:
         self.weight, self.residual, self.scales = 1.0, (), ()
 
     def __call__(self, old: Lasts | None, new: Lasts, i: int) -> tuple[Lasts, bool]:
-        """The next iterate and whether it has settled (every e moved by under the tolerance, every s by under the
-        tolerance relative to it)."""
+        """The next iterate and whether it has settled: every e within the tolerance of the fixed point and every s
+        within it relative, by the map's own move (g(x) - x) or, once a secant has measured the slope, by the step
+        it takes (w (g(x) - x): along a line of slope -G the fixed point lies 1 / (1 + G) of the residual away)."""
         if old is None:
             return new, False
-        if all(
-            abs(a[0] - b[0]) <= TAIL_TOLERANCE and abs(a[1] - b[1]) <= TAIL_TOLERANCE * max(a[1], b[1], 1e-12)
-            for a, b in zip(old, new, strict=True)
-        ):
+        if _within(old, new, 1.0):
             return new, True
         # the residual in units fixed at the first pass (each s relative to its first value), so that the secant
         # compares like with like from pass to pass
@@ -700,12 +699,24 @@ class _Damped:
         residual = tuple(
             x for a, b, scale in zip(old, new, self.scales, strict=True) for x in (b[0] - a[0], (b[1] - a[1]) / scale)
         )
-        if self.residual:
+        measured = bool(self.residual)
+        if measured:
             ratio = sum(x * y for x, y in zip(residual, self.residual, strict=True)) / sum(y * y for y in self.residual)
-            if ratio < 1:  # (at 1 or over, a map rising faster than x: no positive weight settles it; keep it)
-                self.weight = min(max(self.weight / (1 - ratio), MIN_WEIGHT), 1.0)
+            self.weight = max(self.weight / max(1 - ratio, 1.0), MIN_WEIGHT)  # (a residual that kept its sign: kept)
         self.residual, w = residual, self.weight
-        return tuple((a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])) for a, b in zip(old, new, strict=True)), False
+        step = tuple((a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])) for a, b in zip(old, new, strict=True))
+        # where the map jumps (a closed loop's prefill queue at its edge: a step full or not) g(x) - x never
+        # shrinks, and the shrinking secant steps close in on the jump instead: settled once they are that short
+        return step, measured and _within(old, new, w)
+
+
+def _within(old: Lasts, new: Lasts, weight: float) -> bool:
+    """Whether weight x (new - old) is within the tolerance on every e, and relative to it on every s."""
+    return all(
+        weight * abs(a[0] - b[0]) <= TAIL_TOLERANCE
+        and weight * abs(a[1] - b[1]) <= TAIL_TOLERANCE * max(a[1], b[1], 1e-12)
+        for a, b in zip(old, new, strict=True)
+    )
 
 
 def _affine_moments(alpha: float, d: float, m1: float, m2: float, m3: float) -> Moments:

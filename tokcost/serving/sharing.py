@@ -22,11 +22,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tokcost.serving.queueing import poisson_pmf
+from tokcost.serving.queueing import TAIL_SDS, poisson_pmf
 
 GAUSS_HERMITE_ABOVE = 60.0  # joiner counts with a larger mean: the normal, not a term-by-term sum
 GAUSS_HERMITE_3 = ((1 / 6, -math.sqrt(3)), (4 / 6, 0.0), (1 / 6, math.sqrt(3)))  # (weight, z) of a standard normal
-TAIL_SDS = 12.0  # a term-by-term sum stops this many standard deviations past the mean
 # a term-by-term sum stops here at most, its remaining mass at the step that many joiners fill: a gamma wait of tiny
 # shape (a queue within rounding of its edge) spreads the count of 1-token prompts over thousands of terms, summed in
 # every fixed-point pass (a closed loop's plan ran for minutes); past 2,000 joiners a prompt's share is under 1/2,000

@@ -43,7 +43,7 @@ from tokcost.serving.queueing import (
     capped_sum_mean,
     found_backlog,
     gamma_plus_uniform_tail,
-    poisson_pmf,
+    poisson_above,
     step_backlog,
     step_token_points,
 )
@@ -237,7 +237,7 @@ def spill_share(r: Replica, prompt: PromptPoint, per_step: float) -> float:
         return 0.0
     mean = r.prompt_moments[0]
     fit = int((r.chunk - prompt.tokens) // mean) if mean > 0 else 0  # prompts ahead of it that leave it room
-    return max(1.0 - sum(poisson_pmf(per_step / 2, fit + 1)), 0.0)
+    return poisson_above(per_step / 2, fit)
 
 
 def lookahead_steps(r: Replica, pt: LoadPoint) -> tuple[tuple[float, float], ...]:
