@@ -63,7 +63,7 @@ TAIL_TOLERANCE = 1e-4
 MIN_WEIGHT = 1 / 64  # the least weight a fixed-point pass gives the map's new iterate (_Damped)
 BACKLOG_TOLERANCE = 1e-7  # the rate's bracket against the life the backlog adds, relative
 RATE_BISECTIONS = 24  # at most this many halvings of the rate when the last steps' fixed point cycles (near saturation)
-RATE_TOLERANCE = 1e-7  # ... stopping once the rate's bracket is this narrow, relative
+RATE_TOLERANCE = 1e-5  # ... stopping once the rate's bracket is this narrow, relative
 
 
 @dataclass(frozen=True, slots=True)
