@@ -38,7 +38,7 @@ def _walk(value, key=""):
         yield key, value
 
 
-@pytest.mark.slow  # 30 plans over every GPU type
+@pytest.mark.slow  # 30 random plans on one H100; closed loops near the prefill queue's edge take up to ~25 s
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # found by this test: 31 replicas at a headroom of 0 put each within rounding of its limit (an infinite wait)
 @example(load={"rate_rps": 89.0}, prompt=12223, output=1, prompt_dist="exponential", output_dist=None, chunk=None,

@@ -30,6 +30,9 @@ GAUSS_HERMITE_3 = ((1 / 6, -math.sqrt(3)), (4 / 6, 0.0), (1 / 6, math.sqrt(3))) 
 # shape (a queue within rounding of its edge) spreads the count of 1-token prompts over thousands of terms, summed in
 # every fixed-point pass (a closed loop's plan ran for minutes); past 2,000 joiners a prompt's share is under 1/2,000
 PMF_TERMS_MAX = 2000
+# counts whose chance is below this are left out of the sum (their mass goes to the full step): the tails the
+# TAIL_SDS bound keeps are mostly such terms, each a step time read (a third of a closed loop's plan of 1-token answers)
+NEGLIGIBLE = 1e-16
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +103,7 @@ def step_share(
         nodes = [(w, at(mean * math.exp(z * s - s * s / 2))) for w, z in GAUSS_HERMITE_3]
     else:  # k joiners put l + k E[P'] tokens in the step (under C: `terms` stops short of the k that fill it)
         terms = min(full, math.ceil(mean + TAIL_SDS * sd + 20), PMF_TERMS_MAX)
-        pmf = joiners.pmf(terms)
-        nodes = [(p, last_tokens + k * joiner_tokens) for k, p in enumerate(pmf)]
-        nodes.append((max(1 - sum(pmf), 0.0), at(terms)))  # steps the joiners fill, or nearly
+        nodes = [(p, last_tokens + k * joiner_tokens) for k, p in enumerate(joiners.pmf(terms)) if p > NEGLIGIBLE]
+        nodes.append((max(1 - sum(p for p, _ in nodes), 0.0), at(terms)))  # steps the joiners fill, or nearly
     share = sum(p * last_tokens / x for p, x in nodes)
     return share, sum(p * step_s(x) * last_tokens / x for p, x in nodes)
