@@ -21,7 +21,7 @@ def _passes(slopes, fixed, start) -> tuple[int | None, tuple]:
 
     damped, x = _Damped(), start
     for i in range(TAIL_ITERATIONS):
-        x, done = damped(x, g(x), i)
+        x, done = damped(x, g(x))
         if done:
             return i + 1, x
     return None, x

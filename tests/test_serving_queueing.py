@@ -273,7 +273,7 @@ def test_a_prompts_step_share_sums_at_most_its_cap_of_terms_and_keeps_its_value(
     # over the 8,191 that fill the step, and summing every term in each fixed-point pass left a closed loop's plan
     # running for minutes. Capped at PMF_TERMS_MAX terms, the mass past them at the step they fill, the share moves
     # by under 1/2,000 (past 2,000 joiners a prompt's share is under that; 1.2e-4 at the tiniest shape here)
-    from tokcost.serving import sharing
+    from tokcost.serving import queueing, sharing
 
     step_s = lambda tokens: 0.02 + 1e-5 * tokens  # noqa: E731
     for shape in (0.01, 1e-3, 1e-6):
@@ -283,4 +283,4 @@ def test_a_prompts_step_share_sums_at_most_its_cap_of_terms_and_keeps_its_value(
             mp.setattr(sharing, "PMF_TERMS_MAX", 10**9)
             whole = sharing.step_share(1, 8192, 1.0, joiners, step_s)
         assert capped[0] == pytest.approx(whole[0], abs=1 / 2000) and capped[1] == pytest.approx(whole[1], rel=1e-3)
-        assert math.ceil(joiners.mean + sharing.TAIL_SDS * math.sqrt(joiners.variance)) > sharing.PMF_TERMS_MAX
+        assert math.ceil(joiners.mean + queueing.TAIL_SDS * math.sqrt(joiners.variance)) > sharing.PMF_TERMS_MAX

@@ -123,6 +123,11 @@ def poisson_pmf(mean: float, terms: int) -> list[float]:
     return out
 
 
+def count_terms(mean: float, sd: float) -> int:
+    """Terms of a count's chances a term-by-term sum takes: to TAIL_SDS standard deviations past its mean, and 20."""
+    return math.ceil(mean + TAIL_SDS * sd + 20)
+
+
 def poisson_above(mean: float, count: int) -> float:
     """P(K > count) of a Poisson(mean) count: one minus its terms to `count`, summed no further than TAIL_SDS standard
     deviations past the mean (a 2-token prompt's room in an 8,192-token step is 4,095 prompts: 88,000 such sums of
@@ -130,7 +135,7 @@ def poisson_above(mean: float, count: int) -> float:
     count, the same chance as a gamma's: P(K > n) = P(Gamma(n + 1) <= mean)."""
     if mean > POISSON_SUM_MEAN:
         return 1.0 - gamma_tail(count + 1, mean)
-    terms = min(count + 1, math.ceil(mean + TAIL_SDS * math.sqrt(mean) + 20))
+    terms = min(count + 1, count_terms(mean, math.sqrt(mean)))
     return max(1.0 - sum(poisson_pmf(mean, terms)), 0.0)
 
 

@@ -58,7 +58,7 @@ from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traf
 
 Role = Literal["both", "prefill", "decode"]
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
-TAIL_ITERATIONS = 12  # fixed-point passes (damped after the second) for how full each prompt's last step is
+TAIL_ITERATIONS = 12  # fixed-point passes (_Damped) for how full each prompt's last step is
 TAIL_TOLERANCE = 1e-4
 MIN_WEIGHT = 1 / 64  # the least weight a fixed-point pass gives the map's new iterate (_Damped)
 BACKLOG_TOLERANCE = 1e-7  # the rate's bracket against the life the backlog adds, relative
@@ -358,10 +358,10 @@ class Replica(ReplicaLimits, ReplicaCurves):
         then the rate itself is bisected: at a fixed rate the last steps settle, and the rate they imply by
         Little falls as the rate rises (halvings of the bracket the cycle spans, to RATE_TOLERANCE)."""
         lone, rates, damped = start, [], _Damped()
-        for i in range(TAIL_ITERATIONS):
+        for _ in range(TAIL_ITERATIONS):
             sweep = self._sweep(b, beside, lone, others=others)
             rates.append(sweep.rate)
-            lone, done = damped(lone, sweep.lasts, i)
+            lone, done = damped(lone, sweep.lasts)
             if done:
                 return sweep.point(lone)
         lo, hi = min(rates[-4:]), max(rates[-4:])
@@ -380,8 +380,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
     def _settle(self, b: float, beside: float, lasts: Lasts | None, rate: float, others: float) -> Lasts | None:
         """The last steps' fixed point with the rate held at `rate`."""
         damped = _Damped()
-        for i in range(TAIL_ITERATIONS):
-            lasts, done = damped(lasts, self._sweep(b, beside, lasts, rate, others).lasts, i)
+        for _ in range(TAIL_ITERATIONS):
+            lasts, done = damped(lasts, self._sweep(b, beside, lasts, rate, others).lasts)
             if done:
                 break
         return lasts
@@ -477,14 +477,14 @@ class Replica(ReplicaLimits, ReplicaCurves):
         m1, m2, m3 = self.prompt_moments
         lone, damped = None, _Damped()
         q_rate = rate
-        for i in range(TAIL_ITERATIONS):
+        for _ in range(TAIL_ITERATIONS):
             t0, tc, alpha, (alone, lasts), d, m = self._terms(0.0, lone)
             rho = min(rate * (alpha * m1 + d), 1.0)
             service = _affine_moments(alpha, d, m1, m2, m3)
             others = q_rate / rate if 0 < rate < math.inf else 1.0
             queue = Queue(q_rate, min(q_rate * (alpha * m1 + d), 1.0), min(q_rate * alpha * m1, 1.0), 0.0, others)
             new = self._last_steps(queue, alpha, 0.0, lasts, steps=(t0, service.mean / m, t0))
-            lone, done = damped(lone, new, i)
+            lone, done = damped(lone, new)
             point = self._point(0.0, rate, rho, t0, tc, service.mean / m, 0.0, m, service, alone, lone, queue)
             q_rate = self._others_rate(rate, point)
             if done and q_rate == queue.rate:
@@ -685,7 +685,7 @@ class _Damped:
     def __init__(self) -> None:
         self.weight, self.residual, self.scales = 1.0, (), ()
 
-    def __call__(self, old: Lasts | None, new: Lasts, i: int) -> tuple[Lasts, bool]:
+    def __call__(self, old: Lasts | None, new: Lasts) -> tuple[Lasts, bool]:
         """The next iterate and whether it has settled: every e within the tolerance of the fixed point and every s
         within it relative, by the map's own move (g(x) - x) or, once a secant has measured the slope, by the step
         it takes (w (g(x) - x): along a line of slope -G the fixed point lies 1 / (1 + G) of the residual away)."""
