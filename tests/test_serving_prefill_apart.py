@@ -213,3 +213,22 @@ def test_the_borel_law_of_a_busy_periods_prompts(q):
     assert law[1] == pytest.approx(math.exp(-q), rel=1e-4)
     if q:
         assert law[2] == pytest.approx(q * math.exp(-2 * q), rel=1e-4)
+
+
+def test_steps_apart_stop_where_their_prefill_queue_stops():
+    # steps apart have no saturation batch (the batch grows as their queue fills), so the stable batch is searched
+    # up to the KV slots: past it the prefill queue has no steady state. Llama-3.2-1B, 200-token prompts and answers
+    # on 4 H100s in 8,192-token chunks: the KV cache holds about 20,000 sequences, and at 12,000 the queue had filled
+    # (every step prefill, an infinite wait) while plan sized a fleet there: `plan --engine sglang` crashed
+    traffic = Traffic(LengthDist("fixed", 200), LengthDist("fixed", 200), concurrency=300)
+    deployment = Deployment(load_gpu("h100-sxm"), Layout(4), engine=engine_for("sglang"))
+    replica = build_replica(load_model("llama-3.2-1b"), deployment, traffic, 8192, "expected", prefill_apart=True)
+    limits = replica.load_limits()
+    assert limits["saturation"] < limits["KV memory"]
+    edge = replica.state(limits["saturation"])
+    assert math.isfinite(edge.wait_mean_s) and edge.queue_rho < 1
+    assert not math.isfinite(replica.state(min(1.5 * limits["saturation"], limits["KV memory"])).wait_mean_s)
+    # and the plan that crashed prices every configuration with a finite TTFT
+    result = plan(model="llama-3.2-1b", gpus=["h100-sxm"], concurrency=300, prompt_tokens=200, output_tokens=200,
+                  slos=["tpot_p90=30ms"], engine="sglang").to_dict()  # fmt: skip
+    assert result["configs"] and all(math.isfinite(c["expected"]["ttft_s"]["p90"]) for c in result["configs"])

@@ -111,8 +111,12 @@ class ReplicaLimits:
         share itself (QUEUE_FULL): past the batch where it reaches 1, the steady-state solve has two branches, one
         with the share at 1 and one a hair under it (waits of 1e9 s), so a finite wait alone is no test."""
         top = self.saturation_top()
-        if self.rate_driven or not self.prompts or not math.isfinite(top):
+        if self.rate_driven or not self.prompts:
             return math.inf
+        if not math.isfinite(top):  # steps apart: no saturation batch, so search up to the KV slots or the cap
+            top = min((v for k, v in self.load_limits().items() if k != "saturation"), default=math.inf)
+            if not math.isfinite(top):
+                return math.inf
         if math.isfinite(self.state(top).wait_mean_s) and self._queue_holds(top * (1 - 1e-3)):
             return math.inf  # it holds up to saturation, where the budget fills as it must (fixed lengths: 1 - 3e-7)
         lo, hi = 0.0, top
