@@ -1,5 +1,6 @@
-"""The CUDA-graph batch caps of SGLang and vLLM: decode batches past them run eager, which no price includes, so
-estimate, sweep and plan say so (EraFields.graph_batch_cap, EngineProfile.graph_note)."""
+"""The CUDA-graph batch caps of SGLang and vLLM: decode batches past them run eager, so estimate, sweep and plan say
+so (EraFields.graph_batch_cap, EngineProfile.graph_note); an era that states its eager launch cost (SGLang) prices
+those steps too (tests/test_eager_past_graphs.py)."""
 
 from __future__ import annotations
 

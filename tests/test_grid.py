@@ -126,7 +126,11 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
                 schedule,
                 rates.comm_overlap,
                 frozenset(rates.overlap_ops),
-                n * rates.launch_s(d.layout.stage_gpus),
+                # the microbatch's tokens on the busiest DP rank, against the batch the era's graphs capture
+                n
+                * rates.launch_s(
+                    d.layout.stage_gpus, sum(per_dp(s.sequences, d.layout.dp) * s.new_tokens for s in share)
+                ),
                 n * rates.kernel_overhead_s,
             )
         )
@@ -175,7 +179,7 @@ def test_grid_path_equals_the_stage_by_stage_path_for_one_host_thread(model, gpu
     # as it launches kernels and paid per GPU of the stage, set some of these passes
     d = _deployment(model, gpu, layout, load_engine("llama.cpp@eager"))
     rates = d.rates("expected")
-    assert rates.one_host_thread and rates.launch_s(d.layout.stage_gpus) > 0
+    assert rates.one_host_thread and rates.launch_s(d.layout.stage_gpus, 1.0) > 0
     bound, floors = d.bound(rates), 0
     for name, segments, schedule in [*PASSES, ("decode, one sequence", [Segment(1, 200, 1)], "steady")]:
         point = stage_by_stage(d, rates, segments, schedule)

@@ -49,7 +49,7 @@ def test_the_host_launches_every_gpu_of_the_group_in_turn():
     # host launches them for each of the 8 GPUs, so the floor is 8 x that x the era's launch cost
     assert _launched(e) == pytest.approx(564 * 4.3 + 161)
     assert step.launch_s == pytest.approx(_launched(e) * 8 * LLAMACPP.launch_overhead_us * 1e-6)
-    assert rates.launch_s(8) == pytest.approx(8 * rates.launch_s(1))
+    assert rates.launch_s(8, 1.0) == pytest.approx(8 * rates.launch_s(1, 1.0))
     assert step.launch_bound and e.expected.decode_bound == "host"
     assert step.seconds == pytest.approx(step.launch_s + step.overhead_s)
     # a process per GPU (the same era but one_host_thread off) launches side by side: an eighth of it
@@ -76,8 +76,8 @@ def test_every_pricing_path_reads_the_same_launches():
     e = _estimate(8)
     d, rates = e.deployment, e.deployment.rates("expected")
     bound = d.bound(rates)
-    assert bound.table.launch_s == rates.launch_s(8)  # the rate table the grid and the fit's pricer read
-    assert bound.launch_s[0] == pytest.approx(_launched(e) * rates.launch_s(8))
+    assert bound.table.launch_s == rates.launch_s(8, 1.0)  # the rate table the grid and the fit's pricer read
+    assert bound.launch_s([1.0] * 9)[0] == pytest.approx(_launched(e) * rates.launch_s(8, 1.0))
     cached = e.mean_decode_context
     assert cached is not None
     seconds, bound_name = DecodeLines(bound, 1).at(cached)

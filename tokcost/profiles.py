@@ -288,6 +288,10 @@ class EraFields(BaseModel):
     graph_batch_cap: int | None = Field(default=None, ge=1, le=1_000_000)
     graph_batch_cap_tp4: int | None = Field(default=None, ge=1, le=1_000_000)
     graph_batch_flag: str = Field(default="", max_length=100)  # the engine's flag that sets the cap
+    # per launched kernel of a pass that runs outside the graphs (more tokens per DP rank than graph_batch_cap): the
+    # host's eager launch, a floor on the step as launch_overhead_us is in eager eras (None: not priced, graph_note)
+    eager_launch_us: Microseconds | None = None
+    eager_launch_source: str = Field(default="", max_length=4000)  # the published eager/graph pairs it comes from
     graph_batch_source: str = Field(default="", max_length=4000)  # where the caps come from
     basis: dict[str, Basis] = Field(default_factory=dict)  # each fitted parameter: fitted, or left at its prior
     band: Band | None = None  # None: no left-out rows speak for it (the CLI then shows the widest band)
@@ -310,6 +314,8 @@ class EraFields(BaseModel):
                   *(c for t in self.scheduler_tiers for c in (t.graph_batch_cap, t.graph_batch_cap_tp4)))  # fmt: skip
         if any(c is not None for c in stated) and not self.graph_batch_source:
             raise ValueError("graph_batch_source: required where a CUDA-graph batch cap is stated")
+        if self.eager_launch_us is not None and not self.eager_launch_source:
+            raise ValueError("eager_launch_source: required where eager_launch_us is stated")
         return self
 
     @property
@@ -336,8 +342,8 @@ class EngineProfile(EraFields):
 
     def graph_note(self, batch: float, *, gpu_name: str, memory_bytes: float, tp: int, dp: int = 1) -> str | None:
         """What the reader should know where `batch` decoding sequences pass the largest batch the era's CUDA graphs
-        capture by default on this GPU and TP: those steps run eager, which no price here includes. Each of `dp`
-        data-parallel ranks runs its own graphs on its share of the batch."""
+        capture by default on this GPU and TP: those steps run eager, priced where the era states its eager launch
+        cost (Rates.launch_s). Each of `dp` data-parallel ranks runs its own graphs on its share of the batch."""
         cap = self.scheduler(gpu_name=gpu_name, memory_bytes=memory_bytes, tp=tp).graph_batch_cap
         per_rank = math.ceil(batch / dp) if dp > 1 else batch
         if cap is None or per_rank <= cap:
@@ -345,11 +351,13 @@ class EngineProfile(EraFields):
         batch_text = f"{per_rank:,.0f} per data-parallel rank" if dp > 1 else f"{batch:,.0f}"
         remedy = (f"raise the cap to the batch ({self.graph_batch_flag})" if self.graph_batch_flag
                   else "no flag raises it, so keep the running batch under it")  # fmt: skip
-        return (
-            f"{self.label}: a decode batch of {batch_text} passes the {cap:,} sequences its CUDA graphs capture "
-            "by default on this GPU and TP; past it each step runs eager, every kernel launched from the host, "
-            f"which these figures do not price: {remedy}, or expect slower decode steps"
-        )
+        head = (f"{self.label}: a decode batch of {batch_text} passes the {cap:,} sequences its CUDA graphs "
+                "capture by default on this GPU and TP; past it each step runs eager, every kernel launched from the "
+                "host")  # fmt: skip
+        if self.eager_launch_us is not None:
+            return (f"{head}, priced as {self.eager_launch_us:.3g} us per launched kernel, a floor on the step "
+                    f"(--explain): {remedy} to decode faster where the launches set the step")  # fmt: skip
+        return f"{head}, which these figures do not price: {remedy}, or expect slower decode steps"
 
     def per_window(self, scheduler_steps: int) -> EngineProfile:
         """Multi-step scheduling (vLLM 0.6's --num-scheduler-steps k): the host schedules, prepares inputs and

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.collectives import Links
-from tokcost.engine.features import FeatureSpace, Segment
+from tokcost.engine.features import TOKENS_DP, FeatureSpace, Segment
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_seconds, stage_seconds
@@ -132,7 +132,7 @@ class CompiledPass:
                 else:
                     moving.append((slot, n, fa, fb, wa, wb, oa, ob))
             stages.append(StageWork(tuple(fixed), tuple(moving), tuple(collectives)))
-        return Work(tuple(stages), points, m, self.layout.pp)
+        return Work(tuple(stages), points, m, self.layout.pp, xa[TOKENS_DP])
 
     def work(self, segments: Sequence[Segment]) -> Work:
         """One pass over `segments` (the whole replica's): one microbatch's work on every stage."""
@@ -213,7 +213,7 @@ class BoundPass:
                            sum(r.stage.count for r in rows if r.payload is not None))
             for rows in compiled.stages
         ]  # fmt: skip
-        self.launch_s = tuple(n * rates.launch_s(compiled.layout.stage_gpus) for n in counts)
+        self.launches = tuple(counts)
         # the GPU's idle time between each stage's kernels (every era: a graph replays them back to back, not free)
         self.gap_s = tuple(n * rates.kernel_overhead_s for n in counts)
 
@@ -221,7 +221,7 @@ class BoundPass:
         """One microbatch through each pipeline stage at feature vector x (each row's work priced as it is read;
         overlapped collectives and the host's launches as passcost.stage_seconds applies them)."""
         out = []
-        for stage, launch_s, gap_s in zip(self.stages, self.launch_s, self.gap_s, strict=True):
+        for stage, launch_s, gap_s in zip(self.stages, self.launch_s(x), self.gap_s, strict=True):
             kernels, serial, overlapped = gap_s, 0.0, 0.0
             for row, rate in stage:
                 seconds = row_seconds(row, rate, x)
@@ -233,6 +233,12 @@ class BoundPass:
                     serial += seconds
             out.append(stage_seconds(kernels, serial, overlapped, self.rates.comm_overlap, launch_s))
         return out
+
+    def launch_s(self, x: Sequence[float]) -> tuple[float, ...]:
+        """The host's time to launch each stage's kernels and collectives in a pass at feature vector x (eager eras,
+        and a graph era past its captured batch; 0 where a graph replays them: Rates.launch_s)."""
+        per = self.rates.launch_s(self.compiled.layout.stage_gpus, x[TOKENS_DP])
+        return tuple(n * per for n in self.launches)
 
     def slowest(self, x: Sequence[float]) -> int:
         """Index of the slowest pipeline stage at feature vector x (the first of equals)."""
@@ -268,5 +274,6 @@ class BoundPass:
         times = self.stage_seconds(x)
         i = times.index(max(times))
         host_s = self.host_s(segments) + extra_overhead_s
+        launch_s = self.launch_s(x)[i]
         return PassCost(priced_stages[i], host_s, self.compiled.layout.pp, m, schedule, self.rates.comm_overlap,
-                        frozenset(self.rates.overlap_ops), self.launch_s[i], self.gap_s[i], tuple(times))  # fmt: skip
+                        frozenset(self.rates.overlap_ops), launch_s, self.gap_s[i], tuple(times))  # fmt: skip

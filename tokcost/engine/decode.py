@@ -82,9 +82,9 @@ class DecodeLines:
             at_start, after = space.decode_context(self.share, start), space.decode_context(self.share, start + 1)
             slope = [b - a for a, b in zip(at_start, after, strict=True)]
             const = [a - s * start for a, s in zip(at_start, slope, strict=True)]
-            rates = self.bound.rates
+            rates, launches = self.bound.rates, self.bound.launch_s(self.x)
             found = tuple(_stage(stage, self.x, self.context, const, slope, rates, launch_s)
-                          for stage, launch_s in zip(self.bound.stages, self.bound.launch_s, strict=True))  # fmt: skip
+                          for stage, launch_s in zip(self.bound.stages, launches, strict=True))  # fmt: skip
             self.regimes[start] = found
         return found
 

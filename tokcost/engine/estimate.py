@@ -78,9 +78,8 @@ class Deployment:
             if scenario == "ceiling":
                 found = ceiling_rates(self.gpu, self.precision.compute)
             else:
-                found = expected_rates(
-                    self.gpu, self.precision.compute, self.engine, fused_attention=self.precision.fused_attention
-                )
+                found = expected_rates(self.gpu, self.precision.compute, self.engine,
+                                       fused_attention=self.precision.fused_attention, tp=self.layout.tp)  # fmt: skip
             self._scenarios[scenario] = found
         return found
 

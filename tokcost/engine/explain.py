@@ -746,15 +746,20 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
     if rates.launch_overhead_s and rates.one_host_thread and gpus > 1:
         lines.append(f"launches: one host thread launches the kernels of all {gpus} GPUs of a pipeline stage, one "
                      f"GPU after another, so each of one GPU's kernels costs the host {gpus} x "
-                     f"{fmt.seconds(rates.launch_overhead_s)} = {fmt.seconds(rates.launch_s(gpus))} "
+                     f"{fmt.seconds(rates.launch_overhead_s)} = {fmt.seconds(rates.launch_s(gpus, 0.0))} "
                      f"({_first_clause(engine.one_host_thread_source)})")  # fmt: skip
+    if rates.eager_launch_overhead_s:  # a graph era past the batch its graphs capture (EraFields.eager_launch_us)
+        lines.append(f"CUDA graphs: {engine.label} captures passes of up to {rates.graph_cap_tokens:,.0f} tokens per "
+                     f"data-parallel rank on this GPU and TP; a larger pass runs eager, each kernel launched from the "
+                     f"host at {fmt.seconds(rates.eager_launch_overhead_s)}, a floor on its time "
+                     f"({_first_clause(engine.eager_launch_source)})")  # fmt: skip
     step = e.expected.decode_step
     if step is not None and step.launch_s:  # the host's launches as a floor on the decode step (eager eras)
         launched, gpu = rates.launched(*step.rows), fmt.seconds(step.gpu_s)
         sets = "the launches set" if step.launch_bound else "the GPU sets"
         lines.append(f"decode step at the mean context: max(the GPU's {gpu}, {launched:,.0f} kernels x "
-                     f"{fmt.seconds(rates.launch_s(gpus))} = {fmt.seconds(step.launch_s)} of launches): {sets} it, "
-                     f"then + {fmt.seconds(step.overhead_s)} on the host")  # fmt: skip
+                     f"{fmt.seconds(step.launch_s / launched)} = {fmt.seconds(step.launch_s)} of launches): {sets} "
+                     f"it, then + {fmt.seconds(step.overhead_s)} on the host")  # fmt: skip
     if rates.comm_overlap:
         lines.append(f"overlap: {rates.comm_overlap:.0%} of the expert all-to-all hidden behind compute")
     elif e.layout.gpus > 1:  # the ceiling hides every collective it can (its steps subtract them, 'hidden')

@@ -8,7 +8,8 @@ unable to hide a memory-bound one: each runs on its own. Collectives run on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from tokcost.engine.collectives import CollectiveCost, Line, Links, Path, cheapest, collective_lines
@@ -81,6 +82,9 @@ class Rates:
     step_overhead_s: float = 0.0  # per forward pass: scheduling, sampling on the host
     sequence_overhead_s: float = 0.0  # per sequence in the pass, on the host: its inputs, sampling, output
     launch_overhead_s: float = 0.0  # per kernel the host launches (eager eras): a pass is no faster than that
+    # a graph era's passes of more tokens per DP rank than its graphs capture run eager: this per kernel launched
+    graph_cap_tokens: float = math.inf
+    eager_launch_overhead_s: float = 0.0
     kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
     # kernels the engine launches per stage row of a pass (EraFields.kernels_per_row): launches and gaps scale by it
     kernels_per_row: float = 1.0
@@ -104,11 +108,14 @@ class Rates:
         vLLM's engine core per DP rank), so the ranks' host work runs side by side."""
         return self.step_overhead_s + self.sequence_overhead_s * per_dp(sequences, dp)
 
-    def launch_s(self, gpus: int) -> float:
-        """The host's time per kernel of one GPU's pass: the era's launch cost, times the `gpus` of a pipeline stage
-        (Layout.stage_gpus) where one host thread launches every GPU's kernels in turn (their launches serialize);
-        a process per GPU launches its own beside the others'."""
-        return self.launch_overhead_s * (gpus if self.one_host_thread else 1)
+    def launch_s(self, gpus: int, tokens: float) -> float:
+        """The host's time per kernel of one GPU's pass of `tokens` tokens (per DP rank: features.TOKENS_DP): an
+        eager era's launch cost; a graph era's eager cost past the batch its graphs capture (a graph replay launches
+        them all: 0 up to it); times the `gpus` of a pipeline stage (Layout.stage_gpus) where one host thread
+        launches every GPU's kernels in turn (their launches serialize); a process per GPU launches its own beside
+        the others'."""
+        per = self.launch_overhead_s or (self.eager_launch_overhead_s if tokens > self.graph_cap_tokens else 0.0)
+        return per * (gpus if self.one_host_thread else 1)
 
     def launched(self, kernel_rows: float, collective_rows: float) -> float:
         """The kernels a pass's rows launch under these rates (kernels_launched)."""
@@ -188,16 +195,17 @@ def _gemm_share(gpu: GpuSpec, dtype: str, peak: float) -> float:
 
 
 def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GENERIC, *, client_side: bool = True,
-                   scheduler_steps: int = 1, fused_attention: bool = True) -> Rates:  # fmt: skip
+                   scheduler_steps: int = 1, fused_attention: bool = True, tp: int = 1) -> Rates:  # fmt: skip
     """Hardware x engine: the GPU's sustained shares of its peaks (copy for every HBM stream, the GEMM share of each
     matmul's dtype), the engine era's efficiencies per kernel class and its gap on the GPU's platform (applied per
     kernel by kernel_rate), its host costs, and the expert all-to-all it overlaps. `client_side`: the per-request
     cost is on TTFT (a user's view through an HTTP client); False for an engine-level clock. `scheduler_steps`:
     multi-step scheduling (vLLM 0.6's --num-scheduler-steps) spreads the host's work over that many steps.
-    `fused_attention` False: attention's matmuls run as plain GEMMs (cuBLAS), whatever the era's flash kernels."""
+    `fused_attention` False: attention's matmuls run as plain GEMMs (cuBLAS), whatever the era's flash kernels.
+    `tp`: the layout's tensor parallelism, which sets the batch the era's CUDA graphs capture on this GPU."""
     engine = engine.per_window(scheduler_steps)
     gap = engine.gap(gpu.platform)
-    return hardware_x_engine(
+    rates = hardware_x_engine(
         gpu, compute_dtype, engine.kernels, memory_gap=gap.memory, compute_gap=gap.compute,
         attention_gap=gap.attention * (fa2_share(gpu, engine) if fused_attention else 1.0),
         moe_compute_gap=mma_sync_share(gpu, engine),
@@ -212,6 +220,13 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         narrow_experts=engine.moe_gemm_kernel != "mma-sync",  # CUTLASS's Sm80 grouped GEMM takes 16-bit activations
         expert_rows=engine.moe_gemm_kernel == "fused-moe",
     )  # fmt: skip
+    if engine.eager_launch_us is None:
+        return rates
+    cap = engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes, tp=tp).graph_batch_cap
+    if cap is None:
+        return rates
+    # past the captured batch every kernel is launched from the host (EraFields.eager_launch_us)
+    return replace(rates, graph_cap_tokens=float(cap), eager_launch_overhead_s=engine.eager_launch_us * US)
 
 
 def fa2_share(gpu: GpuSpec, engine: EngineProfile) -> float:

@@ -14,6 +14,7 @@ The fit re-prices each row's Work under many rates.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,9 +76,15 @@ class RateTable:
     collectives: tuple[CollectiveRate, ...]
     overlap: float = 0.0  # share of the overlapped collectives hidden behind kernels (Rates.comm_overlap)
     overlap_ops: frozenset[str] = frozenset()
-    launch_s: float = 0.0  # the host's time per launched kernel of one GPU's pass (Rates.launch_s)
+    launch_s: float = 0.0  # the host's time per launched kernel of one GPU's pass (Rates.launch_s), up to ...
     gap_s: float = 0.0  # the GPU's idle time per kernel (Rates.kernel_overhead_s)
     kernels_per_row: float = 1.0  # kernels the engine launches per kernel row (Rates.kernels_per_row)
+    graph_cap_tokens: float = math.inf  # ... the tokens per DP rank a graph era's graphs capture; past them:
+    eager_launch_s: float = 0.0
+
+    def launch_at(self, tokens: float) -> float:
+        """The host's time per launched kernel of a pass of `tokens` tokens per DP rank (Rates.launch_s)."""
+        return self.eager_launch_s if tokens > self.graph_cap_tokens else self.launch_s
 
     @staticmethod
     def of(
@@ -91,9 +98,11 @@ class RateTable:
             ),
             rates.comm_overlap,
             frozenset(rates.overlap_ops),
-            rates.launch_s(layout.stage_gpus),
+            rates.launch_s(layout.stage_gpus, 0.0),
             rates.kernel_overhead_s,
             rates.kernels_per_row,
+            rates.graph_cap_tokens,
+            rates.launch_s(layout.stage_gpus, math.inf),
         )
 
 
@@ -105,6 +114,7 @@ class Work:
     points: int
     microbatches: int
     pp: int
+    tokens: float  # tokens per DP rank of one microbatch (features.TOKENS_DP): the same at every point
 
 
 def _kernel_seconds(entries: Sequence[Fixed], table: RateTable) -> float:
@@ -138,7 +148,7 @@ def stage_times(work: Work, table: RateTable) -> list[float]:
             compute_s, memory_s = kernel_seconds(flops, weights, other, table.kernels[slot])
             kernels += n * (compute_s if compute_s > memory_s else memory_s)
         serial, overlapped = _collective_seconds(stage, table)
-        out.append(stage_seconds(kernels, serial, overlapped, table.overlap, launches * table.launch_s))
+        out.append(stage_seconds(kernels, serial, overlapped, table.overlap, launches * table.launch_at(work.tokens)))
     return out
 
 
@@ -148,7 +158,7 @@ def pass_sum(work: Work, table: RateTable, schedule: Schedule) -> float:
     if work.points == 1:
         return pipeline_seconds(stage_times(work, table), work.microbatches, schedule)
     stages: list[list[Variant]] = []
-    o = table.overlap
+    o, launch_s = table.overlap, table.launch_at(work.tokens)
     for stage in work.stages:
         kernels: list[Kernel] = []
         for slot, n, fa, fb, wa, wb, oa, ob in stage.moving:
@@ -164,7 +174,7 @@ def pass_sum(work: Work, table: RateTable, schedule: Schedule) -> float:
             scaled = [((1 - o) * x0, (1 - o) * x1) for x0, x1 in (line for pair in kernels for line in pair)]
             led = [(scaled[i], scaled[i + 1]) for i in range(0, len(scaled), 2)]
             variants.append((serial + overlapped + (1 - o) * fixed, led))
-        if launches and table.launch_s:  # the host's launches: a floor on the stage's time
-            variants.append((launches * table.launch_s, []))
+        if launches and launch_s:  # the host's launches: a floor on the stage's time
+            variants.append((launches * launch_s, []))
         stages.append(variants)
     return pipeline_sum(stages, work.points, work.microbatches, fill=schedule == "fill")

@@ -65,8 +65,8 @@ def _algorithm_gap(cost: PassCost, i: int, first: str, second: str) -> float:
 
 
 def _first_flip(pa: PassCost, pb: PassCost, a: float, b: float) -> float | None:
-    """The smallest b in (a, b) where a kernel changes bound or an all-reduce changes algorithm (each a crossing
-    of two lines between the ends)."""
+    """The smallest b in (a, b) where a kernel changes bound, an all-reduce changes algorithm or the host's launches
+    meet the GPU's time (each a crossing of two lines between the ends)."""
     eps = 1e-9 * (pa.seconds + pb.seconds)
     if [p.stage.name for p in pa.stages] != [p.stage.name for p in pb.stages]:
         return None  # another pipeline stage is the slowest at b: no kernel to follow across (refined by midpoints)
@@ -79,6 +79,9 @@ def _first_flip(pa: PassCost, pb: PassCost, a: float, b: float) -> float | None:
             ga, gb = _gap(pa, i), _gap(pb, i)
         if (ga > eps and gb < -eps) or (ga < -eps and gb > eps):
             flips.append(a + (b - a) * ga / (ga - gb))
+    ga, gb = pa.gpu_s - pa.launch_s, pb.gpu_s - pb.launch_s  # the host's launches cross the GPU's time (a floor)
+    if (pa.launch_s or pb.launch_s) and ((ga > eps and gb < -eps) or (ga < -eps and gb > eps)):
+        flips.append(a + (b - a) * ga / (ga - gb))
     return min(flips) if flips else None
 
 

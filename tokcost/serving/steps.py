@@ -25,6 +25,7 @@ from tokcost.serving.layout import Layout
 
 Shape = tuple[Segment, ...]  # the prefill part of a pass (empty: decode only)
 DECODE_LINES_KEPT = 4096  # decode batches whose lines a simulation keeps
+CAP_STEP = 1e-6  # the width of the jump where passes leave the CUDA graphs, relative to the curve's range
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,12 @@ class Steps:
             tokens = sum(s.tokens for s in shape)
             breaks = () if self.model.tied_embeddings else (self.model.vocab_size - tokens,)
             pp = self.deployment.layout.pp
+            # a pass past the tokens the era's CUDA graphs capture runs eager (Rates.launch_s): the step jumps there,
+            # so the curve holds the last captured batch and the next (exact for one replica without DP or pipeline
+            # stages; with them the midpoints find it)
+            cap = self.engine.rates.graph_cap_tokens - tokens
+            if self.engine.rates.eager_launch_overhead_s and 0.0 < cap < self.batch_limit:
+                breaks += (cap, cap + CAP_STEP * max(self.batch_limit, 1.0))
             found = build_curve(
                 lambda b: self.pass_cost(b, shape), 0.0, self.batch_limit,
                 # MoE expert counts, the DP split (whole sequences) and the slowest pipeline stage bend the line

@@ -231,8 +231,9 @@ class Pricer:
         fused = case.deployment.precision.fused_attention
         # the keys' names too: two cases of one cell may read different keys at equal values (m.wo.int4 in one,
         # m.wo.int8 in the other), and must not share Rates
-        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, fused, case.keys,
-               got)  # fmt: skip
+        tp = case.deployment.layout.tp  # the batch the era's CUDA graphs capture depends on it
+        key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, fused, tp,
+               case.keys, got)  # fmt: skip
         found = self._rates.get(key)
         if found is None:
             if len(self._rates) >= CACHE_LIMIT:
@@ -242,7 +243,7 @@ class Pricer:
             profile = candidate_profile(case.profile, mine, case.cell.platform)
             found = self._rates[key] = expected_rates(case.gpu, case.deployment.precision.compute, profile,
                                                       client_side=case.client, scheduler_steps=case.steps,
-                                                      fused_attention=fused)  # fmt: skip
+                                                      fused_attention=fused, tp=tp)  # fmt: skip
         return found
 
     def table(self, case: Case, rates: Rates) -> RateTable:
@@ -267,9 +268,11 @@ class Pricer:
                     path = self._collectives[where] = collective_rate(op, ranks, rates, d.links, d.layout,
                                                                       crosses_nodes=crosses)  # fmt: skip
                 collectives.append(path)
+            gpus = d.layout.stage_gpus
             found = self._tables[key] = RateTable(tuple(kernels), tuple(collectives), rates.comm_overlap,
-                                                  frozenset(rates.overlap_ops), rates.launch_s(d.layout.stage_gpus),
-                                                  rates.kernel_overhead_s, rates.kernels_per_row)  # fmt: skip
+                                                  frozenset(rates.overlap_ops), rates.launch_s(gpus, 0.0),
+                                                  rates.kernel_overhead_s, rates.kernels_per_row,
+                                                  rates.graph_cap_tokens, rates.launch_s(gpus, math.inf))  # fmt: skip
         return found
 
     def predict(self, case: Case, values: Mapping[str, float]) -> float:

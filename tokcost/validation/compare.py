@@ -171,7 +171,7 @@ def row_rates(row: Row, d: Deployment, engine: EngineProfile | None) -> Rates:
         return d.rates("ceiling")
     return expected_rates(d.gpu, d.precision.compute, engine, client_side=row.measured_at == "client",
                           scheduler_steps=row.scheduler_steps or 1,
-                          fused_attention=d.precision.fused_attention)  # fmt: skip
+                          fused_attention=d.precision.fused_attention, tp=d.layout.tp)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
