@@ -175,7 +175,9 @@ def size_aggregated(
             per_replica = 1
         replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
         whole = state_at_users(replica, per_replica, traffic.think_time_s)
-        goodput = whole.rate_rps if whole is not None else goodput
+        # never past the saturation read at the load limit (capacity: the rate can dip by parts in ten thousand near
+        # it, where a KV-limited batch's steps grow)
+        goodput = min(whole.rate_rps, cap.saturation_rps) if whole is not None else goodput
         pt = state_at_users(replica, traffic.concurrency / replicas, traffic.think_time_s)
         rate = pt.rate_rps * replicas if pt else 0.0
     else:
