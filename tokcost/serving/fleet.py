@@ -26,7 +26,7 @@ from tokcost.engine.workload import resolve_precision
 from tokcost.hardware.spec import Link
 from tokcost.models.spec import ModelSpec
 from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_capacity
-from tokcost.serving.latency import broken_slos, e2e_tail, percentile, ttft_moments
+from tokcost.serving.latency import broken_slos, e2e_tail, e2e_tail_at, percentile, ttft_moments
 from tokcost.serving.queueing import Moments, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import QUANTILES, Slo, Traffic
@@ -298,7 +298,7 @@ def size_disaggregated(
     _, pt_p, pt_d, ttft = state
     gpus = x * prefill_gpus + y * decode_gpus
     e2e = ordered({
-        name: quantile(lambda t: e2e_tail(decode, pt_d, t, ttft), QUANTILES[name], ttft.mean, 2 * ttft.mean + 1)
+        name: quantile(e2e_tail_at(decode, pt_d, ttft), QUANTILES[name], ttft.mean, 2 * ttft.mean + 1)
         for name in REPORTED
     })  # fmt: skip
     broken = [s for s in e2e_slos if e2e_tail(decode, pt_d, s.seconds, ttft) > 1 - s.quantile]

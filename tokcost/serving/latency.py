@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 from tokcost.serving.loop import decoding_spread
 from tokcost.serving.queueing import Moments, ShiftedGamma, poisson_pmf, quantile
 from tokcost.serving.replica import LoadPoint, Replica
 from tokcost.serving.traffic import Slo
-from tokcost.serving.ttft import lock_round, locked_step, others_share, ttft_moments, ttft_tail
+from tokcost.serving.ttft import lock_round, locked_step, others_share, ttft_moments, ttft_tail_at
 
 
 def e2e_mean(r: Replica, pt: LoadPoint) -> float:
@@ -83,20 +84,32 @@ def tpot_tail(r: Replica, pt: LoadPoint, t: float) -> float:
 
 def e2e_tail(r: Replica, pt: LoadPoint, t: float, ttft: Moments | None = None) -> float:
     """P(E2E > t): TTFT plus n TPOTs, moments added, per output grid point (`ttft` from another pool)."""
+    return e2e_tail_at(r, pt, ttft)(t)
+
+
+def e2e_tail_at(r: Replica, pt: LoadPoint, ttft: Moments | None = None) -> Callable[[float], float]:
+    """P(E2E > t) as a function of t (e2e_tail), each output grid point's law built once."""
     own_ttft = ttft is None
     ttft = ttft_moments(r, pt) if ttft is None else ttft
     gain = r.feedback(pt) if r.decodes else 0.0
     keep = 1 - r.loop.locked_share(pt.tpot_mean_s)  # lock-step groups decode at the mean
     fastest = r.fastest_step_s() if r.decodes else 0.0
-    total = 0.0
+    laws: list[tuple[float, Callable[[float], float]]] = []
     for n, w in r.outputs or [(0, 1.0)]:
         if n == 0:  # a one-token answer ends with its first token
-            total += w * (ttft_tail(r, pt, t) if own_ttft else ShiftedGamma.from_moments(ttft, 0.0).tail(t))
+            laws.append((w, ttft_tail_at(r, pt) if own_ttft else ShiftedGamma.from_moments(ttft, 0.0).tail))
         else:
             m = tpot_moments(r, pt, n, gain).scaled(n)
             both = ttft + Moments(m.mean, m.var * keep, m.mu3 * keep)
-            total += w * ShiftedGamma.from_moments(both, n * fastest).tail(t)
-    return total
+            laws.append((w, ShiftedGamma.from_moments(both, n * fastest).tail))
+
+    def tail(t: float) -> float:
+        total = 0.0
+        for w, law in laws:
+            total += w * law(t)
+        return total
+
+    return tail
 
 
 def itl_steps(r: Replica, pt: LoadPoint) -> list[tuple[float, float]]:
@@ -277,13 +290,18 @@ def itl_tail(r: Replica, pt: LoadPoint, t: float) -> float:
 
 def tail(r: Replica, pt: LoadPoint, metric: str, t: float) -> float:
     """P(metric > t) for metric in ttft, tpot, e2e, itl."""
+    return tail_at(r, pt, metric)(t)
+
+
+def tail_at(r: Replica, pt: LoadPoint, metric: str) -> Callable[[float], float]:
+    """P(metric > t) as a function of t: TTFT's branches and E2E's laws built once for every t asked."""
     if metric == "ttft":
-        return ttft_tail(r, pt, t)
+        return ttft_tail_at(r, pt)
     if metric == "tpot":
-        return tpot_tail(r, pt, t)
+        return functools.partial(tpot_tail, r, pt)
     if metric == "itl":
-        return itl_tail(r, pt, t)
-    return e2e_tail(r, pt, t)
+        return functools.partial(itl_tail, r, pt)
+    return e2e_tail_at(r, pt)
 
 
 def applies(r: Replica, metric: str) -> bool:
@@ -305,7 +323,7 @@ def percentile(r: Replica, pt: LoadPoint, metric: str, q: float) -> float | None
         guess = pt.tpot_mean_s
     else:
         guess = e2e_mean(r, pt)
-    return quantile(lambda t: tail(r, pt, metric, t), q, 0.5 * guess, 2 * guess)
+    return quantile(tail_at(r, pt, metric), q, 0.5 * guess, 2 * guess)
 
 
 def broken_slos(r: Replica, pt: LoadPoint, slos: list[Slo]) -> list[Slo]:

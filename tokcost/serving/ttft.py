@@ -34,6 +34,7 @@ the moments a mixture.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from tokcost.serving.loop import group_size, others_decoding
 from tokcost.serving.queueing import (
@@ -377,9 +378,20 @@ def admitted(r: Replica, pt: LoadPoint) -> tuple[float, list[Branch]]:
 
 def ttft_tail(r: Replica, pt: LoadPoint, t: float) -> float:
     """P(TTFT > t)."""
+    return ttft_tail_at(r, pt)(t)
+
+
+def ttft_tail_at(r: Replica, pt: LoadPoint) -> Callable[[float], float]:
+    """P(TTFT > t) as a function of t, its branches built once: a quantile's search asks for a few dozen t. A branch
+    of no weight adds nothing (its tail is at most 1) and is left out of the sum."""
     wait, parts = admitted(r, pt)
-    s = t - r.overhead_s - wait
-    return sum(w * gamma_plus_uniform_tail(s - c, mean, shape, width) for w, c, mean, shape, width in parts)
+    live = [part for part in parts if part[0] > 0]
+
+    def tail(t: float) -> float:
+        s = t - r.overhead_s - wait
+        return sum(w * gamma_plus_uniform_tail(s - c, mean, shape, width) for w, c, mean, shape, width in live)
+
+    return tail
 
 
 def ttft_moments(r: Replica, pt: LoadPoint) -> Moments:
