@@ -78,7 +78,7 @@ def test_every_pricing_path_reads_the_same_floor(gpu, layout, batch):
         work = d.compiled.work(segments)  # the grid's path, as sweeps and the fit price whole grids
         assert pass_sum(work, bound.table, schedule) + point.overhead_s == pytest.approx(point.seconds, rel=1e-12)
         floors += point.launch_s > 0
-    assert floors == 2  # the decode past the cap and the 800-token prefill; 3 sequences replay a graph
+    assert floors == 1  # the decode past the cap; 3 sequences replay a graph, and prefill is not priced so
     # the decode lines (estimate's TPOT) and the grid's decode spans
     seconds, _ = DecodeLines(bound, batch).at(100)
     assert seconds == pytest.approx(bound.seconds([Segment(batch, 100, 1)]), rel=1e-9)
@@ -93,13 +93,14 @@ def test_plan_s_step_curve_holds_the_jump_at_the_cap():
     # the serving curve in the decode batch: exact on both sides of the last captured batch
     dep = ServingDeployment(L40S, Layout(tp=1), engine=SGLANG)
     steps = Steps(SMALL, dep, "expected", decode_context=300.0, batch_limit=200.0)
-    for shape in [(), (Segment(1, 0, 10),)]:
-        curve = steps.curve(shape)
-        cap = 32 - sum(s.tokens for s in shape)
-        for b in (cap - 1, cap, cap + 1e-3, cap + 1, 100.0, 200.0):
-            assert curve(b) == pytest.approx(steps.pass_cost(b, shape).seconds, rel=1e-6), (shape, b)
-        assert curve(cap + 1) > curve(cap)  # the step rises past the cap
-        assert steps.pass_cost(cap + 1, shape).launch_s > 0 == steps.pass_cost(cap, shape).launch_s
+    curve = steps.curve(())
+    for b in (31.0, 32.0, 32.001, 33.0, 100.0, 200.0):
+        assert curve(b) == pytest.approx(steps.pass_cost(b, ()).seconds, rel=1e-6), b
+    assert curve(33) > curve(32)  # the step rises past the cap
+    assert steps.pass_cost(33, ()).launch_s > 0 == steps.pass_cost(32, ()).launch_s
+    # a step that carries prompt tokens is not priced so, at any batch (SGLang's piecewise prefill graphs)
+    mixed = (Segment(1, 0, 10),)
+    assert all(steps.pass_cost(b, mixed).launch_s == 0 for b in (10.0, 100.0))
 
 
 def test_the_note_says_the_eager_steps_are_priced():

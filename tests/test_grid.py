@@ -108,6 +108,8 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
     share = [Segment(s.sequences / m, s.cached_tokens, s.new_tokens) for s in segments]
     stages = pipeline_stages(d.model, d.precision, d.layout, share)
     priced = [tuple(price_stage(st, rates, d.links, d.layout) for st in stage) for stage in stages]
+    decoding = all(s.new_tokens == 1 for s in share)
+    decode_batch = sum(per_dp(s.sequences, d.layout.dp) for s in share) if decoding else 0.0
     # each stage with its overlapped collectives, its kernels' gaps and its host launches (passcost.stage_seconds)
     costs = []
     for stage in priced:
@@ -126,11 +128,9 @@ def stage_by_stage(d: Deployment, rates: Rates, segments: list[Segment], schedul
                 schedule,
                 rates.comm_overlap,
                 frozenset(rates.overlap_ops),
-                # the microbatch's tokens on the busiest DP rank, against the batch the era's graphs capture
-                n
-                * rates.launch_s(
-                    d.layout.stage_gpus, sum(per_dp(s.sequences, d.layout.dp) * s.new_tokens for s in share)
-                ),
+                # a decode step's sequences on the busiest DP rank (none with prompt tokens), against the batch the
+                # era's graphs capture
+                n * rates.launch_s(d.layout.stage_gpus, decode_batch),
                 n * rates.kernel_overhead_s,
             )
         )

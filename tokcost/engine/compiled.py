@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokcost.engine.collectives import Links
-from tokcost.engine.features import TOKENS_DP, FeatureSpace, Segment
+from tokcost.engine.features import FeatureSpace, Segment, graph_batch
 from tokcost.engine.forms import Form
 from tokcost.engine.layout import Layout
 from tokcost.engine.passcost import Bound, PassCost, Schedule, pipeline_seconds, stage_seconds
@@ -132,7 +132,7 @@ class CompiledPass:
                 else:
                     moving.append((slot, n, fa, fb, wa, wb, oa, ob))
             stages.append(StageWork(tuple(fixed), tuple(moving), tuple(collectives)))
-        return Work(tuple(stages), points, m, self.layout.pp, xa[TOKENS_DP])
+        return Work(tuple(stages), points, m, self.layout.pp, graph_batch(xa))
 
     def work(self, segments: Sequence[Segment]) -> Work:
         """One pass over `segments` (the whole replica's): one microbatch's work on every stage."""
@@ -237,7 +237,7 @@ class BoundPass:
     def launch_s(self, x: Sequence[float]) -> tuple[float, ...]:
         """The host's time to launch each stage's kernels and collectives in a pass at feature vector x (eager eras,
         and a graph era past its captured batch; 0 where a graph replays them: Rates.launch_s)."""
-        per = self.rates.launch_s(self.compiled.layout.stage_gpus, x[TOKENS_DP])
+        per = self.rates.launch_s(self.compiled.layout.stage_gpus, graph_batch(x))
         return tuple(n * per for n in self.launches)
 
     def slowest(self, x: Sequence[float]) -> int:

@@ -749,10 +749,10 @@ def _expected_lines(e: Estimate, rates: Rates) -> list[str]:
                      f"{fmt.seconds(rates.launch_overhead_s)} = {fmt.seconds(rates.launch_s(gpus, 0.0))} "
                      f"({_first_clause(engine.one_host_thread_source)})")  # fmt: skip
     if rates.eager_launch_overhead_s:  # a graph era past the batch its graphs capture (EraFields.eager_launch_us)
-        lines.append(f"CUDA graphs: {engine.label} captures passes of up to {rates.graph_cap_tokens:,.0f} tokens per "
-                     f"data-parallel rank on this GPU and TP; a larger pass runs eager, each kernel launched from the "
-                     f"host at {fmt.seconds(rates.eager_launch_overhead_s)}, a floor on its time "
-                     f"({_first_clause(engine.eager_launch_source)})")  # fmt: skip
+        lines.append(f"CUDA graphs: {engine.label} captures decode steps of up to {rates.graph_cap_tokens:,.0f} "
+                     f"sequences per data-parallel rank on this GPU and TP; a larger step runs eager, each kernel "
+                     f"launched from the host at {fmt.seconds(rates.eager_launch_overhead_s)}, a floor on its time "
+                     f"({_first_clause(engine.eager_launch_source)}; prefill passes are not priced so)")  # fmt: skip
     step = e.expected.decode_step
     if step is not None and step.launch_s:  # the host's launches as a floor on the decode step (eager eras)
         launched, gpu = rates.launched(*step.rows), fmt.seconds(step.gpu_s)

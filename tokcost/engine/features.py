@@ -38,6 +38,13 @@ SHARED = 9  # features every pass has; then four per attention kind
 PER_KIND = 4  # kv_read, pairs_absorbed, pairs_heads, prefix_heads
 
 
+def graph_batch(x: Sequence[float]) -> float:
+    """The decode batch a CUDA graph replays for a pass at feature vector x: its sequences on the busiest DP rank
+    where each runs one token (a decode step); 0 for a pass that carries prompt tokens, whose graphs (SGLang's
+    piecewise prefill, vLLM V1's mixed steps) follow other caps, not priced past them (Rates.launch_s)."""
+    return x[TOKENS_DP] if x[TOKENS_DP] <= x[LOGIT_ROWS] else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """`sequences` sequences holding `cached_tokens` of KV each, computing `new_tokens` more in this pass.

@@ -82,7 +82,7 @@ class Rates:
     step_overhead_s: float = 0.0  # per forward pass: scheduling, sampling on the host
     sequence_overhead_s: float = 0.0  # per sequence in the pass, on the host: its inputs, sampling, output
     launch_overhead_s: float = 0.0  # per kernel the host launches (eager eras): a pass is no faster than that
-    # a graph era's passes of more tokens per DP rank than its graphs capture run eager: this per kernel launched
+    # a graph era's decode steps of more sequences per DP rank than its graphs capture run eager: this per kernel
     graph_cap_tokens: float = math.inf
     eager_launch_overhead_s: float = 0.0
     kernel_overhead_s: float = 0.0  # per kernel on the GPU: the gap between kernels, their ramp and tail
@@ -109,11 +109,11 @@ class Rates:
         return self.step_overhead_s + self.sequence_overhead_s * per_dp(sequences, dp)
 
     def launch_s(self, gpus: int, tokens: float) -> float:
-        """The host's time per kernel of one GPU's pass of `tokens` tokens (per DP rank: features.TOKENS_DP): an
-        eager era's launch cost; a graph era's eager cost past the batch its graphs capture (a graph replay launches
-        them all: 0 up to it); times the `gpus` of a pipeline stage (Layout.stage_gpus) where one host thread
-        launches every GPU's kernels in turn (their launches serialize); a process per GPU launches its own beside
-        the others'."""
+        """The host's time per kernel of one GPU's pass, a decode batch of `tokens` per DP rank (features.graph_batch:
+        0 for a pass with prompt tokens): an eager era's launch cost; a graph era's eager cost past the batch its
+        graphs capture (a graph replay launches them all: 0 up to it); times the `gpus` of a pipeline stage
+        (Layout.stage_gpus) where one host thread launches every GPU's kernels in turn (their launches serialize);
+        a process per GPU launches its own beside the others'."""
         per = self.launch_overhead_s or (self.eager_launch_overhead_s if tokens > self.graph_cap_tokens else 0.0)
         return per * (gpus if self.one_host_thread else 1)
 

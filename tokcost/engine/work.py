@@ -83,7 +83,8 @@ class RateTable:
     eager_launch_s: float = 0.0
 
     def launch_at(self, tokens: float) -> float:
-        """The host's time per launched kernel of a pass of `tokens` tokens per DP rank (Rates.launch_s)."""
+        """The host's time per launched kernel of a pass whose graph replays a decode batch of `tokens` per DP rank
+        (Rates.launch_s)."""
         return self.eager_launch_s if tokens > self.graph_cap_tokens else self.launch_s
 
     @staticmethod
@@ -114,7 +115,7 @@ class Work:
     points: int
     microbatches: int
     pp: int
-    tokens: float  # tokens per DP rank of one microbatch (features.TOKENS_DP): the same at every point
+    tokens: float  # the decode batch a CUDA graph replays for it (features.graph_batch): the same at every point
 
 
 def _kernel_seconds(entries: Sequence[Fixed], table: RateTable) -> float:

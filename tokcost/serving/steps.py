@@ -123,11 +123,11 @@ class Steps:
             tokens = sum(s.tokens for s in shape)
             breaks = () if self.model.tied_embeddings else (self.model.vocab_size - tokens,)
             pp = self.deployment.layout.pp
-            # a pass past the tokens the era's CUDA graphs capture runs eager (Rates.launch_s): the step jumps there,
-            # so the curve holds the last captured batch and the next (exact for one replica without DP or pipeline
-            # stages; with them the midpoints find it)
-            cap = self.engine.rates.graph_cap_tokens - tokens
-            if self.engine.rates.eager_launch_overhead_s and 0.0 < cap < self.batch_limit:
+            # a decode step past the batch the era's CUDA graphs capture runs eager (Rates.launch_s): the step jumps
+            # there, so the curve holds the last captured batch and the next (exact for one replica without DP or
+            # pipeline stages; with them the midpoints find it); a pass with prompt tokens is not priced so
+            cap = self.engine.rates.graph_cap_tokens
+            if not shape and self.engine.rates.eager_launch_overhead_s and 0.0 < cap < self.batch_limit:
                 breaks += (cap, cap + CAP_STEP * max(self.batch_limit, 1.0))
             found = build_curve(
                 lambda b: self.pass_cost(b, shape), 0.0, self.batch_limit,
