@@ -288,8 +288,9 @@ class EraFields(BaseModel):
     graph_batch_cap: int | None = Field(default=None, ge=1, le=1_000_000)
     graph_batch_cap_tp4: int | None = Field(default=None, ge=1, le=1_000_000)
     graph_batch_flag: str = Field(default="", max_length=100)  # the engine's flag that sets the cap
-    # per launched kernel of a pass that runs outside the graphs (more tokens per DP rank than graph_batch_cap): the
-    # host's eager launch, a floor on the step as launch_overhead_us is in eager eras (None: not priced, graph_note)
+    # per launched kernel of a decode step that runs outside the graphs (more sequences per DP rank than
+    # graph_batch_cap): the host's eager launch, a floor on the step as launch_overhead_us is in eager eras (None: not
+    # priced, graph_note)
     eager_launch_us: Microseconds | None = None
     eager_launch_source: str = Field(default="", max_length=4000)  # the published eager/graph pairs it comes from
     graph_batch_source: str = Field(default="", max_length=4000)  # where the caps come from

@@ -92,19 +92,25 @@ class RateTable:
         kernels: Sequence[KernelKey], collectives: Sequence[CollectiveKey], rates: Rates, links: Links, layout: Layout
     ) -> RateTable:
         """Each class's rate under `rates` (roofline.kernel_rate, collective_rate)."""
-        return RateTable(
+        return RateTable.priced(
             tuple(kernel_rate(kind, fmt, rates, row_flops, fp8) for kind, fmt, row_flops, fp8 in kernels),
             tuple(
                 collective_rate(op, n, rates, links, layout, crosses_nodes=crosses) for op, n, crosses in collectives
             ),
-            rates.comm_overlap,
-            frozenset(rates.overlap_ops),
-            rates.launch_s(layout.stage_gpus, 0.0),
-            rates.kernel_overhead_s,
-            rates.kernels_per_row,
-            rates.graph_cap_tokens,
-            rates.launch_s(layout.stage_gpus, math.inf),
+            rates,
+            layout,
         )
+
+    @staticmethod
+    def priced(
+        kernels: tuple[KernelRate, ...], collectives: tuple[CollectiveRate, ...], rates: Rates, layout: Layout
+    ) -> RateTable:
+        """Rates already looked up per slot (the fit keeps them per class), with the scenario's overlap, launch and
+        gap costs on the layout's pipeline stage."""
+        gpus = layout.stage_gpus
+        return RateTable(kernels, collectives, rates.comm_overlap, frozenset(rates.overlap_ops),
+                         rates.launch_s(gpus, 0.0), rates.kernel_overhead_s, rates.kernels_per_row,
+                         rates.graph_cap_tokens, rates.launch_s(gpus, math.inf))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

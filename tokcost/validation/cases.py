@@ -268,11 +268,7 @@ class Pricer:
                     path = self._collectives[where] = collective_rate(op, ranks, rates, d.links, d.layout,
                                                                       crosses_nodes=crosses)  # fmt: skip
                 collectives.append(path)
-            gpus = d.layout.stage_gpus
-            found = self._tables[key] = RateTable(tuple(kernels), tuple(collectives), rates.comm_overlap,
-                                                  frozenset(rates.overlap_ops), rates.launch_s(gpus, 0.0),
-                                                  rates.kernel_overhead_s, rates.kernels_per_row,
-                                                  rates.graph_cap_tokens, rates.launch_s(gpus, math.inf))  # fmt: skip
+            found = self._tables[key] = RateTable.priced(tuple(kernels), tuple(collectives), rates, d.layout)
         return found
 
     def predict(self, case: Case, values: Mapping[str, float]) -> float:
