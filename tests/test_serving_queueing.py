@@ -6,12 +6,13 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
 from tokcost.serving.queueing import (
     EXACT_COUNT,
+    NO_BACKLOG_EXPONENT,
     Moments,
     ShiftedGamma,
     capped_step_tokens,
@@ -25,6 +26,7 @@ from tokcost.serving.queueing import (
     step_backlog,
     wait_given_waiting,
 )
+from tokcost.serving.queueing import _chernoff_exponent, _walk_terms  # the bound and the sums it stands in for
 
 
 def test_gamma_tail_matches_closed_forms():
@@ -264,6 +266,40 @@ def test_a_queue_of_steps_at_half_its_budget_or_less_has_a_finite_backlog(load, 
     m2, m3 = (size**2, size**3) if fixed else (2 * size**2, 6 * size**3)
     p, given, shape = step_backlog(load * budget / size, size, m2, m3, budget)
     assert 0 <= p < 1 and math.isfinite(given) and given >= 0 and shape > 0
+
+
+def test_chernoffs_exponent_bounds_one_steps_overflow_by_hand():
+    # fixed 20-token prompts, 5 a step, a 2,048-token chunk: overflow needs 103 prompts or more. Chernoff's bound
+    # on the count at theta* = ln(2048 / 100) / 20 is e^-c, c = 2048 / 20 (ln(20.48) - 1) + 5 = 211.8; on the
+    # shifted gamma that prices many steps (cumulants 2,000 and 40,000: shape 20, scale 10, shift -100, room 2,148)
+    # c = (2148 - 200) / 10 - 20 ln(2148 / 200) = 147.3: the smaller holds for every n
+    c = _chernoff_exponent(5.0, 20, 400, 8000, 2048)
+    counted, shifted = 2048 / 20 * (math.log(2048 / 100) - 1) + 5, (2148 - 200) / 10 - 20 * math.log(2148 / 200)
+    assert c == pytest.approx(min(counted, shifted), rel=1e-9) and shifted < counted
+    assert poisson_above(5.0, 102) <= math.exp(-counted)
+    # gamma sizes (shape 1: exponential, mean 1,000) at 1.5 a step in a 2,048 chunk: Chernoff's bound on a
+    # compound Poisson of exponentials, checked against the walk's own first term
+    c = _chernoff_exponent(1.5, 1000, 2e6, 6e9, 2048)
+    root = (1.5 * 1000 / 2048) ** 0.5  # (1 - s theta*), k = 1
+    assert c == pytest.approx(min(2048 * (1 - root) / 1000 - 1.5 * (1 / root - 1), c), rel=1e-12)
+    assert _walk_terms(1, 1.5, (1000, 2e6, 6e9), 2048)[0] <= math.exp(-c) * (1 + 1e-9)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(load=st.floats(0.01, 0.9), log_share=st.floats(math.log(1e-4), math.log(0.2)),
+       budget=st.sampled_from([256, 2048, 8192, 16384]), spread=st.sampled_from([0.0, 0.1, 1.0, 2.0]))  # fmt: skip
+def test_the_chernoff_shortcut_answers_what_the_sums_answer(load, log_share, budget, spread):
+    # where the bound says no backlog, Spitzer's sums (run in full, the shortcut off) find none either: the same
+    # (0, 0, 1), so a plan prices the same with it, in a fraction of the time where prompts are short (a prompt
+    # 1e-4 to 0.2 of the chunk: the bound passes its threshold in about 40% of these, 6% of them just past it)
+    size = budget * math.exp(log_share)
+    m2, m3 = size**2 * (1 + spread), size**3 * (1 + 3 * spread + 2 * spread**2)  # gamma sizes of CV^2 = spread
+    count = load * budget / size
+    assume(_chernoff_exponent(count, size, m2, m3, budget) > NO_BACKLOG_EXPONENT)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("tokcost.serving.queueing.NO_BACKLOG_EXPONENT", math.inf)
+        full = step_backlog.__wrapped__(count, size, m2, m3, budget)
+    assert full == (0.0, 0.0, 1.0) == step_backlog.__wrapped__(count, size, m2, m3, budget)
 
 
 @given(count=st.floats(0.01, 20), size=st.floats(10, 5000), room=st.floats(1, 20000))

@@ -36,6 +36,9 @@ POISSON_SUM_MEAN = 500.0  # a Poisson count's terms are summed to this mean (exp
 # chance, not of its far tail) cancel to the wrong sign there (Llama-3.2-1B, 200-token prompts at 983 req/s in
 # 8,192-token chunks: 3.5e-11, priced as a backlog without end, an infinite TTFT at 0.28 of the budget)
 RARE_BACKLOG = 1e-6
+# a walk whose Chernoff exponent passes this has a backlog's chance under e^-35 = 6e-16, below the 1e-12 the sums
+# drop anyway: step_backlog answers none without them (most of a plan's time where prompts are short against the chunk)
+NO_BACKLOG_EXPONENT = 35.0
 WILSON_HILFERTY_SHAPE = 30.0  # above it the gamma tail comes from Wilson-Hilferty's cube-root normal (error < 1e-3)
 
 
@@ -218,6 +221,29 @@ def _part_moments(shape: float, scale: float, shift: float) -> tuple[float, floa
     return mean, mean * mean + shape * scale * scale
 
 
+def _chernoff_exponent(count: float, m1: float, m2: float, m3: float, budget: float) -> float:
+    """c with P(S_n > 0) <= e^(-n c) for every n, S_n as _walk_terms prices it: Chernoff's bound inf over theta of
+    E[e^(theta S_n)] = e^(n g(theta)), one exponent per step since n steps' work is n times one step's in either of
+    _count_sum's laws (a compound Poisson of fixed or gamma sizes; a shifted gamma whose shape and shift grow with n):
+    the smaller of their two, each at its closed-form optimum."""
+    var1 = m2 - m1 * m1
+    load = count * m1 / budget  # < 1 (step_backlog's caller checks it)
+    if var1 <= FIXED_SIZE_VAR * m1 * m1:  # g = count (e^(theta m1) - 1) - theta budget
+        exact = budget / m1 * (math.log(1 / load) - 1) + count
+        k3 = count * m1**3
+    else:  # g = count ((1 - s theta)^-k - 1) - theta budget, sizes gamma(k = m1^2 / var, s = var / m1)
+        k, s = m1 * m1 / var1, var1 / m1
+        root = load ** (1 / (k + 1))  # (1 - s theta*) at g' = 0
+        exact = budget * (1 - root) / s - count * (root**-k - 1)
+        k3 = count * m3
+    k2 = count * m2  # the shifted gamma of one step's work: shape a, scale b, shift d (its 3 cumulants)
+    a, b = 4 * k2**3 / k3**2, k3 / (2 * k2)
+    d = count * m1 - a * b
+    room = budget - d  # > a b, the mean's excess over the shift
+    gamma = (room - a * b) / b - a * math.log(room / (a * b))  # -g at 1 - b theta* = a b / room
+    return min(exact, gamma)
+
+
 def _walk_terms(
     n: float, count: float, moments: tuple[float, float, float], budget: float
 ) -> tuple[float, float, float]:
@@ -247,6 +273,8 @@ def step_backlog(count: float, m1: float, m2: float, m3: float, budget: float) -
         return 0.0, 0.0, 1.0
     if count * m1 >= budget or not math.isfinite(count):
         return 1.0, math.inf, 1.0
+    if _chernoff_exponent(count, m1, m2, m3, budget) > NO_BACKLOG_EXPONENT:
+        return 0.0, 0.0, 1.0  # sum_n P(S_n > 0) / n <= -ln(1 - e^-c): a backlog rarer than any the sums below keep
     moments = (m1, m2, m3)
     log_p0 = c1 = c2 = 0.0
     for n in range(1, SPITZER_EXACT_TERMS + 1):  # the first steps one by one (the lattice of few prompts lives here)
