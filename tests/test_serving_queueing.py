@@ -10,11 +10,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tiers import examples
 
-from tokcost.serving.queueing import (
+from tokcost.serving.queueing import (  # the bound and the sums it stands in for
     EXACT_COUNT,
     NO_BACKLOG_EXPONENT,
     Moments,
     ShiftedGamma,
+    _chernoff_exponent,
+    _walk_terms,
     capped_step_tokens,
     capped_sum_mean,
     exp_plus_uniform_tail,
@@ -26,7 +28,6 @@ from tokcost.serving.queueing import (
     step_backlog,
     wait_given_waiting,
 )
-from tokcost.serving.queueing import _chernoff_exponent, _walk_terms  # the bound and the sums it stands in for
 
 
 def test_gamma_tail_matches_closed_forms():
