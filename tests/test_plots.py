@@ -156,6 +156,19 @@ def test_sweep_figure_marks_critical_batches_and_capacity(tmp_path):
     assert png_size(plots.save(plots.sweep_figure(points), tmp_path / "s.png")) == (12 * DPI, 8 * DPI)
 
 
+def test_sweep_cost_panel_keeps_the_batches_that_fit():
+    # batch 512 at 8,192 tokens does not fit on one H100 (no cost for it): its series still shows the batches that
+    # do (the panel was blank: a series with one blank cost was dropped whole, README's docs/img/sweep.png too)
+    points = sweep(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Workload(), batches=[1, 8, 64, 512],
+                   prompts=[1024, 8192])  # fmt: skip
+    cost_axes = next(a for a in plots.sweep_figure(points).axes if "1M output tokens" in a.get_ylabel())
+    lines = {line.get_label(): list(line.get_xdata()) for line in cost_axes.get_lines()}
+    fits = {prompt: [p.batch for p in points if p.prompt_tokens == prompt and p.fits] for prompt in (1024, 8192)}
+    assert fits[8192] != [1, 8, 64, 512]  # the case: one batch at least does not fit
+    for prompt in (1024, 8192):
+        assert lines[f"prompt {prompt:,} (expected)"] == fits[prompt]
+
+
 def test_compare_figure_bars_with_units_and_no_cost_where_it_does_not_fit(tmp_path):
     results = [estimate(load_model(m), load_gpu(g), Workload(batch=8)) for m in ("llama-3.1-8b", "llama-3.1-70b")
                for g in ("h100-sxm", "l40s")]  # fmt: skip

@@ -46,11 +46,13 @@ def _against_batch(ax: Axes, points: Sequence[SweepPoint], palette: dict[str, An
                    scale: float, critical: bool) -> None:  # fmt: skip
     seen: set[tuple[int, str]] = set()  # the compute-bound batch does not depend on the context: one line
     for prompt, series in _by(points, "prompt_tokens").items():
-        series = sorted(series, key=lambda p: p.batch)
+        # a point without the value (the cost of a batch that does not fit: no price for it) is left out, not its
+        # whole series
+        series = [p for p in sorted(series, key=lambda p: p.batch) if getattr(p, attr) is not None]
+        if not series:
+            continue
         color, batches = palette[f"prompt {prompt:,}"], [p.batch for p in series]
         values = [getattr(p, attr) for p in series]
-        if any(v is None for v in values):
-            continue
         per = [p.gpus if attr == "decode_tokens_per_s" else 1 for p in series]  # tokens/s per GPU of the replica
         ax.plot(batches, [v * scale / n for v, n in zip(values, per, strict=True)], color=color, marker="o", ms=3,
                 label=f"prompt {prompt:,} (expected)")  # fmt: skip
