@@ -177,3 +177,13 @@ def test_an_engine_era_shown_as_yaml_loads_back_as_a_profile_of_its_own(cli, tmp
         exclude={"era", "tensor_split_era"}
     )
     assert copy.tensor_split is None
+
+
+def test_engine_help_names_every_builtin_engine():
+    # --engine's help listed 6 of the 9 engines (lmdeploy, tgi and mlc missing): it now names each built-in one
+    from tokcost.cli.options import EngineOpt
+    from tokcost.eras import builtin_files
+
+    help_text = EngineOpt.__metadata__[0].help
+    for name in builtin_files():
+        assert re.search(rf"(^|[ :(]){re.escape(name)}[,;@ ]", help_text), name

@@ -132,7 +132,8 @@ def compare_table(results: list[Estimate], *, fold_formats: bool = False) -> Tab
     spaces: a column of its own leaves no room at 80 columns for the answer."""
     wl = results[0].workload
     table = Table(
-        f"batch {wl.batch} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}{flash_note(wl.flash_attention)}",
+        f"batch {wl.batch:,} · prompt {wl.prompt_tokens:,} · output {wl.output_tokens:,}"
+        f"{flash_note(wl.flash_attention)}",
         [
             "model",
             "gpu",

@@ -189,7 +189,7 @@ def estimate_tables(e: Estimate) -> list[Table]:
     wl, p, c, x, mem, lay = e.workload, e.precision, e.ceiling, e.expected, e.memory, e.layout
     header = (
         f"{e.model.name} on {lay.gpus}x {e.gpu.name}{f' ({lay.label()})' if lay.gpus > 1 else ''}"
-        f" · batch {wl.batch} · prompt {wl.prompt_tokens:,}"
+        f" · batch {wl.batch:,} · prompt {wl.prompt_tokens:,}"
         f" · output {wl.output_tokens:,} · weights {p.weights}"
         + (f" (experts {p.experts})" if p.experts != p.weights else "")
         + (f" (attention {p.attention})" if p.attention != p.weights else "")

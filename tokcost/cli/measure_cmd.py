@@ -242,9 +242,10 @@ def _pred(p, noisy: bool) -> str:
 def measure_tables(model: str, outcome) -> list[Table]:
     """Measured vs predicted per batch, bytes the loop read vs the engine's, TP terms, probes, notes."""
     d = outcome.device
+    threads = f", {d['threads']} thread{'s' if d['threads'] != 1 else ''}" if d.get("threads") else ""
     runs = Table(
         f"{model} measured on {d['name']} ({d['kind']}, {d['dtype']}, mode {d['mode']}"
-        + (f", {d['threads']} threads" if d.get("threads") else "") + (f", TP {d['tp']}" if d.get("tp", 1) > 1 else "")
+        + threads + (f", TP {d['tp']}" if d.get("tp", 1) > 1 else "")
         + ")",
         ["batch", "TTFT", "TPOT median [IQR]", "step CV", "tokens/s", "TPOT datasheet (err)", "TPOT expected (err)",
          "TPOT calibrated (err)", "MBU", "MBU of copy", "MFU prefill", "J/token"],

@@ -115,8 +115,9 @@ EngineOpt = Annotated[
     Optional[str],
     typer.Option(
         "--engine",
-        help="Serving engine whose profile shapes 'expected': generic (default), vllm, sglang, "
-        "tensorrt-llm, llama.cpp, torch-compile, or a YAML file.",
+        help="Serving engine whose profile shapes 'expected': generic (default), vllm, sglang, tensorrt-llm, "
+        "lmdeploy, llama.cpp, tgi, mlc, torch-compile; NAME@ERA or NAME@VERSION for an older era (vllm@v0, "
+        "vllm@0.6; tokcost specs list --kind engines); or a YAML file.",
     ),
 ]
 JourneyOpt = Annotated[

@@ -69,7 +69,9 @@ def _replicas(row: Row, f: Fleet) -> str:
 
 def _goodput(row: Row, output_tokens: float) -> str:
     g = row.expected.max_rate_rps
-    return f"{g:,.2f} req/s, {g * output_tokens / 1e3:,.1f}k out tok/s"
+    tokens_per_s = g * output_tokens
+    tokens = f"{tokens_per_s / 1e3:,.1f}k" if tokens_per_s >= 1000 else f"{tokens_per_s:,.0f}"  # never "0.0k"
+    return f"{g:,.2f} req/s, {tokens} out tok/s"
 
 
 def _scheduler(row: Row) -> str:

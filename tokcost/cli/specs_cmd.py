@@ -191,7 +191,7 @@ def list_specs(
                     f"{g.memory_bandwidth_gb_s:,g} GB/s",
                     f"{peak:,g}",
                     f"{g.tdp_w:g} W" if g.tdp_w else "n/a",
-                    "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:g}/h",
+                    "n/a" if g.price_per_hour_usd is None else f"${g.price_per_hour_usd:,.2f}/h",
                 ]
             )
         tables.append(Table("GPUs", ["name", "memory", "bandwidth", "bf16 TFLOP/s (dense)", "TDP", "price"], rows))
