@@ -286,6 +286,16 @@ def test_sweep_marks_critical_batch_and_memory(cli):
         (["estimate", "-m", "", "-g", "h100-sxm"], "no model given"),
         (["sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,x"], "--batch"),
         (["estimate", "-m", "llama-3.1-8b", "-g", "l4", "--compute-dtype", "fp4"], "--compute-dtype"),
+        # the same range whichever command takes the flag (compare said only "must be above 0")
+        (
+            ["compare", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--gpus", "0"],
+            "--gpus: must be an integer from 1 to 4,096",
+        ),
+        (["compare", "-m", "llama-3.1-8b", "-g", "h100-sxm", "--gpus", "h100-sxm=5000"], "from 1 to 4,096 (got 5000)"),
+        (
+            ["measure", "-m", "llama-3.2-1b", "--layers", "0", "--device", "cpu"],
+            "--layers: llama-3.2-1b has 16 layers; give 1..16",
+        ),
     ],
 )
 def test_bad_flags_get_one_line_and_exit_2(cli, args, needle):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokcost import fmt
-from tokcost.engine.workload import Workload
+from tokcost.engine.workload import MAX_GPUS, Workload
 from tokcost.errors import UsageError
 from tokcost.formats import lookup
 from tokcost.hardware.library import builtin_gpus
@@ -100,8 +100,8 @@ def per_gpu_values(value: str | None, names: list[str], flag: str, kind: type) -
             number = kind(text)
         except ValueError:
             raise UsageError(f"{flag}: {text!r} is not a {'whole ' if kind is int else ''}number") from None
-        if kind is int and number <= 0:  # a count; a price's range (0 to 100,000) is the workload's check
-            raise UsageError(f"{flag}: {text!r} must be above 0")
+        if kind is int and not 1 <= number <= MAX_GPUS:  # a count of GPUs; a price's range is the workload's check
+            raise UsageError(f"{flag}: must be an integer from 1 to {MAX_GPUS:,} (got {text})")
         return number
 
     if all("=" in item for item in items):

@@ -139,7 +139,7 @@ def measure(
     dtype: RunDtypeOpt = RunDtype.bf16,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=1000, help="Timed repeats (median).")] = 5,
     mode: ModeOpt = Mode.auto,
-    layers: Annotated[Optional[int], typer.Option("--layers", min=1, help="Keep only the first N layers.")] = None,
+    layers: Annotated[Optional[int], typer.Option("--layers", help="Keep only the first N layers.")] = None,
     threads: ThreadsOpt = None,
     tp: TpOpt = 1,
     save: SaveOpt = None,
@@ -155,7 +155,7 @@ def measure(
         raise UsageError(problem)
     spec = load_model(model)
     if layers is not None:
-        if layers > spec.layers:
+        if not 1 <= layers <= spec.layers:  # the range names the model's own depth, which click's min cannot
             raise UsageError(f"--layers: {spec.name} has {spec.layers} layers; give 1..{spec.layers}")
         spec = spec.truncated(layers)
     spec = spec.at_dtype(dtype.value)  # the loop builds every tensor at --dtype, its embedding and LM head included

@@ -27,6 +27,7 @@ ComputeDtype = Literal[COMPUTE_DTYPES]  # type: ignore[valid-type]
 _AnyCaseCompute = Annotated[ComputeDtype, BeforeValidator(lambda v: v.lower() if isinstance(v, str) else v)]
 
 
+MAX_GPUS = 4096  # in one replica (tp x pp x dp): --gpus and each parallel degree
 MAX_PRICE_USD = 100_000  # per GPU-hour: a price past it is a typo (plan's --price keeps to the same range)
 
 
@@ -85,8 +86,8 @@ class Workload(BaseModel):
         gpus = data.pop("gpus")
         if gpus is None:  # not given, as the CLI's --gpus left out: tp x pp x dp as they stand
             return data
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 4096:
-            raise ValueError(f"must be an integer from 1 to 4,096 (got {gpus!r:.20})")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+            raise ValueError(f"must be an integer from 1 to {MAX_GPUS:,} (got {gpus!r:.20})")
         pp, dp = data.get("pp", 1), data.get("dp", 1)
         if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (pp, dp, data.get("tp", 1))):
             return data  # a degree of the wrong kind: its own field says so
