@@ -459,3 +459,18 @@ def test_a_version_no_era_of_its_engine_covers_is_refused(tmp_path):
     path = _some_rows(tmp_path, {"lhl-mi300x-sglang-llama3-8b-bs32-in256-ttft"}, old)
     with pytest.raises(SpecError, match=r"engine_version: sglang 0.2.7 is in none of its eras' versions: sglang@main"):
         run_validation(path)
+
+
+def test_a_narrow_terminal_keeps_each_rows_measured_value_and_held_out_error(cli, monkeypatch):
+    # at 120 columns the table had kept id, engine and metric and left out every number
+    monkeypatch.setenv("COLUMNS", "120")
+    result = cli("validate")
+    assert result.exit_code == 0, result.stderr
+    header = next(line for line in result.stdout.splitlines() if line.startswith("id "))
+    assert header.split() == ["id", "metric", "measured", "held-out", "error"]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("gptfast-llama2-7b-bf16-tp1 "))
+    measured, held_out_error = row.split()[-2:]
+    data = {r["id"]: r for r in cli("validate", "-f", "json").json()["rows"]}["gptfast-llama2-7b-bf16-tp1"]
+    assert float(measured) == pytest.approx(data["measured"], abs=0.5)
+    assert held_out_error == f"{data['held_out_error']:+.1%}"
+    assert max(len(line) for line in result.stdout.splitlines() if line.startswith("gptfast")) <= 120
