@@ -183,8 +183,8 @@ def spec_from_rates(
         network=base.network if base else None, gpus_per_node=base.gpus_per_node if base else 8,
         price_per_hour_usd=base.price_per_hour_usd if base else None,
         price_range_usd=base.price_range_usd if base else None, achievable=achievable,
-        sustained=_sustained(facts, dtype, probes, bandwidth=bandwidth, peak=peak, base=base, today=today)
-        if probes else None,
+        sustained=_sustained(facts, dtype, probes, bandwidth=bandwidth, peak=peak, base=base, today=today,
+                             loop=(bytes_per_s, flops_per_s, gemm_rows)) if probes else None,
         device_names=[facts.name], provenance=provenance, platform=_platform(facts, base),
         notes="Written by tokcost calibrate. memory_runtime_mib is what the runtime reports.",
     )  # fmt: skip
@@ -232,24 +232,36 @@ def _ceilings_note(base: GpuSpec | None, dtype: str, bandwidth: float, peak: flo
 
 
 def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, bandwidth: float, peak: float,
-               base: GpuSpec | None, today: dt.date) -> Sustained:  # fmt: skip
-    """The copy and GEMM probes as shares of the ceilings; the datasheet's other GEMM shares kept from `base`."""
+               base: GpuSpec | None, today: dt.date, loop: tuple[float, float, int | None]) -> Sustained:  # fmt: skip
+    """The copy and GEMM probes as shares of the ceilings; the datasheet's other GEMM shares kept from `base`.
+
+    A GEMM's share is the best GEMM rate seen: the probe's square shape, or the loop's own prefill linears where they
+    beat it (a probe's one shape is a floor of what the units sustain, not their rate: on a CPU a square bf16 GEMM of
+    1,024 ran at 0.93 GFLOP/s where the model's linears ran at 10.8, and a share of 0.086 priced every GEMM of
+    `estimate -g` on the spec 12x slower than the loop that set its peak). The copy stays the probe's: a decode
+    stream past it is an engine's kernel at work (m.gemv, up to 1.12 of a copy), not the memory's rate."""
     where = f"on {facts.name}, torch {facts.torch_version}, {today.isoformat()}"
     copy, gemm = probes["copy"], probes["matmul"]
+    _, loop_flops, rows = loop
     copy_share = _share("the copy probe", copy.value, bandwidth)
-    gemm_share = _share("the GEMM probe", gemm.value, peak)
+    gemm_share = _share("the GEMM probe", max(gemm.value, loop_flops), peak)
     over = f"{base.name}'s datasheet" if base else "the largest rate measured on this device (no datasheet)"
     kept = dict(base.sustained.gemm) if base is not None and base.sustained is not None else {}
+    copy_what = f"copy probe ({copy.size}) {where}: {copy.value / GB:,.4g} GB/s"
+    gemm_what = f"GEMM probe ({gemm.size}, {dtype}) {where}: {gemm.value / 1e12:,.4g} TFLOP/s"
+    if loop_flops > gemm.value:
+        gemm_what = (f"loop's prefill GEMMs ({dtype}, {rows or '?'} rows) {where}: {loop_flops / 1e12:,.4g} TFLOP/s, "
+                     f"above the GEMM probe's {gemm.value / 1e12:,.4g} ({gemm.size})")  # fmt: skip
     return Sustained(
         copy_bandwidth=SustainedFigure(
             fraction=copy_share, uncertainty=_spread(copy_share, copy.seconds_all), basis="measured",
-            source=f"tokcost calibrate copy probe ({copy.size}) {where}: {copy.value / GB:,.4g} GB/s over "
-                   f"{bandwidth / GB:,.4g} GB/s, {over}; uncertainty: half the spread of its repeats",
+            source=f"tokcost calibrate {copy_what} over {bandwidth / GB:,.4g} GB/s, {over}; uncertainty: half the "
+                   "spread of the probe's repeats",
         ),
         gemm={**kept, dtype: SustainedFigure(
             fraction=gemm_share, uncertainty=_spread(gemm_share, gemm.seconds_all), basis="measured",
-            source=f"tokcost calibrate GEMM probe ({gemm.size}, {dtype}) {where}: {gemm.value / 1e12:,.4g} TFLOP/s "
-                   f"over {peak / 1e12:,.4g} TFLOP/s, {over}; uncertainty: half the spread of its repeats",
+            source=f"tokcost calibrate {gemm_what} over {peak / 1e12:,.4g} TFLOP/s, {over}; uncertainty: half the "
+                   "spread of the probe's repeats",
         )},
         # what no probe here measures stays the base spec's: an older kernel class's share of the GPU's own
         fa2_attention=base.sustained.fa2_attention if base is not None and base.sustained is not None else None,
