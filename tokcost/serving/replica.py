@@ -51,7 +51,7 @@ from tokcost.serving.queueing import (
     regula_falsi,
     wait_given_waiting,
 )
-from tokcost.serving.replica_steps import ReplicaCurves, bracket, interpolate
+from tokcost.serving.replica_steps import ReplicaCurves, bracket, interpolate, interpolate_sorted
 from tokcost.serving.sharing import Joiners, step_share
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
@@ -555,8 +555,8 @@ class Replica(ReplicaLimits, ReplicaCurves):
             last = pt.last_chunk(c)
             base = interpolate(*fills, last)
 
-            def step_s(x: float, a_last: float = a_last, base: float = base) -> float:  # its last step with x tokens
-                return a_last + interpolate(*fills, x) - base
+            def step_s(xs: list[float], a_last: float = a_last, base: float = base) -> list[float]:
+                return [a_last + v - base for v in interpolate_sorted(*fills, xs)]  # its last step with x tokens
 
             rest = own + w * self.loop.residual(step) + (1 - w) * part * tp  # a backlog's step is a prefill step
             branches = [(queue.backlog, Joiners(queue.rate * rest, queue.rate * theta, shape)), (idle, Joiners(

@@ -78,13 +78,15 @@ class Joiners:
 
 
 def step_share(
-    last_tokens: float, chunk: int, joiner_tokens: float, joiners: Joiners, step_s: Callable[[float], float]
-) -> tuple[float, float]:
+    last_tokens: float, chunk: int, joiner_tokens: float, joiners: Joiners,
+    step_s: Callable[[list[float]], list[float]],
+) -> tuple[float, float]:  # fmt: skip
     """(e, s): a prompt's expected share l / fill of the step that runs its last chunk, and the step time it
-    accounts for, E[step_s(fill) l / fill], with fill = min(C, l + k x joiner_tokens) prompt tokens in it."""
+    accounts for, E[step_s(fill) l / fill], with fill = min(C, l + k x joiner_tokens) prompt tokens in it.
+    `step_s` gives the step times of many fills at once, in ascending order (one walk along the step curve)."""
     room = chunk - last_tokens
     if room <= 0 or joiner_tokens <= 0:
-        return 1.0, step_s(min(float(chunk), last_tokens))
+        return 1.0, step_s([min(float(chunk), last_tokens)])[0]
 
     def at(k: float) -> float:  # tokens in the step with k joiners
         return min(float(chunk), last_tokens + max(k, 0.0) * joiner_tokens)
@@ -92,7 +94,8 @@ def step_share(
     full = math.ceil(room / joiner_tokens)  # joiners that fill the step
     if full == 1:  # nobody fits beside it but the next prompt's first chunk: alone, or full
         p0, packed = joiners.none(), last_tokens / chunk
-        return p0 + (1 - p0) * packed, p0 * step_s(last_tokens) + (1 - p0) * packed * step_s(chunk)
+        alone, full_step = step_s([last_tokens, chunk])
+        return p0 + (1 - p0) * packed, p0 * alone + (1 - p0) * packed * full_step
     mean, var = joiners.mean, joiners.variance
     sd = math.sqrt(var)
     if mean > GAUSS_HERMITE_ABOVE and joiners.poisson:  # near normal, none below 0
@@ -106,5 +109,6 @@ def step_share(
         terms = min(full, count_terms(mean, sd), PMF_TERMS_MAX)
         nodes = [(p, last_tokens + k * joiner_tokens) for k, p in enumerate(joiners.pmf(terms)) if p > NEGLIGIBLE]
         nodes.append((max(1 - sum(p for p, _ in nodes), 0.0), at(terms)))  # steps the joiners fill, or nearly
-    share = sum(p * last_tokens / x for p, x in nodes)
-    return share, sum(p * step_s(x) * last_tokens / x for p, x in nodes)
+    share = sum(p * last_tokens / x for p, x in nodes)  # (nodes ascend in x: counts, normal or log-normal nodes)
+    times = step_s([x for _, x in nodes])
+    return share, sum(p * t * last_tokens / x for (p, x), t in zip(nodes, times, strict=True))
