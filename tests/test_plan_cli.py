@@ -354,6 +354,46 @@ def test_bad_trace_lines(cli, tmp_path):
     assert r.exit_code == 2 and "line 2: prompt_tokens: must be an integer" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("lines", "needle"),
+    [
+        # an integer past Python's 4,300 digits: json raised a ValueError, a 46-line traceback
+        (
+            ['{"prompt_tokens": 1' + "0" * 5000 + ', "output_tokens": 5}'],
+            "line 1: not JSON (a number of more than 4,300",
+        ),
+        # a typo of a key the trace is read for was kept as the trace's own and its arrival times dropped
+        (
+            ['{"prompt_tokens": 10, "output_tokens": 5, "arival_s": 0}'],
+            "line 1: key 'arival_s' is not read; did you mean arrival_s?",
+        ),
+        (['{"prompt_tokens": 10, "output_tokens": 5, "arrival_ms": 0}'], "did you mean arrival_s?"),
+        # arrivals 1e-12 s apart: the rate they imply was refused as --rate, a flag nobody gave
+        (
+            [json.dumps({"prompt_tokens": 10, "output_tokens": 5, "arrival_s": i * 1e-12}) for i in range(100)],
+            "arrival_s spans 9.9e-11 s for 100 requests, 1e+12 requests/s; a rate must be from 1e-06 to 1,000,000",
+        ),
+    ],
+)
+def test_a_bad_trace_is_named_with_its_line_and_key(cli, tmp_path, lines, needle):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(trace))
+    assert r.exit_code == 2 and needle in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr and str(trace) in r.stderr
+
+
+def test_a_traces_own_keys_pass(cli, tmp_path):
+    # ids, text and timestamps of other names are the trace's own: kept, not refused
+    trace = tmp_path / "t.jsonl"
+    rows = [{"prompt_tokens": 100, "output_tokens": 10, "arrival_s": i * 0.5, "request_id": i, "prompt": "x",
+             "timestamp": i} for i in range(20)]  # fmt: skip
+    trace.write_text("\n".join(json.dumps(row) for row in rows))
+    r = cli("plan", "-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(trace), "-f", "json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["workload"]["rate_rps"] == pytest.approx(19 / 9.5)
+
+
 def test_help_has_an_example(cli):
     r = cli("plan", "--help")
     assert r.exit_code == 0 and "Example: tokcost plan" in r.stdout

@@ -8,6 +8,7 @@ work, with its name; each bad line is named by its number and key.
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,18 @@ def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
+def _near_misses(item: dict, where: str) -> None:
+    """Refuse a key one slip from a key the trace is read for that the line lacks (`arival_s`, `arrival_ms`): it
+    would be kept as the trace's own and its value dropped without a word. Other keys (ids, text) pass."""
+    for key in item:
+        if key in _READ or not isinstance(key, str):
+            continue
+        close = difflib.get_close_matches(key, [k for k in _READ if k not in item], n=1, cutoff=0.8)
+        if close:
+            raise UsageError(f"{where}: key {key!r:.40} is not read; did you mean {close[0]}? (a trace reads "
+                             f"{', '.join(_READ)}; other keys are kept as the trace's own)")  # fmt: skip
+
+
 def read_trace(path: Path, flag: str = "--trace") -> Trace:
     """A trace's requests, or a one-line error naming the file, the line and the key (`flag` names the input: the
     API's `trace`)."""
@@ -88,13 +101,15 @@ def read_trace(path: Path, flag: str = "--trace") -> Trace:
             raise UsageError(f"{flag} {path}: more than {MAX_TRACE_ROWS:,} requests; give at most {MAX_TRACE_ROWS:,}")
         try:
             item = json.loads(line, object_pairs_hook=_unique)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, or an integer past Python's 4,300 digits
+            reason = (exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+                      if isinstance(exc, RecursionError) else "a number of more than 4,300 digits")  # fmt: skip
             raise UsageError(f"{where}: not JSON ({reason})") from None
         except _Twice as exc:
             raise UsageError(f"{where}: key {exc.key!r:.40} appears twice; give it once") from None
         if not isinstance(item, dict):
             raise UsageError(f"{where}: expected an object with prompt_tokens and output_tokens")
+        _near_misses(item, where)
         prompts.append(_count(item, "prompt_tokens", where))
         outputs.append(_count(item, "output_tokens", where))
         arrival = _arrival(item, where)

@@ -118,6 +118,10 @@ def plan_traffic(
                 raise UsageError(f"{name('trace', api)} {trace_name}: {what}; give {name('rate', api)} or "
                                  f"{name('concurrency', api)}")  # fmt: skip
             rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+            if not MIN_RATE_RPS <= rate <= MAX_RATE_RPS:  # the trace set it: say so, not the flag nobody gave
+                raise UsageError(f"{name('trace', api)} {trace_name}: arrival_s spans {arrivals[-1] - arrivals[0]:g} s "
+                                 f"for {len(arrivals):,} requests, {rate:g} requests/s; a rate must be from "
+                                 f"{MIN_RATE_RPS:g} to {MAX_RATE_RPS:,.0f} (arrival_s is in seconds)")  # fmt: skip
         if min(prompts) <= cached_prefix_tokens:
             raise UsageError(f"{name('cached_prefix_tokens', api)}: must be below the shortest prompt of "
                              f"{trace_name or 'the trace'} ({min(prompts)} tokens)")  # fmt: skip
