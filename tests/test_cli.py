@@ -184,6 +184,16 @@ def test_warnings_go_to_stderr_and_into_json(cli):
     assert any("max_context" in w for w in data["warnings"])
 
 
+@pytest.mark.parametrize(("gpu", "said"), [("a100-80gb-sxm", True), ("h100-sxm", False)])
+def test_a_checkpoints_compute_the_gpu_cannot_run_is_said(cli, gpu, said):
+    # an FP8 checkpoint (compute_dtype fp8) on an A100, which has no FP8 peak, multiplies at bf16: priced so, and it
+    # had said nothing (the same request by flag is said, above); on an H100 it runs at fp8, nothing to say
+    data = cli("estimate", "-m", "llama-3.1-405b-fp8", "-g", gpu, "--gpus", "8", "--format", "json").json()
+    assert data["precision"]["compute"] == ("bf16" if said else "fp8")
+    line = "llama-3.1-405b-fp8's compute_dtype fp8: a100-80gb-sxm has no fp8 peak, so its matmuls run at bf16"
+    assert any(w.startswith(line) for w in data["warnings"]) is said
+
+
 @pytest.mark.parametrize(
     ("extra", "changes"),
     [((), False), (("--weights", "int4"), True), (("--weights", "fp8"), True), (("--kv-dtype", "fp8"), True)],
