@@ -140,3 +140,47 @@ def test_a_containers_cpu_quota_caps_the_cpus_a_plan_counts(monkeypatch, cpu_max
     monkeypatch.setattr(workers.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
     monkeypatch.setattr(workers, "Path", Quota)
     assert workers.usable_cpus() == cpus
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers fork on Linux")
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_progress_counts_every_sizing_once_in_order_whatever_the_workers(monkeypatch, jobs):
+    monkeypatch.setattr(search, "_sized", _pid)
+    fixed = Traffic(LengthDist("fixed", 100), LengthDist("fixed", 10), rate_rps=1.0)
+    seen: list[tuple[int, int]] = []
+    rows = search._size_all(None, fixed, [], None, [None] * 5, jobs, lambda d, t: seen.append((d, t)))  # type: ignore[arg-type]
+    assert len(rows) == 5 and seen == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
+
+
+class _Terminal:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_long_plan_shows_how_far_it_is_on_a_terminal_only():
+    # a plan over every GPU with a length distribution runs for minutes: a terminal sees one line that counts the
+    # sizings, from 3 s on, cleared at the end; a pipe (a log, a test, JSON read by a script) sees nothing
+    import time
+
+    from tokcost.cli.plan_cmd import PROGRESS_AFTER_S, Progress
+
+    late, early = time.perf_counter() - PROGRESS_AFTER_S - 40, time.perf_counter()
+    terminal = _Terminal(True)
+    shown = Progress(terminal, late)
+    shown(12, 88)
+    shown.clear()
+    assert terminal.text.startswith("\rsized 12 of 88 configurations (4") and terminal.text.endswith("\r\033[K")
+    for stream, started in ((_Terminal(False), late), (_Terminal(True), early)):
+        quiet = Progress(stream, started)
+        quiet(1, 2)
+        quiet.clear()
+        assert stream.text == ""

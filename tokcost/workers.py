@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def pure_map(fn: Callable[..., T], *iterables: Iterable[Any], workers: int) -> list[T]:
-    """`list(map(fn, *iterables))`, in `workers` processes when more than one (module docstring)."""
+def pure_map(fn: Callable[..., T], *iterables: Iterable[Any], workers: int,
+             progress: Callable[[int], None] | None = None) -> list[T]:  # fmt: skip
+    """`list(map(fn, *iterables))`, in `workers` processes when more than one (module docstring); `progress(done)`
+    after each item, in order (what it shows is the caller's: the work stays pure)."""
     if workers <= 1:
-        return list(map(fn, *iterables))
+        return _counted(map(fn, *iterables), progress)
     import multiprocessing  # noqa: PLC0415  only work that takes workers
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
     from concurrent.futures.process import BrokenProcessPool  # noqa: PLC0415
@@ -33,10 +35,19 @@ def pure_map(fn: Callable[..., T], *iterables: Iterable[Any], workers: int) -> l
         try:  # a worker starts here, or no process can be had (a sandbox): then the same work in this one
             pool.submit(int).result()
         except (OSError, BrokenProcessPool):
-            return list(map(fn, *iterables))
-        return list(pool.map(fn, *iterables, chunksize=1))
+            return _counted(map(fn, *iterables), progress)
+        return _counted(pool.map(fn, *iterables, chunksize=1), progress)
     finally:  # Ctrl-C: what is queued is dropped, an item under way ends
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _counted(results: Iterable[T], progress: Callable[[int], None] | None) -> list[T]:
+    out: list[T] = []
+    for item in results:
+        out.append(item)
+        if progress is not None:
+            progress(len(out))
+    return out
 
 
 def asked(jobs: int, tasks: int) -> int:

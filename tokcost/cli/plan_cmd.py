@@ -6,7 +6,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, TextIO
 
 import typer
 
@@ -186,8 +186,12 @@ def plan(
         networks={g.name: net for g in gpus if (net := network_for(g, network)) is not None},
         flash_attention=flash_attention, redundant_experts=redundant_experts,
     )  # fmt: skip
-    result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
-                      seed=seed, jobs=jobs)  # fmt: skip
+    progress = Progress(sys.stderr, started)
+    try:
+        result = run_plan(load_model(model), traffic, slos, space, simulate=simulate, requests=requests,
+                          seed=seed, jobs=jobs, progress=progress)  # fmt: skip
+    finally:
+        progress.clear()
     elapsed = time.perf_counter() - started
     _render(result, format, explain_, top, elapsed)
     if plot is not None:  # $/hour against p90 TPOT and TTFT, labelled, SLOs dashed, the chosen configuration starred
@@ -195,6 +199,31 @@ def plan(
 
         figure = plots.plan_figure(frontier_points(result), slos=plan_slos(result))
         plots.save(figure, plot, force=force, asker="--plot")
+
+
+PROGRESS_AFTER_S = 3.0  # a plan that takes longer shows how far it is (a length distribution over many GPUs: minutes)
+
+
+class Progress:
+    """`sized 12 of 88 configurations (40 s)` on one line of a terminal's stderr while a plan runs, from
+    PROGRESS_AFTER_S on (a plan of seconds shows none; piped, a log or a test, shows none), cleared at the end."""
+
+    def __init__(self, stream: TextIO, started: float) -> None:
+        self.stream, self.started, self.shown = stream, started, False
+        self.live = stream.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        if not self.live or elapsed < PROGRESS_AFTER_S:
+            return
+        self.stream.write(f"\rsized {done:,} of {total:,} configurations ({elapsed:,.0f} s)")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
 
 
 def _think(text: str | None) -> float | None:

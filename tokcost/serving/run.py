@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tokcost import fmt
@@ -38,6 +38,7 @@ from tokcost.serving.traffic import QUANTILES, Slo, Traffic
 def run_plan(
     model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, *, simulate: bool = False,
     requests: int | None = None, seed: int | None = None, api: bool = False, jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Plan:  # fmt: skip
     """Check the inputs and the work they ask for, search, warn, and simulate the top rows when asked."""
     slos = check_slos(slos, api)
@@ -48,7 +49,7 @@ def run_plan(
         problem = layout_problem(model, Layout(redundant_experts=space.redundant_experts)) or ""
         raise UsageError(keyword_message(problem) if api else problem)
     simulated = check_simulation(traffic, space, simulate=simulate, requests=requests, seed=seed, api=api)
-    result = search.plan(model, traffic, slos, space, check_jobs(jobs, api))
+    result = search.plan(model, traffic, slos, space, check_jobs(jobs, api), progress)
     if result.rows and all(row.invalid for row in result.rows):  # every configuration asked for is one no engine runs
         raise UsageError(result.rows[0].expected.binding)
     if space.redundant_experts and not any(row.deployment.layout.redundant_experts for row in result.rows):

@@ -240,10 +240,12 @@ def _size_pair(
     return fleet, decode, prefill
 
 
-def plan(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, jobs: int | None = None) -> Plan:
+def plan(model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, jobs: int | None = None,
+         progress: Callable[[int, int], None] | None = None) -> Plan:  # fmt: skip
     """Every configuration of `space` sized for `traffic` under `slos`, ranked, with the load table. `jobs`: worker
-    processes that size the aggregated configurations (None: one per CPU where lengths vary, else none)."""
-    rows, warnings = _rows(model, traffic, slos, space, jobs)
+    processes that size the aggregated configurations (None: one per CPU where lengths vary, else none);
+    `progress(done, total)` after each is sized (the CLI's line on a terminal)."""
+    rows, warnings = _rows(model, traffic, slos, space, jobs, progress)
     rows.sort(key=rank)
     mark_pareto(rows)
     return Plan(model, traffic, slos, space, rows, load_table(rows, traffic, space), warnings)
@@ -260,8 +262,9 @@ class _Block:
 
 
 def _rows(
-    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, jobs: int | None = None
-) -> tuple[list[Row], list[str]]:
+    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[Row], list[str]]:  # fmt: skip
     warnings: list[str] = []
     blocks: list[_Block | Row] = []
     modes = ["aggregated", "disaggregated"] if space.mode == "both" else [space.mode]
@@ -291,7 +294,8 @@ def _rows(
                 blocks.append(_Block(deploy, refused, sized, layouts if "disaggregated" in modes else []))
             except TokcostError as exc:  # e.g. a compute dtype this GPU lists no peak for
                 blocks.append(_refused(deploy(Layout(1)), str(exc), invalid=True))
-    sized = _size_all(model, traffic, slos, space, [d for b in blocks if isinstance(b, _Block) for d in b.sized], jobs)
+    todo = [d for b in blocks if isinstance(b, _Block) for d in b.sized]
+    sized = _size_all(model, traffic, slos, space, todo, jobs, progress)
     rows: list[Row] = []
     start = 0
     for block in blocks:  # in the order the loops met them; a block's first error ends it, as one pass would
@@ -313,12 +317,15 @@ def _rows(
 
 
 def _size_all(
-    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, deployments: list[Deployment], jobs: int | None
-) -> list[Row | str]:
+    model: ModelSpec, traffic: Traffic, slos: list[Slo], space: Space, deployments: list[Deployment], jobs: int | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Row | str]:  # fmt: skip
     """Each aggregated configuration sized (or its error's message), in order, in worker processes (workers.py) as
     `_workers` counts them. Each is pure, so the rows are the same either way (tests/test_plan_jobs.py)."""
     args = (repeat(model), deployments, repeat(traffic), repeat(slos), repeat(space))
-    return workers.pure_map(_sized, *args, workers=_workers(jobs, len(deployments), traffic))
+    total = len(deployments)
+    counted = None if progress is None else lambda done: progress(done, total)
+    return workers.pure_map(_sized, *args, workers=_workers(jobs, total, traffic), progress=counted)
 
 
 def _workers(jobs: int | None, configurations: int, traffic: Traffic) -> int:
