@@ -171,7 +171,7 @@ def test_a_long_plan_shows_how_far_it_is_on_a_terminal_only():
     # sizings, from 3 s on, cleared at the end; a pipe (a log, a test, JSON read by a script) sees nothing
     import time
 
-    from tokcost.cli.plan_cmd import PROGRESS_AFTER_S, Progress
+    from tokcost.cli.render import PROGRESS_AFTER_S, Progress
 
     late, early = time.perf_counter() - PROGRESS_AFTER_S - 40, time.perf_counter()
     terminal = _Terminal(True)

@@ -265,3 +265,27 @@ def test_a_narrow_table_keeps_the_note_that_a_point_exceeds_memory(cli, monkeypa
     r = cli("sweep", "-m", "llama-3.1-8b", "-g", "h100-sxm", "-b", "1,2048")
     assert r.exit_code == 0, r.stderr
     assert "exceeds" in r.stdout and "memory (max batch 357)" in r.stdout
+
+
+def test_a_sweep_streamed_to_a_file_counts_its_rows_on_a_terminal(monkeypatch):
+    # a million points to --out run for minutes with nothing on screen: a terminal's stderr counts them, the last
+    # count always shown (the line is throttled to twice a second), then cleared
+    from tokcost.cli import render, sweep_cmd
+
+    class Terminal:
+        text = ""
+
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, text: str) -> None:
+            Terminal.text += text
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(render, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(sweep_cmd.sys, "stderr", Terminal())
+    assert list(sweep_cmd._counted(iter("abc"), 3)) == ["a", "b", "c"]  # type: ignore[arg-type]
+    assert Terminal.text.startswith("\rwrote 1 of 3 points (0 s)") and "\rwrote 3 of 3 points (0 s)" in Terminal.text
+    assert Terminal.text.endswith("\r\033[K")

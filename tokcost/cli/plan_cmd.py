@@ -6,7 +6,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional, TextIO
+from typing import Annotated, Optional
 
 import typer
 
@@ -15,7 +15,7 @@ from tokcost.cli.common import check_force_with_plot, format_list, gpu_names, in
 from tokcost.cli.deploy import warn
 from tokcost.cli.options import EngineOpt, FlashOpt, ForceOpt, Format, FormatOpt, ModelOpt, NetworkOpt, PlotOpt
 from tokcost.cli.plan_render import plan_tables
-from tokcost.cli.render import flatten, print_csv, print_json, print_tables
+from tokcost.cli.render import Progress, flatten, print_csv, print_json, print_tables
 from tokcost.hardware.library import load_gpu, network_for
 from tokcost.models.library import load_model
 from tokcost.profiles import engine_for
@@ -199,31 +199,6 @@ def plan(
 
         figure = plots.plan_figure(frontier_points(result), slos=plan_slos(result))
         plots.save(figure, plot, force=force, asker="--plot")
-
-
-PROGRESS_AFTER_S = 3.0  # a plan that takes longer shows how far it is (a length distribution over many GPUs: minutes)
-
-
-class Progress:
-    """`sized 12 of 88 configurations (40 s)` on one line of a terminal's stderr while a plan runs, from
-    PROGRESS_AFTER_S on (a plan of seconds shows none; piped, a log or a test, shows none), cleared at the end."""
-
-    def __init__(self, stream: TextIO, started: float) -> None:
-        self.stream, self.started, self.shown = stream, started, False
-        self.live = stream.isatty()
-
-    def __call__(self, done: int, total: int) -> None:
-        elapsed = time.perf_counter() - self.started
-        if not self.live or elapsed < PROGRESS_AFTER_S:
-            return
-        self.stream.write(f"\rsized {done:,} of {total:,} configurations ({elapsed:,.0f} s)")
-        self.stream.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
 
 
 def _think(text: str | None) -> float | None:

@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 import textwrap
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
@@ -221,3 +222,33 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+PROGRESS_AFTER_S = 3.0  # a command that takes longer shows how far it is (a plan over every GPU with a length
+# distribution, a sweep of a million points to a file: minutes)
+
+
+class Progress:
+    """`sized 12 of 88 configurations (40 s)` on one line of a terminal's stderr while a command runs, from
+    PROGRESS_AFTER_S on and at most twice a second (a command of seconds shows none; piped, a log or a test, shows
+    none), cleared at the end."""
+
+    def __init__(
+        self, stream: TextIO, started: float, what: str = "sized {done:,} of {total:,} configurations"
+    ) -> None:
+        self.stream, self.started, self.what, self.shown, self.last = stream, started, what, False, 0.0
+        self.live = stream.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        elapsed = now - self.started
+        if not self.live or elapsed < PROGRESS_AFTER_S or (now - self.last < 0.5 and done < total):
+            return
+        self.stream.write(f"\r{self.what.format(done=done, total=total)} ({elapsed:,.0f} s)")
+        self.stream.flush()
+        self.shown, self.last = True, now
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()

@@ -7,7 +7,8 @@ output size; table, markdown, json and --plot hold every point, and their bound 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from enum import Enum
@@ -44,7 +45,16 @@ from tokcost.cli.options import (
     WeightsListOpt,
     dash_is_stdout,
 )  # fmt: skip
-from tokcost.cli.render import RICH_ROWS, Table, flash_note, json_text, markdown, print_tables, write_rows
+from tokcost.cli.render import (
+    RICH_ROWS,
+    Progress,
+    Table,
+    flash_note,
+    json_text,
+    markdown,
+    print_tables,
+    write_rows,
+)
 from tokcost.engine.estimate import deployment
 from tokcost.engine.sweep import SweepPoint, iter_sweep, sweep_warnings
 from tokcost.errors import Interrupted, UsageError
@@ -164,7 +174,10 @@ def sweep(
         warn(warnings)
     with _destination(out, force) as handle:
         if format in STREAMED:
-            write_rows(map(_row, points if held is None else held), COLUMNS, format.value, handle)
+            rows = points if held is None else held
+            if out is not None and held is None:  # to a file: a terminal's stderr counts the rows (a million: minutes)
+                rows = _counted(rows, len(batches) * len(contexts) * len(formats))
+            write_rows(map(_row, rows), COLUMNS, format.value, handle)
         else:
             _render_held(held or [], format, handle, warnings)
     if plot is not None and held is not None:  # TPOT, tokens/s per GPU, memory and cost against batch and context
@@ -199,6 +212,16 @@ def _render_held(points: list[SweepPoint], format: SweepFormat, handle: TextIO, 
         handle.write(markdown(sweep_table(points)) + "\n")
     else:
         print_tables([sweep_table(points)], format.value)
+
+
+def _counted(points: Iterable[SweepPoint], total: int) -> Iterator[SweepPoint]:
+    progress = Progress(sys.stderr, time.perf_counter(), "wrote {done:,} of {total:,} points")
+    try:
+        for done, point in enumerate(points, 1):
+            progress(done, total)
+            yield point
+    finally:
+        progress.clear()
 
 
 def _bound(format: SweepFormat, streamed: bool) -> tuple[int, str]:
