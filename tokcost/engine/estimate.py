@@ -322,8 +322,8 @@ def deployment_warnings(d: Deployment, wl: Workload, memory: MemoryReport | None
         out.append(f"--compute-dtype {c} changes nothing here: 16-bit weights multiply at the 16-bit peak (an {c} "
                    f"matmul needs weights in a format that runs at {c}: --weights); priced and shown at "
                    f"{d.precision.compute}")  # fmt: skip
-    stated = m.compute_dtype  # the checkpoint's stated compute (FP8 W8A8), on a GPU without a peak at it
-    if stated and not wl.compute_dtype and wl.weights_dtype is None and g.peak_flops_per_s(stated) is None:
+    stated = m.compute_dtype  # the checkpoint's stated compute (FP8 W8A8), which resolve_precision left: no peak here
+    if stated and not wl.compute_dtype and wl.weights_dtype is None and d.precision.compute != stated:
         out.append(f"{m.name}'s compute_dtype {stated}: {g.name} has no {stated} peak, so its matmuls run at "
                    f"{d.precision.compute} (weights dequantized inside the matmul, as engines run such a checkpoint "
                    "there)")  # fmt: skip

@@ -184,7 +184,7 @@ def spec_from_rates(
         price_per_hour_usd=base.price_per_hour_usd if base else None,
         price_range_usd=base.price_range_usd if base else None, achievable=achievable,
         sustained=_sustained(facts, dtype, probes, bandwidth=bandwidth, peak=peak, base=base, today=today,
-                             loop=(bytes_per_s, flops_per_s, gemm_rows)) if probes else None,
+                             loop_flops=flops_per_s, gemm_rows=gemm_rows) if probes else None,
         device_names=[facts.name], provenance=provenance, platform=_platform(facts, base),
         notes="Written by tokcost calibrate. memory_runtime_mib is what the runtime reports.",
     )  # fmt: skip
@@ -232,7 +232,8 @@ def _ceilings_note(base: GpuSpec | None, dtype: str, bandwidth: float, peak: flo
 
 
 def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, bandwidth: float, peak: float,
-               base: GpuSpec | None, today: dt.date, loop: tuple[float, float, int | None]) -> Sustained:  # fmt: skip
+               base: GpuSpec | None, today: dt.date, loop_flops: float,
+               gemm_rows: int | None) -> Sustained:  # fmt: skip
     """The copy and GEMM probes as shares of the ceilings; the datasheet's other GEMM shares kept from `base`.
 
     A GEMM's share is the best GEMM rate seen: the probe's square shape, or the loop's own prefill linears where they
@@ -242,21 +243,20 @@ def _sustained(facts: DeviceFacts, dtype: str, probes: dict[str, Probe], *, band
     stream past it is an engine's kernel at work (m.gemv, up to 1.12 of a copy), not the memory's rate."""
     where = f"on {facts.name}, torch {facts.torch_version}, {today.isoformat()}"
     copy, gemm = probes["copy"], probes["matmul"]
-    _, loop_flops, rows = loop
     copy_share = _share("the copy probe", copy.value, bandwidth)
     gemm_share = _share("the GEMM probe", max(gemm.value, loop_flops), peak)
     over = f"{base.name}'s datasheet" if base else "the largest rate measured on this device (no datasheet)"
     kept = dict(base.sustained.gemm) if base is not None and base.sustained is not None else {}
-    copy_what = f"copy probe ({copy.size}) {where}: {copy.value / GB:,.4g} GB/s"
     gemm_what = f"GEMM probe ({gemm.size}, {dtype}) {where}: {gemm.value / 1e12:,.4g} TFLOP/s"
     if loop_flops > gemm.value:
-        gemm_what = (f"loop's prefill GEMMs ({dtype}, {rows or '?'} rows) {where}: {loop_flops / 1e12:,.4g} TFLOP/s, "
-                     f"above the GEMM probe's {gemm.value / 1e12:,.4g} ({gemm.size})")  # fmt: skip
+        gemm_what = (f"loop's prefill GEMMs ({dtype}, {gemm_rows or '?'} rows) {where}: "
+                     f"{loop_flops / 1e12:,.4g} TFLOP/s, above the GEMM probe's {gemm.value / 1e12:,.4g} "
+                     f"({gemm.size})")  # fmt: skip
     return Sustained(
         copy_bandwidth=SustainedFigure(
             fraction=copy_share, uncertainty=_spread(copy_share, copy.seconds_all), basis="measured",
-            source=f"tokcost calibrate {copy_what} over {bandwidth / GB:,.4g} GB/s, {over}; uncertainty: half the "
-                   "spread of the probe's repeats",
+            source=f"tokcost calibrate copy probe ({copy.size}) {where}: {copy.value / GB:,.4g} GB/s over "
+                   f"{bandwidth / GB:,.4g} GB/s, {over}; uncertainty: half the spread of its repeats",
         ),
         gemm={**kept, dtype: SustainedFigure(
             fraction=gemm_share, uncertainty=_spread(gemm_share, gemm.seconds_all), basis="measured",
