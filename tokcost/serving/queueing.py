@@ -210,7 +210,7 @@ def _tail_moments(shape: float, scale: float, shift: float, t: float) -> tuple[f
     p = gamma_tail(shape, x)
     if 0 < x < math.inf and shape + 2 < WILSON_HILFERTY_SHAPE:
         # Q(a + 1, x) = Q(a, x) + x^a e^-x / Gamma(a + 1): the next two tails from the first, one series, not three
-        # (a plan with long-tailed prompts spent 3/4 of its time in these three calls: 24 -> 42 s when TTFT took
+        # (a plan with long-tailed prompts spent 3/4 of its time in these three calls: 20 -> 34 s when TTFT took
         # the queue of steps, Spitzer's sums of them)
         log_x = math.log(x)
         q1 = min(1.0, p + math.exp(shape * log_x - x - math.lgamma(shape + 1)))
