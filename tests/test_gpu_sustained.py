@@ -91,6 +91,14 @@ def test_most_used_skus_are_measured_not_assumed(name):
         ("mi355x", "gemm.fp4", 5775, 10066.3),  # MXFP4 GEMM peak on MI355X (ROCm/aiter PR #2037)
         ("mi355x", "gemm.bf16", 1565.0, 2516.6),  # MAMF torch.matmul (stas00/ml-engineering, commit d3439bd)
         ("rtx-5090", "gemm.fp8", 388.91, 419),  # rowwise torch._scaled_mm at 4096^3 (pytorch/pytorch PR #155991)
+        ("l40", "copy_bandwidth", 776, 864),  # gpu-benches gpu-stream/l40.txt, scale (copy)
+        ("l40", "gemm.bf16", 170.3, 181.05),  # mamf-finder, github.com/mag-/gpu_benchmark README (commit 2218e0a)
+        ("rtx-6000-ada", "gemm.bf16", 278.5, 364.2),  # the same table
+        ("rtx-3090", "copy_bandwidth", 831, 936),  # chsasank/device-benchmarks 'Nvidia 3090'
+        ("rtx-a6000", "gemm.bf16", 123.34, 154.8),  # torch.mm (zzc0721/torch-performance-test-data database.md)
+        ("h200-nvl", "gemm.bf16", 811.6, 835.5),  # cuBLAS on one 600 W card (harshanavkis/loom-motivation-experiments)
+        ("rtx-pro-6000", "gemm.bf16", 417.34, 480),  # torch.mm at 8192^3 (zzc0721/torch-performance-test-data #161)
+        ("rtx-pro-6000", "gemm.tf32", 205.23, 240),  # the same issue
     ],
 )
 def test_measured_fractions_are_the_published_figures_over_the_datasheet(name, key, published, datasheet):

@@ -61,6 +61,12 @@ REQUIRED_GPUS = [
     "b300",
     "gb200",
     "h800",
+    "l40",
+    "rtx-6000-ada",
+    "rtx-3090",
+    "rtx-pro-6000",
+    "rtx-a6000",
+    "h200-nvl",
 ]
 
 
@@ -146,6 +152,21 @@ def test_datasheet_figures():
     # MI325X: the MI300X's compute die with 256 GB at 6 TB/s; MI355X: 2,400 MHz x 256 CUs x 4,096 FLOP/clk
     assert load_gpu("mi325x").peak_tflops["bf16"] == load_gpu("mi300x").peak_tflops["bf16"]
     assert load_gpu("mi355x").peak_tflops["bf16"] == pytest.approx(2.4e9 * 256 * 4096 / 1e12, abs=0.1)
+    # The L40 halves FP32-accumulate tensor math (181.05), the L40S and the RTX 6000 Ada (same AD102) run it at full
+    # rate: 142 SMs x 4 tensor cores x 256 FLOP/clk x 2.505 GHz = 364.2 on the RTX 6000 Ada
+    assert load_gpu("l40").peak_tflops["bf16"] == pytest.approx(181.05)
+    assert load_gpu("rtx-6000-ada").peak_tflops["bf16"] == pytest.approx(142 * 4 * 256 * 2.505e9 / 1e12, abs=0.1)
+    # RTX 3090: 328 tensor cores x 128 FLOP/clk x 1.695 GHz = 71.2 with FP32 accumulate (GA102 whitepaper: 71)
+    assert load_gpu("rtx-3090").peak_tflops["bf16"] == pytest.approx(328 * 128 * 1.695e9 / 1e12, rel=0.01)
+    # RTX PRO 6000 Server Edition: GDDR7 at 12,481 MHz on 512 bits, double data rate = 1,597 GB/s; dense BF16 4x FP32
+    # H200 NVL: the H200's die and memory, its tensor peaks the datasheet's sparse NVL column halved (1,671 / 2)
+    nvl = load_gpu("h200-nvl")
+    assert nvl.memory_bandwidth_gb_s == 4800 and nvl.peak_tflops["bf16"] == pytest.approx(1671 / 2)
+    # RTX A6000: the professional GA102 runs FP32-accumulate tensor math at full rate, 336 x 256 x 1.8 GHz = 154.8
+    assert load_gpu("rtx-a6000").peak_tflops["bf16"] == pytest.approx(336 * 256 * 1.8e9 / 1e12, abs=0.1)
+    pro = load_gpu("rtx-pro-6000")
+    assert pro.memory_bandwidth_gb_s == pytest.approx(12_481e6 * 512 * 2 / 8 / 1e9, abs=1)
+    assert pro.peak_tflops["bf16"] == pytest.approx(4 * pro.peak_tflops["fp32"])
 
 
 @pytest.mark.parametrize("kind", ["models", "gpus", "networks"])
@@ -197,8 +218,16 @@ def _looks_numeric(text: str) -> bool:
         ("AMD Instinct MI300X VF", "mi300x"),  # a virtual function of the same part: the longest name it holds
         # another part whose name holds a spec's: no spec rather than the wrong one (sibling_device_names)
         ("NVIDIA H20-3e", None),  # 141 GB HBM3e, not the 96 GB H20
-        ("NVIDIA H200 NVL", None),  # the 600 W PCIe part, not the H200 SXM (and not the H20)
-        ("NVIDIA L40", None),  # not the L4
+        ("NVIDIA H200 NVL", "h200-nvl"),  # the 600 W PCIe part by its whole name, not the H200 SXM (nor the H20)
+        ("NVIDIA L40", "l40"),  # the whole name: not the L4, whose spec lists "NVIDIA L40" as a sibling
+        ("NVIDIA L40-48Q", None),  # a vGPU slice of the L40, with its own memory
+        ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
+        ("NVIDIA RTX A6000", "rtx-a6000"),  # the Ampere card, not the RTX 6000 Ada
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("NVIDIA GeForce RTX 3090 Ti", None),  # 450 W, another part
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None),  # 1,792 GB/s, not the Server Edition's 1,597
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", None),
         ("NVIDIA A100-PCIE-40GB", None),  # not the A10
         ("NVIDIA GeForce RTX 4090 D", None),
         ("NVIDIA GeForce RTX 5090 D", None),
