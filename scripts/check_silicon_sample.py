@@ -27,11 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serving_validation import _as_shipped, era_profile  # noqa: E402
+from serving_validation import grade  # noqa: E402
 
-from tokcost.hardware.library import load_gpu, load_network  # noqa: E402
-from tokcost.models.library import load_model  # noqa: E402
-from tokcost.serving.validate import ServingResult, validate_serving  # noqa: E402
+from tokcost.serving.validate import ServingResult  # noqa: E402
 from tokcost.validation.serving_data import ServingRow, ServingSetup  # noqa: E402
 
 # the file's model_path and system names -> tokcost built-ins (checkpoints run as shipped where `experts` is set)
@@ -100,14 +98,7 @@ def priced(path: Path, backends: set[str], finite: bool) -> list[ServingResult]:
             seen = {r.concurrency for r in rows[key]}
             if int(row["batch_size"]) not in seen:  # the first of a repeated point, as serving.yaml takes it
                 rows[key] += _rows(row, key, finite)
-    out = []
-    for key, setup in setups.items():
-        model, gpu = load_model(setup.model), load_gpu(setup.gpu)
-        setup = _as_shipped(setup, model)
-        network = {setup.gpu: load_network(gpu.network) if gpu.network else None}
-        era = {setup.engine: era_profile(setup, gpu.platform)}
-        out += validate_serving({key: setup}, rows[key], {setup.model: model}, {setup.gpu: gpu}, era, network)
-    return out
+    return grade(setups, [row for own in rows.values() for row in own])[0]
 
 
 def table(results: list[ServingResult], by_setup: bool) -> str:

@@ -15,7 +15,7 @@ from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.validate import ServingResult, summary, validate_serving
 from tokcost.validation.cells import cell_of
-from tokcost.validation.serving_data import ServingSetup, load_serving
+from tokcost.validation.serving_data import ServingRow, ServingSetup, load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tokcost" / "validation" / "serving.yaml"
@@ -40,9 +40,11 @@ def _as_shipped(setup: ServingSetup, model: ModelSpec) -> ServingSetup:
     return setup.model_copy(update={"weights": None})
 
 
-def results() -> tuple[list[ServingResult], dict[str, EngineProfile]]:
-    """Every row of the data file against the closed form, and the engine eras the setups ran (by label)."""
-    setups, rows = load_serving(DATA)
+def grade(
+    setups: dict[str, ServingSetup], rows: list[ServingRow]
+) -> tuple[list[ServingResult], dict[str, EngineProfile]]:
+    """Rows of these setups against the closed form (in the rows' order), and the engine eras the setups ran (by
+    label): each setup with its own era, its checkpoint as shipped, its GPU's network."""
     models = {s.model: load_model(s.model) for s in setups.values()}
     setups = {k: _as_shipped(s, models[s.model]) for k, s in setups.items()}
     gpus = {s.gpu: load_gpu(s.gpu) for s in setups.values()}
@@ -54,6 +56,11 @@ def results() -> tuple[list[ServingResult], dict[str, EngineProfile]]:
         found = validate_serving({key: setup}, own, models, gpus, {setup.engine: eras[key]}, networks)
         graded.update({result.row.id: result for result in found})
     return [graded[row.id] for row in rows], {p.label: p for p in eras.values()}
+
+
+def results() -> tuple[list[ServingResult], dict[str, EngineProfile]]:
+    """Every row of the data file against the closed form, and the engine eras the setups ran (by label)."""
+    return grade(*load_serving(DATA))
 
 
 def render() -> str:

@@ -12,11 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import check_silicon_sample as check  # noqa: E402
-from serving_validation import era_profile  # noqa: E402
+from serving_validation import grade  # noqa: E402
 
-from tokcost.hardware.library import load_gpu, load_network  # noqa: E402
-from tokcost.models.library import load_model  # noqa: E402
-from tokcost.serving.validate import validate_serving  # noqa: E402
 from tokcost.validation.serving_data import load_serving  # noqa: E402
 
 COLUMNS = ["id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
@@ -58,10 +55,7 @@ def test_a_point_prices_as_the_same_point_in_serving_yaml(priced):
     setups, rows = load_serving(ROOT / "tokcost" / "validation" / "serving.yaml")
     setup = setups["aic-vllm0120-qwen3-32b-2xh100-1k1k"]
     own = [r for r in rows if r.setup == setup.id and r.concurrency == 8]
-    model, gpu = load_model(setup.model), load_gpu(setup.gpu)
-    found = validate_serving({setup.id: setup}, own, {setup.model: model}, {setup.gpu: gpu},
-                             {setup.engine: era_profile(setup, gpu.platform)},
-                             {setup.gpu: load_network(gpu.network) if gpu.network else None})  # fmt: skip
+    found, _ = grade({setup.id: setup}, own)
     expected = {r.row.metric: r.predicted for r in found}
     assert {r.row.metric: r.predicted for r in priced} == pytest.approx(expected, rel=1e-12)
 

@@ -158,12 +158,12 @@ def test_datasheet_figures():
     assert load_gpu("rtx-6000-ada").peak_tflops["bf16"] == pytest.approx(142 * 4 * 256 * 2.505e9 / 1e12, abs=0.1)
     # RTX 3090: 328 tensor cores x 128 FLOP/clk x 1.695 GHz = 71.2 with FP32 accumulate (GA102 whitepaper: 71)
     assert load_gpu("rtx-3090").peak_tflops["bf16"] == pytest.approx(328 * 128 * 1.695e9 / 1e12, rel=0.01)
-    # RTX PRO 6000 Server Edition: GDDR7 at 12,481 MHz on 512 bits, double data rate = 1,597 GB/s; dense BF16 4x FP32
     # H200 NVL: the H200's die and memory, its tensor peaks the datasheet's sparse NVL column halved (1,671 / 2)
     nvl = load_gpu("h200-nvl")
     assert nvl.memory_bandwidth_gb_s == 4800 and nvl.peak_tflops["bf16"] == pytest.approx(1671 / 2)
     # RTX A6000: the professional GA102 runs FP32-accumulate tensor math at full rate, 336 x 256 x 1.8 GHz = 154.8
     assert load_gpu("rtx-a6000").peak_tflops["bf16"] == pytest.approx(336 * 256 * 1.8e9 / 1e12, abs=0.1)
+    # RTX PRO 6000 Server Edition: GDDR7 at 12,481 MHz on 512 bits, double data rate = 1,597 GB/s; dense BF16 4x FP32
     pro = load_gpu("rtx-pro-6000")
     assert pro.memory_bandwidth_gb_s == pytest.approx(12_481e6 * 512 * 2 / 8 / 1e9, abs=1)
     assert pro.peak_tflops["bf16"] == pytest.approx(4 * pro.peak_tflops["fp32"])
