@@ -8,6 +8,7 @@ from tokcost.cli.render import Table, flash_note
 from tokcost.engine.band import band_of
 from tokcost.serving.fleet import Fleet
 from tokcost.serving.loop import PARTIAL_LOCK
+from tokcost.serving.rounds import locks_whole
 from tokcost.serving.search import Plan, Row, precision_parts, row_label, short_label
 from tokcost.serving.traffic import Slo
 
@@ -169,7 +170,11 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
                    "scheduling) included." if cost else "TTFT as the engine times it: its per-request cost is 0 "
                    "in this profile (HTTP and tokenization not priced).")  # fmt: skip
     t = result.traffic
-    if t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
+    if t.concurrency and top is not None and top.replica is not None and locks_whole(top.replica):
+        out.append("Fixed lengths, no think time, prefill apart: every user comes back in one lock-step round, all "
+                   "prompts prefilled before any decode, so TTFT spreads over the round's prefill steps and TPOT holds "
+                   "the steps after a request's own (priced step by step; --explain).")  # fmt: skip
+    elif t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":
         out.append(
             "Fixed lengths and no think time: users can fall into lock-step, each group waiting out the one before "
             f"it; p90 TTFT prices {PARTIAL_LOCK:.0%} of them so (published runs lock partly), lock-step all of them "

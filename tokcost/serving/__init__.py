@@ -41,7 +41,10 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    An engine that runs prefill in steps of its own (vLLM before V1 with chunked prefill off, SGLang without
    mixed chunks: the profile's `prefill_steps_apart`) prices those steps without the decode batch and gives the
    decoders no token in them: Little's TPOT = T0 / (1 - rho), kappa = 1, and a decoder's gap after a decode
-   step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole run of prefill steps.
+   step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole run of prefill steps. Such an engine
+   runs every waiting prompt before any decode, so a closed loop of fixed lengths with no think time comes back
+   as one group: priced as whole rounds (rounds.py: the N prompts' prefill steps, then N decoding together), step
+   by step, in place of 1-4; past the running cap, rounds of the cap back to back and a wait for a slot.
 5. Goodput (capacity.py): the largest rate meeting every SLO, by bisection on b; never above saturation,
    never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput) (closed
    loop: in users, at a limit the users held without queueing); $/hour = GPUs x price, what plans rank by;

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from tokcost.serving.latency import broken_slos, e2e_mean
 from tokcost.serving.queueing import regula_falsi
 from tokcost.serving.replica import LoadPoint, Replica
+from tokcost.serving.rounds import held, locks_whole, round_at
 from tokcost.serving.traffic import Slo
 
 GOODPUT_SCAN = 8  # loads tried from zero to the limit before bisecting
@@ -127,7 +128,10 @@ def users_in_system(replica: Replica, pt: LoadPoint, think_time_s: float) -> flo
 def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadPoint | None:
     """Closed loop: the steady state holding `users` users. Past the load limit (the running cap, the KV slots
     or prefill saturation) the extra users wait for admission, (users - users at the limit) / rate each, on TTFT
-    alone; None only when not one request fits."""
+    alone; None only when not one request fits. A loop that runs in whole lock-step rounds (rounds.py: prefill
+    apart, fixed lengths, no think time, every user running at once) takes its latencies and rate from its round."""
+    if think_time_s == 0 and locks_whole(replica) and held(replica) >= 1:
+        return round_state(replica, users)
     found = _bisect_load(replica, lambda pt: users_in_system(replica, pt, think_time_s), users)
     limit = replica.load_limit()
     if found is not None or limit <= 0:
@@ -137,11 +141,41 @@ def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadP
     return replace(edge, admission_wait_s=max(extra, 0.0) / edge.rate_rps) if edge.rate_rps > 0 else None
 
 
-def users_capacity(replica: Replica, cap: Capacity, think_time_s: float) -> int:
+def users_capacity(replica: Replica, cap: Capacity, think_time_s: float, slos: list[Slo] | None = None) -> int:
     """Closed-loop users one replica takes at its goodput, whole (a replica with 1.25 users' capacity holds one: a
     second misses the SLO): those the goodput state holds when an SLO binds; at a load limit, those it holds
-    without waiting for prefill (the knee: more users only queue)."""
+    without waiting for prefill (the knee: more users only queue). A loop in whole rounds (rounds.py): the most
+    users, up to that knee and the running cap, whose round meets every SLO (its latencies grow with the users)."""
+    if think_time_s == 0 and locks_whole(replica):
+        knee = replace(replica.state(replica.load_limit()), wait_mean_s=0.0, queue_rho=0.0)
+        top = min(math.floor(users_in_system(replica, knee, 0.0) + 1e-9), math.floor(replica.running_cap()))
+        return round_users(replica, slos or [], max(top, 0))
     pt = replica.state(cap.load)
     if not cap.binding.endswith(" SLO"):
         pt = replace(pt, wait_mean_s=0.0, queue_rho=0.0)
     return math.floor(users_in_system(replica, pt, think_time_s) + 1e-9)
+
+
+def round_state(replica: Replica, users: float) -> LoadPoint:
+    """The state of a loop in whole rounds: the closed form's state at the round's mean decode batch (lambda n TPOT,
+    Little), with the round's rate, mean TPOT, share of time in prefill steps (sum L / the cycle) and latencies
+    (rounds.py) in place of the closed form's."""
+    found = round_at(replica, users)
+    tpot = found.mean("tpot")
+    batch = found.rate_rps * replica.decode_steps_mean * tpot
+    pt = replica.state(min(batch, replica.load_limit()))
+    # the share of time in prefill steps: a round's sum L over its cycle (users / rate, or back to back past a round)
+    rho = found.prefill_s * found.rate_rps / min(found.users, held(replica))
+    return replace(pt, batch=batch, rate_rps=found.rate_rps, tpot_mean_s=tpot, rho=rho,
+                   admission_wait_s=found.wait_s, round=found)  # fmt: skip
+
+
+def round_users(replica: Replica, slos: list[Slo], top: int) -> int:
+    """The most users, at most `top`, whose whole round meets every SLO (0: not even one user's)."""
+    if top < 1 or broken_slos(replica, round_state(replica, 1.0), slos):
+        return 0
+    lo, hi = 1, top
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (lo, mid - 1) if broken_slos(replica, round_state(replica, float(mid)), slos) else (mid, hi)
+    return lo

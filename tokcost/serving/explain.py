@@ -15,6 +15,7 @@ from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.loop import others_decoding
 from tokcost.serving.replica import LoadPoint, Replica, busy_idle_cycle
+from tokcost.serving.rounds import Round
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import (
     final_step_extra,
@@ -51,7 +52,8 @@ SERVING_MODEL = [
     "Pollaczek-Khinchine; a closed loop's queue sees arrivals per step, lambda T / Tp while busy) + own chunks + "
     "the tokens packed beside it in its last step. Fixed lengths in a closed loop: a stated share of the users "
     "comes back in lock-step groups (each waiting out the group before it; published runs lock partly), and all "
-    "of them locked is the other end of the range, shown as lock-step.",
+    "of them locked is the other end of the range, shown as lock-step; with prefill apart and no think time all "
+    "of them come back as one round, priced step by step (below).",
     "TPOT per request = T0 + kappa x prefill time in its lifetime / n, kappa = 1 - T0/Tp (1 with prefill apart): "
     "a compound Poisson sum (variance "
     "lambda L E[S^2]) plus the batch's swing (Poisson; binomial for N users), amplified by the batch's feedback "
@@ -164,6 +166,8 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         "all, above ITL's p99 while under 1%; TPOT is each request's mean gap, so its tail can pass ITL's p99)",
         _feedback_line(r, pt),
     ]  # fmt: skip
+    if pt.round is not None:  # whole lock-step rounds: the round's arithmetic in place of the queue's
+        fixed, queue = _round_lines(plan, row, r, pt.round), []
     running = f"{r.max_running:,} ({row.choice.max_running_source})" if r.max_running and row.choice else "none"
     limits = r.load_limits() if not r.rate_driven else {}
     saturation = (f"saturation batch E[n] C / E[P'] = {r.saturation_batch:,.1f}" if math.isfinite(r.saturation_batch)
@@ -184,12 +188,36 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
         f"saturation = {cap.saturation_rps:.3f} req/s per replica; goodput = {cap.max_rate_rps:.3f} req/s "
         f"(at b = {cap.load:,.1f}); binding: {cap.binding}",
     ]
+    if pt.round is not None:
+        return [(head, steps), ("Lock-step round (prefill apart, fixed lengths, no think time)", fixed),
+                ("Saturation and goodput", limit), ("Fleet and cost", _fleet_lines(plan, row, r))]  # fmt: skip
     return [
         (head, steps),
         ("Fixed point (Little's law)", fixed),
         ("Queue (M/G/1 on prefill work)", queue),
         ("Saturation and goodput", limit),
         ("Fleet and cost", _fleet_lines(plan, row, r)),
+    ]
+
+
+def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
+    """A loop in whole rounds (rounds.py): every user's prompt before any decode, then the decodes together."""
+    t, x = plan.traffic, row.expected
+    n, prompt = r.decode_steps_mean, r.prompts[0].tokens
+    users = found.users
+    return [
+        f"prefill runs apart and waiting prompts go first, so all N = {users:,.1f} users' prompts run before any "
+        "decode: all of them start decoding in one step, finish in one step and come back together (rounds.py)",
+        f"prefill: k = ceil(N P' / C) = ceil({users:,.1f} x {prompt:,} / {r.chunk:,}) = {found.prefill_steps:,} steps "
+        f"of up to {r.chunk:,} prompt tokens, sum L = {fmt.ms(found.prefill_s)}; request m's first token ends step "
+        f"ceil(m P' / C): TTFT_m = c + L_1 + ... + L_j, c = {fmt.ms(r.overhead_s)}",
+        f"decode: n = {n:,.0f} steps at batch N, D = n x the step at the mean context = {fmt.ms(found.decode_s)}; "
+        "TPOT_m = (the prefill steps after its own + D) / n",
+        f"rate X = N / (RTT + c + sum L + D) = {users:,.1f} / ({fmt.ms(t.client_rtt_s)} + {fmt.ms(r.overhead_s)} + "
+        f"{fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}) = {found.rate_rps:.3f} req/s per replica",
+        f"TTFT p50/p90/p99 = {_triple(x.ttft_s)}; TPOT p50/p90/p99 = {_triple(x.tpot_s)}; ITL p50/p90/p99 = "
+        f"{_triple(x.itl_s)} (each request's first gap holds the prefill steps after its own: {1 / n:.2%} of the "
+        "gaps)",
     ]
 
 
@@ -404,10 +432,13 @@ def _fleet_lines(plan: Plan, row: Row, r: Replica) -> list[str]:
                  f"{x.max_rate_rps:.3f}) = {x.replicas}; GPUs = {x.replicas} x {tp} = {x.gpus}"]  # fmt: skip
     else:
         assert x.capacity is not None  # an aggregated fleet keeps the capacity it was sized at
-        held = users_capacity(r, x.capacity, t.think_time_s)
+        held = users_capacity(r, x.capacity, t.think_time_s, plan.slos)
         per = int(x.pools[0][0])  # the fleet's own count (size_aggregated)
         why = ("whole users the goodput state holds; at a load limit, those it holds without waiting for prefill"
                if held >= 1 else "one user alone meets every SLO, more miss them")  # fmt: skip
+        if x.point.round is not None and held >= 1:
+            why = ("the most whole users whose lock-step round meets every SLO, up to the knee and the running cap; "
+                   "one more breaks one or the limit binds")  # fmt: skip
         lines = [f"users per replica at goodput = {per:,} ({why}); replicas = ceil(users x (1 + headroom) / that) = "
                  f"ceil({t.concurrency:,} x {1 + h:g} / {per:,}) = {x.replicas}; GPUs = {x.replicas} x {tp} = "
                  f"{x.gpus}"]  # fmt: skip

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokcost.engine.estimate import SECONDS_PER_HOUR
 from tokcost.engine.layout import kv_heads_per_rank
@@ -165,7 +165,7 @@ def size_aggregated(
     per_replica: float = 0.0
     goodput = cap.max_rate_rps  # a closed loop's: the rate of the whole users a replica takes (below)
     if traffic.concurrency:
-        per_replica = users_capacity(replica, cap, traffic.think_time_s)
+        per_replica = users_capacity(replica, cap, traffic.think_time_s, slos)
         if per_replica < 1:  # users are whole: a replica holds one user alone, or the configuration fails
             lone = state_at_users(replica, 1.0, traffic.think_time_s)
             broken = broken_slos(replica, lone, slos) if lone is not None else []
@@ -175,6 +175,8 @@ def size_aggregated(
             per_replica = 1
         replicas = max(math.ceil(traffic.concurrency * (1 + headroom) / per_replica - 1e-9), 1)
         whole = state_at_users(replica, per_replica, traffic.think_time_s)
+        if whole is not None and whole.round is not None:  # whole rounds: what one more user's round breaks binds
+            cap = _round_capacity(replica, cap, per_replica, whole, slos)
         # never past the saturation read at the load limit (capacity: the rate can dip by parts in ten thousand near
         # it, where a KV-limited batch's steps grow)
         goodput = min(whole.rate_rps, cap.saturation_rps) if whole is not None else goodput
@@ -216,6 +218,15 @@ def size_aggregated(
         over_max_gpus=max_gpus is not None and gpus > max_gpus,
     )
     return fleet
+
+
+def _round_capacity(replica: Replica, cap: Capacity, users: int, whole: LoadPoint, slos: list[Slo]) -> Capacity:
+    """A loop in whole rounds (rounds.py): goodput is the round's rate at the users a replica takes, bound by the SLO
+    that one user more breaks, else by what the closed form's limit names."""
+    more = state_at_users(replica, users + 1, replica.traffic.think_time_s)
+    broken = broken_slos(replica, more, slos) if more is not None and more.round is not None else []
+    binding = f"{broken[0].label} SLO" if broken else cap.binding
+    return replace(cap, max_rate_rps=min(whole.rate_rps, cap.saturation_rps), load=whole.batch, binding=binding)
 
 
 def _lock_step_ttft(replica: Replica, traffic: Traffic, replicas: int) -> dict[str, float | None] | None:

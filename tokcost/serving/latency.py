@@ -294,7 +294,10 @@ def tail(r: Replica, pt: LoadPoint, metric: str, t: float) -> float:
 
 
 def tail_at(r: Replica, pt: LoadPoint, metric: str) -> Callable[[float], float]:
-    """P(metric > t) as a function of t: TTFT's branches and E2E's laws built once for every t asked."""
+    """P(metric > t) as a function of t: TTFT's branches and E2E's laws built once for every t asked (a loop in whole
+    rounds: its round's points, rounds.py)."""
+    if pt.round is not None:
+        return functools.partial(pt.round.tail, metric)
     if metric == "ttft":
         return ttft_tail_at(r, pt)
     if metric == "tpot":
@@ -317,6 +320,8 @@ def percentile(r: Replica, pt: LoadPoint, metric: str, q: float) -> float | None
     """The q-quantile of a metric in seconds; None where the metric does not apply."""
     if not applies(r, metric):
         return None
+    if pt.round is not None:
+        return pt.round.quantile(metric, q)
     if metric == "ttft":
         guess = pt.chunk_step_s + pt.wait_mean_s + r.overhead_s + pt.admission_wait_s
     elif metric in ("tpot", "itl"):

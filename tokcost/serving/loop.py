@@ -31,7 +31,8 @@ Closed loop (N users, think time Z, client round trip r; Schweitzer-Bard mean-va
   lands there: the closed form varying lengths use) and the lock-step one: real engines and clients lock only
   partly (PARTIAL_LOCK). The primary figure prices that share of the users in lock-step groups and the rest
   unlocked, a mixture; all of them locked is the range's other end (`Loop.lockable`, `Replica.lock_step`),
-  printed beside it.
+  printed beside it. An engine that runs prefill apart, every waiting prompt before any decode, never unlocks: all
+  its users form one group, priced as whole rounds (rounds.py), not as this mixture.
 """
 
 from __future__ import annotations

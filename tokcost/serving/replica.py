@@ -37,7 +37,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tokcost.engine.step import Scenario, Segment
 from tokcost.models.spec import ModelSpec
@@ -55,6 +55,9 @@ from tokcost.serving.replica_steps import ReplicaCurves, bracket, interpolate, i
 from tokcost.serving.sharing import Joiners, step_share
 from tokcost.serving.steps import Deployment, Shape, Steps, replica_kv_tokens
 from tokcost.serving.traffic import OUTPUT_GRID_POINTS, PROMPT_GRID_POINTS, Traffic
+
+if TYPE_CHECKING:
+    from tokcost.serving.rounds import Round
 
 Role = Literal["both", "prefill", "decode"]
 ANCHOR_STRIDE = 4  # prompt grid points between two whose lone cost is priced by the engine
@@ -120,6 +123,9 @@ class LoadPoint:
     clump: float = 0.0
     clump_step_s: float = 0.0
     clump_sojourn_s: float = 0.0  # E[T] it counts from: the wait and prefill, as far as the free slots reach
+    # a closed loop that runs in whole lock-step rounds (rounds.py): its latencies and rate, exact; None: the closed
+    # form's mixture
+    round: Round | None = None
 
     @property
     def decode_share(self) -> float:

@@ -396,6 +396,8 @@ def ttft_tail_at(r: Replica, pt: LoadPoint) -> Callable[[float], float]:
 
 def ttft_moments(r: Replica, pt: LoadPoint) -> Moments:
     """Mean, variance and third central moment of TTFT."""
+    if pt.round is not None:  # a loop in whole rounds: its requests' TTFTs (rounds.py)
+        return pt.round.moments("ttft")
     wait, branched = admitted(r, pt)
     parts = [
         (w, Moments(c) + Moments.gamma(mean, shape) + Moments.uniform(width))
