@@ -148,8 +148,9 @@ def users_capacity(replica: Replica, cap: Capacity, think_time_s: float, slos: l
     users, up to that knee and the running cap, whose round meets every SLO (its latencies grow with the users)."""
     if think_time_s == 0 and locks_whole(replica):
         knee = replace(replica.state(replica.load_limit()), wait_mean_s=0.0, queue_rho=0.0)
-        top = min(math.floor(users_in_system(replica, knee, 0.0) + 1e-9), math.floor(replica.running_cap()))
-        return round_users(replica, slos or [], max(top, 0))
+        top = min(users_in_system(replica, knee, 0.0) + 1e-9, held(replica))  # held: inf where nothing caps it
+        if math.isfinite(top):
+            return round_users(replica, slos or [], max(math.floor(top), 0))
     pt = replica.state(cap.load)
     if not cap.binding.endswith(" SLO"):
         pt = replace(pt, wait_mean_s=0.0, queue_rho=0.0)
