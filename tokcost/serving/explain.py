@@ -15,7 +15,7 @@ from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.loop import others_decoding
 from tokcost.serving.replica import LoadPoint, Replica, busy_idle_cycle
-from tokcost.serving.rounds import Round
+from tokcost.serving.rounds import Round, held
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import (
     final_step_extra,
@@ -205,6 +205,14 @@ def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
     t, x = plan.traffic, row.expected
     n, prompt = r.decode_steps_mean, r.prompts[0].tokens
     users = found.users
+    cycle = f"{fmt.ms(t.client_rtt_s)} + {fmt.ms(r.overhead_s)} + {fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}"
+    rate = f"rate X = N / (RTT + c + sum L + D) = {users:,.1f} / ({cycle}) = {found.rate_rps:.3f} req/s per replica"
+    if users > held(r):
+        rate = (
+            f"more users than a round holds (K = {held(r):,.0f}): rounds of K back to back, X = K / (sum L + D) = "
+            f"{found.rate_rps:.3f} req/s per replica, and each request waits its turn, {fmt.ms(found.wait_s)} on "
+            "average (N / X - RTT - a lone round's E2E; whole rounds by its place in the queue), on TTFT alone"
+        )
     return [
         f"prefill runs apart and waiting prompts go first, so all N = {users:,.1f} users' prompts run before any "
         "decode: all of them start decoding in one step, finish in one step and come back together (rounds.py)",
@@ -213,8 +221,7 @@ def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
         f"ceil(m P' / C): TTFT_m = c + L_1 + ... + L_j, c = {fmt.ms(r.overhead_s)}",
         f"decode: n = {n:,.0f} steps at batch N, D = n x the step at the mean context = {fmt.ms(found.decode_s)}; "
         "TPOT_m = (the prefill steps after its own + D) / n",
-        f"rate X = N / (RTT + c + sum L + D) = {users:,.1f} / ({fmt.ms(t.client_rtt_s)} + {fmt.ms(r.overhead_s)} + "
-        f"{fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}) = {found.rate_rps:.3f} req/s per replica",
+        rate,
         f"TTFT p50/p90/p99 = {_triple(x.ttft_s)}; TPOT p50/p90/p99 = {_triple(x.tpot_s)}; ITL p50/p90/p99 = "
         f"{_triple(x.itl_s)} (each request's first gap holds the prefill steps after its own: {1 / n:.2%} of the "
         "gaps)",

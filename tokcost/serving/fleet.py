@@ -25,7 +25,14 @@ from tokcost.engine.layout import kv_heads_per_rank
 from tokcost.engine.workload import resolve_precision
 from tokcost.hardware.spec import Link
 from tokcost.models.spec import ModelSpec
-from tokcost.serving.capacity import Capacity, capacity, state_at_rate, state_at_users, users_capacity
+from tokcost.serving.capacity import (
+    Capacity,
+    capacity,
+    limit_label,
+    state_at_rate,
+    state_at_users,
+    users_capacity,
+)
 from tokcost.serving.latency import broken_slos, e2e_tail, e2e_tail_at, percentile, ttft_moments
 from tokcost.serving.queueing import Moments, quantile
 from tokcost.serving.replica import LoadPoint, Replica
@@ -130,6 +137,9 @@ def cost_shares(replica: Replica, pt: LoadPoint) -> tuple[float, float]:
     (busy_share), decode the rest."""
     if replica.decode_steps_mean <= 0:  # one-token answers: no decode step, the prefill is the whole busy time
         return 1.0, 0.0
+    if pt.round is not None:  # whole rounds: a round's prefill steps against its decode steps, the busy time exactly
+        busy = pt.round.prefill_s + pt.round.decode_s
+        return pt.round.prefill_s / busy, pt.round.decode_s / busy
     prefill, busy = pt.decode_share * pt.rho, busy_share(pt)
     if lone_split(replica, pt):  # vanishing load: one request's own prefill against its decode
         alone = sum(p.weight * a for p, a in zip(replica.prompts, pt.alone_s, strict=True))
@@ -177,6 +187,7 @@ def size_aggregated(
         whole = state_at_users(replica, per_replica, traffic.think_time_s)
         if whole is not None and whole.round is not None:  # whole rounds: what one more user's round breaks binds
             cap = _round_capacity(replica, cap, per_replica, whole, slos)
+            replicas = _rounds_that_meet(replica, traffic, slos, replicas)
         # never past the saturation read at the load limit (capacity: the rate can dip by parts in ten thousand near
         # it, where a KV-limited batch's steps grow)
         goodput = min(whole.rate_rps, cap.saturation_rps) if whole is not None else goodput
@@ -222,11 +233,28 @@ def size_aggregated(
 
 def _round_capacity(replica: Replica, cap: Capacity, users: int, whole: LoadPoint, slos: list[Slo]) -> Capacity:
     """A loop in whole rounds (rounds.py): goodput is the round's rate at the users a replica takes, bound by the SLO
-    that one user more breaks, else by what the closed form's limit names."""
+    that one user more breaks while a round still holds them all, else by what caps a round (the running cap, the KV
+    cache) or, where nothing does, the closed form's limit. The round's rate is exact, so it sets saturation where it
+    passes the closed form's."""
     more = state_at_users(replica, users + 1, replica.traffic.think_time_s)
-    broken = broken_slos(replica, more, slos) if more is not None and more.round is not None else []
-    binding = f"{broken[0].label} SLO" if broken else cap.binding
-    return replace(cap, max_rate_rps=min(whole.rate_rps, cap.saturation_rps), load=whole.batch, binding=binding)
+    whole_round = more is not None and more.round is not None and more.round.wait_s <= 0
+    broken = broken_slos(replica, more, slos) if whole_round and more is not None else []
+    binding = f"{broken[0].label} SLO" if broken else limit_label(replica)
+    saturation = max(cap.saturation_rps, whole.rate_rps)
+    return replace(cap, max_rate_rps=whole.rate_rps, saturation_rps=saturation, load=whole.batch, binding=binding)
+
+
+def _rounds_that_meet(replica: Replica, traffic: Traffic, slos: list[Slo], replicas: int) -> int:
+    """The replicas whose users' rounds meet every SLO: a round's tail need not grow with every user (round_users),
+    so the count each replica is given is checked, and a replica added until it meets them, at most until one user
+    a replica (a configuration whose lone user breaks an SLO has failed before this)."""
+    users = traffic.concurrency or 0
+    while replicas < users:
+        pt = state_at_users(replica, users / replicas, traffic.think_time_s)
+        if pt is not None and not broken_slos(replica, pt, slos):
+            break
+        replicas += 1
+    return replicas
 
 
 def _lock_step_ttft(replica: Replica, traffic: Traffic, replicas: int) -> dict[str, float | None] | None:

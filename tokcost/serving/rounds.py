@@ -63,15 +63,16 @@ class Round:
         return sum(w for w, x in self.points(metric) if x > t)
 
     def quantile(self, metric: str, q: float) -> float:
-        """The q-quantile as a harness reads it over many rounds (linear between order statistics, numpy's): the
-        value whose share of the requests spans q, or halfway to the next value where q falls on the edge between
-        two (16 users, half of them in each of two prefill steps: p50 is the mean of the two TTFTs)."""
+        """The q-quantile as the harnesses read it over many rounds: the value whose share of the requests spans q;
+        where q falls on the edge between two values, numpy's linear rule between order statistics gives the lower
+        plus (1 - q) of the step up (16 users, half of them in each of two prefill steps: p50 is the mean of the two
+        TTFTs). ITL pools gaps and takes the lower value there, as the simulator's pooled gaps do."""
         total = 0.0
         ordered = sorted(self.points(metric), key=lambda p: p[1])
         for i, (w, x) in enumerate(ordered):
             total += w
             if abs(total - q) <= EDGE and i + 1 < len(ordered):
-                return (x + ordered[i + 1][1]) / 2
+                return x if metric == "itl" else x + (1 - q) * (ordered[i + 1][1] - x)
             if total > q:
                 return x
         return ordered[-1][1]
@@ -85,10 +86,11 @@ class Round:
 
 def locks_whole(replica: Replica) -> bool:
     """Whether this replica's closed loop runs in whole rounds: prefill apart, fixed lengths, no think time, one
-    replica serving both phases, prompts and decodes."""
+    replica serving both phases, prompts and decodes, one decode step per scheduling decision (under multi-step
+    scheduling a prompt that finishes mid-window waits for the window's end, which the round does not price)."""
     t = replica.traffic
     return (replica.prefill_apart and replica.loop.lockable and t.think_time_s == 0 and replica.role == "both"
-            and bool(replica.prompts) and replica.decodes)  # fmt: skip
+            and bool(replica.prompts) and replica.decodes and replica.scheduler_steps == 1)  # fmt: skip
 
 
 def held(replica: Replica) -> float:
@@ -123,9 +125,13 @@ def whole_round(replica: Replica, users: int) -> Round:
     for seconds in prefill:
         done.append(done[-1] + seconds)
     total = done[-1]
-    first = steps.seconds([Segment(users, p0 + prompt, 1)])  # the first decode step: the prompt's KV and token 1
-    last = steps.seconds([Segment(users, p0 + prompt + n - 1, 1)])
-    decode = n * (first + last) / 2  # linear in the context: the mean step prices the sum
+    start = p0 + prompt  # the first decode step's cached context: the prompt's KV (token 1 is computed in it)
+
+    def step_at(i: float) -> float:  # the i-th decode step (1 .. n), its context start + i - 1
+        return steps.seconds([Segment(users, start + i - 1, 1)])
+
+    first = step_at(1)
+    decode = n * steps.decode_mean(users, start, start + n - 1)  # every step's context, exactly
     c = replica.overhead_s
     w = 1 / users
     ttft = tuple((w, c + done[j]) for j in ends)
@@ -133,29 +139,40 @@ def whole_round(replica: Replica, users: int) -> Round:
     tpot = tuple((w, (a + decode) / n) for a in after)
     e2e = ((1.0, c + total + decode),)
     gaps = [(w / n, a + first) for a in after]
-    if n > 1:  # the other n - 1 gaps: decode steps from the second to the last, rising linearly
+    if n > 1:  # the other n - 1 gaps: decode steps 2 .. n, at evenly spaced contexts
         points = min(GAP_POINTS, n - 1)
         rest = (n - 1) / n / points
-        step = (last - first) / (n - 1)
-        gaps += [(rest, first + step * (1 + (n - 2) * (i + 0.5) / points)) for i in range(points)]
+        gaps += [(rest, step_at(2 + (n - 2) * (i + 0.5) / points)) for i in range(points)]
     rate = users / (t.client_rtt_s + c + total + decode)
     return Round(float(users), rate, ttft, tpot, e2e, tuple(gaps), len(prefill), total, decode)
 
 
 def queued(replica: Replica, most: int, users: float) -> Round:
-    """More users than a round holds (`most`: the running cap or the KV cache's sequences): rounds of `most` users
-    run back to back, as a full group waits whenever one ends, and the rest wait for a slot. The rate is most / (sum L
-    + D), the TPOT the round's, and each request waits its turn: W = users / rate - (r + E2E of the round), the part
-    of a user's cycle the round and the round trip do not take (Little), on TTFT and E2E alone."""
+    """More users than a round holds (`most`, K: the running cap or the KV cache's sequences): rounds of K run back to
+    back, the users taking them in turn first come first served, so the rate is K / R (R = sum L + D, the round's
+    length). Of N = q K + s users, a round's first s places go to users who waited q rounds since their last token
+    and the rest to users who waited q - 1: place p in one round comes back s places later, past the round's end
+    for the last s. A user's next request lands RTT + c after its round's end, into the round then running (or one
+    q - 1 rounds later), whose steps started without it: its TTFT is (the rounds it waited) R + the prefill steps up
+    to its own place - RTT, the mean wait Little's, N / rate - (RTT + E2E of a round alone). TPOT is the round's
+    (the simulator gives the same figures). A round whose waiting prompts fill less than its first step is packed
+    full here, where the engine runs that step with them alone."""
     one = whole_round(replica, most)
-    rate = most / (one.prefill_s + one.decode_s)
-    wait = max(users / rate - replica.traffic.client_rtt_s - one.mean("e2e"), 0.0)
+    length = one.prefill_s + one.decode_s
+    rate = most / length
+    offset = replica.traffic.client_rtt_s + replica.overhead_s  # a request lands this long after the last token
+    q = math.floor(users / most + 1e-12)
+    s = users - q * most
+    # the wait of place p (0-based): q rounds for the first s places (a fractional s: its last place in part), q - 1
+    # for the rest, less the time from the round's end to the request's landing
+    waits = [(q - 1 + min(max(s - p, 0.0), 1.0)) * length - offset for p in range(most)]
+    wait = sum(waits) / most
 
     def later(points: Points) -> Points:
-        return tuple((w, x + wait) for w, x in points)
+        return tuple((w, x + extra) for (w, x), extra in zip(points, waits, strict=True))
 
-    return Round(users, rate, later(one.ttft), one.tpot, later(one.e2e), one.itl, one.prefill_steps, one.prefill_s,
-                 one.decode_s, wait)  # fmt: skip
+    return Round(users, rate, later(one.ttft), one.tpot, tuple((1 / most, one.e2e[0][1] + w) for w in waits), one.itl,
+                 one.prefill_steps, one.prefill_s, one.decode_s, wait)  # fmt: skip
 
 
 def _prefill_steps(replica: Replica, users: int, prompt: int) -> list[float]:

@@ -104,12 +104,20 @@ class Steps:
     def decode_line(self, batch: int, context: float) -> tuple[float, float, float]:
         """A decode-only step of `batch` sequences at mean `context` as a line in the context: (seconds, seconds
         per token of context, the context up to which the line holds exactly)."""
+        return self._lines(batch).line(context)
+
+    def decode_mean(self, batch: int, first: int, last: int) -> float:
+        """The mean decode-only step of `batch` sequences over cached contexts first..last, every step exactly (a
+        sliding window that fills bends the line)."""
+        return self._lines(batch).mean(first, last)
+
+    def _lines(self, batch: int) -> DecodeLines:
         lines = self._decode.get(batch)
         if lines is None:
             if len(self._decode) >= DECODE_LINES_KEPT:
                 self._decode.clear()
             lines = self._decode[batch] = DecodeLines(self.engine, batch)
-        return lines.line(context)
+        return lines
 
     def pass_cost(self, batch: float, shape: Shape) -> PassCost:
         """A pass of `batch` decode tokens at the decode context plus the prefill `shape`."""
