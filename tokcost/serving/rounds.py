@@ -28,7 +28,7 @@ measured TTFT 1.38-9.20 s and TPOT 18.7-93.9 ms, where this round's lock is what
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokcost.engine.step import Segment
 from tokcost.serving.queueing import Moments
@@ -95,7 +95,8 @@ def locks_whole(replica: Replica) -> bool:
 
 def held(replica: Replica) -> float:
     """The users one round can hold: the running cap and the sequences the KV cache holds whole."""
-    return math.floor(replica.running_cap()) if math.isfinite(replica.running_cap()) else math.inf
+    cap = replica.running_cap()
+    return math.floor(cap) if math.isfinite(cap) else math.inf
 
 
 def round_at(replica: Replica, users: float) -> Round:
@@ -110,7 +111,7 @@ def round_at(replica: Replica, users: float) -> Round:
         return whole_round(replica, max(low, 1))
     high = whole_round(replica, low + 1)
     if low == 0:  # a part of one user: that user's round, at that part of its rate
-        return _scaled(high, share, users)
+        return replace(high, users=users, rate_rps=high.rate_rps * share)
     return _mixed(whole_round(replica, low), high, share, users)
 
 
@@ -171,8 +172,8 @@ def queued(replica: Replica, most: int, users: float) -> Round:
     def later(points: Points) -> Points:
         return tuple((w, x + extra) for (w, x), extra in zip(points, waits, strict=True))
 
-    return Round(users, rate, later(one.ttft), one.tpot, tuple((1 / most, one.e2e[0][1] + w) for w in waits), one.itl,
-                 one.prefill_steps, one.prefill_s, one.decode_s, wait)  # fmt: skip
+    e2e = tuple((1 / most, one.e2e[0][1] + w) for w in waits)
+    return replace(one, users=users, rate_rps=rate, ttft=later(one.ttft), e2e=e2e, wait_s=wait)
 
 
 def _prefill_steps(replica: Replica, users: int, prompt: int) -> list[float]:
@@ -196,12 +197,6 @@ def _prefill_steps(replica: Replica, users: int, prompt: int) -> list[float]:
         out.append(priced[key])
         position = stop
     return out
-
-
-def _scaled(one: Round, share: float, users: float) -> Round:
-    """A part of one user's round: its latencies, a share of its rate."""
-    return Round(users, one.rate_rps * share, one.ttft, one.tpot, one.e2e, one.itl, one.prefill_steps,
-                 one.prefill_s, one.decode_s)  # fmt: skip
 
 
 def _mixed(low: Round, high: Round, share: float, users: float) -> Round:
