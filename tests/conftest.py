@@ -19,9 +19,12 @@ from hypothesis import HealthCheck, settings
 from tokcost.cli.app import main
 
 # Property tests never depend on the machine's load: no deadline per example, and no failure when a loaded
-# machine generates examples slowly (what a test sets itself, such as max_examples, still applies).
-settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# machine generates examples slowly (what a test sets itself, such as max_examples, still applies). They draw the
+# same examples on every run (derandomize), so CI passes or fails on the code alone; `pytest
+# --hypothesis-profile=explore --hypothesis-seed=N` draws new ones to hunt for counterexamples.
+settings.register_profile("tokcost", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.load_profile("tokcost")
+settings.register_profile("explore", parent=settings.get_profile("tokcost"), derandomize=False)
 settings.register_profile("quick", parent=settings.get_profile("tokcost"), max_examples=tiers.QUICK_MAX_EXAMPLES)
 
 # A shell starts a background job with SIGINT ignored (nohup: SIGHUP too), and a child process keeps an ignored
