@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import statistics
 
 import pytest
 from hypothesis import assume, example, given, settings
@@ -59,6 +60,20 @@ def test_a_round_by_hand_from_the_engines_step_prices():
     # the first gap of users 1 and 2 holds step 2 and the first decode step: 2 of the 12 gaps
     assert found.quantile("itl", 1.0) == pytest.approx(l2 + t0[0], rel=1e-12)
     assert found.tail("itl", t0[-1] * 1.001) == pytest.approx(2 / 12)
+
+
+def test_the_simulators_gaps_hold_only_the_prefill_steps_after_a_requests_own_first_token():
+    # 8 users, 1,000-token prompts, 2 tokens out, chunk 2,048: four prefill steps of two prompts each, then one
+    # decode step; each request has exactly one gap, from its first token to its second, so the pooled gaps are the
+    # requests' TPOTs: the first pair waits out steps 2-4, the last pair none (the simulator once charged every
+    # decoder all four steps)
+    r = _replica(8, 1000, 2)
+    sim = simulate_replica(r, r.traffic, requests=400, seed=3)
+    assert sim.itl_mean_s == pytest.approx(statistics.fmean(sim.tpot_s), rel=1e-9)
+    # the four values, one per pair, as the round prices them (its decode step at the mean context: 1e-4)
+    assert sorted({round(x, 9) for x in sim.tpot_s}) == pytest.approx(
+        sorted({x for _, x in whole_round(r, 8).tpot}), rel=1e-4
+    )
 
 
 @pytest.mark.parametrize(

@@ -190,7 +190,9 @@ class _Run:
                  rtt_spread_s: float = 0.0, lookahead: bool = False, prefill_apart: bool = False) -> None:  # fmt: skip
         self.steps, self.traffic, self.chunk, self.requests, self.rng = steps, traffic, chunk, requests, rng
         self.rtt_spread, self.lookahead, self.apart = rtt_spread_s, lookahead, prefill_apart
-        self.stall, self.stalled = 0.0, 0  # prefill apart since the decoders' last token, and how many waited it
+        self.stalls: list[
+            tuple[float, int]
+        ] = []  # prefill steps apart since the decoders' last token: (seconds, decoders)
         self.cap = max_running if max_running is not None and math.isfinite(max_running) else math.inf
         self.window = max(scheduler_steps, 1)
         self.overhead = steps.request_overhead_s
@@ -293,7 +295,7 @@ class _Run:
             if self.apart:  # the prompts' step runs alone: the decoders get no token from it and wait it out
                 seconds = self.steps.seconds(segments[1:] if b else segments)
                 if b:
-                    self.stall, self.stalled = self.stall + seconds, b
+                    self.stalls.append((seconds, b))
                 return seconds, True, completed, seconds
             seconds = self.steps.seconds(segments)
             if b:
@@ -323,14 +325,18 @@ class _Run:
         return jump * first + slope * jump * (jump - 1) / 2, first + slope * (jump - 1)
 
     def gap(self, end: float, seconds: float, b: int) -> None:
-        """A token for each of the b decoders at `end`: for those that waited out prefill apart since their last
-        token, the gap holds it (prompts that finished meanwhile got their first token at its end)."""
-        waited = min(self.stalled, b)
-        if waited:
-            self.itl.append((end, seconds + self.stall, 0.0, 1, waited))
-        if b > waited:
-            self.itl.append((end, seconds, 0.0, 1, b - waited))
-        self.stall, self.stalled = 0.0, 0
+        """A token for each of the b decoders at `end`: a decoder's gap holds the prefill steps apart that ran since
+        its last token, so one whose first token came out of one of those steps waits out only the steps after it
+        (the decoders only grow while prefill runs apart: each step's count says who had joined by then)."""
+        joined, rest = 0, sum(s for s, _ in self.stalls)
+        for step_s, present in self.stalls:
+            if present > joined:
+                self.itl.append((end, seconds + rest, 0.0, 1, min(present, b) - joined))
+                joined = min(present, b)
+            rest -= step_s
+        if b > joined:
+            self.itl.append((end, seconds, 0.0, 1, b - joined))
+        self.stalls = []
 
     def end_step(self, s: _Server, t: float, completed: list[_Request], *, decoded: bool = True) -> None:
         """Tokens out at time t: decoders that finish leave, prompts done emit their first token. A prefill step
