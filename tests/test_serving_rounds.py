@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import statistics
 
 import pytest
@@ -27,18 +28,21 @@ from tokcost.serving.latency import e2e_mean, percentile
 from tokcost.serving.layout import Layout
 from tokcost.serving.predict import predict
 from tokcost.serving.replica import build_replica
-from tokcost.serving.rounds import held, locks_whole, round_at, whole_round
+from tokcost.serving.rounds import QUEUED_ROUNDS, held, locks_whole, round_at, whole_round
 from tokcost.serving.simulate import simulate_replica
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import CLIENT_RTT_S, LengthDist, Traffic
 
 
 def _replica(users: int, prompt: int, output: int, *, chunk: int = 2048, apart: bool = True,
-             model: str = "llama-3.1-8b", tp: int = 1, think_s: float = 0.0, prompt_kind: str = "fixed"):  # fmt: skip
+             model: str = "llama-3.1-8b", tp: int = 1, think_s: float = 0.0, prompt_kind: str = "fixed",
+             lookahead: bool = False):  # fmt: skip
     traffic = Traffic(LengthDist(prompt_kind, prompt), LengthDist("fixed", output), concurrency=users,
                       think_time_s=think_s)  # fmt: skip
     deployment = Deployment(load_gpu("h100-sxm"), Layout(tp), engine=engine_for("sglang"))
-    return build_replica(load_model(model), deployment, traffic, chunk, "expected", prefill_apart=apart)
+    return build_replica(
+        load_model(model), deployment, traffic, chunk, "expected", prefill_apart=apart, lookahead=lookahead
+    )
 
 
 def test_a_round_by_hand_from_the_engines_step_prices():
@@ -133,37 +137,42 @@ def test_where_whole_rounds_apply(kw, expected):
 
 
 def test_users_past_what_a_round_holds_wait_for_a_slot_on_ttft_not_tpot():
-    # 64 users on 32 running slots: rounds of 32 back to back (a full group waits whenever one ends), each request
-    # waiting its turn, W = users / rate - (r + the round's E2E); TPOT is the 32-user round's
+    # 64 users on 32 running slots: rounds of 32 back to back (a full group waits whenever one ends; the simulator's
+    # steady state, rounds.queued), each request waiting its turn, W = users / rate - (r + the round's E2E); TPOT
+    # is the 32-user round's
     model, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     kw = {"tp": 1, "prompt_tokens": 1000, "output_tokens": 100, "engine": engine_for("sglang"), "prefill_apart": True,
           "max_running": 32, "chunk": 2048}  # fmt: skip
     under, over = predict(model, h100, concurrency=32, **kw), predict(model, h100, concurrency=64, **kw)
-    assert over.tpot_s == under.tpot_s
+    assert over.tpot_s == pytest.approx(under.tpot_s, rel=1e-3)  # the simulator prices each step's own context
     r = _replica(64, 1000, 100)
     r.max_running = 32
     one = whole_round(r, 32)
     rate = 32 / (one.prefill_s + one.decode_s)
     wait = 64 / rate - CLIENT_RTT_S - one.mean("e2e")
-    assert over.rate_rps == pytest.approx(rate, rel=1e-9)
-    assert over.means_s["ttft_s"] == pytest.approx(under.means_s["ttft_s"] + wait, rel=1e-6)
+    assert over.rate_rps == pytest.approx(rate, rel=1e-3)
+    assert over.means_s["ttft_s"] == pytest.approx(under.means_s["ttft_s"] + wait, rel=1e-3)
     assert wait > under.means_s["e2e_s"] * 0.9  # about a whole round more
 
 
-@pytest.mark.parametrize("users", [40, 48, 100])
-def test_rounds_past_the_cap_are_what_the_simulation_runs(users):
-    # 32 running slots: rounds of 32 back to back; of N = 32 q + s users a round's first s places waited q rounds
-    # and the rest q - 1, each landing into a round already running (one wait for all put p50 TTFT 36% short at 48)
-    r = _replica(users, 1000, 100)
+@pytest.mark.parametrize(("users", "lookahead"), [(33, False), (33, True), (48, False), (100, True)])
+def test_past_the_cap_a_loop_is_the_simulators_steady_state(users, lookahead):
+    # past 32 running slots the groups split as slots free: a few users left over get a prefill step of their own
+    # and overlap scheduling staggers them (rounds of 32 back to back put p50 TTFT at 916 ms against the 112 ms
+    # simulated at 33 users, 2,000 / 50 tokens). So the figures are the simulator's over a benchmark's length
+    # (QUEUED_ROUNDS requests a user): its latencies and pooled gaps read back as the simulation reads them,
+    # Little's law holds, and every request still waits out at least its own prefill
+    r = _replica(users, 1000, 100, lookahead=lookahead)
     r.max_running = 32
     pt = state_at_users(r, users, 0.0)
-    assert pt is not None and pt.round is not None and pt.round.wait_s > 0
-    sim = simulate_replica(r, r.traffic, requests=40 * users, seed=3)
-    for metric in ("ttft", "tpot", "e2e"):
+    assert pt is not None and pt.round is not None and pt.round.wait_s >= 0  # staggered, 33 may wait less than 32
+    sim = simulate_replica(r, r.traffic, requests=QUEUED_ROUNDS * users, seed=5, max_running=32)
+    for metric in ("ttft", "tpot", "e2e", "itl"):
         for q in (0.5, 0.9):
             assert percentile(r, pt, metric, q) == pytest.approx(sim.percentile(metric, q), rel=0.02), (metric, q)
     assert pt.rate_rps == pytest.approx(sim.rate_rps, rel=0.01)
-    assert users == pytest.approx(pt.rate_rps * (e2e_mean(r, pt) + CLIENT_RTT_S), rel=1e-9)  # Little
+    assert users == pytest.approx(pt.rate_rps * (e2e_mean(r, pt) + CLIENT_RTT_S), rel=0.02)  # Little
+    assert min(x for _, x in pt.round.ttft) >= r.overhead_s + whole_round(r, 1).prefill_s * (1 - 1e-9)
 
 
 def test_a_quantile_on_the_edge_between_two_values_reads_as_numpy_over_many_rounds():
@@ -229,3 +238,15 @@ def test_plan_sizes_rounds_so_that_one_user_more_would_break_the_slo():
     # the fleet's TTFT is the round of its users per replica
     users = 64 / expected["replicas"]
     assert expected["ttft_s"]["p90"] == pytest.approx(round_at(r, users).quantile("ttft", 0.9), rel=1e-9)
+
+
+def test_explain_splits_a_rounds_cost_by_its_own_steps():
+    # the input share --explain prints is the round's sum L / (sum L + D), the figures it names
+    plan = _plan_json("--explain")
+    line = next(x for x in plan["explain"] if "busy-time split" in x)
+    found = re.search(r"= ([\d.,]+) ms / \(([\d.,]+) ms \+ ([\d.,]+) ms\): input share ([\d.]+)%", line)
+    assert found, line
+    prefill, again, decode, share = (float(g.replace(",", "")) for g in found.groups())
+    assert prefill == again
+    assert share == pytest.approx(100 * prefill / (prefill + decode), abs=0.15)  # printed to 0.1% and 0.1 ms
+    assert plan["configs"][0]["expected"]["usd_per_hour"] > 0

@@ -209,9 +209,11 @@ def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
     rate = f"rate X = N / (RTT + c + sum L + D) = {users:,.1f} / ({cycle}) = {found.rate_rps:.3f} req/s per replica"
     if users > held(r):
         rate = (
-            f"more users than a round holds (K = {held(r):,.0f}): rounds of K back to back, X = K / (sum L + D) = "
-            f"{found.rate_rps:.3f} req/s per replica, and each request waits its turn, {fmt.ms(found.wait_s)} on "
-            "average (N / X - RTT - a lone round's E2E; whole rounds by its place in the queue), on TTFT alone"
+            f"more users than a round holds (K = {held(r):,.0f}): the extra users wait for a slot and the groups "
+            "split as slots free (a few left over get a prefill step of their own; overlap scheduling staggers "
+            f"them), so the figures are the simulator's steady state (rounds.queued): X = {found.rate_rps:.3f} "
+            f"req/s per replica, each request waiting {fmt.ms(found.wait_s)} on average past a lone round's TTFT, "
+            "the step terms below those of a round of K"
         )
     return [
         f"prefill runs apart and waiting prompts go first, so all N = {users:,.1f} users' prompts run before any "
@@ -483,6 +485,12 @@ def _split_line(r: Replica, pt: LoadPoint, share_in: float, share_out: float) ->
     shares = f"input share {share_in:.1%}, output share {share_out:.1%}"
     if r.decode_steps_mean <= 0:
         return f"busy-time split: one-token answers, the prefill is the whole busy time: {shares}"
+    if pt.round is not None:
+        found = pt.round
+        return (
+            f"busy-time split: a round's prefill steps against its decode steps, sum L / (sum L + D) = "
+            f"{fmt.ms(found.prefill_s)} / ({fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}): {shares}"
+        )
     if lone_split(r, pt):
         return f"busy-time split: at this load, a lone request's own prefill against its decode steps: {shares}"
     k, rho = pt.decode_share, pt.rho
