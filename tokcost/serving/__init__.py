@@ -44,7 +44,8 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole run of prefill steps. Such an engine
    runs every waiting prompt before any decode, so a closed loop of fixed lengths with no think time comes back
    as one group: priced as whole rounds (rounds.py: the N prompts' prefill steps, then N decoding together), step
-   by step, in place of 1-4; past the running cap, rounds of the cap back to back and a wait for a slot.
+   by step, in place of 1-4; past the running cap, the simulator's figures over a benchmark's length (the
+   groups split as slots free, rounds.queued).
 5. Goodput (capacity.py): the largest rate meeting every SLO, by bisection on b; never above saturation,
    never lower for a looser SLO. Fleet (fleet.py): replicas = ceil(rate (1 + headroom) / goodput) (closed
    loop: in users, at a limit the users held without queueing); $/hour = GPUs x price, what plans rank by;

@@ -169,7 +169,8 @@ def round_state(replica: Replica, users: float) -> LoadPoint:
     tpot = found.mean("tpot")
     batch = found.rate_rps * replica.decode_steps_mean * tpot
     pt = replica.state(min(batch, replica.load_limit()))
-    # the share of time in prefill steps: a round's sum L over its cycle (users / rate, or back to back past a round)
+    # the share of time in prefill steps: a round's sum L over its cycle (users / rate; past a round, K's steps at
+    # the simulated rate)
     rho = found.prefill_s * found.rate_rps / min(found.users, held(replica))
     return replace(pt, batch=batch, rate_rps=found.rate_rps, tpot_mean_s=tpot, rho=rho,
                    admission_wait_s=max(found.wait_s, 0.0), round=found)  # fmt: skip
