@@ -122,8 +122,10 @@ def state_at_rate(replica: Replica, rate: float) -> LoadPoint | None:
 
 def users_in_system(replica: Replica, pt: LoadPoint, think_time_s: float) -> float:
     """Closed-loop users this state holds: rate x (mean E2E + the client's round trip + think time) (Little on
-    a user's cycle; the mean-value analysis of the loop)."""
-    return pt.rate_rps * (e2e_mean(replica, pt) + replica.traffic.client_rtt_s + think_time_s)
+    a user's cycle; the mean-value analysis of the loop), and the per-request cost where the E2E timed leaves it out
+    (timed at the engine: the client still pays it each cycle)."""
+    untimed = replica.request_cost_s - replica.overhead_s
+    return pt.rate_rps * (e2e_mean(replica, pt) + replica.traffic.client_rtt_s + untimed + think_time_s)
 
 
 def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadPoint | None:

@@ -205,7 +205,9 @@ def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
     t, x = plan.traffic, row.expected
     n, prompt = r.decode_steps_mean, r.prompts[0].tokens
     users = found.users
-    cycle = f"{fmt.ms(t.client_rtt_s)} + {fmt.ms(r.overhead_s)} + {fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}"
+    cycle = (
+        f"{fmt.ms(t.client_rtt_s)} + {fmt.ms(r.request_cost_s)} + {fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}"
+    )
     rate = f"rate X = N / (RTT + c + sum L + D) = {users:,.1f} / ({cycle}) = {found.rate_rps:.3f} req/s per replica"
     if users > held(r):
         rate = (

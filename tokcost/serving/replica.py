@@ -259,9 +259,12 @@ class Replica(ReplicaLimits, ReplicaCurves):
         self.scheduler_steps = 1  # multi-step scheduling: a new prompt joins at the end of a window of k steps
         self.lookahead = False  # overlap scheduling: each step's requests are chosen while the step before it runs
         self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
-        # the engine's per-request cost (HTTP, tokenization, scheduling) is on the TTFT a client times
-        self.overhead_s = steps.request_overhead_s if client_side else 0.0
-        self.loop = Loop.of(traffic, self.overhead_s)
+        # the engine's per-request cost (HTTP, tokenization, scheduling) sits between a client's send and the
+        # scheduler: always in a closed-loop client's cycle, on the TTFT only where a client times it
+        self.request_cost_s = steps.request_overhead_s
+        self.client_side = client_side
+        self.overhead_s = self.request_cost_s if client_side else 0.0
+        self.loop = Loop.of(traffic, self.request_cost_s)
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
         self.prompt_powers = tuple(p.moment(k) if prefills else 0.0 for k in range(1, 7))  # E[P'^1..6]

@@ -147,7 +147,7 @@ def whole_round(replica: Replica, users: int) -> Round:
         points = min(GAP_POINTS, n - 1)
         rest = (n - 1) / n / points
         gaps += [(rest, step_at(2 + (n - 2) * (i + 0.5) / points)) for i in range(points)]
-    rate = users / (t.client_rtt_s + c + total + decode)
+    rate = users / (replica.loop.offset_s + total + decode)  # the cycle: RTT + the request's cost + the round
     return Round(float(users), rate, ttft, tpot, e2e, tuple(gaps), len(prefill), total, decode)
 
 

@@ -156,17 +156,20 @@ class _Server:
 def simulate(
     steps: Steps, traffic: Traffic, chunk: int, *, requests: int = 4000, seed: int = 0, rate_rps: float | None = None,
     max_running: float | None = None, scheduler_steps: int = 1, rtt_spread_s: float = 0.0, lookahead: bool = False,
-    prefill_apart: bool = False, warmup: bool = True,
+    prefill_apart: bool = False, warmup: bool = True, client_side: bool = True,
 ) -> SimResult:  # fmt: skip
     """Run `requests` requests of `traffic` (at `rate_rps` if given) through one replica; `rtt_spread_s`: the mean
     of an exponential added to each closed-loop client's round trip (0: the benchmark's fixed round trip);
     `lookahead`: the scheduler decides each step while the one before it runs (overlap scheduling);
     `prefill_apart`: prompt tokens run in steps of their own, which the decoding sequences wait out; `warmup`
-    False: every request counts (a finite benchmark's statistics), else the first and last share are left out."""
+    False: every request counts (a finite benchmark's statistics), else the first and last share are left out;
+    `client_side`: TTFT and E2E as a client times them, with the engine's per-request cost (a closed-loop client's
+    cycle holds it either way)."""
     if max_running is not None and max_running < 1:  # nothing could ever start: no steady state to run
         raise ValueError(f"simulate needs a running slot: the running cap is {max_running:g} (the KV cache holds none)")
     run = _Run(steps, traffic, chunk, requests, random.Random(seed), rate_rps, max_running, scheduler_steps,
-               rtt_spread_s=rtt_spread_s, lookahead=lookahead, prefill_apart=prefill_apart)  # fmt: skip
+               rtt_spread_s=rtt_spread_s, lookahead=lookahead, prefill_apart=prefill_apart,
+               client_side=client_side)  # fmt: skip
     return run.run(warmup)
 
 
@@ -179,7 +182,7 @@ def simulate_replica(
     cap = replica.running_cap() if max_running is None else max_running
     return simulate(replica.steps, traffic, replica.chunk, requests=requests, seed=seed, rate_rps=rate_rps,
                     max_running=cap, scheduler_steps=replica.scheduler_steps, lookahead=replica.lookahead,
-                    prefill_apart=replica.prefill_apart, warmup=warmup)  # fmt: skip
+                    prefill_apart=replica.prefill_apart, warmup=warmup, client_side=replica.client_side)  # fmt: skip
 
 
 class _Run:
@@ -187,15 +190,16 @@ class _Run:
 
     def __init__(self, steps: Steps, traffic: Traffic, chunk: int, requests: int, rng: random.Random,
                  rate_rps: float | None, max_running: float | None, scheduler_steps: int, *,
-                 rtt_spread_s: float = 0.0, lookahead: bool = False, prefill_apart: bool = False) -> None:  # fmt: skip
+                 rtt_spread_s: float = 0.0, lookahead: bool = False, prefill_apart: bool = False,
+                 client_side: bool = True) -> None:  # fmt: skip
         self.steps, self.traffic, self.chunk, self.requests, self.rng = steps, traffic, chunk, requests, rng
         self.rtt_spread, self.lookahead, self.apart = rtt_spread_s, lookahead, prefill_apart
-        self.stalls: list[
-            tuple[float, int]
-        ] = []  # prefill steps apart since the decoders' last token: (seconds, decoders)
+        # prefill steps apart since the decoders' last token: (seconds, decoders)
+        self.stalls: list[tuple[float, int]] = []
         self.cap = max_running if max_running is not None and math.isfinite(max_running) else math.inf
         self.window = max(scheduler_steps, 1)
-        self.overhead = steps.request_overhead_s
+        self.overhead = steps.request_overhead_s  # in every closed-loop client's cycle
+        self.timed_overhead = self.overhead if client_side else 0.0  # on the TTFT and E2E reported
         self.rate = rate_rps if rate_rps is not None else traffic.rate_rps
         self.arrivals: list[tuple[float, int]] = []  # (time, request index) heap
         self.made = 0
@@ -375,7 +379,7 @@ class _Run:
         rounds = 2 * (self.traffic.concurrency or 0)  # closed loop: the start's burst settles within two rounds
         cut = min(max(int(WARMUP_FRACTION * n), rounds), n // 3) if warmup else 0
         kept = sorted(self.finished, key=lambda r: r.index)[cut : len(self.finished) - cut]
-        overhead = self.overhead
+        overhead = self.timed_overhead
         start, end = (min(r.arrival for r in kept), max(r.end for r in kept)) if kept else (0.0, 0.0)
         return SimResult(
             ttft_s=tuple(r.first_token - r.arrival + overhead for r in kept),
