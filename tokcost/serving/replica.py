@@ -259,11 +259,7 @@ class Replica(ReplicaLimits, ReplicaCurves):
         self.scheduler_steps = 1  # multi-step scheduling: a new prompt joins at the end of a window of k steps
         self.lookahead = False  # overlap scheduling: each step's requests are chosen while the step before it runs
         self.transfer_s = transfer_s  # decode instances: the KV's trip from the prefill pool, before decoding
-        # the engine's per-request cost (HTTP, tokenization, scheduling) sits between a client's send and the
-        # scheduler: always in a closed-loop client's cycle, on the TTFT only where a client times it
-        self.request_cost_s = steps.request_overhead_s
-        self.client_side = client_side
-        self.overhead_s = self.request_cost_s if client_side else 0.0
+        self.client_side = client_side  # TTFT and E2E as a client times them (overhead_s), else at the engine
         self.loop = Loop.of(traffic, self.request_cost_s)
         p, o, p0 = traffic.prompt, traffic.output, traffic.cached_prefix_tokens
         prefills, decodes = role != "decode", role != "prefill"
@@ -634,6 +630,17 @@ class Replica(ReplicaLimits, ReplicaCurves):
         locked.loop = replace(self.loop, locked=1.0)
         locked.stable_batch = locked.queue_stable_batch()  # its own loop's (the steady states never read it)
         return locked
+
+    @property
+    def request_cost_s(self) -> float:
+        """The engine's per-request cost (HTTP, tokenization, scheduling): it sits between a client's send and the
+        scheduler, so it is in every closed-loop client's cycle, whoever times the request."""
+        return self.steps.request_overhead_s
+
+    @property
+    def overhead_s(self) -> float:
+        """The per-request cost on the TTFT and E2E reported: a client's clock holds it, the engine's does not."""
+        return self.request_cost_s if self.client_side else 0.0
 
     def users_estimate(self, pt: LoadPoint) -> float:
         """Closed loop: the users this state holds, by Little without the TTFT model (decoding, queued, in their
