@@ -143,4 +143,12 @@ def test_plans_scheduler_note_names_the_cap():
         code = main(["plan", "-m", "llama-3.1-8b", "-g", "h200", "--tp", "4", "--engine", "sglang", "-p", "500",
                      "-o", "500", "--concurrency", "64", "-f", "markdown"])  # fmt: skip
     assert code == 0, err.getvalue()
-    assert "CUDA graphs up to 512 decoding sequences (sglang default)" in " ".join(out.getvalue().split())
+    text = " ".join(out.getvalue().split())
+    assert "CUDA graphs up to 512 decoding sequences (sglang default)" in text
+    assert "each step chosen while the one before it runs (overlap scheduling, sglang default)" in text
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # a build before its overlap scheduler
+        code = main(["plan", "-m", "llama-3.1-8b", "-g", "h200", "--tp", "4", "--engine", "sglang@0.3.6", "-p", "500",
+                     "-o", "500", "--concurrency", "64", "-f", "markdown"])  # fmt: skip
+    assert code == 0, err.getvalue()
+    assert "Scheduler of #1" in out.getvalue() and "overlap scheduling" not in out.getvalue()
