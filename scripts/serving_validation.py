@@ -74,12 +74,14 @@ def render() -> str:
         f"era ({', '.join(sorted(engines))}: each setup's by its framework, version and graphs), lengths and load.",
         "A mean or",
         "unstated statistic is compared with the predicted mean; ITL with TPOT; a dataset's lengths are taken as",
-        "exponential with the stated mean, a uniform law's as uniform over its stated range; SGLang from 0.4",
-        "schedules one step ahead (its overlap scheduler, on by default); SGLang without --enable-mixed-chunk",
-        "and vLLM before V1 without chunked prefill run prefill in steps of their own, which the decodes wait",
-        "out (the era's `prefill_steps_apart`); the prefill budget per step is the setup's flag, else its",
-        "engine's default on that GPU (the profile's, as plan takes it); a MoE checkpoint run as shipped",
-        "(`experts` set) is priced in the model's own formats. A row that states its run's N requests is a",
+        "exponential with the stated mean, a uniform law's as uniform over its stated range; SGLang from 0.4,",
+        "TensorRT-LLM from 1.0 (not NIM, whose version is its own) and vLLM from 0.14 (or with",
+        "--async-scheduling) schedule one step ahead (their overlap schedulers, on by default); SGLang without",
+        "--enable-mixed-chunk and vLLM before V1 without chunked prefill run prefill in steps of their own, which",
+        "the decodes wait out (the era's `prefill_steps_apart`); the prefill budget per step is the setup's",
+        "flag, else its engine's default on that GPU (the profile's, as plan takes it); a MoE checkpoint run",
+        "as shipped (`experts` set) is priced in the model's own formats. A row that states its run's N",
+        "requests is a",
         "finite run: its throughput is the simulation of those N requests as the harness sends them, counted over",
         "the run's whole span (ramp and drain included; a burst holds the sequences the KV cache holds whole),",
         "and its latencies are the closed form's where a steady state exists at its load, else the finite",
@@ -110,7 +112,10 @@ def render() -> str:
 def main(argv: list[str]) -> int:
     text = render()
     if "--check" in argv:
-        return 0 if DOC.exists() and DOC.read_text(encoding="utf-8") == text else 1
+        if DOC.exists() and DOC.read_text(encoding="utf-8") == text:
+            return 0
+        print(f"{DOC.relative_to(ROOT)} is stale: run python scripts/serving_validation.py", file=sys.stderr)
+        return 1
     DOC.write_text(text, encoding="utf-8")
     print(f"wrote {DOC.relative_to(ROOT)}")
     return 0

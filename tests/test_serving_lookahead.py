@@ -1,5 +1,6 @@
-"""Overlap scheduling (SGLang from 0.4): the scheduler chooses each step while the one before it runs, so a request
-that finds the server busy waits out one more step before its prefill (issue 20's TTFT under load).
+"""Overlap scheduling (SGLang from 0.4, TensorRT-LLM from 1.0): the scheduler chooses each step while the one before
+it runs, so a request that finds the server busy waits out one more step before its prefill (issue 20's TTFT under
+load).
 
 Checked: a worked case step by step in the simulator (one decoding request, a second arriving mid-step), the closed
 form against the simulation with the same scheduler, that the added wait is about one step and grows with the load,
@@ -124,10 +125,42 @@ def test_sglang_schedules_one_step_ahead_from_0_4_unless_turned_off():
     assert not _lookahead(setups["vllm060-llama31-8b-1xa100"], vllm)  # an engine without an overlap scheduler
 
 
+def test_tensorrt_llm_schedules_one_step_ahead_from_its_pytorch_backend_1_0():
+    setups, _ = load_serving(Path(tokcost.validation.__file__).parent / "serving.yaml")
+    trt = engine_for("tensorrt-llm")
+    assert trt.overlap_scheduling_since == "1.0"
+    nim = setups["nim180-llama33-70b-2xh100-fp8-isl5000-osl500"]  # NIM 1.8.0: the container's version, not TRT's
+    assert nim.framework == "nim" and not _lookahead(nim, trt)
+    own = nim.model_copy(update={"framework": "tensorrt-llm", "engine_flags": ""})
+    for version, on in (("0.17.0", False), ("0.21.0", False), ("1.0.0rc3", True), ("1.2.0", True)):
+        assert _lookahead(own.model_copy(update={"engine_version": version}), trt) is on, version
+    off = own.model_copy(update={"engine_version": "1.1.0", "engine_flags": "disable_overlap_scheduler: true"})
+    assert not _lookahead(off, trt)
+    # a version spelled on the command line runs as that build: an era's older builds lack the overlap scheduler
+    assert engine_for("tensorrt-llm@0.17").overlap_scheduling_since is None
+    assert engine_for("tensorrt-llm@1.1").overlap_scheduling_since == "1.0"
+    assert engine_for("sglang@0.3.6").overlap_scheduling_since is None
+    assert engine_for("sglang@0.4.3").overlap_scheduling_since == "0.4"
+
+
+def test_vllm_schedules_one_step_ahead_by_default_from_0_14_and_where_its_flag_asks_before():
+    setups, _ = load_serving(Path(tokcost.validation.__file__).parent / "serving.yaml")
+    v1 = engine_for("vllm")
+    assert v1.overlap_scheduling_since == "0.14" and engine_for("vllm@0.13").overlap_scheduling_since is None
+    base = setups["aic-vllm0120-qwen3-32b-2xh100-1k1k"]
+    assert not _lookahead(base, v1)  # 0.12.0 with its defaults
+    cases = (("0.13.0", "", False), ("0.13.0", "--async-scheduling", True), ("0.14.0", "", True),
+             ("0.18.0", "--no-async-scheduling", False), ("0.19.0", "--max-num-seqs 256", True))  # fmt: skip
+    for version, flags, on in cases:
+        setup = base.model_copy(update={"engine_version": version, "engine_flags": flags})
+        assert _lookahead(setup, v1) is on, (version, flags)
+
+
 def test_plan_and_predict_schedule_as_the_engine_does():
     h100 = load_gpu("h100-sxm")
     assert engine_for("sglang").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap
-    assert not engine_for("vllm").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap
+    assert engine_for("vllm").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap  # V1 from 0.14
+    assert not engine_for("vllm@v0").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap
     model = load_model("llama-3.1-8b")
     kw = {"tp": 1, "prompt_tokens": 1000, "output_tokens": 200, "rate_rps": 20.0}
     sglang = predict(model, h100, engine=engine_for("sglang"), **kw)

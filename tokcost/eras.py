@@ -279,7 +279,17 @@ def load_profile(spelled: str) -> EngineProfile:
         )
         raise SpecError(spelled if builtin else where, f"{why}; known: {found.known()}",
                         field=None if builtin else "eras")  # fmt: skip
-    return found.profile(chosen)
+    return _as_built(found.profile(chosen), era if chosen != era.strip().lower() else None)
+
+
+def _as_built(profile: EngineProfile, spelled_version: str | None) -> EngineProfile:
+    """An era spelled by a version runs as that build: without the overlap scheduler where it predates it."""
+    since = profile.overlap_scheduling_since
+    key = spelled_version.strip().lower().removeprefix("v") if spelled_version else ""
+    version = version_key(key) if key else None
+    if since is None or version is None or version >= (version_key(since) or ()):
+        return profile
+    return profile.model_copy(update={"overlap_scheduling_since": None})
 
 
 def builtin_files() -> dict[str, EngineFile]:

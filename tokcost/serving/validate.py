@@ -32,7 +32,7 @@ from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.predict import Prediction, predict
 from tokcost.serving.traffic import LengthDist
-from tokcost.validation.cells import version_of
+from tokcost.validation.cells import engine_version_of, version_of
 from tokcost.validation.serving_data import ServingRow, ServingSetup
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -40,7 +40,12 @@ LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms"
 CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
 SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
-OVERLAP_OFF = re.compile(r"--disable[-_]overlap[-_]schedul")  # SGLang's switch off its overlap scheduler
+# the switches of an overlap scheduler: off, SGLang's flag, TensorRT-LLM's config key, vLLM's flag; on, vLLM's opt-in
+# before it became the default (0.10-0.13)
+OVERLAP_OFF = re.compile(
+    r"--disable[-_]overlap[-_]schedul|disable_overlap_scheduler\s*[:=]\s*true|--no-async-scheduling", re.IGNORECASE
+)
+OVERLAP_ON = re.compile(r"--async[-_]scheduling\b")
 # prefill beside the decodes where the engine would run it apart: SGLang's mixed chunks, vLLM V0's chunked prefill
 MIXED_ON = re.compile(r"--enable[-_](?:mixed[-_]chunk|chunked[-_]prefill)")
 
@@ -72,9 +77,11 @@ def _skip_reason(setup: ServingSetup, row: ServingRow) -> str | None:
 
 def _lookahead(setup: ServingSetup, engine: EngineProfile) -> bool:
     """Whether the setup's build chooses each step's requests while the step before it runs: its version is at or
-    past the era's `overlap_scheduling_since` (the profile says when the engine's overlap scheduler arrived) and its
-    flags do not turn it off."""
-    since, version = engine.overlap_scheduling_since, version_of(setup.engine_version)
+    past the era's `overlap_scheduling_since` (the profile says when the engine's overlap scheduler became its default)
+    and its flags do not turn it off, or its flags turn it on (vLLM's --async-scheduling before 0.14)."""
+    since, version = engine.overlap_scheduling_since, engine_version_of(setup.framework, setup.engine_version)
+    if OVERLAP_ON.search(setup.engine_flags):
+        return True
     if since is None or version is None:
         return False
     return version >= version_of(since) and not OVERLAP_OFF.search(setup.engine_flags)  # type: ignore[operator]

@@ -76,6 +76,11 @@ def version_of(text: str | None) -> tuple[int, ...] | None:
     return version_key(found[-1]) if found else None
 
 
+def engine_version_of(framework: str, text: str | None) -> tuple[int, ...] | None:
+    """The engine's own version: None for NIM, whose printed version is the container's, not its backend's."""
+    return None if framework == "nim" else version_of(text)
+
+
 def _build_of(text: str | None) -> int | None:
     found = BUILD.search(text or "")
     return int(found.group(1) or found.group(2)) if found else None
@@ -107,7 +112,7 @@ def cell_of(*, framework: str, engine: str, version: str | None, graphs: bool | 
     if problem:
         raise ValueError(problem)
     name = engine
-    v = None if framework == "nim" else version_of(version)  # NIM's version is its own, not its backend's
+    v = engine_version_of(framework, version)
     if name == "vllm":
         era = _vllm(v, graphs)
     elif name == "tensorrt-llm":
