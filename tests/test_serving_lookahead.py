@@ -156,6 +156,49 @@ def test_vllm_schedules_one_step_ahead_by_default_from_0_14_and_where_its_flag_a
         assert _lookahead(setup, v1) is on, (version, flags)
 
 
+@pytest.mark.parametrize(
+    ("version", "flags", "on"),
+    [("0.18.0", "--no_async_scheduling", False), ("0.13.0", "--async-scheduling=False", False),
+     ("0.13.0", "--async-scheduling --no-async-scheduling", False),
+     ("0.18.0", "--no-async-scheduling --async-scheduling", True), ("0.14", "", True), ("v0.14.0", "", True)],
+)  # fmt: skip
+def test_the_last_overlap_switch_a_setup_states_wins(version, flags, on):
+    setups, _ = load_serving(Path(tokcost.validation.__file__).parent / "serving.yaml")
+    setup = setups["aic-vllm0120-qwen3-32b-2xh100-1k1k"].model_copy(
+        update={"engine_version": version, "engine_flags": flags}
+    )
+    assert _lookahead(setup, engine_for("vllm")) is on
+
+
+@pytest.mark.parametrize(
+    "flags", ['"disable_overlap_scheduler": true', "{'disable_overlap_scheduler': True}", "--backend tensorrt"]
+)
+def test_tensorrt_llm_configs_that_turn_its_overlap_scheduler_off(flags):
+    setups, _ = load_serving(Path(tokcost.validation.__file__).parent / "serving.yaml")
+    setup = setups["nim180-llama33-70b-2xh100-fp8-isl5000-osl500"].model_copy(
+        update={"framework": "tensorrt-llm", "engine_version": "1.1.0", "engine_flags": flags}
+    )
+    assert not _lookahead(setup, engine_for("tensorrt-llm"))
+    assert _lookahead(setup.model_copy(update={"engine_flags": "disable_overlap_scheduler: false"}),
+                      engine_for("tensorrt-llm"))  # fmt: skip
+
+
+def test_a_short_version_is_read_padded_with_zeros():
+    assert engine_for("tensorrt-llm@1").overlap_scheduling_since == "1.0"  # 1 is 1.0, not before it
+    assert engine_for("vllm@0.14").overlap_scheduling_since == "0.14"
+
+
+def test_no_engine_schedules_ahead_across_pipeline_stages():
+    traffic = Traffic(LengthDist("fixed", 1000), LengthDist("fixed", 200), concurrency=32)
+    model, h100 = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        one = build_replica(model, Deployment(h100, Layout(1), engine=engine_for(engine)), traffic, 2048, "expected",
+                            lookahead=True)  # fmt: skip
+        two = build_replica(model, Deployment(h100, Layout(1, 2), engine=engine_for(engine)), traffic, 2048,
+                            "expected", lookahead=True)  # fmt: skip
+        assert one.lookahead and not two.lookahead, engine
+
+
 def test_plan_and_predict_schedule_as_the_engine_does():
     h100 = load_gpu("h100-sxm")
     assert engine_for("sglang").scheduler(gpu_name=h100.name, memory_bytes=h100.memory_bytes).overlap

@@ -34,6 +34,12 @@ SPELLED_VERSION = re.compile(r"^\d+(?:\.\d+)*(?:[.-]?(?:post|dev|rc|alpha|beta|a
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")  # a git commit (9476b01): hex digits, at least one a letter
 
 
+def at_least(version: tuple[int, ...], since: tuple[int, ...]) -> bool:
+    """Whether `version` is `since` or later, missing parts read as 0 (1 is 1.0, 0.14 is 0.14.0)."""
+    width = max(len(version), len(since))
+    return version + (0,) * (width - len(version)) >= since + (0,) * (width - len(since))
+
+
 def version_key(text: str) -> tuple[int, ...] | None:
     """A version's leading numbers as a tuple to compare ((0, 6, 3)); None for a commit hash or a build tag."""
     key = text.strip().lower()
@@ -284,10 +290,10 @@ def load_profile(spelled: str) -> EngineProfile:
 
 def _as_built(profile: EngineProfile, spelled_version: str | None) -> EngineProfile:
     """An era spelled by a version runs as that build: without the overlap scheduler where it predates it."""
-    since = profile.overlap_scheduling_since
+    since = version_key(profile.overlap_scheduling_since or "")
     key = spelled_version.strip().lower().removeprefix("v") if spelled_version else ""
     version = version_key(key) if key else None
-    if since is None or version is None or version >= (version_key(since) or ()):
+    if since is None or version is None or at_least(version, since):
         return profile
     return profile.model_copy(update={"overlap_scheduling_since": None})
 

@@ -159,7 +159,7 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
         graphs = d.engine.scheduler(gpu_name=d.gpu.name, memory_bytes=d.gpu.memory_bytes, tp=d.layout.tp)
         captured = (f", CUDA graphs up to {graphs.graph_batch_cap:,} decoding sequences ({d.engine.name} default)"
                     if graphs.graph_batch_cap else "")  # fmt: skip
-        if c.overlap:
+        if top.replica is not None and top.replica.lookahead:  # the engine's default, with one pipeline stage
             captured += f", each step chosen while the one before it runs (overlap scheduling, {d.engine.name} default)"
         out.append(f"Scheduler of #1: chunk {top.chunk:,} tokens per step ({c.chunk_source}), running cap {cap}, "
                    f"prefill {prefill} ({c.prefill_source}){captured}. p99 ITL: the gap between two tokens, steps "

@@ -780,7 +780,11 @@ def build_replica(
     client_side: bool = True, lookahead: bool = False, prefill_apart: bool = False,
 ) -> Replica:  # fmt: skip
     """A Replica of `deployment` serving `traffic` with prefill budget `chunk` (and the engine's running cap,
-    multi-step and overlap scheduling, prefill apart or beside the decodes) under one scenario."""
+    multi-step and overlap scheduling, prefill apart or beside the decodes) under one scenario. Overlap scheduling
+    needs one pipeline stage: SGLang's server_args sets disable_overlap_schedule when pp_size > 1 ("Pipeline
+    parallelism is incompatible with overlap schedule"), TensorRT-LLM's PyExecutor runs _executor_loop_pp there,
+    and vLLM 0.14 turns async scheduling off with pipeline stages (its later support "with constraints", PR 32359,
+    is not priced)."""
     engine = deployment.engine.per_window(scheduler_steps)  # multi-step: the host's work once per k steps
     if engine is not deployment.engine:
         deployment = replace(deployment, engine=engine)
@@ -789,7 +793,7 @@ def build_replica(
     kv = held_kv_tokens(lambda b: replica_kv_tokens(model, deployment, b, prompt, output), per_sequence)
     steps = Steps(model, deployment, scenario, decode_context(traffic), batch_limit=1.0)
     replica = Replica(steps, traffic, chunk, kv, role, transfer_s, max_running, client_side, prefill_apart)
-    replica.scheduler_steps, replica.lookahead = scheduler_steps, lookahead
+    replica.scheduler_steps, replica.lookahead = scheduler_steps, lookahead and deployment.layout.pp == 1
     limit = 0.0 if replica.rate_driven else replica.load_limit()
     steps.batch_limit = min(limit, replica.saturation_batch, 1e7 / per_sequence) + 2.0
     replica.stable_batch = replica.queue_stable_batch()  # the curves now cover every batch it may try

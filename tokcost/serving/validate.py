@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tokcost.eras import at_least
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
@@ -40,12 +41,15 @@ LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms"
 CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
 SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
-# the switches of an overlap scheduler: off, SGLang's flag, TensorRT-LLM's config key, vLLM's flag; on, vLLM's opt-in
-# before it became the default (0.10-0.13)
-OVERLAP_OFF = re.compile(
-    r"--disable[-_]overlap[-_]schedul|disable_overlap_scheduler\s*[:=]\s*true|--no-async-scheduling", re.IGNORECASE
+# An overlap scheduler's switches in a setup's flags, the last one stated winning (as argparse takes them). Off:
+# SGLang's flag, TensorRT-LLM's config key and its TensorRT backend (a 1.x build run as engines, no overlap loop),
+# vLLM's flag; on: vLLM's opt-in before it became the default (0.10-0.13), unless given a false value.
+OVERLAP_SWITCH = re.compile(
+    r"(?P<off>--disable[-_]overlap[-_]schedul\w*|disable_overlap_scheduler[\"']?\s*[:=]\s*true\b"
+    r"|--no[-_]async[-_]scheduling\b|--backend[= ](?:trt|tensorrt)\b)"
+    r"|(?P<on>--async[-_]scheduling\b(?![= ]\s*(?:false|0)\b))",
+    re.IGNORECASE,
 )
-OVERLAP_ON = re.compile(r"--async[-_]scheduling\b")
 # prefill beside the decodes where the engine would run it apart: SGLang's mixed chunks, vLLM V0's chunked prefill
 MIXED_ON = re.compile(r"--enable[-_](?:mixed[-_]chunk|chunked[-_]prefill)")
 
@@ -79,12 +83,12 @@ def _lookahead(setup: ServingSetup, engine: EngineProfile) -> bool:
     """Whether the setup's build chooses each step's requests while the step before it runs: its version is at or
     past the era's `overlap_scheduling_since` (the profile says when the engine's overlap scheduler became its default)
     and its flags do not turn it off, or its flags turn it on (vLLM's --async-scheduling before 0.14)."""
-    since, version = engine.overlap_scheduling_since, engine_version_of(setup.framework, setup.engine_version)
-    if OVERLAP_ON.search(setup.engine_flags):
-        return True
-    if since is None or version is None:
-        return False
-    return version >= version_of(since) and not OVERLAP_OFF.search(setup.engine_flags)  # type: ignore[operator]
+    switches = list(OVERLAP_SWITCH.finditer(setup.engine_flags))
+    if switches:
+        return switches[-1].group("on") is not None
+    since = version_of(engine.overlap_scheduling_since)
+    version = engine_version_of(setup.framework, setup.engine_version)
+    return since is not None and version is not None and at_least(version, since)
 
 
 def _prefill_apart(setup: ServingSetup, engine: EngineProfile) -> bool:

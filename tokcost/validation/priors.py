@@ -61,10 +61,10 @@ Host costs by era (review of 2026-12-01, shared/notes/expected-review.md section
   batches and output processing to another process (vLLM's V1 blog, 2025-01), but its step still grows with the
   batch ("CPU overhead increases as the batch size grows", issue 18760, 2025-05; a fast path for repeated decodes,
   PR 17866): 1-50 us. V1 in development left a 5-6 ms gap between two decode steps of a batch of 256 on Llama-2-7B
-  (issue 10634 and PR 11133, 2024-12: 150-170 us with the asynchronous scheduling it proposed, which later builds
-  run when asked), about 20 us a sequence: centre 15 for vLLM V1; 5 for SGLang (its overlap scheduler runs the
-  host's work while the GPU runs, from 0.4) and LMDeploy's PyTorch engine. C++ runtimes (TensorRT-LLM, TurboMind,
-  MLC, llama.cpp, gpt-fast's loop): 0.1-10 us, centre 1;
+  (issue 10634 and PR 11133, 2024-12: 150-170 us with the asynchronous scheduling it proposed, which builds run
+  when asked from 0.10 and by default from 0.14, PR 27614), about 20 us a sequence: centre 15 for vLLM V1; 5 for
+  SGLang (its overlap scheduler runs the host's work while the GPU runs, from 0.4) and LMDeploy's PyTorch engine.
+  C++ runtimes (TensorRT-LLM, TurboMind, MLC, llama.cpp, gpt-fast's loop): 0.1-10 us, centre 1;
 - per launched kernel, eager eras only: 2-30 us (cudaLaunchKernel 1-3 us plus PyTorch's dispatch, 5-25 us per op
   in eager mode; llama.cpp launches from C++: 2-20 us). vLLM before 0.2.6 (2023, before CUDA graphs) spent far more
   a stage row, its model code and its workers' per-step handling all Python: on Llama-2-7B at batch 1 (5 prompt and
@@ -162,7 +162,7 @@ EFFICIENCY_PRIORS: dict[str, Prior] = {
 _SEQ_V0 = {"seq_us": Prior(2, 100, 15)}  # per running sequence per step: Python schedulers before vLLM V1 (docstring)
 _SEQ_PY = {"seq_us": Prior(1, 50, 5)}  # ... V1-style Python schedulers (persistent batch, output process apart)
 _SEQ_CPP = {"seq_us": Prior(0.1, 10, 1)}  # ... C++ runtimes
-_SEQ_V1 = {"seq_us": Prior(1, 50, 15)}  # ... vLLM V1 without async scheduling (docstring)
+_SEQ_V1 = {"seq_us": Prior(1, 50, 15)}  # ... vLLM V1 (docstring)
 _GRAPHS_PY = {"step_us": Prior(50, 1000, 300), **_SEQ_PY}  # Python schedulers with CUDA graphs (vLLM V1, SGLang)
 _CPP = {"step_us": Prior(20, 1000, 150), **_SEQ_CPP}  # C++ runtimes (TensorRT-LLM, TurboMind, MLC, torch.compile)
 _NVLINK_COLL = {"coll.nvlink": Prior(2, 30, 10), "coll.pcie": Prior(10, 100, 40), "coll.network": Prior(10, 100, 40)}
