@@ -26,7 +26,9 @@ closed loop past its load limit) + one of three kinds of arrival, by their share
 Under overlap scheduling (SGLang from 0.4: the scheduler chooses step k + 1 while step k runs) an arrival that finds
 a step running is first scheduled into the step after the next one, so every branch that lands on a busy server
 also waits out that next step (lookahead_steps: a decode step, or with the share of steps by count that carry
-prefill, a prefill step, as two branches); an idle server schedules it at once.
+prefill, a prefill step, as two branches); an idle server schedules it at once. Lock-step groups know which step
+that is: a group is prefilled two steps after it comes back, so the second of a round waits out the first's step and
+the third and later the steps of the two ahead (_lock_step_ahead).
 Each branch is a constant + a gamma + a uniform, so the tail is a weighted sum of gamma_plus_uniform_tail and
 the moments a mixture.
 """
@@ -342,6 +344,8 @@ def _lock_step(
     last = locked_step(r, pt, prompt, alone)
     own = alone if prompt.tokens > r.chunk else last  # a burst's first: its own chunks alone, or g in one step
     g, users, rest = lock_round(r, pt, prompt, own)
+    if r.lookahead and prompt.tokens <= r.chunk:
+        return _lock_step_ahead(r, pt, prompt, alone, p_dec, own, g, users)
     first = min(1.0, g / max(users, 1.0))
     out = [(first * (1 - p_dec), own, False), (first * p_dec, own + r.loop.residual(t0), True)]
     # a returning group lands in the last step of the one before it; a prompt past the chunk lands in a full chunk
@@ -354,6 +358,48 @@ def _lock_step(
     part = rest / (users - g) if rest < g else 0.0  # the part-filled group's share of those behind the first
     partial = locked_step(r, pt, prompt, alone, size=rest) + r.loop.residual(last) if part else 0.0
     return [*out, ((1 - first) * (1 - part), own + r.loop.residual(last), True), ((1 - first) * part, partial, True)]
+
+
+def _lock_step_ahead(
+    r: Replica, pt: LoadPoint, prompt: PromptPoint, alone: float, p_dec: float, own: float, g: int, users: float
+) -> list[tuple[float, float, bool]]:
+    """Lock-step groups under overlap scheduling, each step chosen while the one before it runs: a group is
+    prefilled two steps after it comes back, not one, so every group waits out the step that runs the group before
+    it. The first of a round comes back in a decode step and waits out the next step chosen without it; the second
+    in a decode step too (the first's prompts are chosen for the next one), then the first's step; the third and
+    later in the step that runs the group two ahead, then the one ahead's: (T0 - r - c) + L + own for the second,
+    (L - r - c) + L + own for the rest (L a full group's step, own a group's own step: the last group's, part-filled,
+    its shorter one). The simulator's rounds fall so: 8 users of 4,096-token prompts in pairs on 8,192-token chunks,
+    p50 / p90 1,331 / 1,588 ms, against 1,060 without overlap. Their steps are counted here (False: none waits out
+    `lookahead_steps`' step again), and so are the users they hold: those waiting for a step count in the round
+    (batch + rate x (E[TTFT] + r + c), solved with the shares), which lock_round's own step alone leaves out."""
+    t0, last = pt.decode_step_s, own
+    ahead = lookahead_step(r, pt)
+
+    def rows(count: float) -> list[tuple[float, float, bool]]:
+        count = max(count, 1.0)
+        groups = math.ceil(count / g - 1e-9)
+        first = min(1.0, g / count)
+        out = [(first * (1 - p_dec), own, False), (first * p_dec, own + r.loop.residual(t0) + ahead, False)]
+        if groups < 2:
+            return out
+        rest = count - (groups - 1) * g
+        own_last = locked_step(r, pt, prompt, alone, size=rest) if rest < g else own
+        second = (g if groups > 2 else rest) / count
+        out.append((second, r.loop.residual(t0) + last + (own_last if groups == 2 else own), False))
+        if groups > 2:
+            out += [((count - 2 * g - rest) / count, r.loop.residual(last) + last + own, False),
+                    (rest / count, r.loop.residual(last) + last + own_last, False)]  # fmt: skip
+        return out
+
+    count = users
+    for _ in range(30):  # the round's users and its TTFT, each from the other (a contraction: damped)
+        mean = sum(share * seconds for share, seconds, _ in rows(count))
+        then = pt.batch + pt.rate_rps * (mean + r.loop.offset_s)
+        if abs(then - count) < 1e-6 * max(count, 1.0):
+            break
+        count = (count + then) / 2
+    return rows(count)
 
 
 def admitted(r: Replica, pt: LoadPoint) -> tuple[float, list[Branch]]:
