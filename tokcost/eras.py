@@ -288,12 +288,17 @@ def load_profile(spelled: str) -> EngineProfile:
     return _as_built(found.profile(chosen), era if chosen != era.strip().lower() else None)
 
 
+def schedules_ahead(profile: EngineProfile, version: tuple[int, ...]) -> bool:
+    """Whether a build at `version` runs the profile's overlap scheduler: at or past `overlap_scheduling_since`."""
+    since = version_key(profile.overlap_scheduling_since or "")
+    return since is not None and at_least(version, since)
+
+
 def _as_built(profile: EngineProfile, spelled_version: str | None) -> EngineProfile:
     """An era spelled by a version runs as that build: without the overlap scheduler where it predates it."""
-    since = version_key(profile.overlap_scheduling_since or "")
     key = spelled_version.strip().lower().removeprefix("v") if spelled_version else ""
     version = version_key(key) if key else None
-    if since is None or version is None or at_least(version, since):
+    if version is None or profile.overlap_scheduling_since is None or schedules_ahead(profile, version):
         return profile
     return profile.model_copy(update={"overlap_scheduling_since": None})
 

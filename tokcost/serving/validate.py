@@ -27,13 +27,13 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tokcost.eras import at_least
+from tokcost.eras import schedules_ahead
 from tokcost.hardware.spec import GpuSpec, Link
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.predict import Prediction, predict
 from tokcost.serving.traffic import LengthDist
-from tokcost.validation.cells import engine_version_of, version_of
+from tokcost.validation.cells import engine_version_of
 from tokcost.validation.serving_data import ServingRow, ServingSetup
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -86,9 +86,8 @@ def _lookahead(setup: ServingSetup, engine: EngineProfile) -> bool:
     switches = list(OVERLAP_SWITCH.finditer(setup.engine_flags))
     if switches:
         return switches[-1].group("on") is not None
-    since = version_of(engine.overlap_scheduling_since)
     version = engine_version_of(setup.framework, setup.engine_version)
-    return since is not None and version is not None and at_least(version, since)
+    return version is not None and schedules_ahead(engine, version)
 
 
 def _prefill_apart(setup: ServingSetup, engine: EngineProfile) -> bool:
