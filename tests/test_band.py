@@ -64,7 +64,7 @@ def test_plan_json_puts_the_band_under_expected(cli):
                                                    x["ttft_s"]["p90"] * band["time_high_factor"]])  # fmt: skip
 
 
-@pytest.mark.parametrize(("gpu", "engine"), [("a40", "mlc"), ("a40", "vllm@v0"), ("a40", "sglang")])
+@pytest.mark.parametrize(("gpu", "engine"), [("a40", "mlc"), ("a40", "llama.cpp"), ("a40", "sglang")])
 def test_no_end_of_the_band_passes_the_ceiling(gpu, engine):
     # an era whose left-out rows ran faster than its expected (band low < 1) would put its fast end past the ceiling
     # (MLC on an A40: a band from 0.797 of expected's time where the ceiling's is 0.833 of it); no run beats the
