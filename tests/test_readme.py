@@ -50,3 +50,14 @@ def test_the_readme_quotes_the_ep72_decode_row_as_validate_prices_it(cli):
     assert (int(measured.replace(",", "")), int(expected.replace(",", "")), int(ceiling.replace(",", ""))) == (
         round(row["measured"]), round(row["expected"]), round(row["ceiling"]))  # fmt: skip
     assert float(error.replace("−", "-")) == pytest.approx(100 * row["error"], abs=0.05)
+
+
+def test_the_readme_quotes_pr_14764_s_prefill_as_estimate_prices_it(cli):
+    """The prose figure of SGLang's DeepSeek prefill (PR 14764's bench_one_batch: 16 prompts of 512 tokens on 8 x H200
+    at TP 8, engine-level) is not generated: it must follow what estimate prints for that batch."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"PR 14764: [\d,]+-[\d,]+; tokcost ([\d,]+)\)", text)
+    assert said, "the PR 14764 sentence moved"
+    out = cli("estimate", "-m", "deepseek-r1", "-g", "h200", "--tp", "8", "-b", "16", "-p", "512", "-o", "16",
+              "--engine", "sglang", "-f", "json").json()  # fmt: skip
+    assert int(said.group(1).replace(",", "")) == round(16 * 512 / out["expected"]["ttft_s"], -2)
