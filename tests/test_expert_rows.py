@@ -94,6 +94,17 @@ def test_a_gpu_without_a_published_pace_pays_none():
     assert kernel_rate("experts", "fp8", rates, 3000.0) == kernel_rate("experts", "fp8", rates)
 
 
+def test_four_bit_experts_pay_no_row_pace_as_triton_s_fused_moe_has_no_fp4_path(cli):
+    g = load_gpu("b200")
+    fp4 = expected_rates(g, "fp4", load_engine("vllm"))
+    assert kernel_rate("experts", "nvfp4", fp4, 3000.0) == kernel_rate("experts", "nvfp4", fp4)
+    fp8 = expected_rates(g, "fp8", load_engine("vllm"))
+    assert kernel_rate("experts", "fp8", fp8, 3000.0).flops_per_s < kernel_rate("experts", "fp8", fp8).flops_per_s
+    out = cli("estimate", "-m", "deepseek-r1", "-g", "b200", "--tp", "8", "--weights", "nvfp4", "--engine", "sglang",
+              "--explain").stdout  # fmt: skip
+    assert "gathered rows: none priced at fp4 compute" in out
+
+
 # AITER's tuned fused MoE on an MI300X at BF16, Qwen3-235B-A22B's experts (E 128, K 4096, top 8), us at 16,384 and
 # 32,768 tokens (ROCm/aiter qwen3_235b_bf16_tuned_fmoe.csv): one pace (315 G/s) stands for both widths
 AITER_MI300X = {192: (2874.94, 5610.76), 384: (4216.91, 7767.44)}

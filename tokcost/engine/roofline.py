@@ -319,6 +319,7 @@ def native_compute(weight_format: str) -> str | None:
 
 MatmulPath = Literal["compute", "float16", "attention", "fp8"]
 NARROW_COMPUTE = frozenset({"fp8", "int8", "fp4", "int4"})  # compute dtypes under 16 bits (units.COMPUTE_DTYPES)
+FOUR_BIT_COMPUTE = frozenset({"fp4", "int4"})
 
 
 def matmul_path(kind: str, weight_format: str, rates: Rates) -> tuple[MatmulPath, bool]:
@@ -432,13 +433,17 @@ def kernel_rate(
 
 
 def expert_row_pace(path: MatmulPath, rates: Rates) -> float:
-    """The row pace (elements/s) of experts multiplied on `path` (expert_row_dtype's)."""
-    return rates.narrow_expert_rows_per_s if expert_row_dtype(path, rates) == "fp8" else rates.expert_rows_per_s
+    """The row pace (elements/s) of experts multiplied on `path` (expert_row_dtype's; 0 where none applies)."""
+    dtype = expert_row_dtype(path, rates)
+    return 0.0 if dtype is None else rates.narrow_expert_rows_per_s if dtype == "fp8" else rates.expert_rows_per_s
 
 
-def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8"]:
+def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8"] | None:
     """Which of a GPU's row paces (sustained.expert_rows) experts multiplied on `path` take: the narrow one at an
-    8-bit-or-narrower compute, else the 16-bit one."""
+    8-bit compute, else the 16-bit one; None at a 4-bit compute, which Triton's fused MoE has no path for (vLLM and
+    SGLang multiply NVFP4 experts in FlashInfer's or CUTLASS's kernels), so no row pace is priced there."""
+    if path == "compute" and rates.compute_dtype in FOUR_BIT_COMPUTE:
+        return None
     return "fp8" if path == "compute" and rates.compute_dtype in NARROW_COMPUTE else "bf16"
 
 
