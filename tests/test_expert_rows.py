@@ -94,15 +94,18 @@ def test_a_gpu_without_a_published_pace_pays_none():
     assert kernel_rate("experts", "fp8", rates, 3000.0) == kernel_rate("experts", "fp8", rates)
 
 
-def test_four_bit_experts_pay_no_row_pace_as_triton_s_fused_moe_has_no_fp4_path(cli):
+def test_four_bit_experts_take_the_engines_4_bit_kernel_s_pace_not_triton_s(cli):
     g = load_gpu("b200")
     fp4 = expected_rates(g, "fp4", load_engine("vllm"))
-    assert kernel_rate("experts", "nvfp4", fp4, 3000.0) == kernel_rate("experts", "nvfp4", fp4)
-    fp8 = expected_rates(g, "fp8", load_engine("vllm"))
-    assert kernel_rate("experts", "fp8", fp8, 3000.0).flops_per_s < kernel_rate("experts", "fp8", fp8).flops_per_s
+    four_bit = g.hardware.expert_rows["fp4"].g_elements_per_s * 1e9  # FlashInfer's NVFP4 MoE, not Triton's FP8 path
+    assert fp4.four_bit_expert_rows_per_s == four_bit != fp4.narrow_expert_rows_per_s
+    bare = kernel_rate("experts", "nvfp4", fp4).flops_per_s
+    paced = kernel_rate("experts", "nvfp4", fp4, 3000.0).flops_per_s
+    assert paced == pytest.approx(1 / (1 / bare + 1 / (3000.0 * four_bit)))  # math plus each row at the 4-bit pace
     out = cli("estimate", "-m", "deepseek-r1", "-g", "b200", "--tp", "8", "--weights", "nvfp4", "--engine", "sglang",
               "--explain").stdout  # fmt: skip
-    assert "gathered rows: none priced at fp4 compute" in out
+    line = next(x for x in out.splitlines() if "routed experts' gathered rows" in x)
+    assert f"{four_bit / 1e12:.4g} Telements/s" in line and "measured: AI Configurator" in line
 
 
 # AITER's tuned fused MoE on an MI300X at BF16, Qwen3-235B-A22B's experts (E 128, K 4096, top 8), us at 16,384 and
@@ -138,10 +141,10 @@ def test_the_fp8_pace_gives_a_published_block_fp8_table_s_slope(gpu):
     assert compute_s == pytest.approx(per_token, rel=0.10)
 
 
-# vLLM's newest published table of Qwen3-30B-A3B's experts (E 128, K 2048, N 768, top 8, TP 1) on each GPU whose paces
-# AI Configurator's tables gave (systems/data/<gpu>/moe/vllm/<version>/moe_perf.parquet at 095f58a5, balanced routing):
-# the dtype it multiplies at, ms at 4,096 and 16,384 tokens. One shape among the hundreds each median pooled, so the
-# pace prices it within the spread the specs state, not exactly
+# vLLM's newest Triton table that holds Qwen3-30B-A3B's experts (E 128, K 2048, N 768, top 8, TP 1) on each GPU whose
+# paces AI Configurator's tables gave (systems/data/<gpu>/moe/vllm/<version>/moe_perf.parquet at 095f58a5, balanced
+# routing): the dtype it multiplies at, ms at 4,096 and 16,384 tokens. One shape among the hundreds each median
+# pooled, so the pace prices it within the spread the specs state, not exactly
 AIC_QWEN3_30B = {
     "b200": ("bf16", 0.541265, 1.817311),  # vLLM 0.22
     "b300": ("fp8", 0.427840, 1.468085),  # vLLM 0.19, FP8 w8a8
@@ -200,7 +203,7 @@ def without_row_paces(name: str):
 
 
 def test_a_pace_for_a_dtype_with_no_such_kernel_class_is_refused_in_one_line(cli, tmp_path):
-    text = (ROOT_SPECS / "h200.yaml").read_text().replace("  expert_rows:\n    bf16:", "  expert_rows:\n    fp4:", 1)
+    text = (ROOT_SPECS / "h200.yaml").read_text().replace("  expert_rows:\n    bf16:", "  expert_rows:\n    int4:", 1)
     path = tmp_path / "my-h200.yaml"
     path.write_text(text.replace("name: h200", "name: my-h200", 1))
     before = path.read_text()
@@ -208,17 +211,25 @@ def test_a_pace_for_a_dtype_with_no_such_kernel_class_is_refused_in_one_line(cli
     assert r.exit_code == 2
     assert (
         r.stderr.strip()
-        == f"error: {path}: sustained.expert_rows.fp4.[key]: Input should be 'bf16' or 'fp8' (got 'fp4')"
+        == f"error: {path}: sustained.expert_rows.int4.[key]: Input should be 'bf16', 'fp8' or 'fp4' (got 'int4')"
     )
     assert path.read_text() == before  # nothing the user wrote is touched
 
 
-@pytest.mark.parametrize("gpu", ["h100-sxm", "h200", "b200", "b300", "gb200", "rtx-pro-6000"])
-def test_each_sku_with_a_published_table_states_its_own_fp8_pace(gpu):
+BLACKWELL_TABLES = ("bf16", "fp8", "fp4")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "dtypes"),
+    [("h100-sxm", ("bf16", "fp8")), ("h200", ("fp8",)), ("l40s", ("bf16",)), ("b200", BLACKWELL_TABLES),
+     ("b300", BLACKWELL_TABLES), ("gb200", BLACKWELL_TABLES), ("rtx-pro-6000", BLACKWELL_TABLES)],
+)  # fmt: skip
+def test_each_sku_with_a_published_table_states_its_own_paces(gpu, dtypes):
     paces = load_gpu(gpu).hardware.expert_rows
-    assert (paces["bf16"].basis, paces["fp8"].basis) == ("measured", "measured")
-    source = paces["fp8"].source
-    assert "AI Configurator" in source and f"median {paces['fp8'].g_elements_per_s:.0f} G/s" in source
+    for dtype in dtypes:
+        pace = paces[dtype]
+        assert pace.basis == "measured"
+        assert "AI Configurator" in pace.source and f"median {pace.g_elements_per_s:,.0f} G/s" in pace.source
 
 
 @pytest.mark.parametrize(("gpu", "parent"), [("h800", "h100-sxm"), ("h200-nvl", "h200")])

@@ -645,10 +645,6 @@ def _expert_rows_line(e: Estimate, rates: Rates) -> list[str]:
     fmt_, row_flops = experts
     path = matmul_path("experts", fmt_, rates)[0]
     dtype = expert_row_dtype(path, rates)
-    if dtype is None:
-        return [f"routed experts' gathered rows: none priced at {rates.compute_dtype} compute, which "
-                f"{e.deployment.engine.label}'s fused-MoE kernel (Triton's) has no path for: its 4-bit experts run in "
-                "FlashInfer's or CUTLASS's kernels"]  # fmt: skip
     figure, pace = e.gpu.hardware.expert_rows.get(dtype), expert_row_pace(path, rates)  # the rates hold the figure's
     if figure is None:
         return [f"routed experts' gathered rows: {e.deployment.engine.label}'s fused-MoE kernel has no pace published "

@@ -101,6 +101,7 @@ class Rates:
     # none priced, as on the ceiling)
     expert_rows_per_s: float = 0.0
     narrow_expert_rows_per_s: float = 0.0
+    four_bit_expert_rows_per_s: float = 0.0  # at 4-bit compute: the engines' own 4-bit MoE kernels' pace
 
     def host_s(self, sequences: float, dp: int = 1) -> float:
         """The host's serial time for one pass of `sequences` sequences: per step plus per sequence, the sequences
@@ -292,10 +293,11 @@ def hardware_x_engine(
         narrow_experts=narrow_experts,
         expert_rows_per_s=_row_pace(gpu, "bf16") if expert_rows else 0.0,
         narrow_expert_rows_per_s=_row_pace(gpu, "fp8") if expert_rows else 0.0,
+        four_bit_expert_rows_per_s=_row_pace(gpu, "fp4") if expert_rows else 0.0,
     )
 
 
-def _row_pace(gpu: GpuSpec, dtype: Literal["bf16", "fp8"]) -> float:
+def _row_pace(gpu: GpuSpec, dtype: Literal["bf16", "fp8", "fp4"]) -> float:
     """The GPU's measured pace of gathered expert rows at `dtype`'s class, in elements per second (0: none)."""
     pace = gpu.hardware.expert_rows.get(dtype)
     return pace.g_elements_per_s * 1e9 if pace is not None else 0.0
@@ -433,18 +435,19 @@ def kernel_rate(
 
 
 def expert_row_pace(path: MatmulPath, rates: Rates) -> float:
-    """The row pace (elements/s) of experts multiplied on `path` (expert_row_dtype's; 0 where none applies)."""
-    dtype = expert_row_dtype(path, rates)
-    return 0.0 if dtype is None else rates.narrow_expert_rows_per_s if dtype == "fp8" else rates.expert_rows_per_s
+    """The row pace (elements/s) of experts multiplied on `path` (expert_row_dtype's)."""
+    paces = {"bf16": rates.expert_rows_per_s, "fp8": rates.narrow_expert_rows_per_s,
+             "fp4": rates.four_bit_expert_rows_per_s}  # fmt: skip
+    return paces[expert_row_dtype(path, rates)]
 
 
-def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8"] | None:
-    """Which of a GPU's row paces (sustained.expert_rows) experts multiplied on `path` take: the narrow one at an
-    8-bit compute, else the 16-bit one; None at a 4-bit compute, which Triton's fused MoE has no path for (vLLM and
-    SGLang multiply NVFP4 experts in FlashInfer's or CUTLASS's kernels), so no row pace is priced there."""
-    if path == "compute" and rates.compute_dtype in FOUR_BIT_COMPUTE:
-        return None
-    return "fp8" if path == "compute" and rates.compute_dtype in NARROW_COMPUTE else "bf16"
+def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8", "fp4"]:
+    """Which of a GPU's row paces (sustained.expert_rows) experts multiplied on `path` take: the 4-bit one at a 4-bit
+    compute (Triton's fused MoE has no such path: vLLM and SGLang multiply NVFP4 experts in FlashInfer's kernels,
+    whose pace it is), the narrow one at an 8-bit compute, else the 16-bit one."""
+    if path != "compute" or rates.compute_dtype not in NARROW_COMPUTE:
+        return "bf16"
+    return "fp4" if rates.compute_dtype in FOUR_BIT_COMPUTE else "fp8"
 
 
 def kernel_rates(stage: Stage, rates: Rates) -> tuple[float, float, float]:

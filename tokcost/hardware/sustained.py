@@ -109,8 +109,9 @@ class Sustained(BaseModel):
     # (the share is then 1)
     mma_sync_gemm: SustainedFigure | None = None
     # the pace of a grouped GEMM over gathered expert rows (RowPace), by the dtype its experts multiply at: "bf16"
-    # for 16-bit, "fp8" for narrower compute. Missing: no published figure, and no such cost is priced
-    expert_rows: dict[Literal["bf16", "fp8"], RowPace] = Field(default_factory=dict)
+    # for 16-bit, "fp8" for 8-bit compute, "fp4" for 4-bit (which Triton's fused MoE has no path for: the engines'
+    # own 4-bit MoE kernels). Missing: no published figure, and no such cost is priced
+    expert_rows: dict[Literal["bf16", "fp8", "fp4"], RowPace] = Field(default_factory=dict)
 
     def gemm_for(self, dtype: str) -> SustainedFigure | None:
         """The GEMM share at `dtype`: its own entry, else its 16-bit partner's (fp16 <-> bf16), else None."""
