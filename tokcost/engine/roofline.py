@@ -22,6 +22,7 @@ from tokcost.engine.workload import Precision, same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
+from tokcost.hardware.sustained import RowDtype
 from tokcost.profiles import GENERIC, IDENTITY, CollectiveCosts, EngineProfile, KernelEfficiency
 from tokcost.units import US
 
@@ -297,7 +298,7 @@ def hardware_x_engine(
     )
 
 
-def _row_pace(gpu: GpuSpec, dtype: Literal["bf16", "fp8", "fp4"]) -> float:
+def _row_pace(gpu: GpuSpec, dtype: RowDtype) -> float:
     """The GPU's measured pace of gathered expert rows at `dtype`'s class, in elements per second (0: none)."""
     pace = gpu.hardware.expert_rows.get(dtype)
     return pace.g_elements_per_s * 1e9 if pace is not None else 0.0
@@ -441,7 +442,7 @@ def expert_row_pace(path: MatmulPath, rates: Rates) -> float:
     return paces[expert_row_dtype(path, rates)]
 
 
-def expert_row_dtype(path: MatmulPath, rates: Rates) -> Literal["bf16", "fp8", "fp4"]:
+def expert_row_dtype(path: MatmulPath, rates: Rates) -> RowDtype:
     """Which of a GPU's row paces (sustained.expert_rows) experts multiplied on `path` take: the 4-bit one at a 4-bit
     compute (Triton's fused MoE has no such path: vLLM and SGLang multiply NVFP4 experts in FlashInfer's kernels,
     whose pace it is), the narrow one at an 8-bit compute, else the 16-bit one."""

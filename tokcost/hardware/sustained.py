@@ -90,6 +90,10 @@ ANCHOR_COPY_UNCERTAINTY = 0.08
 ANCHOR_GEMM_UNCERTAINTY = 0.15
 
 
+# the compute classes a row pace is published for (Sustained.expert_rows): 16-bit, 8-bit and 4-bit experts
+RowDtype = Literal["bf16", "fp8", "fp4"]
+
+
 class Sustained(BaseModel):
     """A large device copy's share of the datasheet bandwidth, and a large GEMM's share of each dense peak."""
 
@@ -111,7 +115,7 @@ class Sustained(BaseModel):
     # the pace of a grouped GEMM over gathered expert rows (RowPace), by the dtype its experts multiply at: "bf16"
     # for 16-bit, "fp8" for 8-bit compute, "fp4" for 4-bit (which Triton's fused MoE has no path for: the engines'
     # own 4-bit MoE kernels). Missing: no published figure, and no such cost is priced
-    expert_rows: dict[Literal["bf16", "fp8", "fp4"], RowPace] = Field(default_factory=dict)
+    expert_rows: dict[RowDtype, RowPace] = Field(default_factory=dict)
 
     def gemm_for(self, dtype: str) -> SustainedFigure | None:
         """The GEMM share at `dtype`: its own entry, else its 16-bit partner's (fp16 <-> bf16), else None."""
