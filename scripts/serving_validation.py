@@ -8,13 +8,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tokcost.eras import builtin_files
+from tokcost.eras import builtin_files, with_row_kernels_of
 from tokcost.hardware.library import load_gpu, load_network
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
 from tokcost.profiles import EngineProfile
 from tokcost.serving.validate import ServingResult, summary, validate_serving
-from tokcost.validation.cells import cell_of
+from tokcost.validation.cells import cell_of, engine_version_of
 from tokcost.validation.serving_data import ServingRow, ServingSetup, load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +23,12 @@ DOC = ROOT / "validation" / "serving.md"
 
 
 def era_profile(setup: ServingSetup, platform: str) -> EngineProfile:
-    """The engine era a setup ran (validation/cells.cell_of on its framework, version, graphs and GPU platform)."""
+    """The engine era a setup ran (validation/cells.cell_of on its framework, version, graphs and GPU platform), with
+    the fused-MoE kernels its build ran (eras.with_row_kernels_of)."""
     cell = cell_of(framework=setup.framework, engine=setup.engine, version=setup.engine_version, graphs=setup.graphs,
                    platform=platform)  # fmt: skip
-    return builtin_files()[cell.engine].profile(cell.era)
+    version = engine_version_of(setup.framework, setup.engine_version)
+    return with_row_kernels_of(builtin_files()[cell.engine].profile(cell.era), version)
 
 
 def _as_shipped(setup: ServingSetup, model: ModelSpec) -> ServingSetup:

@@ -237,3 +237,91 @@ def test_gh100_siblings_take_their_parent_s_paces_as_anchors_with_their_sources(
     own, theirs = load_gpu(gpu).hardware.expert_rows, load_gpu(parent).hardware.expert_rows
     assert {k: v.g_elements_per_s for k, v in own.items()} == {k: v.g_elements_per_s for k, v in theirs.items()}
     assert own["fp8"].basis == "anchor" and "AI Configurator" in own["fp8"].source
+
+
+# vLLM 0.24's table of FlashInfer's TensorRT-LLM BF16 MoE (kernel_source ..._trtllmbf16experts) for the same shape: ms
+# at 4,096 and 16,384 tokens (systems/data/<gpu>/moe/vllm/0.24.0/moe_perf.parquet at 095f58a5, balanced routing)
+AIC_QWEN3_30B_TRTLLM = {
+    "b200": (0.382053, 1.351515),
+    "b300": (0.375557, 1.295755),
+    "gb200": (0.365968, 1.277216),
+}
+
+
+def _per_token_s(rates) -> float:
+    """One token's time through Qwen3-30B-A3B's routed experts (E 128, K 2048, N 768, top 8, TP 1) under `rates`."""
+    k, width, hidden = 8, 768, 2048
+    rate = kernel_rate("experts", "bf16", rates, 6 * hidden * width / (hidden + width))
+    return kernel_slopes(2 * k * 3 * hidden * width, 0.0, 0.0, rate)[0]
+
+
+@pytest.mark.parametrize("gpu", sorted(AIC_QWEN3_30B_TRTLLM))
+def test_builds_that_run_flashinfer_s_kernel_pay_its_pace_and_triton_s_would_miss_its_table(gpu):
+    low, high = AIC_QWEN3_30B_TRTLLM[gpu]
+    per_token = (high - low) * 1e-3 / (16384 - 4096)
+    switch = load_engine("vllm").moe_row_kernels  # the newest build's: BF16 experts in FlashInfer's TRT-LLM kernel
+    flashinfer = hardware_x_engine(load_gpu(gpu), "bf16", IDENTITY, expert_rows=True, row_kernels=switch)
+    triton = hardware_x_engine(load_gpu(gpu), "bf16", IDENTITY, expert_rows=True)
+    assert _per_token_s(flashinfer) == pytest.approx(per_token, rel=0.30)
+    assert _per_token_s(triton) > 1.3 * per_token  # Triton's pace prices another kernel: 42-74% too slow here
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300", "gb200"])
+def test_vllm_switches_bf16_experts_to_flashinfer_on_sm100_from_0_20_only(gpu):
+    g = load_gpu(gpu)
+    builds = ("vllm@0.19.1", "vllm@0.20", "vllm")
+    pace = {v: expected_rates(g, "bf16", load_engine(v)).expert_rows_per_s for v in builds}
+    triton = g.hardware.expert_rows["bf16"].g_elements_per_s * 1e9
+    flashinfer = g.hardware.kernel_expert_rows["flashinfer-trtllm"]["bf16"].g_elements_per_s * 1e9
+    assert pace == {"vllm@0.19.1": triton, "vllm@0.20": flashinfer, "vllm": flashinfer}  # unversioned: the newest
+    assert flashinfer > 2.5 * triton  # 912-987 against 265-353 G/s
+    fp8 = {v: expected_rates(g, "fp8", load_engine(v)).narrow_expert_rows_per_s for v in ("vllm@0.19.1", "vllm")}
+    assert fp8["vllm@0.19.1"] == fp8["vllm"] == g.hardware.expert_rows["fp8"].g_elements_per_s * 1e9  # no FP8 switch
+
+
+def test_gpus_without_the_kernel_s_pace_keep_the_default_one_whatever_the_build():
+    for gpu in ("h100-sxm", "h200", "l40s", "rtx-pro-6000"):
+        g = load_gpu(gpu)
+        assert "flashinfer-trtllm" not in g.hardware.kernel_expert_rows  # the TRT-LLM MoE kernels are SM100's
+        newest, old = (expected_rates(g, "bf16", load_engine(v)).expert_rows_per_s for v in ("vllm", "vllm@0.19"))
+        assert newest == old == g.hardware.expert_rows["bf16"].g_elements_per_s * 1e9
+    # an engine with no switch pays the default kernel's pace on SM100 too
+    b200 = load_gpu("b200")
+    assert load_engine("sglang").moe_row_kernels == ()
+    assert expected_rates(b200, "bf16", load_engine("sglang")).expert_rows_per_s == 353e9
+
+
+def test_validation_prices_each_row_with_the_kernels_its_build_ran():
+    from tokcost.models.library import load_model as model_of
+    from tokcost.validation.compare import row_deployment, row_rates
+    from tokcost.validation.data import load_rows
+
+    data = ROOT_SPECS.parents[1] / "validation" / "published.yaml"
+    row = next(r for r in load_rows(data) if r.id == "mlenergy-b200-qwen3-30b-a3b-tp1-bs8-itl")
+    assert row.engine_version == "0.11.1"
+    engine, gpu = load_engine("vllm"), load_gpu("b200")
+    d = row_deployment(row, model_of(row.model), gpu, engine)
+    assert row_rates(row, d, engine).expert_rows_per_s == 353e9  # a 0.11 build ran Triton, whatever the newest runs
+    newer = row.model_copy(update={"engine_version": "0.20.1"})
+    assert row_rates(newer, d, engine).expert_rows_per_s == 987e9
+
+
+def test_explain_names_the_kernel_a_build_switched_to(cli):
+    args = ("estimate", "-m", "qwen3-30b-a3b", "-g", "b200", "-p", "4096", "--explain", "--engine")
+    line = next(x for x in cli(*args, "vllm").stdout.splitlines() if "routed experts' gathered rows" in x)
+    assert "987.0 Gelements/s in flashinfer-trtllm (the kernel vllm@v1 runs bf16 experts in on b200 from 0.20)" in line
+    assert "[measured: AI Configurator's published op tables" in line  # the switched kernel's own figure and source
+    old = next(x for x in cli(*args, "vllm@0.19").stdout.splitlines() if "routed experts' gathered rows" in x)
+    assert "353.0 Gelements/s in vllm@v1's fused-MoE kernel" in old
+
+
+def test_a_kernel_the_specs_do_not_know_is_refused_with_its_field(tmp_path, cli):
+    text = (ROOT_SPECS / "b200.yaml").read_text().replace("    flashinfer-trtllm:\n", "    cutlass:\n", 1)
+    path = tmp_path / "b200.yaml"
+    path.write_text(text)
+    result = cli("estimate", "-m", "qwen3-30b-a3b", "-g", str(path))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: sustained.kernel_expert_rows.cutlass.[key]: Input should be "
+        "'flashinfer-trtllm' (got 'cutlass')\n"
+    )

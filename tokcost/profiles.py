@@ -28,6 +28,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokcost.formats import get as get_format
+from tokcost.hardware.sustained import RowDtype, RowKernel
 from tokcost.names import SpecName
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True, str_strip_whitespace=True)
@@ -210,6 +211,19 @@ class Scheduler(BaseModel):
     graph_batch_cap: int | None = None  # the largest decode batch its CUDA graphs capture (None: no cap stated)
 
 
+class RowKernelSwitch(BaseModel):
+    """From `since` on, an engine's builds multiply experts of one compute class (`experts`) in another MoE kernel
+    (`kernel`) on every GPU whose spec states that kernel's row pace (Sustained.kernel_expert_rows): FlashInfer's
+    TensorRT-LLM fused MoE, whose kernels exist for SM100 only, so only those GPUs state it."""
+
+    model_config = _FROZEN
+
+    kernel: RowKernel
+    experts: RowDtype
+    since: str = Field(max_length=20, pattern=r"^\d+(\.\d+)*$")
+    source: str = Field(min_length=1, max_length=2000)  # the release and the code or PR that made it the default
+
+
 class EraFields(BaseModel):
     """Everything one era of an engine states: kernels, host costs, overlap, platform gaps, scheduler, band."""
 
@@ -263,6 +277,9 @@ class EraFields(BaseModel):
     # on top of its math
     moe_gemm_kernel: Literal["native", "mma-sync", "fused-moe"] = "native"
     moe_gemm_source: str = Field(default="", max_length=2000)  # where the kernel class comes from
+    # builds of the era that switch a class of experts to another fused-MoE kernel on the GPUs that state its pace
+    # (eras.as_built keeps those at or before the build's version; the newest build, every one)
+    moe_row_kernels: tuple[RowKernelSwitch, ...] = Field(default=(), strict=False)
 
     # the scheduler's default cap on sequences running at once (vLLM max_num_seqs); None: only the KV cache caps it
     max_running_sequences: int | None = Field(default=None, ge=1, le=10_000_000)

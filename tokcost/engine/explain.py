@@ -59,6 +59,7 @@ from tokcost.engine.roofline import (
     kernel_rates,
     matmul_path,
     mma_sync_share,
+    row_figure,
 )
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import Link
@@ -644,15 +645,17 @@ def _expert_rows_line(e: Estimate, rates: Rates) -> list[str]:
         return []
     fmt_, row_flops = experts
     path = matmul_path("experts", fmt_, rates)[0]
-    dtype = expert_row_dtype(path, rates)
-    figure, pace = e.gpu.hardware.expert_rows.get(dtype), expert_row_pace(path, rates)  # the rates hold the figure's
-    if figure is None:
-        return [f"routed experts' gathered rows: {e.deployment.engine.label}'s fused-MoE kernel has no pace published "
+    dtype, engine = expert_row_dtype(path, rates), e.deployment.engine
+    (figure, kernel), pace = row_figure(e.gpu, dtype, engine.moe_row_kernels), expert_row_pace(path, rates)
+    if figure is None:  # the rates hold the figure's pace
+        return [f"routed experts' gathered rows: {engine.label}'s fused-MoE kernel has no pace published "
                 f"for {e.gpu.name} at {dtype}, none priced"]  # fmt: skip
-    return [f"routed experts' gathered rows: {fmt.si(pace, 'elements/s')} in {e.deployment.engine.label}'s "
-            f"fused-MoE kernel, on top of their math (a token-expert "
-            f"pair's row is hidden + width elements, {row_flops:,.0f} FLOPs each through both GEMMs; 1 / rate is "
-            f"1 / GEMM rate + 1 / {fmt.si(row_flops * pace, 'FLOP/s')}); the ceiling: none "
+    where = f"{engine.label}'s fused-MoE kernel" if kernel is None else (
+        f"{kernel} (the kernel {engine.label} runs {dtype} experts in on {e.gpu.name} from "
+        f"{next(s.since for s in engine.moe_row_kernels if s.experts == dtype)})")  # fmt: skip
+    return [f"routed experts' gathered rows: {fmt.si(pace, 'elements/s')} in {where}, on top of their math (a "
+            f"token-expert pair's row is hidden + width elements, {row_flops:,.0f} FLOPs each through both GEMMs; "
+            f"1 / rate is 1 / GEMM rate + 1 / {fmt.si(row_flops * pace, 'FLOP/s')}); the ceiling: none "
             f"[{figure.provenance}]"]  # fmt: skip
 
 

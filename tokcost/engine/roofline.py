@@ -22,8 +22,8 @@ from tokcost.engine.workload import Precision, same_tensor_rate
 from tokcost.errors import UsageError
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
-from tokcost.hardware.sustained import RowDtype
-from tokcost.profiles import GENERIC, IDENTITY, CollectiveCosts, EngineProfile, KernelEfficiency
+from tokcost.hardware.sustained import RowDtype, RowKernel, RowPace
+from tokcost.profiles import GENERIC, IDENTITY, CollectiveCosts, EngineProfile, KernelEfficiency, RowKernelSwitch
 from tokcost.units import US
 
 NO_COLLECTIVE_COST = CollectiveCosts()
@@ -220,7 +220,7 @@ def expected_rates(gpu: GpuSpec, compute_dtype: str, engine: EngineProfile = GEN
         overlap=engine.comm_overlap,
         fp8_attention=not engine.fa2_kernels,  # FlashAttention-2 has no FP8 path
         narrow_experts=engine.moe_gemm_kernel != "mma-sync",  # CUTLASS's Sm80 grouped GEMM takes 16-bit activations
-        expert_rows=engine.moe_gemm_kernel == "fused-moe",
+        expert_rows=engine.moe_gemm_kernel == "fused-moe", row_kernels=engine.moe_row_kernels,
     )  # fmt: skip
     if engine.eager_launch_us is None:
         return rates
@@ -256,10 +256,12 @@ def hardware_x_engine(
     request_s: float = 0.0,
     overlap: float = 0.0, unhidden: float = UNHIDDEN_SHARE, attention_floor_s: float = ATTENTION_FLOOR_S,
     fp8_attention: bool = True, narrow_experts: bool = True, expert_rows: bool = False,
+    row_kernels: tuple[RowKernelSwitch, ...] = (),
 ) -> Rates:  # fmt: skip
     """Expected rates from the hardware's sustained shares and an engine's terms (expected_rates; the fit's
     candidates): every datasheet figure is the cap. `expert_rows`: the engine's fused-MoE kernel pays the GPU's row
-    paces (sustained.expert_rows)."""
+    paces (sustained.expert_rows), those of the kernels `row_kernels` switches a class of experts to where the GPU
+    states them (row_figure)."""
     peak, copy = ceiling_rates(gpu, compute_dtype), gpu.hardware.copy_bandwidth.fraction
     return Rates(
         flops_per_s=peak.flops_per_s * _gemm_share(gpu, compute_dtype, peak.flops_per_s),
@@ -292,15 +294,24 @@ def hardware_x_engine(
         attention_floor_s=attention_floor_s,
         fp8_attention=fp8_attention,
         narrow_experts=narrow_experts,
-        expert_rows_per_s=_row_pace(gpu, "bf16") if expert_rows else 0.0,
-        narrow_expert_rows_per_s=_row_pace(gpu, "fp8") if expert_rows else 0.0,
-        four_bit_expert_rows_per_s=_row_pace(gpu, "fp4") if expert_rows else 0.0,
+        expert_rows_per_s=_row_pace(gpu, "bf16", row_kernels) if expert_rows else 0.0,
+        narrow_expert_rows_per_s=_row_pace(gpu, "fp8", row_kernels) if expert_rows else 0.0,
+        four_bit_expert_rows_per_s=_row_pace(gpu, "fp4", row_kernels) if expert_rows else 0.0,
     )
 
 
-def _row_pace(gpu: GpuSpec, dtype: RowDtype) -> float:
-    """The GPU's measured pace of gathered expert rows at `dtype`'s class, in elements per second (0: none)."""
-    pace = gpu.hardware.expert_rows.get(dtype)
+def row_figure(
+    gpu: GpuSpec, dtype: RowDtype, switches: tuple[RowKernelSwitch, ...]
+) -> tuple[RowPace | None, RowKernel | None]:
+    """(the GPU's measured row pace, the kernel it is of; None: the default fused MoE) for experts at `dtype`'s class
+    under a build's kernel switches (EraFields.moe_row_kernels): the switched kernel's where the GPU states it."""
+    kernel = next((s.kernel for s in switches if s.experts == dtype), None)
+    return gpu.hardware.row_pace(dtype, kernel)
+
+
+def _row_pace(gpu: GpuSpec, dtype: RowDtype, switches: tuple[RowKernelSwitch, ...]) -> float:
+    """The pace of gathered expert rows at `dtype`'s class (row_figure), in elements per second (0: none)."""
+    pace = row_figure(gpu, dtype, switches)[0]
     return pace.g_elements_per_s * 1e9 if pace is not None else 0.0
 
 

@@ -92,6 +92,9 @@ ANCHOR_GEMM_UNCERTAINTY = 0.15
 
 # the compute classes a row pace is published for (Sustained.expert_rows): 16-bit, 8-bit and 4-bit experts
 RowDtype = Literal["bf16", "fp8", "fp4"]
+# the MoE kernels a row pace is published for beside the default fused-MoE one (Triton's, AITER's), which builds of an
+# engine switch to on the GPUs that state their pace (EraFields.moe_row_kernels): FlashInfer's TensorRT-LLM fused MoE
+RowKernel = Literal["flashinfer-trtllm"]
 
 
 class Sustained(BaseModel):
@@ -116,6 +119,15 @@ class Sustained(BaseModel):
     # for 16-bit, "fp8" for 8-bit compute, "fp4" for 4-bit (which Triton's fused MoE has no path for: the engines'
     # own 4-bit MoE kernels). Missing: no published figure, and no such cost is priced
     expert_rows: dict[RowDtype, RowPace] = Field(default_factory=dict)
+    # the same pace in another MoE kernel, by kernel then dtype: a build that switches its experts to that kernel
+    # (EraFields.moe_row_kernels) pays it on this GPU. Missing: no published pace, so builds keep the default kernel
+    kernel_expert_rows: dict[RowKernel, dict[RowDtype, RowPace]] = Field(default_factory=dict)
+
+    def row_pace(self, dtype: RowDtype, kernel: RowKernel | None = None) -> tuple[RowPace | None, RowKernel | None]:
+        """(the pace, the kernel it is of; None: the default fused-MoE kernel) of experts at `dtype`: `kernel`'s where
+        this GPU states one, else the default kernel's (None where neither is published)."""
+        switched = self.kernel_expert_rows.get(kernel, {}).get(dtype) if kernel is not None else None
+        return (switched, kernel) if switched is not None else (self.expert_rows.get(dtype), None)
 
     def gemm_for(self, dtype: str) -> SustainedFigure | None:
         """The GEMM share at `dtype`: its own entry, else its 16-bit partner's (fp16 <-> bf16), else None."""
@@ -138,6 +150,8 @@ class Sustained(BaseModel):
         if self.mma_sync_gemm is not None:
             out["mma_sync_gemm"] = self.mma_sync_gemm.provenance
         out.update({f"expert_rows.{dtype}": pace.provenance for dtype, pace in self.expert_rows.items()})
+        out.update({f"kernel_expert_rows.{kernel}.{dtype}": pace.provenance
+                    for kernel, paces in self.kernel_expert_rows.items() for dtype, pace in paces.items()})  # fmt: skip
         return out
 
 

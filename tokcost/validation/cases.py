@@ -30,7 +30,7 @@ from tokcost.engine.roofline import (
     matmul_path,
 )  # fmt: skip
 from tokcost.engine.work import RateTable, Work
-from tokcost.eras import EngineFile, builtin_files
+from tokcost.eras import EngineFile, builtin_files, with_row_kernels_of
 from tokcost.errors import SpecError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
@@ -44,7 +44,7 @@ from tokcost.profiles import (
     WeightOnly,
     kernel_family,
 )  # fmt: skip
-from tokcost.validation.cells import Cell, cell_of, version_of
+from tokcost.validation.cells import Cell, cell_of, engine_version_of, version_of
 from tokcost.validation.compare import WaveTimes, row_deployment, run_metric, waves_of, workload_of
 from tokcost.validation.data import Row
 from tokcost.validation.priors import EAGER_CELLS
@@ -197,7 +197,8 @@ def prepare(
             continue
         model, gpu = models[row.model], gpus[row.gpu]
         cell = row_cell(row, gpu)
-        profile = profiles[cell_key(cell)]
+        built = engine_version_of(row.framework, row.engine_version)  # the fused-MoE kernels its build ran
+        profile = with_row_kernels_of(profiles[cell_key(cell)], built)
         d = row_deployment(row, model, gpu, profile)
         waves = []
         for wave in waves_of(row, model, gpu, profile, d):
@@ -233,7 +234,7 @@ class Pricer:
         # m.wo.int8 in the other), and must not share Rates
         tp = case.deployment.layout.tp  # the batch the era's CUDA graphs capture depends on it
         key = (case.gpu.name, case.deployment.precision.compute, case.cell, case.client, case.steps, fused, tp,
-               case.keys, got)  # fmt: skip
+               case.keys, got, case.profile.moe_row_kernels)  # fmt: skip
         found = self._rates.get(key)
         if found is None:
             if len(self._rates) >= CACHE_LIMIT:
