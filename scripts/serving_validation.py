@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tokcost.eras import builtin_files, with_row_kernels_of
+from tokcost.eras import built_at, builtin_files
 from tokcost.hardware.library import load_gpu, load_network
 from tokcost.models.library import load_model
 from tokcost.models.spec import ModelSpec
@@ -24,11 +24,11 @@ DOC = ROOT / "validation" / "serving.md"
 
 def era_profile(setup: ServingSetup, platform: str) -> EngineProfile:
     """The engine era a setup ran (validation/cells.cell_of on its framework, version, graphs and GPU platform), with
-    the fused-MoE kernels its build ran (eras.with_row_kernels_of)."""
+    the fused-MoE kernels its build ran (eras.built_at)."""
     cell = cell_of(framework=setup.framework, engine=setup.engine, version=setup.engine_version, graphs=setup.graphs,
                    platform=platform)  # fmt: skip
     version = engine_version_of(setup.framework, setup.engine_version)
-    return with_row_kernels_of(builtin_files()[cell.engine].profile(cell.era), version)
+    return built_at(builtin_files()[cell.engine].profile(cell.era), version)
 
 
 def _as_shipped(setup: ServingSetup, model: ModelSpec) -> ServingSetup:

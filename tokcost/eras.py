@@ -298,19 +298,20 @@ def _as_built(profile: EngineProfile, spelled_version: str | None) -> EngineProf
     """An era spelled by a version runs as that build: without the overlap scheduler where it predates it."""
     key = spelled_version.strip().lower().removeprefix("v") if spelled_version else ""
     version = version_key(key) if key else None
-    profile = with_row_kernels_of(profile, version)
+    profile = built_at(profile, version)
     if version is None or profile.overlap_scheduling_since is None or schedules_ahead(profile, version):
         return profile
     return profile.model_copy(update={"overlap_scheduling_since": None})
 
 
-def with_row_kernels_of(profile: EngineProfile, version: tuple[int, ...] | None) -> EngineProfile:
-    """The profile with the fused-MoE kernel switches a build at `version` has made (EraFields.moe_row_kernels);
-    None: the era's newest build, which has made them all."""
+def built_at(profile: EngineProfile, version: tuple[int, ...] | None) -> EngineProfile:
+    """The profile as a build at `version` runs: the fused-MoE kernel switches it has made (EraFields.moe_row_kernels)
+    and its version, which the engine's memory rule reads (memory.engine_reserve); None: the era's newest build,
+    which has made them all."""
     if version is None:
         return profile
     kept = tuple(s for s in profile.moe_row_kernels if at_least(version, version_key(s.since) or ()))
-    return profile if kept == profile.moe_row_kernels else profile.model_copy(update={"moe_row_kernels": kept})
+    return profile.model_copy(update={"moe_row_kernels": kept, "build": ".".join(map(str, version))})
 
 
 def builtin_files() -> dict[str, EngineFile]:

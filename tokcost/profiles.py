@@ -260,6 +260,11 @@ class EraFields(BaseModel):
     # (TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction): its reserve is 0.1 of that, not of the whole GPU
     kv_cache_budget: Literal["total", "free"] = "total"
     kv_cache_budget_source: str = Field(default="", max_length=2000)  # where that comes from
+    # how much of each GPU the engine keeps beside weights and KV cache: "gpu-share", 0.1 of it (vLLM's default
+    # gpu_memory_utilization 0.9); "sglang", SGLang's default mem_fraction_static, which its builds derive from the
+    # GPU's memory, the layout and their own defaults (memory.engine_reserve), its activations inside the reserve
+    memory_reserve: Literal["gpu-share", "sglang"] = "gpu-share"
+    memory_reserve_source: str = Field(default="", max_length=4000)  # where the rule comes from
     request_overhead_us: Microseconds = 0.0  # per request, on a client's TTFT: HTTP, tokenization, admission
     collective_overhead_us: CollectiveCosts = CollectiveCosts()
     # the share of expert all-to-all (dispatch, combine) hidden behind compute: two-batch overlap, DeepEP
@@ -352,6 +357,12 @@ class EngineProfile(EraFields):
     # the profile of tensor_split_era, attached by eras.EngineFile.profile (never dumped: the file names the era);
     # a copy of this profile with other values (model_copy) leaves it as it was, so tweak the era a layout runs as
     tensor_split: EngineProfile | None = Field(default=None, exclude=True, repr=False)
+    # the build it runs as, its dotted version (eras.built_at: `vllm@0.19`, a published row's engine_version); None:
+    # the era's newest build
+    build: str | None = Field(default=None, max_length=40, pattern=r"^\d+(\.\d+)*$")
+    # the share of each GPU its weights and KV cache may take where a flag sets it (SGLang's --mem-fraction-static,
+    # vLLM's --gpu-memory-utilization); None: the engine's default (memory.engine_reserve)
+    memory_share: float | None = Field(default=None, gt=0, le=1)
 
     @property
     def label(self) -> str:

@@ -18,7 +18,7 @@ from tokcost.engine.compiled import BoundPass, CompiledPass, Rate, Row
 from tokcost.engine.forms import Form
 from tokcost.engine.kernels import KV_ATTENTION
 from tokcost.engine.layout import Layout, kv_replication, layout_problem
-from tokcost.engine.memory import MemoryReport, memory_report
+from tokcost.engine.memory import MemoryReport, engine_reserve, memory_report
 from tokcost.engine.passcost import Bound, PassCost
 from tokcost.engine.roofline import (
     KernelRate,
@@ -119,8 +119,10 @@ def deployment(
         raise UsageError(problem)
     engine = engine.for_layout(layout.stage_gpus)  # a split stage may run as another era (llama.cpp's row split: eager)
     # the era's LM head: split by vocabulary or whole on every rank, and its logits gathered or sampled per rank
+    share, holds = engine_reserve(engine, gpu, layout.tp, layout.pp)  # what its KV budget leaves out of each GPU
     layout = replace(layout, vocab_split=engine.vocab_parallel, logits_gathered=engine.logits_gather,
-                     reserve_of_free=engine.kv_cache_budget == "free")  # fmt: skip
+                     reserve_of_free=engine.kv_cache_budget == "free", reserve_share=share,
+                     reserve_holds_workspace=holds)  # fmt: skip
     return Deployment(model, gpu, resolve_precision(model, workload, gpu), layout, links_of(gpu, network), engine)
 
 

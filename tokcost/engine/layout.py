@@ -46,6 +46,10 @@ class Layout:
     # the engine's reserve is 0.1 of the memory left free once weights and activations are loaded (TensorRT-LLM), not
     # of the whole GPU (vLLM, SGLang): the engine profile's kv_cache_budget
     reserve_of_free: bool = False
+    # the share of each GPU the engine keeps beside weights and KV cache, and whether its activation workspace is
+    # inside it (SGLang's mem_fraction_static) rather than beside it: memory.engine_reserve
+    reserve_share: float = 0.10
+    reserve_holds_workspace: bool = False
 
     @property
     def gpus(self) -> int:

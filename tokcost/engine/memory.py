@@ -23,15 +23,27 @@ from tokcost.engine.blocks import (
 )
 from tokcost.engine.layout import Layout, layout_problem, stage_layer_ranges, tp_degrees
 from tokcost.engine.workload import Precision, Workload
+from tokcost.eras import at_least, version_key
 from tokcost.formats import get as get_format
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.layers import KV_MIXERS
 from tokcost.models.spec import ModelSpec
+from tokcost.profiles import EngineProfile
 
 # vLLM's default gpu_memory_utilization=0.9 (vllm/engine/arg_utils.py) leaves 10% of each GPU for the CUDA
 # context, NCCL buffers, the caching allocator's fragmentation and CUDA-graph pools; TensorRT-LLM's
 # free_gpu_memory_fraction=0.9 leaves 10% of the memory free after weights and activations (Layout.reserve_of_free).
 RESERVE_FRACTION = 0.10
+# SGLang's default mem_fraction_static (python/sglang/srt/server_args.py; EraFields.memory_reserve "sglang"): the
+# share of the GPU its weights and KV pool may take; the rest holds activations, CUDA graphs and the context.
+# Before 0.4.7, a share by TP size: 0.88 at TP 1, 0.87 from 2, 0.85 from 4, 0.81 from 8, 0.79 from 16
+SGLANG_SHARE_BY_TP = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+# from 0.4.7 (PR 7054): (9.5 GiB below 90 GiB, 12 below 160, 32 above) + TP x PP / 2 GiB below 160 GiB reserved
+SGLANG_RESERVE_TIERS_GIB = ((90, 9.5), (160, 12.0))
+SGLANG_LARGE_RESERVE_GIB = 32.0
+# from 0.5.3 (PR 10975): 512 MiB + 1.5 MiB per token of the prefill chunk (at least 2,048) + 2 MiB per sequence the
+# CUDA graphs capture + 128 MiB per GPU of a stage, at least 10 GiB on GPUs above 60 GiB
+SGLANG_SINCE = {"tiers": (0, 4, 7), "defaults": (0, 5, 3)}
 # Serving engines prefill in chunks (vLLM's max_num_batched_tokens); activations of at most this many
 # tokens are live at once.
 PREFILL_CHUNK_TOKENS = 8192
@@ -177,7 +189,7 @@ class ReplicaMemory:
         self.state_per_sequence = [layers_state_per_sequence(model, p, kinds, layout.tp) for kinds in self.kinds]
         self.kv_per_token = kv_bytes_per_token_layer(model, p, layout.tp)
         self.activation_bytes = per_token_activation_bytes(model, p, layout.tp)
-        self.reserve = RESERVE_FRACTION * gpu.memory_bytes if gpu else 0.0
+        self.reserve = layout.reserve_share * gpu.memory_bytes if gpu else 0.0
         self.capacity = gpu.memory_bytes if gpu else 0.0
 
     def kv(self, kinds: Kinds, batch: int, tokens: int, prefix: int) -> float:
@@ -210,9 +222,11 @@ class ReplicaMemory:
         return best
 
     def reserve_beside(self, weights: float, workspace: float) -> float:
-        """The engine's reserve on a GPU holding `weights` and `workspace`: 0.1 of the whole GPU, or of what they
-        leave free where the engine sizes its KV cache so (Layout.reserve_of_free: TensorRT-LLM's
-        free_gpu_memory_fraction)."""
+        """The engine's reserve on a GPU holding `weights` and `workspace`: its share of the whole GPU (less the
+        workspace where that share holds the activations: SGLang's), or 0.1 of what they leave free where the engine
+        sizes its KV cache so (Layout.reserve_of_free: TensorRT-LLM's free_gpu_memory_fraction)."""
+        if self.layout.reserve_holds_workspace:
+            return max(self.reserve - workspace, 0.0)
         if not self.layout.reserve_of_free:
             return self.reserve
         return RESERVE_FRACTION * max(self.capacity - weights - workspace, 0.0)
@@ -321,3 +335,32 @@ def weight_format_bits(p: Precision) -> float:
 def resident_weight_bytes(model: ModelSpec, p: Precision) -> float:
     """Every weight as stored on one GPU holding the whole model: all experts, embedding, LM head, norms."""
     return stage_weight_bytes(model, p, Layout(), range(model.layers), True, True)
+
+
+def engine_reserve(engine: EngineProfile, gpu: GpuSpec, tp: int, pp: int) -> tuple[float, bool]:
+    """(the share of each GPU the engine keeps beside weights and KV cache, whether its activations are inside it):
+    0.1 beside them (vLLM's gpu_memory_utilization 0.9), or what SGLang's default mem_fraction_static leaves."""
+    sglang = engine.memory_reserve == "sglang"
+    if engine.memory_share is not None:  # a flag's share, which SGLang's activations live outside of too
+        return round(1.0 - engine.memory_share, 3), sglang
+    if not sglang:
+        return RESERVE_FRACTION, False
+    return round(1.0 - sglang_static_share(engine, gpu, tp, pp), 3), True
+
+
+def sglang_static_share(engine: EngineProfile, gpu: GpuSpec, tp: int, pp: int) -> float:
+    """SGLang's default mem_fraction_static on `gpu` at TP `tp` x PP `pp`, as its build derives it (engine.build;
+    None: the newest): weights and the KV pool take this share of the GPU's memory (its MiB as the driver reports)."""
+    version = version_key(engine.build) if engine.build else None
+    mib = gpu.memory_bytes / 2**20
+    if version is not None and not at_least(version, SGLANG_SINCE["tiers"]):
+        return next(share for least, share in SGLANG_SHARE_BY_TP if tp >= least)
+    if version is not None and not at_least(version, SGLANG_SINCE["defaults"]):
+        base = next((gib for below, gib in SGLANG_RESERVE_TIERS_GIB if mib < below * 1024), None)
+        reserved = (base + tp * pp / 2) * 1024 if base is not None else SGLANG_LARGE_RESERVE_GIB * 1024
+    else:
+        s = engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes, tp=tp)
+        # activations of a prefill chunk, the CUDA graphs' buffers, a communicator per GPU of the stage
+        reserved = 512 + 1.5 * max(s.chunk_tokens or 0, 2048) + 2 * (s.graph_batch_cap or 0) + 128 * tp * pp
+        reserved = max(reserved, 10 * 1024) if mib > 60 * 1024 else reserved
+    return round((mib - reserved) / mib, 3)

@@ -38,6 +38,11 @@ from tokcost.validation.serving_data import ServingRow, ServingSetup
 
 PERCENTILES = ("p50", "p90", "p99")
 LATENCY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms": "e2e_s"}
+# the share of each GPU weights and KV cache may take (SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization)
+MEMORY_FLAG = re.compile(
+    r"--(?:mem[-_]frac(?:tion[-_]static)?|gpu[-_]memory[-_]utilization)[\s=]+(0?\.\d+|1(?:\.0*)?)\b"
+)
+ASIDE = re.compile(r"\([^)]*\)")  # a parenthetical in a setup's flags: prose about other runs, not this one's flags
 CHUNK_FLAG = re.compile(r"--(?:max[-_]num[-_]batched[-_]tokens?|chunked[-_]prefill[-_]size)\s+(\d+)")
 STEPS_FLAG = re.compile(r"--num[-_]scheduler[-_]steps\s+(\d+)")
 SEQS_FLAG = re.compile(r"--(?:max[-_]num[-_]seqs|max[-_]running[-_]requests|max[-_]batch[-_]size)\s+(\d+)")
@@ -123,6 +128,9 @@ def predict_row(
     if reason:
         return ServingResult(row, setup, None, reason)
     engine = engine.for_layout(setup.tp * setup.dp)  # the era the layout runs as (predict resolves it too)
+    memory = MEMORY_FLAG.search(ASIDE.sub("", setup.engine_flags))
+    if memory:  # the run's own share of each GPU for weights and KV cache
+        engine = engine.model_copy(update={"memory_share": float(memory[1])})
     load: dict[str, float | int | None] = {"rate_rps": None, "concurrency": None}
     if row.arrival == "poisson":
         load["rate_rps"] = (row.request_rate_rps or 0.0) / setup.instances

@@ -30,7 +30,7 @@ from tokcost.engine.roofline import (
     matmul_path,
 )  # fmt: skip
 from tokcost.engine.work import RateTable, Work
-from tokcost.eras import EngineFile, builtin_files, with_row_kernels_of
+from tokcost.eras import EngineFile, built_at, builtin_files
 from tokcost.errors import SpecError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
@@ -198,7 +198,7 @@ def prepare(
         model, gpu = models[row.model], gpus[row.gpu]
         cell = row_cell(row, gpu)
         built = engine_version_of(row.framework, row.engine_version)  # the fused-MoE kernels its build ran
-        profile = with_row_kernels_of(profiles[cell_key(cell)], built)
+        profile = built_at(profiles[cell_key(cell)], built)
         d = row_deployment(row, model, gpu, profile)
         waves = []
         for wave in waves_of(row, model, gpu, profile, d):

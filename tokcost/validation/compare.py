@@ -30,7 +30,7 @@ from tokcost.engine.estimate import Deployment, deployment, times
 from tokcost.engine.memory import ReplicaMemory
 from tokcost.engine.roofline import Rates, expected_rates
 from tokcost.engine.workload import Workload
-from tokcost.eras import with_row_kernels_of
+from tokcost.eras import built_at
 from tokcost.errors import SpecError, UsageError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
@@ -171,7 +171,7 @@ def row_rates(row: Row, d: Deployment, engine: EngineProfile | None) -> Rates:
     if engine is None:
         return d.rates("ceiling")
     # the fused-MoE kernels its build ran
-    engine = with_row_kernels_of(engine, engine_version_of(row.framework, row.engine_version))
+    engine = built_at(engine, engine_version_of(row.framework, row.engine_version))
     return expected_rates(d.gpu, d.precision.compute, engine, client_side=row.measured_at == "client",
                           scheduler_steps=row.scheduler_steps or 1,
                           fused_attention=d.precision.fused_attention, tp=d.layout.tp)  # fmt: skip
