@@ -293,17 +293,24 @@ def test_gpus_without_the_kernel_s_pace_keep_the_default_one_whatever_the_build(
 
 def test_validation_prices_each_row_with_the_kernels_its_build_ran():
     from tokcost.models.library import load_model as model_of
-    from tokcost.validation.compare import row_deployment, row_rates
+    from tokcost.validation.cases import row_cell
+    from tokcost.validation.compare import price_row
     from tokcost.validation.data import load_rows
 
     data = ROOT_SPECS.parents[1] / "validation" / "published.yaml"
-    row = next(r for r in load_rows(data) if r.id == "mlenergy-b200-qwen3-30b-a3b-tp1-bs8-itl")
-    assert row.engine_version == "0.11.1"
-    engine, gpu = load_engine("vllm"), load_gpu("b200")
-    d = row_deployment(row, model_of(row.model), gpu, engine)
-    assert row_rates(row, d, engine).expert_rows_per_s == 353e9  # a 0.11 build ran Triton, whatever the newest runs
+    found = next(r for r in load_rows(data) if r.id == "mlenergy-b200-qwen3-30b-a3b-tp1-bs8-itl")
+    assert found.engine_version == "0.11.1"
+    # the same run as a prefill, where the experts' rows count: 8 prompts of 8,192 tokens
+    row = found.model_copy(update={"metric": "ttft_ms", "prompt_tokens": 8192, "output_tokens": 1})
+    model, gpu = model_of(row.model), load_gpu("b200")
+
+    def ttft(r, engine: str) -> float:
+        return price_row(r, model, gpu, row_cell(r, gpu), load_engine(engine)).expected
+
+    # the newest profile prices a 0.11 build as that build ran it: Triton's pace, not the newest build's kernel
+    assert ttft(row, "vllm") == ttft(row, "vllm@0.11.1")
     newer = row.model_copy(update={"engine_version": "0.20.1"})
-    assert row_rates(newer, d, engine).expert_rows_per_s == 987e9
+    assert ttft(newer, "vllm") == ttft(newer, "vllm@0.20.1") < 0.95 * ttft(row, "vllm")
 
 
 def test_explain_names_the_kernel_a_build_switched_to(cli):

@@ -63,7 +63,7 @@ def test_a_qwen3_32b_on_one_h100_holds_half_the_sequences_vllm_s_reserve_would()
 def test_explain_derives_the_reserve(cli):
     args = ("estimate", "-m", "qwen3-32b", "-g", "h100-sxm", "-p", "2048", "-o", "512", "--explain", "--engine")
     line = next(x for x in cli(*args, "sglang@0.5.8").stdout.splitlines() if x.strip().startswith("reserve:"))
-    assert line.strip().startswith("reserve: 0.165 x 85.52 GB - ")
+    assert line.strip().startswith("reserve: max(0.165 x 85.52 GB - ")
     assert "sglang 0.5.8's default mem_fraction_static 0.835" in line
 
 
@@ -81,3 +81,25 @@ def test_a_run_s_own_share_flag_sets_the_reserve_and_prose_about_other_runs_does
     assert engine_reserve(flagged, h200, 8, 1) == (0.13, True)
     vllm = load_engine("vllm").model_copy(update={"memory_share": 0.95})
     assert engine_reserve(vllm, h200, 1, 1) == (0.05, False)  # vLLM's activations stay beside its share
+
+
+def test_gpus_under_35_gib_reserve_their_own_tier_in_0_4_7_to_0_5_2():
+    rtx4090 = load_gpu("rtx-4090")
+    mib = rtx4090.memory_bytes / 2**20  # 24,564 MiB
+    # 2.8 GiB + TP x PP / 10 GiB below 35 GiB, not the 9.5 + TP x PP / 2 of GPUs up to 90 GiB
+    assert sglang_static_share(load_engine("sglang@0.5.1"), rtx4090, 1, 1) == round((mib - 2.9 * 1024) / mib, 3)
+    assert sglang_static_share(load_engine("sglang@0.5.1"), rtx4090, 1, 1) == 0.879
+
+
+def test_the_smallest_layout_takes_the_reserve_of_its_own_tp():
+    # Llama-3.1-70B in FP8 (72.7 GB of weights) estimated at TP 8 under SGLang 0.4.5 (0.81 of each GPU at TP 8):
+    # at TP 1 SGLang keeps 0.88 of the H100 (75.3 GB), which holds it; TP 8's 0.81 (69.3 GB) would not
+    r = estimate(load_model("llama-3.1-70b"), load_gpu("h100-sxm"),
+                 Workload(batch=1, prompt_tokens=1024, output_tokens=128, tp=8, weights_dtype="fp8"),
+                 engine=load_engine("sglang@0.4.5"))  # fmt: skip
+    assert (
+        0.81 * load_gpu("h100-sxm").memory_bytes
+        < r.memory.weights_bytes_total
+        < 0.88 * load_gpu("h100-sxm").memory_bytes
+    )
+    assert (r.memory.min_gpus, r.memory.min_layout) == (1, "TP 1")

@@ -359,10 +359,10 @@ class EngineProfile(EraFields):
     tensor_split: EngineProfile | None = Field(default=None, exclude=True, repr=False)
     # the build it runs as, its dotted version (eras.built_at: `vllm@0.19`, a published row's engine_version); None:
     # the era's newest build
-    build: str | None = Field(default=None, max_length=40, pattern=r"^\d+(\.\d+)*$")
+    build: str | None = Field(default=None, max_length=40, pattern=r"^\d+(\.\d+)*$", exclude=True)
     # the share of each GPU its weights and KV cache may take where a flag sets it (SGLang's --mem-fraction-static,
     # vLLM's --gpu-memory-utilization); None: the engine's default (memory.engine_reserve)
-    memory_share: float | None = Field(default=None, gt=0, le=1)
+    memory_share: float | None = Field(default=None, gt=0, le=1, exclude=True)
 
     @property
     def label(self) -> str:

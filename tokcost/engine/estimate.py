@@ -357,7 +357,8 @@ def estimate(
     price = workload.price_per_hour_usd if workload.price_per_hour_usd is not None else gpu.price_per_hour_usd
     contexts = decode_contexts(workload)
     mean_context = sum(contexts) / 2 if contexts else None
-    memory = memory_report(model, gpu, workload, d.precision, d.layout)
+    memory = memory_report(model, gpu, workload, d.precision, d.layout,
+                           lambda tp, pp: engine_reserve(d.engine, gpu, tp, pp))  # fmt: skip
     return Estimate(
         model=model,
         gpu=gpu,

@@ -426,16 +426,17 @@ def _reserve_line(e: Estimate) -> str:
     """The engine's reserve: 0.1 of the GPU, or of what weights and activations leave free (memory.reserve_beside)."""
     mem, b = e.memory, e.memory.per_gpu
     cap = fmt.si(mem.capacity_bytes_per_gpu, "B")
+    engine, share = e.deployment.engine, e.layout.reserve_share
+    whose = "a flag's" if engine.memory_share is not None else "default"
     if e.layout.reserve_holds_workspace:  # SGLang: the share its mem_fraction_static leaves, activations inside it
-        engine, share = e.deployment.engine, e.layout.reserve_share
-        return (f"reserve: {share:.3g} x {cap} - {fmt.si(b.workspace, 'B')} workspace = {fmt.si(b.reserve, 'B')} "
-                f"({engine.label}{' ' + engine.build if engine.build else ''}'s default mem_fraction_static "
-                f"{1 - share:.3g} on this GPU and layout keeps weights and KV cache; the rest holds activations, CUDA "
-                "graphs and the context)")  # fmt: skip
+        return (f"reserve: max({share:.3g} x {cap} - {fmt.si(b.workspace, 'B')} workspace, 0) = "
+                f"{fmt.si(b.reserve, 'B')} ({engine.label}{' ' + engine.build if engine.build else ''}'s {whose} "
+                f"mem_fraction_static {1 - share:.3g} on this GPU and layout keeps weights and KV cache; the rest "
+                "holds activations, CUDA graphs and the context)")  # fmt: skip
     if not e.layout.reserve_of_free:
-        return (f"reserve: {RESERVE_FRACTION:g} x {cap} = {fmt.si(b.reserve, 'B')} (0.9 of the GPU kept for "
-                "weights, KV and activations, as vLLM's default gpu_memory_utilization 0.9 keeps it: the CUDA "
-                "context, NCCL buffers, fragmentation, graph pools)")  # fmt: skip
+        return (f"reserve: {share:.3g} x {cap} = {fmt.si(b.reserve, 'B')} ({1 - share:.3g} of the GPU kept for "
+                f"weights, KV and activations, as vLLM's {whose} gpu_memory_utilization {1 - share:.3g} keeps it: the "
+                "CUDA context, NCCL buffers, fragmentation, graph pools)")  # fmt: skip
     return (f"reserve: {RESERVE_FRACTION:g} x ({cap} - {fmt.si(b.weights, 'B')} weights - {fmt.si(b.workspace, 'B')} "
             f"workspace) = {fmt.si(b.reserve, 'B')} ({e.deployment.engine.label}'s KV cache takes 0.9 of the memory "
             "left free once weights and activations are loaded: free_gpu_memory_fraction 0.9)")  # fmt: skip

@@ -10,6 +10,7 @@ hybrid's long-context batch is larger: only its few attention layers grow with t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tokcost.engine.attend import held_tokens
@@ -38,8 +39,9 @@ RESERVE_FRACTION = 0.10
 # share of the GPU its weights and KV pool may take; the rest holds activations, CUDA graphs and the context.
 # Before 0.4.7, a share by TP size: 0.88 at TP 1, 0.87 from 2, 0.85 from 4, 0.81 from 8, 0.79 from 16
 SGLANG_SHARE_BY_TP = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
-# from 0.4.7 (PR 7054): (9.5 GiB below 90 GiB, 12 below 160, 32 above) + TP x PP / 2 GiB below 160 GiB reserved
-SGLANG_RESERVE_TIERS_GIB = ((90, 9.5), (160, 12.0))
+# from 0.4.7 (PR 7054): 2.8 GiB + TP x PP / 10 below 35 GiB, 9.5 + TP x PP / 2 below 90, 12 + TP x PP / 2 below 160,
+# 32 above, reserved: (below GiB, base GiB, GPUs per extra GiB)
+SGLANG_RESERVE_TIERS_GIB = ((35, 2.8, 10), (90, 9.5, 2), (160, 12.0, 2))
 SGLANG_LARGE_RESERVE_GIB = 32.0
 # from 0.5.3 (PR 10975): 512 MiB + 1.5 MiB per token of the prefill chunk (at least 2,048) + 2 MiB per sequence the
 # CUDA graphs capture + 128 MiB per GPU of a stage, at least 10 GiB on GPUs above 60 GiB
@@ -270,14 +272,20 @@ def _largest(ok, high: int) -> int:
     return lo
 
 
-def smallest_layout(model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, like: Layout) -> Layout | None:
+def smallest_layout(
+    model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, like: Layout, reserve: ReserveOf | None = None
+) -> Layout | None:
     """The fewest GPUs that hold the workload: a valid TP degree inside a node, then pipeline stages of a full node;
-    each with `like`'s node size and its engine's LM head (split or whole, gathered or not)."""
+    each with `like`'s node size and its engine's LM head (split or whole, gathered or not), and its engine's reserve
+    on that layout (`reserve`: engine_reserve; None: `like`'s)."""
     prompt, tokens = wl.computed_prompt_tokens, wl.total_tokens
     candidates = [replace(like, tp=d, pp=1, ep=1, dp=1, redundant_experts=0)
                   for d in tp_degrees(model, limit=like.gpus_per_node)]  # fmt: skip
     candidates += [replace(candidates[-1], pp=s) for s in range(2, min(model.layers, MAX_PIPELINE_STAGES) + 1)]
     for layout in candidates:
+        if reserve is not None:  # an engine whose reserve depends on the layout (SGLang's)
+            share, holds = reserve(layout.tp, layout.pp)
+            layout = replace(layout, reserve_share=share, reserve_holds_workspace=holds)
         if layout_problem(model, layout) is None:
             used = gpu_bytes(model, gpu, p, layout, wl, wl.batch, prompt, tokens)
             if used.total <= gpu.memory_bytes:
@@ -285,14 +293,17 @@ def smallest_layout(model: ModelSpec, gpu: GpuSpec, p: Precision, wl: Workload, 
     return None
 
 
-def memory_report(model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, layout: Layout) -> MemoryReport:
-    """Memory of the workload on its layout, and the limits it implies."""
+def memory_report(
+    model: ModelSpec, gpu: GpuSpec, wl: Workload, p: Precision, layout: Layout, reserve: ReserveOf | None = None
+) -> MemoryReport:
+    """Memory of the workload on its layout, and the limits it implies (`reserve`: the engine's on another layout,
+    for the smallest that holds it)."""
     prompt, tokens, cap, prefix = wl.computed_prompt_tokens, wl.total_tokens, gpu.memory_bytes, wl.cached_prefix_tokens
     replica = ReplicaMemory(model, gpu, p, layout)
     used = replica.gpu_bytes(wl.batch, prompt, tokens, prefix)
     kv_total = sum(replica.kv(kinds, wl.batch, tokens, prefix) for kinds in replica.kinds) * layout.stage_gpus
     state_total = sum(replica.state(kinds, wl.batch) for kinds in replica.kinds) * layout.stage_gpus
-    smallest = smallest_layout(model, gpu, p, wl, layout)
+    smallest = smallest_layout(model, gpu, p, wl, layout, reserve)
     return MemoryReport(
         per_gpu=used,
         weights_bytes_total=sum(replica.weights) * layout.stage_gpus,
@@ -337,6 +348,9 @@ def resident_weight_bytes(model: ModelSpec, p: Precision) -> float:
     return stage_weight_bytes(model, p, Layout(), range(model.layers), True, True)
 
 
+ReserveOf = Callable[[int, int], tuple[float, bool]]  # (tp, pp) -> engine_reserve's (share, holds the workspace)
+
+
 def engine_reserve(engine: EngineProfile, gpu: GpuSpec, tp: int, pp: int) -> tuple[float, bool]:
     """(the share of each GPU the engine keeps beside weights and KV cache, whether its activations are inside it):
     0.1 beside them (vLLM's gpu_memory_utilization 0.9), or what SGLang's default mem_fraction_static leaves."""
@@ -356,8 +370,8 @@ def sglang_static_share(engine: EngineProfile, gpu: GpuSpec, tp: int, pp: int) -
     if version is not None and not at_least(version, SGLANG_SINCE["tiers"]):
         return next(share for least, share in SGLANG_SHARE_BY_TP if tp >= least)
     if version is not None and not at_least(version, SGLANG_SINCE["defaults"]):
-        base = next((gib for below, gib in SGLANG_RESERVE_TIERS_GIB if mib < below * 1024), None)
-        reserved = (base + tp * pp / 2) * 1024 if base is not None else SGLANG_LARGE_RESERVE_GIB * 1024
+        tier = next(((gib, per) for below, gib, per in SGLANG_RESERVE_TIERS_GIB if mib < below * 1024), None)
+        reserved = (tier[0] + tp * pp / tier[1]) * 1024 if tier is not None else SGLANG_LARGE_RESERVE_GIB * 1024
     else:
         s = engine.scheduler(gpu_name=gpu.name, memory_bytes=gpu.memory_bytes, tp=tp)
         # activations of a prefill chunk, the CUDA graphs' buffers, a communicator per GPU of the stage

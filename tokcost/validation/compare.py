@@ -170,8 +170,6 @@ def row_rates(row: Row, d: Deployment, engine: EngineProfile | None) -> Rates:
     per-request cost only on a client-side clock and the step cost spread over multi-step scheduling."""
     if engine is None:
         return d.rates("ceiling")
-    # the fused-MoE kernels its build ran
-    engine = built_at(engine, engine_version_of(row.framework, row.engine_version))
     return expected_rates(d.gpu, d.precision.compute, engine, client_side=row.measured_at == "client",
                           scheduler_steps=row.scheduler_steps or 1,
                           fused_attention=d.precision.fused_attention, tp=d.layout.tp)  # fmt: skip
@@ -246,7 +244,13 @@ def row_deployment(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfi
 def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, cell: Cell, engine: EngineProfile,
               held_out: EngineProfile | None = None) -> RowResult:  # fmt: skip
     """One row under the ceiling, its engine era's shipped profile and (when given) its held-out fold's, wave by wave:
-    each wave's TTFT and mean TPOT from the engine (the waves from the shipped profile's running cap)."""
+    each wave's TTFT and mean TPOT from the engine (the waves from the shipped profile's running cap). A profile of
+    the row's own engine runs as the row's build (eras.built_at: its MoE kernels and memory rule), as the fit reads it
+    (cases.prepare)."""
+    if engine.name == row.engine:  # not another engine's profile priced on it (validate --engine)
+        version = engine_version_of(row.framework, row.engine_version)
+        engine = built_at(engine, version)
+        held_out = built_at(held_out, version) if held_out is not None else None
     d = row_deployment(row, model, gpu, engine)
     plan = waves_of(row, model, gpu, engine, d)
 
