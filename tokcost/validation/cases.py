@@ -30,7 +30,7 @@ from tokcost.engine.roofline import (
     matmul_path,
 )  # fmt: skip
 from tokcost.engine.work import RateTable, Work
-from tokcost.eras import EngineFile, built_at, builtin_files
+from tokcost.eras import EngineFile, builtin_files
 from tokcost.errors import SpecError
 from tokcost.hardware.spec import GpuSpec
 from tokcost.models.spec import ModelSpec
@@ -44,8 +44,8 @@ from tokcost.profiles import (
     WeightOnly,
     kernel_family,
 )  # fmt: skip
-from tokcost.validation.cells import Cell, cell_of, engine_version_of, version_of
-from tokcost.validation.compare import WaveTimes, row_deployment, run_metric, waves_of, workload_of
+from tokcost.validation.cells import Cell, cell_of, version_of
+from tokcost.validation.compare import WaveTimes, as_row_built, row_deployment, run_metric, waves_of, workload_of
 from tokcost.validation.data import Row
 from tokcost.validation.priors import EAGER_CELLS
 
@@ -197,8 +197,7 @@ def prepare(
             continue
         model, gpu = models[row.model], gpus[row.gpu]
         cell = row_cell(row, gpu)
-        built = engine_version_of(row.framework, row.engine_version)  # the fused-MoE kernels its build ran
-        profile = built_at(profiles[cell_key(cell)], built)
+        profile = as_row_built(row, profiles[cell_key(cell)])  # its build's MoE kernels and memory rule
         d = row_deployment(row, model, gpu, profile)
         waves = []
         for wave in waves_of(row, model, gpu, profile, d):

@@ -241,16 +241,22 @@ def row_deployment(row: Row, model: ModelSpec, gpu: GpuSpec, engine: EngineProfi
     return d
 
 
+def as_row_built(row: Row, engine: EngineProfile) -> EngineProfile:
+    """The profile as the row's own build ran it (eras.built_at: its MoE kernels and memory rule), where it is the
+    row's engine; another engine's profile priced on the row (validate --engine) stays as given."""
+    if engine.name != row.engine:
+        return engine
+    return built_at(engine, engine_version_of(row.framework, row.engine_version))
+
+
 def price_row(row: Row, model: ModelSpec, gpu: GpuSpec, cell: Cell, engine: EngineProfile,
               held_out: EngineProfile | None = None) -> RowResult:  # fmt: skip
     """One row under the ceiling, its engine era's shipped profile and (when given) its held-out fold's, wave by wave:
     each wave's TTFT and mean TPOT from the engine (the waves from the shipped profile's running cap). A profile of
     the row's own engine runs as the row's build (eras.built_at: its MoE kernels and memory rule), as the fit reads it
     (cases.prepare)."""
-    if engine.name == row.engine:  # not another engine's profile priced on it (validate --engine)
-        version = engine_version_of(row.framework, row.engine_version)
-        engine = built_at(engine, version)
-        held_out = built_at(held_out, version) if held_out is not None else None
+    engine = as_row_built(row, engine)
+    held_out = as_row_built(row, held_out) if held_out is not None else None
     d = row_deployment(row, model, gpu, engine)
     plan = waves_of(row, model, gpu, engine, d)
 
