@@ -14,7 +14,7 @@ from tokcost.errors import SpecError
 from tokcost.formats import bits_of
 from tokcost.models.library import load_model
 from tokcost.validation.cells import cell_of
-from tokcost.validation.compare import check_shipped_formats, predict_metric, workload_of
+from tokcost.validation.compare import WaveTimes, check_shipped_formats, predict_metric, run_metric, workload_of
 from tokcost.validation.data import load_rows, parse_rows
 
 DATA = Path(__file__).resolve().parents[1] / "tokcost" / "validation" / "published.yaml"
@@ -61,11 +61,23 @@ def _raw(**changes: object) -> dict[str, object]:
         ("throughput_tokens_per_s_per_gpu", 4 * 11 / 0.7 / 2),
         ("total_throughput_tokens_per_s", 4 * (100 + 11) / 0.7),
         ("prefill_tokens_per_s", 4 * 100 / 0.5),
+        ("run_s", 0.7),  # one wave: the whole run ends with its requests
     ],
 )
 def test_each_metric_is_its_published_formula(metric, expected):
     row = parse_rows({"rows": [_raw(metric=metric, gpus=2)]}, "t.yaml")[0]
     assert predict_metric(row, ttft_s=0.5, tpot_s=0.02) == pytest.approx(expected)
+
+
+def test_an_offline_runs_wall_time_adds_its_waves_end_to_end():
+    # 10 requests run as 2 waves of 4 then 1 of 2: 0.7 + 0.7 + (0.3 + 10 x 0.01) = 1.8 s to the last token, while
+    # the mean request's e2e counts each request's own finish: (4 x 0.7 + 4 x 1.4 + 2 x 1.8) / 10 = 1.2 s
+    row = parse_rows({"rows": [_raw(metric="run_s", batch=10)]}, "t.yaml")[0]
+    waves = (WaveTimes(4, 2, 0.5, 0.02), WaveTimes(2, 1, 0.3, 0.01))
+    assert run_metric(row, waves) == pytest.approx(1.8)
+    e2e = parse_rows({"rows": [_raw(metric="e2e_s", batch=10)]}, "t.yaml")[0]
+    assert run_metric(e2e, waves) == pytest.approx(1.2)
+    assert not row.higher_is_better
 
 
 def test_rates_are_higher_is_better_and_times_are_not():

@@ -5,6 +5,8 @@ How a row's metric maps onto the estimate (the metric names the source's own def
 - output_tokens_per_s_per_request: generated tokens over the wall time of the whole call, prefill included:
   O / (TTFT + (O - 1) x TPOT) (gpt-fast and torchao's generate.py, vLLM's benchmark_latency).
 - tpot_ms, itl_ms: TPOT. ttft_ms: TTFT. e2e_ms: TTFT + (O - 1) x TPOT; the `_s` variants are the same in seconds.
+- run_s: an offline run's wall time, every request submitted at once until the last finishes: one wave's e2e, or
+  the waves' e2e one after another.
 - throughput_tokens_per_s: output tokens over the whole request, B x O / e2e; `_per_gpu` divides by the GPU count
   (TensorRT-LLM's out_tps = output_seqlen x batch_size / total_latency / tp); total_throughput_tokens_per_s counts
   prompt tokens too, B x (P + O) / e2e; prefill_tokens_per_s is B x P / TTFT.
@@ -67,7 +69,13 @@ def predict_metric(row: Row, ttft_s: float, tpot_s: float | None) -> float:
     out = row.output_tokens
     tpot_s = tpot_s or 0.0
     e2e_s = ttft_s + (out - 1) * tpot_s  # the first token comes out of prefill, the rest one step each
-    seconds = {"tpot": tpot_s, "itl": tpot_s, "ttft": ttft_s, "e2e": e2e_s}
+    seconds = {
+        "tpot": tpot_s,
+        "itl": tpot_s,
+        "ttft": ttft_s,
+        "e2e": e2e_s,
+        "run": e2e_s,
+    }  # one wave: it all ends at once
     name, _, unit = row.metric.rpartition("_")
     if unit in ("ms", "s") and name in seconds:
         return seconds[name] * (MS_PER_S if unit == "ms" else 1)
@@ -138,7 +146,7 @@ def run_metric(row: Row, waves: Sequence[WaveTimes]) -> float:
             prefill_s += w.ttft_s
             start += e2e
     n = sum(w.batch * w.count for w in waves)
-    seconds = {"tpot": tpot_sum / n, "itl": tpot_sum / n, "ttft": ttft_sum / n, "e2e": e2e_sum / n}
+    seconds = {"tpot": tpot_sum / n, "itl": tpot_sum / n, "ttft": ttft_sum / n, "e2e": e2e_sum / n, "run": start}
     name, _, unit = row.metric.rpartition("_")
     if unit in ("ms", "s") and name in seconds:
         return seconds[name] * (MS_PER_S if unit == "ms" else 1)

@@ -30,6 +30,7 @@ Metric = Literal[
     "throughput_tokens_per_s_per_gpu",  # the same divided by the GPU count (TensorRT-LLM's out tok/s/GPU)
     "total_throughput_tokens_per_s",  # prompt and output tokens/s: B x (P + O) / e2e (vLLM benchmark_throughput)
     "prefill_tokens_per_s",  # prompt tokens / prefill time: B x P / TTFT (llama-bench ppN)
+    "run_s",  # an offline run's wall time: B requests submitted at once, until the last one finishes
 ]  # fmt: skip
 DECODE_METRICS = ("decode_tokens_per_s_per_sequence", "tpot_ms", "itl_ms", "tpot_s")  # timed on decode steps alone
 # The software as the source names it (`engine` says which profile predicts it: NIM runs TensorRT-LLM or vLLM).
