@@ -65,29 +65,9 @@ def workload_of(row: Row, batch: int | None = None) -> Workload:
 
 
 def predict_metric(row: Row, ttft_s: float, tpot_s: float | None) -> float:
-    """The row's metric, in its published unit, from a predicted TTFT and mean TPOT (None: one output token)."""
-    out = row.output_tokens
-    tpot_s = tpot_s or 0.0
-    e2e_s = ttft_s + (out - 1) * tpot_s  # the first token comes out of prefill, the rest one step each
-    seconds = {
-        "tpot": tpot_s,
-        "itl": tpot_s,
-        "ttft": ttft_s,
-        "e2e": e2e_s,
-        "run": e2e_s,
-    }  # one wave: it all ends at once
-    name, _, unit = row.metric.rpartition("_")
-    if unit in ("ms", "s") and name in seconds:
-        return seconds[name] * (MS_PER_S if unit == "ms" else 1)
-    rates: dict[str, Callable[[], float]] = {
-        "decode_tokens_per_s_per_sequence": lambda: 1 / tpot_s,
-        "output_tokens_per_s_per_request": lambda: out / e2e_s,
-        "throughput_tokens_per_s": lambda: row.batch * out / e2e_s,
-        "throughput_tokens_per_s_per_gpu": lambda: row.batch * out / e2e_s / row.gpus,
-        "total_throughput_tokens_per_s": lambda: row.batch * (row.prompt_tokens + out) / e2e_s,
-        "prefill_tokens_per_s": lambda: row.batch * row.prompt_tokens / ttft_s,
-    }
-    return rates[row.metric]()
+    """The row's metric, in its published unit, from a predicted TTFT and mean TPOT (None: one output token): the
+    row's whole batch as one wave (run_metric)."""
+    return run_metric(row, (WaveTimes(row.batch, 1, ttft_s, tpot_s),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +112,11 @@ class WaveTimes:
 
 
 def run_metric(row: Row, waves: Sequence[WaveTimes]) -> float:
-    """The row's metric over waves run one after another; one wave is predict_metric's formula exactly."""
-    if len(waves) == 1 and waves[0].count == 1:
-        return predict_metric(row, waves[0].ttft_s, waves[0].tpot_s)
+    """The row's metric over waves run one after another (one wave: B sequences that start and end together)."""
     out = row.output_tokens
     start = ttft_sum = e2e_sum = tpot_sum = prefill_s = 0.0
     for w in waves:
-        e2e = w.ttft_s + (out - 1) * (w.tpot_s or 0.0)
+        e2e = w.ttft_s + (out - 1) * (w.tpot_s or 0.0)  # the first token comes out of prefill, the rest a step each
         for _ in range(w.count):  # each request of a wave queued behind the waves before it
             ttft_sum += w.batch * (start + w.ttft_s)
             e2e_sum += w.batch * (start + e2e)
