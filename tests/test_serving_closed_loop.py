@@ -12,6 +12,7 @@ TPOT); the token gaps; lock-step groups.
 from __future__ import annotations
 
 import copy
+import math
 import random
 from dataclasses import replace
 
@@ -26,7 +27,7 @@ from tokcost.serving.layout import Layout
 from tokcost.serving.loop import PARTIAL_LOCK
 from tokcost.serving.queueing import step_backlog
 from tokcost.serving.replica import build_replica
-from tokcost.serving.simulate import _Run, simulate
+from tokcost.serving.simulate import _Run, cycle_estimate, simulate
 from tokcost.serving.steps import Deployment
 from tokcost.serving.traffic import LengthDist, Traffic
 from tokcost.serving.ttft import step_locked_backlog, ttft_moments
@@ -162,6 +163,42 @@ def test_a_client_resends_one_round_trip_after_its_last_token():
     for before, after in zip(done, done[1:], strict=False):
         # one user: its next request is sent one client round trip after its last token, not on a step boundary
         assert after.arrival == pytest.approx(before.end + traffic.client_rtt_s + r.overhead_s)
+
+
+def test_a_steady_state_run_starts_each_user_at_a_phase_of_one_cycle():
+    # with a think time, users at a steady state sit at uniform phases of their cycle: a steady-state run starts
+    # them so, a benchmark's run (warmup False) as its clients start, each after one pause of mean Z
+    traffic = _traffic("fixed", 1000, 1000, 32, 0.2)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048)
+    steps = r.steps
+    overhead = steps.request_overhead_s  # in every client's cycle
+    # by hand: Z + round trip + per-request cost + the prompt's one chunk alone + 1,000 decode steps beside 32 users
+    prefill_s = steps.seconds([Segment(1, 0, 1000)])
+    decode_s = steps.decode_line(32, steps.decode_context)[0]
+    cycle = 0.2 + traffic.client_rtt_s + overhead + prefill_s + 1000 * decode_s
+    assert cycle_estimate(steps, traffic, 2048, math.inf, overhead) == pytest.approx(cycle)
+    assert cycle > 20 * 0.2  # the case where a pause alone leaves the users bunched
+    starts = {}
+    for steady in (True, False):
+        run = _Run(steps, traffic, 2048, 100, random.Random(0), None, None, 1)
+        run.start(steady)
+        starts[steady] = sorted(time for time, _ in run.arrivals)
+    assert len(starts[True]) == 32 and starts[True][0] >= 0.0 and starts[True][-1] <= cycle
+    assert starts[True][0] < 0.2 * cycle and starts[True][-1] > 0.8 * cycle  # spread over the whole cycle
+    assert starts[False][-1] < 0.25 * cycle  # within a few pauses of one another
+
+
+def test_users_with_a_short_think_time_are_simulated_at_their_steady_state():
+    # exponential prompts, fixed answers and a 0.2 s think time (the cycle is about 4 s): started within a pause of
+    # one another, the users kept the start's convoy over 4,000 requests (p50/p90 TTFT 47/189 ms simulated against
+    # the closed form's 35/94); started at their steady phases they meet it (36/100)
+    traffic = _traffic("exponential/fixed", 1000, 300, 64, 0.2)
+    r = _replica("llama-3.1-8b", "h100-sxm", 1, traffic, 2048)
+    point = state_at_users(r, 64, 0.2)
+    sim = simulate(r.steps, traffic, 2048, requests=4000, seed=1, max_running=r.running_cap())
+    for metric in ("ttft", "tpot"):
+        for q in (0.5, 0.9):
+            assert percentile(r, point, metric, q) == pytest.approx(sim.percentile(metric, q), rel=TOLERANCE)
 
 
 def test_lock_step_groups_wait_out_the_group_before_them():
