@@ -90,6 +90,17 @@ def test_ernie_and_qwen3_coder_read_their_own_moe_keys():
     assert coder.moe.shared_experts == 0 and coder.params_total == 480_154_875_392  # transformers' meta-device count
 
 
+def test_qwen3_5_gates_its_attention_and_its_moe_needs_no_dense_width():
+    # Qwen3.5's attention doubles q_proj (query and gate) with q/k norms, as Qwen3-Next's; its MoE routes every MLP
+    # and states no intermediate_size (it was refused for want of one): the experts' width stands in, unused
+    dense, moe = load("new/qwen3.5-27b"), load("new/qwen3.5-35b-a3b")
+    assert dense.attention_gate and dense.qk_norm and moe.attention_gate and moe.moe.shared_expert_gate
+    assert moe.intermediate_size == moe.moe.expert_intermediate_size == 512 and moe.dense_mlp_layers == 0
+    assert "no dense MLP layer" in moe.notes
+    # transformers' meta-device counts of the text models (tests/test_hf_meta_counts.py holds them layer by layer)
+    assert (dense.params_total, moe.params_total) == (26_895_998_464, 34_660_610_688)
+
+
 def test_mla_and_sliding_windows():
     ds = load("deepseek_v3")
     assert ds.mla.kv_lora_rank == 512 and ds.mla.rope_head_dim == 64 and ds.kv_elements_per_token_per_layer == 576

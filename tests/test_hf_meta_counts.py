@@ -55,6 +55,8 @@ FAMILIES = [
     ("deepseek_v3.json", 3, {"first_k_dense_replace": 1, "model_type": "deepseek_v32", "index_topk": 2048,
                              "index_n_heads": 64, "index_head_dim": 128}),
     ("new/glm-5.json", 4, {"n_routed_experts": 8}),
+    # Qwen3.5: Qwen3-Next's gated DeltaNet and gated attention; its MoE states no dense width (every MLP routed)
+    ("new/qwen3.5-27b.json", 4, {}), ("new/qwen3.5-35b-a3b.json", 4, {"num_experts": 16}),
 ]  # fmt: skip
 
 

@@ -47,6 +47,9 @@ FACTS: dict[str, Facts] = {
     "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),
     "qwen3": Facts(qk_norm=True), "qwen3_moe": Facts(qk_norm=True),
     "qwen3_next": Facts(qk_norm=True, attention_gate=True, shared_expert_gate=True),
+    # Qwen3.5: Qwen3-Next's layout (gated DeltaNet and gated attention with q/k norms; the MoE's gated shared expert)
+    "qwen3_5_text": Facts(qk_norm=True, attention_gate=True),
+    "qwen3_5_moe_text": Facts(qk_norm=True, attention_gate=True, shared_expert_gate=True),
     "gemma2": Facts(post_norms=True), "gemma3_text": Facts(qk_norm=True, post_norms=True),
     "gpt_oss": Facts(attention_sinks=True, router_bias=True, expert_bias=True),
     "llama4_text": Facts(shared_experts=1),  # its q/k norm is an L2 norm without weights

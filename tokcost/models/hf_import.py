@@ -301,7 +301,7 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
     spec = _spec(text, where, prefix, label, model_type)
     spec["tied_embeddings"] = _tied(data, raw_text, text)
     spec["encoder_params"], tower_note = encoder_params(config)
-    notes = [n for n in (note, tower_note, spec.pop("facts_note")) if n]
+    notes = [n for n in (note, tower_note, spec.pop("facts_note"), spec.pop("width_note")) if n]
     shared = [t for t in (getattr(text, "indexer_types", None) or []) if t == "shared"]
     if shared:  # GLM-5.2's index sharing: a shared layer reuses an earlier layer's top k and runs no indexer
         notes.append(f"{len(shared)} of {text.num_hidden_layers} sparse layers reuse another layer's top-k selection "
@@ -408,6 +408,12 @@ def _spec(text: Any, where: str, prefix: str, name: str | None, model_type: str)
             spec["mlp_pattern"] = _as_pattern(mlps, "dense")
     elif blocks:
         spec["mlp_pattern"] = _as_pattern(mlps, "dense")
+    spec["width_note"] = ""
+    if spec["intermediate_size"] is None and "moe" in spec and "dense" not in mlps:
+        # every MLP routed (Qwen3.5's MoE states no dense width): no layer reads a dense width, the experts' stands in
+        spec["intermediate_size"] = spec["moe"]["expert_intermediate_size"]
+        spec["width_note"] = (f"no dense MLP layer and no intermediate_size: intermediate_size shows the experts' "
+                              f"width ({spec['intermediate_size']}), which no dense layer uses")  # fmt: skip
     spec["layer_pattern"] = _as_pattern(mixers, "global")
     return spec | _mixer_fields(text, set(mixers))
 
