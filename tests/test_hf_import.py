@@ -101,6 +101,15 @@ def test_qwen3_5_gates_its_attention_and_its_moe_needs_no_dense_width():
     assert (dense.params_total, moe.params_total) == (26_895_998_464, 34_660_610_688)
 
 
+def test_mla_heads_need_no_head_dim_that_divides_the_hidden_size():
+    # GLM-4.7-Flash: 20 MLA heads over a hidden size of 2,048; the heads' widths are MLA's (qk 192 + 64, v 256), so
+    # "not a multiple of num_attention_heads; state head_dim" refused a config that states all it needs
+    m = load("new/glm-4.7-flash")
+    assert (m.mla.kv_lora_rank, m.mla.rope_head_dim, m.mla.v_head_dim) == (512, 64, 256)
+    assert m.kv_bytes_per_token() == 47 * (512 + 64) * 2  # one latent and its rope key per layer, at 16 bits
+    assert m.params_total == 29_943_390_976  # transformers' meta-device count at full depth
+
+
 def test_mla_and_sliding_windows():
     ds = load("deepseek_v3")
     assert ds.mla.kv_lora_rank == 512 and ds.mla.rope_head_dim == 64 and ds.kv_elements_per_token_per_layer == 576

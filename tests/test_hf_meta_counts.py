@@ -57,6 +57,8 @@ FAMILIES = [
     ("new/glm-5.json", 4, {"n_routed_experts": 8}),
     # Qwen3.5: Qwen3-Next's gated DeltaNet and gated attention; its MoE states no dense width (every MLP routed)
     ("new/qwen3.5-27b.json", 4, {}), ("new/qwen3.5-35b-a3b.json", 4, {"num_experts": 16}),
+    # GLM-4.7-Flash: MLA with 20 heads over a hidden size of 2,048 (no head_dim of its own to state)
+    ("new/glm-4.7-flash.json", 3, {"n_routed_experts": 8}),
 ]  # fmt: skip
 
 

@@ -42,6 +42,7 @@ FACTS: dict[str, Facts] = {
     "llama": Facts(), "mistral": Facts(), "mixtral": Facts(), "phi3": Facts(), "deepseek_v3": Facts(),
     "deepseek_v32": Facts(),  # V3's weights, and its indexer's (spec.SparseAttentionSpec.params)
     "glm_moe_dsa": Facts(),  # GLM-5: DeepSeek-V3.2's layout (MLA, sparse attention, shared expert) at its own widths
+    "glm4_moe_lite": Facts(),  # GLM-4.7-Flash: DeepSeek-V3's layout (MLA, a first dense layer, a shared expert)
     "deepseek_v2": Facts(),  # MLA and shared experts as V3's; its greedy softmax gate has no score bias either
     "qwen2": _QWEN2, "qwen2_vl_text": _QWEN2, "qwen2_5_vl_text": _QWEN2,
     "qwen2_moe": Facts(qkv_bias=True, output_bias=False, shared_expert_gate=True),

@@ -175,7 +175,8 @@ class ModelSpec(Counts, BaseModel):
             raise ValueError(
                 f"kv_heads ({self.kv_heads}) must divide attention_heads ({self.attention_heads}): {shown}"
             )
-        if self.head_dim_stated is None and self.hidden_size % self.attention_heads:
+        # MLA's heads take their widths from the mla block (GLM-4.7-Flash: 20 heads over a hidden size of 2,048)
+        if self.head_dim_stated is None and self.mla is None and self.hidden_size % self.attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) is not a multiple of attention_heads "
                 f"({self.attention_heads}); state head_dim explicitly"
