@@ -110,6 +110,20 @@ def test_mla_heads_need_no_head_dim_that_divides_the_hidden_size():
     assert m.params_total == 29_943_390_976  # transformers' meta-device count at full depth
 
 
+def test_nemotron_3_experts_are_ungated_and_its_latent_moe_is_refused():
+    # Nemotron-3 Nano's experts are squared-ReLU MLPs (up and down) and its shared expert has its own width: counted
+    # as SwiGLU experts of the routed width, the 30B model read 46.2B and "needed 2 GPUs" at bf16
+    m = load("new/nemotron-3-nano-30b-a3b")
+    assert not m.mlp_gated and m.params_per_expert == 2 * 2688 * 1856
+    assert m.params_shared_experts_per_layer == 2 * 2688 * 3712
+    assert m.params_total == 31_577_937_344  # transformers' meta-device count at full depth
+    # Nemotron-3 Super's experts work in a latent width between two projections: refused by name, not miscounted
+    data = json.loads((HF / "new" / "nemotron-3-nano-30b-a3b.json").read_text()) | {"moe_latent_size": 1024}
+    with pytest.raises(SpecError, match="latent MoE") as err:
+        from_hf_config(data, "super.json")
+    assert err.value.field == "moe_latent_size"
+
+
 def test_mla_and_sliding_windows():
     ds = load("deepseek_v3")
     assert ds.mla.kv_lora_rank == 512 and ds.mla.rope_head_dim == 64 and ds.kv_elements_per_token_per_layer == 576

@@ -95,6 +95,16 @@ def test_nemotron_h_hybrid_count_equals_transformers():
     assert spec.params_total == _meta_count(data)
 
 
+def test_nemotron_3_moe_count_equals_transformers():
+    # Nemotron-3 Nano: Mamba-2, attention and MoE blocks ("MEM*E": the published pattern's first kinds), experts of
+    # squared ReLU (up and down only) and a shared expert of its own width (moe_shared_expert_intermediate_size)
+    data = json.loads((HF / "new" / "nemotron-3-nano-30b-a3b.json").read_text())
+    data.update(num_hidden_layers=5, hybrid_override_pattern="MEM*E", n_routed_experts=8)
+    spec = from_hf_config(data, "nemotron-3")
+    assert [k.mlp for k in spec.plan.kinds] == ["none", "moe", "none", "none", "moe"]
+    assert spec.params_total == _meta_count(data)
+
+
 def test_mistral3_vision_tower_equals_transformers():
     # transformers 5.x ties a Mistral-3 LM head by the top-level default (True); the published checkpoint
     # ships its own LM head, and tokcost reads text_config's tie_word_embeddings (false). Stated both ways here.

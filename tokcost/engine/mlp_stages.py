@@ -87,7 +87,8 @@ def moe_stages(
         note += f", x {dedupe:.2f} for one copy per remote node" if dedupe < 1 else ""
         stages.append(collective("expert dispatch (all-to-all)", label, count, "all-to-all", dispatch,
                                  layout.stage_gpus, note=note))  # fmt: skip
-    weight = touched * 3 * h * inter * get_format(p.experts).bytes
+    m = model.mlp_matrices  # gate, up, down; up and down for an ungated expert (Nemotron-3's squared ReLU)
+    weight = touched * m * h * inter * get_format(p.experts).bytes
     what = "expert slots" if layout.redundant_experts else "experts"
     stages.append(
         Stage(
@@ -95,13 +96,14 @@ def moe_stages(
             label,
             "experts",
             count,
-            flops=2 * pairs * 3 * h * inter,
+            flops=2 * pairs * m * h * inter,
             bytes_read=weight + pairs * (h + inter) * act,
             bytes_written=pairs * (inter + h) * act,
             weight_bytes=weight,
             weight_format=p.experts,
             note=f"{touched:,.2f} of {local} {what} on the busiest rank touched, {pairs:,.1f} token-expert pairs",
-            row_flops=6 * h * inter / (h + inter),  # each pair's row: h into gate/up (2 x inter), inter into down (h)
+            # each pair's row: h into gate/up ((m - 1) x inter), inter into down (h); 2 FLOPs a multiply-add
+            row_flops=2 * m * h * inter / (h + inter),
         )
     )
     if exchange:

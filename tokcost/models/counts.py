@@ -128,17 +128,24 @@ class Counts:
     @cached_property
     def params_dense_mlp_per_layer(self) -> int:
         """MLP of a dense layer: gate, up and down projections (up and down when ungated), and their biases."""
-        h, inter, gated = self.hidden_size, self.dense_intermediate, self.mlp_gated
-        bias = (2 if gated else 1) * inter + h if self.mlp_bias else 0
-        return (3 if gated else 2) * h * inter + bias
+        h, inter, m = self.hidden_size, self.dense_intermediate, self.mlp_matrices
+        bias = (m - 1) * inter + h if self.mlp_bias else 0
+        return m * h * inter + bias
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP, dense or expert: gate, up and down (3), or up and down when ungated (2)."""
+        return 3 if self.mlp_gated else 2
 
     @cached_property
     def params_per_expert(self) -> int:
-        """One routed expert: a gated MLP of expert_intermediate_size (and its biases, gpt-oss)."""
+        """One routed expert: an MLP of expert_intermediate_size, gated as the model's are (and its biases,
+        gpt-oss)."""
         if not self.moe:
             return 0
         h, inter = self.hidden_size, self.moe.expert_intermediate_size
-        return 3 * h * inter + (2 * inter + h if self.moe.expert_bias else 0)
+        bias = (self.mlp_matrices - 1) * inter + h if self.moe.expert_bias else 0
+        return self.mlp_matrices * h * inter + bias
 
     @cached_property
     def params_shared_experts_per_layer(self) -> int:
@@ -147,7 +154,7 @@ class Counts:
             return 0
         width = self.moe.shared_expert_intermediate_size or self.moe.expert_intermediate_size
         gate = self.hidden_size if self.moe.shared_expert_gate else 0
-        return self.moe.shared_experts * 3 * self.hidden_size * width + gate
+        return self.moe.shared_experts * self.mlp_matrices * self.hidden_size * width + gate
 
     @cached_property
     def params_router_per_layer(self) -> int:

@@ -2,7 +2,8 @@
 
 Counting conventions (written down, unlike most peers), each an exact integer (models/counts.py):
 - An MLP is gated (SwiGLU / GeGLU: gate, up, down) unless `mlp_gated: false` (Nemotron-H's squared ReLU,
-  the GELU MLPs of StarCoder2, Phi-2, Falcon and GPT-NeoX).
+  the GELU MLPs of StarCoder2, Phi-2, Falcon and GPT-NeoX); a routed or shared expert is an MLP of the same kind
+  (Nemotron-3's experts: up and down, squared ReLU).
 - Biases, q/k norms, Gemma's post-norms, attention sinks and output gates are counted when their field says
   so; the HuggingFace import sets them from the architecture, so that an imported count equals transformers'.
 - Norms: one RMSNorm vector before each mixer and each MLP a layer has (one for both with `shared_norm`: a
