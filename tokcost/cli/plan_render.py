@@ -173,7 +173,7 @@ def notes(result: Plan, passing: list[Row]) -> list[str]:
                    "in this profile (HTTP and tokenization not priced).")  # fmt: skip
     t = result.traffic
     if t.concurrency and top is not None and top.replica is not None and locks_whole(top.replica):
-        out.append("Fixed lengths, no think time, prefill apart: every user comes back in one lock-step round, all "
+        out.append("Fixed answers, no think time, prefill apart: every user comes back in one lock-step round, all "
                    "prompts prefilled before any decode, so TTFT spreads over the round's prefill steps and TPOT holds "
                    "the steps after a request's own (priced step by step; --explain).")  # fmt: skip
     elif t.concurrency and not t.think_time_s and t.prompt.kind == "fixed" and t.output.kind == "fixed":

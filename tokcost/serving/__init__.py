@@ -42,7 +42,7 @@ n = O - 1 decode steps, T0 a decode-only step, Tc a full chunk step, alpha = Tc 
    mixed chunks: the profile's `prefill_steps_apart`) prices those steps without the decode batch and gives the
    decoders no token in them: Little's TPOT = T0 / (1 - rho), kappa = 1, and a decoder's gap after a decode
    step that saw an arrival (1 - exp(-lambda T0) of them) holds the whole run of prefill steps. Such an engine
-   runs every waiting prompt before any decode, so a closed loop of fixed lengths with no think time comes back
+   runs every waiting prompt before any decode, so a closed loop of fixed answers with no think time comes back
    as one group: priced as whole rounds (rounds.py: the N prompts' prefill steps, then N decoding together), step
    by step, in place of 1-4; past the running cap, the simulator's figures over a benchmark's length (the
    groups split as slots free, rounds.queued).

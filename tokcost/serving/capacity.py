@@ -132,7 +132,7 @@ def state_at_users(replica: Replica, users: float, think_time_s: float) -> LoadP
     """Closed loop: the steady state holding `users` users. Past the load limit (the running cap, the KV slots
     or prefill saturation) the extra users wait for admission, (users - users at the limit) / rate each, on TTFT
     alone; None only when not one request fits. A loop that runs in whole lock-step rounds (rounds.py: prefill
-    apart, fixed lengths, no think time, every user running at once) takes its latencies and rate from its round."""
+    apart, fixed answers, no think time, every user running at once) takes its latencies and rate from its round."""
     if think_time_s == 0 and locks_whole(replica) and held(replica) >= 1:
         return round_state(replica, users)
     found = _bisect_load(replica, lambda pt: users_in_system(replica, pt, think_time_s), users)

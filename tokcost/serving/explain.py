@@ -15,7 +15,7 @@ from tokcost.serving.fleet import busy_share, cost_shares, lone_split
 from tokcost.serving.latency import prefill_gap_share
 from tokcost.serving.loop import others_decoding
 from tokcost.serving.replica import LoadPoint, Replica, busy_idle_cycle
-from tokcost.serving.rounds import Round, held
+from tokcost.serving.rounds import Round, held, round_prompt
 from tokcost.serving.search import Plan, Row, row_label
 from tokcost.serving.ttft import (
     final_step_extra,
@@ -203,7 +203,7 @@ def _row_sections(plan: Plan, row: Row) -> list[tuple[str, list[str]]]:
 def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
     """A loop in whole rounds (rounds.py): every user's prompt before any decode, then the decodes together."""
     t, x = plan.traffic, row.expected
-    n, prompt = r.decode_steps_mean, r.prompts[0].tokens
+    n, prompt = r.decode_steps_mean, round_prompt(r)
     users = found.users
     cycle = (
         f"{fmt.ms(t.client_rtt_s)} + {fmt.ms(r.request_cost_s)} + {fmt.ms(found.prefill_s)} + {fmt.ms(found.decode_s)}"
@@ -219,7 +219,8 @@ def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
         )
     return [
         f"prefill runs apart and waiting prompts go first, so all N = {users:,.1f} users' prompts run before any "
-        "decode: all of them start decoding in one step, finish in one step and come back together (rounds.py)",
+        "decode: all of them start decoding in one step, finish in one step and come back together (rounds.py)"
+        + ("" if plan.traffic.prompt.kind == "fixed" else "; prompts that vary are priced at their mean P'"),
         f"prefill: k = ceil(N P' / C) = ceil({users:,.1f} x {prompt:,} / {r.chunk:,}) = {found.prefill_steps:,} steps "
         f"of up to {r.chunk:,} prompt tokens, sum L = {fmt.ms(found.prefill_s)}; request m's first token ends step "
         f"ceil(m P' / C): TTFT_m = c + L_1 + ... + L_j, c = {fmt.ms(r.overhead_s)}",

@@ -1,11 +1,13 @@
 """A closed loop's lock-step round on an engine that runs prefill apart, priced step by step.
 
-With fixed lengths and no think time, N benchmark users send together. An engine that runs prefill in steps of
+With fixed answers and no think time, N benchmark users send together. An engine that runs prefill in steps of
 its own and schedules waiting prompts before the running decodes (SGLang without --enable-mixed-chunk, vLLM before
 V1 without chunked prefill: the scheduler's `prefill_apart`) runs every waiting prompt before any decode. So the N
 prompts go through in k = ceil(N P' / C) prefill steps, packed end to end up to the chunk C, and nobody decodes
 until the last of them is done. All N then decode side by side, finish in the same step and come back together
-one round trip later: the round repeats whole. Nothing breaks it, as no decode runs between two users' prefills.
+one round trip later: the round repeats whole. Nothing breaks it, as no decode runs between two users' prefills,
+and prompts that vary do not either (only the answers set when the users come back): such a round is priced over
+rounds of prompts drawn from their law, each as below with its own prompts, and mixed.
 Where prefill chunks ride beside the decodes (vLLM V1, TensorRT-LLM), requests that started in different steps end
 in different steps, and smaller groups form instead (loop.py).
 
@@ -27,7 +29,10 @@ measured TTFT 1.38-9.20 s and TPOT 18.7-93.9 ms, where this round's lock is what
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import random
 import statistics
 from dataclasses import dataclass, replace
 
@@ -40,6 +45,9 @@ Points = tuple[tuple[float, float], ...]  # (weight, seconds), weights summing t
 EDGE = 1e-9  # a quantile within this of the edge between two values' shares lies between them
 GAP_POINTS = 16  # the decode gaps of a round, n of them rising linearly with the context: this many equal points
 QUEUED_ROUNDS = 40  # past what a round holds, the requests a user sends in the simulated steady state
+# prompts that vary: rounds of drawn prompts priced and mixed until they hold this many prompts (a round of few
+# users varies as a whole: its prefill is a sum of N draws; one of many users barely does)
+ROUND_PROMPTS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +96,21 @@ class Round:
 
 
 def locks_whole(replica: Replica) -> bool:
-    """Whether this replica's closed loop runs in whole rounds: prefill apart, fixed lengths, no think time, one
+    """Whether this replica's closed loop runs in whole rounds: prefill apart, fixed answers, no think time, one
     replica serving both phases, prompts and decodes, one decode step per scheduling decision (under multi-step
-    scheduling a prompt that finishes mid-window waits for the window's end, which the round does not price)."""
+    scheduling a prompt that finishes mid-window waits for the window's end, which the round does not price).
+    Prompts may vary: every prompt of a round is prefilled before any decode, so the answers, all as long, start
+    and end in one step whatever the prompts were (a round of varying prompts is priced at their mean)."""
     t = replica.traffic
-    return (replica.prefill_apart and replica.loop.lockable and t.think_time_s == 0 and replica.role == "both"
-            and bool(replica.prompts) and replica.decodes and replica.scheduler_steps == 1)  # fmt: skip
+    return (replica.prefill_apart and replica.loop.closed and t.output.kind == "fixed" and t.think_time_s == 0
+            and replica.role == "both" and bool(replica.prompts) and replica.decodes
+            and replica.scheduler_steps == 1)  # fmt: skip
+
+
+def round_prompt(replica: Replica) -> int:
+    """A round's prompt P' (computed tokens): the fixed one, or the mean of prompts that vary (their sum over the
+    round's N sets its prefill steps; how they pack sets which step each request's first token ends)."""
+    return max(round(sum(p.weight * p.tokens for p in replica.prompts)), 1)
 
 
 def held(replica: Replica) -> float:
@@ -119,17 +136,56 @@ def round_at(replica: Replica, users: float) -> Round:
 
 
 def whole_round(replica: Replica, users: int) -> Round:
-    """The round of N = `users` users (module docstring)."""
-    steps, t = replica.steps, replica.traffic
-    prompt, p0 = replica.prompts[0].tokens, t.cached_prefix_tokens
-    n = round(replica.decode_steps_mean)
-    prefill = _prefill_steps(replica, users, prompt)
-    ends = [math.ceil(m * prompt / replica.chunk - 1e-9) for m in range(1, users + 1)]  # j_m, 1-based
-    done = [0.0]
-    for seconds in prefill:
-        done.append(done[-1] + seconds)
+    """The round of N = `users` users (module docstring); prompts that vary, as rounds of drawn prompts, mixed."""
+    drawn = [_priced_round(replica, lengths) for lengths in _round_prompts(replica, users)]
+    r = len(drawn)
+    total, decode = (statistics.fmean(d[i] for d in drawn) for i in (1, 2))
+
+    def each(points: int) -> float:  # a point's weight: its share of a round, over the rounds drawn
+        return 1 / (r * points)
+
+    ttft = tuple((each(users), x) for d in drawn for x in d[0]["ttft"])
+    tpot = tuple((each(users), x) for d in drawn for x in d[0]["tpot"])
+    e2e = tuple((1 / r, x) for d in drawn for x in d[0]["e2e"])
+    gaps = tuple((w / r, x) for d in drawn for w, x in d[0]["gaps"])
+    steps_k = round(statistics.fmean(d[3] for d in drawn))
+    rate = users / (replica.loop.offset_s + total + decode)  # the cycle: RTT + the request's cost + the round
+    return Round(float(users), rate, ttft, tpot, e2e, gaps, steps_k, total, decode)
+
+
+def _round_prompts(replica: Replica, users: int) -> list[list[int]]:
+    """The prompts (computed tokens) of each round priced: N of P' when fixed; prompts that vary drawn from the
+    replica's prompt grid (seeded: a plan is reproducible) in enough rounds to hold ROUND_PROMPTS of them, so that
+    both the spread within a round (where each request's first token ends) and between rounds (the round's whole
+    prefill) are priced."""
+    grid = replica.prompts
+    if len(grid) == 1:
+        return [[grid[0].tokens] * users]
+    rounds = math.ceil(ROUND_PROMPTS / users)
+    # stratified: the grid's quantiles at evenly spaced shares, so the rounds together hold the law's own mean (two
+    # rounds of 48 exponential prompts drawn at random held 110K and 121K tokens against 48 x 1,978), then dealt
+    # into rounds in a seeded shuffle
+    edges = list(itertools.accumulate(p.weight for p in grid))
+    count = rounds * users
+    drawn = [grid[min(bisect.bisect_left(edges, (i + 0.5) / count * edges[-1]), len(grid) - 1)].tokens
+             for i in range(count)]  # fmt: skip
+    random.Random(0).shuffle(drawn)
+    return [drawn[i * users : (i + 1) * users] for i in range(rounds)]
+
+
+def _priced_round(replica: Replica, lengths: list[int]) -> tuple[dict[str, list], float, float, int]:
+    """One round of these prompts: its requests' TTFT, TPOT and E2E and its gaps as (weight within the round,
+    seconds), its prefill seconds sum L, its decode seconds D and its prefill steps k."""
+    steps, users = replica.steps, len(lengths)
+    p0, n = replica.traffic.cached_prefix_tokens, round(replica.decode_steps_mean)
+    prefill = _prefill_steps(replica, lengths)
+    sums = itertools.accumulate(lengths)
+    ends = [math.ceil(s / replica.chunk - 1e-9) for s in sums]  # j_m, 1-based: the step its last token is in
+    done = [0.0, *itertools.accumulate(prefill)]
     total = done[-1]
-    start = p0 + prompt  # the first decode step's cached context: the prompt's KV (token 1 is computed in it)
+    # the first decode step's cached context: the prompts' KV (token 1 is computed in it), their mean (the pass is
+    # linear in the contexts' sum)
+    start = p0 + round(statistics.fmean(lengths))
 
     def step_at(i: float) -> float:  # the i-th decode step (1 .. n), its context start + i - 1
         return steps.seconds([Segment(users, start + i - 1, 1)])
@@ -137,18 +193,15 @@ def whole_round(replica: Replica, users: int) -> Round:
     first = step_at(1)
     decode = n * steps.decode_mean(users, start, start + n - 1)  # every step's context, exactly
     c = replica.overhead_s
-    w = 1 / users
-    ttft = tuple((w, c + done[j]) for j in ends)
     after = [total - done[j] for j in ends]  # the prefill steps a request waits out after its first token
-    tpot = tuple((w, (a + decode) / n) for a in after)
-    e2e = ((1.0, c + total + decode),)
-    gaps = [(w / n, a + first) for a in after]
+    gaps = [(1 / users / n, a + first) for a in after]
     if n > 1:  # the other n - 1 gaps: decode steps 2 .. n, at evenly spaced contexts
         points = min(GAP_POINTS, n - 1)
         rest = (n - 1) / n / points
         gaps += [(rest, step_at(2 + (n - 2) * (i + 0.5) / points)) for i in range(points)]
-    rate = users / (replica.loop.offset_s + total + decode)  # the cycle: RTT + the request's cost + the round
-    return Round(float(users), rate, ttft, tpot, e2e, tuple(gaps), len(prefill), total, decode)
+    out = {"ttft": [c + done[j] for j in ends], "tpot": [(a + decode) / n for a in after],
+           "e2e": [c + total + decode], "gaps": gaps}  # fmt: skip
+    return out, total, decode, len(prefill)
 
 
 def queued(replica: Replica, most: int, users: float) -> Round:
@@ -191,19 +244,22 @@ def _simulated(replica: Replica, most: int, users: int) -> Round:
                    e2e=spread(sim.e2e_s), itl=tuple((w / total, x) for w, x in gaps), wait_s=wait)  # fmt: skip
 
 
-def _prefill_steps(replica: Replica, users: int, prompt: int) -> list[float]:
-    """Each prefill step's seconds: N prompts of P' tokens packed end to end, C tokens a step (the last one short),
-    each piece priced at its offset in its prompt (the engine's pass over the step's segments; equal steps priced
+def _prefill_steps(replica: Replica, lengths: list[int]) -> list[float]:
+    """Each prefill step's seconds: the round's prompts packed end to end, C tokens a step (the last one short), each
+    piece priced at its offset in its prompt (the engine's pass over the step's segments; equal steps priced
     once)."""
     chunk, p0 = replica.chunk, replica.traffic.cached_prefix_tokens
+    starts = [0, *itertools.accumulate(lengths)]
     priced: dict[tuple[tuple[int, int], ...], float] = {}
-    out, position, end = [], 0, users * prompt
+    out, position, end, i = [], 0, starts[-1], 0
     while position < end:
         stop = min(position + chunk, end)
         pieces, at = [], position
         while at < stop:
-            offset = at % prompt
-            take = min(prompt - offset, stop - at)
+            while at >= starts[i + 1]:  # the prompt this token is in
+                i += 1
+            offset = at - starts[i]
+            take = min(lengths[i] - offset, stop - at)
             pieces.append((offset, take))
             at += take
         key = tuple(pieces)
