@@ -124,6 +124,21 @@ def test_nemotron_3_experts_are_ungated_and_its_latent_moe_is_refused():
     assert err.value.field == "moe_latent_size"
 
 
+def test_values_of_another_width_than_the_keys_are_refused_by_name():
+    # MiMo-V2-Flash: 128-wide values beside 192-wide keys, and its sliding layers with KV heads of their own; read as
+    # the keys' widths and heads its KV cache came out 147,456 B a token against the 222,720 its keys give
+    data = json.loads((HF / "new" / "mimo-v2-flash.json").read_text())
+    with pytest.raises(SpecError, match="v_head_dim 128, head_dim 192") as err:
+        from_hf_config(data, "mimo.json")
+    assert err.value.field == "v_head_dim"
+    with pytest.raises(SpecError, match="swa_num_key_value_heads 8") as err:
+        from_hf_config(data | {"v_head_dim": 192}, "mimo.json")
+    assert err.value.field == "swa_num_key_value_heads"
+    # transformers' own per-layer MLP list (mlp_layer_types) sets which layers are dense: its first, here
+    plain = from_hf_config(data | {"v_head_dim": 192, "swa_num_key_value_heads": 4}, "mimo.json")
+    assert [k.mlp for k in plain.plan.kinds][:3] == ["dense", "moe", "moe"] and plain.moe.dense_layers == 1
+
+
 def test_mla_and_sliding_windows():
     ds = load("deepseek_v3")
     assert ds.mla.kv_lora_rank == 512 and ds.mla.rope_head_dim == 64 and ds.kv_elements_per_token_per_layer == 576

@@ -154,6 +154,22 @@ def _refuse_unknown_state_layers(text: Any, where: str, prefix: str) -> None:
                            "DeltaNet (Qwen3-Next) and Nemotron-H's Mamba-2", field=prefix + "layer_types")  # fmt: skip
 
 
+def _refuse_narrow_values(text: Any, where: str, prefix: str) -> None:
+    """Values of another width than the keys (v_head_dim beside head_dim, outside MLA) or a sliding layer's own KV
+    heads (MiMo-V2-Flash: 128-wide values, twice the KV heads in its sliding layers) are not shapes tokcost prices;
+    read as the keys' they would misstate the KV cache (MiMo-V2-Flash: 147,456 B a token against 222,720)."""
+    if getattr(text, "kv_lora_rank", None):
+        return
+    v, k = getattr(text, "v_head_dim", None), getattr(text, "head_dim", None)
+    if isinstance(v, int) and isinstance(k, int) and v != k:
+        raise SpecError(where, f"values narrower or wider than the keys (v_head_dim {v}, head_dim {k}) outside MLA "
+                               "are not modelled yet", field=prefix + "v_head_dim")  # fmt: skip
+    swa = getattr(text, "swa_num_key_value_heads", None)
+    if isinstance(swa, int) and swa != getattr(text, "num_key_value_heads", swa):
+        raise SpecError(where, f"sliding layers with KV heads of their own (swa_num_key_value_heads {swa}) are not "
+                               "modelled yet", field=prefix + "swa_num_key_value_heads")  # fmt: skip
+
+
 def _check_layer_types(raw: dict[str, Any], where: str, prefix: str) -> None:
     """A stated `layer_types` names one known kind per layer (transformers' own check says less)."""
     types, n = raw.get("layer_types"), raw.get("num_hidden_layers")
@@ -179,6 +195,9 @@ def _mlp_kinds(text: Any, n: int) -> list[str]:
     Qwen's sparse step."""
     if not _experts(text):
         return ["dense"] * n
+    kinds = getattr(text, "mlp_layer_types", None)  # transformers' own per-layer list where a class states one
+    if isinstance(kinds, list) and len(kinds) == n and set(kinds) <= {"dense", "sparse", "moe"}:
+        return ["dense" if k == "dense" else "moe" for k in kinds]  # (MiMo-V2-Flash's first layer dense)
     listed = getattr(text, "moe_layers", None)
     if isinstance(listed, list):
         return ["moe" if i in set(listed) else "dense" for i in range(n)]
@@ -290,6 +309,7 @@ def _from_config(data: dict[str, Any], config: Any, model_type: str, note: str |
                                f"model's sections); give the type {arch} names at the top level, or the text_config "
                                f"alone", field="model_type")  # fmt: skip
     _refuse_unknown_state_layers(text, where, prefix)
+    _refuse_narrow_values(text, where, prefix)
     if getattr(text, "cross_attention_layers", None):  # Llama-3.2-Vision: not self-attention, not a KV per token
         raise SpecError(where, "cross-attention layers (to the image's tokens, cached once per sequence) are not "
                                "modelled yet", field=prefix + "cross_attention_layers")  # fmt: skip
