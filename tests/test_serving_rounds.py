@@ -30,8 +30,8 @@ from tokcost.serving.predict import predict
 from tokcost.serving.replica import build_replica
 from tokcost.serving.rounds import (
     QUEUED_ROUNDS,
+    _one_round,
     _prefill_steps,
-    _priced_round,
     held,
     locks_whole,
     round_at,
@@ -153,12 +153,13 @@ def test_a_round_of_prompts_that_vary_packs_them_end_to_end():
     l1 = steps.seconds([Segment(1, 0, 1500), Segment(1, 0, 548)])
     l2 = steps.seconds([Segment(1, 548, 152)])
     assert _prefill_steps(r, [1500, 700]) == [pytest.approx(l1), pytest.approx(l2)]
-    out, total, decode, k = _priced_round(r, [1500, 700])
-    assert (k, total) == (2, pytest.approx(l1 + l2))
-    assert out["ttft"] == [pytest.approx(c + l1), pytest.approx(c + l1 + l2)]
+    one = _one_round(r, [1500, 700])
+    decode = one.decode_s
+    assert (one.prefill_steps, one.prefill_s) == (2, pytest.approx(l1 + l2))
+    assert [x for _, x in one.ttft] == [pytest.approx(c + l1), pytest.approx(c + l1 + l2)]
     # 4 decode steps from the mean prompt's context (1,100: the pass is linear in the contexts' sum)
     assert decode == pytest.approx(4 * steps.decode_mean(2, 1100, 1103))
-    assert out["tpot"] == [pytest.approx((l2 + decode) / 4), pytest.approx(decode / 4)]
+    assert [x for _, x in one.tpot] == [pytest.approx((l2 + decode) / 4), pytest.approx(decode / 4)]
 
 
 @pytest.mark.parametrize(("users", "prompt", "chunk"), [(6, 500, 4096), (16, 1000, 2048), (48, 2000, 8192)])

@@ -220,7 +220,12 @@ def _round_lines(plan: Plan, row: Row, r: Replica, found: Round) -> list[str]:
     return [
         f"prefill runs apart and waiting prompts go first, so all N = {users:,.1f} users' prompts run before any "
         "decode: all of them start decoding in one step, finish in one step and come back together (rounds.py)"
-        + ("" if plan.traffic.prompt.kind == "fixed" else "; prompts that vary are priced at their mean P'"),
+        + (
+            ""
+            if plan.traffic.prompt.kind == "fixed"
+            else "; prompts that vary: P' below is their mean, and the figures "
+            "pool rounds of prompts drawn from their law, each priced step by step"
+        ),
         f"prefill: k = ceil(N P' / C) = ceil({users:,.1f} x {prompt:,} / {r.chunk:,}) = {found.prefill_steps:,} steps "
         f"of up to {r.chunk:,} prompt tokens, sum L = {fmt.ms(found.prefill_s)}; request m's first token ends step "
         f"ceil(m P' / C): TTFT_m = c + L_1 + ... + L_j, c = {fmt.ms(r.overhead_s)}",

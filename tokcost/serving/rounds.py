@@ -100,7 +100,7 @@ def locks_whole(replica: Replica) -> bool:
     replica serving both phases, prompts and decodes, one decode step per scheduling decision (under multi-step
     scheduling a prompt that finishes mid-window waits for the window's end, which the round does not price).
     Prompts may vary: every prompt of a round is prefilled before any decode, so the answers, all as long, start
-    and end in one step whatever the prompts were (a round of varying prompts is priced at their mean)."""
+    and end in one step whatever the prompts were (whole_round prices rounds of drawn prompts)."""
     t = replica.traffic
     return (replica.prefill_apart and replica.loop.closed and t.output.kind == "fixed" and t.think_time_s == 0
             and replica.role == "both" and bool(replica.prompts) and replica.decodes
@@ -136,21 +136,22 @@ def round_at(replica: Replica, users: float) -> Round:
 
 
 def whole_round(replica: Replica, users: int) -> Round:
-    """The round of N = `users` users (module docstring); prompts that vary, as rounds of drawn prompts, mixed."""
-    drawn = [_priced_round(replica, lengths) for lengths in _round_prompts(replica, users)]
-    r = len(drawn)
-    total, decode = (statistics.fmean(d[i] for d in drawn) for i in (1, 2))
+    """The round of N = `users` users (module docstring): one round of fixed prompts; prompts that vary, the rounds
+    of drawn prompts pooled (each request of each round one point, each round's cycle one term of the mean)."""
+    rounds = [_one_round(replica, lengths) for lengths in _round_prompts(replica, users)]
+    if len(rounds) == 1:
+        return rounds[0]
+    share = 1 / len(rounds)
 
-    def each(points: int) -> float:  # a point's weight: its share of a round, over the rounds drawn
-        return 1 / (r * points)
+    def pooled(metric: str) -> Points:
+        return tuple((share * w, x) for one in rounds for w, x in one.points(metric))
 
-    ttft = tuple((each(users), x) for d in drawn for x in d[0]["ttft"])
-    tpot = tuple((each(users), x) for d in drawn for x in d[0]["tpot"])
-    e2e = tuple((1 / r, x) for d in drawn for x in d[0]["e2e"])
-    gaps = tuple((w / r, x) for d in drawn for w, x in d[0]["gaps"])
-    steps_k = round(statistics.fmean(d[3] for d in drawn))
-    rate = users / (replica.loop.offset_s + total + decode)  # the cycle: RTT + the request's cost + the round
-    return Round(float(users), rate, ttft, tpot, e2e, gaps, steps_k, total, decode)
+    prefill_s = statistics.fmean(one.prefill_s for one in rounds)
+    decode_s = statistics.fmean(one.decode_s for one in rounds)
+    rate = users / (replica.loop.offset_s + prefill_s + decode_s)  # users over the mean cycle (renewal reward)
+    steps_k = round(statistics.fmean(one.prefill_steps for one in rounds))
+    return Round(float(users), rate, pooled("ttft"), pooled("tpot"), pooled("e2e"), pooled("itl"), steps_k,
+                 prefill_s, decode_s)  # fmt: skip
 
 
 def _round_prompts(replica: Replica, users: int) -> list[list[int]]:
@@ -173,14 +174,12 @@ def _round_prompts(replica: Replica, users: int) -> list[list[int]]:
     return [drawn[i * users : (i + 1) * users] for i in range(rounds)]
 
 
-def _priced_round(replica: Replica, lengths: list[int]) -> tuple[dict[str, list], float, float, int]:
-    """One round of these prompts: its requests' TTFT, TPOT and E2E and its gaps as (weight within the round,
-    seconds), its prefill seconds sum L, its decode seconds D and its prefill steps k."""
+def _one_round(replica: Replica, lengths: list[int]) -> Round:
+    """One round of these prompts (computed tokens, in send order), step by step (module docstring)."""
     steps, users = replica.steps, len(lengths)
     p0, n = replica.traffic.cached_prefix_tokens, round(replica.decode_steps_mean)
     prefill = _prefill_steps(replica, lengths)
-    sums = itertools.accumulate(lengths)
-    ends = [math.ceil(s / replica.chunk - 1e-9) for s in sums]  # j_m, 1-based: the step its last token is in
+    ends = [math.ceil(s / replica.chunk - 1e-9) for s in itertools.accumulate(lengths)]  # j_m: its last token's step
     done = [0.0, *itertools.accumulate(prefill)]
     total = done[-1]
     # the first decode step's cached context: the prompts' KV (token 1 is computed in it), their mean (the pass is
@@ -193,15 +192,18 @@ def _priced_round(replica: Replica, lengths: list[int]) -> tuple[dict[str, list]
     first = step_at(1)
     decode = n * steps.decode_mean(users, start, start + n - 1)  # every step's context, exactly
     c = replica.overhead_s
+    w = 1 / users
+    ttft = tuple((w, c + done[j]) for j in ends)
     after = [total - done[j] for j in ends]  # the prefill steps a request waits out after its first token
-    gaps = [(1 / users / n, a + first) for a in after]
+    tpot = tuple((w, (a + decode) / n) for a in after)
+    e2e = ((1.0, c + total + decode),)
+    gaps = [(w / n, a + first) for a in after]
     if n > 1:  # the other n - 1 gaps: decode steps 2 .. n, at evenly spaced contexts
         points = min(GAP_POINTS, n - 1)
         rest = (n - 1) / n / points
         gaps += [(rest, step_at(2 + (n - 2) * (i + 0.5) / points)) for i in range(points)]
-    out = {"ttft": [c + done[j] for j in ends], "tpot": [(a + decode) / n for a in after],
-           "e2e": [c + total + decode], "gaps": gaps}  # fmt: skip
-    return out, total, decode, len(prefill)
+    rate = users / (replica.loop.offset_s + total + decode)  # the cycle: RTT + the request's cost + the round
+    return Round(float(users), rate, ttft, tpot, e2e, tuple(gaps), len(prefill), total, decode)
 
 
 def queued(replica: Replica, most: int, users: float) -> Round:
